@@ -1,0 +1,116 @@
+// slipway/data.h — tables, the CSV reader, train/test splits and their leakage report.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "slipway/core.h"
+
+namespace slipway::data {
+
+enum class ColumnType { kNumeric, kCategorical };
+
+std::string_view column_type_name(ColumnType type);
+
+// One column of a Table. Numeric values are float32 with NaN for missing; categorical values are
+// codes into `dictionary` with kMissingCode for missing. Only the vector matching `type` is used.
+struct Column {
+  static constexpr std::int32_t kMissingCode = -1;
+
+  std::string name;
+  ColumnType type = ColumnType::kNumeric;
+  std::vector<float> numbers;
+  std::vector<std::int32_t> codes;
+  std::vector<std::string> dictionary;
+
+  std::size_t size() const { return type == ColumnType::kNumeric ? numbers.size() : codes.size(); }
+  bool is_missing(std::size_t row) const;
+  // The value as text: the category, the number in shortest round-trip form, or "" when missing.
+  std::string text_at(std::size_t row) const;
+};
+
+// A columnar table. Every column has row_count() rows.
+class Table {
+ public:
+  std::size_t row_count() const { return columns_.empty() ? 0 : columns_.front().size(); }
+  std::size_t column_count() const { return columns_.size(); }
+  const Column& column(std::size_t index) const { return columns_[index]; }
+  const std::vector<Column>& columns() const { return columns_; }
+
+  // nullptr when there is no column of that name.
+  const Column* find(std::string_view name) const;
+  // NotFound naming the columns that do exist.
+  Result<std::size_t> column_index(std::string_view name) const;
+
+  // Adds a column; InvalidArgument if the name is taken or the length differs from the others.
+  Status add_column(Column column);
+
+  // A new table holding the given rows, in the given order. Rows must be < row_count().
+  Table take_rows(std::span<const std::uint32_t> rows) const;
+
+ private:
+  std::vector<Column> columns_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// CSV.
+
+struct CsvOptions {
+  char delimiter = ',';
+  // Unquoted or quoted fields equal to one of these are missing values.
+  std::vector<std::string> missing_values = {"", "NA"};
+  // 0 = default_thread_count().
+  int thread_count = 0;
+};
+
+// Reads a CSV file with a header row. The file is memory-mapped and parsed in parallel chunks.
+// A column is numeric when every non-missing field parses as a number, otherwise categorical
+// (dictionary in order of first appearance, so the result does not depend on thread count).
+// Errors name the place: "file.csv:LINE:COLUMN: what was wrong".
+Result<Table> read_csv(const std::string& path, const CsvOptions& options = {});
+// The same, for text already in memory; `source_name` is used in error messages.
+Result<Table> parse_csv(std::string_view text, std::string_view source_name, const CsvOptions& options = {});
+
+// ---------------------------------------------------------------------------------------------
+// Splits.
+
+enum class SplitKind { kRandom, kStratified, kTime, kGroup };
+
+struct SplitSpec {
+  SplitKind kind = SplitKind::kRandom;
+  std::string column;  // the time column for kTime, the group column for kGroup
+  double test_fraction = 0.2;
+  std::uint64_t seed = 42;
+};
+
+// Parses "random", "stratified", "time:COL" or "group:COL".
+Result<SplitSpec> parse_split_kind(std::string_view text);
+std::string describe_split(const SplitSpec& spec);
+
+struct Split {
+  std::vector<std::uint32_t> train_rows;
+  std::vector<std::uint32_t> test_rows;
+};
+
+// Splits the rows of `table`. `target_column` is used by stratified splits. Deterministic for a
+// seed. Time splits put every row whose time is later than all training rows in test (ties never
+// straddle the cut); group splits never put one group on both sides.
+Result<Split> split_rows(const Table& table, const SplitSpec& spec, std::string_view target_column);
+
+// What a split might leak from test into train. A clean split has every count at zero.
+struct LeakageReport {
+  std::size_t duplicate_test_rows = 0;     // test rows with an exact copy (every column) in train
+  std::size_t groups_on_both_sides = 0;    // group splits only
+  std::size_t test_rows_not_later = 0;     // time splits only: test rows not later than all of train
+};
+
+LeakageReport check_leakage(const Table& table, const Split& split, const SplitSpec& spec);
+
+// A fingerprint of the table's content (sha256 over names, types and values), independent of
+// how the file was formatted. Used as the run's data fingerprint.
+std::string fingerprint(const Table& table);
+
+}  // namespace slipway::data

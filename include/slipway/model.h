@@ -1,0 +1,169 @@
+// slipway/model.h — the bundle: everything serving needs to reproduce training-time scoring.
+//
+// A Bundle is preprocessing (imputation, categorical encoding, standardization) + a Model (the
+// learned function over the preprocessed matrix) + postprocessing (sigmoid, label names) + a
+// manifest (lineage and metrics). It is immutable once built, so a loaded bundle may be shared by
+// any number of threads; every const method is thread-safe.
+//
+// File format v1 (docs/formats.md): magic, version, JSON manifest, 64-byte-aligned binary
+// sections, and a trailer holding the sha256 of everything before it. The bundle's identity is
+// the sha256 of the whole file.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "slipway/core.h"
+#include "slipway/data.h"
+
+namespace slipway::model {
+
+enum class Task { kBinaryClassification, kRegression };
+std::string_view task_name(Task task);
+
+enum class CategoricalEncoding { kOneHot, kOrdinal };
+
+// How one input column becomes preprocessed features.
+struct FeatureTransform {
+  std::string name;
+  data::ColumnType type = data::ColumnType::kNumeric;
+  // Numeric: x' = ((missing ? impute_value : x) - center) / scale.
+  double impute_value = 0.0;
+  double center = 0.0;
+  double scale = 1.0;
+  // Categorical: known levels, most frequent first. One-hot adds one slot per level plus an
+  // "other" slot for unseen, infrequent and missing values; ordinal maps level i to i and the
+  // rest to levels.size(), then centers and scales like a number.
+  CategoricalEncoding encoding = CategoricalEncoding::kOneHot;
+  std::vector<std::string> levels;
+
+  std::size_t width() const;
+};
+
+struct PreprocessOptions {
+  CategoricalEncoding encoding = CategoricalEncoding::kOneHot;
+  // Levels beyond this many (the rarest) share the "other" slot.
+  std::size_t max_categories = 100;
+  bool standardize = true;
+};
+
+class Preprocessor {
+ public:
+  Preprocessor() = default;
+  explicit Preprocessor(std::vector<FeatureTransform> features);
+
+  // Learns the transform from `table`'s columns named in `feature_names`.
+  static Result<Preprocessor> fit(const data::Table& table, const std::vector<std::string>& feature_names,
+                                  const PreprocessOptions& options);
+
+  const std::vector<FeatureTransform>& features() const { return features_; }
+  std::size_t output_width() const { return output_width_; }
+  // Names of the output features: "col" for numbers, "col=level" and "col=<other>" for one-hot.
+  std::vector<std::string> output_names() const;
+
+  // Writes batch.row_count() x output_width() floats, row-major, into `out` (resized).
+  // Columns are matched by name; extra columns are ignored. InvalidArgument naming the column if
+  // one is missing or has the wrong type.
+  Status transform(const data::Table& batch, std::vector<float>& out) const;
+
+ private:
+  std::vector<FeatureTransform> features_;
+  std::size_t output_width_ = 0;
+};
+
+// The learned function over the preprocessed matrix. Implementations are immutable after
+// construction and thread-safe.
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual std::string_view family() const = 0;
+  virtual std::size_t input_width() const = 0;
+  // Raw scores (margins) for `rows` rows of `features` (rows x input_width(), row-major) into
+  // `out` (rows values).
+  virtual void predict_margin(std::span<const float> features, std::size_t rows, std::span<float> out) const = 0;
+};
+
+// score = bias + sum(weights[i] * x[i]).
+class LinearModel final : public Model {
+ public:
+  LinearModel(std::vector<double> weights, double bias);
+  std::string_view family() const override { return "linear"; }
+  std::size_t input_width() const override { return weights_.size(); }
+  void predict_margin(std::span<const float> features, std::size_t rows, std::span<float> out) const override;
+  const std::vector<double>& weights() const { return weights_; }
+  double bias() const { return bias_; }
+
+ private:
+  std::vector<double> weights_;
+  double bias_;
+};
+
+// Lineage and evaluation that travel with the bundle. Everything here is a deterministic
+// function of the spec, the data and the code version, so training twice with the same seed
+// gives the same bytes.
+struct Manifest {
+  Task task = Task::kRegression;
+  std::string target;
+  // Binary classification: {negative label, positive label}; the score is P(positive).
+  std::vector<std::string> class_labels;
+  std::string created_by;
+  std::string code_version;
+  std::string data_fingerprint;
+  std::uint64_t seed = 0;
+  std::string split;
+  std::size_t train_rows = 0;
+  std::map<std::string, std::string> params;
+  std::map<std::string, double> metrics;
+};
+
+struct Predictions {
+  std::size_t rows = 0;
+  // Regression: predictions. Binary classification: P(positive label).
+  std::vector<float> scores;
+};
+
+class Bundle {
+ public:
+  Bundle(Manifest manifest, Preprocessor preprocessor, std::shared_ptr<const Model> model);
+
+  const Manifest& manifest() const { return manifest_; }
+  const Preprocessor& preprocessor() const { return preprocessor_; }
+  const Model& model() const { return *model_; }
+  Task task() const { return manifest_.task; }
+
+  // Scores a batch whose columns are matched to the schema by name.
+  Result<Predictions> predict(const data::Table& batch) const;
+  // Scores rows already preprocessed (rows x preprocessor().output_width()).
+  Predictions predict_preprocessed(std::span<const float> features, std::size_t rows) const;
+  // The label for a score: the positive label when score >= 0.5 (classification only).
+  const std::string& label_for(float score) const;
+
+  // A copy with `metrics` recorded in the manifest, sharing this bundle's model.
+  std::shared_ptr<const Bundle> with_metrics(std::map<std::string, double> metrics) const;
+
+  // The bundle file's bytes. Deterministic: the same bundle gives the same bytes.
+  std::vector<std::byte> serialize() const;
+
+  // Parses bundle bytes: checks the magic, the format version and the trailer's checksum; when
+  // `expected_sha256` is given, the whole file's hash must equal it. DataLoss on a mismatch or a
+  // truncated file, InvalidArgument on a file that is not a bundle.
+  static Result<std::shared_ptr<const Bundle>> parse(std::span<const std::byte> bytes,
+                                                     std::optional<std::string_view> expected_sha256 = {});
+  static Result<std::shared_ptr<const Bundle>> load(const std::string& path,
+                                                    std::optional<std::string_view> expected_sha256 = {});
+
+ private:
+  Manifest manifest_;
+  Preprocessor preprocessor_;
+  std::shared_ptr<const Model> model_;
+};
+
+inline constexpr std::uint32_t kBundleFormatVersion = 1;
+
+}  // namespace slipway::model

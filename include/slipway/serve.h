@@ -1,0 +1,82 @@
+// slipway/serve.h — online serving: the KServe Open Inference Protocol v2 over HTTP, model
+// resolution through the registry, and Prometheus metrics.
+//
+// Threads: HTTP I/O runs on an asio event loop; inference runs on a worker pool, never on the
+// event loop. A bad request gets a 4xx with {"error": "..."}; nothing a client sends can stop the
+// server.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "slipway/core.h"
+#include "slipway/registry.h"
+
+namespace slipway::serve {
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+};
+
+struct ServiceOptions {
+  // How long a resolved name -> version -> bundle mapping is trusted before the registry is asked
+  // again (aliases moved by `slipway alias` show up within this time; unknown names re-check at once).
+  std::chrono::milliseconds registry_refresh{1000};
+};
+
+// The protocol, independent of sockets: maps (method, target, body) to a response. Thread-safe;
+// any number of threads may call handle() at once.
+class Service {
+ public:
+  Service(registry::Registry& registry, ServiceOptions options);
+  ~Service();
+  Service(const Service&) = delete;
+  Service& operator=(const Service&) = delete;
+
+  HttpResponse handle(std::string_view method, std::string_view target, std::string_view body);
+  // True for requests that run a model: the HTTP layer sends those to the worker pool.
+  static bool is_inference(std::string_view target);
+  // Prometheus text exposition of the server's metrics.
+  std::string metrics_text() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8080;  // 0 picks a free port; port() tells which
+  int io_threads = 2;
+  int worker_threads = 0;  // 0 = default_thread_count()
+  std::size_t max_body_bytes = std::size_t{64} << 20;
+  ServiceOptions service;
+};
+
+class Server {
+ public:
+  // Binds and listens; InvalidArgument for a bad host, Io when the port is taken.
+  static Result<std::unique_ptr<Server>> start(registry::Registry& registry, const ServerOptions& options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  std::uint16_t port() const;
+  // Blocks until stop() or SIGINT/SIGTERM; then stops accepting, lets requests in flight finish
+  // (up to a few seconds) and returns.
+  void run();
+  // Thread-safe; run() returns soon after.
+  void stop();
+
+ private:
+  struct State;
+  explicit Server(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace slipway::serve

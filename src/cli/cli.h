@@ -1,0 +1,69 @@
+// The slipway command line: option structs filled by main.cpp, one function per subcommand.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "slipway/core.h"
+
+namespace slipway::cli {
+
+struct GlobalOptions {
+  std::string home;  // resolved: --home, else $SLIPWAY_HOME, else ./.slipway
+  bool json = false;
+};
+
+// Everything `slipway train` needs; a --spec file fills it first, flags given on the command line win.
+struct TrainOptions {
+  std::string spec_path;
+  std::string data;
+  std::string test_data;
+  std::string target;
+  std::string model = "logistic";
+  std::string split = "random";
+  double test_fraction = 0.2;
+  std::string slice;
+  std::uint64_t seed = 42;
+  std::vector<std::string> params;  // KEY=VALUE
+  std::vector<std::string> ignore;
+  std::string register_as;
+  std::string experiment = "default";
+  std::string bundle_out;
+  int threads = 0;
+};
+
+// Reads a YAML spec into `options`, leaving fields the spec does not set untouched. Relative
+// paths in the spec are relative to the spec file's folder.
+Status load_spec(const std::string& path, TrainOptions& options);
+// The resolved spec as YAML, stored with the run so it can be replayed.
+std::string spec_yaml(const TrainOptions& options);
+// Parses KEY=VALUE strings.
+Result<std::map<std::string, std::string>> parse_key_values(const std::vector<std::string>& pairs);
+
+int run_init(const GlobalOptions& global);
+int run_train(const GlobalOptions& global, TrainOptions options, const std::vector<std::string>& flags_given);
+int run_eval(const GlobalOptions& global, const std::string& reference, const std::string& data, const std::string& slice);
+int run_predict(const GlobalOptions& global, const std::string& reference, const std::string& data, const std::string& out,
+                const std::string& id_column);
+int run_models(const GlobalOptions& global);
+int run_versions(const GlobalOptions& global, const std::string& model);
+int run_runs(const GlobalOptions& global, std::size_t limit);
+int run_show(const GlobalOptions& global, const std::string& run_id);
+int run_alias(const GlobalOptions& global, const std::string& reference, const std::string& alias);
+int run_serve(const GlobalOptions& global, const std::string& host, int port, int threads);
+int run_params(const GlobalOptions& global, bool markdown);
+
+// ---------------------------------------------------------------------------------------------
+// Output helpers.
+
+// Prints "error: <message>" to stderr and returns the exit code for failures.
+int fail(const Status& status);
+// Prints rows under headers, columns aligned.
+void print_table(const std::vector<std::string>& headers, const std::vector<std::vector<std::string>>& rows);
+// A metric value for display: 4 significant decimals, "-" for NaN.
+std::string format_metric(double value);
+std::string format_time_ms(std::int64_t unix_ms);
+
+}  // namespace slipway::cli

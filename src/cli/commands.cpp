@@ -1,0 +1,572 @@
+#include <filesystem>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "cli/cli.h"
+#include "slipway/data.h"
+#include "slipway/eval.h"
+#include "slipway/model.h"
+#include "slipway/registry.h"
+#include "slipway/serve.h"
+#include "slipway/train.h"
+
+namespace slipway::cli {
+namespace {
+
+void print_json(const JsonWriter& json) { std::cout << json.str() << "\n"; }
+
+Result<std::unique_ptr<registry::Registry>> open_registry(const GlobalOptions& global, bool create) {
+  return registry::Registry::open(global.home, create);
+}
+
+struct LoadedModel {
+  std::shared_ptr<const model::Bundle> bundle;
+  std::string description;  // "name@version" or the file path
+  std::string sha256;
+};
+
+// A REF is NAME@VERSION, NAME@ALIAS, NAME (latest) or a path to a bundle file.
+Result<LoadedModel> load_reference(const GlobalOptions& global, const std::string& reference) {
+  std::error_code error;
+  bool looks_like_path = reference.find('/') != std::string::npos || reference.ends_with(".slip");
+  if (looks_like_path || std::filesystem::is_regular_file(reference, error)) {
+    if (!std::filesystem::is_regular_file(reference, error)) return not_found("no bundle file at '" + reference + "'");
+    SLIPWAY_ASSIGN_OR_RETURN(auto bundle, model::Bundle::load(reference));
+    SLIPWAY_ASSIGN_OR_RETURN(std::string sha256, sha256_file(reference));
+    return LoadedModel{bundle, reference, sha256};
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto parsed, registry::parse_model_reference(reference));
+  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_registry(global, false));
+  SLIPWAY_ASSIGN_OR_RETURN(auto version, store->resolve(parsed.first, parsed.second));
+  SLIPWAY_ASSIGN_OR_RETURN(auto bundle,
+                           model::Bundle::load(store->artifacts().path_for(version.bundle_sha256), version.bundle_sha256));
+  return LoadedModel{bundle, version.model + "@" + std::to_string(version.version), version.bundle_sha256};
+}
+
+Result<data::Table> read_table(const std::string& path) {
+  std::int64_t started = monotonic_ns();
+  SLIPWAY_ASSIGN_OR_RETURN(auto table, data::read_csv(path));
+  log_info(fmt::format("read {}: {} rows x {} columns in {:.2f} s", path, table.row_count(), table.column_count(),
+                       static_cast<double>(monotonic_ns() - started) * 1e-9));
+  return table;
+}
+
+void write_metrics_json(JsonWriter& json, const eval::Metrics& metrics) {
+  json.begin_object();
+  for (const auto& [name, value] : metrics.values) json.key(name).value(value);
+  json.end_object();
+}
+
+void write_evaluation_json(JsonWriter& json, const eval::Evaluation& evaluation) {
+  json.begin_object();
+  json.key("rows").value(static_cast<std::uint64_t>(evaluation.rows));
+  json.key("overall");
+  write_metrics_json(json, evaluation.overall);
+  if (!evaluation.slice_column.empty()) {
+    json.key("slice_column").value(evaluation.slice_column);
+    json.key("slices").begin_array();
+    for (const auto& slice : evaluation.slices) {
+      json.begin_object().key("value").value(slice.value).key("rows").value(static_cast<std::uint64_t>(slice.rows));
+      json.key("metrics");
+      write_metrics_json(json, slice.metrics);
+      json.end_object();
+    }
+    json.end_array();
+  }
+  json.end_object();
+}
+
+void print_evaluation(const eval::Evaluation& evaluation) {
+  std::vector<std::string> headers = {"slice", "rows"};
+  for (const auto& entry : evaluation.overall.values) headers.push_back(entry.first);
+  auto row_of = [](const std::string& name, std::size_t rows, const eval::Metrics& metrics) {
+    std::vector<std::string> row = {name, std::to_string(rows)};
+    for (const auto& entry : metrics.values) row.push_back(format_metric(entry.second));
+    return row;
+  };
+  std::vector<std::vector<std::string>> rows = {row_of("(all)", evaluation.rows, evaluation.overall)};
+  for (const auto& slice : evaluation.slices) {
+    rows.push_back(row_of(evaluation.slice_column + "=" + slice.value, slice.rows, slice.metrics));
+  }
+  print_table(headers, rows);
+}
+
+// Overlays the flags given on the command line on options read from a spec.
+void overlay(TrainOptions& base, const TrainOptions& flags, const std::vector<std::string>& given) {
+  auto was_given = [&](const char* name) { return std::find(given.begin(), given.end(), name) != given.end(); };
+  if (was_given("data")) base.data = flags.data;
+  if (was_given("test")) base.test_data = flags.test_data;
+  if (was_given("target")) base.target = flags.target;
+  if (was_given("model")) base.model = flags.model;
+  if (was_given("split")) base.split = flags.split;
+  if (was_given("test-fraction")) base.test_fraction = flags.test_fraction;
+  if (was_given("slice")) base.slice = flags.slice;
+  if (was_given("seed")) base.seed = flags.seed;
+  if (was_given("register")) base.register_as = flags.register_as;
+  if (was_given("experiment")) base.experiment = flags.experiment;
+  if (was_given("threads")) base.threads = flags.threads;
+  if (was_given("out")) base.bundle_out = flags.bundle_out;
+  base.params.insert(base.params.end(), flags.params.begin(), flags.params.end());
+  base.ignore.insert(base.ignore.end(), flags.ignore.begin(), flags.ignore.end());
+}
+
+struct PreparedData {
+  data::Table train;
+  data::Table test;
+  data::LeakageReport leakage;
+  std::string split_description;
+  std::string fingerprint;
+  std::vector<std::string> excluded_columns;
+};
+
+Result<PreparedData> prepare_data(const TrainOptions& options) {
+  PreparedData prepared;
+  SLIPWAY_ASSIGN_OR_RETURN(auto table, read_table(options.data));
+  SLIPWAY_RETURN_IF_ERROR(table.column_index(options.target).status());
+  if (!options.slice.empty()) SLIPWAY_RETURN_IF_ERROR(table.column_index(options.slice).status());
+  for (const auto& column : options.ignore) SLIPWAY_RETURN_IF_ERROR(table.column_index(column).status());
+  prepared.excluded_columns = options.ignore;
+  if (!options.test_data.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(prepared.test, read_table(options.test_data));
+    prepared.fingerprint = sha256_hex(data::fingerprint(table) + data::fingerprint(prepared.test));
+    prepared.split_description = "test file " + options.test_data;
+    prepared.train = std::move(table);
+    return prepared;
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(data::SplitSpec split, data::parse_split_kind(options.split));
+  split.test_fraction = options.test_fraction;
+  split.seed = options.seed;
+  // The time or group key identifies rows rather than describing them: not a feature.
+  if (!split.column.empty()) prepared.excluded_columns.push_back(split.column);
+  SLIPWAY_ASSIGN_OR_RETURN(data::Split rows, data::split_rows(table, split, options.target));
+  prepared.leakage = data::check_leakage(table, rows, split);
+  prepared.split_description = fmt::format("{} test_fraction={} seed={}", data::describe_split(split), split.test_fraction, split.seed);
+  prepared.fingerprint = data::fingerprint(table);
+  prepared.train = table.take_rows(rows.train_rows);
+  prepared.test = table.take_rows(rows.test_rows);
+  return prepared;
+}
+
+}  // namespace
+
+int run_init(const GlobalOptions& global) {
+  auto store = open_registry(global, true);
+  if (!store.ok()) return fail(store.status());
+  if (global.json) {
+    JsonWriter json;
+    json.begin_object().key("home").value(std::filesystem::absolute(global.home).string()).end_object();
+    print_json(json);
+  } else {
+    std::cout << "Initialized a Slipway workspace in " << std::filesystem::absolute(global.home).string() << "\n";
+  }
+  return 0;
+}
+
+int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector<std::string>& flags_given) {
+  TrainOptions options;
+  if (!flags.spec_path.empty()) {
+    if (auto status = load_spec(flags.spec_path, options); !status.ok()) return fail(status);
+    overlay(options, flags, flags_given);
+  } else {
+    options = std::move(flags);
+  }
+  if (options.data.empty()) return fail(invalid_argument("--data is required (or 'data:' in the spec)"));
+  if (options.target.empty()) return fail(invalid_argument("--target is required (or 'target:' in the spec)"));
+  auto params = parse_key_values(options.params);
+  if (!params.ok()) return fail(params.status());
+  if (auto resolved = train::resolve_parameters(options.model, *params); !resolved.ok()) return fail(resolved.status());
+  if (!options.register_as.empty()) {
+    if (auto status = registry::validate_model_name(options.register_as); !status.ok()) return fail(status);
+  }
+
+  auto prepared = prepare_data(options);
+  if (!prepared.ok()) return fail(prepared.status());
+  auto store = open_registry(global, true);
+  if (!store.ok()) return fail(store.status());
+
+  registry::NewRun new_run;
+  new_run.experiment = options.experiment;
+  new_run.code_version = std::string(slipway_code_version());
+  new_run.data_fingerprint = prepared->fingerprint;
+  new_run.spec = spec_yaml(options);
+  new_run.params = *params;
+  new_run.params["model"] = options.model;
+  new_run.params["split"] = prepared->split_description;
+  auto run_id = (*store)->start_run(new_run);
+  if (!run_id.ok()) return fail(run_id.status());
+  log_info("run " + *run_id + " started");
+
+  auto failed = [&](const Status& status) {
+    (void)(*store)->finish_run(*run_id, false, "");
+    return fail(status);
+  };
+
+  train::TrainRequest request;
+  request.target = options.target;
+  request.model_family = options.model;
+  request.excluded_columns = prepared->excluded_columns;
+  request.params = *params;
+  request.seed = options.seed;
+  request.thread_count = options.threads;
+  request.data_fingerprint = prepared->fingerprint;
+  request.split_description = prepared->split_description;
+  std::int64_t started = monotonic_ns();
+  auto summary = train::fit(prepared->train, request);
+  if (!summary.ok()) return failed(summary.status());
+  log_info(fmt::format("trained {} on {} rows, {} features in {:.2f} s ({} iterations{})", options.model, summary->rows_used,
+                       summary->bundle->preprocessor().output_width(), static_cast<double>(monotonic_ns() - started) * 1e-9,
+                       summary->iterations, summary->converged ? "" : ", not converged"));
+
+  auto evaluation = eval::evaluate(*summary->bundle, prepared->test, options.slice);
+  if (!evaluation.ok()) return failed(evaluation.status());
+  std::map<std::string, double> test_metrics;
+  for (const auto& [name, value] : evaluation->overall.values) test_metrics["test_" + name] = value;
+  auto bundle = summary->bundle->with_metrics(test_metrics);
+  std::vector<std::byte> bytes = bundle->serialize();
+  auto sha256 = (*store)->artifacts().put(bytes);
+  if (!sha256.ok()) return failed(sha256.status());
+  if (!options.bundle_out.empty()) {
+    if (auto status = write_file_atomic(options.bundle_out, bytes); !status.ok()) return failed(status);
+  }
+  std::vector<std::pair<std::string, double>> logged(test_metrics.begin(), test_metrics.end());
+  logged.emplace_back("train_rows", static_cast<double>(summary->rows_used));
+  logged.emplace_back("test_rows", static_cast<double>(evaluation->rows));
+  logged.emplace_back("iterations", summary->iterations);
+  if (auto status = (*store)->log_metrics(*run_id, logged); !status.ok()) return failed(status);
+  if (auto status = (*store)->finish_run(*run_id, true, *sha256); !status.ok()) return fail(status);
+
+  std::optional<registry::ModelVersion> registered;
+  if (!options.register_as.empty()) {
+    crash_point("train.before_register");
+    auto version = (*store)->register_version(options.register_as, *sha256, *run_id);
+    if (!version.ok()) return fail(version.status());
+    registered = *version;
+  }
+
+  const auto& leakage = prepared->leakage;
+  if (global.json) {
+    JsonWriter json;
+    json.begin_object();
+    json.key("run_id").value(*run_id);
+    json.key("model").value(options.model);
+    json.key("split").value(prepared->split_description);
+    json.key("train_rows").value(static_cast<std::uint64_t>(summary->rows_used));
+    json.key("test_rows").value(static_cast<std::uint64_t>(evaluation->rows));
+    json.key("leakage").begin_object();
+    json.key("duplicate_test_rows").value(static_cast<std::uint64_t>(leakage.duplicate_test_rows));
+    json.key("groups_on_both_sides").value(static_cast<std::uint64_t>(leakage.groups_on_both_sides));
+    json.key("test_rows_not_later").value(static_cast<std::uint64_t>(leakage.test_rows_not_later));
+    json.end_object();
+    json.key("metrics");
+    write_evaluation_json(json, *evaluation);
+    json.key("bundle_sha256").value(*sha256);
+    if (registered) {
+      json.key("registered").begin_object().key("model").value(registered->model);
+      json.key("version").value(registered->version).end_object();
+    }
+    json.end_object();
+    print_json(json);
+    return 0;
+  }
+  std::cout << "run        " << *run_id << "\n";
+  std::cout << "split      " << prepared->split_description << ": " << summary->rows_used << " train rows, " << evaluation->rows
+            << " test rows\n";
+  std::cout << "leakage    " << leakage.duplicate_test_rows << " test rows duplicated in train";
+  if (options.split.starts_with("group:")) std::cout << ", " << leakage.groups_on_both_sides << " groups on both sides";
+  if (options.split.starts_with("time:")) std::cout << ", " << leakage.test_rows_not_later << " test rows not later than train";
+  std::cout << "\n\n";
+  print_evaluation(*evaluation);
+  std::cout << "\nbundle     sha256:" << *sha256 << "\n";
+  if (registered) std::cout << "registered " << registered->model << " version " << registered->version << "\n";
+  return 0;
+}
+
+int run_eval(const GlobalOptions& global, const std::string& reference, const std::string& data_path, const std::string& slice) {
+  auto loaded = load_reference(global, reference);
+  if (!loaded.ok()) return fail(loaded.status());
+  auto table = read_table(data_path);
+  if (!table.ok()) return fail(table.status());
+  auto evaluation = eval::evaluate(*loaded->bundle, *table, slice);
+  if (!evaluation.ok()) return fail(evaluation.status());
+  if (global.json) {
+    JsonWriter json;
+    json.begin_object().key("model").value(loaded->description).key("bundle_sha256").value(loaded->sha256);
+    json.key("metrics");
+    write_evaluation_json(json, *evaluation);
+    json.end_object();
+    print_json(json);
+    return 0;
+  }
+  std::cout << "model " << loaded->description << " on " << data_path << "\n\n";
+  print_evaluation(*evaluation);
+  return 0;
+}
+
+int run_predict(const GlobalOptions& global, const std::string& reference, const std::string& data_path, const std::string& out,
+                const std::string& id_column) {
+  auto loaded = load_reference(global, reference);
+  if (!loaded.ok()) return fail(loaded.status());
+  auto table = read_table(data_path);
+  if (!table.ok()) return fail(table.status());
+  const data::Column* ids = nullptr;
+  if (!id_column.empty()) {
+    auto index = table->column_index(id_column);
+    if (!index.ok()) return fail(index.status());
+    ids = &table->column(*index);
+  } else {
+    for (const char* conventional : {"id", "ID", "Id"}) {
+      if (ids == nullptr) ids = table->find(conventional);
+    }
+  }
+  auto predictions = loaded->bundle->predict(*table);
+  if (!predictions.ok()) return fail(predictions.status());
+
+  bool classification = loaded->bundle->task() == model::Task::kBinaryClassification;
+  std::string csv;
+  csv.reserve(predictions->rows * 24);
+  auto append_field = [&](const std::string& text) {
+    if (text.find_first_of(",\"\n") == std::string::npos) {
+      csv += text;
+      return;
+    }
+    csv += '"';
+    for (char c : text) {
+      if (c == '"') csv += '"';
+      csv += c;
+    }
+    csv += '"';
+  };
+  if (ids != nullptr) {
+    append_field(ids->name);
+    csv += ',';
+  }
+  csv += classification ? "probability,label\n" : "prediction\n";
+  for (std::size_t row = 0; row < predictions->rows; ++row) {
+    if (ids != nullptr) {
+      append_field(ids->text_at(row));
+      csv += ',';
+    }
+    float score = predictions->scores[row];
+    csv += fmt::format("{}", score);
+    if (classification) {
+      csv += ',';
+      append_field(loaded->bundle->label_for(score));
+    }
+    csv += '\n';
+  }
+  if (out.empty()) {
+    std::cout << csv;
+    return 0;
+  }
+  if (auto status = write_file_atomic(out, csv); !status.ok()) return fail(status);
+  if (global.json) {
+    JsonWriter json;
+    json.begin_object().key("model").value(loaded->description).key("rows").value(static_cast<std::uint64_t>(predictions->rows));
+    json.key("out").value(out).end_object();
+    print_json(json);
+  } else {
+    std::cout << "scored " << predictions->rows << " rows with " << loaded->description << " into " << out << "\n";
+  }
+  return 0;
+}
+
+int run_models(const GlobalOptions& global) {
+  auto store = open_registry(global, false);
+  if (!store.ok()) return fail(store.status());
+  auto models = (*store)->list_models();
+  if (!models.ok()) return fail(models.status());
+  auto alias_text = [](const std::map<std::string, std::int64_t>& aliases) {
+    std::string text;
+    for (const auto& [alias, version] : aliases) text += (text.empty() ? "" : " ") + alias + "=" + std::to_string(version);
+    return text;
+  };
+  if (global.json) {
+    JsonWriter json;
+    json.begin_object().key("models").begin_array();
+    for (const auto& model : *models) {
+      json.begin_object().key("name").value(model.name).key("latest_version").value(model.latest_version);
+      json.key("versions").value(model.version_count).key("created_ms").value(model.created_ms);
+      json.key("aliases").begin_object();
+      for (const auto& [alias, version] : model.aliases) json.key(alias).value(version);
+      json.end_object().end_object();
+    }
+    json.end_array().end_object();
+    print_json(json);
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& model : *models) {
+    rows.push_back({model.name, std::to_string(model.latest_version), std::to_string(model.version_count),
+                    alias_text(model.aliases), format_time_ms(model.created_ms)});
+  }
+  print_table({"model", "latest", "versions", "aliases", "created (UTC)"}, rows);
+  return 0;
+}
+
+int run_versions(const GlobalOptions& global, const std::string& model) {
+  auto store = open_registry(global, false);
+  if (!store.ok()) return fail(store.status());
+  auto versions = (*store)->list_versions(model);
+  if (!versions.ok()) return fail(versions.status());
+  if (global.json) {
+    JsonWriter json;
+    json.begin_object().key("model").value(model).key("versions").begin_array();
+    for (const auto& version : *versions) {
+      json.begin_object().key("version").value(version.version).key("bundle_sha256").value(version.bundle_sha256);
+      json.key("run_id").value(version.run_id).key("creator").value(version.creator).key("created_ms").value(version.created_ms);
+      json.key("aliases").begin_array();
+      for (const auto& alias : version.aliases) json.value(alias);
+      json.end_array().end_object();
+    }
+    json.end_array().end_object();
+    print_json(json);
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& version : *versions) {
+    std::string aliases;
+    for (const auto& alias : version.aliases) aliases += (aliases.empty() ? "" : ",") + alias;
+    rows.push_back({std::to_string(version.version), aliases, version.bundle_sha256.substr(0, 12), version.run_id,
+                    version.creator, format_time_ms(version.created_ms)});
+  }
+  print_table({"version", "aliases", "sha256", "run", "creator", "created (UTC)"}, rows);
+  return 0;
+}
+
+int run_runs(const GlobalOptions& global, std::size_t limit) {
+  auto store = open_registry(global, false);
+  if (!store.ok()) return fail(store.status());
+  auto runs = (*store)->list_runs(limit);
+  if (!runs.ok()) return fail(runs.status());
+  if (global.json) {
+    JsonWriter json;
+    json.begin_object().key("runs").begin_array();
+    for (const auto& run : *runs) {
+      json.begin_object().key("run_id").value(run.run_id).key("experiment").value(run.experiment);
+      json.key("status").value(run.status).key("start_ms").value(run.start_ms).key("end_ms").value(run.end_ms);
+      json.key("model").value(run.params.count("model") ? run.params.at("model") : "");
+      json.key("metrics").begin_object();
+      for (const auto& metric : run.metrics) json.key(metric.key).value(metric.value);
+      json.end_object().end_object();
+    }
+    json.end_array().end_object();
+    print_json(json);
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& run : *runs) {
+    std::string headline;
+    for (const auto& metric : run.metrics) {
+      if (metric.key == "test_auc" || metric.key == "test_rmse") headline = metric.key + "=" + format_metric(metric.value);
+    }
+    rows.push_back({run.run_id, run.experiment, run.status, run.params.count("model") ? run.params.at("model") : "", headline,
+                    format_time_ms(run.start_ms)});
+  }
+  print_table({"run", "experiment", "status", "model", "metric", "started (UTC)"}, rows);
+  return 0;
+}
+
+int run_show(const GlobalOptions& global, const std::string& run_id) {
+  auto store = open_registry(global, false);
+  if (!store.ok()) return fail(store.status());
+  auto run = (*store)->get_run(run_id);
+  if (!run.ok()) return fail(run.status());
+  if (global.json) {
+    JsonWriter json;
+    json.begin_object().key("run_id").value(run->run_id).key("experiment").value(run->experiment);
+    json.key("status").value(run->status).key("start_ms").value(run->start_ms).key("end_ms").value(run->end_ms);
+    json.key("code_version").value(run->code_version).key("data_fingerprint").value(run->data_fingerprint);
+    json.key("bundle_sha256").value(run->bundle_sha256).key("spec").value(run->spec);
+    json.key("params").begin_object();
+    for (const auto& [key, value] : run->params) json.key(key).value(value);
+    json.end_object().key("metrics").begin_object();
+    for (const auto& metric : run->metrics) json.key(metric.key).value(metric.value);
+    json.end_object().end_object();
+    print_json(json);
+    return 0;
+  }
+  std::cout << "run          " << run->run_id << "\n"
+            << "experiment   " << run->experiment << "\n"
+            << "status       " << run->status << "\n"
+            << "started      " << format_time_ms(run->start_ms) << " UTC\n"
+            << "code         " << run->code_version << "\n"
+            << "data         " << run->data_fingerprint << "\n"
+            << "bundle       " << (run->bundle_sha256.empty() ? "-" : run->bundle_sha256) << "\n\nparams\n";
+  for (const auto& [key, value] : run->params) std::cout << "  " << key << " = " << value << "\n";
+  std::cout << "\nmetrics\n";
+  for (const auto& metric : run->metrics) std::cout << "  " << metric.key << " = " << format_metric(metric.value) << "\n";
+  std::cout << "\nspec\n" << run->spec;
+  return 0;
+}
+
+int run_alias(const GlobalOptions& global, const std::string& reference, const std::string& alias) {
+  auto parsed = registry::parse_model_reference(reference);
+  if (!parsed.ok()) return fail(parsed.status());
+  auto store = open_registry(global, false);
+  if (!store.ok()) return fail(store.status());
+  auto version = (*store)->resolve(parsed->first, parsed->second);
+  if (!version.ok()) return fail(version.status());
+  if (auto status = (*store)->set_alias(version->model, alias, version->version); !status.ok()) return fail(status);
+  if (global.json) {
+    JsonWriter json;
+    json.begin_object().key("model").value(version->model).key("alias").value(alias).key("version").value(version->version);
+    json.end_object();
+    print_json(json);
+  } else {
+    std::cout << version->model << "@" << alias << " -> version " << version->version << "\n";
+  }
+  return 0;
+}
+
+int run_serve(const GlobalOptions& global, const std::string& host, int port, int threads) {
+  if (port < 0 || port > 65535) return fail(invalid_argument("--port must be between 0 and 65535"));
+  auto store = open_registry(global, false);
+  if (!store.ok()) return fail(store.status());
+  serve::ServerOptions options;
+  options.host = host;
+  options.port = static_cast<std::uint16_t>(port);
+  options.worker_threads = threads;
+  auto server = serve::Server::start(**store, options);
+  if (!server.ok()) return fail(server.status());
+  // The first stdout line names the address, so scripts starting `serve --port 0` can find it.
+  if (global.json) {
+    JsonWriter json;
+    json.begin_object().key("host").value(host).key("port").value(static_cast<std::int64_t>((*server)->port())).end_object();
+    print_json(json);
+  } else {
+    std::cout << "serving on http://" << host << ":" << (*server)->port() << " (KServe v2 under /v2, metrics at /metrics)\n";
+  }
+  std::cout.flush();
+  (*server)->run();
+  log_info("server stopped");
+  return 0;
+}
+
+int run_params(const GlobalOptions& global, bool markdown) {
+  if (markdown) {
+    std::cout << train::parameters_markdown();
+    return 0;
+  }
+  if (global.json) {
+    JsonWriter json;
+    json.begin_object().key("parameters").begin_array();
+    for (const auto& declaration : train::parameter_declarations()) {
+      json.begin_object().key("name").value(declaration.name).key("default").value(declaration.default_value);
+      json.key("description").value(declaration.description).end_object();
+    }
+    json.end_array().end_object();
+    print_json(json);
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& declaration : train::parameter_declarations()) {
+    std::string families;
+    for (const auto& family : declaration.families) families += (families.empty() ? "" : ",") + family;
+    rows.push_back({declaration.name, families, declaration.default_value, declaration.description});
+  }
+  print_table({"parameter", "models", "default", "description"}, rows);
+  return 0;
+}
+
+}  // namespace slipway::cli

@@ -1,0 +1,120 @@
+// slipway — one binary: train, evaluate, register and serve models.
+#include <CLI/CLI.hpp>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "cli/cli.h"
+
+namespace {
+
+std::string default_home() {
+  if (const char* home = std::getenv("SLIPWAY_HOME"); home != nullptr && *home != '\0') return home;
+  return "./.slipway";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace slipway::cli;
+  CLI::App app{"Slipway: train, track, register and serve machine-learning models from one binary.", "slipway"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(slipway::slipway_version()) + " (" +
+                                        std::string(slipway::slipway_code_version()) + ")");
+  GlobalOptions global;
+  global.home = default_home();
+  app.add_option("--home", global.home, "Workspace folder (default: $SLIPWAY_HOME, else ./.slipway)");
+  app.add_flag("--json", global.json, "Print results as one JSON document on stdout");
+  bool quiet = false;
+  app.add_flag("-q,--quiet", quiet, "Only log warnings and errors");
+
+  auto* init = app.add_subcommand("init", "Create a workspace (metadata store and artifact folder)");
+
+  TrainOptions train;
+  auto* train_command = app.add_subcommand("train", "Train a model, evaluate it on held-out data, and optionally register it");
+  train_command->add_option("--spec", train.spec_path, "YAML spec with any of the options below (flags override it)")
+      ->check(CLI::ExistingFile);
+  train_command->add_option("--data", train.data, "Training data (CSV with a header row)");
+  train_command->add_option("--target", train.target, "Column to predict");
+  train_command->add_option("--model", train.model, "Model family: logistic (binary classification) or linear (regression)")
+      ->capture_default_str();
+  train_command->add_option("--split", train.split, "Hold-out split: random, stratified, time:COLUMN or group:COLUMN")
+      ->capture_default_str();
+  train_command->add_option("--test-fraction", train.test_fraction, "Fraction of rows held out for testing")
+      ->capture_default_str();
+  train_command->add_option("--test", train.test_data, "Separate test file (instead of splitting --data)");
+  train_command->add_option("--slice", train.slice, "Also report test metrics per value of this column");
+  train_command->add_option("--seed", train.seed, "Random seed for the split (and any randomness in training)")
+      ->capture_default_str();
+  train_command->add_option("--param", train.params, "Model parameter KEY=VALUE (repeatable; `slipway params` lists them)");
+  train_command->add_option("--ignore", train.ignore, "Column not to use as a feature (repeatable)");
+  train_command->add_option("--register", train.register_as, "Register the bundle as a new version of this model");
+  train_command->add_option("--experiment", train.experiment, "Experiment the run belongs to")->capture_default_str();
+  train_command->add_option("--out", train.bundle_out, "Also write the bundle file here");
+  train_command->add_option("--threads", train.threads, "Training threads (default: all cores)");
+
+  std::string reference;
+  std::string data_path;
+  std::string slice;
+  auto* eval_command = app.add_subcommand("eval", "Evaluate a model on a labelled file, overall and per slice");
+  eval_command->add_option("REF", reference, "NAME@VERSION, NAME@ALIAS, NAME (latest) or a bundle file")->required();
+  eval_command->add_option("--data", data_path, "Labelled data (CSV)")->required();
+  eval_command->add_option("--slice", slice, "Report metrics per value of this column");
+
+  std::string out;
+  std::string id_column;
+  auto* predict_command = app.add_subcommand("predict", "Score the rows of a file");
+  predict_command->add_option("REF", reference, "NAME@VERSION, NAME@ALIAS, NAME (latest) or a bundle file")->required();
+  predict_command->add_option("--data", data_path, "Rows to score (CSV)")->required();
+  predict_command->add_option("--out", out, "Output CSV (default: stdout)");
+  predict_command->add_option("--id", id_column, "Column copied to the output to identify rows (default: a column named id)");
+
+  auto* models_command = app.add_subcommand("models", "List registered models");
+  std::string model_name;
+  auto* versions_command = app.add_subcommand("versions", "List the versions of a model");
+  versions_command->add_option("NAME", model_name, "Model name")->required();
+  std::size_t limit = 20;
+  auto* runs_command = app.add_subcommand("runs", "List recent training runs");
+  runs_command->add_option("--limit", limit, "How many runs")->capture_default_str();
+  std::string run_id;
+  auto* show_command = app.add_subcommand("show", "Show one run: params, metrics, lineage, spec");
+  show_command->add_option("RUN_ID", run_id, "Run id (from `slipway runs`)")->required();
+  std::string alias;
+  auto* alias_command = app.add_subcommand("alias", "Point an alias (e.g. production) at a model version");
+  alias_command->add_option("REF", reference, "NAME@VERSION (or NAME@ALIAS, NAME)")->required();
+  alias_command->add_option("ALIAS", alias, "Alias name")->required();
+
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int threads = 0;
+  auto* serve_command = app.add_subcommand("serve", "Serve every registered model over KServe v2 HTTP");
+  serve_command->add_option("--host", host, "Address to listen on")->capture_default_str();
+  serve_command->add_option("--port", port, "Port (0 picks a free one)")->capture_default_str();
+  serve_command->add_option("--threads", threads, "Inference worker threads (default: all cores)");
+
+  bool markdown = false;
+  auto* params_command = app.add_subcommand("params", "List the training parameters");
+  params_command->add_flag("--markdown", markdown, "Print docs/parameters.md");
+
+  CLI11_PARSE(app, argc, argv);
+  if (quiet) slipway::set_log_level(slipway::LogLevel::kWarn);
+
+  if (init->parsed()) return run_init(global);
+  if (train_command->parsed()) {
+    std::vector<std::string> given;
+    for (const auto* option : train_command->get_options()) {
+      if (option->count() > 0) given.push_back(option->get_lnames().empty() ? "" : option->get_lnames().front());
+    }
+    return run_train(global, train, given);
+  }
+  if (eval_command->parsed()) return run_eval(global, reference, data_path, slice);
+  if (predict_command->parsed()) return run_predict(global, reference, data_path, out, id_column);
+  if (models_command->parsed()) return run_models(global);
+  if (versions_command->parsed()) return run_versions(global, model_name);
+  if (runs_command->parsed()) return run_runs(global, limit);
+  if (show_command->parsed()) return run_show(global, run_id);
+  if (alias_command->parsed()) return run_alias(global, reference, alias);
+  if (serve_command->parsed()) return run_serve(global, host, port, threads);
+  if (params_command->parsed()) return run_params(global, markdown);
+  return 1;
+}

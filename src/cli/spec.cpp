@@ -1,0 +1,104 @@
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+
+#include "cli/cli.h"
+
+namespace slipway::cli {
+namespace {
+
+std::string relative_to(const std::string& base_folder, const std::string& path) {
+  if (path.empty() || std::filesystem::path(path).is_absolute()) return path;
+  return (std::filesystem::path(base_folder) / path).lexically_normal().string();
+}
+
+}  // namespace
+
+Result<std::map<std::string, std::string>> parse_key_values(const std::vector<std::string>& pairs) {
+  std::map<std::string, std::string> values;
+  for (const auto& pair : pairs) {
+    auto equals = pair.find('=');
+    if (equals == std::string::npos || equals == 0) {
+      return invalid_argument("parameter '" + pair + "' must be written KEY=VALUE");
+    }
+    values[pair.substr(0, equals)] = pair.substr(equals + 1);
+  }
+  return values;
+}
+
+Status load_spec(const std::string& path, TrainOptions& options) {
+  static const std::vector<std::string> kKnownKeys = {"data",  "test",   "target", "model",    "split",      "test_fraction",
+                                                      "slice", "seed",   "params", "ignore",   "register",   "experiment",
+                                                      "threads"};
+  YAML::Node spec;
+  try {
+    spec = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    return io_error("cannot read spec '" + path + "'");
+  } catch (const YAML::Exception& error) {
+    return invalid_argument(path + ":" + std::to_string(error.mark.line + 1) + ":" + std::to_string(error.mark.column + 1) +
+                            ": " + error.msg);
+  }
+  if (!spec.IsMap()) return invalid_argument("spec '" + path + "' must be a YAML mapping of keys to values");
+  std::string folder = std::filesystem::path(path).parent_path().string();
+  try {
+    for (const auto& entry : spec) {
+      auto key = entry.first.as<std::string>();
+      if (std::find(kKnownKeys.begin(), kKnownKeys.end(), key) == kKnownKeys.end()) {
+        return invalid_argument(path + ":" + std::to_string(entry.first.Mark().line + 1) + ": unknown key '" + key + "'");
+      }
+    }
+    if (spec["data"]) options.data = relative_to(folder, spec["data"].as<std::string>());
+    if (spec["test"]) options.test_data = relative_to(folder, spec["test"].as<std::string>());
+    if (spec["target"]) options.target = spec["target"].as<std::string>();
+    if (spec["model"]) options.model = spec["model"].as<std::string>();
+    if (spec["split"]) options.split = spec["split"].as<std::string>();
+    if (spec["test_fraction"]) options.test_fraction = spec["test_fraction"].as<double>();
+    if (spec["slice"]) options.slice = spec["slice"].as<std::string>();
+    if (spec["seed"]) options.seed = spec["seed"].as<std::uint64_t>();
+    if (spec["register"]) options.register_as = spec["register"].as<std::string>();
+    if (spec["experiment"]) options.experiment = spec["experiment"].as<std::string>();
+    if (spec["threads"]) options.threads = spec["threads"].as<int>();
+    if (spec["ignore"]) options.ignore = spec["ignore"].as<std::vector<std::string>>();
+    if (spec["params"]) {
+      if (!spec["params"].IsMap()) return invalid_argument(path + ": 'params' must be a mapping of names to values");
+      for (const auto& param : spec["params"]) {
+        options.params.push_back(param.first.as<std::string>() + "=" + param.second.as<std::string>());
+      }
+    }
+  } catch (const YAML::Exception& error) {
+    return invalid_argument(path + ":" + std::to_string(error.mark.line + 1) + ": " + error.msg);
+  }
+  return {};
+}
+
+std::string spec_yaml(const TrainOptions& options) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  auto absolute = [](const std::string& path) {
+    return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
+  };
+  out << YAML::Key << "data" << YAML::Value << absolute(options.data);
+  if (!options.test_data.empty()) out << YAML::Key << "test" << YAML::Value << absolute(options.test_data);
+  out << YAML::Key << "target" << YAML::Value << options.target;
+  out << YAML::Key << "model" << YAML::Value << options.model;
+  if (options.test_data.empty()) {
+    out << YAML::Key << "split" << YAML::Value << options.split;
+    out << YAML::Key << "test_fraction" << YAML::Value << options.test_fraction;
+  }
+  if (!options.slice.empty()) out << YAML::Key << "slice" << YAML::Value << options.slice;
+  out << YAML::Key << "seed" << YAML::Value << options.seed;
+  if (!options.ignore.empty()) out << YAML::Key << "ignore" << YAML::Value << YAML::Flow << options.ignore;
+  auto params = parse_key_values(options.params);
+  if (params.ok() && !params->empty()) {
+    out << YAML::Key << "params" << YAML::Value << YAML::BeginMap;
+    for (const auto& [key, value] : *params) out << YAML::Key << key << YAML::Value << value;
+    out << YAML::EndMap;
+  }
+  if (!options.register_as.empty()) out << YAML::Key << "register" << YAML::Value << options.register_as;
+  out << YAML::Key << "experiment" << YAML::Value << options.experiment;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace slipway::cli

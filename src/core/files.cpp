@@ -1,0 +1,117 @@
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "slipway/core.h"
+
+namespace slipway {
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Closes a file descriptor on scope exit.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+Status fsync_directory(const std::string& directory) {
+  FileDescriptor dir(::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir.get() < 0) return io_error("cannot open folder '" + directory + "': " + errno_text());
+  if (::fsync(dir.get()) != 0) return io_error("cannot sync folder '" + directory + "': " + errno_text());
+  return {};
+}
+
+}  // namespace
+
+Result<MappedFile> MappedFile::open(const std::string& path) {
+  FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (file.get() < 0) return io_error("cannot open '" + path + "': " + errno_text());
+  struct stat info {};
+  if (::fstat(file.get(), &info) != 0) return io_error("cannot stat '" + path + "': " + errno_text());
+  if (S_ISDIR(info.st_mode)) return invalid_argument("'" + path + "' is a folder, not a file");
+  MappedFile mapped;
+  mapped.size_ = static_cast<std::size_t>(info.st_size);
+  if (mapped.size_ == 0) return mapped;
+  void* address = ::mmap(nullptr, mapped.size_, PROT_READ, MAP_PRIVATE, file.get(), 0);
+  if (address == MAP_FAILED) return io_error("cannot map '" + path + "': " + errno_text());
+  ::madvise(address, mapped.size_, MADV_SEQUENTIAL);
+  mapped.address_ = address;
+  return mapped;
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : address_(std::exchange(other.address_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    if (address_ != nullptr) ::munmap(address_, size_);
+    address_ = std::exchange(other.address_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+MappedFile::~MappedFile() {
+  if (address_ != nullptr) ::munmap(address_, size_);
+}
+
+Result<std::string> read_file(const std::string& path) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto mapped, MappedFile::open(path));
+  return std::string(mapped.text());
+}
+
+Status make_directories(const std::string& path) {
+  std::error_code error;
+  std::filesystem::create_directories(path, error);
+  if (error) return io_error("cannot create folder '" + path + "': " + error.message());
+  return {};
+}
+
+Status write_file_atomic(const std::string& path, std::span<const std::byte> bytes) {
+  std::filesystem::path target(path);
+  std::string directory = target.has_parent_path() ? target.parent_path().string() : ".";
+  std::string temp_path = directory + "/." + target.filename().string() + ".tmp-" + random_hex(6);
+  FileDescriptor file(::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (file.get() < 0) return io_error("cannot create '" + temp_path + "': " + errno_text());
+  auto fail = [&](const std::string& what) {
+    std::string message = what + " '" + temp_path + "': " + errno_text();
+    ::unlink(temp_path.c_str());
+    return io_error(message);
+  };
+  std::size_t written = 0;
+  while (written < bytes.size()) {
+    ssize_t count = ::write(file.get(), bytes.data() + written, bytes.size() - written);
+    if (count < 0) {
+      if (errno == EINTR) continue;
+      return fail("cannot write");
+    }
+    written += static_cast<std::size_t>(count);
+  }
+  if (::fsync(file.get()) != 0) return fail("cannot sync");
+  if (::close(file.release()) != 0) return fail("cannot close");
+  crash_point("files.before_rename");
+  if (::rename(temp_path.c_str(), path.c_str()) != 0) return fail("cannot rename into place");
+  return fsync_directory(directory);
+}
+
+Status write_file_atomic(const std::string& path, std::string_view text) {
+  return write_file_atomic(path, std::as_bytes(std::span(text.data(), text.size())));
+}
+
+}  // namespace slipway

@@ -1,0 +1,32 @@
+#include "slipway/core.h"
+
+namespace slipway {
+
+std::string_view status_code_name(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "ok";
+    case StatusCode::kInvalidArgument: return "invalid argument";
+    case StatusCode::kNotFound: return "not found";
+    case StatusCode::kAlreadyExists: return "already exists";
+    case StatusCode::kFailedPrecondition: return "failed precondition";
+    case StatusCode::kDataLoss: return "data loss";
+    case StatusCode::kUnavailable: return "unavailable";
+    case StatusCode::kIo: return "i/o error";
+    case StatusCode::kInternal: return "internal error";
+  }
+  return "unknown";
+}
+
+Status invalid_argument(std::string message) { return {StatusCode::kInvalidArgument, std::move(message)}; }
+Status not_found(std::string message) { return {StatusCode::kNotFound, std::move(message)}; }
+Status already_exists(std::string message) { return {StatusCode::kAlreadyExists, std::move(message)}; }
+Status failed_precondition(std::string message) { return {StatusCode::kFailedPrecondition, std::move(message)}; }
+Status data_loss(std::string message) { return {StatusCode::kDataLoss, std::move(message)}; }
+Status unavailable(std::string message) { return {StatusCode::kUnavailable, std::move(message)}; }
+Status io_error(std::string message) { return {StatusCode::kIo, std::move(message)}; }
+Status internal_error(std::string message) { return {StatusCode::kInternal, std::move(message)}; }
+
+std::string_view slipway_version() { return SLIPWAY_VERSION; }
+std::string_view slipway_code_version() { return SLIPWAY_GIT_COMMIT; }
+
+}  // namespace slipway

@@ -1,0 +1,305 @@
+// CSV reading: one sequential pass finds chunk boundaries (respecting quotes), chunks are parsed
+// into field views in parallel, then each column's type is inferred and converted in parallel.
+#include <fast_float/fast_float.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+
+#include "slipway/data.h"
+
+namespace slipway::data {
+namespace {
+
+constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
+
+struct ParseError {
+  std::size_t line_in_chunk = 0;  // 0-based, relative to the chunk's first line
+  std::size_t column = 0;         // 1-based character position in the line
+  std::string message;
+};
+
+// The fields of one chunk of rows, column-major, pointing into the file or into `unescaped`.
+struct Chunk {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::vector<std::vector<std::string_view>> fields;
+  std::deque<std::string> unescaped;
+  std::size_t line_count = 0;  // physical lines in the chunk, quoted newlines included
+  std::optional<ParseError> error;
+};
+
+std::size_t count_char(std::string_view text, std::size_t begin, std::size_t end, char wanted) {
+  std::size_t count = 0;
+  const char* cursor = text.data() + begin;
+  const char* stop = text.data() + end;
+  while (cursor < stop) {
+    const void* found = std::memchr(cursor, wanted, static_cast<std::size_t>(stop - cursor));
+    if (found == nullptr) break;
+    ++count;
+    cursor = static_cast<const char*>(found) + 1;
+  }
+  return count;
+}
+
+// Splits [begin, text.size()) into chunks of about kChunkBytes that end just after a newline
+// outside quotes, so that each chunk holds whole rows.
+std::vector<Chunk> find_chunks(std::string_view text, std::size_t begin) {
+  std::vector<Chunk> chunks;
+  std::size_t chunk_begin = begin;
+  while (chunk_begin < text.size()) {
+    std::size_t target = std::min(text.size(), chunk_begin + kChunkBytes);
+    bool in_quotes = count_char(text, chunk_begin, target, '"') % 2 == 1;
+    std::size_t cut = target;
+    while (cut < text.size()) {
+      char c = text[cut++];
+      if (c == '"') in_quotes = !in_quotes;
+      else if (c == '\n' && !in_quotes) break;
+    }
+    Chunk chunk;
+    chunk.begin = chunk_begin;
+    chunk.end = cut;
+    chunks.push_back(std::move(chunk));
+    chunk_begin = cut;
+  }
+  return chunks;
+}
+
+// Parses one record starting at `pos`; appends its fields to `row` and returns the position after
+// the record's newline. Lines are counted into `line`.
+struct RecordParser {
+  std::string_view text;
+  std::size_t end;
+  char delimiter;
+
+  std::size_t line = 0;
+  std::size_t line_start = 0;
+
+  bool parse(std::size_t& pos, std::vector<std::string_view>& row, std::deque<std::string>& unescaped,
+             std::optional<ParseError>& error) {
+    row.clear();
+    while (true) {
+      if (pos < end && text[pos] == '"') {
+        std::size_t open_line = line;
+        std::size_t open_column = pos - line_start + 1;
+        std::size_t content_begin = ++pos;
+        bool has_escaped_quote = false;
+        while (true) {
+          if (pos >= end) {
+            error = ParseError{open_line, open_column, "unterminated quoted field (the quote opens here)"};
+            return false;
+          }
+          char c = text[pos];
+          if (c == '"') {
+            if (pos + 1 < end && text[pos + 1] == '"') {
+              has_escaped_quote = true;
+              pos += 2;
+              continue;
+            }
+            break;
+          }
+          if (c == '\n') {
+            ++line;
+            line_start = pos + 1;
+          }
+          ++pos;
+        }
+        std::string_view content = text.substr(content_begin, pos - content_begin);
+        ++pos;  // closing quote
+        if (has_escaped_quote) {
+          std::string value;
+          value.reserve(content.size());
+          for (std::size_t i = 0; i < content.size(); ++i) {
+            value.push_back(content[i]);
+            if (content[i] == '"') ++i;
+          }
+          unescaped.push_back(std::move(value));
+          content = unescaped.back();
+        }
+        row.push_back(content);
+        if (pos < end && text[pos] == '\r') ++pos;
+        if (pos < end && text[pos] != delimiter && text[pos] != '\n') {
+          error = ParseError{line, pos - line_start + 1,
+                             "unexpected character after a closing quote (expected a delimiter or the end of the line)"};
+          return false;
+        }
+      } else {
+        std::size_t field_begin = pos;
+        while (pos < end && text[pos] != delimiter && text[pos] != '\n') {
+          if (text[pos] == '"') {
+            error = ParseError{line, pos - line_start + 1, "quote inside an unquoted field"};
+            return false;
+          }
+          ++pos;
+        }
+        std::size_t field_end = pos;
+        if (field_end > field_begin && text[field_end - 1] == '\r') --field_end;
+        row.push_back(text.substr(field_begin, field_end - field_begin));
+      }
+      if (pos >= end) return true;
+      if (text[pos] == '\n') {
+        ++pos;
+        ++line;
+        line_start = pos;
+        return true;
+      }
+      ++pos;  // delimiter
+    }
+  }
+};
+
+bool is_blank_line(std::string_view text, std::size_t pos, std::size_t end) {
+  return pos < end && (text[pos] == '\n' || (text[pos] == '\r' && pos + 1 < end && text[pos + 1] == '\n'));
+}
+
+void parse_chunk(std::string_view text, char delimiter, std::size_t column_count, Chunk& chunk) {
+  chunk.fields.assign(column_count, {});
+  RecordParser parser{text, chunk.end, delimiter};
+  parser.line_start = chunk.begin;
+  std::vector<std::string_view> row;
+  std::size_t pos = chunk.begin;
+  while (pos < chunk.end) {
+    if (is_blank_line(text, pos, chunk.end)) {
+      pos = static_cast<const char*>(std::memchr(text.data() + pos, '\n', chunk.end - pos)) - text.data() + 1;
+      ++parser.line;
+      parser.line_start = pos;
+      continue;
+    }
+    std::size_t record_line = parser.line;
+    if (!parser.parse(pos, row, chunk.unescaped, chunk.error)) break;
+    if (row.size() != column_count) {
+      chunk.error = ParseError{record_line, 0,
+                               "expected " + std::to_string(column_count) + " fields as in the header, found " +
+                                   std::to_string(row.size())};
+      break;
+    }
+    for (std::size_t column = 0; column < column_count; ++column) chunk.fields[column].push_back(row[column]);
+  }
+  chunk.line_count = parser.line;
+}
+
+bool is_missing_value(std::string_view field, const std::vector<std::string>& missing_values) {
+  for (const auto& missing : missing_values) {
+    if (field == missing) return true;
+  }
+  return false;
+}
+
+std::string_view trim_spaces(std::string_view field) {
+  while (!field.empty() && field.front() == ' ') field.remove_prefix(1);
+  while (!field.empty() && field.back() == ' ') field.remove_suffix(1);
+  return field;
+}
+
+Column build_column(std::string name, const std::vector<Chunk>& chunks, std::size_t column_index,
+                    const std::vector<std::string>& missing_values) {
+  Column column;
+  column.name = std::move(name);
+  std::size_t rows = 0;
+  for (const auto& chunk : chunks) rows += chunk.fields[column_index].size();
+
+  column.numbers.reserve(rows);
+  bool numeric = true;
+  for (const auto& chunk : chunks) {
+    for (std::string_view field : chunk.fields[column_index]) {
+      if (is_missing_value(field, missing_values)) {
+        column.numbers.push_back(std::numeric_limits<float>::quiet_NaN());
+        continue;
+      }
+      std::string_view trimmed = trim_spaces(field);
+      double value = 0;
+      auto result = fast_float::from_chars(trimmed.data(), trimmed.data() + trimmed.size(), value);
+      if (result.ec != std::errc() || result.ptr != trimmed.data() + trimmed.size() || trimmed.empty()) {
+        numeric = false;
+        break;
+      }
+      column.numbers.push_back(static_cast<float>(value));
+    }
+    if (!numeric) break;
+  }
+  if (numeric) return column;
+
+  column.numbers = {};
+  column.type = ColumnType::kCategorical;
+  column.codes.reserve(rows);
+  std::unordered_map<std::string_view, std::int32_t> code_of;
+  for (const auto& chunk : chunks) {
+    for (std::string_view field : chunk.fields[column_index]) {
+      if (is_missing_value(field, missing_values)) {
+        column.codes.push_back(Column::kMissingCode);
+        continue;
+      }
+      auto [it, inserted] = code_of.try_emplace(field, static_cast<std::int32_t>(column.dictionary.size()));
+      if (inserted) column.dictionary.emplace_back(field);
+      column.codes.push_back(it->second);
+    }
+  }
+  return column;
+}
+
+std::string location(std::string_view source_name, std::size_t line, std::size_t column) {
+  std::string out = std::string(source_name) + ":" + std::to_string(line);
+  if (column > 0) out += ":" + std::to_string(column);
+  return out;
+}
+
+}  // namespace
+
+Result<Table> parse_csv(std::string_view text, std::string_view source_name, const CsvOptions& options) {
+  if (text.size() >= 3 && std::memcmp(text.data(), "\xEF\xBB\xBF", 3) == 0) text.remove_prefix(3);
+  if (text.empty()) return invalid_argument(std::string(source_name) + " is empty; a header row was expected");
+
+  RecordParser header_parser{text, text.size(), options.delimiter};
+  std::vector<std::string_view> header_fields;
+  std::deque<std::string> header_storage;
+  std::optional<ParseError> header_error;
+  std::size_t pos = 0;
+  if (!header_parser.parse(pos, header_fields, header_storage, header_error)) {
+    return invalid_argument(location(source_name, 1 + header_error->line_in_chunk, header_error->column) + ": " +
+                            header_error->message);
+  }
+  std::vector<std::string> names;
+  for (std::size_t index = 0; index < header_fields.size(); ++index) {
+    std::string name(trim_spaces(header_fields[index]));
+    if (name.empty()) name = "column_" + std::to_string(index + 1);
+    if (std::find(names.begin(), names.end(), name) != names.end()) {
+      return invalid_argument(location(source_name, 1, 0) + ": the header names column '" + name + "' twice");
+    }
+    names.push_back(std::move(name));
+  }
+  std::size_t first_data_line = 1 + header_parser.line;
+
+  std::vector<Chunk> chunks = find_chunks(text, pos);
+  int threads = options.thread_count > 0 ? options.thread_count : default_thread_count();
+  parallel_for(chunks.size(), threads,
+               [&](std::size_t index) { parse_chunk(text, options.delimiter, names.size(), chunks[index]); });
+
+  std::size_t chunk_first_line = first_data_line;
+  for (const auto& chunk : chunks) {
+    if (chunk.error) {
+      const auto& error = *chunk.error;
+      return invalid_argument(location(source_name, chunk_first_line + error.line_in_chunk, error.column) + ": " +
+                              error.message);
+    }
+    chunk_first_line += chunk.line_count;
+  }
+
+  std::vector<Column> columns(names.size());
+  parallel_for(names.size(), threads, [&](std::size_t index) {
+    columns[index] = build_column(names[index], chunks, index, options.missing_values);
+  });
+  Table table;
+  for (auto& column : columns) SLIPWAY_RETURN_IF_ERROR(table.add_column(std::move(column)));
+  return table;
+}
+
+Result<Table> read_csv(const std::string& path, const CsvOptions& options) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto mapped, MappedFile::open(path));
+  return parse_csv(mapped.text(), path, options);
+}
+
+}  // namespace slipway::data

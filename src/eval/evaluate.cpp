@@ -1,0 +1,68 @@
+#include <map>
+
+#include "slipway/eval.h"
+
+namespace slipway::eval {
+
+Result<Evaluation> evaluate(const model::Bundle& bundle, const data::Table& table, const std::string& slice_column) {
+  const model::Manifest& manifest = bundle.manifest();
+  SLIPWAY_ASSIGN_OR_RETURN(std::size_t target_index, table.column_index(manifest.target));
+  const data::Column& target = table.column(target_index);
+  const data::Column* slice = nullptr;
+  if (!slice_column.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(std::size_t slice_index, table.column_index(slice_column));
+    slice = &table.column(slice_index);
+  }
+
+  bool classification = manifest.task == model::Task::kBinaryClassification;
+  if (!classification && target.type != data::ColumnType::kNumeric) {
+    return invalid_argument("target '" + target.name + "' holds text, but the model is a regression");
+  }
+  std::vector<std::uint32_t> kept_rows;
+  std::vector<double> labels;
+  for (std::size_t row = 0; row < target.size(); ++row) {
+    if (target.is_missing(row)) continue;
+    if (classification) {
+      std::string text = target.text_at(row);
+      if (text != manifest.class_labels[0] && text != manifest.class_labels[1]) {
+        return invalid_argument("target '" + target.name + "' has the label '" + text + "', which the model never saw (it knows '" +
+                                manifest.class_labels[0] + "' and '" + manifest.class_labels[1] + "')");
+      }
+      labels.push_back(text == manifest.class_labels[1] ? 1.0 : 0.0);
+    } else {
+      labels.push_back(target.numbers[row]);
+    }
+    kept_rows.push_back(static_cast<std::uint32_t>(row));
+  }
+  if (kept_rows.empty()) return invalid_argument("no row has a value for the target '" + target.name + "'");
+  data::Table rows = table.take_rows(kept_rows);
+  SLIPWAY_ASSIGN_OR_RETURN(model::Predictions predictions, bundle.predict(rows));
+
+  auto compute = [&](std::span<const float> scores, std::span<const double> truth) {
+    return classification ? binary_metrics(scores, truth) : regression_metrics(scores, truth);
+  };
+  Evaluation evaluation;
+  evaluation.rows = kept_rows.size();
+  evaluation.rows_missing_target = table.row_count() - kept_rows.size();
+  evaluation.overall = compute(predictions.scores, labels);
+  if (slice != nullptr) {
+    evaluation.slice_column = slice_column;
+    std::map<std::string, std::vector<std::uint32_t>> members;
+    for (std::size_t index = 0; index < kept_rows.size(); ++index) {
+      std::size_t row = kept_rows[index];
+      members[slice->is_missing(row) ? "(missing)" : slice->text_at(row)].push_back(static_cast<std::uint32_t>(index));
+    }
+    for (const auto& [value, indices] : members) {
+      std::vector<float> scores;
+      std::vector<double> truth;
+      for (auto index : indices) {
+        scores.push_back(predictions.scores[index]);
+        truth.push_back(labels[index]);
+      }
+      evaluation.slices.push_back({value, indices.size(), compute(scores, truth)});
+    }
+  }
+  return evaluation;
+}
+
+}  // namespace slipway::eval

@@ -1,0 +1,192 @@
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+#include "slipway/model.h"
+
+namespace slipway::model {
+namespace {
+
+struct LevelCount {
+  std::string level;
+  std::size_t count;
+};
+
+std::vector<std::string> frequent_levels(const data::Column& column, std::size_t max_levels) {
+  std::vector<std::size_t> counts(column.dictionary.size(), 0);
+  for (auto code : column.codes) {
+    if (code != data::Column::kMissingCode) ++counts[static_cast<std::size_t>(code)];
+  }
+  std::vector<LevelCount> levels;
+  for (std::size_t code = 0; code < counts.size(); ++code) {
+    if (counts[code] > 0) levels.push_back({column.dictionary[code], counts[code]});
+  }
+  std::sort(levels.begin(), levels.end(), [](const LevelCount& a, const LevelCount& b) {
+    return a.count != b.count ? a.count > b.count : a.level < b.level;
+  });
+  if (levels.size() > max_levels) levels.resize(max_levels);
+  std::vector<std::string> names;
+  names.reserve(levels.size());
+  for (auto& entry : levels) names.push_back(std::move(entry.level));
+  return names;
+}
+
+// Mean and population standard deviation, in double, in row order (deterministic).
+void center_and_scale(const std::vector<double>& values, bool standardize, FeatureTransform& feature) {
+  if (!standardize || values.empty()) {
+    feature.center = 0.0;
+    feature.scale = 1.0;
+    return;
+  }
+  double sum = 0.0;
+  for (double value : values) sum += value;
+  double mean = sum / static_cast<double>(values.size());
+  double squares = 0.0;
+  for (double value : values) squares += (value - mean) * (value - mean);
+  double deviation = std::sqrt(squares / static_cast<double>(values.size()));
+  feature.center = mean;
+  feature.scale = deviation > 1e-12 ? deviation : 1.0;
+}
+
+// For each code of `column`'s dictionary, the level index in `levels`, or levels.size() for
+// "other". Computed once per batch so the per-row work is a table lookup.
+std::vector<std::uint32_t> slot_of_codes(const data::Column& column, const std::vector<std::string>& levels) {
+  std::unordered_map<std::string_view, std::uint32_t> index_of;
+  for (std::size_t index = 0; index < levels.size(); ++index) index_of.emplace(levels[index], index);
+  std::vector<std::uint32_t> slots(column.dictionary.size(), static_cast<std::uint32_t>(levels.size()));
+  for (std::size_t code = 0; code < column.dictionary.size(); ++code) {
+    auto found = index_of.find(column.dictionary[code]);
+    if (found != index_of.end()) slots[code] = found->second;
+  }
+  return slots;
+}
+
+// A categorical view of `column`: itself, or numbers turned into text (a scoring file whose
+// category column happens to hold only digits).
+data::Column as_categorical(const data::Column& column) {
+  data::Column out;
+  out.name = column.name;
+  out.type = data::ColumnType::kCategorical;
+  std::unordered_map<std::string, std::int32_t> code_of;
+  out.codes.reserve(column.size());
+  for (std::size_t row = 0; row < column.size(); ++row) {
+    if (column.is_missing(row)) {
+      out.codes.push_back(data::Column::kMissingCode);
+      continue;
+    }
+    auto [it, inserted] = code_of.try_emplace(column.text_at(row), static_cast<std::int32_t>(out.dictionary.size()));
+    if (inserted) out.dictionary.push_back(it->first);
+    out.codes.push_back(it->second);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::size_t FeatureTransform::width() const {
+  if (type == data::ColumnType::kNumeric || encoding == CategoricalEncoding::kOrdinal) return 1;
+  return levels.size() + 1;
+}
+
+Preprocessor::Preprocessor(std::vector<FeatureTransform> features) : features_(std::move(features)) {
+  for (const auto& feature : features_) output_width_ += feature.width();
+}
+
+Result<Preprocessor> Preprocessor::fit(const data::Table& table, const std::vector<std::string>& feature_names,
+                                       const PreprocessOptions& options) {
+  if (feature_names.empty()) return invalid_argument("there are no feature columns to train on");
+  std::vector<FeatureTransform> features;
+  for (const auto& name : feature_names) {
+    SLIPWAY_ASSIGN_OR_RETURN(std::size_t index, table.column_index(name));
+    const data::Column& column = table.column(index);
+    FeatureTransform feature;
+    feature.name = name;
+    feature.type = column.type;
+    std::vector<double> encoded;
+    encoded.reserve(column.size());
+    if (column.type == data::ColumnType::kNumeric) {
+      double sum = 0.0;
+      std::size_t present = 0;
+      for (float value : column.numbers) {
+        if (!std::isnan(value)) {
+          sum += value;
+          ++present;
+        }
+      }
+      feature.impute_value = present > 0 ? sum / static_cast<double>(present) : 0.0;
+      for (float value : column.numbers) encoded.push_back(std::isnan(value) ? feature.impute_value : value);
+      center_and_scale(encoded, options.standardize, feature);
+    } else {
+      feature.encoding = options.encoding;
+      feature.levels = frequent_levels(column, options.max_categories);
+      if (feature.encoding == CategoricalEncoding::kOrdinal) {
+        auto slots = slot_of_codes(column, feature.levels);
+        for (auto code : column.codes) {
+          encoded.push_back(code == data::Column::kMissingCode ? static_cast<double>(feature.levels.size())
+                                                               : slots[static_cast<std::size_t>(code)]);
+        }
+        center_and_scale(encoded, options.standardize, feature);
+      }
+    }
+    features.push_back(std::move(feature));
+  }
+  return Preprocessor(std::move(features));
+}
+
+std::vector<std::string> Preprocessor::output_names() const {
+  std::vector<std::string> names;
+  for (const auto& feature : features_) {
+    if (feature.width() == 1) {
+      names.push_back(feature.name);
+      continue;
+    }
+    for (const auto& level : feature.levels) names.push_back(feature.name + "=" + level);
+    names.push_back(feature.name + "=<other>");
+  }
+  return names;
+}
+
+Status Preprocessor::transform(const data::Table& batch, std::vector<float>& out) const {
+  std::size_t rows = batch.row_count();
+  out.assign(rows * output_width_, 0.0f);
+  std::size_t offset = 0;
+  for (const auto& feature : features_) {
+    const data::Column* column = batch.find(feature.name);
+    if (column == nullptr) return invalid_argument("the input has no column '" + feature.name + "'");
+    if (feature.type == data::ColumnType::kNumeric) {
+      if (column->type != data::ColumnType::kNumeric) {
+        std::string example;
+        for (std::size_t row = 0; row < column->size() && example.empty(); ++row) example = column->text_at(row);
+        return invalid_argument("column '" + feature.name + "' must be numeric, but holds text such as '" + example + "'");
+      }
+      auto inverse_scale = 1.0 / feature.scale;
+      for (std::size_t row = 0; row < rows; ++row) {
+        float value = column->numbers[row];
+        double filled = std::isnan(value) ? feature.impute_value : value;
+        out[row * output_width_ + offset] = static_cast<float>((filled - feature.center) * inverse_scale);
+      }
+    } else {
+      data::Column converted;
+      const data::Column* categorical = column;
+      if (column->type != data::ColumnType::kCategorical) {
+        converted = as_categorical(*column);
+        categorical = &converted;
+      }
+      auto slots = slot_of_codes(*categorical, feature.levels);
+      auto other = static_cast<std::uint32_t>(feature.levels.size());
+      for (std::size_t row = 0; row < rows; ++row) {
+        auto code = categorical->codes[row];
+        std::uint32_t slot = code == data::Column::kMissingCode ? other : slots[static_cast<std::size_t>(code)];
+        if (feature.encoding == CategoricalEncoding::kOneHot) {
+          out[row * output_width_ + offset + slot] = 1.0f;
+        } else {
+          out[row * output_width_ + offset] = static_cast<float>((slot - feature.center) / feature.scale);
+        }
+      }
+    }
+    offset += feature.width();
+  }
+  return {};
+}
+
+}  // namespace slipway::model

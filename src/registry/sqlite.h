@@ -1,0 +1,80 @@
+// RAII wrappers over the SQLite C API. Private to the registry module.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "slipway/core.h"
+
+namespace slipway::registry {
+
+class Database {
+ public:
+  static Result<Database> open(const std::string& path, bool create);
+  Database() = default;
+  Database(Database&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  Database& operator=(Database&& other) noexcept;
+  Database(const Database&) = delete;
+  Database& operator=(const Database&) = delete;
+  ~Database();
+
+  sqlite3* handle() const { return handle_; }
+  // Runs one or more statements without results.
+  Status execute(std::string_view sql);
+  Status error(std::string_view context) const;
+
+ private:
+  sqlite3* handle_ = nullptr;
+};
+
+class Statement {
+ public:
+  Statement(const Database& database, std::string_view sql);
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+  ~Statement();
+
+  // Prepare errors surface here, so callers can chain binds and check once.
+  const Status& prepare_status() const { return prepare_status_; }
+
+  Statement& bind(int index, std::string_view text);
+  Statement& bind(int index, std::int64_t number);
+  Statement& bind(int index, double number);
+  Statement& bind_null(int index);
+
+  // true: a row is available; false: done. Errors come back as Status.
+  Result<bool> step();
+  // Steps to completion, for statements without results.
+  Status run();
+
+  std::string text(int column) const;
+  std::int64_t integer(int column) const;
+  double real(int column) const;
+  bool is_null(int column) const;
+
+ private:
+  const Database& database_;
+  sqlite3_stmt* statement_ = nullptr;
+  Status prepare_status_;
+};
+
+// BEGIN IMMEDIATE on construction; ROLLBACK on destruction unless commit() succeeded.
+class Transaction {
+ public:
+  explicit Transaction(Database& database);
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+  ~Transaction();
+  const Status& begin_status() const { return begin_status_; }
+  Status commit();
+
+ private:
+  Database& database_;
+  Status begin_status_;
+  bool done_ = false;
+};
+
+}  // namespace slipway::registry

@@ -1,0 +1,212 @@
+// HTTP/1.1 transport (Boost.Beast): an asio event loop for I/O and a worker pool for inference.
+#include <utility>  // Boost 1.74 uses std::exchange without including it
+
+#include <boost/asio.hpp>
+#include <boost/beast.hpp>
+
+#include <atomic>
+#include <thread>
+
+#include "slipway/serve.h"
+
+namespace slipway::serve {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+constexpr auto kIdleTimeout = std::chrono::seconds(60);
+
+struct Shared {
+  Service& service;
+  asio::thread_pool& workers;
+  std::size_t max_body_bytes;
+  std::atomic<int> in_flight{0};
+};
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, Shared& shared) : stream_(std::move(socket)), shared_(shared) {}
+
+  void start() { read(); }
+
+ private:
+  void read() {
+    parser_.emplace();
+    parser_->body_limit(shared_.max_body_bytes);
+    stream_.expires_after(kIdleTimeout);
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code error, std::size_t) { self->on_read(error); });
+  }
+
+  void on_read(beast::error_code error) {
+    if (error == http::error::end_of_stream || error == beast::error::timeout || error == asio::error::operation_aborted) {
+      close();
+      return;
+    }
+    if (error) {
+      // A request we could not parse (too large, malformed HTTP): answer once, then close.
+      int status = error == http::error::body_limit ? 413 : 400;
+      std::string body = "{\"error\":";
+      append_json_string(body, error == http::error::body_limit ? "the request body is larger than the server's limit"
+                                                                : "malformed HTTP request: " + error.message());
+      body += "}";
+      write(HttpResponse{status, "application/json", std::move(body)}, 11, false, false);
+      return;
+    }
+    request_ = parser_->release();
+    shared_.in_flight.fetch_add(1);
+    std::string_view target(request_.target().data(), request_.target().size());
+    if (Service::is_inference(target)) {
+      asio::post(shared_.workers, [self = shared_from_this()] {
+        HttpResponse response = self->respond();
+        asio::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
+          self->write(std::move(response), self->request_.version(), self->request_.keep_alive(), true);
+        });
+      });
+    } else {
+      write(respond(), request_.version(), request_.keep_alive(), true);
+    }
+  }
+
+  HttpResponse respond() {
+    std::string_view method(request_.method_string().data(), request_.method_string().size());
+    std::string_view target(request_.target().data(), request_.target().size());
+    try {
+      return shared_.service.handle(method, target, request_.body());
+    } catch (const std::exception& exception) {  // the boundary: nothing escapes into asio
+      std::string body = "{\"error\":";
+      append_json_string(body, std::string("internal error: ") + exception.what());
+      body += "}";
+      return HttpResponse{500, "application/json", std::move(body)};
+    }
+  }
+
+  // `counted`: the request was counted in flight, so its end is counted too.
+  void write(HttpResponse response, unsigned version, bool keep_alive, bool counted) {
+    auto message = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(response.status), version);
+    message->set(http::field::server, "slipway");
+    message->set(http::field::content_type, response.content_type);
+    message->keep_alive(keep_alive);
+    message->body() = std::move(response.body);
+    message->prepare_payload();
+    http::async_write(stream_, *message, [self = shared_from_this(), message, counted](beast::error_code error, std::size_t) {
+      if (counted) self->shared_.in_flight.fetch_sub(1);
+      if (error || !message->keep_alive()) {
+        self->close();
+        return;
+      }
+      self->read();
+    });
+  }
+
+  void close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::request<http::string_body> request_;
+  Shared& shared_;
+};
+
+}  // namespace
+
+struct Server::State {
+  State(registry::Registry& registry, const ServerOptions& options)
+      : options(options),
+        service(registry, options.service),
+        workers(static_cast<std::size_t>(options.worker_threads > 0 ? options.worker_threads : default_thread_count())),
+        shared{service, workers, options.max_body_bytes},
+        acceptor(io),
+        signals(io, SIGINT, SIGTERM) {}
+
+  void accept() {
+    acceptor.async_accept(asio::make_strand(io), [this](beast::error_code error, tcp::socket socket) {
+      if (error) {
+        if (error == asio::error::operation_aborted || !acceptor.is_open()) return;
+      } else {
+        std::make_shared<Session>(std::move(socket), shared)->start();
+      }
+      accept();
+    });
+  }
+
+  ServerOptions options;
+  Service service;
+  asio::thread_pool workers;
+  Shared shared;
+  asio::io_context io;
+  tcp::acceptor acceptor;
+  asio::signal_set signals;
+  std::atomic<bool> stopping{false};
+};
+
+Server::Server(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+Server::~Server() {
+  stop();
+  state_->workers.join();
+}
+
+Result<std::unique_ptr<Server>> Server::start(registry::Registry& registry, const ServerOptions& options) {
+  auto state = std::make_unique<State>(registry, options);
+  beast::error_code error;
+  auto address = asio::ip::make_address(options.host, error);
+  if (error) return invalid_argument("'" + options.host + "' is not an IP address");
+  tcp::endpoint endpoint(address, options.port);
+  state->acceptor.open(endpoint.protocol(), error);
+  if (!error) state->acceptor.set_option(asio::socket_base::reuse_address(true), error);
+  if (!error) state->acceptor.bind(endpoint, error);
+  if (!error) state->acceptor.listen(asio::socket_base::max_listen_connections, error);
+  if (error) {
+    return io_error("cannot listen on " + options.host + ":" + std::to_string(options.port) + ": " + error.message());
+  }
+  return std::unique_ptr<Server>(new Server(std::move(state)));
+}
+
+std::uint16_t Server::port() const { return state_->acceptor.local_endpoint().port(); }
+
+void Server::run() {
+  State& state = *state_;
+  state.signals.async_wait([this](beast::error_code error, int) {
+    if (!error) stop();
+  });
+  state.accept();
+  std::vector<std::jthread> threads;
+  int io_threads = std::max(1, state.options.io_threads);
+  for (int index = 1; index < io_threads; ++index) threads.emplace_back([&state] { state.io.run(); });
+  state.io.run();
+}
+
+void Server::stop() {
+  State& state = *state_;
+  if (state.stopping.exchange(true)) return;
+  asio::post(state.io, [&state] {
+    beast::error_code ignored;
+    state.acceptor.close(ignored);
+    state.signals.cancel(ignored);
+    // Let requests in flight finish writing their responses, then end the loop.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    auto timer = std::make_shared<asio::steady_timer>(state.io);
+    auto check = std::make_shared<std::function<void()>>();
+    *check = [&state, timer, check, deadline] {
+      if (state.shared.in_flight.load() <= 0 || std::chrono::steady_clock::now() > deadline) {
+        state.io.stop();
+        *check = nullptr;  // break the self-reference
+        return;
+      }
+      timer->expires_after(std::chrono::milliseconds(10));
+      timer->async_wait([check](beast::error_code) {
+        if (*check) (*check)();
+      });
+    };
+    (*check)();
+  });
+}
+
+}  // namespace slipway::serve

@@ -1,0 +1,154 @@
+#include <charconv>
+#include <cmath>
+
+#include "slipway/train.h"
+
+namespace slipway::train {
+namespace {
+
+std::string join(const std::vector<std::string>& items, std::string_view separator) {
+  std::string out;
+  for (const auto& item : items) {
+    if (!out.empty()) out += separator;
+    out += item;
+  }
+  return out;
+}
+
+bool applies_to(const ParamDeclaration& declaration, const std::string& family) {
+  for (const auto& name : declaration.families) {
+    if (name == family) return true;
+  }
+  return false;
+}
+
+Status validate(const ParamDeclaration& declaration, const std::string& value) {
+  auto range_text = [&] {
+    auto format = [](double number) {
+      char buffer[32];
+      auto result = std::to_chars(buffer, buffer + sizeof buffer, number);
+      return std::string(buffer, result.ptr);
+    };
+    return "[" + format(declaration.minimum) + ", " + format(declaration.maximum) + "]";
+  };
+  switch (declaration.type) {
+    case ParamType::kChoice:
+      for (const auto& choice : declaration.choices) {
+        if (value == choice) return {};
+      }
+      return invalid_argument("parameter '" + declaration.name + "' must be one of " + join(declaration.choices, ", ") +
+                              ", got '" + value + "'");
+    case ParamType::kInt: {
+      long long number = 0;
+      auto result = std::from_chars(value.data(), value.data() + value.size(), number);
+      if (result.ec != std::errc() || result.ptr != value.data() + value.size()) {
+        return invalid_argument("parameter '" + declaration.name + "' must be an integer, got '" + value + "'");
+      }
+      if (static_cast<double>(number) < declaration.minimum || static_cast<double>(number) > declaration.maximum) {
+        return invalid_argument("parameter '" + declaration.name + "' must be in " + range_text() + ", got " + value);
+      }
+      return {};
+    }
+    case ParamType::kDouble: {
+      double number = 0;
+      auto result = std::from_chars(value.data(), value.data() + value.size(), number);
+      if (result.ec != std::errc() || result.ptr != value.data() + value.size() || !std::isfinite(number)) {
+        return invalid_argument("parameter '" + declaration.name + "' must be a number, got '" + value + "'");
+      }
+      if (number < declaration.minimum || number > declaration.maximum) {
+        return invalid_argument("parameter '" + declaration.name + "' must be in " + range_text() + ", got " + value);
+      }
+      return {};
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+const std::vector<std::string>& model_families() {
+  static const std::vector<std::string> kFamilies = {"logistic", "linear"};
+  return kFamilies;
+}
+
+const std::vector<ParamDeclaration>& parameter_declarations() {
+  static const std::vector<ParamDeclaration> kDeclarations = {
+      {"l2", ParamType::kDouble, "1.0", 0.0, 1e12, {}, {"logistic", "linear"},
+       "L2 penalty on the weights (not the intercept): the objective is sum of losses + l2/2 * ||w||^2; "
+       "l2=1 matches scikit-learn's LogisticRegression(C=1) and Ridge(alpha=1)."},
+      {"max_iterations", ParamType::kInt, "500", 1, 100000, {}, {"logistic", "linear"},
+       "Most L-BFGS iterations before stopping."},
+      {"tolerance", ParamType::kDouble, "1e-7", 0.0, 1.0, {}, {"logistic", "linear"},
+       "Stop when the largest gradient component, divided by the row count, is below this."},
+      {"lbfgs_history", ParamType::kInt, "10", 1, 100, {}, {"logistic", "linear"},
+       "Correction pairs L-BFGS keeps to approximate the curvature."},
+      {"categorical_encoding", ParamType::kChoice, "onehot", 0, 0, {"onehot", "ordinal"}, {"logistic", "linear"},
+       "How categorical columns become numbers: one slot per level (plus an 'other' slot for unseen, rare and "
+       "missing values), or the level's frequency rank."},
+      {"max_categories", ParamType::kInt, "100", 1, 100000, {}, {"logistic", "linear"},
+       "Levels kept per categorical column, most frequent first; the rest share the 'other' slot."},
+      {"standardize", ParamType::kChoice, "true", 0, 0, {"true", "false"}, {"logistic", "linear"},
+       "Center and scale numeric inputs by the training mean and standard deviation."},
+      {"positive_class", ParamType::kChoice, "auto", 0, 0, {}, {"logistic"},
+       "The label whose probability is the score; auto picks 1/yes/true when present, else the rarer class."},
+  };
+  return kDeclarations;
+}
+
+Result<std::map<std::string, std::string>> resolve_parameters(const std::string& family,
+                                                              const std::map<std::string, std::string>& given) {
+  bool known_family = false;
+  for (const auto& name : model_families()) known_family = known_family || name == family;
+  if (!known_family) {
+    return invalid_argument("unknown model '" + family + "'; expected one of " + join(model_families(), ", "));
+  }
+  std::map<std::string, std::string> resolved;
+  for (const auto& declaration : parameter_declarations()) {
+    if (applies_to(declaration, family)) resolved[declaration.name] = declaration.default_value;
+  }
+  for (const auto& [name, value] : given) {
+    const ParamDeclaration* match = nullptr;
+    for (const auto& declaration : parameter_declarations()) {
+      if (declaration.name == name) match = &declaration;
+    }
+    if (match == nullptr) {
+      std::vector<std::string> names;
+      for (const auto& entry : resolved) names.push_back(entry.first);
+      return invalid_argument("unknown parameter '" + name + "' for model '" + family + "'; known: " + join(names, ", "));
+    }
+    if (!applies_to(*match, family)) {
+      return invalid_argument("parameter '" + name + "' does not apply to model '" + family + "'");
+    }
+    // positive_class names a label, which only the data can check.
+    if (name != "positive_class") SLIPWAY_RETURN_IF_ERROR(validate(*match, value));
+    resolved[name] = value;
+  }
+  return resolved;
+}
+
+std::string parameters_markdown() {
+  std::string out = "| parameter | models | type | default | allowed | description |\n|---|---|---|---|---|---|\n";
+  for (const auto& declaration : parameter_declarations()) {
+    std::string type;
+    std::string allowed;
+    switch (declaration.type) {
+      case ParamType::kDouble: type = "number"; break;
+      case ParamType::kInt: type = "integer"; break;
+      case ParamType::kChoice: type = "choice"; break;
+    }
+    if (declaration.type == ParamType::kChoice) {
+      allowed = declaration.choices.empty() ? "a class label" : join(declaration.choices, ", ");
+    } else {
+      char low[32];
+      char high[32];
+      auto low_end = std::to_chars(low, low + sizeof low, declaration.minimum).ptr;
+      auto high_end = std::to_chars(high, high + sizeof high, declaration.maximum).ptr;
+      allowed = "[" + std::string(low, low_end) + ", " + std::string(high, high_end) + "]";
+    }
+    out += "| `" + declaration.name + "` | " + join(declaration.families, ", ") + " | " + type + " | `" +
+           declaration.default_value + "` | " + allowed + " | " + declaration.description + " |\n";
+  }
+  return out;
+}
+
+}  // namespace slipway::train

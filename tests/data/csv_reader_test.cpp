@@ -1,0 +1,105 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "slipway/data.h"
+#include "support/test_support.h"
+
+namespace slipway::data {
+namespace {
+
+TEST(CsvReader, InfersTypesAndMissingValues) {
+  auto table = parse_csv("a,b,c\n1,x,\n2.5,\"y, z\",NA\nNA,x,3\n", "t.csv");
+  ASSERT_TRUE(table.ok()) << table.status().message();
+  ASSERT_EQ(table->row_count(), 3u);
+  const Column& a = table->column(0);
+  EXPECT_EQ(a.type, ColumnType::kNumeric);
+  EXPECT_FLOAT_EQ(a.numbers[1], 2.5f);
+  EXPECT_TRUE(std::isnan(a.numbers[2]));
+  const Column& b = table->column(1);
+  EXPECT_EQ(b.type, ColumnType::kCategorical);
+  EXPECT_EQ(b.text_at(1), "y, z");
+  EXPECT_EQ(b.dictionary.size(), 2u);
+  const Column& c = table->column(2);
+  EXPECT_EQ(c.type, ColumnType::kNumeric);
+  EXPECT_TRUE(c.is_missing(0));
+  EXPECT_TRUE(c.is_missing(1));
+  EXPECT_FLOAT_EQ(c.numbers[2], 3.0f);
+}
+
+TEST(CsvReader, HandlesEscapedQuotesEmbeddedNewlinesAndCrlf) {
+  auto table = parse_csv("name,n\r\n\"say \"\"hi\"\"\",1\r\n\"two\nlines\",2\r\n\r\n", "t.csv");
+  ASSERT_TRUE(table.ok()) << table.status().message();
+  ASSERT_EQ(table->row_count(), 2u);
+  EXPECT_EQ(table->column(0).text_at(0), "say \"hi\"");
+  EXPECT_EQ(table->column(0).text_at(1), "two\nlines");
+  EXPECT_FLOAT_EQ(table->column(1).numbers[1], 2.0f);
+}
+
+TEST(CsvReader, NamesLineAndColumnOfMalformedRows) {
+  auto wrong_count = parse_csv("a,b\n1,2\n3\n", "bad.csv");
+  ASSERT_FALSE(wrong_count.ok());
+  EXPECT_EQ(wrong_count.status().message(), "bad.csv:3: expected 2 fields as in the header, found 1");
+
+  auto unterminated = parse_csv("a,b\n1,2\n3,\"open\n", "bad.csv");
+  ASSERT_FALSE(unterminated.ok());
+  EXPECT_EQ(unterminated.status().message(), "bad.csv:3:3: unterminated quoted field (the quote opens here)");
+
+  auto stray = parse_csv("a,b\n1,2\n3,ab\"c\n", "bad.csv");
+  ASSERT_FALSE(stray.ok());
+  EXPECT_EQ(stray.status().message(), "bad.csv:3:5: quote inside an unquoted field");
+
+  auto after_quote = parse_csv("a,b\n\"x\"y,2\n", "bad.csv");
+  ASSERT_FALSE(after_quote.ok());
+  EXPECT_NE(after_quote.status().message().find("bad.csv:2:4:"), std::string::npos);
+
+  EXPECT_FALSE(parse_csv("", "empty.csv").ok());
+  EXPECT_FALSE(parse_csv("a,a\n1,2\n", "dup.csv").ok());
+}
+
+TEST(CsvReader, ParallelChunksMatchSingleThread) {
+  // Over 1 MiB so the file is parsed in several chunks, with quoted newlines across the text.
+  std::string text = "id,label,value\n";
+  for (int row = 0; row < 60000; ++row) {
+    text += std::to_string(row) + ",\"cat " + std::to_string(row % 7) + (row % 11 == 0 ? "\nnext" : "") + "\"," +
+            std::to_string(row * 0.5) + "\n";
+  }
+  CsvOptions one_thread;
+  one_thread.thread_count = 1;
+  CsvOptions four_threads;
+  four_threads.thread_count = 4;
+  auto serial = parse_csv(text, "big.csv", one_thread);
+  auto parallel = parse_csv(text, "big.csv", four_threads);
+  ASSERT_TRUE(serial.ok() && parallel.ok());
+  EXPECT_EQ(serial->row_count(), 60000u);
+  EXPECT_EQ(fingerprint(*serial), fingerprint(*parallel));
+  EXPECT_EQ(parallel->column(1).text_at(11), "cat 4\nnext");
+
+  // An error deep in a later chunk still names the right physical line (quoted newlines count).
+  std::string broken = text + "1,2\n";
+  auto error = parse_csv(broken, "big.csv", four_threads);
+  ASSERT_FALSE(error.ok());
+  std::size_t lines = 1 + 60000 + 60000 / 11 + 1;
+  EXPECT_EQ(error.status().message(), "big.csv:" + std::to_string(lines + 1) + ": expected 3 fields as in the header, found 2");
+}
+
+TEST(CsvReader, ReadsTheLendingClubFile) {
+  auto table = read_csv(testing::data_path("lending_club.csv"));
+  ASSERT_TRUE(table.ok()) << table.status().message();
+  EXPECT_EQ(table->row_count(), 9857u);
+  EXPECT_EQ(table->column_count(), 23u);
+  EXPECT_EQ(table->find("Class")->type, ColumnType::kCategorical);
+  EXPECT_EQ(table->find("funded_amnt")->type, ColumnType::kNumeric);
+  EXPECT_EQ(table->find("addr_state")->dictionary.size(), 50u);
+  EXPECT_EQ(read_csv("/no/such/file.csv").status().code(), StatusCode::kIo);
+}
+
+TEST(Table, ColumnIndexListsKnownColumns) {
+  auto table = parse_csv("a,b\n1,2\n", "t.csv");
+  auto missing = table->column_index("c");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(), "no column named 'c'; the columns are: a, b");
+}
+
+}  // namespace
+}  // namespace slipway::data

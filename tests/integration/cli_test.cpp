@@ -1,0 +1,140 @@
+// The real binary, end to end: train, register, inspect, evaluate, predict, and the errors users hit.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "slipway/core.h"
+#include "support/test_support.h"
+
+namespace slipway::testing {
+namespace {
+
+class CliTest : public ::testing::Test {
+ protected:
+  CommandResult slipway(std::vector<std::string> args) {
+    args.insert(args.begin(), {slipway_binary(), "--home", home_.path()});
+    return run_command(args);
+  }
+  CommandResult train_lending(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"--json", "train", "--data", data_path("lending_club.csv"), "--target", "Class",
+                                     "--split", "stratified", "--slice", "addr_state"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return slipway(args);
+  }
+  static std::string json_string(const std::string& json, const std::string& key) {
+    auto at = json.find("\"" + key + "\":\"");
+    if (at == std::string::npos) return "";
+    at += key.size() + 4;
+    return json.substr(at, json.find('"', at) - at);
+  }
+  TempDir home_;
+};
+
+TEST_F(CliTest, TrainRegisterInspectEvaluatePredict) {
+  ASSERT_EQ(slipway({"init"}).exit_code, 0);
+  auto trained = train_lending({"--register", "lending"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  // --json: exactly one JSON document on stdout.
+  EXPECT_EQ(trained.out.front(), '{');
+  EXPECT_EQ(trained.out.find('\n'), trained.out.size() - 1);
+  EXPECT_NE(trained.out.find("\"duplicate_test_rows\":0"), std::string::npos);
+  EXPECT_NE(trained.out.find("\"registered\":{\"model\":\"lending\",\"version\":1}"), std::string::npos);
+  EXPECT_NE(trained.out.find("\"value\":\"CA\""), std::string::npos);
+  std::string run_id = json_string(trained.out, "run_id");
+  std::string sha = json_string(trained.out, "bundle_sha256");
+  ASSERT_EQ(run_id.size(), 32u);
+  ASSERT_EQ(sha.size(), 64u);
+
+  // Same data, spec and seed: the same bundle bytes, so the same identity.
+  auto again = train_lending({"--register", "lending"});
+  EXPECT_EQ(json_string(again.out, "bundle_sha256"), sha);
+
+  auto models = slipway({"models"});
+  EXPECT_EQ(models.exit_code, 0);
+  EXPECT_NE(models.out.find("lending"), std::string::npos);
+  auto versions = slipway({"versions", "lending"});
+  EXPECT_NE(versions.out.find(sha.substr(0, 12)), std::string::npos);
+  auto alias = slipway({"alias", "lending@1", "production"});
+  EXPECT_EQ(alias.exit_code, 0) << alias.err;
+  EXPECT_NE(slipway({"--json", "versions", "lending"}).out.find("\"aliases\":[\"production\"]"), std::string::npos);
+  auto runs = slipway({"runs"});
+  EXPECT_NE(runs.out.find(run_id), std::string::npos);
+  auto show = slipway({"show", run_id});
+  EXPECT_EQ(show.exit_code, 0);
+  EXPECT_NE(show.out.find("split: stratified"), std::string::npos);
+  EXPECT_NE(show.out.find("test_auc"), std::string::npos);
+
+  auto evaluated = slipway({"eval", "lending@production", "--data", data_path("lending_club.csv"), "--slice", "term"});
+  EXPECT_EQ(evaluated.exit_code, 0) << evaluated.err;
+  EXPECT_NE(evaluated.out.find("term=term_36"), std::string::npos);
+
+  std::string scored = home_.file("scored.csv");
+  auto predicted = slipway({"predict", "lending", "--data", data_path("lending_club.csv"), "--out", scored});
+  ASSERT_EQ(predicted.exit_code, 0) << predicted.err;
+  auto text = *slipway::read_file(scored);
+  EXPECT_EQ(text.substr(0, text.find('\n')), "probability,label");
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 9858);
+}
+
+TEST_F(CliTest, TimeOrderedSplitOnChicago) {
+  auto trained = slipway({"train", "--data", data_path("chicago_ridership.csv"), "--target", "ridership", "--model", "linear",
+                          "--split", "time:date", "--out", home_.file("chicago.slip")});
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  EXPECT_NE(trained.out.find("0 test rows not later than train"), std::string::npos);
+  EXPECT_NE(trained.out.find("rmse"), std::string::npos);
+  // A bundle file is a valid REF.
+  auto evaluated = slipway({"--json", "eval", home_.file("chicago.slip"), "--data", data_path("chicago_ridership.csv")});
+  EXPECT_EQ(evaluated.exit_code, 0) << evaluated.err;
+  EXPECT_NE(evaluated.out.find("\"r2\":"), std::string::npos);
+}
+
+TEST_F(CliTest, SpecFileWithFlagOverrides) {
+  write_text(home_.file("spec.yaml"), "data: " + data_path("lending_club.csv") +
+                                          "\ntarget: Class\nsplit: stratified\nparams:\n  l2: 10\nregister: from-spec\n");
+  auto trained = slipway({"--json", "train", "--spec", home_.file("spec.yaml"), "--seed", "7"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  EXPECT_NE(trained.out.find("\"model\":\"from-spec\""), std::string::npos);
+  auto show = slipway({"show", json_string(trained.out, "run_id")});
+  EXPECT_NE(show.out.find("l2 = 10"), std::string::npos);
+  EXPECT_NE(show.out.find("seed: 7"), std::string::npos);
+
+  write_text(home_.file("bad.yaml"), "data: x.csv\ntargte: y\n");
+  auto bad = slipway({"train", "--spec", home_.file("bad.yaml")});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("unknown key 'targte'"), std::string::npos);
+}
+
+TEST_F(CliTest, BadInputGetsOneClearSentenceAndWritesNothing) {
+  write_text(home_.file("broken.csv"), "a,b,y\n1,2,x\n3,4\n");
+  write_text(home_.file("one_class.csv"), "a,y\n1,x\n2,x\n3,x\n4,x\n5,x\n");
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {{"eval", "ghost", "--data", data_path("lending_club.csv")}, "no Slipway workspace"},
+      {{"train", "--data", home_.file("broken.csv"), "--target", "y"}, "broken.csv:3: expected 3 fields"},
+      {{"train", "--data", data_path("lending_club.csv"), "--target", "Klass"}, "no column named 'Klass'"},
+      {{"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--slice", "state"}, "no column named 'state'"},
+      {{"train", "--data", home_.file("one_class.csv"), "--target", "y"}, "a single class ('x')"},
+      {{"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--param", "l2=-3"}, "parameter 'l2'"},
+      {{"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--split", "time"}, "needs a column"},
+      {{"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--register", "../evil"}, "invalid model name"},
+  };
+  for (const auto& test_case : cases) {
+    auto result = slipway(test_case.args);
+    EXPECT_EQ(result.exit_code, 1) << test_case.message;
+    EXPECT_EQ(result.err.rfind("error: ", result.err.size()), result.err.rfind("error: ")) << result.err;
+    EXPECT_NE(result.err.find(test_case.message), std::string::npos) << result.err;
+  }
+  // None of those created a model version.
+  ASSERT_EQ(slipway({"init"}).exit_code, 0);
+  auto models = slipway({"--json", "models"});
+  EXPECT_EQ(models.out, "{\"models\":[]}\n");
+  EXPECT_NE(slipway({"versions", "ghost"}).err.find("no model named 'ghost'"), std::string::npos);
+  EXPECT_EQ(slipway({"--help"}).exit_code, 0);
+  EXPECT_NE(slipway({"train", "--help"}).out.find("--test-fraction"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace slipway::testing

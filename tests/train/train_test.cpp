@@ -1,0 +1,133 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "slipway/eval.h"
+#include "slipway/train.h"
+#include "support/test_support.h"
+
+namespace slipway::train {
+namespace {
+
+data::Table lending() { return *data::read_csv(testing::data_path("lending_club.csv")); }
+
+TEST(Lbfgs, MinimizesAnIllConditionedQuadratic) {
+  // f(x) = sum_i c_i (x_i - i)^2 with condition number 1e4.
+  Objective objective = [](std::span<const double> x, std::span<double> gradient) {
+    double value = 0.0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      double curvature = std::pow(10.0, static_cast<double>(i % 5));
+      double offset = x[i] - static_cast<double>(i);
+      value += curvature * offset * offset;
+      gradient[i] = 2 * curvature * offset;
+    }
+    return value;
+  };
+  std::vector<double> x(20, 0.0);
+  LbfgsOptions options;
+  options.gradient_tolerance = 1e-9;
+  auto result = minimize_lbfgs(objective, x, options);
+  EXPECT_TRUE(result.converged);
+  for (std::size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], static_cast<double>(i), 1e-6);
+}
+
+TEST(Parameters, ValidateNamesTypesAndRanges) {
+  EXPECT_EQ(resolve_parameters("logistic", {})->at("l2"), "1.0");
+  EXPECT_FALSE(resolve_parameters("logistic", {{"l2", "abc"}}).ok());
+  EXPECT_FALSE(resolve_parameters("logistic", {{"l2", "-1"}}).ok());
+  EXPECT_FALSE(resolve_parameters("logistic", {{"depth", "3"}}).ok());
+  EXPECT_FALSE(resolve_parameters("linear", {{"positive_class", "x"}}).ok());
+  EXPECT_FALSE(resolve_parameters("forest", {}).ok());
+  EXPECT_EQ(resolve_parameters("linear", {{"max_iterations", "30"}})->at("max_iterations"), "30");
+  EXPECT_NE(parameters_markdown().find("| `l2` |"), std::string::npos);
+}
+
+TEST(PositiveLabel, PrefersConventionsThenTheRarerClass) {
+  EXPECT_EQ(*choose_positive_label({"no", "yes"}, {10, 90}, "auto"), "yes");
+  EXPECT_EQ(*choose_positive_label({"good", "bad"}, {95, 5}, "auto"), "bad");
+  EXPECT_EQ(*choose_positive_label({"good", "bad"}, {95, 5}, "good"), "good");
+  EXPECT_FALSE(choose_positive_label({"good", "bad"}, {95, 5}, "ugly").ok());
+}
+
+TEST(Fit, RejectsUnusableTargets) {
+  auto one_class = data::parse_csv("x,y\n1,a\n2,a\n", "t.csv");
+  auto result = fit(*one_class, TrainRequest{.target = "y"});
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().message(), "target 'y' has a single class ('a'); classification needs two");
+  auto three = data::parse_csv("x,y\n1,a\n2,b\n3,c\n", "t.csv");
+  EXPECT_FALSE(fit(*three, TrainRequest{.target = "y"}).ok());
+  EXPECT_FALSE(fit(*three, TrainRequest{.target = "nope"}).ok());
+  EXPECT_FALSE(fit(*three, TrainRequest{.target = "y", .model_family = "linear"}).ok());
+}
+
+TEST(Fit, IsDeterministicAcrossThreadCounts) {
+  data::Table table = lending();
+  TrainRequest request{.target = "Class", .thread_count = 1};
+  auto single = fit(table, request);
+  request.thread_count = 4;
+  auto multi = fit(table, request);
+  ASSERT_TRUE(single.ok() && multi.ok());
+  EXPECT_EQ(single->bundle->serialize(), multi->bundle->serialize());
+  EXPECT_EQ(single->bundle->manifest().class_labels, (std::vector<std::string>{"good", "bad"}));
+}
+
+TEST(Fit, RecoversLinearCoefficients) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> noise(0.0, 0.01);
+  std::string csv = "a,b,y\n";
+  for (int row = 0; row < 2000; ++row) {
+    double a = row % 17;
+    double b = (row * 7) % 13;
+    csv += std::to_string(a) + "," + std::to_string(b) + "," + std::to_string(3 * a - 2 * b + 5 + noise(rng)) + "\n";
+  }
+  auto table = data::parse_csv(csv, "synthetic.csv");
+  auto summary = fit(*table, TrainRequest{.target = "y", .model_family = "linear", .params = {{"l2", "0"}}});
+  ASSERT_TRUE(summary.ok());
+  auto predictions = summary->bundle->predict(*data::parse_csv("a,b\n10,4\n", "p.csv"));
+  EXPECT_NEAR(predictions->scores[0], 3 * 10 - 2 * 4 + 5, 1e-2);
+}
+
+TEST(Fit, LinearRegressionOnChicagoWithTimeSplit) {
+  auto table = data::read_csv(testing::data_path("chicago_ridership.csv"));
+  data::SplitSpec spec = *data::parse_split_kind("time:date");
+  auto split = data::split_rows(*table, spec, "ridership");
+  ASSERT_TRUE(split.ok());
+  auto summary = fit(table->take_rows(split->train_rows),
+                     TrainRequest{.target = "ridership", .model_family = "linear", .excluded_columns = {"date"}});
+  ASSERT_TRUE(summary.ok()) << summary.status().message();
+  auto evaluation = eval::evaluate(*summary->bundle, table->take_rows(split->test_rows), "");
+  ASSERT_TRUE(evaluation.ok());
+  // A lagged-ridership linear model explains most of the variance on later, unseen days.
+  EXPECT_GT(evaluation->overall.get("r2"), 0.5);
+  EXPECT_LT(evaluation->overall.get("rmse"), 5.0);
+}
+
+// The demo's split and model against scikit-learn's LogisticRegression on the same rows.
+TEST(Fit, LogisticAucMatchesScikitLearn) {
+  if (std::system("/usr/bin/python3 -c 'import sklearn' 2>/dev/null") != 0) GTEST_SKIP() << "python3-sklearn is not installed";
+  data::Table table = lending();
+  data::SplitSpec spec = *data::parse_split_kind("stratified");
+  auto split = data::split_rows(table, spec, "Class");
+  auto summary = fit(table.take_rows(split->train_rows), TrainRequest{.target = "Class"});
+  ASSERT_TRUE(summary.ok());
+  auto evaluation = eval::evaluate(*summary->bundle, table.take_rows(split->test_rows), "");
+  double ours = evaluation->overall.get("auc");
+
+  testing::TempDir dir;
+  std::ofstream rows_file(dir.file("test_rows.txt"));
+  for (auto row : split->test_rows) rows_file << row << "\n";
+  rows_file.close();
+  auto peer = testing::run_command({"/usr/bin/python3", std::string(SLIPWAY_SOURCE_DIR) + "/tests/train/sklearn_logistic.py",
+                                    testing::data_path("lending_club.csv"), "Class",
+                                    summary->bundle->manifest().class_labels[1], dir.file("test_rows.txt")});
+  ASSERT_EQ(peer.exit_code, 0) << peer.err;
+  double theirs = std::stod(peer.out);
+  std::printf("test AUC: slipway %.4f, scikit-learn %.4f\n", ours, theirs);
+  EXPECT_NEAR(ours, theirs, 0.005);
+}
+
+}  // namespace
+}  // namespace slipway::train
