@@ -136,6 +136,16 @@ struct Server::State {
     });
   }
 
+  // Lets requests in flight finish writing their responses (until `deadline`), then ends the loop.
+  void drain_then_stop(std::shared_ptr<asio::steady_timer> timer, std::chrono::steady_clock::time_point deadline) {
+    if (shared.in_flight.load() <= 0 || std::chrono::steady_clock::now() > deadline) {
+      io.stop();
+      return;
+    }
+    timer->expires_after(std::chrono::milliseconds(10));
+    timer->async_wait([this, timer, deadline](beast::error_code) { drain_then_stop(timer, deadline); });
+  }
+
   ServerOptions options;
   Service service;
   asio::thread_pool workers;
@@ -190,22 +200,8 @@ void Server::stop() {
     beast::error_code ignored;
     state.acceptor.close(ignored);
     state.signals.cancel(ignored);
-    // Let requests in flight finish writing their responses, then end the loop.
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    auto timer = std::make_shared<asio::steady_timer>(state.io);
-    auto check = std::make_shared<std::function<void()>>();
-    *check = [&state, timer, check, deadline] {
-      if (state.shared.in_flight.load() <= 0 || std::chrono::steady_clock::now() > deadline) {
-        state.io.stop();
-        *check = nullptr;  // break the self-reference
-        return;
-      }
-      timer->expires_after(std::chrono::milliseconds(10));
-      timer->async_wait([check](beast::error_code) {
-        if (*check) (*check)();
-      });
-    };
-    (*check)();
+    state.drain_then_stop(std::make_shared<asio::steady_timer>(state.io),
+                          std::chrono::steady_clock::now() + std::chrono::seconds(5));
   });
 }
 

@@ -34,7 +34,9 @@ void expect_consistent(const std::string& home, std::int64_t expected_versions) 
   ASSERT_TRUE(runs.ok());
   for (const auto& run : *runs) {
     EXPECT_TRUE(run.status == "RUNNING" || run.status == "FINISHED") << run.status;
-    if (run.status == "FINISHED") EXPECT_TRUE((*store)->artifacts().contains(run.bundle_sha256)) << run.run_id << " [" << run.bundle_sha256 << "]";
+    if (run.status == "FINISHED") {
+      EXPECT_TRUE((*store)->artifacts().contains(run.bundle_sha256)) << run.run_id;
+    }
   }
 }
 
@@ -63,18 +65,16 @@ TEST(Crash, KilledWhileRegisteringLeavesTheWorkspaceConsistent) {
 TEST(Crash, KilledAtRandomMomentsLeavesTheWorkspaceConsistent) {
   TempDir home;
   ASSERT_EQ(train(home.path(), "").exit_code, 0);
-  std::int64_t registered = 1;
   for (int attempt = 0; attempt < 8; ++attempt) {
     ChildProcess child({slipway_binary(), "--home", home.path(), "-q", "train", "--data", data_path("lending_club.csv"),
                         "--target", "Class", "--register", "crashy"});
     std::this_thread::sleep_for(std::chrono::milliseconds(40 * attempt));
     child.signal(SIGKILL);
-    int code = child.wait();
-    if (code == 0) ++registered;
+    child.wait();
     auto store = registry::Registry::open(home.path(), false);
     auto versions = (*store)->list_versions("crashy");
-    registered = static_cast<std::int64_t>(versions->size());
-    expect_consistent(home.path(), registered);
+    // However far the killed run got, the versions that exist are whole.
+    expect_consistent(home.path(), static_cast<std::int64_t>(versions->size()));
   }
 }
 

@@ -1,0 +1,48 @@
+#!/usr/bin/python3
+"""Peer for predict_bench: scikit-learn LogisticRegression (same preprocessing as Slipway) scoring
+one lending-club row, median latency in nanoseconds over repeated calls. Prints one JSON line."""
+import json
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+from sklearn.compose import ColumnTransformer
+from sklearn.impute import SimpleImputer
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+data = pd.read_csv(sys.argv[1])
+target = "Class"
+features = data.drop(columns=[target])
+numeric = features.select_dtypes("number").columns.tolist()
+categorical = [c for c in features.columns if c not in numeric]
+model = make_pipeline(
+    ColumnTransformer([
+        ("numeric", make_pipeline(SimpleImputer(), StandardScaler()), numeric),
+        ("categorical", OneHotEncoder(handle_unknown="ignore"), categorical),
+    ]),
+    LogisticRegression(max_iter=5000),
+)
+model.fit(features, data[target] == "bad")
+row = features.iloc[[0]]
+raw_row = model[0].transform(row)
+classifier = model[-1]
+
+
+def median_ns(call, repeats=2000):
+    for _ in range(100):
+        call()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter_ns()
+        call()
+        samples.append(time.perf_counter_ns() - start)
+    return float(np.median(samples))
+
+
+print(json.dumps({
+    "pipeline_one_row_ns": median_ns(lambda: model.predict_proba(row)),
+    "classifier_one_row_ns": median_ns(lambda: classifier.predict_proba(raw_row)),
+}))

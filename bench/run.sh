@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs the benchmarks and their peers in one go and prints ratios (docs/benchmarks.md records them).
+# Usage: bench/run.sh [BUILD_DIR]   (default build/release)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build/release}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+"$build/bench/slipway_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
+  --benchmark_format=json --benchmark_out="$out/ours.json" --benchmark_out_format=json > /dev/null
+/usr/bin/python3 "$root/bench/peer_sklearn_predict.py" "$root/data/lending_club.csv" > "$out/peer.json"
+/usr/bin/python3 - "$out/ours.json" "$out/peer.json" <<'PY'
+import json, sys
+ours = {b["run_name"]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("aggregate_name") == "median"}
+peer = json.loads(open(sys.argv[2]).read())
+def mbps(name): return ours[name]["bytes_per_second"] / 1e6
+def ns(name):
+    b = ours[name]; scale = {"ns": 1, "us": 1e3, "ms": 1e6}[b["time_unit"]]
+    return b["real_time"] * scale
+print("CSV parse (median of 5)")
+for data in ("Lending", "Synthetic"):
+    scan = mbps(f"BM_NewlineScan_{data}")
+    for threads in ("1Thread", "2Threads"):
+        name = f"BM_CsvParse_{data}_{threads}"
+        if name in ours:
+            print(f"  {data:9s} {threads:8s} {mbps(name):8.1f} MB/s   newline-scan limit {scan:8.1f} MB/s   ratio {mbps(name)/scan:.3f}")
+print("Single-row predict, lending-club logistic regression (median)")
+table = ns("BM_PredictOneRow_FromTable"); pre = ns("BM_PredictOneRow_Preprocessed")
+print(f"  slipway bundle (preprocess + model)  {table/1e3:8.2f} us   scikit-learn pipeline    {peer['pipeline_one_row_ns']/1e3:8.2f} us   speed-up {peer['pipeline_one_row_ns']/table:6.1f}x")
+print(f"  slipway model only (preprocessed)    {pre/1e3:8.2f} us   scikit-learn classifier  {peer['classifier_one_row_ns']/1e3:8.2f} us   speed-up {peer['classifier_one_row_ns']/pre:6.1f}x")
+PY
