@@ -1,6 +1,9 @@
 #!/usr/bin/python3
-"""Peer for predict_bench: scikit-learn LogisticRegression (same preprocessing as Slipway) scoring
-one lending-club row, median latency in nanoseconds over repeated calls. Prints one JSON line."""
+"""Peers for the benchmarks, printed as one JSON line:
+- pandas.read_csv on lending_club.csv (its C parser), median MB/s, for csv_bench;
+- scikit-learn LogisticRegression (same preprocessing as Slipway) scoring one lending-club row,
+  median latency in nanoseconds over repeated calls, for predict_bench."""
+import os
 import json
 import sys
 import time
@@ -42,7 +45,18 @@ def median_ns(call, repeats=2000):
     return float(np.median(samples))
 
 
+def read_csv_mb_per_s(path, repeats=20):
+    size = os.path.getsize(path)
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        pd.read_csv(path)
+        samples.append(time.perf_counter() - start)
+    return size / float(np.median(samples)) / 1e6
+
+
 print(json.dumps({
+    "pandas_read_csv_lending_mb_per_s": read_csv_mb_per_s(sys.argv[1]),
     "pipeline_one_row_ns": median_ns(lambda: model.predict_proba(row)),
     "classifier_one_row_ns": median_ns(lambda: classifier.predict_proba(raw_row)),
 }))

@@ -22,8 +22,11 @@ for data in ("Lending", "Synthetic"):
     scan = mbps(f"BM_NewlineScan_{data}")
     for threads in ("1Thread", "2Threads"):
         name = f"BM_CsvParse_{data}_{threads}"
+        name = name if name in ours else name + "/real_time"
         if name in ours:
             print(f"  {data:9s} {threads:8s} {mbps(name):8.1f} MB/s   newline-scan limit {scan:8.1f} MB/s   ratio {mbps(name)/scan:.3f}")
+pandas = peer["pandas_read_csv_lending_mb_per_s"]
+print(f"  lending_club.csv, 1 thread: slipway {mbps('BM_CsvParse_Lending_1Thread'):.1f} MB/s, pandas.read_csv {pandas:.1f} MB/s, ratio {mbps('BM_CsvParse_Lending_1Thread')/pandas:.2f}")
 print("Single-row predict, lending-club logistic regression (median)")
 table = ns("BM_PredictOneRow_FromTable"); pre = ns("BM_PredictOneRow_Preprocessed")
 print(f"  slipway bundle (preprocess + model)  {table/1e3:8.2f} us   scikit-learn pipeline    {peer['pipeline_one_row_ns']/1e3:8.2f} us   speed-up {peer['pipeline_one_row_ns']/table:6.1f}x")

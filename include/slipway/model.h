@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "slipway/core.h"
@@ -75,6 +76,8 @@ class Preprocessor {
  private:
   std::vector<FeatureTransform> features_;
   std::size_t output_width_ = 0;
+  // Per feature, level -> index in `levels`, built once so scoring a row does no hashing setup.
+  std::vector<std::unordered_map<std::string, std::uint32_t>> level_index_;
 };
 
 // The learned function over the preprocessed matrix. Implementations are immutable after

@@ -79,27 +79,31 @@ JsonWriter& JsonWriter::value(std::string_view text) {
   return *this;
 }
 
-JsonWriter& JsonWriter::value(double number) {
-  separate();
+namespace {
+
+// Shortest text that reads back as the same number; JSON has no NaN or infinity, so those are null.
+template <typename Number>
+void append_number(std::string& out, Number number) {
   if (!std::isfinite(number)) {
-    out_ += "null";
-    return *this;
+    out += "null";
+    return;
   }
   char buffer[32];
   auto result = std::to_chars(buffer, buffer + sizeof buffer, number);
-  out_.append(buffer, result.ptr);
+  out.append(buffer, result.ptr);
+}
+
+}  // namespace
+
+JsonWriter& JsonWriter::value(double number) {
+  separate();
+  append_number(out_, number);
   return *this;
 }
 
 JsonWriter& JsonWriter::value(float number) {
   separate();
-  if (!std::isfinite(number)) {
-    out_ += "null";
-    return *this;
-  }
-  char buffer[32];
-  auto result = std::to_chars(buffer, buffer + sizeof buffer, number);
-  out_.append(buffer, result.ptr);
+  append_number(out_, number);
   return *this;
 }
 

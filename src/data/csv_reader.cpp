@@ -28,6 +28,10 @@ struct Chunk {
   std::size_t begin = 0;
   std::size_t end = 0;
   std::vector<std::vector<std::string_view>> fields;
+  // Numbers are parsed while the row is in cache; numeric[c] turns false (and numbers[c] is
+  // dropped) at the first field of column c that is not a number.
+  std::vector<std::vector<float>> numbers;
+  std::vector<char> numeric;
   std::deque<std::string> unescaped;
   std::size_t line_count = 0;  // physical lines in the chunk, quoted newlines included
   std::optional<ParseError> error;
@@ -156,8 +160,34 @@ bool is_blank_line(std::string_view text, std::size_t pos, std::size_t end) {
   return pos < end && (text[pos] == '\n' || (text[pos] == '\r' && pos + 1 < end && text[pos + 1] == '\n'));
 }
 
-void parse_chunk(std::string_view text, char delimiter, std::size_t column_count, Chunk& chunk) {
+bool is_missing_value(std::string_view field, const std::vector<std::string>& missing_values) {
+  for (const auto& missing : missing_values) {
+    if (field == missing) return true;
+  }
+  return false;
+}
+
+std::string_view trim_spaces(std::string_view field) {
+  while (!field.empty() && field.front() == ' ') field.remove_prefix(1);
+  while (!field.empty() && field.back() == ' ') field.remove_suffix(1);
+  return field;
+}
+
+// The field as a number, or nullopt when it is not one (then the column is categorical).
+std::optional<float> parse_number(std::string_view field, const std::vector<std::string>& missing_values) {
+  if (is_missing_value(field, missing_values)) return std::numeric_limits<float>::quiet_NaN();
+  std::string_view trimmed = trim_spaces(field);
+  double value = 0;
+  auto result = fast_float::from_chars(trimmed.data(), trimmed.data() + trimmed.size(), value);
+  if (trimmed.empty() || result.ec != std::errc() || result.ptr != trimmed.data() + trimmed.size()) return std::nullopt;
+  return static_cast<float>(value);
+}
+
+void parse_chunk(std::string_view text, const CsvOptions& options, std::size_t column_count, Chunk& chunk) {
   chunk.fields.assign(column_count, {});
+  chunk.numbers.assign(column_count, {});
+  chunk.numeric.assign(column_count, 1);
+  char delimiter = options.delimiter;
   RecordParser parser{text, chunk.end, delimiter};
   parser.line_start = chunk.begin;
   std::vector<std::string_view> row;
@@ -177,22 +207,18 @@ void parse_chunk(std::string_view text, char delimiter, std::size_t column_count
                                    std::to_string(row.size())};
       break;
     }
-    for (std::size_t column = 0; column < column_count; ++column) chunk.fields[column].push_back(row[column]);
+    for (std::size_t column = 0; column < column_count; ++column) {
+      chunk.fields[column].push_back(row[column]);
+      if (!chunk.numeric[column]) continue;
+      if (auto number = parse_number(row[column], options.missing_values)) {
+        chunk.numbers[column].push_back(*number);
+      } else {
+        chunk.numeric[column] = 0;
+        chunk.numbers[column] = {};
+      }
+    }
   }
   chunk.line_count = parser.line;
-}
-
-bool is_missing_value(std::string_view field, const std::vector<std::string>& missing_values) {
-  for (const auto& missing : missing_values) {
-    if (field == missing) return true;
-  }
-  return false;
-}
-
-std::string_view trim_spaces(std::string_view field) {
-  while (!field.empty() && field.front() == ' ') field.remove_prefix(1);
-  while (!field.empty() && field.back() == ' ') field.remove_suffix(1);
-  return field;
 }
 
 Column build_column(std::string name, const std::vector<Chunk>& chunks, std::size_t column_index,
@@ -202,28 +228,16 @@ Column build_column(std::string name, const std::vector<Chunk>& chunks, std::siz
   std::size_t rows = 0;
   for (const auto& chunk : chunks) rows += chunk.fields[column_index].size();
 
-  column.numbers.reserve(rows);
   bool numeric = true;
-  for (const auto& chunk : chunks) {
-    for (std::string_view field : chunk.fields[column_index]) {
-      if (is_missing_value(field, missing_values)) {
-        column.numbers.push_back(std::numeric_limits<float>::quiet_NaN());
-        continue;
-      }
-      std::string_view trimmed = trim_spaces(field);
-      double value = 0;
-      auto result = fast_float::from_chars(trimmed.data(), trimmed.data() + trimmed.size(), value);
-      if (result.ec != std::errc() || result.ptr != trimmed.data() + trimmed.size() || trimmed.empty()) {
-        numeric = false;
-        break;
-      }
-      column.numbers.push_back(static_cast<float>(value));
+  for (const auto& chunk : chunks) numeric = numeric && chunk.numeric[column_index];
+  if (numeric) {
+    column.numbers.reserve(rows);
+    for (const auto& chunk : chunks) {
+      column.numbers.insert(column.numbers.end(), chunk.numbers[column_index].begin(), chunk.numbers[column_index].end());
     }
-    if (!numeric) break;
+    return column;
   }
-  if (numeric) return column;
 
-  column.numbers = {};
   column.type = ColumnType::kCategorical;
   column.codes.reserve(rows);
   std::unordered_map<std::string_view, std::int32_t> code_of;
@@ -276,7 +290,7 @@ Result<Table> parse_csv(std::string_view text, std::string_view source_name, con
   std::vector<Chunk> chunks = find_chunks(text, pos);
   int threads = options.thread_count > 0 ? options.thread_count : default_thread_count();
   parallel_for(chunks.size(), threads,
-               [&](std::size_t index) { parse_chunk(text, options.delimiter, names.size(), chunks[index]); });
+               [&](std::size_t index) { parse_chunk(text, options, names.size(), chunks[index]); });
 
   std::size_t chunk_first_line = first_data_line;
   for (const auto& chunk : chunks) {

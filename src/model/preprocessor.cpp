@@ -50,15 +50,21 @@ void center_and_scale(const std::vector<double>& values, bool standardize, Featu
 
 // For each code of `column`'s dictionary, the level index in `levels`, or levels.size() for
 // "other". Computed once per batch so the per-row work is a table lookup.
-std::vector<std::uint32_t> slot_of_codes(const data::Column& column, const std::vector<std::string>& levels) {
-  std::unordered_map<std::string_view, std::uint32_t> index_of;
-  for (std::size_t index = 0; index < levels.size(); ++index) index_of.emplace(levels[index], index);
-  std::vector<std::uint32_t> slots(column.dictionary.size(), static_cast<std::uint32_t>(levels.size()));
+std::vector<std::uint32_t> slot_of_codes(const data::Column& column,
+                                         const std::unordered_map<std::string, std::uint32_t>& index_of,
+                                         std::uint32_t other_slot) {
+  std::vector<std::uint32_t> slots(column.dictionary.size(), other_slot);
   for (std::size_t code = 0; code < column.dictionary.size(); ++code) {
     auto found = index_of.find(column.dictionary[code]);
     if (found != index_of.end()) slots[code] = found->second;
   }
   return slots;
+}
+
+std::unordered_map<std::string, std::uint32_t> index_levels(const std::vector<std::string>& levels) {
+  std::unordered_map<std::string, std::uint32_t> index_of;
+  for (std::size_t index = 0; index < levels.size(); ++index) index_of.emplace(levels[index], static_cast<std::uint32_t>(index));
+  return index_of;
 }
 
 // A categorical view of `column`: itself, or numbers turned into text (a scoring file whose
@@ -89,7 +95,10 @@ std::size_t FeatureTransform::width() const {
 }
 
 Preprocessor::Preprocessor(std::vector<FeatureTransform> features) : features_(std::move(features)) {
-  for (const auto& feature : features_) output_width_ += feature.width();
+  for (const auto& feature : features_) {
+    output_width_ += feature.width();
+    level_index_.push_back(index_levels(feature.levels));
+  }
 }
 
 Result<Preprocessor> Preprocessor::fit(const data::Table& table, const std::vector<std::string>& feature_names,
@@ -120,7 +129,7 @@ Result<Preprocessor> Preprocessor::fit(const data::Table& table, const std::vect
       feature.encoding = options.encoding;
       feature.levels = frequent_levels(column, options.max_categories);
       if (feature.encoding == CategoricalEncoding::kOrdinal) {
-        auto slots = slot_of_codes(column, feature.levels);
+        auto slots = slot_of_codes(column, index_levels(feature.levels), static_cast<std::uint32_t>(feature.levels.size()));
         for (auto code : column.codes) {
           encoded.push_back(code == data::Column::kMissingCode ? static_cast<double>(feature.levels.size())
                                                                : slots[static_cast<std::size_t>(code)]);
@@ -150,7 +159,8 @@ Status Preprocessor::transform(const data::Table& batch, std::vector<float>& out
   std::size_t rows = batch.row_count();
   out.assign(rows * output_width_, 0.0f);
   std::size_t offset = 0;
-  for (const auto& feature : features_) {
+  for (std::size_t feature_index = 0; feature_index < features_.size(); ++feature_index) {
+    const FeatureTransform& feature = features_[feature_index];
     const data::Column* column = batch.find(feature.name);
     if (column == nullptr) return invalid_argument("the input has no column '" + feature.name + "'");
     if (feature.type == data::ColumnType::kNumeric) {
@@ -172,8 +182,8 @@ Status Preprocessor::transform(const data::Table& batch, std::vector<float>& out
         converted = as_categorical(*column);
         categorical = &converted;
       }
-      auto slots = slot_of_codes(*categorical, feature.levels);
       auto other = static_cast<std::uint32_t>(feature.levels.size());
+      auto slots = slot_of_codes(*categorical, level_index_[feature_index], other);
       for (std::size_t row = 0; row < rows; ++row) {
         auto code = categorical->codes[row];
         std::uint32_t slot = code == data::Column::kMissingCode ? other : slots[static_cast<std::size_t>(code)];

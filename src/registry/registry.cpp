@@ -1,6 +1,8 @@
+#include <pwd.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -42,7 +44,10 @@ PRAGMA user_version = 1;
 
 std::string current_actor() {
   if (const char* user = std::getenv("USER"); user != nullptr && *user != '\0') return user;
-  if (const char* login = getlogin(); login != nullptr) return login;
+  passwd entry{};
+  passwd* found = nullptr;
+  std::array<char, 4096> buffer{};
+  if (getpwuid_r(getuid(), &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr) return found->pw_name;
   return "uid:" + std::to_string(getuid());
 }
 
