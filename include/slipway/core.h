@@ -24,14 +24,14 @@ namespace slipway {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,    // the caller's input is wrong (HTTP 400)
-  kNotFound,           // a named thing does not exist (HTTP 404)
-  kAlreadyExists,      // HTTP 409
-  kFailedPrecondition, // the state does not allow the call (HTTP 409)
-  kDataLoss,           // stored bytes are corrupt (hash mismatch, truncated file)
-  kUnavailable,        // try again later (HTTP 503)
-  kIo,                 // the operating system refused (file, socket)
-  kInternal,           // a bug in Slipway (HTTP 500)
+  kInvalidArgument,     // the caller's input is wrong (HTTP 400)
+  kNotFound,            // a named thing does not exist (HTTP 404)
+  kAlreadyExists,       // HTTP 409
+  kFailedPrecondition,  // the state does not allow the call (HTTP 409)
+  kDataLoss,            // stored bytes are corrupt (hash mismatch, truncated file)
+  kUnavailable,         // try again later (HTTP 503)
+  kIo,                  // the operating system refused (file, socket)
+  kInternal,            // a bug in Slipway (HTTP 500)
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -65,8 +65,8 @@ Status internal_error(std::string message);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : storage_(std::move(value)) {}           // NOLINT(google-explicit-constructor)
-  Result(Status status) : storage_(std::move(status)) {}    // NOLINT(google-explicit-constructor)
+  Result(T value) : storage_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
+  Result(Status status) : storage_(std::move(status)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return std::holds_alternative<T>(storage_); }
   const Status& status() const {
@@ -88,9 +88,9 @@ class [[nodiscard]] Result {
 #define SLIPWAY_CONCAT_INNER(a, b) a##b
 #define SLIPWAY_CONCAT(a, b) SLIPWAY_CONCAT_INNER(a, b)
 
-#define SLIPWAY_RETURN_IF_ERROR(expr)            \
-  do {                                           \
-    ::slipway::Status slipway_status_ = (expr);  \
+#define SLIPWAY_RETURN_IF_ERROR(expr)                  \
+  do {                                                 \
+    ::slipway::Status slipway_status_ = (expr);        \
     if (!slipway_status_.ok()) return slipway_status_; \
   } while (false)
 
@@ -106,8 +106,8 @@ class [[nodiscard]] Result {
 // ---------------------------------------------------------------------------------------------
 // Build identity.
 
-std::string_view slipway_version();     // "0.1.0"
-std::string_view slipway_code_version(); // git commit of the build, or "unknown"
+std::string_view slipway_version();       // "0.1.0"
+std::string_view slipway_code_version();  // git commit of the build, or "unknown"
 
 // ---------------------------------------------------------------------------------------------
 // Hashing.

@@ -102,9 +102,9 @@ Result<Split> split_rows(const Table& table, const SplitSpec& spec, std::string_
 
 // What a split might leak from test into train. A clean split has every count at zero.
 struct LeakageReport {
-  std::size_t duplicate_test_rows = 0;     // test rows with an exact copy (every column) in train
-  std::size_t groups_on_both_sides = 0;    // group splits only
-  std::size_t test_rows_not_later = 0;     // time splits only: test rows not later than all of train
+  std::size_t duplicate_test_rows = 0;   // test rows with an exact copy (every column) in train
+  std::size_t groups_on_both_sides = 0;  // group splits only
+  std::size_t test_rows_not_later = 0;   // time splits only: test rows not later than all of train
 };
 
 LeakageReport check_leakage(const Table& table, const Split& split, const SplitSpec& spec);

@@ -36,11 +36,11 @@ struct SliceMetrics {
 };
 
 struct Evaluation {
-  std::size_t rows = 0;                // rows scored (rows whose target is present)
-  std::size_t rows_missing_target = 0; // rows skipped
+  std::size_t rows = 0;                 // rows scored (rows whose target is present)
+  std::size_t rows_missing_target = 0;  // rows skipped
   Metrics overall;
-  std::string slice_column;            // empty when not sliced
-  std::vector<SliceMetrics> slices;    // sorted by value
+  std::string slice_column;          // empty when not sliced
+  std::vector<SliceMetrics> slices;  // sorted by value
 };
 
 // Scores `table` with `bundle` and compares with the bundle's target column. InvalidArgument if

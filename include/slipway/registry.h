@@ -33,7 +33,7 @@ struct RunRecord {
   std::int64_t end_ms = 0;  // 0 while running
   std::string code_version;
   std::string data_fingerprint;
-  std::string spec;  // the resolved spec, as YAML
+  std::string spec;           // the resolved spec, as YAML
   std::string bundle_sha256;  // empty when the run produced no bundle
   std::map<std::string, std::string> params;
   std::vector<MetricRecord> metrics;  // latest value per key (full history in the store)

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "slipway/core.h"
 #include "slipway/registry.h"
@@ -39,6 +40,10 @@ class Service {
   Service& operator=(const Service&) = delete;
 
   HttpResponse handle(std::string_view method, std::string_view target, std::string_view body);
+  // Loads the version each registered model serves by default, so the first request does not pay
+  // for it and a damaged bundle shows up at start. Returns "name@version" for each loaded model;
+  // failures are logged and left to answer their requests with the error.
+  std::vector<std::string> warm_up();
   // True for requests that run a model: the HTTP layer sends those to the worker pool.
   static bool is_inference(std::string_view target);
   // Prometheus text exposition of the server's metrics.
@@ -67,6 +72,7 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   std::uint16_t port() const;
+  Service& service();
   // Blocks until stop() or SIGINT/SIGTERM; then stops accepting, lets requests in flight finish
   // (up to a few seconds) and returns.
   void run();

@@ -24,9 +24,9 @@ struct ParamDeclaration {
   std::string name;
   ParamType type = ParamType::kDouble;
   std::string default_value;
-  double minimum = 0.0;  // inclusive, numbers only
-  double maximum = 0.0;  // inclusive, numbers only
-  std::vector<std::string> choices;  // kChoice only
+  double minimum = 0.0;               // inclusive, numbers only
+  double maximum = 0.0;               // inclusive, numbers only
+  std::vector<std::string> choices;   // kChoice only
   std::vector<std::string> families;  // model families the parameter applies to
   std::string description;
 };
@@ -98,7 +98,7 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request);
 
 // Binary targets: the positive label, given the two labels present. Prefers 1/yes/true, else the
 // rarer class (the event being predicted); `requested` overrides when it names one of them.
-Result<std::string> choose_positive_label(const std::vector<std::string>& labels, const std::vector<std::size_t>& counts,
-                                          const std::string& requested);
+Result<std::string> choose_positive_label(const std::vector<std::string>& labels,
+                                          const std::vector<std::size_t>& counts, const std::string& requested);
 
 }  // namespace slipway::train

@@ -44,9 +44,10 @@ Result<std::map<std::string, std::string>> parse_key_values(const std::vector<st
 
 int run_init(const GlobalOptions& global);
 int run_train(const GlobalOptions& global, TrainOptions options, const std::vector<std::string>& flags_given);
-int run_eval(const GlobalOptions& global, const std::string& reference, const std::string& data, const std::string& slice);
-int run_predict(const GlobalOptions& global, const std::string& reference, const std::string& data, const std::string& out,
-                const std::string& id_column);
+int run_eval(const GlobalOptions& global, const std::string& reference, const std::string& data,
+             const std::string& slice);
+int run_predict(const GlobalOptions& global, const std::string& reference, const std::string& data,
+                const std::string& out, const std::string& id_column);
 int run_models(const GlobalOptions& global);
 int run_versions(const GlobalOptions& global, const std::string& model);
 int run_runs(const GlobalOptions& global, std::size_t limit);

@@ -39,8 +39,8 @@ Result<LoadedModel> load_reference(const GlobalOptions& global, const std::strin
   SLIPWAY_ASSIGN_OR_RETURN(auto parsed, registry::parse_model_reference(reference));
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_registry(global, false));
   SLIPWAY_ASSIGN_OR_RETURN(auto version, store->resolve(parsed.first, parsed.second));
-  SLIPWAY_ASSIGN_OR_RETURN(auto bundle,
-                           model::Bundle::load(store->artifacts().path_for(version.bundle_sha256), version.bundle_sha256));
+  SLIPWAY_ASSIGN_OR_RETURN(
+      auto bundle, model::Bundle::load(store->artifacts().path_for(version.bundle_sha256), version.bundle_sha256));
   return LoadedModel{bundle, version.model + "@" + std::to_string(version.version), version.bundle_sha256};
 }
 
@@ -141,7 +141,8 @@ Result<PreparedData> prepare_data(const TrainOptions& options) {
   if (!split.column.empty()) prepared.excluded_columns.push_back(split.column);
   SLIPWAY_ASSIGN_OR_RETURN(data::Split rows, data::split_rows(table, split, options.target));
   prepared.leakage = data::check_leakage(table, rows, split);
-  prepared.split_description = fmt::format("{} test_fraction={} seed={}", data::describe_split(split), split.test_fraction, split.seed);
+  prepared.split_description =
+      fmt::format("{} test_fraction={} seed={}", data::describe_split(split), split.test_fraction, split.seed);
   prepared.fingerprint = data::fingerprint(table);
   prepared.train = table.take_rows(rows.train_rows);
   prepared.test = table.take_rows(rows.test_rows);
@@ -214,9 +215,10 @@ int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector
   std::int64_t started = monotonic_ns();
   auto summary = train::fit(prepared->train, request);
   if (!summary.ok()) return failed(summary.status());
-  log_info(fmt::format("trained {} on {} rows, {} features in {:.2f} s ({} iterations{})", options.model, summary->rows_used,
-                       summary->bundle->preprocessor().output_width(), static_cast<double>(monotonic_ns() - started) * 1e-9,
-                       summary->iterations, summary->converged ? "" : ", not converged"));
+  log_info(fmt::format("trained {} on {} rows, {} features in {:.2f} s ({} iterations{})", options.model,
+                       summary->rows_used, summary->bundle->preprocessor().output_width(),
+                       static_cast<double>(monotonic_ns() - started) * 1e-9, summary->iterations,
+                       summary->converged ? "" : ", not converged"));
 
   auto evaluation = eval::evaluate(*summary->bundle, prepared->test, options.slice);
   if (!evaluation.ok()) return failed(evaluation.status());
@@ -270,11 +272,12 @@ int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector
     return 0;
   }
   std::cout << "run        " << *run_id << "\n";
-  std::cout << "split      " << prepared->split_description << ": " << summary->rows_used << " train rows, " << evaluation->rows
-            << " test rows\n";
+  std::cout << "split      " << prepared->split_description << ": " << summary->rows_used << " train rows, "
+            << evaluation->rows << " test rows\n";
   std::cout << "leakage    " << leakage.duplicate_test_rows << " test rows duplicated in train";
   if (options.split.starts_with("group:")) std::cout << ", " << leakage.groups_on_both_sides << " groups on both sides";
-  if (options.split.starts_with("time:")) std::cout << ", " << leakage.test_rows_not_later << " test rows not later than train";
+  if (options.split.starts_with("time:"))
+    std::cout << ", " << leakage.test_rows_not_later << " test rows not later than train";
   std::cout << "\n\n";
   print_evaluation(*evaluation);
   std::cout << "\nbundle     sha256:" << *sha256 << "\n";
@@ -282,7 +285,8 @@ int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector
   return 0;
 }
 
-int run_eval(const GlobalOptions& global, const std::string& reference, const std::string& data_path, const std::string& slice) {
+int run_eval(const GlobalOptions& global, const std::string& reference, const std::string& data_path,
+             const std::string& slice) {
   auto loaded = load_reference(global, reference);
   if (!loaded.ok()) return fail(loaded.status());
   auto table = read_table(data_path);
@@ -303,8 +307,8 @@ int run_eval(const GlobalOptions& global, const std::string& reference, const st
   return 0;
 }
 
-int run_predict(const GlobalOptions& global, const std::string& reference, const std::string& data_path, const std::string& out,
-                const std::string& id_column) {
+int run_predict(const GlobalOptions& global, const std::string& reference, const std::string& data_path,
+                const std::string& out, const std::string& id_column) {
   auto loaded = load_reference(global, reference);
   if (!loaded.ok()) return fail(loaded.status());
   auto table = read_table(data_path);
@@ -323,6 +327,26 @@ int run_predict(const GlobalOptions& global, const std::string& reference, const
   if (!predictions.ok()) return fail(predictions.status());
 
   bool classification = loaded->bundle->task() == model::Task::kBinaryClassification;
+  if (out.empty() && global.json) {  // one JSON document on stdout instead of CSV
+    JsonWriter json;
+    json.begin_object()
+        .key("model")
+        .value(loaded->description)
+        .key("rows")
+        .value(static_cast<std::uint64_t>(predictions->rows));
+    json.key("predictions").begin_array();
+    for (std::size_t row = 0; row < predictions->rows; ++row) {
+      json.begin_object();
+      if (ids != nullptr) json.key(ids->name).value(ids->text_at(row));
+      float score = predictions->scores[row];
+      json.key(classification ? "probability" : "prediction").value(score);
+      if (classification) json.key("label").value(loaded->bundle->label_for(score));
+      json.end_object();
+    }
+    json.end_array().end_object();
+    print_json(json);
+    return 0;
+  }
   std::string csv;
   csv.reserve(predictions->rows * 24);
   auto append_field = [&](const std::string& text) {
@@ -362,7 +386,11 @@ int run_predict(const GlobalOptions& global, const std::string& reference, const
   if (auto status = write_file_atomic(out, csv); !status.ok()) return fail(status);
   if (global.json) {
     JsonWriter json;
-    json.begin_object().key("model").value(loaded->description).key("rows").value(static_cast<std::uint64_t>(predictions->rows));
+    json.begin_object()
+        .key("model")
+        .value(loaded->description)
+        .key("rows")
+        .value(static_cast<std::uint64_t>(predictions->rows));
     json.key("out").value(out).end_object();
     print_json(json);
   } else {
@@ -378,7 +406,8 @@ int run_models(const GlobalOptions& global) {
   if (!models.ok()) return fail(models.status());
   auto alias_text = [](const std::map<std::string, std::int64_t>& aliases) {
     std::string text;
-    for (const auto& [alias, version] : aliases) text += (text.empty() ? "" : " ") + alias + "=" + std::to_string(version);
+    for (const auto& [alias, version] : aliases)
+      text += (text.empty() ? "" : " ") + alias + "=" + std::to_string(version);
     return text;
   };
   if (global.json) {
@@ -414,7 +443,12 @@ int run_versions(const GlobalOptions& global, const std::string& model) {
     json.begin_object().key("model").value(model).key("versions").begin_array();
     for (const auto& version : *versions) {
       json.begin_object().key("version").value(version.version).key("bundle_sha256").value(version.bundle_sha256);
-      json.key("run_id").value(version.run_id).key("creator").value(version.creator).key("created_ms").value(version.created_ms);
+      json.key("run_id")
+          .value(version.run_id)
+          .key("creator")
+          .value(version.creator)
+          .key("created_ms")
+          .value(version.created_ms);
       json.key("aliases").begin_array();
       for (const auto& alias : version.aliases) json.value(alias);
       json.end_array().end_object();
@@ -458,10 +492,11 @@ int run_runs(const GlobalOptions& global, std::size_t limit) {
   for (const auto& run : *runs) {
     std::string headline;
     for (const auto& metric : run.metrics) {
-      if (metric.key == "test_auc" || metric.key == "test_rmse") headline = metric.key + "=" + format_metric(metric.value);
+      if (metric.key == "test_auc" || metric.key == "test_rmse")
+        headline = metric.key + "=" + format_metric(metric.value);
     }
-    rows.push_back({run.run_id, run.experiment, run.status, run.params.count("model") ? run.params.at("model") : "", headline,
-                    format_time_ms(run.start_ms)});
+    rows.push_back({run.run_id, run.experiment, run.status, run.params.count("model") ? run.params.at("model") : "",
+                    headline, format_time_ms(run.start_ms)});
   }
   print_table({"run", "experiment", "status", "model", "metric", "started (UTC)"}, rows);
   return 0;
@@ -495,7 +530,8 @@ int run_show(const GlobalOptions& global, const std::string& run_id) {
             << "bundle       " << (run->bundle_sha256.empty() ? "-" : run->bundle_sha256) << "\n\nparams\n";
   for (const auto& [key, value] : run->params) std::cout << "  " << key << " = " << value << "\n";
   std::cout << "\nmetrics\n";
-  for (const auto& metric : run->metrics) std::cout << "  " << metric.key << " = " << format_metric(metric.value) << "\n";
+  for (const auto& metric : run->metrics)
+    std::cout << "  " << metric.key << " = " << format_metric(metric.value) << "\n";
   std::cout << "\nspec\n" << run->spec;
   return 0;
 }
@@ -510,7 +546,13 @@ int run_alias(const GlobalOptions& global, const std::string& reference, const s
   if (auto status = (*store)->set_alias(version->model, alias, version->version); !status.ok()) return fail(status);
   if (global.json) {
     JsonWriter json;
-    json.begin_object().key("model").value(version->model).key("alias").value(alias).key("version").value(version->version);
+    json.begin_object()
+        .key("model")
+        .value(version->model)
+        .key("alias")
+        .value(alias)
+        .key("version")
+        .value(version->version);
     json.end_object();
     print_json(json);
   } else {
@@ -529,13 +571,23 @@ int run_serve(const GlobalOptions& global, const std::string& host, int port, in
   options.worker_threads = threads;
   auto server = serve::Server::start(**store, options);
   if (!server.ok()) return fail(server.status());
+  std::string loaded;
+  for (const auto& name : (*server)->service().warm_up()) loaded += (loaded.empty() ? "" : ", ") + name;
+  log_info("models loaded: " +
+           (loaded.empty() ? std::string("none yet (models registered later are served too)") : loaded));
   // The first stdout line names the address, so scripts starting `serve --port 0` can find it.
   if (global.json) {
     JsonWriter json;
-    json.begin_object().key("host").value(host).key("port").value(static_cast<std::int64_t>((*server)->port())).end_object();
+    json.begin_object()
+        .key("host")
+        .value(host)
+        .key("port")
+        .value(static_cast<std::int64_t>((*server)->port()))
+        .end_object();
     print_json(json);
   } else {
-    std::cout << "serving on http://" << host << ":" << (*server)->port() << " (KServe v2 under /v2, metrics at /metrics)\n";
+    std::cout << "serving on http://" << host << ":" << (*server)->port()
+              << " (KServe v2 under /v2, metrics at /metrics)\n";
   }
   std::cout.flush();
   (*server)->run();

@@ -19,8 +19,8 @@ int main(int argc, char** argv) {
   using namespace slipway::cli;
   CLI::App app{"Slipway: train, track, register and serve machine-learning models from one binary.", "slipway"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string(slipway::slipway_version()) + " (" +
-                                        std::string(slipway::slipway_code_version()) + ")");
+  app.set_version_flag(
+      "--version", std::string(slipway::slipway_version()) + " (" + std::string(slipway::slipway_code_version()) + ")");
   GlobalOptions global;
   global.home = default_home();
   app.add_option("--home", global.home, "Workspace folder (default: $SLIPWAY_HOME, else ./.slipway)");
@@ -31,12 +31,14 @@ int main(int argc, char** argv) {
   auto* init = app.add_subcommand("init", "Create a workspace (metadata store and artifact folder)");
 
   TrainOptions train;
-  auto* train_command = app.add_subcommand("train", "Train a model, evaluate it on held-out data, and optionally register it");
+  auto* train_command =
+      app.add_subcommand("train", "Train a model, evaluate it on held-out data, and optionally register it");
   train_command->add_option("--spec", train.spec_path, "YAML spec with any of the options below (flags override it)")
       ->check(CLI::ExistingFile);
   train_command->add_option("--data", train.data, "Training data (CSV with a header row)");
   train_command->add_option("--target", train.target, "Column to predict");
-  train_command->add_option("--model", train.model, "Model family: logistic (binary classification) or linear (regression)")
+  train_command
+      ->add_option("--model", train.model, "Model family: logistic (binary classification) or linear (regression)")
       ->capture_default_str();
   train_command->add_option("--split", train.split, "Hold-out split: random, stratified, time:COLUMN or group:COLUMN")
       ->capture_default_str();
@@ -46,7 +48,8 @@ int main(int argc, char** argv) {
   train_command->add_option("--slice", train.slice, "Also report test metrics per value of this column");
   train_command->add_option("--seed", train.seed, "Random seed for the split (and any randomness in training)")
       ->capture_default_str();
-  train_command->add_option("--param", train.params, "Model parameter KEY=VALUE (repeatable; `slipway params` lists them)");
+  train_command->add_option("--param", train.params,
+                            "Model parameter KEY=VALUE (repeatable; `slipway params` lists them)");
   train_command->add_option("--ignore", train.ignore, "Column not to use as a feature (repeatable)");
   train_command->add_option("--register", train.register_as, "Register the bundle as a new version of this model");
   train_command->add_option("--experiment", train.experiment, "Experiment the run belongs to")->capture_default_str();
@@ -67,7 +70,8 @@ int main(int argc, char** argv) {
   predict_command->add_option("REF", reference, "NAME@VERSION, NAME@ALIAS, NAME (latest) or a bundle file")->required();
   predict_command->add_option("--data", data_path, "Rows to score (CSV)")->required();
   predict_command->add_option("--out", out, "Output CSV (default: stdout)");
-  predict_command->add_option("--id", id_column, "Column copied to the output to identify rows (default: a column named id)");
+  predict_command->add_option("--id", id_column,
+                              "Column copied to the output to identify rows (default: a column named id)");
 
   auto* models_command = app.add_subcommand("models", "List registered models");
   std::string model_name;

@@ -27,17 +27,17 @@ Result<std::map<std::string, std::string>> parse_key_values(const std::vector<st
 }
 
 Status load_spec(const std::string& path, TrainOptions& options) {
-  static const std::vector<std::string> kKnownKeys = {"data",  "test",   "target", "model",    "split",      "test_fraction",
-                                                      "slice", "seed",   "params", "ignore",   "register",   "experiment",
-                                                      "threads"};
+  static const std::vector<std::string> kKnownKeys = {"data",          "test",       "target", "model",  "split",
+                                                      "test_fraction", "slice",      "seed",   "params", "ignore",
+                                                      "register",      "experiment", "threads"};
   YAML::Node spec;
   try {
     spec = YAML::LoadFile(path);
   } catch (const YAML::BadFile&) {
     return io_error("cannot read spec '" + path + "'");
   } catch (const YAML::Exception& error) {
-    return invalid_argument(path + ":" + std::to_string(error.mark.line + 1) + ":" + std::to_string(error.mark.column + 1) +
-                            ": " + error.msg);
+    return invalid_argument(path + ":" + std::to_string(error.mark.line + 1) + ":" +
+                            std::to_string(error.mark.column + 1) + ": " + error.msg);
   }
   if (!spec.IsMap()) return invalid_argument("spec '" + path + "' must be a YAML mapping of keys to values");
   std::string folder = std::filesystem::path(path).parent_path().string();
@@ -45,7 +45,8 @@ Status load_spec(const std::string& path, TrainOptions& options) {
     for (const auto& entry : spec) {
       auto key = entry.first.as<std::string>();
       if (std::find(kKnownKeys.begin(), kKnownKeys.end(), key) == kKnownKeys.end()) {
-        return invalid_argument(path + ":" + std::to_string(entry.first.Mark().line + 1) + ": unknown key '" + key + "'");
+        return invalid_argument(path + ":" + std::to_string(entry.first.Mark().line + 1) + ": unknown key '" + key +
+                                "'");
       }
     }
     if (spec["data"]) options.data = relative_to(folder, spec["data"].as<std::string>());

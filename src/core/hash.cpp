@@ -45,9 +45,7 @@ std::string sha256_hex(std::span<const std::byte> bytes) {
   return to_hex(digest);
 }
 
-std::string sha256_hex(std::string_view text) {
-  return sha256_hex(std::as_bytes(std::span(text.data(), text.size())));
-}
+std::string sha256_hex(std::string_view text) { return sha256_hex(std::as_bytes(std::span(text.data(), text.size()))); }
 
 Result<std::string> sha256_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

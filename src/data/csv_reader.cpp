@@ -61,8 +61,10 @@ std::vector<Chunk> find_chunks(std::string_view text, std::size_t begin) {
     std::size_t cut = target;
     while (cut < text.size()) {
       char c = text[cut++];
-      if (c == '"') in_quotes = !in_quotes;
-      else if (c == '\n' && !in_quotes) break;
+      if (c == '"')
+        in_quotes = !in_quotes;
+      else if (c == '\n' && !in_quotes)
+        break;
     }
     Chunk chunk;
     chunk.begin = chunk_begin;
@@ -127,8 +129,9 @@ struct RecordParser {
         row.push_back(content);
         if (pos < end && text[pos] == '\r') ++pos;
         if (pos < end && text[pos] != delimiter && text[pos] != '\n') {
-          error = ParseError{line, pos - line_start + 1,
-                             "unexpected character after a closing quote (expected a delimiter or the end of the line)"};
+          error =
+              ParseError{line, pos - line_start + 1,
+                         "unexpected character after a closing quote (expected a delimiter or the end of the line)"};
           return false;
         }
       } else {
@@ -202,9 +205,9 @@ void parse_chunk(std::string_view text, const CsvOptions& options, std::size_t c
     std::size_t record_line = parser.line;
     if (!parser.parse(pos, row, chunk.unescaped, chunk.error)) break;
     if (row.size() != column_count) {
-      chunk.error = ParseError{record_line, 0,
-                               "expected " + std::to_string(column_count) + " fields as in the header, found " +
-                                   std::to_string(row.size())};
+      chunk.error = ParseError{
+          record_line, 0,
+          "expected " + std::to_string(column_count) + " fields as in the header, found " + std::to_string(row.size())};
       break;
     }
     for (std::size_t column = 0; column < column_count; ++column) {
@@ -233,7 +236,8 @@ Column build_column(std::string name, const std::vector<Chunk>& chunks, std::siz
   if (numeric) {
     column.numbers.reserve(rows);
     for (const auto& chunk : chunks) {
-      column.numbers.insert(column.numbers.end(), chunk.numbers[column_index].begin(), chunk.numbers[column_index].end());
+      column.numbers.insert(column.numbers.end(), chunk.numbers[column_index].begin(),
+                            chunk.numbers[column_index].end());
     }
     return column;
   }

@@ -70,10 +70,14 @@ Result<SplitSpec> parse_split_kind(std::string_view text) {
   auto colon = text.find(':');
   std::string_view kind = text.substr(0, colon);
   std::string_view column = colon == std::string_view::npos ? std::string_view{} : text.substr(colon + 1);
-  if (kind == "random") spec.kind = SplitKind::kRandom;
-  else if (kind == "stratified") spec.kind = SplitKind::kStratified;
-  else if (kind == "time") spec.kind = SplitKind::kTime;
-  else if (kind == "group") spec.kind = SplitKind::kGroup;
+  if (kind == "random")
+    spec.kind = SplitKind::kRandom;
+  else if (kind == "stratified")
+    spec.kind = SplitKind::kStratified;
+  else if (kind == "time")
+    spec.kind = SplitKind::kTime;
+  else if (kind == "group")
+    spec.kind = SplitKind::kGroup;
   else
     return invalid_argument("unknown split '" + std::string(text) +
                             "'; expected random, stratified, time:COLUMN or group:COLUMN");
@@ -90,10 +94,14 @@ Result<SplitSpec> parse_split_kind(std::string_view text) {
 
 std::string describe_split(const SplitSpec& spec) {
   switch (spec.kind) {
-    case SplitKind::kRandom: return "random";
-    case SplitKind::kStratified: return "stratified";
-    case SplitKind::kTime: return "time:" + spec.column;
-    case SplitKind::kGroup: return "group:" + spec.column;
+    case SplitKind::kRandom:
+      return "random";
+    case SplitKind::kStratified:
+      return "stratified";
+    case SplitKind::kTime:
+      return "time:" + spec.column;
+    case SplitKind::kGroup:
+      return "group:" + spec.column;
   }
   return "unknown";
 }
@@ -165,7 +173,8 @@ Result<Split> split_rows(const Table& table, const SplitSpec& spec, std::string_
       std::map<std::int64_t, std::vector<std::uint32_t>> members_of;
       for (std::uint32_t row = 0; row < rows; ++row) members_of[group_key(group, row)].push_back(row);
       if (members_of.size() < 2) {
-        return invalid_argument("group column '" + group.name + "' has a single group; a group split needs two or more");
+        return invalid_argument("group column '" + group.name +
+                                "' has a single group; a group split needs two or more");
       }
       std::vector<std::int64_t> groups;
       for (const auto& entry : members_of) groups.push_back(entry.first);

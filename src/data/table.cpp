@@ -5,9 +5,7 @@
 
 namespace slipway::data {
 
-std::string_view column_type_name(ColumnType type) {
-  return type == ColumnType::kNumeric ? "numeric" : "categorical";
-}
+std::string_view column_type_name(ColumnType type) { return type == ColumnType::kNumeric ? "numeric" : "categorical"; }
 
 bool Column::is_missing(std::size_t row) const {
   return type == ColumnType::kNumeric ? std::isnan(numbers[row]) : codes[row] == kMissingCode;

@@ -25,8 +25,9 @@ Result<Evaluation> evaluate(const model::Bundle& bundle, const data::Table& tabl
     if (classification) {
       std::string text = target.text_at(row);
       if (text != manifest.class_labels[0] && text != manifest.class_labels[1]) {
-        return invalid_argument("target '" + target.name + "' has the label '" + text + "', which the model never saw (it knows '" +
-                                manifest.class_labels[0] + "' and '" + manifest.class_labels[1] + "')");
+        return invalid_argument("target '" + target.name + "' has the label '" + text +
+                                "', which the model never saw (it knows '" + manifest.class_labels[0] + "' and '" +
+                                manifest.class_labels[1] + "')");
       }
       labels.push_back(text == manifest.class_labels[1] ? 1.0 : 0.0);
     } else {

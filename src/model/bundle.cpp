@@ -116,7 +116,8 @@ Result<Preprocessor> read_inputs(const ManifestReader& reader, object root) {
       feature.type = data::ColumnType::kCategorical;
       std::string encoding;
       SLIPWAY_RETURN_IF_ERROR(reader.string_field(input, "encoding", encoding));
-      if (encoding != "onehot" && encoding != "ordinal") return data_loss("unknown categorical encoding '" + encoding + "'");
+      if (encoding != "onehot" && encoding != "ordinal")
+        return data_loss("unknown categorical encoding '" + encoding + "'");
       feature.encoding = encoding == "onehot" ? CategoricalEncoding::kOneHot : CategoricalEncoding::kOrdinal;
       SLIPWAY_RETURN_IF_ERROR(reader.strings_field(input, "levels", feature.levels));
     } else {
@@ -149,7 +150,8 @@ Predictions Bundle::predict_preprocessed(std::span<const float> features, std::s
   predictions.scores.resize(rows);
   model_->predict_margin(features, rows, predictions.scores);
   if (manifest_.task == Task::kBinaryClassification) {
-    for (float& score : predictions.scores) score = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(score))));
+    for (float& score : predictions.scores)
+      score = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(score))));
   }
   return predictions;
 }
@@ -160,9 +162,7 @@ std::shared_ptr<const Bundle> Bundle::with_metrics(std::map<std::string, double>
   return std::make_shared<const Bundle>(std::move(manifest), preprocessor_, model_);
 }
 
-const std::string& Bundle::label_for(float score) const {
-  return manifest_.class_labels[score >= 0.5f ? 1 : 0];
-}
+const std::string& Bundle::label_for(float score) const { return manifest_.class_labels[score >= 0.5f ? 1 : 0]; }
 
 std::vector<std::byte> Bundle::serialize() const {
   std::vector<SectionBytes> sections;
@@ -319,7 +319,8 @@ Result<std::shared_ptr<const Bundle>> Bundle::parse(std::span<const std::byte> b
   return std::make_shared<const Bundle>(std::move(manifest), std::move(preprocessor), std::move(model));
 }
 
-Result<std::shared_ptr<const Bundle>> Bundle::load(const std::string& path, std::optional<std::string_view> expected_sha256) {
+Result<std::shared_ptr<const Bundle>> Bundle::load(const std::string& path,
+                                                   std::optional<std::string_view> expected_sha256) {
   SLIPWAY_ASSIGN_OR_RETURN(auto mapped, MappedFile::open(path));
   auto bundle = parse(mapped.bytes(), expected_sha256);
   if (!bundle.ok()) return Status(bundle.status().code(), path + ": " + bundle.status().message());

@@ -11,7 +11,9 @@ constexpr char kTrailerMagic[8] = {'S', 'L', 'I', 'P', 'S', 'H', 'A', '2'};
 constexpr std::size_t kHeaderSize = 24;
 constexpr std::size_t kTrailerSize = 8 + 32;
 
-std::size_t align_up(std::size_t value) { return (value + kSectionAlignment - 1) / kSectionAlignment * kSectionAlignment; }
+std::size_t align_up(std::size_t value) {
+  return (value + kSectionAlignment - 1) / kSectionAlignment * kSectionAlignment;
+}
 
 template <typename T>
 void append_pod(std::vector<std::byte>& out, T value) {
@@ -64,14 +66,16 @@ std::vector<std::byte> assemble_bundle_file(std::string_view manifest_json, cons
   return out;
 }
 
-Result<BundleFileView> open_bundle_file(std::span<const std::byte> bytes, std::optional<std::string_view> expected_sha256) {
+Result<BundleFileView> open_bundle_file(std::span<const std::byte> bytes,
+                                        std::optional<std::string_view> expected_sha256) {
   if (bytes.size() < kHeaderSize + kTrailerSize || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
     return invalid_argument("not a Slipway bundle (the file does not start with the bundle header)");
   }
   auto version = read_pod<std::uint32_t>(bytes, 8);
   if (version != kBundleFormatVersion) {
-    return invalid_argument("bundle format version " + std::to_string(version) + " is not supported (this Slipway reads version " +
-                            std::to_string(kBundleFormatVersion) + ")");
+    return invalid_argument("bundle format version " + std::to_string(version) +
+                            " is not supported (this Slipway reads version " + std::to_string(kBundleFormatVersion) +
+                            ")");
   }
   std::size_t body_size = bytes.size() - kTrailerSize;
   if (std::memcmp(bytes.data() + body_size, kTrailerMagic, sizeof kTrailerMagic) != 0) {

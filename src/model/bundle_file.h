@@ -33,6 +33,7 @@ struct BundleFileView {
 
 // Checks the header and the trailer checksum (and the whole-file hash when expected_sha256 is
 // given) and returns views into `bytes`.
-Result<BundleFileView> open_bundle_file(std::span<const std::byte> bytes, std::optional<std::string_view> expected_sha256);
+Result<BundleFileView> open_bundle_file(std::span<const std::byte> bytes,
+                                        std::optional<std::string_view> expected_sha256);
 
 }  // namespace slipway::model

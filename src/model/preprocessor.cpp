@@ -63,7 +63,8 @@ std::vector<std::uint32_t> slot_of_codes(const data::Column& column,
 
 std::unordered_map<std::string, std::uint32_t> index_levels(const std::vector<std::string>& levels) {
   std::unordered_map<std::string, std::uint32_t> index_of;
-  for (std::size_t index = 0; index < levels.size(); ++index) index_of.emplace(levels[index], static_cast<std::uint32_t>(index));
+  for (std::size_t index = 0; index < levels.size(); ++index)
+    index_of.emplace(levels[index], static_cast<std::uint32_t>(index));
   return index_of;
 }
 
@@ -129,7 +130,8 @@ Result<Preprocessor> Preprocessor::fit(const data::Table& table, const std::vect
       feature.encoding = options.encoding;
       feature.levels = frequent_levels(column, options.max_categories);
       if (feature.encoding == CategoricalEncoding::kOrdinal) {
-        auto slots = slot_of_codes(column, index_levels(feature.levels), static_cast<std::uint32_t>(feature.levels.size()));
+        auto slots =
+            slot_of_codes(column, index_levels(feature.levels), static_cast<std::uint32_t>(feature.levels.size()));
         for (auto code : column.codes) {
           encoded.push_back(code == data::Column::kMissingCode ? static_cast<double>(feature.levels.size())
                                                                : slots[static_cast<std::size_t>(code)]);
@@ -167,7 +169,8 @@ Status Preprocessor::transform(const data::Table& batch, std::vector<float>& out
       if (column->type != data::ColumnType::kNumeric) {
         std::string example;
         for (std::size_t row = 0; row < column->size() && example.empty(); ++row) example = column->text_at(row);
-        return invalid_argument("column '" + feature.name + "' must be numeric, but holds text such as '" + example + "'");
+        return invalid_argument("column '" + feature.name + "' must be numeric, but holds text such as '" + example +
+                                "'");
       }
       auto inverse_scale = 1.0 / feature.scale;
       for (std::size_t row = 0; row < rows; ++row) {

@@ -47,7 +47,8 @@ std::string current_actor() {
   passwd entry{};
   passwd* found = nullptr;
   std::array<char, 4096> buffer{};
-  if (getpwuid_r(getuid(), &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr) return found->pw_name;
+  if (getpwuid_r(getuid(), &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr)
+    return found->pw_name;
   return "uid:" + std::to_string(getuid());
 }
 
@@ -163,12 +164,16 @@ Status Registry::log_metrics(const std::string& run_id, const std::vector<std::p
   status.bind(1, run_id);
   SLIPWAY_ASSIGN_OR_RETURN(bool found, status.step());
   if (!found) return not_found("no run '" + run_id + "'");
-  if (status.text(0) != "RUNNING") return failed_precondition("run '" + run_id + "' has ended; metrics cannot be added");
+  if (status.text(0) != "RUNNING")
+    return failed_precondition("run '" + run_id + "' has ended; metrics cannot be added");
   std::int64_t now = unix_time_ms();
   for (const auto& [key, value] : metrics) {
     Statement insert(database, "INSERT INTO metrics(run_id, key, value, step, timestamp_ms) VALUES (?, ?, ?, ?, ?)");
     insert.bind(1, run_id).bind(2, key);
-    if (std::isfinite(value)) insert.bind(3, value); else insert.bind_null(3);
+    if (std::isfinite(value))
+      insert.bind(3, value);
+    else
+      insert.bind_null(3);
     SLIPWAY_RETURN_IF_ERROR(insert.bind(4, step).bind(5, now).run());
   }
   SLIPWAY_RETURN_IF_ERROR(transaction.commit());
@@ -180,9 +185,13 @@ Status Registry::finish_run(const std::string& run_id, bool succeeded, const std
   Database& database = state_->database;
   Transaction transaction(database);
   SLIPWAY_RETURN_IF_ERROR(transaction.begin_status());
-  Statement update(database, "UPDATE runs SET status = ?, end_ms = ?, bundle_sha256 = ? WHERE run_id = ? AND status = 'RUNNING'");
+  Statement update(database,
+                   "UPDATE runs SET status = ?, end_ms = ?, bundle_sha256 = ? WHERE run_id = ? AND status = 'RUNNING'");
   update.bind(1, std::string_view(succeeded ? "FINISHED" : "FAILED")).bind(2, unix_time_ms());
-  if (bundle_sha256.empty()) update.bind_null(3); else update.bind(3, bundle_sha256);
+  if (bundle_sha256.empty())
+    update.bind_null(3);
+  else
+    update.bind(3, bundle_sha256);
   SLIPWAY_RETURN_IF_ERROR(update.bind(4, run_id).run());
   if (sqlite3_changes(database.handle()) != 1) return failed_precondition("run '" + run_id + "' is not running");
   SLIPWAY_RETURN_IF_ERROR(state_->audit(succeeded ? "run.finish" : "run.fail", run_id));
@@ -208,8 +217,8 @@ Status fill_run_details(Database& database, RunRecord& run) {
   while (true) {
     SLIPWAY_ASSIGN_OR_RETURN(bool has_row, metrics.step());
     if (!has_row) break;
-    run.metrics.push_back({metrics.text(0), metrics.is_null(1) ? std::nan("") : metrics.real(1), metrics.integer(2),
-                           metrics.integer(3)});
+    run.metrics.push_back(
+        {metrics.text(0), metrics.is_null(1) ? std::nan("") : metrics.real(1), metrics.integer(2), metrics.integer(3)});
   }
   return {};
 }
@@ -263,7 +272,8 @@ Result<ModelVersion> Registry::register_version(const std::string& model, const 
                                                 const std::string& run_id) {
   SLIPWAY_RETURN_IF_ERROR(validate_model_name(model));
   if (!artifacts_.contains(bundle_sha256)) {
-    return failed_precondition("bundle " + bundle_sha256 + " is not in the artifact store; store it before registering");
+    return failed_precondition("bundle " + bundle_sha256 +
+                               " is not in the artifact store; store it before registering");
   }
   std::lock_guard lock(state_->mutex);
   Database& database = state_->database;
@@ -287,10 +297,13 @@ Result<ModelVersion> Registry::register_version(const std::string& model, const 
                    "INSERT INTO model_versions(model, version, bundle_sha256, run_id, creator, created_ms) "
                    "VALUES (?, ?, ?, ?, ?, ?)");
   insert.bind(1, model).bind(2, version.version).bind(3, bundle_sha256);
-  if (run_id.empty()) insert.bind_null(4); else insert.bind(4, run_id);
+  if (run_id.empty())
+    insert.bind_null(4);
+  else
+    insert.bind(4, run_id);
   SLIPWAY_RETURN_IF_ERROR(insert.bind(5, version.creator).bind(6, now).run());
-  SLIPWAY_RETURN_IF_ERROR(state_->audit("model.register", model + "@" + std::to_string(version.version) + " sha256=" +
-                                                             bundle_sha256));
+  SLIPWAY_RETURN_IF_ERROR(
+      state_->audit("model.register", model + "@" + std::to_string(version.version) + " sha256=" + bundle_sha256));
   crash_point("registry.before_commit");
   SLIPWAY_RETURN_IF_ERROR(transaction.commit());
   return version;
@@ -358,7 +371,8 @@ Result<ModelVersion> Registry::resolve(const std::string& model, const VersionSe
   }
   if (!selector.alias.empty()) {
     for (const auto& version : versions) {
-      if (std::find(version.aliases.begin(), version.aliases.end(), selector.alias) != version.aliases.end()) return version;
+      if (std::find(version.aliases.begin(), version.aliases.end(), selector.alias) != version.aliases.end())
+        return version;
     }
     return not_found("model '" + model + "' has no alias '" + selector.alias + "'");
   }
@@ -390,7 +404,8 @@ Result<std::vector<std::string>> Registry::audit_log() {
   while (true) {
     SLIPWAY_ASSIGN_OR_RETURN(bool has_row, query.step());
     if (!has_row) break;
-    entries.push_back(std::to_string(query.integer(0)) + " " + query.text(1) + " " + query.text(2) + " " + query.text(3));
+    entries.push_back(std::to_string(query.integer(0)) + " " + query.text(1) + " " + query.text(2) + " " +
+                      query.text(3));
   }
   return entries;
 }

@@ -10,7 +10,8 @@ Result<Database> Database::open(const std::string& path, bool create) {
     return io_error("cannot open the metadata store '" + path + "': " + message);
   }
   sqlite3_busy_timeout(database.handle_, 10000);
-  SLIPWAY_RETURN_IF_ERROR(database.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"));
+  SLIPWAY_RETURN_IF_ERROR(
+      database.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"));
   return database;
 }
 
@@ -46,7 +47,8 @@ Status Database::error(std::string_view context) const {
 }
 
 Statement::Statement(const Database& database, std::string_view sql) : database_(database) {
-  if (sqlite3_prepare_v2(database.handle(), sql.data(), static_cast<int>(sql.size()), &statement_, nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(database.handle(), sql.data(), static_cast<int>(sql.size()), &statement_, nullptr) !=
+      SQLITE_OK) {
     prepare_status_ = database.error("preparing a statement");
   }
 }
@@ -97,7 +99,9 @@ std::int64_t Statement::integer(int column) const { return sqlite3_column_int64(
 double Statement::real(int column) const { return sqlite3_column_double(statement_, column); }
 bool Statement::is_null(int column) const { return sqlite3_column_type(statement_, column) == SQLITE_NULL; }
 
-Transaction::Transaction(Database& database) : database_(database) { begin_status_ = database_.execute("BEGIN IMMEDIATE"); }
+Transaction::Transaction(Database& database) : database_(database) {
+  begin_status_ = database_.execute("BEGIN IMMEDIATE");
+}
 
 Transaction::~Transaction() {
   if (!done_ && begin_status_.ok()) (void)database_.execute("ROLLBACK");

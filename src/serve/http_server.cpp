@@ -42,7 +42,8 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void on_read(beast::error_code error) {
-    if (error == http::error::end_of_stream || error == beast::error::timeout || error == asio::error::operation_aborted) {
+    if (error == http::error::end_of_stream || error == beast::error::timeout ||
+        error == asio::error::operation_aborted) {
       close();
       return;
     }
@@ -86,20 +87,22 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // `counted`: the request was counted in flight, so its end is counted too.
   void write(HttpResponse response, unsigned version, bool keep_alive, bool counted) {
-    auto message = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(response.status), version);
+    auto message =
+        std::make_shared<http::response<http::string_body>>(static_cast<http::status>(response.status), version);
     message->set(http::field::server, "slipway");
     message->set(http::field::content_type, response.content_type);
     message->keep_alive(keep_alive);
     message->body() = std::move(response.body);
     message->prepare_payload();
-    http::async_write(stream_, *message, [self = shared_from_this(), message, counted](beast::error_code error, std::size_t) {
-      if (counted) self->shared_.in_flight.fetch_sub(1);
-      if (error || !message->keep_alive()) {
-        self->close();
-        return;
-      }
-      self->read();
-    });
+    http::async_write(stream_, *message,
+                      [self = shared_from_this(), message, counted](beast::error_code error, std::size_t) {
+                        if (counted) self->shared_.in_flight.fetch_sub(1);
+                        if (error || !message->keep_alive()) {
+                          self->close();
+                          return;
+                        }
+                        self->read();
+                      });
   }
 
   void close() {
@@ -180,6 +183,8 @@ Result<std::unique_ptr<Server>> Server::start(registry::Registry& registry, cons
 }
 
 std::uint16_t Server::port() const { return state_->acceptor.local_endpoint().port(); }
+
+Service& Server::service() { return state_->service; }
 
 void Server::run() {
   State& state = *state_;

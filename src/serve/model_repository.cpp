@@ -12,7 +12,8 @@ Result<std::vector<registry::ModelVersion>> ModelRepository::versions_of(const s
   {
     std::lock_guard lock(mutex_);
     auto found = models_.find(name);
-    if (!force_refresh && found != models_.end() && now - found->second.fetched < refresh_) return found->second.versions;
+    if (!force_refresh && found != models_.end() && now - found->second.fetched < refresh_)
+      return found->second.versions;
   }
   // The registry query runs outside our lock; two threads may both refresh, which is harmless.
   auto versions = registry_.list_versions(name);
@@ -40,7 +41,8 @@ Result<ServableModel> ModelRepository::resolve(const std::string& name, std::opt
   SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(name));
   auto pick = [&](const std::vector<registry::ModelVersion>& versions) -> const registry::ModelVersion* {
     if (version) {
-      auto found = std::find_if(versions.begin(), versions.end(), [&](const auto& entry) { return entry.version == *version; });
+      auto found =
+          std::find_if(versions.begin(), versions.end(), [&](const auto& entry) { return entry.version == *version; });
       return found == versions.end() ? nullptr : &*found;
     }
     for (const auto& entry : versions) {

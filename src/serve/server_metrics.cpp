@@ -31,7 +31,8 @@ std::string model_labels(const std::string& model, const std::string& version) {
 
 }  // namespace
 
-void ServerMetrics::record(std::string_view model, std::string_view version, int status, double seconds, std::size_t rows) {
+void ServerMetrics::record(std::string_view model, std::string_view version, int status, double seconds,
+                           std::size_t rows) {
   std::lock_guard lock(mutex_);
   ++requests_[{std::string(model), std::string(version), status}];
   Latency& latency = latency_[{std::string(model), std::string(version)}];
@@ -56,7 +57,8 @@ std::string ServerMetrics::prometheus_text() const {
   out += "# HELP slipway_inference_rows_total Rows scored (a request of N rows counts N).\n";
   out += "# TYPE slipway_inference_rows_total counter\n";
   for (const auto& [key, latency] : latency_) {
-    out += "slipway_inference_rows_total{" + model_labels(key.first, key.second) + "} " + std::to_string(latency.rows) + "\n";
+    out += "slipway_inference_rows_total{" + model_labels(key.first, key.second) + "} " + std::to_string(latency.rows) +
+           "\n";
   }
   out += "# HELP slipway_request_duration_seconds Time from a request's arrival to its response, in the server.\n";
   out += "# TYPE slipway_request_duration_seconds histogram\n";

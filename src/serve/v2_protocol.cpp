@@ -32,13 +32,19 @@ HttpResponse error_response(int status, std::string_view message) {
 
 int http_status_for(const Status& status) {
   switch (status.code()) {
-    case StatusCode::kOk: return 200;
-    case StatusCode::kInvalidArgument: return 400;
-    case StatusCode::kNotFound: return 404;
+    case StatusCode::kOk:
+      return 200;
+    case StatusCode::kInvalidArgument:
+      return 400;
+    case StatusCode::kNotFound:
+      return 404;
     case StatusCode::kAlreadyExists:
-    case StatusCode::kFailedPrecondition: return 409;
-    case StatusCode::kUnavailable: return 503;
-    default: return 500;
+    case StatusCode::kFailedPrecondition:
+      return 409;
+    case StatusCode::kUnavailable:
+      return 503;
+    default:
+      return 500;
   }
 }
 
@@ -106,8 +112,8 @@ Result<TensorInput> read_input(element item, std::size_t position) {
   if (tensor.shape.empty() || expected != tensor.values.size()) {
     std::string shape_text;
     for (auto size : tensor.shape) shape_text += (shape_text.empty() ? "" : ",") + std::to_string(size);
-    return invalid_argument(where + " has " + std::to_string(tensor.values.size()) + " values but its shape [" + shape_text +
-                            "] needs " + std::to_string(tensor.shape.empty() ? 0 : expected));
+    return invalid_argument(where + " has " + std::to_string(tensor.values.size()) + " values but its shape [" +
+                            shape_text + "] needs " + std::to_string(tensor.shape.empty() ? 0 : expected));
   }
   return tensor;
 }
@@ -126,14 +132,16 @@ Result<float> numeric_value(element value, const std::string& input_name) {
 Result<data::Table> table_from_named_inputs(const std::vector<TensorInput>& inputs, const model::Preprocessor& schema) {
   std::unordered_map<std::string_view, const TensorInput*> by_name;
   for (const auto& input : inputs) {
-    if (!by_name.emplace(input.name, &input).second) return invalid_argument("input '" + input.name + "' is given twice");
+    if (!by_name.emplace(input.name, &input).second)
+      return invalid_argument("input '" + input.name + "' is given twice");
   }
   std::string expected_names;
   for (const auto& feature : schema.features()) expected_names += (expected_names.empty() ? "" : ", ") + feature.name;
   for (const auto& input : inputs) {
     bool known = false;
     for (const auto& feature : schema.features()) known = known || feature.name == input.name;
-    if (!known) return invalid_argument("unknown input '" + input.name + "'; the model's inputs are: " + expected_names);
+    if (!known)
+      return invalid_argument("unknown input '" + input.name + "'; the model's inputs are: " + expected_names);
   }
   std::optional<std::size_t> rows;
   data::Table table;
@@ -146,15 +154,16 @@ Result<data::Table> table_from_named_inputs(const std::vector<TensorInput>& inpu
     bool column_shape = input.shape.size() == 1 || (input.shape.size() == 2 && input.shape[1] == 1);
     if (!column_shape) return invalid_argument("input '" + input.name + "' must have shape [N] or [N,1]");
     if (rows && *rows != input.shape[0]) {
-      return invalid_argument("input '" + input.name + "' has " + std::to_string(input.shape[0]) + " rows but other inputs have " +
-                              std::to_string(*rows));
+      return invalid_argument("input '" + input.name + "' has " + std::to_string(input.shape[0]) +
+                              " rows but other inputs have " + std::to_string(*rows));
     }
     rows = input.shape[0];
     data::Column column;
     column.name = feature.name;
     if (feature.type == data::ColumnType::kNumeric) {
       if (!is_numeric_datatype(input.datatype)) {
-        return invalid_argument("input '" + input.name + "' is numeric; its datatype must be FP32, FP64, an integer type or BOOL, not " +
+        return invalid_argument("input '" + input.name +
+                                "' is numeric; its datatype must be FP32, FP64, an integer type or BOOL, not " +
                                 input.datatype);
       }
       column.type = data::ColumnType::kNumeric;
@@ -165,7 +174,8 @@ Result<data::Table> table_from_named_inputs(const std::vector<TensorInput>& inpu
       }
     } else {
       if (input.datatype != "BYTES") {
-        return invalid_argument("input '" + input.name + "' is categorical; its datatype must be BYTES, not " + input.datatype);
+        return invalid_argument("input '" + input.name + "' is categorical; its datatype must be BYTES, not " +
+                                input.datatype);
       }
       column.type = data::ColumnType::kCategorical;
       std::unordered_map<std::string_view, std::int32_t> code_of;
@@ -176,7 +186,8 @@ Result<data::Table> table_from_named_inputs(const std::vector<TensorInput>& inpu
         }
         std::string_view text;
         if (value.get(text) != simdjson::SUCCESS) {
-          return invalid_argument("input '" + input.name + "' is BYTES; its values must be strings (or null for missing)");
+          return invalid_argument("input '" + input.name +
+                                  "' is BYTES; its values must be strings (or null for missing)");
         }
         auto [it, inserted] = code_of.try_emplace(text, static_cast<std::int32_t>(column.dictionary.size()));
         if (inserted) column.dictionary.emplace_back(text);
@@ -211,7 +222,8 @@ Result<data::Table> table_from_matrix(const TensorInput& input, const model::Pre
     column.name = features[column_index].name;
     column.numbers.reserve(rows);
     for (std::size_t row = 0; row < rows; ++row) {
-      SLIPWAY_ASSIGN_OR_RETURN(float number, numeric_value(input.values[row * features.size() + column_index], input.name));
+      SLIPWAY_ASSIGN_OR_RETURN(float number,
+                               numeric_value(input.values[row * features.size() + column_index], input.name));
       column.numbers.push_back(number);
     }
     SLIPWAY_RETURN_IF_ERROR(table.add_column(std::move(column)));
@@ -290,15 +302,15 @@ std::vector<std::string_view> path_segments(std::string_view target) {
 }  // namespace
 
 struct Service::State {
-  State(registry::Registry& registry, ServiceOptions options)
-      : repository(registry, options.registry_refresh) {}
+  State(registry::Registry& registry, ServiceOptions options) : repository(registry, options.registry_refresh) {}
 
   ModelRepository repository;
   ServerMetrics metrics;
 
   HttpResponse infer(const ServableModel& servable, std::string_view body, std::size_t& rows_out);
-  HttpResponse handle_model_route(std::string_view method, const std::vector<std::string_view>& segments, std::string_view body,
-                                  std::string& metric_model, std::string& metric_version, std::size_t& rows);
+  HttpResponse handle_model_route(std::string_view method, const std::vector<std::string_view>& segments,
+                                  std::string_view body, std::string& metric_model, std::string& metric_version,
+                                  std::size_t& rows);
 };
 
 HttpResponse Service::State::infer(const ServableModel& servable, std::string_view body, std::size_t& rows_out) {
@@ -307,7 +319,8 @@ HttpResponse Service::State::infer(const ServableModel& servable, std::string_vi
   object request;
   auto parse_error = parser.parse(padded).get(request);
   if (parse_error != simdjson::SUCCESS) {
-    return error_response(400, std::string("the request body is not a JSON object: ") + simdjson::error_message(parse_error));
+    return error_response(
+        400, std::string("the request body is not a JSON object: ") + simdjson::error_message(parse_error));
   }
   const model::Bundle& bundle = *servable.bundle;
   const model::Preprocessor& schema = bundle.preprocessor();
@@ -337,8 +350,10 @@ HttpResponse Service::State::infer(const ServableModel& servable, std::string_vi
   if (request["outputs"].get(outputs_array) == simdjson::SUCCESS) {
     for (element item : outputs_array) {
       std::string_view name;
-      if (item["name"].get(name) != simdjson::SUCCESS) return error_response(400, "each requested output needs a 'name'");
-      auto found = std::find_if(available.begin(), available.end(), [&](const auto& output) { return output.name == name; });
+      if (item["name"].get(name) != simdjson::SUCCESS)
+        return error_response(400, "each requested output needs a 'name'");
+      auto found =
+          std::find_if(available.begin(), available.end(), [&](const auto& output) { return output.name == name; });
       if (found == available.end()) {
         std::string names;
         for (const auto& output : available) names += (names.empty() ? "" : ", ") + output.name;
@@ -370,7 +385,10 @@ HttpResponse Service::State::infer(const ServableModel& servable, std::string_vi
     json.key("shape").begin_array().value(static_cast<std::uint64_t>(predictions->rows)).end_array();
     json.key("data").begin_array();
     for (float score : predictions->scores) {
-      if (output.datatype == "BYTES") json.value(bundle.label_for(score)); else json.value(score);
+      if (output.datatype == "BYTES")
+        json.value(bundle.label_for(score));
+      else
+        json.value(score);
     }
     json.end_array();
     json.end_object();
@@ -381,8 +399,8 @@ HttpResponse Service::State::infer(const ServableModel& servable, std::string_vi
 }
 
 HttpResponse Service::State::handle_model_route(std::string_view method, const std::vector<std::string_view>& segments,
-                                                std::string_view body, std::string& metric_model, std::string& metric_version,
-                                                std::size_t& rows) {
+                                                std::string_view body, std::string& metric_model,
+                                                std::string& metric_version, std::size_t& rows) {
   // segments: v2 models NAME [versions V] [ready|infer]
   std::string name(segments[2]);
   std::size_t next = 3;
@@ -434,6 +452,19 @@ bool Service::is_inference(std::string_view target) {
   auto query = target.find('?');
   std::string_view path = target.substr(0, query);
   return path.size() >= 6 && path.substr(path.size() - 6) == "/infer";
+}
+
+std::vector<std::string> Service::warm_up() {
+  std::vector<std::string> loaded;
+  for (const auto& name : state_->repository.model_names()) {
+    auto servable = state_->repository.resolve(name, std::nullopt);
+    if (servable.ok()) {
+      loaded.push_back(name + "@" + std::to_string(servable->version));
+    } else if (servable.status().code() != StatusCode::kNotFound) {
+      log_error("model '" + name + "' cannot be served: " + servable.status().message());
+    }
+  }
+  return loaded;
 }
 
 std::string Service::metrics_text() const { return state_->metrics.prometheus_text(); }

@@ -20,9 +20,9 @@ double max_abs(std::span<const double> values) {
 }
 
 struct CorrectionPair {
-  std::vector<double> step;            // s = x_{k+1} - x_k
-  std::vector<double> gradient_change; // y = g_{k+1} - g_k
-  double rho;                          // 1 / (y . s)
+  std::vector<double> step;             // s = x_{k+1} - x_k
+  std::vector<double> gradient_change;  // y = g_{k+1} - g_k
+  double rho;                           // 1 / (y . s)
 };
 
 }  // namespace

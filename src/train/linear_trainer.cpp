@@ -9,7 +9,9 @@ namespace {
 constexpr std::size_t kRowsPerBlock = 2048;
 
 // log(1 + exp(margin)) without overflow.
-double softplus(double margin) { return margin > 0 ? margin + std::log1p(std::exp(-margin)) : std::log1p(std::exp(margin)); }
+double softplus(double margin) {
+  return margin > 0 ? margin + std::log1p(std::exp(-margin)) : std::log1p(std::exp(margin));
+}
 
 }  // namespace
 
@@ -74,7 +76,8 @@ LinearFit fit_linear(std::span<const float> features, std::size_t rows, std::siz
 
   std::vector<double> parameters(width + 1, 0.0);
   // Start the bias at its no-feature optimum, which shortens the path for skewed targets.
-  double label_mean = std::accumulate(labels.begin(), labels.end(), 0.0) / static_cast<double>(std::max<std::size_t>(rows, 1));
+  double label_mean =
+      std::accumulate(labels.begin(), labels.end(), 0.0) / static_cast<double>(std::max<std::size_t>(rows, 1));
   if (loss == LinearLoss::kLogistic) {
     double clamped = std::min(std::max(label_mean, 1e-6), 1.0 - 1e-6);
     parameters[width] = std::log(clamped / (1.0 - clamped));

@@ -73,23 +73,71 @@ const std::vector<std::string>& model_families() {
 
 const std::vector<ParamDeclaration>& parameter_declarations() {
   static const std::vector<ParamDeclaration> kDeclarations = {
-      {"l2", ParamType::kDouble, "1.0", 0.0, 1e12, {}, {"logistic", "linear"},
+      {"l2",
+       ParamType::kDouble,
+       "1.0",
+       0.0,
+       1e12,
+       {},
+       {"logistic", "linear"},
        "L2 penalty on the weights (not the intercept): the objective is sum of losses + l2/2 * sum of squared weights; "
        "l2=1 matches scikit-learn's LogisticRegression(C=1) and Ridge(alpha=1)."},
-      {"max_iterations", ParamType::kInt, "500", 1, 100000, {}, {"logistic", "linear"},
+      {"max_iterations",
+       ParamType::kInt,
+       "500",
+       1,
+       100000,
+       {},
+       {"logistic", "linear"},
        "Most L-BFGS iterations before stopping."},
-      {"tolerance", ParamType::kDouble, "1e-7", 0.0, 1.0, {}, {"logistic", "linear"},
+      {"tolerance",
+       ParamType::kDouble,
+       "1e-7",
+       0.0,
+       1.0,
+       {},
+       {"logistic", "linear"},
        "Stop when the largest gradient component, divided by the row count, is below this."},
-      {"lbfgs_history", ParamType::kInt, "10", 1, 100, {}, {"logistic", "linear"},
+      {"lbfgs_history",
+       ParamType::kInt,
+       "10",
+       1,
+       100,
+       {},
+       {"logistic", "linear"},
        "Correction pairs L-BFGS keeps to approximate the curvature."},
-      {"categorical_encoding", ParamType::kChoice, "onehot", 0, 0, {"onehot", "ordinal"}, {"logistic", "linear"},
+      {"categorical_encoding",
+       ParamType::kChoice,
+       "onehot",
+       0,
+       0,
+       {"onehot", "ordinal"},
+       {"logistic", "linear"},
        "How categorical columns become numbers: one slot per level (plus an 'other' slot for unseen, rare and "
        "missing values), or the level's frequency rank."},
-      {"max_categories", ParamType::kInt, "100", 1, 100000, {}, {"logistic", "linear"},
+      {"max_categories",
+       ParamType::kInt,
+       "100",
+       1,
+       100000,
+       {},
+       {"logistic", "linear"},
        "Levels kept per categorical column, most frequent first; the rest share the 'other' slot."},
-      {"standardize", ParamType::kChoice, "true", 0, 0, {"true", "false"}, {"logistic", "linear"},
+      {"standardize",
+       ParamType::kChoice,
+       "true",
+       0,
+       0,
+       {"true", "false"},
+       {"logistic", "linear"},
        "Center and scale numeric inputs by the training mean and standard deviation."},
-      {"positive_class", ParamType::kChoice, "auto", 0, 0, {}, {"logistic"},
+      {"positive_class",
+       ParamType::kChoice,
+       "auto",
+       0,
+       0,
+       {},
+       {"logistic"},
        "The label whose probability is the score; auto picks 1/yes/true when present, else the rarer class."},
   };
   return kDeclarations;
@@ -114,7 +162,8 @@ Result<std::map<std::string, std::string>> resolve_parameters(const std::string&
     if (match == nullptr) {
       std::vector<std::string> names;
       for (const auto& entry : resolved) names.push_back(entry.first);
-      return invalid_argument("unknown parameter '" + name + "' for model '" + family + "'; known: " + join(names, ", "));
+      return invalid_argument("unknown parameter '" + name + "' for model '" + family +
+                              "'; known: " + join(names, ", "));
     }
     if (!applies_to(*match, family)) {
       return invalid_argument("parameter '" + name + "' does not apply to model '" + family + "'");
@@ -136,9 +185,15 @@ std::string parameters_markdown() {
     std::string type;
     std::string allowed;
     switch (declaration.type) {
-      case ParamType::kDouble: type = "number"; break;
-      case ParamType::kInt: type = "integer"; break;
-      case ParamType::kChoice: type = "choice"; break;
+      case ParamType::kDouble:
+        type = "number";
+        break;
+      case ParamType::kInt:
+        type = "integer";
+        break;
+      case ParamType::kChoice:
+        type = "choice";
+        break;
     }
     if (declaration.type == ParamType::kChoice) {
       allowed = declaration.choices.empty() ? "a class label" : join(declaration.choices, ", ");

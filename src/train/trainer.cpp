@@ -12,9 +12,9 @@ bool contains(const std::vector<std::string>& items, const std::string& wanted) 
 }
 
 struct Labels {
-  std::vector<double> values;            // per kept row: 0/1 or the regression target
-  std::vector<std::uint32_t> kept_rows;  // rows whose target is present
-  std::vector<std::string> class_labels; // {negative, positive} for classification
+  std::vector<double> values;             // per kept row: 0/1 or the regression target
+  std::vector<std::uint32_t> kept_rows;   // rows whose target is present
+  std::vector<std::string> class_labels;  // {negative, positive} for classification
 };
 
 Result<Labels> binary_labels(const data::Column& target, const std::string& requested_positive) {
@@ -71,8 +71,8 @@ Result<Labels> regression_labels(const data::Column& target) {
 
 }  // namespace
 
-Result<std::string> choose_positive_label(const std::vector<std::string>& labels, const std::vector<std::size_t>& counts,
-                                          const std::string& requested) {
+Result<std::string> choose_positive_label(const std::vector<std::string>& labels,
+                                          const std::vector<std::size_t>& counts, const std::string& requested) {
   if (!requested.empty() && requested != "auto") {
     if (contains(labels, requested)) return requested;
     return invalid_argument("positive_class '" + requested + "' is not a label of the target; the labels are '" +
@@ -93,7 +93,8 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
   std::vector<std::string> features = request.features;
   if (features.empty()) {
     for (const auto& column : table.columns()) {
-      if (column.name != request.target && !contains(request.excluded_columns, column.name)) features.push_back(column.name);
+      if (column.name != request.target && !contains(request.excluded_columns, column.name))
+        features.push_back(column.name);
     }
   } else if (contains(features, request.target)) {
     return invalid_argument("the target '" + request.target + "' cannot also be a feature");
@@ -110,7 +111,7 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
 
   model::PreprocessOptions preprocess_options;
   preprocess_options.encoding = params.at("categorical_encoding") == "ordinal" ? model::CategoricalEncoding::kOrdinal
-                                                                             : model::CategoricalEncoding::kOneHot;
+                                                                               : model::CategoricalEncoding::kOneHot;
   preprocess_options.max_categories = std::stoul(params.at("max_categories"));
   preprocess_options.standardize = params.at("standardize") == "true";
   SLIPWAY_ASSIGN_OR_RETURN(auto preprocessor, model::Preprocessor::fit(rows, features, preprocess_options));
@@ -123,8 +124,8 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
   lbfgs.gradient_tolerance = std::stod(params.at("tolerance"));
   int threads = request.thread_count > 0 ? request.thread_count : default_thread_count();
   LinearFit linear = fit_linear(matrix, rows.row_count(), preprocessor.output_width(), labels.values,
-                                classification ? LinearLoss::kLogistic : LinearLoss::kSquared, std::stod(params.at("l2")),
-                                lbfgs, threads);
+                                classification ? LinearLoss::kLogistic : LinearLoss::kSquared,
+                                std::stod(params.at("l2")), lbfgs, threads);
 
   model::Manifest manifest;
   manifest.task = classification ? model::Task::kBinaryClassification : model::Task::kRegression;

@@ -80,7 +80,8 @@ TEST(CsvReader, ParallelChunksMatchSingleThread) {
   auto error = parse_csv(broken, "big.csv", four_threads);
   ASSERT_FALSE(error.ok());
   std::size_t lines = 1 + 60000 + 60000 / 11 + 1;
-  EXPECT_EQ(error.status().message(), "big.csv:" + std::to_string(lines + 1) + ": expected 3 fields as in the header, found 2");
+  EXPECT_EQ(error.status().message(),
+            "big.csv:" + std::to_string(lines + 1) + ": expected 3 fields as in the header, found 2");
 }
 
 TEST(CsvReader, ReadsTheLendingClubFile) {

@@ -16,8 +16,9 @@ class CliTest : public ::testing::Test {
     return run_command(args);
   }
   CommandResult train_lending(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> args = {"--json", "train", "--data", data_path("lending_club.csv"), "--target", "Class",
-                                     "--split", "stratified", "--slice", "addr_state"};
+    std::vector<std::string> args = {"--json",   "train",     "--data",  data_path("lending_club.csv"),
+                                     "--target", "Class",     "--split", "stratified",
+                                     "--slice",  "addr_state"};
     args.insert(args.end(), extra.begin(), extra.end());
     return slipway(args);
   }
@@ -74,23 +75,28 @@ TEST_F(CliTest, TrainRegisterInspectEvaluatePredict) {
   auto text = *slipway::read_file(scored);
   EXPECT_EQ(text.substr(0, text.find('\n')), "probability,label");
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 9858);
+  auto as_json = slipway({"--json", "predict", "lending@1", "--data", data_path("lending_club.csv")});
+  ASSERT_EQ(as_json.exit_code, 0) << as_json.err;
+  EXPECT_EQ(as_json.out.rfind("{\"model\":\"lending@1\",\"rows\":9857,\"predictions\":[{\"probability\":", 0), 0u);
 }
 
 TEST_F(CliTest, TimeOrderedSplitOnChicago) {
-  auto trained = slipway({"train", "--data", data_path("chicago_ridership.csv"), "--target", "ridership", "--model", "linear",
-                          "--split", "time:date", "--out", home_.file("chicago.slip")});
+  auto trained = slipway({"train", "--data", data_path("chicago_ridership.csv"), "--target", "ridership", "--model",
+                          "linear", "--split", "time:date", "--out", home_.file("chicago.slip")});
   ASSERT_EQ(trained.exit_code, 0) << trained.err;
   EXPECT_NE(trained.out.find("0 test rows not later than train"), std::string::npos);
   EXPECT_NE(trained.out.find("rmse"), std::string::npos);
   // A bundle file is a valid REF.
-  auto evaluated = slipway({"--json", "eval", home_.file("chicago.slip"), "--data", data_path("chicago_ridership.csv")});
+  auto evaluated =
+      slipway({"--json", "eval", home_.file("chicago.slip"), "--data", data_path("chicago_ridership.csv")});
   EXPECT_EQ(evaluated.exit_code, 0) << evaluated.err;
   EXPECT_NE(evaluated.out.find("\"r2\":"), std::string::npos);
 }
 
 TEST_F(CliTest, SpecFileWithFlagOverrides) {
-  write_text(home_.file("spec.yaml"), "data: " + data_path("lending_club.csv") +
-                                          "\ntarget: Class\nsplit: stratified\nparams:\n  l2: 10\nregister: from-spec\n");
+  write_text(home_.file("spec.yaml"),
+             "data: " + data_path("lending_club.csv") +
+                 "\ntarget: Class\nsplit: stratified\nparams:\n  l2: 10\nregister: from-spec\n");
   auto trained = slipway({"--json", "train", "--spec", home_.file("spec.yaml"), "--seed", "7"});
   ASSERT_EQ(trained.exit_code, 0) << trained.err;
   EXPECT_NE(trained.out.find("\"model\":\"from-spec\""), std::string::npos);
@@ -115,11 +121,13 @@ TEST_F(CliTest, BadInputGetsOneClearSentenceAndWritesNothing) {
       {{"eval", "ghost", "--data", data_path("lending_club.csv")}, "no Slipway workspace"},
       {{"train", "--data", home_.file("broken.csv"), "--target", "y"}, "broken.csv:3: expected 3 fields"},
       {{"train", "--data", data_path("lending_club.csv"), "--target", "Klass"}, "no column named 'Klass'"},
-      {{"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--slice", "state"}, "no column named 'state'"},
+      {{"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--slice", "state"},
+       "no column named 'state'"},
       {{"train", "--data", home_.file("one_class.csv"), "--target", "y"}, "a single class ('x')"},
       {{"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--param", "l2=-3"}, "parameter 'l2'"},
       {{"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--split", "time"}, "needs a column"},
-      {{"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--register", "../evil"}, "invalid model name"},
+      {{"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--register", "../evil"},
+       "invalid model name"},
   };
   for (const auto& test_case : cases) {
     auto result = slipway(test_case.args);

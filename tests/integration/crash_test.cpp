@@ -43,8 +43,8 @@ void expect_consistent(const std::string& home, std::int64_t expected_versions) 
 CommandResult train(const std::string& home, const std::string& crash_at) {
   std::vector<std::string> environment;
   if (!crash_at.empty()) environment.push_back("SLIPWAY_CRASH_AT=" + crash_at);
-  return run_command({slipway_binary(), "--home", home, "-q", "train", "--data", data_path("lending_club.csv"), "--target",
-                      "Class", "--register", "crashy"},
+  return run_command({slipway_binary(), "--home", home, "-q", "train", "--data", data_path("lending_club.csv"),
+                      "--target", "Class", "--register", "crashy"},
                      environment);
 }
 

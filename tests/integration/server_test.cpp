@@ -62,7 +62,8 @@ TEST(Server, ServesV2OverHttpAndStopsCleanly) {
   EXPECT_EQ(http_request(port, "GET", "/v2/health/live").status, 200);
 
   auto metrics = http_request(port, "GET", "/metrics");
-  EXPECT_NE(metrics.body.find("slipway_requests_total{model=\"lending\",version=\"1\",code=\"200\"} 2"), std::string::npos)
+  EXPECT_NE(metrics.body.find("slipway_requests_total{model=\"lending\",version=\"1\",code=\"200\"} 2"),
+            std::string::npos)
       << metrics.body;
   EXPECT_NE(metrics.body.find("slipway_request_duration_seconds_count"), std::string::npos);
 

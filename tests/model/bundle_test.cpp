@@ -9,9 +9,7 @@
 namespace slipway::model {
 namespace {
 
-data::Table small_table() {
-  return *data::parse_csv("x,color,y\n1,red,0\n2,blue,1\n3,red,1\nNA,green,0\n", "t.csv");
-}
+data::Table small_table() { return *data::parse_csv("x,color,y\n1,red,0\n2,blue,1\n3,red,1\nNA,green,0\n", "t.csv"); }
 
 std::shared_ptr<const Bundle> small_bundle() {
   data::Table table = small_table();

@@ -10,7 +10,9 @@
 namespace slipway::registry {
 namespace {
 
-std::span<const std::byte> as_bytes(const std::string& text) { return std::as_bytes(std::span(text.data(), text.size())); }
+std::span<const std::byte> as_bytes(const std::string& text) {
+  return std::as_bytes(std::span(text.data(), text.size()));
+}
 
 class RegistryTest : public ::testing::Test {
  protected:
@@ -71,7 +73,8 @@ TEST_F(RegistryTest, VersionsAliasesAndResolution) {
   ASSERT_TRUE(first.ok() && second.ok());
   EXPECT_EQ(*store_->artifacts().put(as_bytes("bundle one")), *first);
 
-  EXPECT_EQ(store_->register_version("churn", std::string(64, 'a'), "").status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->register_version("churn", std::string(64, 'a'), "").status().code(),
+            StatusCode::kFailedPrecondition);
   EXPECT_EQ(store_->register_version("churn", *first, "")->version, 1);
   EXPECT_EQ(store_->register_version("churn", *second, "")->version, 2);
   ASSERT_TRUE(store_->set_alias("churn", "production", 1).ok());

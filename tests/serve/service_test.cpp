@@ -20,9 +20,12 @@ std::string named_request(std::size_t rows, const std::string& skip_column = "",
     json.key("shape").begin_array().value(static_cast<std::uint64_t>(rows)).end_array();
     json.key("data").begin_array();
     for (std::size_t row = 0; row < rows; ++row) {
-      if (column.is_missing(row)) json.null();
-      else if (numeric) json.value(column.numbers[row]);
-      else json.value(column.text_at(row));
+      if (column.is_missing(row))
+        json.null();
+      else if (numeric)
+        json.value(column.numbers[row]);
+      else
+        json.value(column.text_at(row));
     }
     json.end_array().end_object();
   }
@@ -37,7 +40,9 @@ class ServiceTest : public ::testing::Test {
     service_ = std::make_unique<Service>(*store_, ServiceOptions{});
   }
   HttpResponse get(const std::string& target) { return service_->handle("GET", target, ""); }
-  HttpResponse post(const std::string& target, const std::string& body) { return service_->handle("POST", target, body); }
+  HttpResponse post(const std::string& target, const std::string& body) {
+    return service_->handle("POST", target, body);
+  }
 
   testing::TempDir dir_;
   std::unique_ptr<registry::Registry> store_;
@@ -52,6 +57,10 @@ TEST_F(ServiceTest, HealthAndServerMetadata) {
   EXPECT_NE(metadata.body.find("\"name\":\"slipway\""), std::string::npos);
   EXPECT_EQ(get("/nowhere").status, 404);
   EXPECT_EQ(post("/v2/health/live", "").status, 405);
+}
+
+TEST_F(ServiceTest, WarmUpLoadsTheServedVersionOfEachModel) {
+  EXPECT_EQ(service_->warm_up(), std::vector<std::string>{"lending@2"});
 }
 
 TEST_F(ServiceTest, ModelMetadataAndReadiness) {
@@ -70,9 +79,12 @@ TEST_F(ServiceTest, ModelMetadataAndReadiness) {
 TEST_F(ServiceTest, InferByFeatureName) {
   auto response = post("/v2/models/lending/infer", named_request(3));
   ASSERT_EQ(response.status, 200) << response.body;
-  EXPECT_NE(response.body.find("\"model_name\":\"lending\",\"model_version\":\"2\",\"id\":\"req-1\""), std::string::npos);
-  EXPECT_NE(response.body.find("{\"name\":\"probability\",\"datatype\":\"FP32\",\"shape\":[3],\"data\":["), std::string::npos);
-  EXPECT_NE(response.body.find("{\"name\":\"label\",\"datatype\":\"BYTES\",\"shape\":[3],\"data\":[\"good\""), std::string::npos);
+  EXPECT_NE(response.body.find("\"model_name\":\"lending\",\"model_version\":\"2\",\"id\":\"req-1\""),
+            std::string::npos);
+  EXPECT_NE(response.body.find("{\"name\":\"probability\",\"datatype\":\"FP32\",\"shape\":[3],\"data\":["),
+            std::string::npos);
+  EXPECT_NE(response.body.find("{\"name\":\"label\",\"datatype\":\"BYTES\",\"shape\":[3],\"data\":[\"good\""),
+            std::string::npos);
 }
 
 TEST_F(ServiceTest, ProductionAliasRoutesUnversionedRequests) {
@@ -143,9 +155,12 @@ TEST_F(ServiceTest, MetricsCountRequestsByModelVersionAndCode) {
   auto metrics = get("/metrics");
   EXPECT_EQ(metrics.status, 200);
   EXPECT_EQ(metrics.content_type.rfind("text/plain", 0), 0u);
-  EXPECT_NE(metrics.body.find("slipway_requests_total{model=\"lending\",version=\"2\",code=\"200\"} 1"), std::string::npos);
-  EXPECT_NE(metrics.body.find("slipway_requests_total{model=\"lending\",version=\"2\",code=\"400\"} 1"), std::string::npos);
-  EXPECT_NE(metrics.body.find("slipway_requests_total{model=\"(unknown)\",version=\"\",code=\"404\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.body.find("slipway_requests_total{model=\"lending\",version=\"2\",code=\"200\"} 1"),
+            std::string::npos);
+  EXPECT_NE(metrics.body.find("slipway_requests_total{model=\"lending\",version=\"2\",code=\"400\"} 1"),
+            std::string::npos);
+  EXPECT_NE(metrics.body.find("slipway_requests_total{model=\"(unknown)\",version=\"\",code=\"404\"} 1"),
+            std::string::npos);
   EXPECT_NE(metrics.body.find("slipway_inference_rows_total{model=\"lending\",version=\"2\"} 4"), std::string::npos);
   EXPECT_NE(metrics.body.find("slipway_request_duration_seconds_bucket{model=\"lending\",version=\"2\",le=\"+Inf\"} 2"),
             std::string::npos);
@@ -153,7 +168,8 @@ TEST_F(ServiceTest, MetricsCountRequestsByModelVersionAndCode) {
 
 TEST_F(ServiceTest, MatrixInputForAllNumericModels) {
   auto table = *data::parse_csv("a,b,y\n1,2,3\n2,1,4\n3,3,8\n4,0,6\n", "t.csv");
-  auto summary = train::fit(table, train::TrainRequest{.target = "y", .model_family = "linear", .params = {{"l2", "0"}}});
+  auto summary =
+      train::fit(table, train::TrainRequest{.target = "y", .model_family = "linear", .params = {{"l2", "0"}}});
   auto sha = store_->artifacts().put(summary->bundle->serialize());
   ASSERT_TRUE(store_->register_version("numeric", *sha, "").ok());
   auto response = post("/v2/models/numeric/infer",

@@ -41,7 +41,8 @@ std::string read_all(int fd) {
 
 TempDir::TempDir() {
   std::random_device random;
-  path_ = (std::filesystem::temp_directory_path() / ("slipway-test-" + std::to_string(random()) + std::to_string(::getpid())))
+  path_ = (std::filesystem::temp_directory_path() /
+           ("slipway-test-" + std::to_string(random()) + std::to_string(::getpid())))
               .string();
   std::filesystem::create_directories(path_);
 }
@@ -121,7 +122,8 @@ std::string ChildProcess::read_line(int timeout_ms) {
       pending_.erase(0, newline + 1);
       return line;
     }
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
     if (left <= 0) return "";
     pollfd poll_fd{stdout_fd_, POLLIN, 0};
     if (::poll(&poll_fd, 1, static_cast<int>(left)) <= 0) return "";

@@ -107,7 +107,8 @@ TEST(Fit, LinearRegressionOnChicagoWithTimeSplit) {
 
 // The demo's split and model against scikit-learn's LogisticRegression on the same rows.
 TEST(Fit, LogisticAucMatchesScikitLearn) {
-  if (std::system("/usr/bin/python3 -c 'import sklearn' 2>/dev/null") != 0) GTEST_SKIP() << "python3-sklearn is not installed";
+  if (std::system("/usr/bin/python3 -c 'import sklearn' 2>/dev/null") != 0)
+    GTEST_SKIP() << "python3-sklearn is not installed";
   data::Table table = lending();
   data::SplitSpec spec = *data::parse_split_kind("stratified");
   auto split = data::split_rows(table, spec, "Class");
@@ -120,9 +121,10 @@ TEST(Fit, LogisticAucMatchesScikitLearn) {
   std::ofstream rows_file(dir.file("test_rows.txt"));
   for (auto row : split->test_rows) rows_file << row << "\n";
   rows_file.close();
-  auto peer = testing::run_command({"/usr/bin/python3", std::string(SLIPWAY_SOURCE_DIR) + "/tests/train/sklearn_logistic.py",
-                                    testing::data_path("lending_club.csv"), "Class",
-                                    summary->bundle->manifest().class_labels[1], dir.file("test_rows.txt")});
+  auto peer =
+      testing::run_command({"/usr/bin/python3", std::string(SLIPWAY_SOURCE_DIR) + "/tests/train/sklearn_logistic.py",
+                            testing::data_path("lending_club.csv"), "Class",
+                            summary->bundle->manifest().class_labels[1], dir.file("test_rows.txt")});
   ASSERT_EQ(peer.exit_code, 0) << peer.err;
   double theirs = std::stod(peer.out);
   std::printf("test AUC: slipway %.4f, scikit-learn %.4f\n", ours, theirs);
