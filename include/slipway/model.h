@@ -107,6 +107,53 @@ class LinearModel final : public Model {
   double bias_;
 };
 
+// A decision-tree ensemble (gradient-boosted trees) over raw numeric features, stored for
+// prediction: every tree's nodes in one flat array, 16 bytes a node.
+//
+// At an internal node a row goes left when its feature is NaN and default_left is set, or when
+// `x < threshold` (strict, in float32: XGBoost's rule). margin = base_margin + sum of the leaf
+// values reached, accumulated in float32 in tree order.
+struct TreeNode {
+  static constexpr std::uint32_t kLeafFlag = 1U << 31;
+  static constexpr std::uint32_t kDefaultLeftFlag = 1U << 30;
+  static constexpr std::uint32_t kFeatureMask = kDefaultLeftFlag - 1;
+
+  float value = 0.0f;  // threshold, or the leaf value at a leaf
+  std::uint32_t feature_and_flags = 0;
+  std::uint32_t left = 0;   // absolute node index of the left child
+  std::uint32_t right = 0;  // absolute node index of the right child
+
+  bool is_leaf() const { return (feature_and_flags & kLeafFlag) != 0; }
+  bool default_left() const { return (feature_and_flags & kDefaultLeftFlag) != 0; }
+  std::uint32_t feature() const { return feature_and_flags & kFeatureMask; }
+};
+static_assert(sizeof(TreeNode) == 16);
+
+class TreeEnsembleModel final : public Model {
+ public:
+  // `roots[t]` is the index in `nodes` of tree t's root. The caller guarantees the structure
+  // (children inside `nodes`, features < input_width, no cycles); validate() checks it.
+  TreeEnsembleModel(std::vector<TreeNode> nodes, std::vector<std::uint32_t> roots, std::size_t input_width,
+                    float base_margin);
+  // InvalidArgument naming the first node that breaks the structure.
+  static Status validate(const std::vector<TreeNode>& nodes, const std::vector<std::uint32_t>& roots,
+                         std::size_t input_width);
+
+  std::string_view family() const override { return "tree_ensemble"; }
+  std::size_t input_width() const override { return input_width_; }
+  void predict_margin(std::span<const float> features, std::size_t rows, std::span<float> out) const override;
+
+  const std::vector<TreeNode>& nodes() const { return nodes_; }
+  const std::vector<std::uint32_t>& roots() const { return roots_; }
+  float base_margin() const { return base_margin_; }
+
+ private:
+  std::vector<TreeNode> nodes_;
+  std::vector<std::uint32_t> roots_;
+  std::size_t input_width_;
+  float base_margin_;
+};
+
 // Lineage and evaluation that travel with the bundle. Everything here is a deterministic
 // function of the spec, the data and the code version, so training twice with the same seed
 // gives the same bytes.
@@ -168,5 +215,23 @@ class Bundle {
 };
 
 inline constexpr std::uint32_t kBundleFormatVersion = 1;
+
+// ---------------------------------------------------------------------------------------------
+// Importers.
+
+struct XgboostImportOptions {
+  // Input names in feature order, used when the model file has none (XGBoost saves names only
+  // when they were given at training); empty means f0, f1, ...
+  std::vector<std::string> feature_names;
+  std::string source;            // recorded in the manifest's lineage (e.g. the file path)
+  std::string target = "label";  // the label column's name, for `slipway eval` on the bundle
+};
+
+// Converts an XGBoost JSON model (save_model("m.json"), XGBoost 1.x to 3.x) into a bundle whose
+// predictions equal XGBoost's: gbtree booster; objectives binary:logistic, binary:logitraw,
+// reg:squarederror, reg:linear, reg:absoluteerror, reg:pseudohubererror. InvalidArgument with
+// one sentence for anything else (not XGBoost JSON, gblinear, dart, multiclass, categorical
+// splits, a feature-name count that does not match).
+Result<std::shared_ptr<const Bundle>> import_xgboost_json(std::string_view json, const XgboostImportOptions& options);
 
 }  // namespace slipway::model

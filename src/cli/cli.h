@@ -56,6 +56,16 @@ int run_alias(const GlobalOptions& global, const std::string& reference, const s
 int run_serve(const GlobalOptions& global, const std::string& host, int port, int threads);
 int run_params(const GlobalOptions& global, bool markdown);
 
+struct ImportOptions {
+  std::string format;  // "xgboost"
+  std::string model_path;
+  std::string register_as;
+  std::string schema_path;  // a CSV whose header names the features (the target column is skipped)
+  std::string target = "label";
+  std::string bundle_out;
+};
+int run_import(const GlobalOptions& global, const ImportOptions& options);
+
 // ---------------------------------------------------------------------------------------------
 // Output helpers.
 

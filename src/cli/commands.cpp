@@ -622,3 +622,81 @@ int run_params(const GlobalOptions& global, bool markdown) {
 }
 
 }  // namespace slipway::cli
+
+namespace slipway::cli {
+
+int run_import(const GlobalOptions& global, const ImportOptions& options) {
+  if (options.format != "xgboost") {
+    return fail(invalid_argument("unknown model format '" + options.format + "'; supported: xgboost"));
+  }
+  if (!options.register_as.empty()) {
+    if (auto status = registry::validate_model_name(options.register_as); !status.ok()) return fail(status);
+  }
+  auto json = read_file(options.model_path);
+  if (!json.ok()) return fail(json.status());
+  model::XgboostImportOptions import_options;
+  import_options.source = std::filesystem::absolute(options.model_path).string();
+  import_options.target = options.target;
+  if (!options.schema_path.empty()) {
+    auto schema = read_file(options.schema_path);
+    if (!schema.ok()) return fail(schema.status());
+    // Only the header matters; parse it alone so a large data file costs nothing.
+    auto header = data::parse_csv(std::string_view(*schema).substr(0, schema->find('\n') + 1), options.schema_path);
+    if (!header.ok()) return fail(header.status());
+    for (const auto& column : header->columns()) {
+      if (column.name != options.target) import_options.feature_names.push_back(column.name);
+    }
+  }
+  auto bundle = model::import_xgboost_json(*json, import_options);
+  if (!bundle.ok()) return fail(Status(bundle.status().code(), options.model_path + ": " + bundle.status().message()));
+  std::vector<std::byte> bytes = (*bundle)->serialize();
+  if (!options.bundle_out.empty()) {
+    if (auto status = write_file_atomic(options.bundle_out, bytes); !status.ok()) return fail(status);
+  }
+  std::string sha256 = sha256_hex(bytes);
+  std::optional<registry::ModelVersion> registered;
+  if (!options.register_as.empty()) {
+    auto store = open_registry(global, true);
+    if (!store.ok()) return fail(store.status());
+    registry::NewRun run;
+    run.experiment = "imports";
+    run.code_version = std::string(slipway_code_version());
+    run.data_fingerprint = "";
+    run.spec = "import: xgboost\nsource: " + import_options.source + "\n";
+    run.params = (*bundle)->manifest().params;
+    auto run_id = (*store)->start_run(run);
+    if (!run_id.ok()) return fail(run_id.status());
+    auto stored = (*store)->artifacts().put(bytes);
+    if (!stored.ok()) {
+      (void)(*store)->finish_run(*run_id, false, "");
+      return fail(stored.status());
+    }
+    if (auto status = (*store)->finish_run(*run_id, true, sha256); !status.ok()) return fail(status);
+    auto version = (*store)->register_version(options.register_as, sha256, *run_id);
+    if (!version.ok()) return fail(version.status());
+    registered = *version;
+  }
+  const auto& trees = dynamic_cast<const model::TreeEnsembleModel&>((*bundle)->model());
+  if (global.json) {
+    JsonWriter json_out;
+    json_out.begin_object().key("bundle_sha256").value(sha256);
+    json_out.key("trees").value(static_cast<std::uint64_t>(trees.roots().size()));
+    json_out.key("features").value(static_cast<std::uint64_t>(trees.input_width()));
+    json_out.key("task").value(model::task_name((*bundle)->task()));
+    if (registered) {
+      json_out.key("registered").begin_object().key("model").value(registered->model);
+      json_out.key("version").value(registered->version).end_object();
+    }
+    json_out.end_object();
+    print_json(json_out);
+    return 0;
+  }
+  std::cout << "imported   " << options.model_path << ": " << trees.roots().size() << " trees, " << trees.input_width()
+            << " features, " << model::task_name((*bundle)->task()) << " ("
+            << (*bundle)->manifest().params.at("objective") << ")\n";
+  std::cout << "bundle     sha256:" << sha256 << "\n";
+  if (registered) std::cout << "registered " << registered->model << " version " << registered->version << "\n";
+  return 0;
+}
+
+}  // namespace slipway::cli

@@ -96,6 +96,20 @@ int main(int argc, char** argv) {
   serve_command->add_option("--port", port, "Port (0 picks a free one)")->capture_default_str();
   serve_command->add_option("--threads", threads, "Inference worker threads (default: all cores)");
 
+  ImportOptions import_options;
+  auto* import_command = app.add_subcommand("import", "Import a model trained elsewhere as a bundle (XGBoost JSON)");
+  import_command->add_option("FORMAT", import_options.format, "Model format: xgboost")->required();
+  import_command->add_option("MODEL", import_options.model_path, "The model file (XGBoost: save_model(\"m.json\"))")
+      ->required();
+  import_command->add_option("--register", import_options.register_as,
+                             "Register the bundle as a new version of this model");
+  import_command->add_option("--schema", import_options.schema_path,
+                             "CSV whose header names the features in order (when the model file has no names)");
+  import_command
+      ->add_option("--target", import_options.target, "Label column name, skipped in --schema and used by eval")
+      ->capture_default_str();
+  import_command->add_option("--out", import_options.bundle_out, "Also write the bundle file here");
+
   bool markdown = false;
   auto* params_command = app.add_subcommand("params", "List the training parameters");
   params_command->add_flag("--markdown", markdown, "Print docs/parameters.md");
@@ -120,5 +134,6 @@ int main(int argc, char** argv) {
   if (alias_command->parsed()) return run_alias(global, reference, alias);
   if (serve_command->parsed()) return run_serve(global, host, port, threads);
   if (params_command->parsed()) return run_params(global, markdown);
+  if (import_command->parsed()) return run_import(global, import_options);
   return 1;
 }

@@ -14,6 +14,23 @@ using simdjson::dom::element;
 using simdjson::dom::object;
 
 constexpr std::string_view kWeightsSection = "linear.weights";
+constexpr std::string_view kNodesSection = "trees.nodes";
+constexpr std::string_view kRootsSection = "trees.roots";
+
+template <typename T>
+std::vector<std::byte> bytes_of(const std::vector<T>& values) {
+  auto bytes = std::as_bytes(std::span(values));
+  return {bytes.begin(), bytes.end()};
+}
+
+template <typename T>
+Result<std::vector<T>> values_of(std::span<const std::byte> bytes, std::string_view section) {
+  if (bytes.size() % sizeof(T) != 0)
+    return data_loss("bundle section '" + std::string(section) + "' has a partial element");
+  std::vector<T> values(bytes.size() / sizeof(T));
+  if (!values.empty()) std::memcpy(values.data(), bytes.data(), bytes.size());
+  return values;
+}
 
 Task parse_task(std::string_view name, bool& known) {
   known = true;
@@ -167,11 +184,11 @@ const std::string& Bundle::label_for(float score) const { return manifest_.class
 std::vector<std::byte> Bundle::serialize() const {
   std::vector<SectionBytes> sections;
   const auto* linear = dynamic_cast<const LinearModel*>(model_.get());
-  if (linear != nullptr) {
-    SectionBytes weights{std::string(kWeightsSection), {}};
-    auto bytes = std::as_bytes(std::span(linear->weights()));
-    weights.bytes.assign(bytes.begin(), bytes.end());
-    sections.push_back(std::move(weights));
+  const auto* trees = dynamic_cast<const TreeEnsembleModel*>(model_.get());
+  if (linear != nullptr) sections.push_back({std::string(kWeightsSection), bytes_of(linear->weights())});
+  if (trees != nullptr) {
+    sections.push_back({std::string(kNodesSection), bytes_of(trees->nodes())});
+    sections.push_back({std::string(kRootsSection), bytes_of(trees->roots())});
   }
   auto offsets = section_offsets(sections);
 
@@ -193,6 +210,14 @@ std::vector<std::byte> Bundle::serialize() const {
     json.key("bias").value(linear->bias());
     json.key("weights_section").value(kWeightsSection);
     json.key("weights_dtype").value("float64");
+  }
+  if (trees != nullptr) {
+    json.key("base_margin").value(trees->base_margin());
+    json.key("tree_count").value(static_cast<std::uint64_t>(trees->roots().size()));
+    json.key("node_count").value(static_cast<std::uint64_t>(trees->nodes().size()));
+    json.key("nodes_section").value(kNodesSection);
+    json.key("roots_section").value(kRootsSection);
+    json.key("decision").value("left if x < threshold (float32); NaN follows the node's default direction");
   }
   json.end_object();
   json.key("postprocess").begin_object();
@@ -285,15 +310,14 @@ Result<std::shared_ptr<const Bundle>> Bundle::parse(std::span<const std::byte> b
     return data_loss("the bundle's model expects " + std::to_string(width) + " features but its preprocessing makes " +
                      std::to_string(preprocessor.output_width()));
   }
-  if (family != "linear") return invalid_argument("model family '" + family + "' is not supported by this Slipway");
-  double bias = 0.0;
-  SLIPWAY_RETURN_IF_ERROR(reader.double_field(model_object, "bias", bias));
+  if (family != "linear" && family != "tree_ensemble") {
+    return invalid_argument("model family '" + family + "' is not supported by this Slipway");
+  }
 
-  array sections;
-  SLIPWAY_RETURN_IF_ERROR(reader.array_field(root, "sections", sections));
-  std::span<const std::byte> weight_bytes;
-  bool found = false;
-  for (element item : sections) {
+  array section_table;
+  SLIPWAY_RETURN_IF_ERROR(reader.array_field(root, "sections", section_table));
+  std::map<std::string, std::span<const std::byte>, std::less<>> sections;
+  for (element item : section_table) {
     object section;
     std::string name;
     std::uint64_t offset = 0;
@@ -305,17 +329,35 @@ Result<std::shared_ptr<const Bundle>> Bundle::parse(std::span<const std::byte> b
     if (offset > view.data_area.size() || size > view.data_area.size() - offset) {
       return data_loss("bundle section '" + name + "' lies outside the file");
     }
-    if (name == kWeightsSection) {
-      weight_bytes = view.data_area.subspan(offset, size);
-      found = true;
+    sections[name] = view.data_area.subspan(offset, size);
+  }
+  auto section = [&](std::string_view name) -> Result<std::span<const std::byte>> {
+    auto found = sections.find(name);
+    if (found == sections.end()) return data_loss("the bundle has no '" + std::string(name) + "' section");
+    return found->second;
+  };
+
+  std::shared_ptr<const Model> model;
+  if (family == "linear") {
+    double bias = 0.0;
+    SLIPWAY_RETURN_IF_ERROR(reader.double_field(model_object, "bias", bias));
+    SLIPWAY_ASSIGN_OR_RETURN(auto weight_bytes, section(kWeightsSection));
+    SLIPWAY_ASSIGN_OR_RETURN(auto weights, values_of<double>(weight_bytes, kWeightsSection));
+    if (weights.size() != width) return data_loss("the bundle's weight section has the wrong size");
+    model = std::make_shared<LinearModel>(std::move(weights), bias);
+  } else {
+    double base_margin = 0.0;
+    SLIPWAY_RETURN_IF_ERROR(reader.double_field(model_object, "base_margin", base_margin));
+    SLIPWAY_ASSIGN_OR_RETURN(auto node_bytes, section(kNodesSection));
+    SLIPWAY_ASSIGN_OR_RETURN(auto root_bytes, section(kRootsSection));
+    SLIPWAY_ASSIGN_OR_RETURN(auto nodes, values_of<TreeNode>(node_bytes, kNodesSection));
+    SLIPWAY_ASSIGN_OR_RETURN(auto roots, values_of<std::uint32_t>(root_bytes, kRootsSection));
+    if (auto status = TreeEnsembleModel::validate(nodes, roots, width); !status.ok()) {
+      return data_loss("the bundle's trees are malformed: " + status.message());
     }
+    model =
+        std::make_shared<TreeEnsembleModel>(std::move(nodes), std::move(roots), width, static_cast<float>(base_margin));
   }
-  if (!found || weight_bytes.size() != width * sizeof(double)) {
-    return data_loss("the bundle's weight section is missing or has the wrong size");
-  }
-  std::vector<double> weights(width);
-  std::memcpy(weights.data(), weight_bytes.data(), weight_bytes.size());
-  auto model = std::make_shared<LinearModel>(std::move(weights), bias);
   return std::make_shared<const Bundle>(std::move(manifest), std::move(preprocessor), std::move(model));
 }
 

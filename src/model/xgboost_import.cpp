@@ -1,0 +1,259 @@
+// XGBoost JSON model import. The format and its prediction semantics are summarized in
+// ../shared/reference/trees.md §2 (from XGBoost's doc/model.schema and a 1.7.4 model).
+#include <simdjson.h>
+
+#include <charconv>
+#include <cmath>
+
+#include "slipway/model.h"
+
+namespace slipway::model {
+namespace {
+
+using simdjson::dom::array;
+using simdjson::dom::element;
+using simdjson::dom::object;
+
+Status not_xgboost(std::string_view what) {
+  return invalid_argument("not an XGBoost JSON model: " + std::string(what));
+}
+
+// XGBoost stores most parameters as strings ("5E-1"); 3.1 stores base_score as "[5E-1]".
+Result<double> number_in_string(object parent, std::string_view key) {
+  std::string_view text;
+  if (parent[key].get(text) != simdjson::SUCCESS) return not_xgboost("'" + std::string(key) + "' is missing");
+  if (text.size() >= 2 && text.front() == '[' && text.back() == ']') text = text.substr(1, text.size() - 2);
+  double value = 0;
+  auto result = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (result.ec != std::errc() || result.ptr != text.data() + text.size()) {
+    return not_xgboost("'" + std::string(key) + "' is not a number");
+  }
+  return value;
+}
+
+template <typename T>
+Result<std::vector<T>> numbers(object tree, std::string_view key, std::size_t expected, std::size_t tree_index) {
+  std::vector<T> values;
+  array items;
+  if (tree[key].get(items) != simdjson::SUCCESS) {
+    return not_xgboost("tree " + std::to_string(tree_index) + " has no '" + std::string(key) + "' array");
+  }
+  for (element item : items) {
+    if constexpr (std::is_floating_point_v<T>) {
+      double value = 0;
+      if (item.get(value) != simdjson::SUCCESS)
+        return not_xgboost("tree " + std::to_string(tree_index) + " '" + std::string(key) + "' holds a non-number");
+      values.push_back(static_cast<T>(value));
+    } else {
+      std::int64_t value = 0;
+      bool flag = false;
+      if (item.get(value) == simdjson::SUCCESS) {
+        values.push_back(static_cast<T>(value));
+      } else if (item.get(flag) == simdjson::SUCCESS) {
+        values.push_back(static_cast<T>(flag ? 1 : 0));
+      } else {
+        return not_xgboost("tree " + std::to_string(tree_index) + " '" + std::string(key) + "' holds a non-integer");
+      }
+    }
+  }
+  if (values.size() != expected) {
+    return not_xgboost("tree " + std::to_string(tree_index) + " has " + std::to_string(values.size()) + " '" +
+                       std::string(key) + "' entries for " + std::to_string(expected) + " nodes");
+  }
+  return values;
+}
+
+// Appends one XGBoost tree (struct-of-arrays, node 0 = root) to the flat node array.
+Status append_tree(object tree, std::size_t tree_index, std::size_t feature_count, std::vector<TreeNode>& nodes,
+                   std::vector<std::uint32_t>& roots) {
+  array left_array;
+  if (tree["left_children"].get(left_array) != simdjson::SUCCESS) {
+    return not_xgboost("tree " + std::to_string(tree_index) + " has no 'left_children'");
+  }
+  std::size_t count = left_array.size();
+  if (count == 0) return not_xgboost("tree " + std::to_string(tree_index) + " has no nodes");
+  SLIPWAY_ASSIGN_OR_RETURN(auto left, numbers<std::int64_t>(tree, "left_children", count, tree_index));
+  SLIPWAY_ASSIGN_OR_RETURN(auto right, numbers<std::int64_t>(tree, "right_children", count, tree_index));
+  SLIPWAY_ASSIGN_OR_RETURN(auto features, numbers<std::int64_t>(tree, "split_indices", count, tree_index));
+  // Thresholds are float32 in XGBoost; parsing them as float keeps rows that sit exactly on a
+  // cut going the same way.
+  SLIPWAY_ASSIGN_OR_RETURN(auto conditions, numbers<float>(tree, "split_conditions", count, tree_index));
+  SLIPWAY_ASSIGN_OR_RETURN(auto default_left, numbers<std::int64_t>(tree, "default_left", count, tree_index));
+  array split_types;
+  if (tree["split_type"].get(split_types) == simdjson::SUCCESS) {
+    for (element item : split_types) {
+      std::int64_t type = 0;
+      if (item.get(type) == simdjson::SUCCESS && type != 0) {
+        return invalid_argument("tree " + std::to_string(tree_index) +
+                                " has categorical splits, which the XGBoost importer does not support yet");
+      }
+    }
+  }
+  auto offset = static_cast<std::uint32_t>(nodes.size());
+  roots.push_back(offset);
+  for (std::size_t node = 0; node < count; ++node) {
+    TreeNode flat;
+    flat.value = conditions[node];
+    if (left[node] == -1) {
+      flat.feature_and_flags = TreeNode::kLeafFlag;
+    } else {
+      if (left[node] < 0 || right[node] < 0 || static_cast<std::size_t>(left[node]) >= count ||
+          static_cast<std::size_t>(right[node]) >= count) {
+        return not_xgboost("tree " + std::to_string(tree_index) + " node " + std::to_string(node) +
+                           " has a child out of range");
+      }
+      if (features[node] < 0 || static_cast<std::size_t>(features[node]) >= feature_count) {
+        return invalid_argument("tree " + std::to_string(tree_index) + " splits on feature " +
+                                std::to_string(features[node]) + " but the model declares " +
+                                std::to_string(feature_count) + " features");
+      }
+      flat.feature_and_flags =
+          static_cast<std::uint32_t>(features[node]) | (default_left[node] != 0 ? TreeNode::kDefaultLeftFlag : 0U);
+      flat.left = offset + static_cast<std::uint32_t>(left[node]);
+      flat.right = offset + static_cast<std::uint32_t>(right[node]);
+    }
+    nodes.push_back(flat);
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const Bundle>> import_xgboost_json(std::string_view json, const XgboostImportOptions& options) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(json);
+  object root;
+  if (parser.parse(padded).get(root) != simdjson::SUCCESS) return not_xgboost("the file is not a JSON object");
+  object learner;
+  if (root["learner"].get(learner) != simdjson::SUCCESS) return not_xgboost("there is no 'learner' object");
+
+  object booster;
+  std::string_view booster_name;
+  if (learner["gradient_booster"].get(booster) != simdjson::SUCCESS ||
+      booster["name"].get(booster_name) != simdjson::SUCCESS) {
+    return not_xgboost("there is no 'learner.gradient_booster'");
+  }
+  if (booster_name != "gbtree") {
+    return invalid_argument("XGBoost booster '" + std::string(booster_name) +
+                            "' is not supported; only gbtree models can be imported");
+  }
+  std::string_view objective;
+  if (learner["objective"]["name"].get(objective) != simdjson::SUCCESS)
+    return not_xgboost("there is no objective name");
+  bool classification = objective == "binary:logistic";
+  bool regression = objective == "reg:squarederror" || objective == "reg:linear" || objective == "reg:absoluteerror" ||
+                    objective == "reg:pseudohubererror";
+  if (!classification && !regression) {
+    return invalid_argument("XGBoost objective '" + std::string(objective) +
+                            "' is not supported; supported: binary:logistic, reg:squarederror, reg:linear, "
+                            "reg:absoluteerror, reg:pseudohubererror");
+  }
+  object model_param;
+  if (learner["learner_model_param"].get(model_param) != simdjson::SUCCESS) {
+    return not_xgboost("there is no 'learner_model_param'");
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(double feature_count_value, number_in_string(model_param, "num_feature"));
+  SLIPWAY_ASSIGN_OR_RETURN(double base_score, number_in_string(model_param, "base_score"));
+  auto feature_count = static_cast<std::size_t>(feature_count_value);
+  if (auto classes = number_in_string(model_param, "num_class"); classes.ok() && *classes > 1) {
+    return invalid_argument("multiclass XGBoost models are not supported yet");
+  }
+
+  std::vector<std::string> names;
+  array feature_names;
+  if (learner["feature_names"].get(feature_names) == simdjson::SUCCESS) {
+    for (element item : feature_names) {
+      std::string_view name;
+      if (item.get(name) != simdjson::SUCCESS) return not_xgboost("'feature_names' holds a non-string");
+      names.emplace_back(name);
+    }
+  }
+  array feature_types;
+  if (learner["feature_types"].get(feature_types) == simdjson::SUCCESS) {
+    for (element item : feature_types) {
+      std::string_view type;
+      if (item.get(type) == simdjson::SUCCESS && type == "c") {
+        return invalid_argument("the model has categorical features, which the XGBoost importer does not support yet");
+      }
+    }
+  }
+  if (!options.feature_names.empty()) {
+    if (!names.empty() && names != options.feature_names) {
+      return invalid_argument("the given feature names differ from the names saved in the model");
+    }
+    names = options.feature_names;
+  }
+  if (names.empty()) {
+    for (std::size_t index = 0; index < feature_count; ++index) names.push_back("f" + std::to_string(index));
+  }
+  if (names.size() != feature_count) {
+    return invalid_argument("the model has " + std::to_string(feature_count) + " features but " +
+                            std::to_string(names.size()) + " feature names were given");
+  }
+
+  object gbtree;
+  array trees;
+  if (booster["model"].get(gbtree) != simdjson::SUCCESS || gbtree["trees"].get(trees) != simdjson::SUCCESS) {
+    return not_xgboost("there is no 'gradient_booster.model.trees' array");
+  }
+  array tree_info;
+  if (gbtree["tree_info"].get(tree_info) == simdjson::SUCCESS) {
+    for (element item : tree_info) {
+      std::int64_t group = 0;
+      if (item.get(group) == simdjson::SUCCESS && group != 0) {
+        return invalid_argument("the model has several output groups, which is not supported yet");
+      }
+    }
+  }
+  std::vector<TreeNode> nodes;
+  std::vector<std::uint32_t> roots;
+  std::size_t tree_index = 0;
+  for (element item : trees) {
+    object tree;
+    if (item.get(tree) != simdjson::SUCCESS) return not_xgboost("'trees' holds a non-object");
+    SLIPWAY_RETURN_IF_ERROR(append_tree(tree, tree_index++, feature_count, nodes, roots));
+  }
+  SLIPWAY_RETURN_IF_ERROR(TreeEnsembleModel::validate(nodes, roots, feature_count));
+
+  // base_score is stored in response space; the margin starts at its inverse link, computed in
+  // float as XGBoost does.
+  float base_margin = static_cast<float>(base_score);
+  if (classification) {
+    if (!(base_score > 0.0 && base_score < 1.0)) {
+      return invalid_argument("base_score " + std::to_string(base_score) + " is not a probability");
+    }
+    base_margin = -std::log(1.0f / static_cast<float>(base_score) - 1.0f);
+  }
+
+  std::vector<FeatureTransform> inputs;
+  for (const auto& name : names) {
+    FeatureTransform input;
+    input.name = name;
+    input.impute_value = std::nan("");  // trees route missing values themselves
+    inputs.push_back(std::move(input));
+  }
+  Manifest manifest;
+  manifest.task = classification ? Task::kBinaryClassification : Task::kRegression;
+  manifest.target = options.target;
+  if (classification) manifest.class_labels = {"0", "1"};
+  manifest.created_by = "slipway " + std::string(slipway_version()) + " import xgboost";
+  manifest.code_version = std::string(slipway_code_version());
+  manifest.split = "imported";
+  manifest.params = {{"model", "xgboost"},
+                     {"objective", std::string(objective)},
+                     {"source", options.source},
+                     {"trees", std::to_string(roots.size())}};
+  array version;
+  if (root["version"].get(version) == simdjson::SUCCESS) {
+    std::string text;
+    for (element part : version) {
+      std::int64_t number = 0;
+      if (part.get(number) == simdjson::SUCCESS) text += (text.empty() ? "" : ".") + std::to_string(number);
+    }
+    manifest.params["xgboost_version"] = text;
+  }
+  auto model = std::make_shared<TreeEnsembleModel>(std::move(nodes), std::move(roots), feature_count, base_margin);
+  return std::make_shared<const Bundle>(std::move(manifest), Preprocessor(std::move(inputs)), std::move(model));
+}
+
+}  // namespace slipway::model

@@ -1,0 +1,97 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "slipway/model.h"
+
+namespace slipway::model {
+namespace {
+
+// One tree: x0 < 0.5 -> (x1 < 2 -> 1.0 : 2.0, missing x1 goes right), else 3.0; missing x0 goes left.
+std::string small_model(std::string_view objective = "reg:squarederror", std::string_view booster = "gbtree",
+                        std::string_view base_score = "5E-1") {
+  return std::string(R"({"version":[1,7,4],"learner":{"feature_names":[],"feature_types":[],
+    "learner_model_param":{"base_score":")") +
+         std::string(base_score) + R"(","num_class":"0","num_feature":"2","num_target":"1"},
+    "objective":{"name":")" +
+         std::string(objective) + R"("},
+    "gradient_booster":{"name":")" +
+         std::string(booster) + R"(","model":{"gbtree_model_param":{"num_trees":"1"},
+      "tree_info":[0],
+      "trees":[{"id":0,"left_children":[1,3,-1,-1,-1],"right_children":[2,4,-1,-1,-1],
+                "split_indices":[0,1,0,0,0],"split_conditions":[0.5,2.0,3.0,1.0,2.0],
+                "default_left":[1,0,0,0,0],"split_type":[0,0,0,0,0]}]}}}})";
+}
+
+std::vector<float> predict(const Bundle& bundle, const std::string& csv) {
+  auto table = data::parse_csv(csv, "rows.csv");
+  return bundle.predict(*table)->scores;
+}
+
+TEST(TreeEnsemble, FollowsXgboostDecisionRules) {
+  auto bundle = import_xgboost_json(small_model(), {});
+  ASSERT_TRUE(bundle.ok()) << bundle.status().message();
+  // base_score 0.5 is the starting margin for regression.
+  auto scores = predict(**bundle, "f0,f1\n0.1,1\n0.1,5\n0.5,1\n,1\n0.1,\n9,\n");
+  EXPECT_EQ(scores, (std::vector<float>{1.5f, 2.5f, 3.5f, 1.5f, 2.5f, 3.5f}));
+}
+
+TEST(TreeEnsemble, BinaryLogisticAppliesTheLinkToBaseScoreAndOutput) {
+  auto bundle = import_xgboost_json(small_model("binary:logistic", "gbtree", "[2.5E-1]"), {});
+  ASSERT_TRUE(bundle.ok()) << bundle.status().message();
+  auto scores = predict(**bundle, "f0,f1\n0.1,1\n");
+  double margin = std::log(0.25 / 0.75) + 1.0;
+  EXPECT_NEAR(scores[0], 1.0 / (1.0 + std::exp(-margin)), 1e-6);
+  EXPECT_EQ((*bundle)->manifest().class_labels, (std::vector<std::string>{"0", "1"}));
+}
+
+TEST(TreeEnsemble, RoundTripsThroughTheBundleFile) {
+  auto bundle = import_xgboost_json(small_model(), {.feature_names = {"a", "b"}, .source = "m.json", .target = "y"});
+  ASSERT_TRUE(bundle.ok());
+  auto bytes = (*bundle)->serialize();
+  auto parsed = Bundle::parse(bytes, sha256_hex(bytes));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ((*parsed)->serialize(), bytes);
+  EXPECT_EQ(predict(**parsed, "a,b\n0.1,\n"), (std::vector<float>{2.5f}));
+  EXPECT_EQ((*parsed)->manifest().target, "y");
+}
+
+TEST(TreeEnsemble, ValidateRejectsBrokenStructure) {
+  std::vector<TreeNode> nodes(3);
+  nodes[0].feature_and_flags = 0;
+  nodes[0].left = 1;
+  nodes[0].right = 2;
+  nodes[1].feature_and_flags = TreeNode::kLeafFlag;
+  nodes[2].feature_and_flags = TreeNode::kLeafFlag;
+  EXPECT_TRUE(TreeEnsembleModel::validate(nodes, {0}, 1).ok());
+  EXPECT_FALSE(TreeEnsembleModel::validate(nodes, {0}, 0).ok());  // feature out of range
+  nodes[0].right = 7;
+  EXPECT_FALSE(TreeEnsembleModel::validate(nodes, {0}, 1).ok());  // child outside
+  nodes[0].right = 0;
+  EXPECT_FALSE(TreeEnsembleModel::validate(nodes, {0}, 1).ok());  // cycle
+}
+
+TEST(XgboostImport, RejectsWhatItCannotImportWithOneSentence) {
+  auto message = [](const std::string& json, XgboostImportOptions options = {}) {
+    auto result = import_xgboost_json(json, options);
+    return result.ok() ? std::string("ok") : result.status().message();
+  };
+  EXPECT_NE(message("[1,2]").find("not an XGBoost JSON model"), std::string::npos);
+  EXPECT_NE(message("{\"learner\":{}}").find("not an XGBoost JSON model"), std::string::npos);
+  EXPECT_NE(message(small_model("reg:squarederror", "gblinear")).find("booster 'gblinear' is not supported"),
+            std::string::npos);
+  EXPECT_NE(message(small_model("reg:squarederror", "dart")).find("'dart'"), std::string::npos);
+  EXPECT_NE(message(small_model("count:poisson")).find("objective 'count:poisson' is not supported"),
+            std::string::npos);
+  EXPECT_NE(message(small_model(), {.feature_names = {"only_one"}}).find("2 features but 1 feature names"),
+            std::string::npos);
+  std::string categorical = small_model();
+  categorical.replace(categorical.find("\"split_type\":[0,0"), 17, "\"split_type\":[1,0");
+  EXPECT_NE(message(categorical).find("categorical splits"), std::string::npos);
+  std::string out_of_range = small_model();
+  out_of_range.replace(out_of_range.find("\"split_indices\":[0,1"), 20, "\"split_indices\":[0,9");
+  EXPECT_NE(message(out_of_range).find("splits on feature 9"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace slipway::model
