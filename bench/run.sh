@@ -6,13 +6,16 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build/release}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-"$build/bench/slipway_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
+echo "training the XGBoost peer model for the tree benchmarks (about a minute)..." >&2
+/usr/bin/python3 "$root/bench/tree_peer.py" "$out" > "$out/tree_peer.json"
+SLIPWAY_TREE_BENCH_DIR="$out" "$build/bench/slipway_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
   --benchmark_format=json --benchmark_out="$out/ours.json" --benchmark_out_format=json > /dev/null
 /usr/bin/python3 "$root/bench/peer_sklearn_predict.py" "$root/data/lending_club.csv" > "$out/peer.json"
-/usr/bin/python3 - "$out/ours.json" "$out/peer.json" <<'PY'
+/usr/bin/python3 - "$out/ours.json" "$out/peer.json" "$out/tree_peer.json" <<'PY'
 import json, sys
 ours = {b["run_name"]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("aggregate_name") == "median"}
 peer = json.loads(open(sys.argv[2]).read())
+trees = json.loads(open(sys.argv[3]).read())
 def mbps(name): return ours[name]["bytes_per_second"] / 1e6
 def ns(name):
     b = ours[name]; scale = {"ns": 1, "us": 1e3, "ms": 1e6}[b["time_unit"]]
@@ -31,4 +34,11 @@ print("Single-row predict, lending-club logistic regression (median)")
 table = ns("BM_PredictOneRow_FromTable"); pre = ns("BM_PredictOneRow_Preprocessed")
 print(f"  slipway bundle (preprocess + model)  {table/1e3:8.2f} us   scikit-learn pipeline    {peer['pipeline_one_row_ns']/1e3:8.2f} us   speed-up {peer['pipeline_one_row_ns']/table:6.1f}x")
 print(f"  slipway model only (preprocessed)    {pre/1e3:8.2f} us   scikit-learn classifier  {peer['classifier_one_row_ns']/1e3:8.2f} us   speed-up {peer['classifier_one_row_ns']/pre:6.1f}x")
+print("Tree ensemble, XGBoost model imported (200 trees, depth 8, 28 features, 5% missing), predictions checked equal (median)")
+for threads in (1, 2):
+    rate = ours[f"BM_TreeBatch100k/{threads}/real_time"]["rows_per_s"]
+    xgb = trees[f"batch_rows_per_s_{threads}t"]
+    print(f"  batch 100k rows, {threads} thread(s): slipway {rate/1e3:8.1f}k rows/s   xgboost inplace_predict {xgb/1e3:8.1f}k rows/s   ratio {rate/xgb:5.2f}x")
+single = ns("BM_TreeSingleRow")
+print(f"  single row: slipway {single/1e3:.2f} us   xgboost inplace_predict {trees['single_row_median_us']:.1f} us median (p99 {trees['single_row_p99_us']:.1f} us)")
 PY

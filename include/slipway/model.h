@@ -152,6 +152,10 @@ class TreeEnsembleModel final : public Model {
   std::vector<std::uint32_t> roots_;
   std::size_t input_width_;
   float base_margin_;
+  // The evaluation layout: nodes_ with every leaf pointing at itself, so a block of rows can
+  // take exactly depth_[t] branch-free steps through tree t (rows that reach a leaf early stay).
+  std::vector<TreeNode> stepping_nodes_;
+  std::vector<std::uint32_t> depth_;
 };
 
 // Lineage and evaluation that travel with the bundle. Everything here is a deterministic
