@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "slipway/model.h"
 #include "slipway/serve.h"
 #include "support/fixtures.h"
 
@@ -180,6 +181,29 @@ TEST_F(ServiceTest, MatrixInputForAllNumericModels) {
                  R"({"inputs":[{"name":"features","datatype":"FP32","shape":[1,3],"data":[1,2,3]}]})")
                 .status,
             400);
+}
+
+TEST_F(ServiceTest, ServesImportedTreeEnsembles) {
+  std::string xgboost_json = R"({"version":[1,7,4],"learner":{"feature_names":["a","b"],"feature_types":[],
+    "learner_model_param":{"base_score":"5E-1","num_class":"0","num_feature":"2","num_target":"1"},
+    "objective":{"name":"reg:squarederror"},
+    "gradient_booster":{"name":"gbtree","model":{"gbtree_model_param":{"num_trees":"1"},"tree_info":[0],
+      "trees":[{"left_children":[1,-1,-1],"right_children":[2,-1,-1],"split_indices":[1,0,0],
+                "split_conditions":[2.0,10.0,20.0],"default_left":[0,0,0],"split_type":[0,0,0]}]}}}})";
+  auto bundle = model::import_xgboost_json(xgboost_json, {});
+  ASSERT_TRUE(bundle.ok()) << bundle.status().message();
+  auto sha = store_->artifacts().put((*bundle)->serialize());
+  ASSERT_TRUE(store_->register_version("trees", *sha, "").ok());
+  auto metadata = get("/v2/models/trees");
+  EXPECT_NE(metadata.body.find("\"platform\":\"slipway_tree_ensemble\""), std::string::npos) << metadata.body;
+  auto by_matrix = post("/v2/models/trees/infer",
+                        R"({"inputs":[{"name":"x","datatype":"FP32","shape":[3,2],"data":[[0,1],[0,3],[0,null]]}]})");
+  ASSERT_EQ(by_matrix.status, 200) << by_matrix.body;
+  EXPECT_NE(by_matrix.body.find("\"data\":[10.5,20.5,20.5]"), std::string::npos) << by_matrix.body;
+  auto by_name = post("/v2/models/trees/infer",
+                      R"({"inputs":[{"name":"a","datatype":"FP32","shape":[1],"data":[7]},
+                                    {"name":"b","datatype":"FP64","shape":[1],"data":[1.5]}]})");
+  EXPECT_NE(by_name.body.find("\"data\":[10.5]"), std::string::npos) << by_name.body;
 }
 
 }  // namespace
