@@ -133,8 +133,10 @@ class TreeEnsembleModel final : public Model {
  public:
   // `roots[t]` is the index in `nodes` of tree t's root. The caller guarantees the structure
   // (children inside `nodes`, features < input_width, no cycles); validate() checks it.
+  // `cover` (training hessian sum per node) and `gain` (loss reduction per split) are optional:
+  // empty, or one value per node. Explanations need cover; importance uses both.
   TreeEnsembleModel(std::vector<TreeNode> nodes, std::vector<std::uint32_t> roots, std::size_t input_width,
-                    float base_margin);
+                    float base_margin, std::vector<float> cover = {}, std::vector<float> gain = {});
   // InvalidArgument naming the first node that breaks the structure.
   static Status validate(const std::vector<TreeNode>& nodes, const std::vector<std::uint32_t>& roots,
                          std::size_t input_width);
@@ -146,8 +148,30 @@ class TreeEnsembleModel final : public Model {
   const std::vector<TreeNode>& nodes() const { return nodes_; }
   const std::vector<std::uint32_t>& roots() const { return roots_; }
   float base_margin() const { return base_margin_; }
+  const std::vector<float>& cover() const { return cover_; }
+  const std::vector<float>& gain() const { return gain_; }
+  bool has_statistics() const { return !cover_.empty(); }
+
+  // Exact path-dependent TreeSHAP (Lundberg et al. 2018) for one row of input_width() features:
+  // writes input_width() + 1 values into `contributions`, the last being the bias (base margin
+  // plus each tree's cover-weighted mean leaf), summing to the row's margin. FailedPrecondition
+  // when the model has no node covers.
+  Status explain(std::span<const float> row, std::span<float> contributions) const;
+
+  struct Importance {
+    std::vector<std::uint64_t> splits;  // per feature: internal nodes that split on it
+    std::vector<double> total_gain;     // empty without statistics
+    std::vector<double> total_cover;    // empty without statistics
+  };
+  Importance importance() const;
+
+  struct PathElement;  // TreeSHAP's working state, defined in tree_shap.cpp
 
  private:
+  void tree_shap(std::span<const float> row, std::span<float> phi, std::uint32_t node_index, std::uint32_t unique_depth,
+                 PathElement* parent_path, float parent_zero_fraction, float parent_one_fraction,
+                 std::int64_t parent_feature) const;
+
   std::vector<TreeNode> nodes_;
   std::vector<std::uint32_t> roots_;
   std::size_t input_width_;
@@ -156,6 +180,9 @@ class TreeEnsembleModel final : public Model {
   // take exactly depth_[t] branch-free steps through tree t (rows that reach a leaf early stay).
   std::vector<TreeNode> stepping_nodes_;
   std::vector<std::uint32_t> depth_;
+  std::vector<float> cover_;
+  std::vector<float> gain_;
+  std::vector<float> mean_value_;  // per node: cover-weighted mean of the leaves below (needs cover_)
 };
 
 // Lineage and evaluation that travel with the bundle. Everything here is a deterministic

@@ -65,6 +65,9 @@ struct ImportOptions {
   std::string bundle_out;
 };
 int run_import(const GlobalOptions& global, const ImportOptions& options);
+// TreeSHAP contributions per row (CSV), or with importance=true the model's feature importance.
+int run_explain(const GlobalOptions& global, const std::string& reference, const std::string& data, const std::string& out,
+                bool importance);
 
 // ---------------------------------------------------------------------------------------------
 // Output helpers.

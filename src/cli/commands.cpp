@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -696,6 +697,87 @@ int run_import(const GlobalOptions& global, const ImportOptions& options) {
             << (*bundle)->manifest().params.at("objective") << ")\n";
   std::cout << "bundle     sha256:" << sha256 << "\n";
   if (registered) std::cout << "registered " << registered->model << " version " << registered->version << "\n";
+  return 0;
+}
+
+int run_explain(const GlobalOptions& global, const std::string& reference, const std::string& data_path,
+                const std::string& out, bool importance) {
+  auto loaded = load_reference(global, reference);
+  if (!loaded.ok()) return fail(loaded.status());
+  const auto* trees = dynamic_cast<const model::TreeEnsembleModel*>(&loaded->bundle->model());
+  if (trees == nullptr) {
+    return fail(invalid_argument("explain works on tree models; " + loaded->description + " is a " +
+                                 std::string(loaded->bundle->model().family()) + " model"));
+  }
+  const auto& inputs = loaded->bundle->preprocessor().features();
+  if (importance) {
+    auto result = trees->importance();
+    std::vector<std::size_t> order(inputs.size());
+    for (std::size_t index = 0; index < order.size(); ++index) order[index] = index;
+    bool with_gain = !result.total_gain.empty();
+    std::sort(order.begin(), order.end(), [&](auto a, auto b) {
+      return with_gain ? result.total_gain[a] > result.total_gain[b] : result.splits[a] > result.splits[b];
+    });
+    JsonWriter json;
+    json.begin_object().key("model").value(loaded->description).key("features").begin_array();
+    std::vector<std::vector<std::string>> rows;
+    for (auto index : order) {
+      json.begin_object().key("name").value(inputs[index].name).key("splits").value(result.splits[index]);
+      std::vector<std::string> row = {inputs[index].name, std::to_string(result.splits[index])};
+      if (with_gain) {
+        json.key("total_gain").value(result.total_gain[index]).key("total_cover").value(result.total_cover[index]);
+        row.push_back(format_metric(result.total_gain[index]));
+        row.push_back(format_metric(result.total_cover[index]));
+      }
+      json.end_object();
+      rows.push_back(std::move(row));
+    }
+    json.end_array().end_object();
+    if (global.json) {
+      print_json(json);
+    } else if (with_gain) {
+      print_table({"feature", "splits", "total_gain", "total_cover"}, rows);
+    } else {
+      print_table({"feature", "splits"}, rows);
+    }
+    return 0;
+  }
+  if (data_path.empty()) return fail(invalid_argument("explain needs --data FILE (or --importance)"));
+  auto table = read_table(data_path);
+  if (!table.ok()) return fail(table.status());
+  std::vector<float> features;
+  if (auto status = loaded->bundle->preprocessor().transform(*table, features); !status.ok()) return fail(status);
+  std::size_t width = trees->input_width();
+  std::string csv;
+  for (const auto& input : inputs) csv += input.name + ",";
+  csv += "bias\n";
+  JsonWriter json;
+  json.begin_object().key("model").value(loaded->description).key("columns").begin_array();
+  for (const auto& input : inputs) json.value(input.name);
+  json.value("bias").end_array().key("contributions").begin_array();
+  std::vector<float> contributions(width + 1);
+  for (std::size_t row = 0; row < table->row_count(); ++row) {
+    auto status = trees->explain(std::span<const float>(features).subspan(row * width, width), contributions);
+    if (!status.ok()) return fail(status);
+    json.begin_array();
+    for (std::size_t column = 0; column <= width; ++column) {
+      csv += fmt::format("{}", contributions[column]);
+      csv += column == width ? '\n' : ',';
+      json.value(contributions[column]);
+    }
+    json.end_array();
+  }
+  json.end_array().end_object();
+  if (out.empty() && global.json) {
+    print_json(json);
+    return 0;
+  }
+  if (out.empty()) {
+    std::cout << csv;
+    return 0;
+  }
+  if (auto status = write_file_atomic(out, csv); !status.ok()) return fail(status);
+  std::cout << "explained " << table->row_count() << " rows with " << loaded->description << " into " << out << "\n";
   return 0;
 }
 

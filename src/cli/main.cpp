@@ -110,6 +110,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   import_command->add_option("--out", import_options.bundle_out, "Also write the bundle file here");
 
+  bool importance = false;
+  auto* explain_command =
+      app.add_subcommand("explain", "Explain a tree model: TreeSHAP contributions per row, or feature importance");
+  explain_command->add_option("REF", reference, "NAME@VERSION, NAME@ALIAS, NAME (latest) or a bundle file")->required();
+  explain_command->add_option("--data", data_path, "Rows to explain (CSV)");
+  explain_command->add_option("--out", out, "Output CSV (default: stdout)");
+  explain_command->add_flag("--importance", importance, "Print feature importance (splits, gain, cover) instead");
+
   bool markdown = false;
   auto* params_command = app.add_subcommand("params", "List the training parameters");
   params_command->add_flag("--markdown", markdown, "Print docs/parameters.md");
@@ -135,5 +143,6 @@ int main(int argc, char** argv) {
   if (serve_command->parsed()) return run_serve(global, host, port, threads);
   if (params_command->parsed()) return run_params(global, markdown);
   if (import_command->parsed()) return run_import(global, import_options);
+  if (explain_command->parsed()) return run_explain(global, reference, data_path, out, importance);
   return 1;
 }

@@ -16,6 +16,8 @@ using simdjson::dom::object;
 constexpr std::string_view kWeightsSection = "linear.weights";
 constexpr std::string_view kNodesSection = "trees.nodes";
 constexpr std::string_view kRootsSection = "trees.roots";
+constexpr std::string_view kCoverSection = "trees.cover";
+constexpr std::string_view kGainSection = "trees.gain";
 
 template <typename T>
 std::vector<std::byte> bytes_of(const std::vector<T>& values) {
@@ -189,6 +191,10 @@ std::vector<std::byte> Bundle::serialize() const {
   if (trees != nullptr) {
     sections.push_back({std::string(kNodesSection), bytes_of(trees->nodes())});
     sections.push_back({std::string(kRootsSection), bytes_of(trees->roots())});
+    if (trees->has_statistics()) {
+      sections.push_back({std::string(kCoverSection), bytes_of(trees->cover())});
+      sections.push_back({std::string(kGainSection), bytes_of(trees->gain())});
+    }
   }
   auto offsets = section_offsets(sections);
 
@@ -355,8 +361,18 @@ Result<std::shared_ptr<const Bundle>> Bundle::parse(std::span<const std::byte> b
     if (auto status = TreeEnsembleModel::validate(nodes, roots, width); !status.ok()) {
       return data_loss("the bundle's trees are malformed: " + status.message());
     }
-    model =
-        std::make_shared<TreeEnsembleModel>(std::move(nodes), std::move(roots), width, static_cast<float>(base_margin));
+    std::vector<float> cover;
+    std::vector<float> gain;
+    if (sections.count(kCoverSection) != 0) {
+      SLIPWAY_ASSIGN_OR_RETURN(cover, values_of<float>(sections.find(kCoverSection)->second, kCoverSection));
+      SLIPWAY_ASSIGN_OR_RETURN(auto gain_bytes, section(kGainSection));
+      SLIPWAY_ASSIGN_OR_RETURN(gain, values_of<float>(gain_bytes, kGainSection));
+      if (cover.size() != nodes.size() || gain.size() != nodes.size()) {
+        return data_loss("the bundle's tree statistics do not match its node count");
+      }
+    }
+    model = std::make_shared<TreeEnsembleModel>(std::move(nodes), std::move(roots), width,
+                                                static_cast<float>(base_margin), std::move(cover), std::move(gain));
   }
   return std::make_shared<const Bundle>(std::move(manifest), std::move(preprocessor), std::move(model));
 }

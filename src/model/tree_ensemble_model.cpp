@@ -17,12 +17,19 @@ constexpr std::size_t kMinRowsForStepping = 8;
 }  // namespace
 
 TreeEnsembleModel::TreeEnsembleModel(std::vector<TreeNode> nodes, std::vector<std::uint32_t> roots,
-                                     std::size_t input_width, float base_margin)
+                                     std::size_t input_width, float base_margin, std::vector<float> cover,
+                                     std::vector<float> gain)
     : nodes_(std::move(nodes)),
       roots_(std::move(roots)),
       input_width_(input_width),
       base_margin_(base_margin),
-      stepping_nodes_(nodes_) {
+      stepping_nodes_(nodes_),
+      cover_(std::move(cover)),
+      gain_(std::move(gain)) {
+  if (cover_.size() != nodes_.size() || gain_.size() != nodes_.size()) {
+    cover_.clear();
+    gain_.clear();
+  }
   for (std::uint32_t index = 0; index < stepping_nodes_.size(); ++index) {
     TreeNode& node = stepping_nodes_[index];
     if (node.is_leaf()) {
@@ -48,6 +55,32 @@ TreeEnsembleModel::TreeEnsembleModel(std::vector<TreeNode> nodes, std::vector<st
       pending.push_back({node.right, depth + 1});
     }
     depth_.push_back(deepest);
+  }
+  if (!cover_.empty()) {
+    // Cover-weighted mean leaf value below each node, children before parents (post-order).
+    mean_value_.assign(nodes_.size(), 0.0f);
+    std::vector<std::pair<std::uint32_t, bool>> stack;
+    for (std::uint32_t root : roots_) {
+      stack.assign(1, {root, false});
+      while (!stack.empty()) {
+        auto [index, children_done] = stack.back();
+        stack.pop_back();
+        const TreeNode& node = nodes_[index];
+        if (node.is_leaf()) {
+          mean_value_[index] = node.value;
+        } else if (!children_done) {
+          stack.push_back({index, true});
+          stack.push_back({node.left, false});
+          stack.push_back({node.right, false});
+        } else {
+          float total = cover_[index];
+          mean_value_[index] =
+              total > 0
+                  ? (mean_value_[node.left] * cover_[node.left] + mean_value_[node.right] * cover_[node.right]) / total
+                  : 0.0f;
+        }
+      }
+    }
   }
 }
 

@@ -65,7 +65,7 @@ Result<std::vector<T>> numbers(object tree, std::string_view key, std::size_t ex
 
 // Appends one XGBoost tree (struct-of-arrays, node 0 = root) to the flat node array.
 Status append_tree(object tree, std::size_t tree_index, std::size_t feature_count, std::vector<TreeNode>& nodes,
-                   std::vector<std::uint32_t>& roots) {
+                   std::vector<std::uint32_t>& roots, std::vector<float>& cover, std::vector<float>& gain) {
   array left_array;
   if (tree["left_children"].get(left_array) != simdjson::SUCCESS) {
     return not_xgboost("tree " + std::to_string(tree_index) + " has no 'left_children'");
@@ -88,6 +88,16 @@ Status append_tree(object tree, std::size_t tree_index, std::size_t feature_coun
                                 " has categorical splits, which the XGBoost importer does not support yet");
       }
     }
+  }
+  // Training statistics, for explanations and importance: optional, all or nothing.
+  auto hessians = numbers<float>(tree, "sum_hessian", count, tree_index);
+  auto losses = numbers<float>(tree, "loss_changes", count, tree_index);
+  if (hessians.ok() && losses.ok() && cover.size() == nodes.size()) {
+    cover.insert(cover.end(), hessians->begin(), hessians->end());
+    gain.insert(gain.end(), losses->begin(), losses->end());
+  } else {
+    cover.clear();
+    gain.clear();
   }
   auto offset = static_cast<std::uint32_t>(nodes.size());
   roots.push_back(offset);
@@ -207,11 +217,13 @@ Result<std::shared_ptr<const Bundle>> import_xgboost_json(std::string_view json,
   }
   std::vector<TreeNode> nodes;
   std::vector<std::uint32_t> roots;
+  std::vector<float> cover;
+  std::vector<float> gain;
   std::size_t tree_index = 0;
   for (element item : trees) {
     object tree;
     if (item.get(tree) != simdjson::SUCCESS) return not_xgboost("'trees' holds a non-object");
-    SLIPWAY_RETURN_IF_ERROR(append_tree(tree, tree_index++, feature_count, nodes, roots));
+    SLIPWAY_RETURN_IF_ERROR(append_tree(tree, tree_index++, feature_count, nodes, roots, cover, gain));
   }
   SLIPWAY_RETURN_IF_ERROR(TreeEnsembleModel::validate(nodes, roots, feature_count));
 
@@ -252,7 +264,12 @@ Result<std::shared_ptr<const Bundle>> import_xgboost_json(std::string_view json,
     }
     manifest.params["xgboost_version"] = text;
   }
-  auto model = std::make_shared<TreeEnsembleModel>(std::move(nodes), std::move(roots), feature_count, base_margin);
+  if (cover.size() != nodes.size()) {  // a tree without statistics: keep none
+    cover.clear();
+    gain.clear();
+  }
+  auto model = std::make_shared<TreeEnsembleModel>(std::move(nodes), std::move(roots), feature_count, base_margin,
+                                                   std::move(cover), std::move(gain));
   return std::make_shared<const Bundle>(std::move(manifest), Preprocessor(std::move(inputs)), std::move(model));
 }
 

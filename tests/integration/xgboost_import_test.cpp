@@ -2,8 +2,10 @@
 // xgboost`, must predict what XGBoost predicts on every held-out row, missing values included.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <fstream>
+#include <sstream>
 
 #include "slipway/data.h"
 #include "slipway/model.h"
@@ -63,6 +65,54 @@ TEST(XgboostImport, BinaryLogisticMatchesXgboostOnEveryRow) {
   expect_same_predictions(**reloaded, reference);
 }
 
+// TreeSHAP contributions equal XGBoost's pred_contribs, and each row's sum is its margin.
+void expect_same_contributions(const model::Bundle& bundle, const std::string& dir) {
+  const auto& trees = dynamic_cast<const model::TreeEnsembleModel&>(bundle.model());
+  auto holdout = data::read_csv(dir + "/holdout.csv");
+  std::vector<float> features;
+  ASSERT_TRUE(bundle.preprocessor().transform(*holdout, features).ok());
+  std::size_t width = trees.input_width();
+  std::ifstream expected_file(dir + "/contribs.txt");
+  std::vector<float> contributions(width + 1);
+  std::vector<float> margin(1);
+  double worst = 0;
+  std::size_t rows = 0;
+  for (std::string line; std::getline(expected_file, line); ++rows) {
+    std::istringstream values(line);
+    std::span<const float> row(features.data() + rows * width, width);
+    auto explained = trees.explain(row, contributions);
+    ASSERT_TRUE(explained.ok()) << explained.message();
+    double sum = 0;
+    for (std::size_t column = 0; column <= width; ++column) {
+      double expected = 0;
+      values >> expected;
+      EXPECT_NEAR(contributions[column], expected, 1e-4 * std::max(1.0, std::abs(expected)))
+          << "row " << rows << " column " << column;
+      worst = std::max(worst, std::abs(contributions[column] - expected));
+      sum += contributions[column];
+    }
+    trees.predict_margin(row, 1, margin);
+    EXPECT_NEAR(sum, margin[0], 1e-4 * std::max(1.0, std::abs(sum))) << "row " << rows;
+  }
+  EXPECT_EQ(rows, 300u);
+  std::printf("largest TreeSHAP difference from XGBoost pred_contribs over %zu rows: %.3g\n", rows, worst);
+}
+
+TEST(XgboostImport, TreeShapMatchesXgboostPredContribs) {
+  if (!have_xgboost()) GTEST_SKIP() << "python3-xgboost is not installed";
+  for (const auto& [data, target, positive, objective] :
+       std::vector<std::array<std::string, 4>>{{"lending_club.csv", "Class", "bad", "binary:logistic"},
+                                               {"chicago_ridership.csv", "ridership", "-", "reg:squarederror"}}) {
+    SCOPED_TRACE(data);
+    TempDir dir;
+    make_reference(dir, data, target, positive, objective);
+    auto bundle = model::import_xgboost_json(*read_file(dir.file("model.json")), {});
+    ASSERT_TRUE(bundle.ok()) << bundle.status().message();
+    auto bytes = (*bundle)->serialize();  // statistics survive the bundle file
+    expect_same_contributions(**model::Bundle::parse(bytes), dir.path());
+  }
+}
+
 TEST(XgboostImport, RegressionMatchesXgboostOnEveryRow) {
   if (!have_xgboost()) GTEST_SKIP() << "python3-xgboost is not installed";
   TempDir dir;
@@ -87,6 +137,15 @@ TEST(XgboostImport, CommandRegistersAndEvaluates) {
       run_command({slipway_binary(), "--home", home.path(), "eval", "lending-xgb", "--data", reference.holdout_path});
   EXPECT_EQ(evaluated.exit_code, 0) << evaluated.err;
   EXPECT_NE(evaluated.out.find("auc"), std::string::npos);
+
+  auto explained = run_command({slipway_binary(), "--home", home.path(), "explain", "lending-xgb", "--data",
+                                reference.holdout_path, "--out", dir.file("shap.csv")});
+  ASSERT_EQ(explained.exit_code, 0) << explained.err;
+  auto shap = *slipway::read_file(dir.file("shap.csv"));
+  EXPECT_EQ(shap.substr(0, shap.find(',')), "funded_amnt");
+  EXPECT_EQ(std::count(shap.begin(), shap.end(), '\n'), 2001);
+  auto importance = run_command({slipway_binary(), "--home", home.path(), "explain", "lending-xgb", "--importance"});
+  EXPECT_NE(importance.out.find("total_gain"), std::string::npos) << importance.err;
 
   write_text(dir.file("not_a_model.json"), "{\"hello\": 1}");
   auto bad = run_command({slipway_binary(), "--home", home.path(), "import", "xgboost", dir.file("not_a_model.json")});

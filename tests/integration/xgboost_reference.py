@@ -7,6 +7,7 @@ Trains XGBoost (hist, depth 6, eta 0.1, 60 rounds, 2 threads) on the numeric col
   OUT_DIR/model.json      save_model with feature names
   OUT_DIR/holdout.csv     held-out rows (some values blanked to exercise default directions)
   OUT_DIR/expected.txt    XGBoost's predictions for holdout.csv, one per line
+  OUT_DIR/contribs.txt    pred_contribs (TreeSHAP) for the first 300 held-out rows, one row per line
 """
 import csv
 import os
@@ -60,6 +61,10 @@ def main():
     with open(os.path.join(out_dir, "expected.txt"), "w") as handle:
         for value in predictions:
             handle.write(repr(float(value)) + "\n")
+    contribs = booster.predict(xgb.DMatrix(test_matrix[:300], feature_names=features), pred_contribs=True)
+    with open(os.path.join(out_dir, "contribs.txt"), "w") as handle:
+        for row in contribs:
+            handle.write(" ".join(repr(float(v)) for v in row) + "\n")
 
 
 if __name__ == "__main__":
