@@ -52,6 +52,8 @@ struct PreprocessOptions {
   // Levels beyond this many (the rarest) share the "other" slot.
   std::size_t max_categories = 100;
   bool standardize = true;
+  // false: missing numbers stay NaN (tree models route them), impute_value is NaN.
+  bool impute_missing = true;
 };
 
 class Preprocessor {

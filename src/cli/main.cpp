@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
   train_command->add_option("--data", train.data, "Training data (CSV with a header row)");
   train_command->add_option("--target", train.target, "Column to predict");
   train_command
-      ->add_option("--model", train.model, "Model family: logistic (binary classification) or linear (regression)")
+      ->add_option("--model", train.model, "Model family: logistic (binary classification), linear (regression) or gbdt (boosted trees, either task)")
       ->capture_default_str();
   train_command->add_option("--split", train.split, "Hold-out split: random, stratified, time:COLUMN or group:COLUMN")
       ->capture_default_str();

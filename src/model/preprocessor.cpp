@@ -124,7 +124,11 @@ Result<Preprocessor> Preprocessor::fit(const data::Table& table, const std::vect
         }
       }
       feature.impute_value = present > 0 ? sum / static_cast<double>(present) : 0.0;
-      for (float value : column.numbers) encoded.push_back(std::isnan(value) ? feature.impute_value : value);
+      if (!options.impute_missing) feature.impute_value = std::nan("");
+      for (float value : column.numbers) {
+        if (!std::isnan(value) || options.impute_missing)
+          encoded.push_back(std::isnan(value) ? feature.impute_value : value);
+      }
       center_and_scale(encoded, options.standardize, feature);
     } else {
       feature.encoding = options.encoding;

@@ -67,11 +67,12 @@ Status validate(const ParamDeclaration& declaration, const std::string& value) {
 }  // namespace
 
 const std::vector<std::string>& model_families() {
-  static const std::vector<std::string> kFamilies = {"logistic", "linear"};
+  static const std::vector<std::string> kFamilies = {"logistic", "linear", "gbdt"};
   return kFamilies;
 }
 
 const std::vector<ParamDeclaration>& parameter_declarations() {
+  // clang-format off: one declaration per block reads as a table.
   static const std::vector<ParamDeclaration> kDeclarations = {
       {"l2",
        ParamType::kDouble,
@@ -80,8 +81,8 @@ const std::vector<ParamDeclaration>& parameter_declarations() {
        1e12,
        {},
        {"logistic", "linear"},
-       "L2 penalty on the weights (not the intercept): the objective is sum of losses + l2/2 * sum of squared weights; "
-       "l2=1 matches scikit-learn's LogisticRegression(C=1) and Ridge(alpha=1)."},
+       "L2 penalty on the weights (not the intercept): the objective is sum of losses + l2/2 * sum of squared "
+       "weights; l2=1 matches scikit-learn's LogisticRegression(C=1) and Ridge(alpha=1)."},
       {"max_iterations",
        ParamType::kInt,
        "500",
@@ -121,7 +122,7 @@ const std::vector<ParamDeclaration>& parameter_declarations() {
        1,
        100000,
        {},
-       {"logistic", "linear"},
+       {"logistic", "linear", "gbdt"},
        "Levels kept per categorical column, most frequent first; the rest share the 'other' slot."},
       {"standardize",
        ParamType::kChoice,
@@ -137,9 +138,39 @@ const std::vector<ParamDeclaration>& parameter_declarations() {
        0,
        0,
        {},
-       {"logistic"},
+       {"logistic", "gbdt"},
        "The label whose probability is the score; auto picks 1/yes/true when present, else the rarer class."},
+      {"objective",
+       ParamType::kChoice,
+       "auto",
+       0,
+       0,
+       {"auto", "binary:logistic", "reg:squarederror"},
+       {"gbdt"},
+       "What the trees fit; auto: binary:logistic for a target with two values, else reg:squarederror."},
+      {"rounds", ParamType::kInt, "100", 1, 100000, {}, {"gbdt"}, "Boosting rounds (trees)."},
+      {"learning_rate", ParamType::kDouble, "0.1", 1e-6, 1.0, {}, {"gbdt"}, "Shrinkage applied to every leaf (eta)."},
+      {"max_depth", ParamType::kInt, "6", 1, 16, {}, {"gbdt"}, "Deepest a tree may grow (depth-wise growth)."},
+      {"lambda", ParamType::kDouble, "1.0", 0.0, 1e6, {}, {"gbdt"}, "L2 penalty on leaf weights."},
+      {"gamma", ParamType::kDouble, "0", 0.0, 1e12, {}, {"gbdt"}, "Least loss reduction a split must bring."},
+      {"min_child_weight",
+       ParamType::kDouble,
+       "1.0",
+       0.0,
+       1e12,
+       {},
+       {"gbdt"},
+       "Least hessian sum in each child of a split."},
+      {"max_bin",
+       ParamType::kInt,
+       "255",
+       2,
+       255,
+       {},
+       {"gbdt"},
+       "Histogram bins per feature (quantile cuts); missing values have a bin of their own."},
   };
+  // clang-format on
   return kDeclarations;
 }
 

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "slipway/train.h"
+#include "train/gbdt_trainer.h"
 #include "train/linear_trainer.h"
 
 namespace slipway::train {
@@ -55,6 +56,17 @@ Result<Labels> binary_labels(const data::Column& target, const std::string& requ
   return out;
 }
 
+// True when the target has exactly two distinct present values (a binary task for objective=auto).
+bool two_valued(const data::Column& target) {
+  std::vector<std::string> seen;
+  for (std::size_t row = 0; row < target.size() && seen.size() <= 2; ++row) {
+    if (target.is_missing(row)) continue;
+    std::string text = target.text_at(row);
+    if (!contains(seen, text)) seen.push_back(text);
+  }
+  return seen.size() == 2 || target.type == data::ColumnType::kCategorical;
+}
+
 Result<Labels> regression_labels(const data::Column& target) {
   if (target.type != data::ColumnType::kNumeric) {
     return invalid_argument("target '" + target.name + "' holds text; linear regression needs a numeric target");
@@ -100,7 +112,12 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
     return invalid_argument("the target '" + request.target + "' cannot also be a feature");
   }
 
+  bool gbdt = request.model_family == "gbdt";
   bool classification = request.model_family == "logistic";
+  if (gbdt) {
+    const std::string& objective = params.at("objective");
+    classification = objective == "binary:logistic" || (objective == "auto" && two_valued(target));
+  }
   Labels labels;
   if (classification) {
     SLIPWAY_ASSIGN_OR_RETURN(labels, binary_labels(target, params.at("positive_class")));
@@ -110,22 +127,52 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
   data::Table rows = table.take_rows(labels.kept_rows);
 
   model::PreprocessOptions preprocess_options;
-  preprocess_options.encoding = params.at("categorical_encoding") == "ordinal" ? model::CategoricalEncoding::kOrdinal
-                                                                               : model::CategoricalEncoding::kOneHot;
   preprocess_options.max_categories = std::stoul(params.at("max_categories"));
-  preprocess_options.standardize = params.at("standardize") == "true";
+  if (gbdt) {
+    // Trees take numbers as they are, route missing values themselves, and split categories by
+    // their frequency rank (native categorical splits are not built yet).
+    preprocess_options.encoding = model::CategoricalEncoding::kOrdinal;
+    preprocess_options.standardize = false;
+    preprocess_options.impute_missing = false;
+  } else {
+    preprocess_options.encoding = params.at("categorical_encoding") == "ordinal" ? model::CategoricalEncoding::kOrdinal
+                                                                                 : model::CategoricalEncoding::kOneHot;
+    preprocess_options.standardize = params.at("standardize") == "true";
+  }
   SLIPWAY_ASSIGN_OR_RETURN(auto preprocessor, model::Preprocessor::fit(rows, features, preprocess_options));
   std::vector<float> matrix;
   SLIPWAY_RETURN_IF_ERROR(preprocessor.transform(rows, matrix));
 
-  LbfgsOptions lbfgs;
-  lbfgs.max_iterations = std::stoi(params.at("max_iterations"));
-  lbfgs.history = std::stoi(params.at("lbfgs_history"));
-  lbfgs.gradient_tolerance = std::stod(params.at("tolerance"));
   int threads = request.thread_count > 0 ? request.thread_count : default_thread_count();
-  LinearFit linear = fit_linear(matrix, rows.row_count(), preprocessor.output_width(), labels.values,
-                                classification ? LinearLoss::kLogistic : LinearLoss::kSquared,
-                                std::stod(params.at("l2")), lbfgs, threads);
+  std::shared_ptr<const model::Model> fitted;
+  int iterations = 0;
+  bool converged = true;
+  if (gbdt) {
+    GbdtOptions options;
+    options.objective = classification ? GbdtObjective::kLogistic : GbdtObjective::kSquaredError;
+    options.rounds = std::stoi(params.at("rounds"));
+    options.learning_rate = std::stod(params.at("learning_rate"));
+    options.max_depth = std::stoi(params.at("max_depth"));
+    options.lambda = std::stod(params.at("lambda"));
+    options.gamma = std::stod(params.at("gamma"));
+    options.min_child_weight = std::stod(params.at("min_child_weight"));
+    options.max_bin = std::stoi(params.at("max_bin"));
+    options.thread_count = threads;
+    GbdtFit trees = fit_gbdt(matrix, rows.row_count(), preprocessor.output_width(), labels.values, options);
+    fitted = trees.model;
+    iterations = trees.rounds;
+  } else {
+    LbfgsOptions lbfgs;
+    lbfgs.max_iterations = std::stoi(params.at("max_iterations"));
+    lbfgs.history = std::stoi(params.at("lbfgs_history"));
+    lbfgs.gradient_tolerance = std::stod(params.at("tolerance"));
+    LinearFit linear = fit_linear(matrix, rows.row_count(), preprocessor.output_width(), labels.values,
+                                  classification ? LinearLoss::kLogistic : LinearLoss::kSquared,
+                                  std::stod(params.at("l2")), lbfgs, threads);
+    iterations = linear.iterations;
+    converged = linear.converged;
+    fitted = std::make_shared<model::LinearModel>(std::move(linear.weights), linear.bias);
+  }
 
   model::Manifest manifest;
   manifest.task = classification ? model::Task::kBinaryClassification : model::Task::kRegression;
@@ -144,11 +191,10 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
   summary.features = features;
   summary.rows_used = rows.row_count();
   summary.rows_dropped_missing_target = table.row_count() - rows.row_count();
-  summary.iterations = linear.iterations;
-  summary.converged = linear.converged;
-  summary.bundle = std::make_shared<const model::Bundle>(
-      std::move(manifest), std::move(preprocessor),
-      std::make_shared<model::LinearModel>(std::move(linear.weights), linear.bias));
+  summary.iterations = iterations;
+  summary.converged = converged;
+  summary.bundle =
+      std::make_shared<const model::Bundle>(std::move(manifest), std::move(preprocessor), std::move(fitted));
   return summary;
 }
 
