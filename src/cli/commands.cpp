@@ -216,6 +216,7 @@ int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector
   std::int64_t started = monotonic_ns();
   auto summary = train::fit(prepared->train, request);
   if (!summary.ok()) return failed(summary.status());
+  double train_seconds = static_cast<double>(monotonic_ns() - started) * 1e-9;
   log_info(fmt::format("trained {} on {} rows, {} features in {:.2f} s ({} iterations{})", options.model,
                        summary->rows_used, summary->bundle->preprocessor().output_width(),
                        static_cast<double>(monotonic_ns() - started) * 1e-9, summary->iterations,
@@ -256,6 +257,7 @@ int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector
     json.key("split").value(prepared->split_description);
     json.key("train_rows").value(static_cast<std::uint64_t>(summary->rows_used));
     json.key("test_rows").value(static_cast<std::uint64_t>(evaluation->rows));
+    json.key("train_seconds").value(train_seconds);
     json.key("leakage").begin_object();
     json.key("duplicate_test_rows").value(static_cast<std::uint64_t>(leakage.duplicate_test_rows));
     json.key("groups_on_both_sides").value(static_cast<std::uint64_t>(leakage.groups_on_both_sides));
