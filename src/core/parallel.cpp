@@ -1,9 +1,77 @@
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include "slipway/core.h"
 
 namespace slipway {
+namespace {
+
+// A process-wide pool of worker threads, started on first use and never torn down (it lives as
+// long as the process), so a parallel loop costs a queue push instead of a thread start.
+class WorkerPool {
+ public:
+  static WorkerPool& instance() {
+    static WorkerPool* pool = new WorkerPool(std::max(1, default_thread_count() - 1));
+    return *pool;
+  }
+
+  int size() const { return static_cast<int>(workers_.size()); }
+
+  void post(std::function<void()> job) {
+    {
+      std::lock_guard lock(mutex_);
+      jobs_.push_back(std::move(job));
+    }
+    wake_.notify_one();
+  }
+
+ private:
+  explicit WorkerPool(int workers) {
+    for (int index = 0; index < workers; ++index) {
+      workers_.emplace_back([this] {
+        while (true) {
+          std::function<void()> job;
+          {
+            std::unique_lock lock(mutex_);
+            wake_.wait(lock, [this] { return !jobs_.empty(); });
+            job = std::move(jobs_.front());
+            jobs_.pop_front();
+          }
+          job();
+        }
+      });
+      workers_.back().detach();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> workers_;
+};
+
+// One parallel loop. Helpers that start after the caller has finished draining do nothing, and the
+// caller waits only for helpers that started, so a loop never waits on a queued job (no deadlock
+// when the pool is busy, or when a loop runs inside another).
+struct LoopState {
+  std::size_t task_count = 0;
+  const std::function<void(std::size_t)>* task = nullptr;
+  std::atomic<std::size_t> next{0};
+  std::mutex mutex;
+  std::condition_variable done;
+  int active_helpers = 0;
+  bool closed = false;
+
+  void drain() {
+    for (std::size_t index = next.fetch_add(1); index < task_count; index = next.fetch_add(1)) (*task)(index);
+  }
+};
+
+}  // namespace
 
 int default_thread_count() {
   unsigned count = std::thread::hardware_concurrency();
@@ -11,20 +79,32 @@ int default_thread_count() {
 }
 
 void parallel_for(std::size_t task_count, int thread_count, const std::function<void(std::size_t)>& task) {
-  std::size_t workers =
-      std::min<std::size_t>(task_count, thread_count < 1 ? 1 : static_cast<std::size_t>(thread_count));
+  std::size_t workers = std::min<std::size_t>(task_count, thread_count < 1 ? 1 : static_cast<std::size_t>(thread_count));
   if (workers <= 1) {
     for (std::size_t index = 0; index < task_count; ++index) task(index);
     return;
   }
-  std::atomic<std::size_t> next{0};
-  auto drain = [&] {
-    for (std::size_t index = next.fetch_add(1); index < task_count; index = next.fetch_add(1)) task(index);
-  };
-  std::vector<std::jthread> threads;
-  threads.reserve(workers - 1);
-  for (std::size_t worker = 1; worker < workers; ++worker) threads.emplace_back(drain);
-  drain();
+  auto state = std::make_shared<LoopState>();
+  state->task_count = task_count;
+  state->task = &task;
+  WorkerPool& pool = WorkerPool::instance();
+  std::size_t helpers = std::min<std::size_t>(workers - 1, static_cast<std::size_t>(pool.size()));
+  for (std::size_t helper = 0; helper < helpers; ++helper) {
+    pool.post([state] {
+      {
+        std::lock_guard lock(state->mutex);
+        if (state->closed) return;
+        ++state->active_helpers;
+      }
+      state->drain();
+      std::lock_guard lock(state->mutex);
+      if (--state->active_helpers == 0) state->done.notify_all();
+    });
+  }
+  state->drain();
+  std::unique_lock lock(state->mutex);
+  state->closed = true;
+  state->done.wait(lock, [&] { return state->active_helpers == 0; });
 }
 
 }  // namespace slipway

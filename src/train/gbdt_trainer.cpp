@@ -69,8 +69,8 @@ void build_histogram(const BinnedFeatures& binned, std::size_t width, std::span<
                      const std::vector<BinStats>& row_stats, Histogram& histogram, int threads) {
   histogram.resize(width * 256);
   std::fill(histogram.begin(), histogram.end(), BinStats{});
-  // Starting threads costs tens of microseconds; small nodes are faster on one.
-  constexpr std::size_t kRowsWorthThreads = 8192;
+  // Waking a pool worker costs microseconds; small nodes are faster on one thread.
+  constexpr std::size_t kRowsWorthThreads = 2048;
   parallel_for(width, node_rows.size() >= kRowsWorthThreads ? threads : 1, [&](std::size_t feature) {
     const std::uint8_t* column = binned.bins.data() + feature * binned.rows;
     BinStats* bins = histogram.data() + feature * 256;
