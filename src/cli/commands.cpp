@@ -53,6 +53,13 @@ Result<data::Table> read_table(const std::string& path) {
   return table;
 }
 
+// "registered": {"model": NAME, "version": N}, when a version was registered.
+void write_registered_json(JsonWriter& json, const std::optional<registry::ModelVersion>& registered) {
+  if (!registered) return;
+  json.key("registered").begin_object().key("model").value(registered->model);
+  json.key("version").value(registered->version).end_object();
+}
+
 void write_metrics_json(JsonWriter& json, const eval::Metrics& metrics) {
   json.begin_object();
   for (const auto& [name, value] : metrics.values) json.key(name).value(value);
@@ -266,10 +273,7 @@ int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector
     json.key("metrics");
     write_evaluation_json(json, *evaluation);
     json.key("bundle_sha256").value(*sha256);
-    if (registered) {
-      json.key("registered").begin_object().key("model").value(registered->model);
-      json.key("version").value(registered->version).end_object();
-    }
+    write_registered_json(json, registered);
     json.end_object();
     print_json(json);
     return 0;
@@ -686,10 +690,7 @@ int run_import(const GlobalOptions& global, const ImportOptions& options) {
     json_out.key("trees").value(static_cast<std::uint64_t>(trees.roots().size()));
     json_out.key("features").value(static_cast<std::uint64_t>(trees.input_width()));
     json_out.key("task").value(model::task_name((*bundle)->task()));
-    if (registered) {
-      json_out.key("registered").begin_object().key("model").value(registered->model);
-      json_out.key("version").value(registered->version).end_object();
-    }
+    write_registered_json(json_out, registered);
     json_out.end_object();
     print_json(json_out);
     return 0;
