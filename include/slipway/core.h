@@ -34,8 +34,6 @@ enum class StatusCode {
   kInternal,            // a bug in Slipway (HTTP 500)
 };
 
-std::string_view status_code_name(StatusCode code);
-
 class [[nodiscard]] Status {
  public:
   Status() = default;

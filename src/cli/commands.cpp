@@ -33,9 +33,12 @@ Result<LoadedModel> load_reference(const GlobalOptions& global, const std::strin
   bool looks_like_path = reference.find('/') != std::string::npos || reference.ends_with(".slip");
   if (looks_like_path || std::filesystem::is_regular_file(reference, error)) {
     if (!std::filesystem::is_regular_file(reference, error)) return not_found("no bundle file at '" + reference + "'");
-    SLIPWAY_ASSIGN_OR_RETURN(auto bundle, model::Bundle::load(reference));
-    SLIPWAY_ASSIGN_OR_RETURN(std::string sha256, sha256_file(reference));
-    return LoadedModel{bundle, reference, sha256};
+    // One read: the identity is hashed from the same mapping the bundle is parsed from.
+    SLIPWAY_ASSIGN_OR_RETURN(auto mapped, MappedFile::open(reference));
+    std::string sha256 = sha256_hex(mapped.bytes());
+    auto bundle = model::Bundle::parse(mapped.bytes(), sha256);
+    if (!bundle.ok()) return Status(bundle.status().code(), reference + ": " + bundle.status().message());
+    return LoadedModel{*bundle, reference, sha256};
   }
   SLIPWAY_ASSIGN_OR_RETURN(auto parsed, registry::parse_model_reference(reference));
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_registry(global, false));
@@ -334,13 +337,10 @@ int run_predict(const GlobalOptions& global, const std::string& reference, const
   if (!predictions.ok()) return fail(predictions.status());
 
   bool classification = loaded->bundle->task() == model::Task::kBinaryClassification;
+  JsonWriter json;  // with --json: {"model", "rows", then the predictions or the output path}
+  json.begin_object().key("model").value(loaded->description);
+  json.key("rows").value(static_cast<std::uint64_t>(predictions->rows));
   if (out.empty() && global.json) {  // one JSON document on stdout instead of CSV
-    JsonWriter json;
-    json.begin_object()
-        .key("model")
-        .value(loaded->description)
-        .key("rows")
-        .value(static_cast<std::uint64_t>(predictions->rows));
     json.key("predictions").begin_array();
     for (std::size_t row = 0; row < predictions->rows; ++row) {
       json.begin_object();
@@ -392,12 +392,6 @@ int run_predict(const GlobalOptions& global, const std::string& reference, const
   }
   if (auto status = write_file_atomic(out, csv); !status.ok()) return fail(status);
   if (global.json) {
-    JsonWriter json;
-    json.begin_object()
-        .key("model")
-        .value(loaded->description)
-        .key("rows")
-        .value(static_cast<std::uint64_t>(predictions->rows));
     json.key("out").value(out).end_object();
     print_json(json);
   } else {
@@ -645,10 +639,11 @@ int run_import(const GlobalOptions& global, const ImportOptions& options) {
   import_options.source = std::filesystem::absolute(options.model_path).string();
   import_options.target = options.target;
   if (!options.schema_path.empty()) {
-    auto schema = read_file(options.schema_path);
+    // Only the header matters: map the file and parse its first line, so a large data file costs nothing.
+    auto schema = MappedFile::open(options.schema_path);
     if (!schema.ok()) return fail(schema.status());
-    // Only the header matters; parse it alone so a large data file costs nothing.
-    auto header = data::parse_csv(std::string_view(*schema).substr(0, schema->find('\n') + 1), options.schema_path);
+    std::string_view text = schema->text();
+    auto header = data::parse_csv(text.substr(0, text.find('\n') + 1), options.schema_path);
     if (!header.ok()) return fail(header.status());
     for (const auto& column : header->columns()) {
       if (column.name != options.target) import_options.feature_names.push_back(column.name);
@@ -660,7 +655,7 @@ int run_import(const GlobalOptions& global, const ImportOptions& options) {
   if (!options.bundle_out.empty()) {
     if (auto status = write_file_atomic(options.bundle_out, bytes); !status.ok()) return fail(status);
   }
-  std::string sha256 = sha256_hex(bytes);
+  std::string sha256;
   std::optional<registry::ModelVersion> registered;
   if (!options.register_as.empty()) {
     auto store = open_registry(global, true);
@@ -673,15 +668,18 @@ int run_import(const GlobalOptions& global, const ImportOptions& options) {
     run.params = (*bundle)->manifest().params;
     auto run_id = (*store)->start_run(run);
     if (!run_id.ok()) return fail(run_id.status());
-    auto stored = (*store)->artifacts().put(bytes);
+    auto stored = (*store)->artifacts().put(bytes);  // hashes the bytes: the bundle's identity
     if (!stored.ok()) {
       (void)(*store)->finish_run(*run_id, false, "");
       return fail(stored.status());
     }
+    sha256 = *stored;
     if (auto status = (*store)->finish_run(*run_id, true, sha256); !status.ok()) return fail(status);
     auto version = (*store)->register_version(options.register_as, sha256, *run_id);
     if (!version.ok()) return fail(version.status());
     registered = *version;
+  } else {
+    sha256 = sha256_hex(bytes);
   }
   const auto& trees = dynamic_cast<const model::TreeEnsembleModel&>((*bundle)->model());
   if (global.json) {

@@ -2,30 +2,6 @@
 
 namespace slipway {
 
-std::string_view status_code_name(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk:
-      return "ok";
-    case StatusCode::kInvalidArgument:
-      return "invalid argument";
-    case StatusCode::kNotFound:
-      return "not found";
-    case StatusCode::kAlreadyExists:
-      return "already exists";
-    case StatusCode::kFailedPrecondition:
-      return "failed precondition";
-    case StatusCode::kDataLoss:
-      return "data loss";
-    case StatusCode::kUnavailable:
-      return "unavailable";
-    case StatusCode::kIo:
-      return "i/o error";
-    case StatusCode::kInternal:
-      return "internal error";
-  }
-  return "unknown";
-}
-
 Status invalid_argument(std::string message) { return {StatusCode::kInvalidArgument, std::move(message)}; }
 Status not_found(std::string message) { return {StatusCode::kNotFound, std::move(message)}; }
 Status already_exists(std::string message) { return {StatusCode::kAlreadyExists, std::move(message)}; }
