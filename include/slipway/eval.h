@@ -22,6 +22,10 @@ struct Metrics {
 // Binary classification: auc, log_loss, accuracy, precision, recall, f1 (threshold 0.5 on
 // P(positive)). `labels` are 0 or 1.
 Metrics binary_metrics(std::span<const float> probabilities, std::span<const double> labels);
+// Multiclass: log_loss, accuracy, macro_f1 (the mean of each class's one-vs-rest F1).
+// `probabilities` is rows x class_count row-major; `labels` are class indices.
+Metrics multiclass_metrics(std::span<const float> probabilities, std::size_t class_count,
+                           std::span<const double> labels);
 // Regression: rmse, mae, r2.
 Metrics regression_metrics(std::span<const float> predictions, std::span<const double> targets);
 

@@ -25,7 +25,7 @@
 
 namespace slipway::model {
 
-enum class Task { kBinaryClassification, kRegression };
+enum class Task { kBinaryClassification, kMulticlassClassification, kRegression };
 std::string_view task_name(Task task);
 
 enum class CategoricalEncoding { kOneHot, kOrdinal };
@@ -89,8 +89,10 @@ class Model {
   virtual ~Model() = default;
   virtual std::string_view family() const = 0;
   virtual std::size_t input_width() const = 0;
+  // Margins per row: 1, or one per class for a multiclass model.
+  virtual std::size_t output_count() const { return 1; }
   // Raw scores (margins) for `rows` rows of `features` (rows x input_width(), row-major) into
-  // `out` (rows values).
+  // `out` (rows x output_count(), row-major).
   virtual void predict_margin(std::span<const float> features, std::size_t rows, std::span<float> out) const = 0;
 };
 
@@ -112,52 +114,84 @@ class LinearModel final : public Model {
 // A decision-tree ensemble (gradient-boosted trees) over raw numeric features, stored for
 // prediction: every tree's nodes in one flat array, 16 bytes a node.
 //
-// At an internal node a row goes left when its feature is NaN and default_left is set, or when
-// `x < threshold` (strict, in float32: XGBoost's rule). margin = base_margin + sum of the leaf
-// values reached, accumulated in float32 in tree order.
+// At a numeric node a row goes left when its feature is NaN and default_left is set, or when
+// `x < threshold` (strict, in float32: XGBoost's rule). At a categorical node the feature holds a
+// category code; NaN follows default_left, codes in the node's category set go right and every
+// other code (unseen ones included) goes left, as in XGBoost. margin = base_margin + the leaf
+// values reached, accumulated in float32 in tree order, per output group (class).
 struct TreeNode {
   static constexpr std::uint32_t kLeafFlag = 1U << 31;
   static constexpr std::uint32_t kDefaultLeftFlag = 1U << 30;
-  static constexpr std::uint32_t kFeatureMask = kDefaultLeftFlag - 1;
+  static constexpr std::uint32_t kCategoricalFlag = 1U << 29;
+  static constexpr std::uint32_t kFeatureMask = kCategoricalFlag - 1;
 
-  float value = 0.0f;  // threshold, or the leaf value at a leaf
+  // The threshold, the leaf value at a leaf, or at a categorical node the bit pattern of an
+  // offset into the ensemble's category_sets.
+  float value = 0.0f;
   std::uint32_t feature_and_flags = 0;
   std::uint32_t left = 0;   // absolute node index of the left child
   std::uint32_t right = 0;  // absolute node index of the right child
 
   bool is_leaf() const { return (feature_and_flags & kLeafFlag) != 0; }
   bool default_left() const { return (feature_and_flags & kDefaultLeftFlag) != 0; }
+  bool is_categorical() const { return (feature_and_flags & kCategoricalFlag) != 0; }
   std::uint32_t feature() const { return feature_and_flags & kFeatureMask; }
+  std::uint32_t category_set() const;
+  static float category_set_value(std::uint32_t offset);
 };
 static_assert(sizeof(TreeNode) == 16);
 
+// Whether a row whose feature value is `x` goes to `node`'s left child. `category_sets` is the
+// ensemble's, read only at categorical nodes.
+bool goes_left(const TreeNode& node, float x, std::span<const std::uint32_t> category_sets);
+
+// Everything that defines a tree ensemble; TreeEnsembleModel adds evaluation layouts over it.
+struct TreeEnsembleData {
+  std::vector<TreeNode> nodes;
+  std::vector<std::uint32_t> roots;  // roots[t]: index in `nodes` of tree t's root
+  std::size_t input_width = 0;
+  float base_margin = 0.0f;
+  // Optional, empty or one value per node: training hessian sum (cover) and loss reduction of
+  // each split (gain). Explanations need cover; importance uses both.
+  std::vector<float> cover;
+  std::vector<float> gain;
+  // Per categorical node, at its offset: the word count n, then n 32-bit words whose set bits
+  // are the categories that go right.
+  std::vector<std::uint32_t> category_sets;
+  // Multiclass: the output group (class) of each tree, and the number of groups. Empty groups
+  // and group_count 1 for a single output.
+  std::vector<std::uint32_t> tree_groups;
+  std::size_t group_count = 1;
+};
+
 class TreeEnsembleModel final : public Model {
  public:
-  // `roots[t]` is the index in `nodes` of tree t's root. The caller guarantees the structure
-  // (children inside `nodes`, features < input_width, no cycles); validate() checks it.
-  // `cover` (training hessian sum per node) and `gain` (loss reduction per split) are optional:
-  // empty, or one value per node. Explanations need cover; importance uses both.
-  TreeEnsembleModel(std::vector<TreeNode> nodes, std::vector<std::uint32_t> roots, std::size_t input_width,
-                    float base_margin, std::vector<float> cover = {}, std::vector<float> gain = {});
-  // InvalidArgument naming the first node that breaks the structure.
-  static Status validate(const std::vector<TreeNode>& nodes, const std::vector<std::uint32_t>& roots,
-                         std::size_t input_width);
+  // The caller guarantees the structure (children inside `nodes`, features < input_width, no
+  // cycles, category sets inside category_sets); validate() checks it.
+  explicit TreeEnsembleModel(TreeEnsembleData data);
+  // InvalidArgument naming the first node or tree that breaks the structure.
+  static Status validate(const TreeEnsembleData& data);
 
   std::string_view family() const override { return "tree_ensemble"; }
-  std::size_t input_width() const override { return input_width_; }
+  std::size_t input_width() const override { return data_.input_width; }
+  std::size_t output_count() const override { return data_.group_count; }
   void predict_margin(std::span<const float> features, std::size_t rows, std::span<float> out) const override;
 
-  const std::vector<TreeNode>& nodes() const { return nodes_; }
-  const std::vector<std::uint32_t>& roots() const { return roots_; }
-  float base_margin() const { return base_margin_; }
-  const std::vector<float>& cover() const { return cover_; }
-  const std::vector<float>& gain() const { return gain_; }
-  bool has_statistics() const { return !cover_.empty(); }
+  const TreeEnsembleData& data() const { return data_; }
+  const std::vector<TreeNode>& nodes() const { return data_.nodes; }
+  const std::vector<std::uint32_t>& roots() const { return data_.roots; }
+  float base_margin() const { return data_.base_margin; }
+  const std::vector<float>& cover() const { return data_.cover; }
+  const std::vector<float>& gain() const { return data_.gain; }
+  bool has_statistics() const { return !data_.cover.empty(); }
+  std::uint32_t tree_group(std::size_t tree) const {
+    return data_.tree_groups.empty() ? 0 : data_.tree_groups[tree];
+  }
 
   // Exact path-dependent TreeSHAP (Lundberg et al. 2018) for one row of input_width() features:
-  // writes input_width() + 1 values into `contributions`, the last being the bias (base margin
-  // plus each tree's cover-weighted mean leaf), summing to the row's margin. FailedPrecondition
-  // when the model has no node covers.
+  // writes output_count() blocks of input_width() + 1 values into `contributions`, the last of
+  // each block being the bias (base margin plus each tree's cover-weighted mean leaf); a block
+  // sums to the row's margin for that output. FailedPrecondition when the model has no covers.
   Status explain(std::span<const float> row, std::span<float> contributions) const;
 
   struct Importance {
@@ -173,18 +207,15 @@ class TreeEnsembleModel final : public Model {
   void tree_shap(std::span<const float> row, std::span<float> phi, std::uint32_t node_index, std::uint32_t unique_depth,
                  PathElement* parent_path, float parent_zero_fraction, float parent_one_fraction,
                  std::int64_t parent_feature) const;
+  void predict_by_walking(std::span<const float> features, std::size_t rows, std::span<float> out) const;
 
-  std::vector<TreeNode> nodes_;
-  std::vector<std::uint32_t> roots_;
-  std::size_t input_width_;
-  float base_margin_;
-  // The evaluation layout: nodes_ with every leaf pointing at itself, so a block of rows can
-  // take exactly depth_[t] branch-free steps through tree t (rows that reach a leaf early stay).
+  TreeEnsembleData data_;
+  // The evaluation layout: nodes with every leaf pointing at itself, so a block of rows can take
+  // exactly depth_[t] branch-free steps through tree t (rows that reach a leaf early stay).
   std::vector<TreeNode> stepping_nodes_;
   std::vector<std::uint32_t> depth_;
-  std::vector<float> cover_;
-  std::vector<float> gain_;
-  std::vector<float> mean_value_;  // per node: cover-weighted mean of the leaves below (needs cover_)
+  bool has_categorical_ = false;
+  std::vector<float> mean_value_;  // per node: cover-weighted mean of the leaves below (needs cover)
 };
 
 // Lineage and evaluation that travel with the bundle. Everything here is a deterministic
@@ -194,6 +225,7 @@ struct Manifest {
   Task task = Task::kRegression;
   std::string target;
   // Binary classification: {negative label, positive label}; the score is P(positive).
+  // Multiclass: every label, in the order of the model's outputs.
   std::vector<std::string> class_labels;
   std::string created_by;
   std::string code_version;
@@ -207,9 +239,14 @@ struct Manifest {
 
 struct Predictions {
   std::size_t rows = 0;
-  // Regression: predictions. Binary classification: P(positive label).
+  std::size_t columns = 1;  // scores per row: the class count for multiclass, else 1
+  // Row-major rows x columns. Regression: predictions. Binary classification: P(positive
+  // label). Multiclass: P(class) per class, in class_labels order.
   std::vector<float> scores;
 };
+
+// In place: margins -> probabilities that sum to 1 (computed stably, in double).
+void softmax(std::span<float> margins);
 
 class Bundle {
  public:
@@ -224,8 +261,9 @@ class Bundle {
   Result<Predictions> predict(const data::Table& batch) const;
   // Scores rows already preprocessed (rows x preprocessor().output_width()).
   Predictions predict_preprocessed(std::span<const float> features, std::size_t rows) const;
-  // The label for a score: the positive label when score >= 0.5 (classification only).
-  const std::string& label_for(float score) const;
+  // The predicted label of `row` (classification only): the positive label when its score is
+  // >= 0.5, for multiclass the most probable class (the first on a tie).
+  const std::string& predicted_label(const Predictions& predictions, std::size_t row) const;
 
   // A copy with `metrics` recorded in the manifest, sharing this bundle's model.
   std::shared_ptr<const Bundle> with_metrics(std::map<std::string, double> metrics) const;
@@ -262,9 +300,10 @@ struct XgboostImportOptions {
 
 // Converts an XGBoost JSON model (save_model("m.json"), XGBoost 1.x to 3.x) into a bundle whose
 // predictions equal XGBoost's: gbtree booster; objectives binary:logistic, binary:logitraw,
-// reg:squarederror, reg:linear, reg:absoluteerror, reg:pseudohubererror. InvalidArgument with
-// one sentence for anything else (not XGBoost JSON, gblinear, dart, multiclass, categorical
-// splits, a feature-name count that does not match).
+// reg:squarederror, reg:linear, reg:absoluteerror, reg:pseudohubererror, multi:softprob,
+// multi:softmax; numeric and categorical splits (a categorical input must then carry XGBoost's
+// category codes as numbers). InvalidArgument with one sentence for anything else (not XGBoost
+// JSON, gblinear, dart, another objective, a feature-name count that does not match).
 Result<std::shared_ptr<const Bundle>> import_xgboost_json(std::string_view json, const XgboostImportOptions& options);
 
 }  // namespace slipway::model

@@ -39,6 +39,12 @@ struct RunRecord {
   std::vector<MetricRecord> metrics;  // latest value per key (full history in the store)
 };
 
+struct CheckpointRecord {
+  std::int64_t step = 0;  // e.g. boosting rounds done
+  std::string bundle_sha256;
+  std::int64_t created_ms = 0;
+};
+
 struct ModelVersion {
   std::string model;
   std::int64_t version = 0;
@@ -112,6 +118,18 @@ class Registry {
   // Appends metric values at `step`. FailedPrecondition if the run is not RUNNING.
   Status log_metrics(const std::string& run_id, const std::vector<std::pair<std::string, double>>& metrics,
                      std::int64_t step = 0);
+  // Appends many (key, step, value) records in one transaction: a metric's history, e.g. per
+  // boosting round. Timestamps of 0 become now.
+  Status log_metric_steps(const std::string& run_id, const std::vector<MetricRecord>& records);
+  // Every metric record of the run, by key, then step.
+  Result<std::vector<MetricRecord>> metric_history(const std::string& run_id);
+  // Records a checkpoint (a bundle already in the artifact store) of a RUNNING run.
+  Status record_checkpoint(const std::string& run_id, std::int64_t step, const std::string& bundle_sha256);
+  // The run's checkpoint with the highest step; nullopt when it has none.
+  Result<std::optional<CheckpointRecord>> latest_checkpoint(const std::string& run_id);
+  // Marks an interrupted (RUNNING) or FAILED run RUNNING again, to resume it. FailedPrecondition
+  // for a FINISHED run.
+  Status reopen_run(const std::string& run_id);
   // Ends a run as FINISHED or FAILED, recording the bundle it produced (may be empty).
   Status finish_run(const std::string& run_id, bool succeeded, const std::string& bundle_sha256);
   Result<RunRecord> get_run(const std::string& run_id);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <span>
@@ -68,6 +69,14 @@ LbfgsResult minimize_lbfgs(const Objective& objective, std::vector<double>& x, c
 // ---------------------------------------------------------------------------------------------
 // Training.
 
+// One boosting round's metric (the objective's default: logloss, mlogloss, rmse, mae or mphe)
+// on the training rows and, with early stopping, on the validation rows (else NaN).
+struct RoundMetrics {
+  int round = 0;
+  double train = std::numeric_limits<double>::quiet_NaN();
+  double validation = std::numeric_limits<double>::quiet_NaN();
+};
+
 struct TrainRequest {
   std::string target;
   std::string model_family = "logistic";
@@ -80,6 +89,22 @@ struct TrainRequest {
   // Lineage copied into the bundle manifest.
   std::string data_fingerprint;
   std::string split_description;
+  // A numeric column of non-negative row weights (not a feature); empty for equal weights.
+  std::string weight_column;
+
+  // gbdt only. Warm start: boosting continues from this bundle's trees on the new data, with
+  // its preprocessing; the result holds its trees and the new ones.
+  std::shared_ptr<const model::Bundle> init_model;
+  std::string init_model_reference;  // recorded in the manifest's params as init_model
+  // gbdt only. Resume: a checkpoint from on_checkpoint of an earlier run of the same request;
+  // the result has the bytes the uninterrupted run would have had.
+  std::shared_ptr<const model::Bundle> resume_from;
+  // gbdt only. Called every `checkpoint_every` rounds with a checkpoint bundle (not a model to
+  // serve: it carries the rounds done and the metric history in its params).
+  int checkpoint_every = 0;
+  std::function<Status(const model::Bundle& checkpoint, int rounds_done)> on_checkpoint;
+  // gbdt only. Called after every round.
+  std::function<void(const RoundMetrics& latest, int rounds_total)> on_round;
 };
 
 struct TrainSummary {
@@ -89,6 +114,12 @@ struct TrainSummary {
   std::size_t rows_dropped_missing_target = 0;
   int iterations = 0;
   bool converged = false;
+  // gbdt: the metric per round, its name, and with early stopping the best round (else -1).
+  std::vector<RoundMetrics> history;
+  std::string round_metric;
+  int best_round = -1;
+  bool stopped_early = false;
+  std::size_t validation_rows = 0;
 };
 
 // Fits `request.model_family` on `table`. Deterministic: the same table, request and thread

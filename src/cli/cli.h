@@ -1,6 +1,7 @@
 // The slipway command line: option structs filled by main.cpp, one function per subcommand.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -32,11 +33,18 @@ struct TrainOptions {
   std::string experiment = "default";
   std::string bundle_out;
   int threads = 0;
+  std::string weight_column;
+  std::string init_model;  // a model reference to continue boosting from
+  int checkpoint_every = 0;
+  std::string resume_run;  // a run id: replay its spec from its latest checkpoint
+  bool progress = true;    // a progress bar on stderr when it is a terminal
 };
 
 // Reads a YAML spec into `options`, leaving fields the spec does not set untouched. Relative
 // paths in the spec are relative to the spec file's folder.
 Status load_spec(const std::string& path, TrainOptions& options);
+// The same from YAML text (e.g. a run's stored spec); `source` names it in errors.
+Status load_spec_text(const std::string& yaml, const std::string& source, TrainOptions& options);
 // The resolved spec as YAML, stored with the run so it can be replayed.
 std::string spec_yaml(const TrainOptions& options);
 // Parses KEY=VALUE strings.
@@ -76,6 +84,27 @@ int run_explain(const GlobalOptions& global, const std::string& reference, const
 int fail(const Status& status);
 // Prints rows under headers, columns aligned.
 void print_table(const std::vector<std::string>& headers, const std::vector<std::vector<std::string>>& rows);
+// A one-line progress bar on stderr, redrawn at most 10 times a second, shown only when stderr
+// is a terminal (logs and pipes get no carriage-return noise).
+class ProgressBar {
+ public:
+  ProgressBar(std::string label, std::int64_t total, bool enabled);
+  ~ProgressBar();
+  // `done` of total finished; `detail` is shown after the count (e.g. the latest metric).
+  void update(std::int64_t done, const std::string& detail);
+  // For work whose size is known only once it starts.
+  void set_total(std::int64_t total) { total_ = std::max<std::int64_t>(total, 1); }
+  void finish();
+
+ private:
+  std::string label_;
+  std::int64_t total_;
+  bool enabled_;
+  std::int64_t started_ns_;
+  std::int64_t last_draw_ns_ = 0;
+  bool drawn_ = false;
+};
+
 // A metric value for display: 4 significant decimals, "-" for NaN.
 std::string format_metric(double value);
 std::string format_time_ms(std::int64_t unix_ms);

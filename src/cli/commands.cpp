@@ -1,6 +1,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -118,6 +120,9 @@ void overlay(TrainOptions& base, const TrainOptions& flags, const std::vector<st
   if (was_given("experiment")) base.experiment = flags.experiment;
   if (was_given("threads")) base.threads = flags.threads;
   if (was_given("out")) base.bundle_out = flags.bundle_out;
+  if (was_given("weight")) base.weight_column = flags.weight_column;
+  if (was_given("init-model")) base.init_model = flags.init_model;
+  if (was_given("checkpoint-every")) base.checkpoint_every = flags.checkpoint_every;
   base.params.insert(base.params.end(), flags.params.begin(), flags.params.end());
   base.ignore.insert(base.ignore.end(), flags.ignore.begin(), flags.ignore.end());
 }
@@ -176,8 +181,36 @@ int run_init(const GlobalOptions& global) {
 }
 
 int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector<std::string>& flags_given) {
+  auto store = open_registry(global, true);
+  if (!store.ok()) return fail(store.status());
   TrainOptions options;
-  if (!flags.spec_path.empty()) {
+  std::optional<registry::RunRecord> resumed_run;
+  std::shared_ptr<const model::Bundle> checkpoint;
+  if (!flags.resume_run.empty()) {
+    // A resume replays the run's stored spec exactly; only where it runs may change.
+    auto run = (*store)->get_run(flags.resume_run);
+    if (!run.ok()) return fail(run.status());
+    if (run->status == "FINISHED") {
+      return fail(failed_precondition("run " + run->run_id + " has finished; there is nothing to resume"));
+    }
+    if (auto status = load_spec_text(run->spec, "the spec of run " + run->run_id, options); !status.ok()) {
+      return fail(status);
+    }
+    options.threads = flags.threads;
+    options.bundle_out = flags.bundle_out;
+    options.progress = flags.progress;
+    auto latest = (*store)->latest_checkpoint(run->run_id);
+    if (!latest.ok()) return fail(latest.status());
+    if (!latest->has_value()) {
+      return fail(failed_precondition("run " + run->run_id +
+                                      " saved no checkpoint (train with --checkpoint-every N); train it again instead"));
+    }
+    auto bundle = model::Bundle::load((*store)->artifacts().path_for((*latest)->bundle_sha256), (*latest)->bundle_sha256);
+    if (!bundle.ok()) return fail(bundle.status());
+    checkpoint = *bundle;
+    log_info(fmt::format("resuming run {} from its checkpoint after {} rounds", run->run_id, (*latest)->step));
+    resumed_run = std::move(*run);
+  } else if (!flags.spec_path.empty()) {
     if (auto status = load_spec(flags.spec_path, options); !status.ok()) return fail(status);
     overlay(options, flags, flags_given);
   } else {
@@ -191,26 +224,46 @@ int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector
   if (!options.register_as.empty()) {
     if (auto status = registry::validate_model_name(options.register_as); !status.ok()) return fail(status);
   }
+  if (options.model != "gbdt" && (options.checkpoint_every > 0 || !options.init_model.empty())) {
+    return fail(invalid_argument("--checkpoint-every and --init-model apply to --model gbdt"));
+  }
+  std::optional<LoadedModel> init_model;
+  if (!options.init_model.empty()) {
+    auto loaded = load_reference(global, options.init_model);
+    if (!loaded.ok()) return fail(loaded.status());
+    init_model = std::move(*loaded);
+  }
 
   auto prepared = prepare_data(options);
   if (!prepared.ok()) return fail(prepared.status());
-  auto store = open_registry(global, true);
-  if (!store.ok()) return fail(store.status());
+  if (!options.weight_column.empty()) prepared->excluded_columns.push_back(options.weight_column);
 
-  registry::NewRun new_run;
-  new_run.experiment = options.experiment;
-  new_run.code_version = std::string(slipway_code_version());
-  new_run.data_fingerprint = prepared->fingerprint;
-  new_run.spec = spec_yaml(options);
-  new_run.params = *params;
-  new_run.params["model"] = options.model;
-  new_run.params["split"] = prepared->split_description;
-  auto run_id = (*store)->start_run(new_run);
-  if (!run_id.ok()) return fail(run_id.status());
-  log_info("run " + *run_id + " started");
+  std::string run_id;
+  if (resumed_run) {
+    if (resumed_run->data_fingerprint != prepared->fingerprint) {
+      return fail(failed_precondition("the data of run " + resumed_run->run_id +
+                                      " changed since it started (its fingerprint differs); train it again instead"));
+    }
+    if (auto status = (*store)->reopen_run(resumed_run->run_id); !status.ok()) return fail(status);
+    run_id = resumed_run->run_id;
+  } else {
+    registry::NewRun new_run;
+    new_run.experiment = options.experiment;
+    new_run.code_version = std::string(slipway_code_version());
+    new_run.data_fingerprint = prepared->fingerprint;
+    new_run.spec = spec_yaml(options);
+    new_run.params = *params;
+    new_run.params["model"] = options.model;
+    new_run.params["split"] = prepared->split_description;
+    if (init_model) new_run.params["init_model"] = init_model->description + " sha256:" + init_model->sha256;
+    auto started_run = (*store)->start_run(new_run);
+    if (!started_run.ok()) return fail(started_run.status());
+    run_id = *started_run;
+    log_info("run " + run_id + " started");
+  }
 
   auto failed = [&](const Status& status) {
-    (void)(*store)->finish_run(*run_id, false, "");
+    (void)(*store)->finish_run(run_id, false, "");
     return fail(status);
   };
 
@@ -223,14 +276,51 @@ int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector
   request.thread_count = options.threads;
   request.data_fingerprint = prepared->fingerprint;
   request.split_description = prepared->split_description;
+  request.weight_column = options.weight_column;
+  if (init_model) {
+    request.init_model = init_model->bundle;
+    request.init_model_reference = init_model->description + " sha256:" + init_model->sha256;
+  }
+  request.resume_from = checkpoint;
+  request.checkpoint_every = options.checkpoint_every;
+  if (options.checkpoint_every > 0) {
+    request.on_checkpoint = [&](const model::Bundle& bundle, int rounds_done) -> Status {
+      SLIPWAY_ASSIGN_OR_RETURN(std::string sha256, (*store)->artifacts().put(bundle.serialize()));
+      SLIPWAY_RETURN_IF_ERROR((*store)->record_checkpoint(run_id, rounds_done, sha256));
+      crash_point("train.after_checkpoint");
+      return {};
+    };
+  }
+  ProgressBar progress("train", 0, options.progress && !global.json);
+  request.on_round = [&](const train::RoundMetrics& latest, int total) {
+    progress.set_total(total);
+    std::string detail = fmt::format("train {}", format_metric(latest.train));
+    if (!std::isnan(latest.validation)) detail += fmt::format(" valid {}", format_metric(latest.validation));
+    progress.update(latest.round + 1, detail);
+  };
   std::int64_t started = monotonic_ns();
   auto summary = train::fit(prepared->train, request);
+  progress.finish();
   if (!summary.ok()) return failed(summary.status());
   double train_seconds = static_cast<double>(monotonic_ns() - started) * 1e-9;
-  log_info(fmt::format("trained {} on {} rows, {} features in {:.2f} s ({} iterations{})", options.model,
-                       summary->rows_used, summary->bundle->preprocessor().output_width(),
-                       static_cast<double>(monotonic_ns() - started) * 1e-9, summary->iterations,
+  log_info(fmt::format("trained {} on {} rows, {} features in {:.2f} s ({} {}{})", options.model, summary->rows_used,
+                       summary->bundle->preprocessor().output_width(), train_seconds, summary->iterations,
+                       options.model == "gbdt" ? "rounds" : "iterations",
                        summary->converged ? "" : ", not converged"));
+  if (summary->stopped_early) {
+    log_info(fmt::format("early stopping: validation {} was best at round {}; kept {} rounds", summary->round_metric,
+                         summary->best_round + 1, summary->iterations));
+  }
+  if (!summary->history.empty()) {
+    std::vector<registry::MetricRecord> records;
+    for (const auto& record : summary->history) {
+      records.push_back({"train_" + summary->round_metric, record.train, record.round + 1, 0});
+      if (!std::isnan(record.validation)) {
+        records.push_back({"validation_" + summary->round_metric, record.validation, record.round + 1, 0});
+      }
+    }
+    if (auto status = (*store)->log_metric_steps(run_id, records); !status.ok()) return failed(status);
+  }
 
   auto evaluation = eval::evaluate(*summary->bundle, prepared->test, options.slice);
   if (!evaluation.ok()) return failed(evaluation.status());
@@ -247,13 +337,14 @@ int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector
   logged.emplace_back("train_rows", static_cast<double>(summary->rows_used));
   logged.emplace_back("test_rows", static_cast<double>(evaluation->rows));
   logged.emplace_back("iterations", summary->iterations);
-  if (auto status = (*store)->log_metrics(*run_id, logged); !status.ok()) return failed(status);
-  if (auto status = (*store)->finish_run(*run_id, true, *sha256); !status.ok()) return fail(status);
+  if (summary->best_round >= 0) logged.emplace_back("best_round", summary->best_round + 1);
+  if (auto status = (*store)->log_metrics(run_id, logged); !status.ok()) return failed(status);
+  if (auto status = (*store)->finish_run(run_id, true, *sha256); !status.ok()) return fail(status);
 
   std::optional<registry::ModelVersion> registered;
   if (!options.register_as.empty()) {
     crash_point("train.before_register");
-    auto version = (*store)->register_version(options.register_as, *sha256, *run_id);
+    auto version = (*store)->register_version(options.register_as, *sha256, run_id);
     if (!version.ok()) return fail(version.status());
     registered = *version;
   }
@@ -262,8 +353,14 @@ int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector
   if (global.json) {
     JsonWriter json;
     json.begin_object();
-    json.key("run_id").value(*run_id);
+    json.key("run_id").value(run_id);
     json.key("model").value(options.model);
+    if (options.model == "gbdt") {
+      json.key("rounds").value(summary->iterations);
+      json.key("best_round").value(summary->best_round >= 0 ? summary->best_round + 1 : 0);
+      json.key("stopped_early").value(summary->stopped_early);
+      json.key("validation_rows").value(static_cast<std::uint64_t>(summary->validation_rows));
+    }
     json.key("split").value(prepared->split_description);
     json.key("train_rows").value(static_cast<std::uint64_t>(summary->rows_used));
     json.key("test_rows").value(static_cast<std::uint64_t>(evaluation->rows));
@@ -281,7 +378,16 @@ int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector
     print_json(json);
     return 0;
   }
-  std::cout << "run        " << *run_id << "\n";
+  std::cout << "run        " << run_id << "\n";
+  if (options.model == "gbdt") {
+    std::cout << "rounds     " << summary->iterations;
+    if (summary->best_round >= 0) {
+      std::cout << " (best validation " << summary->round_metric << " at round " << summary->best_round + 1
+                << (summary->stopped_early ? ", stopped early" : "") << "; " << summary->validation_rows
+                << " validation rows)";
+    }
+    std::cout << "\n";
+  }
   std::cout << "split      " << prepared->split_description << ": " << summary->rows_used << " train rows, "
             << evaluation->rows << " test rows\n";
   std::cout << "leakage    " << leakage.duplicate_test_rows << " test rows duplicated in train";
@@ -336,7 +442,11 @@ int run_predict(const GlobalOptions& global, const std::string& reference, const
   auto predictions = loaded->bundle->predict(*table);
   if (!predictions.ok()) return fail(predictions.status());
 
-  bool classification = loaded->bundle->task() == model::Task::kBinaryClassification;
+  const model::Bundle& bundle = *loaded->bundle;
+  bool classification = bundle.task() != model::Task::kRegression;
+  bool multiclass = bundle.task() == model::Task::kMulticlassClassification;
+  const auto& class_labels = bundle.manifest().class_labels;
+  const std::size_t columns = predictions->columns;
   JsonWriter json;  // with --json: {"model", "rows", then the predictions or the output path}
   json.begin_object().key("model").value(loaded->description);
   json.key("rows").value(static_cast<std::uint64_t>(predictions->rows));
@@ -345,9 +455,16 @@ int run_predict(const GlobalOptions& global, const std::string& reference, const
     for (std::size_t row = 0; row < predictions->rows; ++row) {
       json.begin_object();
       if (ids != nullptr) json.key(ids->name).value(ids->text_at(row));
-      float score = predictions->scores[row];
-      json.key(classification ? "probability" : "prediction").value(score);
-      if (classification) json.key("label").value(loaded->bundle->label_for(score));
+      if (multiclass) {
+        json.key("probabilities").begin_object();
+        for (std::size_t label = 0; label < columns; ++label) {
+          json.key(class_labels[label]).value(predictions->scores[row * columns + label]);
+        }
+        json.end_object();
+      } else {
+        json.key(classification ? "probability" : "prediction").value(predictions->scores[row]);
+      }
+      if (classification) json.key("label").value(bundle.predicted_label(*predictions, row));
       json.end_object();
     }
     json.end_array().end_object();
@@ -372,17 +489,27 @@ int run_predict(const GlobalOptions& global, const std::string& reference, const
     append_field(ids->name);
     csv += ',';
   }
-  csv += classification ? "probability,label\n" : "prediction\n";
+  if (multiclass) {
+    for (const auto& label : class_labels) {
+      append_field("probability_" + label);
+      csv += ',';
+    }
+    csv += "label\n";
+  } else {
+    csv += classification ? "probability,label\n" : "prediction\n";
+  }
   for (std::size_t row = 0; row < predictions->rows; ++row) {
     if (ids != nullptr) {
       append_field(ids->text_at(row));
       csv += ',';
     }
-    float score = predictions->scores[row];
-    csv += fmt::format("{}", score);
+    for (std::size_t column = 0; column < columns; ++column) {
+      if (column > 0) csv += ',';
+      csv += fmt::format("{}", predictions->scores[row * columns + column]);
+    }
     if (classification) {
       csv += ',';
-      append_field(loaded->bundle->label_for(score));
+      append_field(bundle.predicted_label(*predictions, row));
     }
     csv += '\n';
   }
@@ -508,6 +635,12 @@ int run_show(const GlobalOptions& global, const std::string& run_id) {
   if (!store.ok()) return fail(store.status());
   auto run = (*store)->get_run(run_id);
   if (!run.ok()) return fail(run.status());
+  auto history = (*store)->metric_history(run_id);
+  if (!history.ok()) return fail(history.status());
+  // Metrics recorded at more than one step (per boosting round): key -> (step -> value).
+  std::map<std::string, std::map<std::int64_t, double>> series;
+  for (const auto& record : *history) series[record.key][record.step] = record.value;
+  for (auto it = series.begin(); it != series.end();) it = it->second.size() > 1 ? std::next(it) : series.erase(it);
   if (global.json) {
     JsonWriter json;
     json.begin_object().key("run_id").value(run->run_id).key("experiment").value(run->experiment);
@@ -518,6 +651,12 @@ int run_show(const GlobalOptions& global, const std::string& run_id) {
     for (const auto& [key, value] : run->params) json.key(key).value(value);
     json.end_object().key("metrics").begin_object();
     for (const auto& metric : run->metrics) json.key(metric.key).value(metric.value);
+    json.end_object().key("history").begin_object();
+    for (const auto& [key, values] : series) {
+      json.key(key).begin_array();
+      for (const auto& [step, value] : values) json.begin_array().value(step).value(value).end_array();
+      json.end_array();
+    }
     json.end_object().end_object();
     print_json(json);
     return 0;
@@ -533,6 +672,29 @@ int run_show(const GlobalOptions& global, const std::string& run_id) {
   std::cout << "\nmetrics\n";
   for (const auto& metric : run->metrics)
     std::cout << "  " << metric.key << " = " << format_metric(metric.value) << "\n";
+  if (!series.empty()) {
+    // Per-round metrics: about 20 evenly spaced rounds plus the last (--json has every one).
+    std::set<std::int64_t> steps;
+    for (const auto& [key, values] : series) {
+      for (const auto& entry : values) steps.insert(entry.first);
+    }
+    std::vector<std::int64_t> all_steps(steps.begin(), steps.end());
+    std::size_t stride = std::max<std::size_t>(1, all_steps.size() / 20);
+    std::vector<std::string> headers = {"round"};
+    for (const auto& entry : series) headers.push_back(entry.first);
+    std::vector<std::vector<std::string>> rows;
+    for (std::size_t index = 0; index < all_steps.size(); ++index) {
+      if (index % stride != 0 && index + 1 != all_steps.size()) continue;
+      std::vector<std::string> row = {std::to_string(all_steps[index])};
+      for (const auto& entry : series) {
+        auto found = entry.second.find(all_steps[index]);
+        row.push_back(found == entry.second.end() ? "-" : format_metric(found->second));
+      }
+      rows.push_back(std::move(row));
+    }
+    std::cout << "\nper round (" << all_steps.size() << " rounds)\n";
+    print_table(headers, rows);
+  }
   std::cout << "\nspec\n" << run->spec;
   return 0;
 }
@@ -749,21 +911,31 @@ int run_explain(const GlobalOptions& global, const std::string& reference, const
   std::vector<float> features;
   if (auto status = loaded->bundle->preprocessor().transform(*table, features); !status.ok()) return fail(status);
   std::size_t width = trees->input_width();
+  // One block of feature contributions plus bias per output; multiclass blocks are named by class.
+  std::vector<std::string> columns;
+  const auto& class_labels = loaded->bundle->manifest().class_labels;
+  for (std::size_t group = 0; group < trees->output_count(); ++group) {
+    std::string prefix = trees->output_count() > 1 ? class_labels[group] + ":" : "";
+    for (const auto& input : inputs) columns.push_back(prefix + input.name);
+    columns.push_back(prefix + "bias");
+  }
   std::string csv;
-  for (const auto& input : inputs) csv += input.name + ",";
-  csv += "bias\n";
   JsonWriter json;
   json.begin_object().key("model").value(loaded->description).key("columns").begin_array();
-  for (const auto& input : inputs) json.value(input.name);
-  json.value("bias").end_array().key("contributions").begin_array();
-  std::vector<float> contributions(width + 1);
+  for (std::size_t column = 0; column < columns.size(); ++column) {
+    json.value(columns[column]);
+    csv += columns[column];
+    csv += column + 1 == columns.size() ? '\n' : ',';
+  }
+  json.end_array().key("contributions").begin_array();
+  std::vector<float> contributions(columns.size());
   for (std::size_t row = 0; row < table->row_count(); ++row) {
     auto status = trees->explain(std::span<const float>(features).subspan(row * width, width), contributions);
     if (!status.ok()) return fail(status);
     json.begin_array();
-    for (std::size_t column = 0; column <= width; ++column) {
+    for (std::size_t column = 0; column < contributions.size(); ++column) {
       csv += fmt::format("{}", contributions[column]);
-      csv += column == width ? '\n' : ',';
+      csv += column + 1 == contributions.size() ? '\n' : ',';
       json.value(contributions[column]);
     }
     json.end_array();

@@ -55,6 +55,15 @@ int main(int argc, char** argv) {
   train_command->add_option("--experiment", train.experiment, "Experiment the run belongs to")->capture_default_str();
   train_command->add_option("--out", train.bundle_out, "Also write the bundle file here");
   train_command->add_option("--threads", train.threads, "Training threads (default: all cores)");
+  train_command->add_option("--weight", train.weight_column, "Column of row weights (gbdt; not used as a feature)");
+  train_command->add_option("--init-model", train.init_model,
+                            "Warm start (gbdt): continue boosting from this model's trees on the new data");
+  train_command->add_option("--checkpoint-every", train.checkpoint_every,
+                            "Save a checkpoint to the artifact store every N boosting rounds (gbdt)");
+  train_command->add_option("--resume", train.resume_run,
+                            "Continue an interrupted run from its latest checkpoint (replays the run's spec)");
+  bool no_progress = false;
+  train_command->add_flag("--no-progress", no_progress, "No progress bar (it is shown only on a terminal anyway)");
 
   std::string reference;
   std::string data_path;
@@ -131,6 +140,7 @@ int main(int argc, char** argv) {
     for (const auto* option : train_command->get_options()) {
       if (option->count() > 0) given.push_back(option->get_lnames().empty() ? "" : option->get_lnames().front());
     }
+    train.progress = !no_progress;
     return run_train(global, train, given);
   }
   if (eval_command->parsed()) return run_eval(global, reference, data_path, slice);

@@ -1,3 +1,6 @@
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <iostream>
@@ -32,6 +35,43 @@ void print_table(const std::vector<std::string>& headers, const std::vector<std:
   };
   print_row(headers);
   for (const auto& row : rows) print_row(row);
+}
+
+ProgressBar::ProgressBar(std::string label, std::int64_t total, bool enabled)
+    : label_(std::move(label)), total_(std::max<std::int64_t>(total, 1)), enabled_(enabled && ::isatty(2) != 0),
+      started_ns_(monotonic_ns()) {}
+
+ProgressBar::~ProgressBar() { finish(); }
+
+void ProgressBar::update(std::int64_t done, const std::string& detail) {
+  if (!enabled_) return;
+  std::int64_t now = monotonic_ns();
+  if (drawn_ && done < total_ && now - last_draw_ns_ < 100'000'000) return;
+  last_draw_ns_ = now;
+  drawn_ = true;
+  constexpr int kWidth = 30;
+  double share = std::clamp(static_cast<double>(done) / static_cast<double>(total_), 0.0, 1.0);
+  int filled = static_cast<int>(share * kWidth);
+  double elapsed = static_cast<double>(now - started_ns_) * 1e-9;
+  std::string eta = "-";
+  if (done > 0 && done < total_) {
+    double remaining = elapsed / static_cast<double>(done) * static_cast<double>(total_ - done);
+    eta = remaining >= 60 ? fmt::format("{}m{:02}s", static_cast<int>(remaining) / 60, static_cast<int>(remaining) % 60)
+                          : fmt::format("{:.0f}s", std::ceil(remaining));
+  } else if (done >= total_) {
+    eta = "0s";
+  }
+  std::string bar = std::string(static_cast<std::size_t>(filled), '=') +
+                    (filled < kWidth ? ">" + std::string(static_cast<std::size_t>(kWidth - filled - 1), ' ') : "");
+  // \r and clear-to-end-of-line redraw in place.
+  std::cerr << fmt::format("\r{} [{}] {}/{} {} ETA {}\x1b[K", label_, bar, done, total_, detail, eta) << std::flush;
+}
+
+void ProgressBar::finish() {
+  if (!enabled_ || !drawn_) return;
+  std::cerr << "\n" << std::flush;
+  drawn_ = false;
+  enabled_ = false;
 }
 
 std::string format_metric(double value) {

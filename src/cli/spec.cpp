@@ -26,21 +26,13 @@ Result<std::map<std::string, std::string>> parse_key_values(const std::vector<st
   return values;
 }
 
-Status load_spec(const std::string& path, TrainOptions& options) {
-  static const std::vector<std::string> kKnownKeys = {"data",          "test",       "target", "model",  "split",
-                                                      "test_fraction", "slice",      "seed",   "params", "ignore",
-                                                      "register",      "experiment", "threads"};
-  YAML::Node spec;
-  try {
-    spec = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    return io_error("cannot read spec '" + path + "'");
-  } catch (const YAML::Exception& error) {
-    return invalid_argument(path + ":" + std::to_string(error.mark.line + 1) + ":" +
-                            std::to_string(error.mark.column + 1) + ": " + error.msg);
-  }
+namespace {
+
+Status read_spec(const YAML::Node& spec, const std::string& path, const std::string& folder, TrainOptions& options) {
+  static const std::vector<std::string> kKnownKeys = {
+      "data",   "test",   "target",   "model",      "split",   "test_fraction", "slice",           "seed",
+      "params", "ignore", "register", "experiment", "threads", "weight",        "init_model", "checkpoint_every"};
   if (!spec.IsMap()) return invalid_argument("spec '" + path + "' must be a YAML mapping of keys to values");
-  std::string folder = std::filesystem::path(path).parent_path().string();
   try {
     for (const auto& entry : spec) {
       auto key = entry.first.as<std::string>();
@@ -61,6 +53,9 @@ Status load_spec(const std::string& path, TrainOptions& options) {
     if (spec["experiment"]) options.experiment = spec["experiment"].as<std::string>();
     if (spec["threads"]) options.threads = spec["threads"].as<int>();
     if (spec["ignore"]) options.ignore = spec["ignore"].as<std::vector<std::string>>();
+    if (spec["weight"]) options.weight_column = spec["weight"].as<std::string>();
+    if (spec["init_model"]) options.init_model = spec["init_model"].as<std::string>();
+    if (spec["checkpoint_every"]) options.checkpoint_every = spec["checkpoint_every"].as<int>();
     if (spec["params"]) {
       if (!spec["params"].IsMap()) return invalid_argument(path + ": 'params' must be a mapping of names to values");
       for (const auto& param : spec["params"]) {
@@ -71,6 +66,31 @@ Status load_spec(const std::string& path, TrainOptions& options) {
     return invalid_argument(path + ":" + std::to_string(error.mark.line + 1) + ": " + error.msg);
   }
   return {};
+}
+
+}  // namespace
+
+Status load_spec(const std::string& path, TrainOptions& options) {
+  YAML::Node spec;
+  try {
+    spec = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    return io_error("cannot read spec '" + path + "'");
+  } catch (const YAML::Exception& error) {
+    return invalid_argument(path + ":" + std::to_string(error.mark.line + 1) + ":" +
+                            std::to_string(error.mark.column + 1) + ": " + error.msg);
+  }
+  return read_spec(spec, path, std::filesystem::path(path).parent_path().string(), options);
+}
+
+Status load_spec_text(const std::string& yaml, const std::string& source, TrainOptions& options) {
+  YAML::Node spec;
+  try {
+    spec = YAML::Load(yaml);
+  } catch (const YAML::Exception& error) {
+    return invalid_argument(source + ":" + std::to_string(error.mark.line + 1) + ": " + error.msg);
+  }
+  return read_spec(spec, source, "", options);
 }
 
 std::string spec_yaml(const TrainOptions& options) {
@@ -96,6 +116,9 @@ std::string spec_yaml(const TrainOptions& options) {
     for (const auto& [key, value] : *params) out << YAML::Key << key << YAML::Value << value;
     out << YAML::EndMap;
   }
+  if (!options.weight_column.empty()) out << YAML::Key << "weight" << YAML::Value << options.weight_column;
+  if (!options.init_model.empty()) out << YAML::Key << "init_model" << YAML::Value << options.init_model;
+  if (options.checkpoint_every > 0) out << YAML::Key << "checkpoint_every" << YAML::Value << options.checkpoint_every;
   if (!options.register_as.empty()) out << YAML::Key << "register" << YAML::Value << options.register_as;
   out << YAML::Key << "experiment" << YAML::Value << options.experiment;
   out << YAML::EndMap;

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <map>
 
 #include "slipway/eval.h"
@@ -14,7 +15,8 @@ Result<Evaluation> evaluate(const model::Bundle& bundle, const data::Table& tabl
     slice = &table.column(slice_index);
   }
 
-  bool classification = manifest.task == model::Task::kBinaryClassification;
+  bool classification = manifest.task != model::Task::kRegression;
+  bool multiclass = manifest.task == model::Task::kMulticlassClassification;
   if (!classification && target.type != data::ColumnType::kNumeric) {
     return invalid_argument("target '" + target.name + "' holds text, but the model is a regression");
   }
@@ -24,12 +26,14 @@ Result<Evaluation> evaluate(const model::Bundle& bundle, const data::Table& tabl
     if (target.is_missing(row)) continue;
     if (classification) {
       std::string text = target.text_at(row);
-      if (text != manifest.class_labels[0] && text != manifest.class_labels[1]) {
+      auto found = std::find(manifest.class_labels.begin(), manifest.class_labels.end(), text);
+      if (found == manifest.class_labels.end()) {
+        std::string known;
+        for (const auto& label : manifest.class_labels) known += (known.empty() ? "'" : ", '") + label + "'";
         return invalid_argument("target '" + target.name + "' has the label '" + text +
-                                "', which the model never saw (it knows '" + manifest.class_labels[0] + "' and '" +
-                                manifest.class_labels[1] + "')");
+                                "', which the model never saw (it knows " + known + ")");
       }
-      labels.push_back(text == manifest.class_labels[1] ? 1.0 : 0.0);
+      labels.push_back(static_cast<double>(found - manifest.class_labels.begin()));
     } else {
       labels.push_back(target.numbers[row]);
     }
@@ -39,7 +43,9 @@ Result<Evaluation> evaluate(const model::Bundle& bundle, const data::Table& tabl
   data::Table rows = table.take_rows(kept_rows);
   SLIPWAY_ASSIGN_OR_RETURN(model::Predictions predictions, bundle.predict(rows));
 
+  const std::size_t columns = predictions.columns;
   auto compute = [&](std::span<const float> scores, std::span<const double> truth) {
+    if (multiclass) return multiclass_metrics(scores, columns, truth);
     return classification ? binary_metrics(scores, truth) : regression_metrics(scores, truth);
   };
   Evaluation evaluation;
@@ -57,7 +63,8 @@ Result<Evaluation> evaluate(const model::Bundle& bundle, const data::Table& tabl
       std::vector<float> scores;
       std::vector<double> truth;
       for (auto index : indices) {
-        scores.push_back(predictions.scores[index]);
+        auto row_scores = std::span(predictions.scores).subspan(index * columns, columns);
+        scores.insert(scores.end(), row_scores.begin(), row_scores.end());
         truth.push_back(labels[index]);
       }
       evaluation.slices.push_back({value, indices.size(), compute(scores, truth)});

@@ -72,6 +72,37 @@ Metrics binary_metrics(std::span<const float> probabilities, std::span<const dou
   return metrics;
 }
 
+Metrics multiclass_metrics(std::span<const float> probabilities, std::size_t class_count,
+                           std::span<const double> labels) {
+  std::size_t count = labels.size();
+  double log_loss = 0.0;
+  std::size_t correct = 0;
+  std::vector<std::size_t> true_positives(class_count, 0);
+  std::vector<std::size_t> predicted_count(class_count, 0);
+  std::vector<std::size_t> actual_count(class_count, 0);
+  for (std::size_t row = 0; row < count; ++row) {
+    auto scores = probabilities.subspan(row * class_count, class_count);
+    auto actual = static_cast<std::size_t>(labels[row]);
+    auto predicted = static_cast<std::size_t>(std::max_element(scores.begin(), scores.end()) - scores.begin());
+    log_loss -= std::log(std::clamp(static_cast<double>(scores[actual]), 1e-15, 1.0));
+    correct += predicted == actual ? 1 : 0;
+    true_positives[actual] += predicted == actual ? 1 : 0;
+    ++predicted_count[predicted];
+    ++actual_count[actual];
+  }
+  double f1_total = 0.0;
+  for (std::size_t label = 0; label < class_count; ++label) {
+    std::size_t denominator = predicted_count[label] + actual_count[label];
+    f1_total += denominator == 0 ? 0.0 : 2.0 * static_cast<double>(true_positives[label]) / static_cast<double>(denominator);
+  }
+  double rows = static_cast<double>(std::max<std::size_t>(count, 1));
+  Metrics metrics;
+  metrics.values = {{"log_loss", log_loss / rows},
+                    {"accuracy", static_cast<double>(correct) / rows},
+                    {"macro_f1", f1_total / static_cast<double>(std::max<std::size_t>(class_count, 1))}};
+  return metrics;
+}
+
 Metrics regression_metrics(std::span<const float> predictions, std::span<const double> targets) {
   std::size_t count = predictions.size();
   double squared = 0.0;

@@ -18,6 +18,8 @@ constexpr std::string_view kNodesSection = "trees.nodes";
 constexpr std::string_view kRootsSection = "trees.roots";
 constexpr std::string_view kCoverSection = "trees.cover";
 constexpr std::string_view kGainSection = "trees.gain";
+constexpr std::string_view kCategoriesSection = "trees.categories";
+constexpr std::string_view kGroupsSection = "trees.groups";
 
 template <typename T>
 std::vector<std::byte> bytes_of(const std::vector<T>& values) {
@@ -38,6 +40,7 @@ Task parse_task(std::string_view name, bool& known) {
   known = true;
   if (name == "binary_classification") return Task::kBinaryClassification;
   if (name == "regression") return Task::kRegression;
+  if (name == "multiclass_classification") return Task::kMulticlassClassification;
   known = false;
   return Task::kRegression;
 }
@@ -151,7 +154,15 @@ Result<Preprocessor> read_inputs(const ManifestReader& reader, object root) {
 }  // namespace
 
 std::string_view task_name(Task task) {
-  return task == Task::kBinaryClassification ? "binary_classification" : "regression";
+  switch (task) {
+    case Task::kBinaryClassification:
+      return "binary_classification";
+    case Task::kMulticlassClassification:
+      return "multiclass_classification";
+    case Task::kRegression:
+      return "regression";
+  }
+  return "regression";
 }
 
 Bundle::Bundle(Manifest manifest, Preprocessor preprocessor, std::shared_ptr<const Model> model)
@@ -166,13 +177,26 @@ Result<Predictions> Bundle::predict(const data::Table& batch) const {
 Predictions Bundle::predict_preprocessed(std::span<const float> features, std::size_t rows) const {
   Predictions predictions;
   predictions.rows = rows;
-  predictions.scores.resize(rows);
+  predictions.columns = model_->output_count();
+  predictions.scores.resize(rows * predictions.columns);
   model_->predict_margin(features, rows, predictions.scores);
   if (manifest_.task == Task::kBinaryClassification) {
     for (float& score : predictions.scores)
       score = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(score))));
+  } else if (manifest_.task == Task::kMulticlassClassification) {
+    for (std::size_t row = 0; row < rows; ++row) softmax(std::span(predictions.scores).subspan(row * predictions.columns, predictions.columns));
   }
   return predictions;
+}
+
+void softmax(std::span<float> margins) {
+  float largest = *std::max_element(margins.begin(), margins.end());
+  double total = 0;
+  for (float& margin : margins) {
+    margin = static_cast<float>(std::exp(static_cast<double>(margin - largest)));
+    total += margin;
+  }
+  for (float& margin : margins) margin = static_cast<float>(margin / total);
 }
 
 std::shared_ptr<const Bundle> Bundle::with_metrics(std::map<std::string, double> metrics) const {
@@ -181,7 +205,13 @@ std::shared_ptr<const Bundle> Bundle::with_metrics(std::map<std::string, double>
   return std::make_shared<const Bundle>(std::move(manifest), preprocessor_, model_);
 }
 
-const std::string& Bundle::label_for(float score) const { return manifest_.class_labels[score >= 0.5f ? 1 : 0]; }
+const std::string& Bundle::predicted_label(const Predictions& predictions, std::size_t row) const {
+  if (manifest_.task == Task::kBinaryClassification) {
+    return manifest_.class_labels[predictions.scores[row] >= 0.5f ? 1 : 0];
+  }
+  auto scores = std::span(predictions.scores).subspan(row * predictions.columns, predictions.columns);
+  return manifest_.class_labels[static_cast<std::size_t>(std::max_element(scores.begin(), scores.end()) - scores.begin())];
+}
 
 std::vector<std::byte> Bundle::serialize() const {
   std::vector<SectionBytes> sections;
@@ -194,6 +224,12 @@ std::vector<std::byte> Bundle::serialize() const {
     if (trees->has_statistics()) {
       sections.push_back({std::string(kCoverSection), bytes_of(trees->cover())});
       sections.push_back({std::string(kGainSection), bytes_of(trees->gain())});
+    }
+    if (!trees->data().category_sets.empty()) {
+      sections.push_back({std::string(kCategoriesSection), bytes_of(trees->data().category_sets)});
+    }
+    if (!trees->data().tree_groups.empty()) {
+      sections.push_back({std::string(kGroupsSection), bytes_of(trees->data().tree_groups)});
     }
   }
   auto offsets = section_offsets(sections);
@@ -223,11 +259,16 @@ std::vector<std::byte> Bundle::serialize() const {
     json.key("node_count").value(static_cast<std::uint64_t>(trees->nodes().size()));
     json.key("nodes_section").value(kNodesSection);
     json.key("roots_section").value(kRootsSection);
-    json.key("decision").value("left if x < threshold (float32); NaN follows the node's default direction");
+    json.key("group_count").value(static_cast<std::uint64_t>(trees->output_count()));
+    json.key("decision").value(
+        "left if x < threshold (float32); at a categorical node right if x's code is in the node's set; NaN follows "
+        "the node's default direction");
   }
   json.end_object();
   json.key("postprocess").begin_object();
-  json.key("score").value(manifest_.task == Task::kBinaryClassification ? "sigmoid" : "identity");
+  json.key("score").value(manifest_.task == Task::kBinaryClassification       ? "sigmoid"
+                          : manifest_.task == Task::kMulticlassClassification ? "softmax"
+                                                                               : "identity");
   json.key("threshold").value(0.5);
   json.end_object();
   json.key("lineage").begin_object();
@@ -276,6 +317,9 @@ Result<std::shared_ptr<const Bundle>> Bundle::parse(std::span<const std::byte> b
   SLIPWAY_RETURN_IF_ERROR(reader.strings_field(root, "class_labels", manifest.class_labels));
   if (manifest.task == Task::kBinaryClassification && manifest.class_labels.size() != 2) {
     return data_loss("a binary classification bundle needs two class labels");
+  }
+  if (manifest.task == Task::kMulticlassClassification && manifest.class_labels.size() < 2) {
+    return data_loss("a multiclass bundle needs its class labels");
   }
   SLIPWAY_ASSIGN_OR_RETURN(Preprocessor preprocessor, read_inputs(reader, root));
 
@@ -352,27 +396,44 @@ Result<std::shared_ptr<const Bundle>> Bundle::parse(std::span<const std::byte> b
     if (weights.size() != width) return data_loss("the bundle's weight section has the wrong size");
     model = std::make_shared<LinearModel>(std::move(weights), bias);
   } else {
+    TreeEnsembleData trees;
+    trees.input_width = width;
     double base_margin = 0.0;
     SLIPWAY_RETURN_IF_ERROR(reader.double_field(model_object, "base_margin", base_margin));
+    trees.base_margin = static_cast<float>(base_margin);
+    // Bundles written before multiclass support have no group count: one output.
+    std::uint64_t group_count = 1;
+    if (model_object["group_count"].error() == simdjson::SUCCESS) {
+      SLIPWAY_RETURN_IF_ERROR(reader.uint_field(model_object, "group_count", group_count));
+    }
+    trees.group_count = group_count;
     SLIPWAY_ASSIGN_OR_RETURN(auto node_bytes, section(kNodesSection));
     SLIPWAY_ASSIGN_OR_RETURN(auto root_bytes, section(kRootsSection));
-    SLIPWAY_ASSIGN_OR_RETURN(auto nodes, values_of<TreeNode>(node_bytes, kNodesSection));
-    SLIPWAY_ASSIGN_OR_RETURN(auto roots, values_of<std::uint32_t>(root_bytes, kRootsSection));
-    if (auto status = TreeEnsembleModel::validate(nodes, roots, width); !status.ok()) {
-      return data_loss("the bundle's trees are malformed: " + status.message());
-    }
-    std::vector<float> cover;
-    std::vector<float> gain;
+    SLIPWAY_ASSIGN_OR_RETURN(trees.nodes, values_of<TreeNode>(node_bytes, kNodesSection));
+    SLIPWAY_ASSIGN_OR_RETURN(trees.roots, values_of<std::uint32_t>(root_bytes, kRootsSection));
+    auto optional_section = [&](std::string_view name) {
+      auto found = sections.find(name);
+      return found == sections.end() ? std::span<const std::byte>() : found->second;
+    };
+    SLIPWAY_ASSIGN_OR_RETURN(trees.category_sets,
+                             values_of<std::uint32_t>(optional_section(kCategoriesSection), kCategoriesSection));
+    SLIPWAY_ASSIGN_OR_RETURN(trees.tree_groups, values_of<std::uint32_t>(optional_section(kGroupsSection), kGroupsSection));
     if (sections.count(kCoverSection) != 0) {
-      SLIPWAY_ASSIGN_OR_RETURN(cover, values_of<float>(sections.find(kCoverSection)->second, kCoverSection));
+      SLIPWAY_ASSIGN_OR_RETURN(trees.cover, values_of<float>(sections.find(kCoverSection)->second, kCoverSection));
       SLIPWAY_ASSIGN_OR_RETURN(auto gain_bytes, section(kGainSection));
-      SLIPWAY_ASSIGN_OR_RETURN(gain, values_of<float>(gain_bytes, kGainSection));
-      if (cover.size() != nodes.size() || gain.size() != nodes.size()) {
+      SLIPWAY_ASSIGN_OR_RETURN(trees.gain, values_of<float>(gain_bytes, kGainSection));
+      if (trees.cover.size() != trees.nodes.size() || trees.gain.size() != trees.nodes.size()) {
         return data_loss("the bundle's tree statistics do not match its node count");
       }
     }
-    model = std::make_shared<TreeEnsembleModel>(std::move(nodes), std::move(roots), width,
-                                                static_cast<float>(base_margin), std::move(cover), std::move(gain));
+    if (auto status = TreeEnsembleModel::validate(trees); !status.ok()) {
+      return data_loss("the bundle's trees are malformed: " + status.message());
+    }
+    if ((manifest.task == Task::kMulticlassClassification) != (trees.group_count > 1) ||
+        (trees.group_count > 1 && trees.group_count != manifest.class_labels.size())) {
+      return data_loss("the bundle's tree groups do not match its task and class labels");
+    }
+    model = std::make_shared<TreeEnsembleModel>(std::move(trees));
   }
   return std::make_shared<const Bundle>(std::move(manifest), std::move(preprocessor), std::move(model));
 }

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <utility>
 
@@ -16,37 +17,45 @@ constexpr std::size_t kMinRowsForStepping = 8;
 
 }  // namespace
 
-TreeEnsembleModel::TreeEnsembleModel(std::vector<TreeNode> nodes, std::vector<std::uint32_t> roots,
-                                     std::size_t input_width, float base_margin, std::vector<float> cover,
-                                     std::vector<float> gain)
-    : nodes_(std::move(nodes)),
-      roots_(std::move(roots)),
-      input_width_(input_width),
-      base_margin_(base_margin),
-      stepping_nodes_(nodes_),
-      cover_(std::move(cover)),
-      gain_(std::move(gain)) {
-  if (cover_.size() != nodes_.size() || gain_.size() != nodes_.size()) {
-    cover_.clear();
-    gain_.clear();
+std::uint32_t TreeNode::category_set() const { return std::bit_cast<std::uint32_t>(value); }
+
+float TreeNode::category_set_value(std::uint32_t offset) { return std::bit_cast<float>(offset); }
+
+bool goes_left(const TreeNode& node, float x, std::span<const std::uint32_t> category_sets) {
+  if (std::isnan(x)) return node.default_left();
+  if (!node.is_categorical()) return x < node.value;
+  const std::uint32_t* set = category_sets.data() + node.category_set();
+  // Negative, fractional or out-of-range codes are categories the split never saw: left.
+  if (!(x >= 0.0f) || x >= static_cast<float>(set[0]) * 32.0f) return true;
+  auto code = static_cast<std::uint32_t>(x);
+  if (static_cast<float>(code) != x) return true;
+  return ((set[1 + code / 32] >> (code % 32)) & 1U) == 0;
+}
+
+TreeEnsembleModel::TreeEnsembleModel(TreeEnsembleData data) : data_(std::move(data)), stepping_nodes_(data_.nodes) {
+  if (data_.cover.size() != data_.nodes.size() || data_.gain.size() != data_.nodes.size()) {
+    data_.cover.clear();
+    data_.gain.clear();
   }
   for (std::uint32_t index = 0; index < stepping_nodes_.size(); ++index) {
     TreeNode& node = stepping_nodes_[index];
+    has_categorical_ = has_categorical_ || (!node.is_leaf() && node.is_categorical());
     if (node.is_leaf()) {
       node.left = index;
       node.right = index;
       node.feature_and_flags = TreeNode::kLeafFlag;  // feature 0: a harmless read while parked
     }
   }
+  const auto& nodes = data_.nodes;
   // Depth of each tree (its longest root-to-leaf path), by a walk with an explicit stack.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> pending;
-  for (std::uint32_t root : roots_) {
+  for (std::uint32_t root : data_.roots) {
     std::uint32_t deepest = 0;
     pending.assign(1, {root, 0});
     while (!pending.empty()) {
       auto [index, depth] = pending.back();
       pending.pop_back();
-      const TreeNode& node = nodes_[index];
+      const TreeNode& node = nodes[index];
       if (node.is_leaf()) {
         deepest = std::max(deepest, depth);
         continue;
@@ -56,16 +65,17 @@ TreeEnsembleModel::TreeEnsembleModel(std::vector<TreeNode> nodes, std::vector<st
     }
     depth_.push_back(deepest);
   }
-  if (!cover_.empty()) {
+  if (!data_.cover.empty()) {
+    const auto& cover = data_.cover;
     // Cover-weighted mean leaf value below each node, children before parents (post-order).
-    mean_value_.assign(nodes_.size(), 0.0f);
+    mean_value_.assign(nodes.size(), 0.0f);
     std::vector<std::pair<std::uint32_t, bool>> stack;
-    for (std::uint32_t root : roots_) {
+    for (std::uint32_t root : data_.roots) {
       stack.assign(1, {root, false});
       while (!stack.empty()) {
         auto [index, children_done] = stack.back();
         stack.pop_back();
-        const TreeNode& node = nodes_[index];
+        const TreeNode& node = nodes[index];
         if (node.is_leaf()) {
           mean_value_[index] = node.value;
         } else if (!children_done) {
@@ -73,10 +83,10 @@ TreeEnsembleModel::TreeEnsembleModel(std::vector<TreeNode> nodes, std::vector<st
           stack.push_back({node.left, false});
           stack.push_back({node.right, false});
         } else {
-          float total = cover_[index];
+          float total = cover[index];
           mean_value_[index] =
               total > 0
-                  ? (mean_value_[node.left] * cover_[node.left] + mean_value_[node.right] * cover_[node.right]) / total
+                  ? (mean_value_[node.left] * cover[node.left] + mean_value_[node.right] * cover[node.right]) / total
                   : 0.0f;
         }
       }
@@ -84,8 +94,17 @@ TreeEnsembleModel::TreeEnsembleModel(std::vector<TreeNode> nodes, std::vector<st
   }
 }
 
-Status TreeEnsembleModel::validate(const std::vector<TreeNode>& nodes, const std::vector<std::uint32_t>& roots,
-                                   std::size_t input_width) {
+Status TreeEnsembleModel::validate(const TreeEnsembleData& data) {
+  const auto& nodes = data.nodes;
+  const auto& roots = data.roots;
+  if (data.group_count == 0) return invalid_argument("the ensemble has no output groups");
+  if (!data.tree_groups.empty() && data.tree_groups.size() != roots.size()) {
+    return invalid_argument("the ensemble has " + std::to_string(roots.size()) + " trees but " +
+                            std::to_string(data.tree_groups.size()) + " tree groups");
+  }
+  for (std::uint32_t group : data.tree_groups) {
+    if (group >= data.group_count) return invalid_argument("a tree's output group is out of range");
+  }
   std::vector<char> visited(nodes.size(), 0);
   std::vector<std::uint32_t> pending;
   for (std::size_t tree = 0; tree < roots.size(); ++tree) {
@@ -102,11 +121,19 @@ Status TreeEnsembleModel::validate(const std::vector<TreeNode>& nodes, const std
         if (!std::isfinite(node.value)) return invalid_argument(where + " has a non-finite leaf value");
         continue;
       }
-      if (node.feature() >= input_width) {
+      if (node.feature() >= data.input_width) {
         return invalid_argument(where + " splits on feature " + std::to_string(node.feature()) + " but the model has " +
-                                std::to_string(input_width) + " features");
+                                std::to_string(data.input_width) + " features");
       }
-      if (std::isnan(node.value)) return invalid_argument(where + " has a NaN threshold");
+      if (node.is_categorical()) {
+        std::size_t offset = node.category_set();
+        if (offset >= data.category_sets.size() ||
+            data.category_sets[offset] > data.category_sets.size() - offset - 1) {
+          return invalid_argument(where + " has a category set outside the ensemble's");
+        }
+      } else if (std::isnan(node.value)) {
+        return invalid_argument(where + " has a NaN threshold");
+      }
       pending.push_back(node.left);
       pending.push_back(node.right);
     }
@@ -114,48 +141,58 @@ Status TreeEnsembleModel::validate(const std::vector<TreeNode>& nodes, const std
   return {};
 }
 
+void TreeEnsembleModel::predict_by_walking(std::span<const float> features, std::size_t rows,
+                                           std::span<float> out) const {
+  const std::size_t width = data_.input_width;
+  const std::size_t groups = data_.group_count;
+  const TreeNode* nodes = data_.nodes.data();
+  for (std::size_t row = 0; row < rows; ++row) {
+    const float* x = features.data() + row * width;
+    float* margins = out.data() + row * groups;
+    std::fill(margins, margins + groups, data_.base_margin);
+    for (std::size_t tree = 0; tree < data_.roots.size(); ++tree) {
+      const TreeNode* node = nodes + data_.roots[tree];
+      while (!node->is_leaf()) {
+        node = nodes + (goes_left(*node, x[node->feature()], data_.category_sets) ? node->left : node->right);
+      }
+      margins[tree_group(tree)] += node->value;
+    }
+  }
+}
+
 void TreeEnsembleModel::predict_margin(std::span<const float> features, std::size_t rows, std::span<float> out) const {
+  // Few rows have nothing to overlap, so they stop at each leaf instead of taking every level's
+  // step; categorical nodes need a set lookup the branch-free step below does not do.
+  if (rows < kMinRowsForStepping || has_categorical_) {
+    predict_by_walking(features, rows, out);
+    return;
+  }
   // Depth-synchronous traversal: every row of a block advances one level per step, so the rows'
   // walks are independent chains the CPU overlaps, and the direction is a select, not a branch.
   // The sum per row still runs over trees in order, as XGBoost's does.
   const TreeNode* nodes = stepping_nodes_.data();
-  if (rows < kMinRowsForStepping) {
-    // Few rows: nothing to overlap, so stop at each leaf instead of taking every level's step.
-    for (std::size_t row = 0; row < rows; ++row) {
-      const float* x = features.data() + row * input_width_;
-      float margin = base_margin_;
-      for (std::uint32_t root : roots_) {
-        const TreeNode* node = nodes + root;
-        while (!node->is_leaf()) {
-          float value = x[node->feature()];
-          bool go_left = std::isnan(value) ? node->default_left() : value < node->value;
-          node = nodes + (go_left ? node->left : node->right);
-        }
-        margin += node->value;
-      }
-      out[row] = margin;
-    }
-    return;
-  }
+  const std::size_t width = data_.input_width;
+  const std::size_t groups = data_.group_count;
   std::uint32_t position[kRowsPerBlock];
   for (std::size_t block_begin = 0; block_begin < rows; block_begin += kRowsPerBlock) {
     std::size_t block_rows = std::min(kRowsPerBlock, rows - block_begin);
-    const float* block = features.data() + block_begin * input_width_;
-    float* margins = out.data() + block_begin;
-    for (std::size_t row = 0; row < block_rows; ++row) margins[row] = base_margin_;
-    for (std::size_t tree = 0; tree < roots_.size(); ++tree) {
-      std::uint32_t root = roots_[tree];
+    const float* block = features.data() + block_begin * width;
+    float* margins = out.data() + block_begin * groups;
+    std::fill(margins, margins + block_rows * groups, data_.base_margin);
+    for (std::size_t tree = 0; tree < data_.roots.size(); ++tree) {
+      std::uint32_t root = data_.roots[tree];
       for (std::size_t row = 0; row < block_rows; ++row) position[row] = root;
       for (std::uint32_t level = 0; level < depth_[tree]; ++level) {
         for (std::size_t row = 0; row < block_rows; ++row) {
           const TreeNode& node = nodes[position[row]];
-          float value = block[row * input_width_ + node.feature()];
+          float value = block[row * width + node.feature()];
           bool go_left = value < node.value;
           go_left = value != value ? node.default_left() : go_left;  // NaN: the learned direction
           position[row] = go_left ? node.left : node.right;
         }
       }
-      for (std::size_t row = 0; row < block_rows; ++row) margins[row] += nodes[position[row]].value;
+      float* group_margins = margins + tree_group(tree);
+      for (std::size_t row = 0; row < block_rows; ++row) group_margins[row * groups] += nodes[position[row]].value;
     }
   }
 }

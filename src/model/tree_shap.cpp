@@ -78,7 +78,7 @@ void TreeEnsembleModel::tree_shap(std::span<const float> row, std::span<float> p
   std::copy(parent_path, parent_path + unique_depth + 1, path);
   extend_path(path, unique_depth, parent_zero_fraction, parent_one_fraction, parent_feature);
 
-  const TreeNode& node = nodes_[node_index];
+  const TreeNode& node = data_.nodes[node_index];
   if (node.is_leaf()) {
     for (std::uint32_t i = 1; i <= unique_depth; ++i) {
       const float weight = unwound_path_sum(path, unique_depth, i);
@@ -90,12 +90,12 @@ void TreeEnsembleModel::tree_shap(std::span<const float> row, std::span<float> p
   }
   const std::uint32_t feature = node.feature();
   const float value = row[feature];
-  const bool go_left = value != value ? node.default_left() : value < node.value;
+  const bool go_left = goes_left(node, value, data_.category_sets);
   const std::uint32_t hot = go_left ? node.left : node.right;
   const std::uint32_t cold = go_left ? node.right : node.left;
-  const float node_cover = cover_[node_index];
-  const float hot_zero_fraction = cover_[hot] / node_cover;
-  const float cold_zero_fraction = cover_[cold] / node_cover;
+  const float node_cover = data_.cover[node_index];
+  const float hot_zero_fraction = data_.cover[hot] / node_cover;
+  const float cold_zero_fraction = data_.cover[cold] / node_cover;
   float incoming_zero_fraction = 1;
   float incoming_one_fraction = 1;
 
@@ -117,33 +117,36 @@ Status TreeEnsembleModel::explain(std::span<const float> row, std::span<float> c
   if (!has_statistics()) {
     return failed_precondition("this tree model has no node covers (training statistics), so it cannot be explained");
   }
+  const std::size_t block = data_.input_width + 1;
   std::fill(contributions.begin(), contributions.end(), 0.0f);
-  float bias = base_margin_;
+  std::vector<float> bias(data_.group_count, data_.base_margin);
   std::vector<PathElement> path;
-  for (std::size_t tree = 0; tree < roots_.size(); ++tree) {
-    bias += mean_value_[roots_[tree]];
+  for (std::size_t tree = 0; tree < data_.roots.size(); ++tree) {
+    std::uint32_t group = tree_group(tree);
+    bias[group] += mean_value_[data_.roots[tree]];
     std::size_t longest = depth_[tree] + 2;
     path.assign(longest * (longest + 1) / 2, PathElement{});
-    tree_shap(row, contributions, roots_[tree], 0, path.data(), 1, 1, -1);
+    tree_shap(row, contributions.subspan(group * block, block), data_.roots[tree], 0, path.data(), 1, 1, -1);
   }
-  contributions[input_width_] += bias;
+  for (std::size_t group = 0; group < data_.group_count; ++group) contributions[group * block + block - 1] += bias[group];
   return {};
 }
 
 TreeEnsembleModel::Importance TreeEnsembleModel::importance() const {
   Importance importance;
-  importance.splits.assign(input_width_, 0);
+  const std::size_t width = data_.input_width;
+  importance.splits.assign(width, 0);
   if (has_statistics()) {
-    importance.total_gain.assign(input_width_, 0.0);
-    importance.total_cover.assign(input_width_, 0.0);
+    importance.total_gain.assign(width, 0.0);
+    importance.total_cover.assign(width, 0.0);
   }
-  for (std::size_t index = 0; index < nodes_.size(); ++index) {
-    const TreeNode& node = nodes_[index];
+  for (std::size_t index = 0; index < data_.nodes.size(); ++index) {
+    const TreeNode& node = data_.nodes[index];
     if (node.is_leaf()) continue;
     ++importance.splits[node.feature()];
     if (has_statistics()) {
-      importance.total_gain[node.feature()] += gain_[index];
-      importance.total_cover[node.feature()] += cover_[index];
+      importance.total_gain[node.feature()] += data_.gain[index];
+      importance.total_cover[node.feature()] += data_.cover[index];
     }
   }
   return importance;

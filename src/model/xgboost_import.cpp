@@ -2,6 +2,7 @@
 // ../shared/reference/trees.md §2 (from XGBoost's doc/model.schema and a 1.7.4 model).
 #include <simdjson.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -64,8 +65,10 @@ Result<std::vector<T>> numbers(object tree, std::string_view key, std::size_t ex
 }
 
 // Appends one XGBoost tree (struct-of-arrays, node 0 = root) to the flat node array.
-Status append_tree(object tree, std::size_t tree_index, std::size_t feature_count, std::vector<TreeNode>& nodes,
-                   std::vector<std::uint32_t>& roots, std::vector<float>& cover, std::vector<float>& gain) {
+Status append_tree(object tree, std::size_t tree_index, std::size_t feature_count, TreeEnsembleData& ensemble) {
+  auto& nodes = ensemble.nodes;
+  auto& cover = ensemble.cover;
+  auto& gain = ensemble.gain;
   array left_array;
   if (tree["left_children"].get(left_array) != simdjson::SUCCESS) {
     return not_xgboost("tree " + std::to_string(tree_index) + " has no 'left_children'");
@@ -79,15 +82,26 @@ Status append_tree(object tree, std::size_t tree_index, std::size_t feature_coun
   // cut going the same way.
   SLIPWAY_ASSIGN_OR_RETURN(auto conditions, numbers<float>(tree, "split_conditions", count, tree_index));
   SLIPWAY_ASSIGN_OR_RETURN(auto default_left, numbers<std::int64_t>(tree, "default_left", count, tree_index));
-  array split_types;
-  if (tree["split_type"].get(split_types) == simdjson::SUCCESS) {
-    for (element item : split_types) {
-      std::int64_t type = 0;
-      if (item.get(type) == simdjson::SUCCESS && type != 0) {
-        return invalid_argument("tree " + std::to_string(tree_index) +
-                                " has categorical splits, which the XGBoost importer does not support yet");
-      }
+  // Categorical splits: node categories_nodes[k] sends categories[segments[k], +sizes[k]) right.
+  std::vector<std::int64_t> split_types(count, 0);
+  if (tree["split_type"].error() == simdjson::SUCCESS) {
+    SLIPWAY_ASSIGN_OR_RETURN(split_types, numbers<std::int64_t>(tree, "split_type", count, tree_index));
+  }
+  std::vector<std::int64_t> categorical_nodes;
+  std::vector<std::int64_t> segments;
+  std::vector<std::int64_t> sizes;
+  std::vector<std::int64_t> categories;
+  array categorical_node_array;
+  if (tree["categories_nodes"].get(categorical_node_array) == simdjson::SUCCESS && categorical_node_array.size() > 0) {
+    std::size_t entries = categorical_node_array.size();
+    SLIPWAY_ASSIGN_OR_RETURN(categorical_nodes, numbers<std::int64_t>(tree, "categories_nodes", entries, tree_index));
+    SLIPWAY_ASSIGN_OR_RETURN(segments, numbers<std::int64_t>(tree, "categories_segments", entries, tree_index));
+    SLIPWAY_ASSIGN_OR_RETURN(sizes, numbers<std::int64_t>(tree, "categories_sizes", entries, tree_index));
+    array category_array;
+    if (tree["categories"].get(category_array) != simdjson::SUCCESS) {
+      return not_xgboost("tree " + std::to_string(tree_index) + " has categorical nodes but no 'categories'");
     }
+    SLIPWAY_ASSIGN_OR_RETURN(categories, numbers<std::int64_t>(tree, "categories", category_array.size(), tree_index));
   }
   // Training statistics, for explanations and importance: optional, all or nothing.
   auto hessians = numbers<float>(tree, "sum_hessian", count, tree_index);
@@ -100,7 +114,7 @@ Status append_tree(object tree, std::size_t tree_index, std::size_t feature_coun
     gain.clear();
   }
   auto offset = static_cast<std::uint32_t>(nodes.size());
-  roots.push_back(offset);
+  ensemble.roots.push_back(offset);
   for (std::size_t node = 0; node < count; ++node) {
     TreeNode flat;
     flat.value = conditions[node];
@@ -121,6 +135,34 @@ Status append_tree(object tree, std::size_t tree_index, std::size_t feature_coun
           static_cast<std::uint32_t>(features[node]) | (default_left[node] != 0 ? TreeNode::kDefaultLeftFlag : 0U);
       flat.left = offset + static_cast<std::uint32_t>(left[node]);
       flat.right = offset + static_cast<std::uint32_t>(right[node]);
+      if (split_types[node] != 0) {
+        auto entry = std::find(categorical_nodes.begin(), categorical_nodes.end(), static_cast<std::int64_t>(node));
+        if (entry == categorical_nodes.end()) {
+          return not_xgboost("tree " + std::to_string(tree_index) + " node " + std::to_string(node) +
+                             " is categorical but lists no categories");
+        }
+        auto k = static_cast<std::size_t>(entry - categorical_nodes.begin());
+        if (segments[k] < 0 || sizes[k] < 0 ||
+            static_cast<std::size_t>(segments[k] + sizes[k]) > categories.size()) {
+          return not_xgboost("tree " + std::to_string(tree_index) + " has a category segment out of range");
+        }
+        std::int64_t largest = 0;
+        for (std::int64_t i = segments[k]; i < segments[k] + sizes[k]; ++i) {
+          auto code = categories[static_cast<std::size_t>(i)];
+          if (code < 0 || code > (1 << 24)) return not_xgboost("a category code is out of range");
+          largest = std::max(largest, code);
+        }
+        auto words = static_cast<std::uint32_t>(largest / 32 + 1);
+        auto set_offset = static_cast<std::uint32_t>(ensemble.category_sets.size());
+        ensemble.category_sets.push_back(words);
+        ensemble.category_sets.resize(ensemble.category_sets.size() + words, 0);
+        for (std::int64_t i = segments[k]; i < segments[k] + sizes[k]; ++i) {
+          auto code = static_cast<std::uint32_t>(categories[static_cast<std::size_t>(i)]);
+          ensemble.category_sets[set_offset + 1 + code / 32] |= 1U << (code % 32);
+        }
+        flat.feature_and_flags |= TreeNode::kCategoricalFlag;
+        flat.value = TreeNode::category_set_value(set_offset);
+      }
     }
     nodes.push_back(flat);
   }
@@ -151,12 +193,13 @@ Result<std::shared_ptr<const Bundle>> import_xgboost_json(std::string_view json,
   if (learner["objective"]["name"].get(objective) != simdjson::SUCCESS)
     return not_xgboost("there is no objective name");
   bool classification = objective == "binary:logistic";
+  bool multiclass = objective == "multi:softprob" || objective == "multi:softmax";
   bool regression = objective == "reg:squarederror" || objective == "reg:linear" || objective == "reg:absoluteerror" ||
                     objective == "reg:pseudohubererror";
-  if (!classification && !regression) {
+  if (!classification && !regression && !multiclass) {
     return invalid_argument("XGBoost objective '" + std::string(objective) +
-                            "' is not supported; supported: binary:logistic, reg:squarederror, reg:linear, "
-                            "reg:absoluteerror, reg:pseudohubererror");
+                            "' is not supported; supported: binary:logistic, multi:softprob, multi:softmax, "
+                            "reg:squarederror, reg:linear, reg:absoluteerror, reg:pseudohubererror");
   }
   object model_param;
   if (learner["learner_model_param"].get(model_param) != simdjson::SUCCESS) {
@@ -165,8 +208,13 @@ Result<std::shared_ptr<const Bundle>> import_xgboost_json(std::string_view json,
   SLIPWAY_ASSIGN_OR_RETURN(double feature_count_value, number_in_string(model_param, "num_feature"));
   SLIPWAY_ASSIGN_OR_RETURN(double base_score, number_in_string(model_param, "base_score"));
   auto feature_count = static_cast<std::size_t>(feature_count_value);
+  std::size_t class_count = 0;
   if (auto classes = number_in_string(model_param, "num_class"); classes.ok() && *classes > 1) {
-    return invalid_argument("multiclass XGBoost models are not supported yet");
+    class_count = static_cast<std::size_t>(*classes);
+  }
+  if (multiclass != (class_count > 1)) {
+    return invalid_argument("the model's objective '" + std::string(objective) + "' and its num_class (" +
+                            std::to_string(class_count) + ") disagree");
   }
 
   std::vector<std::string> names;
@@ -176,15 +224,6 @@ Result<std::shared_ptr<const Bundle>> import_xgboost_json(std::string_view json,
       std::string_view name;
       if (item.get(name) != simdjson::SUCCESS) return not_xgboost("'feature_names' holds a non-string");
       names.emplace_back(name);
-    }
-  }
-  array feature_types;
-  if (learner["feature_types"].get(feature_types) == simdjson::SUCCESS) {
-    for (element item : feature_types) {
-      std::string_view type;
-      if (item.get(type) == simdjson::SUCCESS && type == "c") {
-        return invalid_argument("the model has categorical features, which the XGBoost importer does not support yet");
-      }
     }
   }
   if (!options.feature_names.empty()) {
@@ -206,29 +245,40 @@ Result<std::shared_ptr<const Bundle>> import_xgboost_json(std::string_view json,
   if (booster["model"].get(gbtree) != simdjson::SUCCESS || gbtree["trees"].get(trees) != simdjson::SUCCESS) {
     return not_xgboost("there is no 'gradient_booster.model.trees' array");
   }
-  array tree_info;
-  if (gbtree["tree_info"].get(tree_info) == simdjson::SUCCESS) {
-    for (element item : tree_info) {
-      std::int64_t group = 0;
-      if (item.get(group) == simdjson::SUCCESS && group != 0) {
-        return invalid_argument("the model has several output groups, which is not supported yet");
-      }
-    }
-  }
-  std::vector<TreeNode> nodes;
-  std::vector<std::uint32_t> roots;
-  std::vector<float> cover;
-  std::vector<float> gain;
+  TreeEnsembleData ensemble;
+  ensemble.input_width = feature_count;
+  ensemble.group_count = std::max<std::size_t>(class_count, 1);
   std::size_t tree_index = 0;
   for (element item : trees) {
     object tree;
     if (item.get(tree) != simdjson::SUCCESS) return not_xgboost("'trees' holds a non-object");
-    SLIPWAY_RETURN_IF_ERROR(append_tree(tree, tree_index++, feature_count, nodes, roots, cover, gain));
+    SLIPWAY_RETURN_IF_ERROR(append_tree(tree, tree_index++, feature_count, ensemble));
   }
-  SLIPWAY_RETURN_IF_ERROR(TreeEnsembleModel::validate(nodes, roots, feature_count));
+  array tree_info;
+  if (gbtree["tree_info"].get(tree_info) == simdjson::SUCCESS && multiclass) {
+    for (element item : tree_info) {
+      std::int64_t group = 0;
+      if (item.get(group) != simdjson::SUCCESS || group < 0 || static_cast<std::size_t>(group) >= class_count) {
+        return not_xgboost("'tree_info' holds an output group outside [0, num_class)");
+      }
+      ensemble.tree_groups.push_back(static_cast<std::uint32_t>(group));
+    }
+  } else if (tree_info.size() > 0 && !multiclass) {
+    for (element item : tree_info) {
+      std::int64_t group = 0;
+      if (item.get(group) == simdjson::SUCCESS && group != 0) {
+        return invalid_argument("the model has several output groups (num_target > 1), which is not supported");
+      }
+    }
+  }
+  if (multiclass && ensemble.tree_groups.size() != ensemble.roots.size()) {
+    return not_xgboost("a multiclass model needs one 'tree_info' entry per tree");
+  }
+  if (auto status = TreeEnsembleModel::validate(ensemble); !status.ok()) return not_xgboost(status.message());
 
   // base_score is stored in response space; the margin starts at its inverse link, computed in
   // float as XGBoost does.
+  // Softmax takes the margins as they are: base_score is added to every class's margin.
   float base_margin = static_cast<float>(base_score);
   if (classification) {
     if (!(base_score > 0.0 && base_score < 1.0)) {
@@ -245,16 +295,19 @@ Result<std::shared_ptr<const Bundle>> import_xgboost_json(std::string_view json,
     inputs.push_back(std::move(input));
   }
   Manifest manifest;
-  manifest.task = classification ? Task::kBinaryClassification : Task::kRegression;
+  manifest.task = classification ? Task::kBinaryClassification
+                  : multiclass   ? Task::kMulticlassClassification
+                                 : Task::kRegression;
   manifest.target = options.target;
   if (classification) manifest.class_labels = {"0", "1"};
+  for (std::size_t label = 0; label < class_count; ++label) manifest.class_labels.push_back(std::to_string(label));
   manifest.created_by = "slipway " + std::string(slipway_version()) + " import xgboost";
   manifest.code_version = std::string(slipway_code_version());
   manifest.split = "imported";
   manifest.params = {{"model", "xgboost"},
                      {"objective", std::string(objective)},
                      {"source", options.source},
-                     {"trees", std::to_string(roots.size())}};
+                     {"trees", std::to_string(ensemble.roots.size())}};
   array version;
   if (root["version"].get(version) == simdjson::SUCCESS) {
     std::string text;
@@ -264,12 +317,12 @@ Result<std::shared_ptr<const Bundle>> import_xgboost_json(std::string_view json,
     }
     manifest.params["xgboost_version"] = text;
   }
-  if (cover.size() != nodes.size()) {  // a tree without statistics: keep none
-    cover.clear();
-    gain.clear();
+  if (ensemble.cover.size() != ensemble.nodes.size()) {  // a tree without statistics: keep none
+    ensemble.cover.clear();
+    ensemble.gain.clear();
   }
-  auto model = std::make_shared<TreeEnsembleModel>(std::move(nodes), std::move(roots), feature_count, base_margin,
-                                                   std::move(cover), std::move(gain));
+  ensemble.base_margin = base_margin;
+  auto model = std::make_shared<TreeEnsembleModel>(std::move(ensemble));
   return std::make_shared<const Bundle>(std::move(manifest), Preprocessor(std::move(inputs)), std::move(model));
 }
 

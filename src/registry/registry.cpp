@@ -36,6 +36,9 @@ CREATE TABLE IF NOT EXISTS model_versions(
 CREATE TABLE IF NOT EXISTS aliases(
   model TEXT NOT NULL, alias TEXT NOT NULL, version INTEGER NOT NULL,
   PRIMARY KEY(model, alias), FOREIGN KEY(model, version) REFERENCES model_versions(model, version));
+CREATE TABLE IF NOT EXISTS checkpoints(
+  run_id TEXT NOT NULL REFERENCES runs(run_id), step INTEGER NOT NULL, bundle_sha256 TEXT NOT NULL,
+  created_ms INTEGER NOT NULL, PRIMARY KEY(run_id, step));
 CREATE TABLE IF NOT EXISTS audit_log(
   id INTEGER PRIMARY KEY AUTOINCREMENT, time_ms INTEGER NOT NULL, actor TEXT NOT NULL,
   action TEXT NOT NULL, detail TEXT NOT NULL);
@@ -154,8 +157,89 @@ Result<std::string> Registry::start_run(const NewRun& run) {
   return run_id;
 }
 
+namespace {
+
+Status require_running(Database& database, const std::string& run_id, std::string_view what) {
+  Statement status(database, "SELECT status FROM runs WHERE run_id = ?");
+  status.bind(1, run_id);
+  SLIPWAY_ASSIGN_OR_RETURN(bool found, status.step());
+  if (!found) return not_found("no run '" + run_id + "'");
+  if (status.text(0) != "RUNNING") {
+    return failed_precondition("run '" + run_id + "' has ended; " + std::string(what) + " cannot be added");
+  }
+  return {};
+}
+
+}  // namespace
+
 Status Registry::log_metrics(const std::string& run_id, const std::vector<std::pair<std::string, double>>& metrics,
                              std::int64_t step) {
+  std::vector<MetricRecord> records;
+  for (const auto& [key, value] : metrics) records.push_back({key, value, step, 0});
+  return log_metric_steps(run_id, records);
+}
+
+Status Registry::log_metric_steps(const std::string& run_id, const std::vector<MetricRecord>& records) {
+  std::lock_guard lock(state_->mutex);
+  Database& database = state_->database;
+  Transaction transaction(database);
+  SLIPWAY_RETURN_IF_ERROR(transaction.begin_status());
+  SLIPWAY_RETURN_IF_ERROR(require_running(database, run_id, "metrics"));
+  std::int64_t now = unix_time_ms();
+  Statement insert(database, "INSERT INTO metrics(run_id, key, value, step, timestamp_ms) VALUES (?, ?, ?, ?, ?)");
+  for (const auto& record : records) {
+    insert.reset();
+    insert.bind(1, run_id).bind(2, record.key);
+    if (std::isfinite(record.value))
+      insert.bind(3, record.value);
+    else
+      insert.bind_null(3);
+    SLIPWAY_RETURN_IF_ERROR(insert.bind(4, record.step).bind(5, record.timestamp_ms != 0 ? record.timestamp_ms : now).run());
+  }
+  SLIPWAY_RETURN_IF_ERROR(transaction.commit());
+  return {};
+}
+
+Result<std::vector<MetricRecord>> Registry::metric_history(const std::string& run_id) {
+  std::lock_guard lock(state_->mutex);
+  Statement select(state_->database,
+                   "SELECT key, value, step, timestamp_ms FROM metrics WHERE run_id = ? ORDER BY key, step, rowid");
+  select.bind(1, run_id);
+  std::vector<MetricRecord> records;
+  while (true) {
+    SLIPWAY_ASSIGN_OR_RETURN(bool has_row, select.step());
+    if (!has_row) break;
+    records.push_back(
+        {select.text(0), select.is_null(1) ? std::nan("") : select.real(1), select.integer(2), select.integer(3)});
+  }
+  return records;
+}
+
+Status Registry::record_checkpoint(const std::string& run_id, std::int64_t step, const std::string& bundle_sha256) {
+  std::lock_guard lock(state_->mutex);
+  Database& database = state_->database;
+  Transaction transaction(database);
+  SLIPWAY_RETURN_IF_ERROR(transaction.begin_status());
+  SLIPWAY_RETURN_IF_ERROR(require_running(database, run_id, "checkpoints"));
+  Statement insert(database,
+                   "INSERT OR REPLACE INTO checkpoints(run_id, step, bundle_sha256, created_ms) VALUES (?, ?, ?, ?)");
+  SLIPWAY_RETURN_IF_ERROR(insert.bind(1, run_id).bind(2, step).bind(3, bundle_sha256).bind(4, unix_time_ms()).run());
+  SLIPWAY_RETURN_IF_ERROR(
+      state_->audit("run.checkpoint", run_id + " step=" + std::to_string(step) + " sha256=" + bundle_sha256));
+  return transaction.commit();
+}
+
+Result<std::optional<CheckpointRecord>> Registry::latest_checkpoint(const std::string& run_id) {
+  std::lock_guard lock(state_->mutex);
+  Statement select(state_->database,
+                   "SELECT step, bundle_sha256, created_ms FROM checkpoints WHERE run_id = ? ORDER BY step DESC LIMIT 1");
+  select.bind(1, run_id);
+  SLIPWAY_ASSIGN_OR_RETURN(bool has_row, select.step());
+  if (!has_row) return std::optional<CheckpointRecord>();
+  return std::optional<CheckpointRecord>(CheckpointRecord{select.integer(0), select.text(1), select.integer(2)});
+}
+
+Status Registry::reopen_run(const std::string& run_id) {
   std::lock_guard lock(state_->mutex);
   Database& database = state_->database;
   Transaction transaction(database);
@@ -164,20 +248,11 @@ Status Registry::log_metrics(const std::string& run_id, const std::vector<std::p
   status.bind(1, run_id);
   SLIPWAY_ASSIGN_OR_RETURN(bool found, status.step());
   if (!found) return not_found("no run '" + run_id + "'");
-  if (status.text(0) != "RUNNING")
-    return failed_precondition("run '" + run_id + "' has ended; metrics cannot be added");
-  std::int64_t now = unix_time_ms();
-  for (const auto& [key, value] : metrics) {
-    Statement insert(database, "INSERT INTO metrics(run_id, key, value, step, timestamp_ms) VALUES (?, ?, ?, ?, ?)");
-    insert.bind(1, run_id).bind(2, key);
-    if (std::isfinite(value))
-      insert.bind(3, value);
-    else
-      insert.bind_null(3);
-    SLIPWAY_RETURN_IF_ERROR(insert.bind(4, step).bind(5, now).run());
-  }
-  SLIPWAY_RETURN_IF_ERROR(transaction.commit());
-  return {};
+  if (status.text(0) == "FINISHED") return failed_precondition("run '" + run_id + "' has finished; nothing to resume");
+  Statement update(database, "UPDATE runs SET status = 'RUNNING', end_ms = NULL WHERE run_id = ?");
+  SLIPWAY_RETURN_IF_ERROR(update.bind(1, run_id).run());
+  SLIPWAY_RETURN_IF_ERROR(state_->audit("run.resume", run_id));
+  return transaction.commit();
 }
 
 Status Registry::finish_run(const std::string& run_id, bool succeeded, const std::string& bundle_sha256) {

@@ -83,6 +83,10 @@ Result<bool> Statement::step() {
   return database_.error("running a statement");
 }
 
+void Statement::reset() {
+  if (statement_ != nullptr) sqlite3_reset(statement_);
+}
+
 Status Statement::run() {
   while (true) {
     SLIPWAY_ASSIGN_OR_RETURN(bool has_row, step());

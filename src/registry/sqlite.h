@@ -49,6 +49,8 @@ class Statement {
   Result<bool> step();
   // Steps to completion, for statements without results.
   Status run();
+  // Makes the statement ready to run again; bindings are kept until rebound.
+  void reset();
 
   std::string text(int column) const;
   std::int64_t integer(int column) const;

@@ -244,7 +244,7 @@ struct OutputSpec {
 };
 
 std::vector<OutputSpec> outputs_of(const model::Bundle& bundle) {
-  if (bundle.task() == model::Task::kBinaryClassification) return {{"probability", "FP32"}, {"label", "BYTES"}};
+  if (bundle.task() != model::Task::kRegression) return {{"probability", "FP32"}, {"label", "BYTES"}};
   return {{"prediction", "FP32"}};
 }
 
@@ -382,13 +382,16 @@ HttpResponse Service::State::infer(const ServableModel& servable, std::string_vi
     json.begin_object();
     json.key("name").value(output.name);
     json.key("datatype").value(output.datatype);
-    json.key("shape").begin_array().value(static_cast<std::uint64_t>(predictions->rows)).end_array();
+    bool labels = output.datatype == "BYTES";
+    json.key("shape").begin_array().value(static_cast<std::uint64_t>(predictions->rows));
+    // Multiclass probabilities are [rows, classes], in the order of the model's class_labels.
+    if (!labels && predictions->columns > 1) json.value(static_cast<std::uint64_t>(predictions->columns));
+    json.end_array();
     json.key("data").begin_array();
-    for (float score : predictions->scores) {
-      if (output.datatype == "BYTES")
-        json.value(bundle.label_for(score));
-      else
-        json.value(score);
+    if (labels) {
+      for (std::size_t row = 0; row < predictions->rows; ++row) json.value(bundle.predicted_label(*predictions, row));
+    } else {
+      for (float score : predictions->scores) json.value(score);
     }
     json.end_array();
     json.end_object();

@@ -1,47 +1,83 @@
-// Histogram GBDT: features are binned once by quantiles; each depth level builds gradient
-// histograms for the smaller child of every split and gets its sibling by subtraction; a split
-// tries sending missing values left and right and keeps the better direction.
+// Histogram GBDT: features are binned once (quantile cuts for numbers, one bin per category
+// code); each tree grows depth-wise or leaf-wise from per-node gradient histograms, building the
+// smaller child's and getting its sibling by subtraction; a split tries sending missing values
+// left and right and keeps the better direction; categories are split by sorting them on their
+// gradient statistics and cutting the sorted order (the optimal binary partition for these
+// losses, as in LightGBM and XGBoost).
 #include "train/gbdt_trainer.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 namespace slipway::train {
 namespace {
 
 constexpr std::uint8_t kMissingBin = 255;
+constexpr std::size_t kBinsPerFeature = 256;
+constexpr std::uint32_t kMaxCategoryCode = 254;
 
 struct BinStats {
   double gradient = 0;
   double hessian = 0;
 };
 
-// Feature-major bin codes plus, per feature, the cut values: bin(x) = number of cuts <= x, so
-// bin(x) <= b exactly when x < cuts[b].
+// Feature-major bin codes plus, per numeric feature, the cut values: bin(x) = number of cuts
+// <= x, so bin(x) <= b exactly when x < cuts[b]. A categorical feature's bin is its code.
 struct BinnedFeatures {
   std::size_t rows = 0;
   std::vector<std::uint8_t> bins;
   std::vector<std::vector<float>> cuts;
+  std::vector<std::uint32_t> bin_count;  // per feature, missing bin apart
+  std::vector<bool> categorical;
 };
 
-BinnedFeatures bin_features(std::span<const float> features, std::size_t rows, std::size_t width, int max_bin,
-                            int threads) {
+Result<BinnedFeatures> bin_features(const GbdtMatrix& train, std::size_t width, const GbdtOptions& options,
+                                    int threads) {
+  const std::size_t rows = train.rows;
   BinnedFeatures binned;
   binned.rows = rows;
   binned.bins.resize(rows * width);
   binned.cuts.resize(width);
+  binned.bin_count.assign(width, 1);
+  binned.categorical = options.categorical;
+  binned.categorical.resize(width, false);
+  std::vector<std::string> errors(width);
   parallel_for(width, threads, [&](std::size_t feature) {
+    std::uint8_t* column = binned.bins.data() + feature * rows;
+    if (binned.categorical[feature]) {
+      std::uint32_t largest = 0;
+      for (std::size_t row = 0; row < rows; ++row) {
+        float value = train.features[row * width + feature];
+        if (std::isnan(value)) {
+          column[row] = kMissingBin;
+          continue;
+        }
+        if (!(value >= 0.0f) || value > static_cast<float>(kMaxCategoryCode) ||
+            value != std::floor(value)) {
+          errors[feature] = "categorical feature " + std::to_string(feature) + " has the code " +
+                            std::to_string(value) + "; codes must be whole numbers in [0, 254]";
+          return;
+        }
+        column[row] = static_cast<std::uint8_t>(value);
+        largest = std::max<std::uint32_t>(largest, column[row]);
+      }
+      binned.bin_count[feature] = largest + 1;
+      return;
+    }
     std::vector<float> values;
     values.reserve(rows);
     for (std::size_t row = 0; row < rows; ++row) {
-      float value = features[row * width + feature];
+      float value = train.features[row * width + feature];
       if (!std::isnan(value)) values.push_back(value);
     }
     std::sort(values.begin(), values.end());
     values.erase(std::unique(values.begin(), values.end()), values.end());
     std::vector<float>& cuts = binned.cuts[feature];
-    auto wanted_cuts = static_cast<std::size_t>(max_bin - 1);
+    auto wanted_cuts = static_cast<std::size_t>(options.max_bin - 1);
     if (values.size() <= wanted_cuts + 1) {
       // Few distinct values: a cut between each neighbouring pair (at the upper value).
       for (std::size_t index = 1; index < values.size(); ++index) cuts.push_back(values[index]);
@@ -51,29 +87,35 @@ BinnedFeatures bin_features(std::span<const float> features, std::size_t rows, s
         if (cuts.empty() || value > cuts.back()) cuts.push_back(value);
       }
     }
-    std::uint8_t* column = binned.bins.data() + feature * rows;
+    binned.bin_count[feature] = static_cast<std::uint32_t>(cuts.size() + 1);
     for (std::size_t row = 0; row < rows; ++row) {
-      float value = features[row * width + feature];
+      float value = train.features[row * width + feature];
       column[row] = std::isnan(value)
                         ? kMissingBin
                         : static_cast<std::uint8_t>(std::upper_bound(cuts.begin(), cuts.end(), value) - cuts.begin());
     }
   });
+  for (const auto& error : errors) {
+    if (!error.empty()) return invalid_argument(error);
+  }
   return binned;
 }
 
-// Histograms for one node: width x 256 bins (the last is the missing bin).
+// Gradient histograms of one node: width x 256 bins (the last is the missing bin).
 using Histogram = std::vector<BinStats>;
 
-void build_histogram(const BinnedFeatures& binned, std::size_t width, std::span<const std::uint32_t> node_rows,
-                     const std::vector<BinStats>& row_stats, Histogram& histogram, int threads) {
-  histogram.resize(width * 256);
+// Waking a pool worker costs microseconds; small nodes are faster on one thread.
+constexpr std::size_t kRowsWorthThreads = 2048;
+
+void build_histogram(const BinnedFeatures& binned, std::span<const std::uint32_t> features,
+                     std::span<const std::uint32_t> node_rows, const std::vector<BinStats>& row_stats,
+                     Histogram& histogram, int threads) {
+  histogram.resize(binned.cuts.size() * kBinsPerFeature);
   std::fill(histogram.begin(), histogram.end(), BinStats{});
-  // Waking a pool worker costs microseconds; small nodes are faster on one thread.
-  constexpr std::size_t kRowsWorthThreads = 2048;
-  parallel_for(width, node_rows.size() >= kRowsWorthThreads ? threads : 1, [&](std::size_t feature) {
+  parallel_for(features.size(), node_rows.size() >= kRowsWorthThreads ? threads : 1, [&](std::size_t index) {
+    std::uint32_t feature = features[index];
     const std::uint8_t* column = binned.bins.data() + feature * binned.rows;
-    BinStats* bins = histogram.data() + feature * 256;
+    BinStats* bins = histogram.data() + feature * kBinsPerFeature;
     for (std::uint32_t row : node_rows) {
       BinStats& bin = bins[column[row]];
       bin.gradient += row_stats[row].gradient;
@@ -82,177 +124,753 @@ void build_histogram(const BinnedFeatures& binned, std::size_t width, std::span<
   });
 }
 
+using CategorySet = std::array<std::uint64_t, kBinsPerFeature / 64>;
+
 struct Split {
   double gain = 0;
   std::uint32_t feature = 0;
-  std::uint32_t bin = 0;  // left: bins <= bin
+  std::uint32_t bin = 0;  // numeric: left takes bins <= bin
   bool default_left = false;
+  bool categorical = false;
+  CategorySet right_categories{};  // categorical: the codes that go right
   bool valid = false;
+
+  bool goes_left(std::uint8_t bin_of_row) const {
+    if (bin_of_row == kMissingBin) return default_left;
+    if (categorical) return ((right_categories[bin_of_row / 64] >> (bin_of_row % 64)) & 1U) == 0;
+    return bin_of_row <= bin;
+  }
 };
 
-double score(double gradient, double hessian, double lambda) { return gradient * gradient / (hessian + lambda); }
+class SplitScorer {
+ public:
+  explicit SplitScorer(const GbdtOptions& options) : options_(options) {}
 
-Split best_split(const Histogram& histogram, std::size_t width, const BinnedFeatures& binned, BinStats total,
-                 const GbdtOptions& options) {
+  // L1 soft-thresholding of the gradient sum, as in XGBoost's ThresholdL1.
+  double thresholded(double gradient) const {
+    if (gradient > options_.alpha) return gradient - options_.alpha;
+    if (gradient < -options_.alpha) return gradient + options_.alpha;
+    return 0.0;
+  }
+  double score(BinStats stats, double extra_l2 = 0.0) const {
+    double t = thresholded(stats.gradient);
+    return t * t / (stats.hessian + options_.lambda + extra_l2);
+  }
+  double weight(BinStats stats) const { return -thresholded(stats.gradient) / (stats.hessian + options_.lambda); }
+  // Loss reduction of splitting `total` into `left` and the rest; -inf when a child is too light.
+  double gain(BinStats left, BinStats total, double parent_score, double extra_l2 = 0.0) const {
+    BinStats right{total.gradient - left.gradient, total.hessian - left.hessian};
+    if (left.hessian < options_.min_child_weight || right.hessian < options_.min_child_weight) {
+      return -std::numeric_limits<double>::infinity();
+    }
+    return 0.5 * (score(left, extra_l2) + score(right, extra_l2) - parent_score) - options_.gamma;
+  }
+
+ private:
+  const GbdtOptions& options_;
+};
+
+void consider(Split& best, double gain, std::uint32_t feature, std::uint32_t bin, bool missing_left) {
+  if (gain > best.gain + 1e-12) {
+    best.gain = gain;
+    best.feature = feature;
+    best.bin = bin;
+    best.default_left = missing_left;
+    best.categorical = false;
+    best.valid = true;
+  }
+}
+
+Split best_numeric_split(const BinStats* bins, std::uint32_t feature, std::uint32_t bin_count, BinStats total,
+                         double parent_score, const SplitScorer& scorer) {
   Split best;
-  double parent = score(total.gradient, total.hessian, options.lambda);
-  for (std::size_t feature = 0; feature < width; ++feature) {
-    const BinStats* bins = histogram.data() + feature * 256;
-    std::size_t bin_count = binned.cuts[feature].size() + 1;
-    BinStats missing = bins[kMissingBin];
-    BinStats left{};
-    for (std::size_t bin = 0; bin + 1 < bin_count; ++bin) {
-      left.gradient += bins[bin].gradient;
-      left.hessian += bins[bin].hessian;
-      for (bool missing_left : {false, true}) {
-        BinStats l = left;
-        if (missing_left) {
-          l.gradient += missing.gradient;
-          l.hessian += missing.hessian;
-        }
-        BinStats r{total.gradient - l.gradient, total.hessian - l.hessian};
-        if (l.hessian < options.min_child_weight || r.hessian < options.min_child_weight) continue;
-        double gain = 0.5 * (score(l.gradient, l.hessian, options.lambda) +
-                             score(r.gradient, r.hessian, options.lambda) - parent) -
-                      options.gamma;
-        if (gain > best.gain + 1e-12) {
-          best = {gain, static_cast<std::uint32_t>(feature), static_cast<std::uint32_t>(bin), missing_left, true};
-        }
+  BinStats missing = bins[kMissingBin];
+  BinStats left{};
+  for (std::uint32_t bin = 0; bin + 1 < bin_count; ++bin) {
+    left.gradient += bins[bin].gradient;
+    left.hessian += bins[bin].hessian;
+    consider(best, scorer.gain(left, total, parent_score), feature, bin, false);
+    BinStats with_missing{left.gradient + missing.gradient, left.hessian + missing.hessian};
+    consider(best, scorer.gain(with_missing, total, parent_score), feature, bin, true);
+  }
+  return best;
+}
+
+Split best_categorical_split(const BinStats* bins, std::uint32_t feature, std::uint32_t bin_count, BinStats total,
+                             const SplitScorer& scorer, const GbdtOptions& options) {
+  // Categories present in the node, ordered by their smoothed leaf weight; the best binary
+  // partition is a cut of this order. Searching 2^k subsets fits noise on many-level columns, so
+  // as in LightGBM the order is smoothed (cat_smooth), the split is scored with extra L2
+  // (cat_l2), and categories lighter than min_child_weight stay with the unseen ones (left).
+  std::vector<std::uint32_t> order;
+  for (std::uint32_t code = 0; code < bin_count; ++code) {
+    if (bins[code].hessian > 0 && bins[code].hessian >= options.min_child_weight) order.push_back(code);
+  }
+  double smoothing = options.cat_smooth;
+  auto ratio = [&](std::uint32_t code) { return bins[code].gradient / (bins[code].hessian + smoothing); };
+  std::sort(order.begin(), order.end(), [&](auto a, auto b) {
+    double ra = ratio(a);
+    double rb = ratio(b);
+    return ra != rb ? ra < rb : a < b;
+  });
+  Split best;
+  std::size_t best_cut = 0;
+  // The categories outside `order` always go left with the first ones.
+  BinStats rest = total;
+  for (std::uint32_t code : order) {
+    rest.gradient -= bins[code].gradient;
+    rest.hessian -= bins[code].hessian;
+  }
+  BinStats missing = bins[kMissingBin];
+  rest.gradient -= missing.gradient;
+  rest.hessian -= missing.hessian;
+  double parent_score = scorer.score(total, options.cat_l2);
+  BinStats left = rest;
+  for (std::size_t cut = 1; cut < order.size(); ++cut) {
+    left.gradient += bins[order[cut - 1]].gradient;
+    left.hessian += bins[order[cut - 1]].hessian;
+    for (bool missing_left : {false, true}) {
+      BinStats l = left;
+      if (missing_left) {
+        l.gradient += missing.gradient;
+        l.hessian += missing.hessian;
       }
+      double gain = scorer.gain(l, total, parent_score, options.cat_l2);
+      if (gain > best.gain + 1e-12) {
+        best.gain = gain;
+        best.feature = feature;
+        best.default_left = missing_left;
+        best.categorical = true;
+        best.valid = true;
+        best_cut = cut;
+      }
+    }
+  }
+  if (best.valid) {
+    for (std::size_t index = best_cut; index < order.size(); ++index) {
+      best.right_categories[order[index] / 64] |= std::uint64_t{1} << (order[index] % 64);
     }
   }
   return best;
 }
 
-struct PendingNode {
-  std::uint32_t node_index;  // in the tree being built
-  std::size_t begin;         // its rows: row_order[begin, end)
-  std::size_t end;
+struct GrowingNode {
+  std::uint32_t node_index = 0;  // in the ensemble's node array
+  std::size_t begin = 0;         // its rows: row_order[begin, end)
+  std::size_t end = 0;
+  int depth = 0;
   Histogram histogram;
   BinStats total;
+  Split split;
+};
+
+// Losses: gradient and hessian per row from the margin, the metric, and the data's base score.
+class Loss {
+ public:
+  Loss(const GbdtOptions& options) : options_(options) {}
+
+  std::size_t groups() const { return options_.objective == GbdtObjective::kSoftmax ? options_.class_count : 1; }
+
+  float base_margin(std::span<const double> labels, std::span<const double> weights) const {
+    auto weight = [&](std::size_t row) { return weights.empty() ? 1.0 : weights[row]; };
+    switch (options_.objective) {
+      case GbdtObjective::kLogistic: {
+        double mean = weighted_mean(labels, weights);
+        double clamped = std::clamp(mean, 1e-6, 1.0 - 1e-6);
+        return static_cast<float>(std::log(clamped / (1.0 - clamped)));
+      }
+      case GbdtObjective::kSoftmax:
+        return 0.0f;
+      case GbdtObjective::kSquaredError:
+        return static_cast<float>(weighted_mean(labels, weights));
+      case GbdtObjective::kAbsoluteError:
+      case GbdtObjective::kPseudoHuber: {
+        std::vector<std::pair<double, double>> values;
+        for (std::size_t row = 0; row < labels.size(); ++row) values.push_back({labels[row], weight(row)});
+        return static_cast<float>(weighted_median(values));
+      }
+    }
+    return 0.0f;
+  }
+
+  // Fills stats[row] for output `group` from the margins (rows x groups); `probabilities` is
+  // scratch for softmax, filled when group == 0 and reused for the round's other groups.
+  void gradients(std::span<const float> margins, std::span<const double> labels, std::span<const double> weights,
+                 std::size_t group, std::vector<double>& probabilities, std::vector<BinStats>& stats,
+                 int threads) const {
+    const std::size_t rows = labels.size();
+    const std::size_t group_count = groups();
+    if (options_.objective == GbdtObjective::kSoftmax && group == 0) probabilities.resize(rows * group_count);
+    constexpr std::size_t kRowsPerTask = 16384;
+    parallel_for((rows + kRowsPerTask - 1) / kRowsPerTask, threads, [&](std::size_t task) {
+      std::size_t end = std::min(rows, (task + 1) * kRowsPerTask);
+      for (std::size_t row = task * kRowsPerTask; row < end; ++row) {
+        double y = labels[row];
+        double m = margins[row * group_count + group];
+        BinStats s;
+        switch (options_.objective) {
+          case GbdtObjective::kLogistic: {
+            double p = 1.0 / (1.0 + std::exp(-m));
+            s = {p - y, std::max(p * (1.0 - p), 1e-16)};
+            break;
+          }
+          case GbdtObjective::kSoftmax: {
+            double* p = probabilities.data() + row * group_count;
+            if (group == 0) {
+              double largest = margins[row * group_count];
+              for (std::size_t k = 1; k < group_count; ++k) largest = std::max<double>(largest, margins[row * group_count + k]);
+              double total = 0;
+              for (std::size_t k = 0; k < group_count; ++k) {
+                p[k] = std::exp(margins[row * group_count + k] - largest);
+                total += p[k];
+              }
+              for (std::size_t k = 0; k < group_count; ++k) p[k] /= total;
+            }
+            double target = static_cast<std::size_t>(y) == group ? 1.0 : 0.0;
+            s = {p[group] - target, std::max(2.0 * p[group] * (1.0 - p[group]), 1e-16)};
+            break;
+          }
+          case GbdtObjective::kSquaredError:
+            s = {m - y, 1.0};
+            break;
+          case GbdtObjective::kAbsoluteError:
+            s = {m > y ? 1.0 : (m < y ? -1.0 : 0.0), 1.0};
+            break;
+          case GbdtObjective::kPseudoHuber: {
+            double z = (m - y) / options_.huber_slope;
+            double scale = 1.0 + z * z;
+            double root = std::sqrt(scale);
+            s = {(m - y) / root, 1.0 / (scale * root)};
+            break;
+          }
+        }
+        double w = weights.empty() ? 1.0 : weights[row];
+        stats[row] = {s.gradient * w, s.hessian * w};
+      }
+    });
+  }
+
+  // The metric over margins (rows x groups). Lower is better.
+  double metric(std::span<const float> margins, std::span<const double> labels, std::span<const double> weights) const {
+    const std::size_t group_count = groups();
+    double total = 0.0;
+    double weight_sum = 0.0;
+    for (std::size_t row = 0; row < labels.size(); ++row) {
+      double w = weights.empty() ? 1.0 : weights[row];
+      double y = labels[row];
+      const float* m = margins.data() + row * group_count;
+      double loss = 0.0;
+      switch (options_.metric) {
+        case GbdtMetric::kLogLoss: {
+          double p = std::clamp(1.0 / (1.0 + std::exp(-static_cast<double>(m[0]))), 1e-15, 1.0 - 1e-15);
+          loss = y > 0.5 ? -std::log(p) : -std::log(1.0 - p);
+          break;
+        }
+        case GbdtMetric::kError:
+          loss = (m[0] > 0.0f) != (y > 0.5) ? 1.0 : 0.0;
+          break;
+        case GbdtMetric::kMultiLogLoss:
+        case GbdtMetric::kMultiError: {
+          auto actual = static_cast<std::size_t>(y);
+          std::size_t predicted = 0;
+          double largest = m[0];
+          for (std::size_t k = 1; k < group_count; ++k) {
+            if (m[k] > largest) {
+              largest = m[k];
+              predicted = k;
+            }
+          }
+          if (options_.metric == GbdtMetric::kMultiError) {
+            loss = predicted == actual ? 0.0 : 1.0;
+          } else {
+            double sum = 0.0;
+            for (std::size_t k = 0; k < group_count; ++k) sum += std::exp(m[k] - largest);
+            loss = -std::max(m[actual] - largest - std::log(sum), std::log(1e-15));
+          }
+          break;
+        }
+        case GbdtMetric::kRmse:
+          loss = (m[0] - y) * (m[0] - y);
+          break;
+        case GbdtMetric::kMae:
+          loss = std::abs(m[0] - y);
+          break;
+        case GbdtMetric::kPseudoHuber: {
+          double z = (m[0] - y) / options_.huber_slope;
+          loss = options_.huber_slope * options_.huber_slope * (std::sqrt(1.0 + z * z) - 1.0);
+          break;
+        }
+      }
+      total += w * loss;
+      weight_sum += w;
+    }
+    double mean = weight_sum > 0 ? total / weight_sum : 0.0;
+    return options_.metric == GbdtMetric::kRmse ? std::sqrt(mean) : mean;
+  }
+
+  static double weighted_mean(std::span<const double> values, std::span<const double> weights) {
+    double total = 0.0;
+    double weight_sum = 0.0;
+    for (std::size_t row = 0; row < values.size(); ++row) {
+      double w = weights.empty() ? 1.0 : weights[row];
+      total += w * values[row];
+      weight_sum += w;
+    }
+    return weight_sum > 0 ? total / weight_sum : 0.0;
+  }
+
+  // The smallest value whose cumulative weight reaches half the total. `values` is reordered.
+  static double weighted_median(std::vector<std::pair<double, double>>& values) {
+    if (values.empty()) return 0.0;
+    std::sort(values.begin(), values.end());
+    double total = 0.0;
+    for (const auto& entry : values) total += entry.second;
+    double running = 0.0;
+    for (const auto& [value, weight] : values) {
+      running += weight;
+      if (running >= 0.5 * total) return value;
+    }
+    return values.back().first;
+  }
+
+ private:
+  const GbdtOptions& options_;
+};
+
+// A stateless hash of (seed, round, index): sampling is the same at any thread count and after
+// a resume.
+std::uint64_t sample_hash(std::uint64_t seed, std::uint64_t round, std::uint64_t index) {
+  std::uint64_t z = seed ^ (round * 0x9e3779b97f4a7c15ULL) ^ (index * 0xbf58476d1ce4e5b9ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+bool sampled(double share, std::uint64_t seed, std::uint64_t round, std::uint64_t index) {
+  if (share >= 1.0) return true;
+  return static_cast<double>(sample_hash(seed, round, index) >> 11) * 0x1.0p-53 < share;
+}
+
+// Everything one call to fit_gbdt works with.
+class Booster {
+ public:
+  Booster(const GbdtOptions& options, const BinnedFeatures& binned, const GbdtMatrix& train, std::size_t width)
+      : options_(options), scorer_(options), loss_(options), binned_(binned), train_(train), width_(width) {
+    threads_ = std::max(1, options.thread_count);
+  }
+
+  // Grows one tree for output `group` of round `round` into `ensemble` from `row_stats`, and adds
+  // its leaf values to `margins` (rows x groups) for every training row.
+  void grow_tree(int round, std::size_t group, const std::vector<BinStats>& row_stats, std::span<float> margins,
+                 model::TreeEnsembleData& ensemble) {
+    const std::uint64_t tree_key = static_cast<std::uint64_t>(round) * loss_.groups() + group;
+    // Rows and features this tree sees.
+    row_order_.clear();
+    for (std::uint32_t row = 0; row < train_.rows; ++row) {
+      if (sampled(options_.subsample, options_.seed, tree_key, row)) row_order_.push_back(row);
+    }
+    choose_features(tree_key);
+
+    auto& nodes = ensemble.nodes;
+    auto root_index = static_cast<std::uint32_t>(nodes.size());
+    ensemble.roots.push_back(root_index);
+    if (loss_.groups() > 1) ensemble.tree_groups.push_back(static_cast<std::uint32_t>(group));
+    append_node(ensemble);
+
+    GrowingNode root;
+    root.node_index = root_index;
+    root.end = row_order_.size();
+    root.histogram = take_histogram();
+    build_histogram(binned_, features_, row_order_, row_stats, root.histogram, threads_);
+    for (std::uint32_t row : row_order_) {
+      root.total.gradient += row_stats[row].gradient;
+      root.total.hessian += row_stats[row].hessian;
+    }
+    root.split = find_split(root);
+
+    std::vector<GrowingNode> leaves;
+    std::size_t leaf_count = 1;
+    auto may_add_leaf = [&] { return options_.max_leaves <= 0 || leaf_count < static_cast<std::size_t>(options_.max_leaves); };
+    if (options_.grow_policy == GrowPolicy::kDepthwise) {
+      std::vector<GrowingNode> level;
+      level.push_back(std::move(root));
+      while (!level.empty()) {
+        std::vector<GrowingNode> next;
+        for (auto& node : level) {
+          if (!node.split.valid || !may_add_leaf()) {
+            leaves.push_back(std::move(node));
+            continue;
+          }
+          auto [left, right] = expand(node, row_stats, ensemble);
+          ++leaf_count;
+          next.push_back(std::move(left));
+          next.push_back(std::move(right));
+        }
+        level = std::move(next);
+      }
+    } else {
+      std::vector<GrowingNode> open;
+      open.push_back(std::move(root));
+      while (true) {
+        // The open node with the largest gain; the lowest node index on a tie.
+        std::size_t best = open.size();
+        for (std::size_t index = 0; index < open.size(); ++index) {
+          if (!open[index].split.valid) continue;
+          if (best == open.size() || open[index].split.gain > open[best].split.gain ||
+              (open[index].split.gain == open[best].split.gain && open[index].node_index < open[best].node_index)) {
+            best = index;
+          }
+        }
+        if (best == open.size() || !may_add_leaf()) break;
+        GrowingNode node = std::move(open[best]);
+        open.erase(open.begin() + static_cast<std::ptrdiff_t>(best));
+        auto [left, right] = expand(node, row_stats, ensemble);
+        ++leaf_count;
+        open.push_back(std::move(left));
+        open.push_back(std::move(right));
+      }
+      for (auto& node : open) leaves.push_back(std::move(node));
+    }
+    finish_leaves(leaves, group, margins, ensemble, root_index);
+  }
+
+  // The leaf each row of `features` (rows x width) reaches in tree `tree`, added to `margins`.
+  static void add_tree_to_margins(const model::TreeEnsembleData& ensemble, std::size_t tree,
+                                  std::span<const float> features, std::size_t rows, std::size_t width,
+                                  std::span<float> margins, std::size_t group_count, int threads,
+                                  std::span<const std::uint32_t> only_rows = {}) {
+    std::uint32_t group = ensemble.tree_groups.empty() ? 0 : ensemble.tree_groups[tree];
+    std::size_t count = only_rows.empty() ? rows : only_rows.size();
+    constexpr std::size_t kRowsPerTask = 8192;
+    parallel_for((count + kRowsPerTask - 1) / kRowsPerTask, count >= kRowsPerTask ? threads : 1,
+                 [&](std::size_t task) {
+                   std::size_t end = std::min(count, (task + 1) * kRowsPerTask);
+                   for (std::size_t index = task * kRowsPerTask; index < end; ++index) {
+                     std::size_t row = only_rows.empty() ? index : only_rows[index];
+                     const float* x = features.data() + row * width;
+                     const model::TreeNode* node = &ensemble.nodes[ensemble.roots[tree]];
+                     while (!node->is_leaf()) {
+                       bool left = model::goes_left(*node, x[node->feature()], ensemble.category_sets);
+                       node = &ensemble.nodes[left ? node->left : node->right];
+                     }
+                     margins[row * group_count + group] += node->value;
+                   }
+                 });
+  }
+
+ private:
+  void choose_features(std::uint64_t tree_key) {
+    features_.clear();
+    if (options_.colsample_bytree >= 1.0) {
+      for (std::uint32_t feature = 0; feature < width_; ++feature) features_.push_back(feature);
+      return;
+    }
+    auto wanted = static_cast<std::size_t>(
+        std::max(1.0, std::round(options_.colsample_bytree * static_cast<double>(width_))));
+    std::vector<std::pair<std::uint64_t, std::uint32_t>> keyed;
+    for (std::uint32_t feature = 0; feature < width_; ++feature) {
+      keyed.push_back({sample_hash(options_.seed ^ 0x636f6c73616d706cULL, tree_key, feature), feature});
+    }
+    std::sort(keyed.begin(), keyed.end());
+    for (std::size_t index = 0; index < std::min(wanted, keyed.size()); ++index) features_.push_back(keyed[index].second);
+    std::sort(features_.begin(), features_.end());
+  }
+
+  Histogram take_histogram() {
+    if (spare_histograms_.empty()) return {};
+    Histogram histogram = std::move(spare_histograms_.back());
+    spare_histograms_.pop_back();
+    return histogram;
+  }
+
+  static void append_node(model::TreeEnsembleData& ensemble) {
+    ensemble.nodes.emplace_back();
+    ensemble.cover.push_back(0);
+    ensemble.gain.push_back(0);
+  }
+
+  Split find_split(const GrowingNode& node) {
+    if (options_.max_depth > 0 && node.depth >= options_.max_depth) return {};
+    double parent_score = scorer_.score(node.total);
+    std::vector<Split> per_feature(features_.size());
+    // Scanning a feature's bins costs the same for a small node as for a large one, so the scan
+    // is spread over threads whenever there are enough features to share.
+    parallel_for(features_.size(), features_.size() >= 8 ? threads_ : 1, [&](std::size_t index) {
+      std::uint32_t feature = features_[index];
+      const BinStats* bins = node.histogram.data() + feature * kBinsPerFeature;
+      per_feature[index] =
+          binned_.categorical[feature]
+              ? best_categorical_split(bins, feature, binned_.bin_count[feature], node.total, scorer_, options_)
+              : best_numeric_split(bins, feature, binned_.bin_count[feature], node.total, parent_score, scorer_);
+    });
+    Split best;
+    for (const auto& split : per_feature) {
+      if (split.valid && (!best.valid || split.gain > best.gain + 1e-12)) best = split;
+    }
+    return best;
+  }
+
+  std::pair<GrowingNode, GrowingNode> expand(GrowingNode& parent, const std::vector<BinStats>& row_stats,
+                                             model::TreeEnsembleData& ensemble) {
+    const Split& split = parent.split;
+    const std::uint8_t* column = binned_.bins.data() + split.feature * binned_.rows;
+    auto middle = std::stable_partition(row_order_.begin() + static_cast<std::ptrdiff_t>(parent.begin),
+                                        row_order_.begin() + static_cast<std::ptrdiff_t>(parent.end),
+                                        [&](std::uint32_t row) { return split.goes_left(column[row]); });
+    auto middle_index = static_cast<std::size_t>(middle - row_order_.begin());
+
+    auto left_index = static_cast<std::uint32_t>(ensemble.nodes.size());
+    model::TreeNode& node = ensemble.nodes[parent.node_index];
+    node.feature_and_flags = split.feature | (split.default_left ? model::TreeNode::kDefaultLeftFlag : 0U);
+    node.left = left_index;
+    node.right = left_index + 1;
+    if (split.categorical) {
+      node.feature_and_flags |= model::TreeNode::kCategoricalFlag;
+      auto offset = static_cast<std::uint32_t>(ensemble.category_sets.size());
+      node.value = model::TreeNode::category_set_value(offset);
+      std::uint32_t words = 0;
+      for (std::uint32_t code = 0; code < kBinsPerFeature; ++code) {
+        if ((split.right_categories[code / 64] >> (code % 64)) & 1U) words = code / 32 + 1;
+      }
+      ensemble.category_sets.push_back(words);
+      for (std::uint32_t word = 0; word < words; ++word) {
+        ensemble.category_sets.push_back(
+            static_cast<std::uint32_t>(split.right_categories[word / 2] >> (32 * (word % 2))));
+      }
+    } else {
+      node.value = binned_.cuts[split.feature][split.bin];
+    }
+    ensemble.gain[parent.node_index] = static_cast<float>(split.gain);
+    append_node(ensemble);
+    append_node(ensemble);
+
+    GrowingNode left;
+    GrowingNode right;
+    left.node_index = left_index;
+    right.node_index = left_index + 1;
+    left.begin = parent.begin;
+    left.end = middle_index;
+    right.begin = middle_index;
+    right.end = parent.end;
+    left.depth = right.depth = parent.depth + 1;
+    // Build the smaller child's histogram; the larger one is the parent's minus it.
+    bool left_smaller = left.end - left.begin <= right.end - right.begin;
+    GrowingNode& small = left_smaller ? left : right;
+    GrowingNode& large = left_smaller ? right : left;
+    std::span<const std::uint32_t> small_rows(row_order_.data() + small.begin, small.end - small.begin);
+    small.histogram = take_histogram();
+    build_histogram(binned_, features_, small_rows, row_stats, small.histogram, threads_);
+    large.histogram = std::move(parent.histogram);
+    for (std::uint32_t feature : features_) {
+      BinStats* large_bins = large.histogram.data() + feature * kBinsPerFeature;
+      const BinStats* small_bins = small.histogram.data() + feature * kBinsPerFeature;
+      for (std::size_t bin = 0; bin < kBinsPerFeature; ++bin) {
+        large_bins[bin].gradient -= small_bins[bin].gradient;
+        large_bins[bin].hessian -= small_bins[bin].hessian;
+      }
+    }
+    for (std::uint32_t row : small_rows) {
+      small.total.gradient += row_stats[row].gradient;
+      small.total.hessian += row_stats[row].hessian;
+    }
+    large.total = {parent.total.gradient - small.total.gradient, parent.total.hessian - small.total.hessian};
+    ensemble.cover[left.node_index] = static_cast<float>(left.total.hessian);
+    ensemble.cover[right.node_index] = static_cast<float>(right.total.hessian);
+    left.split = find_split(left);
+    right.split = find_split(right);
+    return {std::move(left), std::move(right)};
+  }
+
+  void finish_leaves(std::vector<GrowingNode>& leaves, std::size_t group, std::span<float> margins,
+                     model::TreeEnsembleData& ensemble, std::uint32_t root_index) {
+    const std::size_t group_count = loss_.groups();
+    ensemble.cover[root_index] = static_cast<float>(0);
+    for (auto& leaf : leaves) {
+      double weight = scorer_.weight(leaf.total);
+      if (options_.objective == GbdtObjective::kAbsoluteError) {
+        // The Newton step of a sign gradient is meaningless; the leaf takes the weighted median
+        // residual of its rows instead (XGBoost's adaptive leaves for reg:absoluteerror).
+        std::vector<std::pair<double, double>> residuals;
+        for (std::size_t index = leaf.begin; index < leaf.end; ++index) {
+          std::uint32_t row = row_order_[index];
+          residuals.push_back({train_.labels[row] - margins[row * group_count + group],
+                               train_.weights.empty() ? 1.0 : train_.weights[row]});
+        }
+        weight = Loss::weighted_median(residuals);
+      }
+      model::TreeNode& node = ensemble.nodes[leaf.node_index];
+      node.feature_and_flags = model::TreeNode::kLeafFlag;
+      node.value = static_cast<float>(weight * options_.learning_rate);
+      ensemble.cover[leaf.node_index] = static_cast<float>(leaf.total.hessian);
+      spare_histograms_.push_back(std::move(leaf.histogram));
+    }
+    // Rows of this tree: their leaf is known from the partition. Rows left out by subsampling
+    // walk the finished tree.
+    for (const auto& leaf : leaves) {
+      float value = ensemble.nodes[leaf.node_index].value;
+      for (std::size_t index = leaf.begin; index < leaf.end; ++index) {
+        margins[row_order_[index] * group_count + group] += value;
+      }
+    }
+    std::uint32_t root_total_rows = 0;
+    for (const auto& leaf : leaves) root_total_rows += static_cast<std::uint32_t>(leaf.end - leaf.begin);
+    // Root cover: the sum of its leaves' (the root was a leaf's parent chain; recompute simply).
+    double root_cover = 0;
+    for (const auto& leaf : leaves) root_cover += leaf.total.hessian;
+    ensemble.cover[root_index] = static_cast<float>(root_cover);
+    if (root_total_rows < train_.rows) {
+      std::vector<std::uint32_t> unsampled;
+      std::vector<char> in_tree(train_.rows, 0);
+      for (std::uint32_t row : row_order_) in_tree[row] = 1;
+      for (std::uint32_t row = 0; row < train_.rows; ++row) {
+        if (!in_tree[row]) unsampled.push_back(row);
+      }
+      add_tree_to_margins(ensemble, ensemble.roots.size() - 1, train_.features, train_.rows, width_, margins,
+                          group_count, threads_, unsampled);
+    }
+  }
+
+  const GbdtOptions& options_;
+  SplitScorer scorer_;
+  Loss loss_;
+  const BinnedFeatures& binned_;
+  const GbdtMatrix& train_;
+  std::size_t width_;
+  int threads_ = 1;
+  std::vector<std::uint32_t> row_order_;
+  std::vector<std::uint32_t> features_;
+  // Histograms of finished nodes, reused: allocating a fresh 256-bin-per-feature table for every
+  // node costs more in page faults than building it.
+  std::vector<Histogram> spare_histograms_;
 };
 
 }  // namespace
 
-GbdtFit fit_gbdt(std::span<const float> features, std::size_t rows, std::size_t width, std::span<const double> labels,
-                 const GbdtOptions& options) {
+std::string_view metric_name(GbdtMetric metric) {
+  switch (metric) {
+    case GbdtMetric::kLogLoss:
+      return "logloss";
+    case GbdtMetric::kError:
+      return "error";
+    case GbdtMetric::kMultiLogLoss:
+      return "mlogloss";
+    case GbdtMetric::kMultiError:
+      return "merror";
+    case GbdtMetric::kRmse:
+      return "rmse";
+    case GbdtMetric::kMae:
+      return "mae";
+    case GbdtMetric::kPseudoHuber:
+      return "mphe";
+  }
+  return "";
+}
+
+Result<GbdtFit> fit_gbdt(const GbdtMatrix& train, std::size_t width, const GbdtMatrix* validation,
+                         const GbdtOptions& options, const GbdtState* start, const GbdtCallbacks& callbacks) {
   int threads = std::max(1, options.thread_count);
-  BinnedFeatures binned = bin_features(features, rows, width, options.max_bin, threads);
+  SLIPWAY_ASSIGN_OR_RETURN(BinnedFeatures binned, bin_features(train, width, options, threads));
+  Loss loss(options);
+  const std::size_t groups = loss.groups();
 
-  double label_mean =
-      std::accumulate(labels.begin(), labels.end(), 0.0) / static_cast<double>(std::max<std::size_t>(rows, 1));
-  float base_margin = static_cast<float>(label_mean);
-  if (options.objective == GbdtObjective::kLogistic) {
-    double clamped = std::clamp(label_mean, 1e-6, 1.0 - 1e-6);
-    base_margin = static_cast<float>(std::log(clamped / (1.0 - clamped)));
+  GbdtState state;
+  if (start != nullptr) {
+    state = *start;
+    if (state.ensemble.input_width != width || state.ensemble.group_count != groups) {
+      return invalid_argument("the model to continue from has " + std::to_string(state.ensemble.input_width) +
+                              " features and " + std::to_string(state.ensemble.group_count) +
+                              " outputs, but this data gives " + std::to_string(width) + " and " +
+                              std::to_string(groups));
+    }
+  } else {
+    state.ensemble.input_width = width;
+    state.ensemble.group_count = groups;
+    state.ensemble.base_margin = loss.base_margin(train.labels, train.weights);
   }
-  std::vector<float> margins(rows, base_margin);
-  std::vector<BinStats> row_stats(rows);
-  std::vector<std::uint32_t> row_order(rows);
-  std::vector<model::TreeNode> nodes;
-  std::vector<std::uint32_t> roots;
-  std::vector<float> cover;
-  std::vector<float> gain;
-  // Histograms of finished nodes, reused: allocating a fresh 256-bin-per-feature table for every
-  // node costs more in page faults than building it.
-  std::vector<Histogram> spare_histograms;
-  auto take_histogram = [&] {
-    if (spare_histograms.empty()) return Histogram{};
-    Histogram histogram = std::move(spare_histograms.back());
-    spare_histograms.pop_back();
-    return histogram;
+  model::TreeEnsembleData& ensemble = state.ensemble;
+  if (ensemble.cover.size() != ensemble.nodes.size()) {
+    return invalid_argument("the model to continue from has no training statistics (cover), which boosting keeps");
+  }
+  const std::size_t prior_trees = ensemble.roots.size() - static_cast<std::size_t>(state.rounds_done) * groups;
+
+  // Margins start at the starting ensemble's predictions: the same float sums, in the same tree
+  // order, that boosting accumulates.
+  auto initial_margins = [&](const GbdtMatrix& matrix) {
+    std::vector<float> margins(matrix.rows * groups, ensemble.base_margin);
+    for (std::size_t tree = 0; tree < ensemble.roots.size(); ++tree) {
+      Booster::add_tree_to_margins(ensemble, tree, matrix.features, matrix.rows, width, margins, groups, threads);
+    }
+    return margins;
   };
+  std::vector<float> margins = initial_margins(train);
+  std::vector<float> validation_margins;
+  if (validation != nullptr) validation_margins = initial_margins(*validation);
 
-  for (int round = 0; round < options.rounds; ++round) {
-    for (std::size_t row = 0; row < rows; ++row) {
-      if (options.objective == GbdtObjective::kLogistic) {
-        double probability = 1.0 / (1.0 + std::exp(-static_cast<double>(margins[row])));
-        row_stats[row] = {probability - labels[row], std::max(probability * (1.0 - probability), 1e-16)};
-      } else {
-        row_stats[row] = {margins[row] - labels[row], 1.0};
+  Booster booster(options, binned, train, width);
+  std::vector<BinStats> row_stats(train.rows);
+  std::vector<double> probabilities;
+  GbdtFit fit;
+  auto best_round = [&]() {
+    int best = -1;
+    for (const auto& record : state.history) {
+      if (best < 0 || record.validation < state.history[static_cast<std::size_t>(best)].validation) best = record.round;
+    }
+    return best;
+  };
+  for (int round = state.rounds_done; round < options.rounds; ++round) {
+    for (std::size_t group = 0; group < groups; ++group) {
+      loss.gradients(margins, train.labels, train.weights, group, probabilities, row_stats, threads);
+      booster.grow_tree(round, group, row_stats, margins, ensemble);
+      if (validation != nullptr) {
+        Booster::add_tree_to_margins(ensemble, ensemble.roots.size() - 1, validation->features, validation->rows,
+                                     width, validation_margins, groups, threads);
       }
     }
-    std::iota(row_order.begin(), row_order.end(), 0U);
-    auto offset = static_cast<std::uint32_t>(nodes.size());
-    roots.push_back(offset);
-    nodes.emplace_back();
-    cover.push_back(0);
-    gain.push_back(0);
-
-    std::vector<PendingNode> level;
-    PendingNode root{offset, 0, rows, take_histogram(), {}};
-    build_histogram(binned, width, row_order, row_stats, root.histogram, threads);
-    for (std::size_t row = 0; row < rows; ++row) {
-      root.total.gradient += row_stats[row].gradient;
-      root.total.hessian += row_stats[row].hessian;
+    RoundMetrics record;
+    record.round = round;
+    record.train = loss.metric(margins, train.labels, train.weights);
+    if (validation != nullptr) record.validation = loss.metric(validation_margins, validation->labels, validation->weights);
+    state.history.push_back(record);
+    state.rounds_done = round + 1;
+    if (callbacks.on_round) callbacks.on_round(record, options.rounds);
+    if (validation != nullptr && options.early_stopping_rounds > 0 &&
+        round - best_round() >= options.early_stopping_rounds) {
+      fit.stopped_early = true;
+      break;
     }
-    level.push_back(std::move(root));
-
-    for (int depth = 0; !level.empty(); ++depth) {
-      std::vector<PendingNode> next_level;
-      for (auto& pending : level) {
-        model::TreeNode& node = nodes[pending.node_index];
-        cover[pending.node_index] = static_cast<float>(pending.total.hessian);
-        Split split;
-        if (depth < options.max_depth) split = best_split(pending.histogram, width, binned, pending.total, options);
-        if (!split.valid) {
-          double weight = -pending.total.gradient / (pending.total.hessian + options.lambda) * options.learning_rate;
-          node.feature_and_flags = model::TreeNode::kLeafFlag;
-          node.value = static_cast<float>(weight);
-          for (std::size_t index = pending.begin; index < pending.end; ++index) margins[row_order[index]] += node.value;
-          spare_histograms.push_back(std::move(pending.histogram));
-          continue;
-        }
-        // Partition the node's rows: left (bin <= split bin, or missing going left) first.
-        const std::uint8_t* column = binned.bins.data() + split.feature * binned.rows;
-        auto goes_left = [&](std::uint32_t row) {
-          std::uint8_t bin = column[row];
-          return bin == kMissingBin ? split.default_left : bin <= split.bin;
-        };
-        auto middle = std::stable_partition(row_order.begin() + static_cast<std::ptrdiff_t>(pending.begin),
-                                            row_order.begin() + static_cast<std::ptrdiff_t>(pending.end), goes_left);
-        auto middle_index = static_cast<std::size_t>(middle - row_order.begin());
-
-        auto left_index = static_cast<std::uint32_t>(nodes.size());
-        node.feature_and_flags = split.feature | (split.default_left ? model::TreeNode::kDefaultLeftFlag : 0U);
-        node.value = binned.cuts[split.feature][split.bin];
-        node.left = left_index;
-        node.right = left_index + 1;
-        gain[pending.node_index] = static_cast<float>(split.gain);
-        nodes.emplace_back();
-        nodes.emplace_back();
-        cover.resize(nodes.size(), 0);
-        gain.resize(nodes.size(), 0);
-
-        PendingNode left{left_index, pending.begin, middle_index, {}, {}};
-        PendingNode right{left_index + 1, middle_index, pending.end, {}, {}};
-        // Build the smaller child's histogram; the larger one is the parent's minus it.
-        bool left_smaller = middle_index - pending.begin <= pending.end - middle_index;
-        PendingNode& small = left_smaller ? left : right;
-        PendingNode& large = left_smaller ? right : left;
-        std::span<const std::uint32_t> small_rows(row_order.data() + small.begin, small.end - small.begin);
-        small.histogram = take_histogram();
-        build_histogram(binned, width, small_rows, row_stats, small.histogram, threads);
-        large.histogram = std::move(pending.histogram);
-        for (std::size_t bin = 0; bin < large.histogram.size(); ++bin) {
-          large.histogram[bin].gradient -= small.histogram[bin].gradient;
-          large.histogram[bin].hessian -= small.histogram[bin].hessian;
-        }
-        for (std::uint32_t row : small_rows) {
-          small.total.gradient += row_stats[row].gradient;
-          small.total.hessian += row_stats[row].hessian;
-        }
-        large.total = {pending.total.gradient - small.total.gradient, pending.total.hessian - small.total.hessian};
-        next_level.push_back(std::move(left));
-        next_level.push_back(std::move(right));
-      }
-      level = std::move(next_level);
+    if (callbacks.on_checkpoint && options.checkpoint_every > 0 && state.rounds_done % options.checkpoint_every == 0 &&
+        state.rounds_done < options.rounds) {
+      SLIPWAY_RETURN_IF_ERROR(callbacks.on_checkpoint(state));
     }
   }
-  GbdtFit fit;
-  fit.rounds = options.rounds;
-  fit.model = std::make_shared<model::TreeEnsembleModel>(std::move(nodes), std::move(roots), width, base_margin,
-                                                         std::move(cover), std::move(gain));
+
+  int rounds_kept = state.rounds_done;
+  if (validation != nullptr && !state.history.empty()) {
+    fit.best_round = best_round();
+    if (fit.stopped_early) rounds_kept = fit.best_round + 1;
+  }
+  if (rounds_kept < state.rounds_done) {
+    // Early stopping keeps the trees up to the best round: drop the later ones and their nodes
+    // (trees are appended in order, so theirs are the tail of every array).
+    std::size_t trees_kept = prior_trees + static_cast<std::size_t>(rounds_kept) * groups;
+    std::size_t nodes_kept = ensemble.roots[trees_kept];
+    std::uint32_t category_words_kept = static_cast<std::uint32_t>(ensemble.category_sets.size());
+    for (std::size_t index = nodes_kept; index < ensemble.nodes.size(); ++index) {
+      const auto& node = ensemble.nodes[index];
+      if (!node.is_leaf() && node.is_categorical()) {
+        category_words_kept = std::min(category_words_kept, node.category_set());
+      }
+    }
+    ensemble.roots.resize(trees_kept);
+    if (!ensemble.tree_groups.empty()) ensemble.tree_groups.resize(trees_kept);
+    ensemble.nodes.resize(nodes_kept);
+    ensemble.cover.resize(nodes_kept);
+    ensemble.gain.resize(nodes_kept);
+    ensemble.category_sets.resize(category_words_kept);
+  }
+  fit.rounds = rounds_kept;
+  fit.history = std::move(state.history);
+  fit.model = std::make_shared<model::TreeEnsembleModel>(std::move(ensemble));
   return fit;
 }
 

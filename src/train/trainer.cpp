@@ -1,5 +1,9 @@
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <optional>
+
+#include <fmt/format.h>
 
 #include "slipway/train.h"
 #include "train/gbdt_trainer.h"
@@ -81,6 +85,255 @@ Result<Labels> regression_labels(const data::Column& target) {
   return out;
 }
 
+Result<Labels> multiclass_labels(const data::Column& target) {
+  std::vector<std::string> labels;
+  std::vector<std::string> row_labels(target.size());
+  for (std::size_t row = 0; row < target.size(); ++row) {
+    if (target.is_missing(row)) continue;
+    row_labels[row] = target.text_at(row);
+    if (!contains(labels, row_labels[row])) labels.push_back(row_labels[row]);
+  }
+  if (labels.size() < 2) return invalid_argument("target '" + target.name + "' needs at least two classes");
+  if (labels.size() > 1000) {
+    return invalid_argument("target '" + target.name + "' has " + std::to_string(labels.size()) +
+                            " classes; multiclass training takes at most 1000");
+  }
+  // Numeric labels in numeric order (2 before 10), text in text order.
+  bool numeric = target.type == data::ColumnType::kNumeric;
+  std::sort(labels.begin(), labels.end(), [&](const std::string& a, const std::string& b) {
+    return numeric ? std::stod(a) < std::stod(b) : a < b;
+  });
+  Labels out;
+  out.class_labels = labels;
+  for (std::size_t row = 0; row < target.size(); ++row) {
+    if (target.is_missing(row)) continue;
+    out.kept_rows.push_back(static_cast<std::uint32_t>(row));
+    auto index = std::find(labels.begin(), labels.end(), row_labels[row]) - labels.begin();
+    out.values.push_back(static_cast<double>(index));
+  }
+  return out;
+}
+
+bool many_valued_text(const data::Column& target) {
+  if (target.type != data::ColumnType::kCategorical) return false;
+  std::vector<std::string> seen;
+  for (std::size_t row = 0; row < target.size() && seen.size() <= 2; ++row) {
+    if (target.is_missing(row)) continue;
+    std::string text = target.text_at(row);
+    if (!contains(seen, text)) seen.push_back(text);
+  }
+  return seen.size() > 2;
+}
+
+Result<std::vector<double>> row_weights(const data::Table& rows, const std::string& column_name) {
+  if (column_name.empty()) return std::vector<double>{};
+  SLIPWAY_ASSIGN_OR_RETURN(std::size_t index, rows.column_index(column_name));
+  const data::Column& column = rows.column(index);
+  if (column.type != data::ColumnType::kNumeric) {
+    return invalid_argument("weight column '" + column_name + "' holds text; weights must be numbers");
+  }
+  std::vector<double> weights(rows.row_count());
+  for (std::size_t row = 0; row < rows.row_count(); ++row) {
+    double weight = column.numbers[row];
+    if (!(weight >= 0.0) || !std::isfinite(weight)) {
+      return invalid_argument("weight column '" + column_name + "' has " +
+                              (std::isnan(weight) ? std::string("a missing value") : "the value " + std::to_string(weight)) +
+                              " in data row " + std::to_string(row + 1) + "; weights must be finite and >= 0");
+    }
+    weights[row] = weight;
+  }
+  return weights;
+}
+
+GbdtObjective objective_of(const std::string& name, bool binary, bool multiclass) {
+  if (multiclass) return GbdtObjective::kSoftmax;
+  if (binary) return GbdtObjective::kLogistic;
+  if (name == "reg:absoluteerror") return GbdtObjective::kAbsoluteError;
+  if (name == "reg:pseudohubererror") return GbdtObjective::kPseudoHuber;
+  return GbdtObjective::kSquaredError;
+}
+
+GbdtMetric metric_of(const std::string& name, GbdtObjective objective) {
+  if (name == "logloss") return GbdtMetric::kLogLoss;
+  if (name == "error") return GbdtMetric::kError;
+  if (name == "mlogloss") return GbdtMetric::kMultiLogLoss;
+  if (name == "merror") return GbdtMetric::kMultiError;
+  if (name == "rmse") return GbdtMetric::kRmse;
+  if (name == "mae") return GbdtMetric::kMae;
+  if (name == "mphe") return GbdtMetric::kPseudoHuber;
+  switch (objective) {
+    case GbdtObjective::kLogistic:
+      return GbdtMetric::kLogLoss;
+    case GbdtObjective::kSoftmax:
+      return GbdtMetric::kMultiLogLoss;
+    case GbdtObjective::kSquaredError:
+      return GbdtMetric::kRmse;
+    case GbdtObjective::kAbsoluteError:
+      return GbdtMetric::kMae;
+    case GbdtObjective::kPseudoHuber:
+      return GbdtMetric::kPseudoHuber;
+  }
+  return GbdtMetric::kRmse;
+}
+
+// The checkpoint's progress travels in its manifest params, as exact decimal text.
+constexpr const char* kCheckpointRoundsParam = "checkpoint_rounds";
+constexpr const char* kCheckpointHistoryParam = "checkpoint_history";
+
+std::string encode_history(const std::vector<RoundMetrics>& history) {
+  std::string text;
+  for (const auto& record : history) {
+    text += fmt::format("{}{}:{:.17g}:{:.17g}", text.empty() ? "" : ";", record.round, record.train, record.validation);
+  }
+  return text;
+}
+
+Result<std::vector<RoundMetrics>> decode_history(const std::string& text) {
+  std::vector<RoundMetrics> history;
+  std::size_t position = 0;
+  while (position < text.size()) {
+    std::size_t end = text.find(';', position);
+    if (end == std::string::npos) end = text.size();
+    std::string entry = text.substr(position, end - position);
+    RoundMetrics record;
+    char train[64] = {};
+    char validation[64] = {};
+    if (std::sscanf(entry.c_str(), "%d:%63[^:]:%63s", &record.round, train, validation) != 3) {
+      return invalid_argument("the checkpoint's metric history is malformed");
+    }
+    record.train = std::strtod(train, nullptr);
+    record.validation = std::strtod(validation, nullptr);
+    history.push_back(record);
+    position = end + 1;
+  }
+  return history;
+}
+
+struct TreeFit {
+  std::shared_ptr<const model::Model> model;
+  GbdtFit details;
+  std::size_t validation_rows = 0;
+};
+
+Result<TreeFit> fit_trees(const data::Table& rows, const std::vector<float>& matrix,
+                          const model::Preprocessor& preprocessor, const Labels& labels, GbdtObjective objective,
+                          const std::map<std::string, std::string>& params, const TrainRequest& request,
+                          const model::Manifest& manifest, int threads) {
+  GbdtOptions options;
+  options.objective = objective;
+  options.class_count = labels.class_labels.size();
+  options.metric = metric_of(params.at("eval_metric"), objective);
+  options.rounds = std::stoi(params.at("rounds"));
+  options.learning_rate = std::stod(params.at("learning_rate"));
+  options.grow_policy = params.at("grow_policy") == "lossguide" ? GrowPolicy::kLossguide : GrowPolicy::kDepthwise;
+  options.max_depth = std::stoi(params.at("max_depth"));
+  options.max_leaves = std::stoi(params.at("max_leaves"));
+  options.lambda = std::stod(params.at("lambda"));
+  options.alpha = std::stod(params.at("alpha"));
+  options.gamma = std::stod(params.at("gamma"));
+  options.min_child_weight = std::stod(params.at("min_child_weight"));
+  options.subsample = std::stod(params.at("subsample"));
+  options.colsample_bytree = std::stod(params.at("colsample_bytree"));
+  options.huber_slope = std::stod(params.at("huber_slope"));
+  options.cat_smooth = std::stod(params.at("cat_smooth"));
+  options.cat_l2 = std::stod(params.at("cat_l2"));
+  options.max_bin = std::stoi(params.at("max_bin"));
+  options.early_stopping_rounds = std::stoi(params.at("early_stopping_rounds"));
+  options.checkpoint_every = request.checkpoint_every;
+  options.seed = request.seed;
+  options.thread_count = threads;
+  if (options.grow_policy == GrowPolicy::kDepthwise && options.max_depth == 0) {
+    return invalid_argument("max_depth=0 (unlimited) needs grow_policy=lossguide or max_leaves > 0");
+  }
+  if (options.max_depth == 0 && options.max_leaves == 0) {
+    return invalid_argument("max_depth=0 and max_leaves=0 would grow trees without limit; set one of them");
+  }
+  if (params.at("categorical_splits") == "partition") {
+    for (const auto& feature : preprocessor.features()) {
+      options.categorical.push_back(feature.type == data::ColumnType::kCategorical);
+    }
+  }
+  const std::size_t width = preprocessor.output_width();
+  SLIPWAY_ASSIGN_OR_RETURN(std::vector<double> weights, row_weights(rows, request.weight_column));
+
+  // Early stopping judges each round on a validation share of the training rows, drawn by seed.
+  std::vector<float> train_features;
+  std::vector<double> train_labels;
+  std::vector<double> train_weights;
+  std::vector<float> validation_features;
+  std::vector<double> validation_labels;
+  std::vector<double> validation_weights;
+  GbdtMatrix train{matrix, rows.row_count(), labels.values, weights};
+  GbdtMatrix validation;
+  bool with_validation = options.early_stopping_rounds > 0;
+  if (with_validation) {
+    double fraction = std::stod(params.at("validation_fraction"));
+    std::uint64_t state = request.seed ^ 0x76616c6964617465ULL;
+    for (std::size_t row = 0; row < rows.row_count(); ++row) {
+      std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+      z ^= z >> 31;
+      bool held_out = static_cast<double>(z >> 11) * 0x1.0p-53 < fraction;
+      auto& features = held_out ? validation_features : train_features;
+      features.insert(features.end(), matrix.begin() + static_cast<std::ptrdiff_t>(row * width),
+                      matrix.begin() + static_cast<std::ptrdiff_t>((row + 1) * width));
+      (held_out ? validation_labels : train_labels).push_back(labels.values[row]);
+      if (!weights.empty()) (held_out ? validation_weights : train_weights).push_back(weights[row]);
+    }
+    if (validation_labels.empty() || train_labels.empty()) {
+      return invalid_argument("early stopping needs rows on both sides of validation_fraction; this table has " +
+                              std::to_string(rows.row_count()));
+    }
+    train = {train_features, train_labels.size(), train_labels, train_weights};
+    validation = {validation_features, validation_labels.size(), validation_labels, validation_weights};
+  }
+
+  std::optional<GbdtState> start;
+  if (request.resume_from != nullptr) {
+    const auto* trees = dynamic_cast<const model::TreeEnsembleModel*>(&request.resume_from->model());
+    const auto& checkpoint_params = request.resume_from->manifest().params;
+    auto rounds = checkpoint_params.find(kCheckpointRoundsParam);
+    auto history = checkpoint_params.find(kCheckpointHistoryParam);
+    if (trees == nullptr || rounds == checkpoint_params.end() || history == checkpoint_params.end()) {
+      return invalid_argument("the bundle to resume from is not a training checkpoint");
+    }
+    start.emplace();
+    start->ensemble = trees->data();
+    start->rounds_done = std::stoi(rounds->second);
+    SLIPWAY_ASSIGN_OR_RETURN(start->history, decode_history(history->second));
+  } else if (request.init_model != nullptr) {
+    const auto* trees = dynamic_cast<const model::TreeEnsembleModel*>(&request.init_model->model());
+    if (trees == nullptr) {
+      return invalid_argument("--init-model must be a tree model; this one is " +
+                              std::string(request.init_model->model().family()));
+    }
+    start.emplace();
+    start->ensemble = trees->data();
+  }
+
+  GbdtCallbacks callbacks;
+  callbacks.on_round = request.on_round;
+  if (request.on_checkpoint) {
+    callbacks.on_checkpoint = [&](const GbdtState& state) -> Status {
+      model::Manifest checkpoint_manifest = manifest;
+      checkpoint_manifest.params[kCheckpointRoundsParam] = std::to_string(state.rounds_done);
+      checkpoint_manifest.params[kCheckpointHistoryParam] = encode_history(state.history);
+      model::Bundle checkpoint(std::move(checkpoint_manifest), preprocessor,
+                               std::make_shared<model::TreeEnsembleModel>(state.ensemble));
+      return request.on_checkpoint(checkpoint, state.rounds_done);
+    };
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(GbdtFit fit, fit_gbdt(train, width, with_validation ? &validation : nullptr, options,
+                                                 start ? &*start : nullptr, callbacks));
+  TreeFit out;
+  out.model = fit.model;
+  out.details = std::move(fit);
+  out.validation_rows = validation.rows;
+  out.details.model = nullptr;
+  return out;
+}
+
 }  // namespace
 
 Result<std::string> choose_positive_label(const std::vector<std::string>& labels,
@@ -114,12 +367,21 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
 
   bool gbdt = request.model_family == "gbdt";
   bool classification = request.model_family == "logistic";
+  bool multiclass = false;
   if (gbdt) {
     const std::string& objective = params.at("objective");
-    classification = objective == "binary:logistic" || (objective == "auto" && two_valued(target));
+    multiclass = objective == "multi:softmax" || (objective == "auto" && many_valued_text(target));
+    classification = multiclass || objective == "binary:logistic" || (objective == "auto" && two_valued(target));
+  } else if (request.init_model != nullptr || request.resume_from != nullptr) {
+    return invalid_argument("warm start and resume apply to gbdt models only");
+  }
+  if (contains(features, request.weight_column)) {
+    features.erase(std::find(features.begin(), features.end(), request.weight_column));
   }
   Labels labels;
-  if (classification) {
+  if (multiclass) {
+    SLIPWAY_ASSIGN_OR_RETURN(labels, multiclass_labels(target));
+  } else if (classification) {
     SLIPWAY_ASSIGN_OR_RETURN(labels, binary_labels(target, params.at("positive_class")));
   } else {
     SLIPWAY_ASSIGN_OR_RETURN(labels, regression_labels(target));
@@ -129,39 +391,66 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
   model::PreprocessOptions preprocess_options;
   preprocess_options.max_categories = std::stoul(params.at("max_categories"));
   if (gbdt) {
-    // Trees take numbers as they are, route missing values themselves, and split categories by
-    // their frequency rank (native categorical splits are not built yet).
+    // Trees take numbers as they are, route missing values themselves, and split categories on
+    // their codes (natively, or as ordered numbers with categorical_splits=ordinal). A code
+    // must fit a histogram bin, so at most 254 levels are kept per column.
     preprocess_options.encoding = model::CategoricalEncoding::kOrdinal;
     preprocess_options.standardize = false;
     preprocess_options.impute_missing = false;
+    preprocess_options.max_categories = std::min<std::size_t>(preprocess_options.max_categories, 253);
   } else {
     preprocess_options.encoding = params.at("categorical_encoding") == "ordinal" ? model::CategoricalEncoding::kOrdinal
                                                                                  : model::CategoricalEncoding::kOneHot;
     preprocess_options.standardize = params.at("standardize") == "true";
   }
-  SLIPWAY_ASSIGN_OR_RETURN(auto preprocessor, model::Preprocessor::fit(rows, features, preprocess_options));
+  model::Preprocessor preprocessor;
+  if (request.init_model != nullptr) {
+    // A warm start continues the same function of the same inputs.
+    preprocessor = request.init_model->preprocessor();
+    features.clear();
+    for (const auto& input : preprocessor.features()) features.push_back(input.name);
+    if (request.init_model->task() != (multiclass        ? model::Task::kMulticlassClassification
+                                       : classification ? model::Task::kBinaryClassification
+                                                        : model::Task::kRegression) ||
+        (classification && request.init_model->manifest().class_labels != labels.class_labels)) {
+      return invalid_argument("--init-model was trained for a different task or different class labels");
+    }
+  } else {
+    SLIPWAY_ASSIGN_OR_RETURN(preprocessor, model::Preprocessor::fit(rows, features, preprocess_options));
+  }
   std::vector<float> matrix;
   SLIPWAY_RETURN_IF_ERROR(preprocessor.transform(rows, matrix));
+
+  model::Manifest manifest;
+  manifest.task = multiclass       ? model::Task::kMulticlassClassification
+                  : classification ? model::Task::kBinaryClassification
+                                   : model::Task::kRegression;
+  manifest.target = request.target;
+  manifest.class_labels = labels.class_labels;
+  manifest.created_by = "slipway " + std::string(slipway_version());
+  manifest.code_version = std::string(slipway_code_version());
+  manifest.data_fingerprint = request.data_fingerprint;
+  manifest.seed = request.seed;
+  manifest.split = request.split_description;
+  manifest.train_rows = rows.row_count();
+  manifest.params = params;
+  manifest.params["model"] = request.model_family;
+  if (!request.weight_column.empty()) manifest.params["weight_column"] = request.weight_column;
+  if (request.init_model != nullptr) manifest.params["init_model"] = request.init_model_reference;
 
   int threads = request.thread_count > 0 ? request.thread_count : default_thread_count();
   std::shared_ptr<const model::Model> fitted;
   int iterations = 0;
   bool converged = true;
+  TreeFit trees;
   if (gbdt) {
-    GbdtOptions options;
-    options.objective = classification ? GbdtObjective::kLogistic : GbdtObjective::kSquaredError;
-    options.rounds = std::stoi(params.at("rounds"));
-    options.learning_rate = std::stod(params.at("learning_rate"));
-    options.max_depth = std::stoi(params.at("max_depth"));
-    options.lambda = std::stod(params.at("lambda"));
-    options.gamma = std::stod(params.at("gamma"));
-    options.min_child_weight = std::stod(params.at("min_child_weight"));
-    options.max_bin = std::stoi(params.at("max_bin"));
-    options.thread_count = threads;
-    GbdtFit trees = fit_gbdt(matrix, rows.row_count(), preprocessor.output_width(), labels.values, options);
+    SLIPWAY_ASSIGN_OR_RETURN(trees, fit_trees(rows, matrix, preprocessor, labels,
+                                              objective_of(params.at("objective"), classification, multiclass), params,
+                                              request, manifest, threads));
     fitted = trees.model;
-    iterations = trees.rounds;
+    iterations = trees.details.rounds;
   } else {
+    if (!request.weight_column.empty()) return invalid_argument("row weights apply to gbdt models only (for now)");
     LbfgsOptions lbfgs;
     lbfgs.max_iterations = std::stoi(params.at("max_iterations"));
     lbfgs.history = std::stoi(params.at("lbfgs_history"));
@@ -174,25 +463,20 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
     fitted = std::make_shared<model::LinearModel>(std::move(linear.weights), linear.bias);
   }
 
-  model::Manifest manifest;
-  manifest.task = classification ? model::Task::kBinaryClassification : model::Task::kRegression;
-  manifest.target = request.target;
-  manifest.class_labels = labels.class_labels;
-  manifest.created_by = "slipway " + std::string(slipway_version());
-  manifest.code_version = std::string(slipway_code_version());
-  manifest.data_fingerprint = request.data_fingerprint;
-  manifest.seed = request.seed;
-  manifest.split = request.split_description;
-  manifest.train_rows = rows.row_count();
-  manifest.params = params;
-  manifest.params["model"] = request.model_family;
-
   TrainSummary summary;
   summary.features = features;
   summary.rows_used = rows.row_count();
   summary.rows_dropped_missing_target = table.row_count() - rows.row_count();
   summary.iterations = iterations;
   summary.converged = converged;
+  if (gbdt) {
+    summary.history = std::move(trees.details.history);
+    summary.round_metric = std::string(metric_name(metric_of(params.at("eval_metric"),
+                                                             objective_of(params.at("objective"), classification, multiclass))));
+    summary.best_round = trees.details.best_round;
+    summary.stopped_early = trees.details.stopped_early;
+    summary.validation_rows = trees.validation_rows;
+  }
   summary.bundle =
       std::make_shared<const model::Bundle>(std::move(manifest), std::move(preprocessor), std::move(fitted));
   return summary;

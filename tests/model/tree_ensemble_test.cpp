@@ -63,12 +63,59 @@ TEST(TreeEnsemble, ValidateRejectsBrokenStructure) {
   nodes[0].right = 2;
   nodes[1].feature_and_flags = TreeNode::kLeafFlag;
   nodes[2].feature_and_flags = TreeNode::kLeafFlag;
-  EXPECT_TRUE(TreeEnsembleModel::validate(nodes, {0}, 1).ok());
-  EXPECT_FALSE(TreeEnsembleModel::validate(nodes, {0}, 0).ok());  // feature out of range
+  auto validate = [&](std::size_t width) {
+    TreeEnsembleData data;
+    data.nodes = nodes;
+    data.roots = {0};
+    data.input_width = width;
+    return TreeEnsembleModel::validate(data);
+  };
+  EXPECT_TRUE(validate(1).ok());
+  EXPECT_FALSE(validate(0).ok());  // feature out of range
+  nodes[0].feature_and_flags |= TreeNode::kCategoricalFlag;
+  EXPECT_FALSE(validate(1).ok());  // category set outside the (empty) set array
+  nodes[0].feature_and_flags = 0;
   nodes[0].right = 7;
-  EXPECT_FALSE(TreeEnsembleModel::validate(nodes, {0}, 1).ok());  // child outside
+  EXPECT_FALSE(validate(1).ok());  // child outside
   nodes[0].right = 0;
-  EXPECT_FALSE(TreeEnsembleModel::validate(nodes, {0}, 1).ok());  // cycle
+  EXPECT_FALSE(validate(1).ok());  // cycle
+}
+
+// Codes in the set go right, every other code (and unseen ones) left, NaN by default direction.
+TEST(TreeEnsemble, CategoricalSplitsAndMulticlassOutputs) {
+  TreeEnsembleData data;
+  data.input_width = 2;
+  data.group_count = 2;
+  data.category_sets = {1, (1U << 2) | (1U << 5)};  // one word: categories 2 and 5
+  auto split = [](std::uint32_t feature, std::uint32_t left, float value, bool categorical) {
+    TreeNode node;
+    node.feature_and_flags = feature | (categorical ? TreeNode::kCategoricalFlag : 0U);
+    node.left = left;
+    node.right = left + 1;
+    node.value = value;
+    return node;
+  };
+  auto leaf = [](float value) {
+    TreeNode node;
+    node.feature_and_flags = TreeNode::kLeafFlag;
+    node.value = value;
+    return node;
+  };
+  // Tree 0 (class 0): categorical on feature 0. Tree 1 (class 1): x1 < 0.5.
+  data.nodes = {split(0, 1, TreeNode::category_set_value(0), true), leaf(-1), leaf(1),
+                split(1, 4, 0.5f, false), leaf(10), leaf(20)};
+  data.roots = {0, 3};
+  data.tree_groups = {0, 1};
+  ASSERT_TRUE(TreeEnsembleModel::validate(data).ok());
+  TreeEnsembleModel model(data);
+  ASSERT_EQ(model.output_count(), 2u);
+  float nan = std::nanf("");
+  std::vector<float> rows = {2, 0, 5, 1, 3, 0, 99, 1, nan, 0, 0, 1, 2.5f, 0, 1, 1, 5, 0};
+  std::size_t count = rows.size() / 2;
+  std::vector<float> margins(count * 2);
+  model.predict_margin(rows, count, margins);
+  std::vector<float> expected = {1, 10, 1, 20, -1, 10, -1, 20, 1, 10, -1, 20, -1, 10, -1, 20, 1, 10};
+  EXPECT_EQ(margins, expected);  // NaN goes right: default_left is unset
 }
 
 TEST(XgboostImport, RejectsWhatItCannotImportWithOneSentence) {
@@ -87,7 +134,9 @@ TEST(XgboostImport, RejectsWhatItCannotImportWithOneSentence) {
             std::string::npos);
   std::string categorical = small_model();
   categorical.replace(categorical.find("\"split_type\":[0,0"), 17, "\"split_type\":[1,0");
-  EXPECT_NE(message(categorical).find("categorical splits"), std::string::npos);
+  EXPECT_NE(message(categorical).find("is categorical but lists no categories"), std::string::npos);
+  std::string multiclass_mismatch = small_model("multi:softprob");
+  EXPECT_NE(message(multiclass_mismatch).find("num_class (0) disagree"), std::string::npos);
   std::string out_of_range = small_model();
   out_of_range.replace(out_of_range.find("\"split_indices\":[0,1"), 20, "\"split_indices\":[0,9");
   EXPECT_NE(message(out_of_range).find("splits on feature 9"), std::string::npos);
