@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <limits>
 #include <cmath>
 
 #include "slipway/model.h"
@@ -42,8 +43,11 @@ Result<std::vector<T>> numbers(object tree, std::string_view key, std::size_t ex
   for (element item : items) {
     if constexpr (std::is_floating_point_v<T>) {
       double value = 0;
-      if (item.get(value) != simdjson::SUCCESS)
+      if (item.is_null()) {
+        value = std::numeric_limits<double>::quiet_NaN();  // was a bare NaN; see without_bare_nans
+      } else if (item.get(value) != simdjson::SUCCESS) {
         return not_xgboost("tree " + std::to_string(tree_index) + " '" + std::string(key) + "' holds a non-number");
+      }
       values.push_back(static_cast<T>(value));
     } else {
       std::int64_t value = 0;
@@ -169,11 +173,46 @@ Status append_tree(object tree, std::size_t tree_index, std::size_t feature_coun
   return {};
 }
 
+// XGBoost writes the split condition of a categorical node as a bare NaN, which is not JSON. The
+// tokens NaN, Infinity and -Infinity outside strings become null, keeping every other byte.
+std::string without_bare_nans(std::string_view json) {
+  std::string out;
+  out.reserve(json.size());
+  bool in_string = false;
+  for (std::size_t at = 0; at < json.size(); ++at) {
+    char c = json[at];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && at + 1 < json.size()) {
+        out += json[++at];
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') in_string = true;
+    bool replaced = false;
+    for (std::string_view token : {"NaN", "-Infinity", "Infinity"}) {
+      if (!in_string && json.substr(at, token.size()) == token) {
+        out += "null";
+        at += token.size() - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += c;
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<std::shared_ptr<const Bundle>> import_xgboost_json(std::string_view json, const XgboostImportOptions& options) {
   simdjson::dom::parser parser;
-  simdjson::padded_string padded(json);
+  simdjson::padded_string padded(json.find("NaN") != std::string_view::npos ||
+                                         json.find("Infinity") != std::string_view::npos
+                                     ? without_bare_nans(json)
+                                     : std::string(json));
   object root;
   if (parser.parse(padded).get(root) != simdjson::SUCCESS) return not_xgboost("the file is not a JSON object");
   object learner;

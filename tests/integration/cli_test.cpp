@@ -144,5 +144,51 @@ TEST_F(CliTest, BadInputGetsOneClearSentenceAndWritesNothing) {
   EXPECT_NE(slipway({"train", "--help"}).out.find("--test-fraction"), std::string::npos);
 }
 
+// A run killed right after a checkpoint resumes from it to the very bytes the uninterrupted run
+// writes; the per-round metrics are in `show`; a warm start continues a registered model.
+TEST_F(CliTest, GbdtCheckpointResumeHistoryAndWarmStart) {
+  ASSERT_EQ(slipway({"init"}).exit_code, 0);
+  std::vector<std::string> gbdt = {"--model",         "gbdt", "--param", "rounds=40", "--param", "subsample=0.8",
+                                   "--param",         "early_stopping_rounds=30",  "--checkpoint-every", "10",
+                                   "--no-progress"};
+  auto whole = train_lending(gbdt);
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  std::string whole_sha = json_string(whole.out, "bundle_sha256");
+
+  std::vector<std::string> args = {slipway_binary(), "--home", home_.path(), "--json", "train",
+                                   "--data", data_path("lending_club.csv"), "--target", "Class",
+                                   "--split", "stratified", "--slice", "addr_state"};
+  args.insert(args.end(), gbdt.begin(), gbdt.end());
+  auto killed = run_command(args, {"SLIPWAY_CRASH_AT=train.after_checkpoint"});
+  EXPECT_EQ(killed.exit_code, 128 + 9);
+  auto runs = slipway({"runs"});
+  auto running = runs.out.find("RUNNING");
+  ASSERT_NE(running, std::string::npos) << runs.out;
+  std::string killed_run = runs.out.substr(runs.out.rfind('\n', running) + 1, 32);
+
+  auto resumed = slipway({"--json", "train", "--resume", killed_run, "--no-progress"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("resuming run " + killed_run + " from its checkpoint after 10 rounds"), std::string::npos);
+  EXPECT_EQ(json_string(resumed.out, "run_id"), killed_run);
+  EXPECT_EQ(json_string(resumed.out, "bundle_sha256"), whole_sha);
+  auto finished_again = slipway({"train", "--resume", killed_run});
+  EXPECT_EQ(finished_again.exit_code, 1);
+  EXPECT_NE(finished_again.err.find("has finished"), std::string::npos);
+
+  auto shown = slipway({"--json", "show", killed_run});
+  EXPECT_NE(shown.out.find("\"history\":{\"train_logloss\":[[1,"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("\"validation_logloss\":[[1,"), std::string::npos);
+  EXPECT_NE(slipway({"show", killed_run}).out.find("per round ("), std::string::npos);
+
+  ASSERT_EQ(train_lending({"--model", "gbdt", "--param", "rounds=5", "--register", "trees"}).exit_code, 0);
+  auto warm = train_lending({"--model", "gbdt", "--param", "rounds=5", "--init-model", "trees@1", "--out",
+                             home_.file("warm.bundle")});
+  ASSERT_EQ(warm.exit_code, 0) << warm.err;
+  auto warm_run = slipway({"show", json_string(warm.out, "run_id")});
+  EXPECT_NE(warm_run.out.find("init_model = trees@1 sha256:"), std::string::npos) << warm_run.out;
+  auto importance = slipway({"--json", "explain", home_.file("warm.bundle"), "--importance"});
+  EXPECT_EQ(importance.exit_code, 0) << importance.err;
+}
+
 }  // namespace
 }  // namespace slipway::testing

@@ -24,10 +24,16 @@ struct Reference {
 };
 
 Reference make_reference(const TempDir& dir, const std::string& data, const std::string& target,
-                         const std::string& positive, const std::string& objective) {
-  auto result =
-      run_command({"/usr/bin/python3", std::string(SLIPWAY_SOURCE_DIR) + "/tests/integration/xgboost_reference.py",
-                   data_path(data), target, positive, objective, dir.path()});
+                         const std::string& positive, const std::string& objective, bool categorical = false) {
+  std::vector<std::string> command = {"/usr/bin/python3",
+                                      std::string(SLIPWAY_SOURCE_DIR) + "/tests/integration/xgboost_reference.py",
+                                      data_path(data),
+                                      target,
+                                      positive,
+                                      objective,
+                                      dir.path()};
+  if (categorical) command.push_back("categorical");
+  auto result = run_command(command);
   EXPECT_EQ(result.exit_code, 0) << result.err;
   Reference reference{dir.file("model.json"), dir.file("holdout.csv"), {}};
   std::ifstream expected(dir.file("expected.txt"));
@@ -65,6 +71,30 @@ TEST(XgboostImport, BinaryLogisticMatchesXgboostOnEveryRow) {
   expect_same_predictions(**reloaded, reference);
 }
 
+TEST(XgboostImport, MulticlassSoftprobMatchesXgboostOnEveryRow) {
+  if (!have_xgboost()) GTEST_SKIP() << "python3-xgboost is not installed";
+  TempDir dir;
+  Reference reference =
+      make_reference(dir, "lending_club.csv", "verification_status", "@classes", "multi:softprob");
+  auto bundle = model::import_xgboost_json(*read_file(reference.model_path), {.target = "verification_status"});
+  ASSERT_TRUE(bundle.ok()) << bundle.status().message();
+  EXPECT_EQ((*bundle)->task(), model::Task::kMulticlassClassification);
+  EXPECT_EQ((*bundle)->model().output_count(), 3u);
+  EXPECT_EQ(dynamic_cast<const model::TreeEnsembleModel&>((*bundle)->model()).roots().size(), 180u);
+  expect_same_predictions(**model::Bundle::parse((*bundle)->serialize()), reference);
+}
+
+TEST(XgboostImport, CategoricalSplitsMatchXgboostOnEveryRow) {
+  if (!have_xgboost()) GTEST_SKIP() << "python3-xgboost is not installed";
+  TempDir dir;
+  Reference reference = make_reference(dir, "lending_club.csv", "Class", "bad", "binary:logistic", true);
+  ASSERT_NE(read_file(reference.model_path)->find("\"split_type\":[0,0,1"), std::string::npos)
+      << "XGBoost made no categorical split; the test would prove nothing";
+  auto bundle = model::import_xgboost_json(*read_file(reference.model_path), {});
+  ASSERT_TRUE(bundle.ok()) << bundle.status().message();
+  expect_same_predictions(**model::Bundle::parse((*bundle)->serialize()), reference);
+}
+
 // TreeSHAP contributions equal XGBoost's pred_contribs, and each row's sum is its margin.
 void expect_same_contributions(const model::Bundle& bundle, const std::string& dir) {
   const auto& trees = dynamic_cast<const model::TreeEnsembleModel&>(bundle.model());
@@ -72,9 +102,10 @@ void expect_same_contributions(const model::Bundle& bundle, const std::string& d
   std::vector<float> features;
   ASSERT_TRUE(bundle.preprocessor().transform(*holdout, features).ok());
   std::size_t width = trees.input_width();
+  std::size_t groups = trees.output_count();
   std::ifstream expected_file(dir + "/contribs.txt");
-  std::vector<float> contributions(width + 1);
-  std::vector<float> margin(1);
+  std::vector<float> contributions((width + 1) * groups);
+  std::vector<float> margin(groups);
   double worst = 0;
   std::size_t rows = 0;
   for (std::string line; std::getline(expected_file, line); ++rows) {
@@ -82,17 +113,20 @@ void expect_same_contributions(const model::Bundle& bundle, const std::string& d
     std::span<const float> row(features.data() + rows * width, width);
     auto explained = trees.explain(row, contributions);
     ASSERT_TRUE(explained.ok()) << explained.message();
-    double sum = 0;
-    for (std::size_t column = 0; column <= width; ++column) {
-      double expected = 0;
-      values >> expected;
-      EXPECT_NEAR(contributions[column], expected, 1e-4 * std::max(1.0, std::abs(expected)))
-          << "row " << rows << " column " << column;
-      worst = std::max(worst, std::abs(contributions[column] - expected));
-      sum += contributions[column];
-    }
     trees.predict_margin(row, 1, margin);
-    EXPECT_NEAR(sum, margin[0], 1e-4 * std::max(1.0, std::abs(sum))) << "row " << rows;
+    for (std::size_t group = 0; group < groups; ++group) {
+      double sum = 0;
+      for (std::size_t column = 0; column <= width; ++column) {
+        double expected = 0;
+        values >> expected;
+        float actual = contributions[group * (width + 1) + column];
+        EXPECT_NEAR(actual, expected, 1e-4 * std::max(1.0, std::abs(expected)))
+            << "row " << rows << " group " << group << " column " << column;
+        worst = std::max(worst, std::abs(actual - expected));
+        sum += actual;
+      }
+      EXPECT_NEAR(sum, margin[group], 1e-4 * std::max(1.0, std::abs(sum))) << "row " << rows;
+    }
   }
   EXPECT_EQ(rows, 300u);
   std::printf("largest TreeSHAP difference from XGBoost pred_contribs over %zu rows: %.3g\n", rows, worst);
@@ -100,12 +134,15 @@ void expect_same_contributions(const model::Bundle& bundle, const std::string& d
 
 TEST(XgboostImport, TreeShapMatchesXgboostPredContribs) {
   if (!have_xgboost()) GTEST_SKIP() << "python3-xgboost is not installed";
-  for (const auto& [data, target, positive, objective] :
-       std::vector<std::array<std::string, 4>>{{"lending_club.csv", "Class", "bad", "binary:logistic"},
-                                               {"chicago_ridership.csv", "ridership", "-", "reg:squarederror"}}) {
-    SCOPED_TRACE(data);
+  for (const auto& [data, target, positive, objective, categorical] :
+       std::vector<std::array<std::string, 5>>{
+           {"lending_club.csv", "Class", "bad", "binary:logistic", ""},
+           {"chicago_ridership.csv", "ridership", "-", "reg:squarederror", ""},
+           {"lending_club.csv", "verification_status", "@classes", "multi:softprob", ""},
+           {"lending_club.csv", "Class", "bad", "binary:logistic", "categorical"}}) {
+    SCOPED_TRACE(target + " " + objective + " " + categorical);
     TempDir dir;
-    make_reference(dir, data, target, positive, objective);
+    make_reference(dir, data, target, positive, objective, categorical == "categorical");
     auto bundle = model::import_xgboost_json(*read_file(dir.file("model.json")), {});
     ASSERT_TRUE(bundle.ok()) << bundle.status().message();
     auto bytes = (*bundle)->serialize();  // statistics survive the bundle file
