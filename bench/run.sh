@@ -10,8 +10,14 @@ echo "training the XGBoost peer model for the tree benchmarks (about a minute)..
 /usr/bin/python3 "$root/bench/tree_peer.py" "$out" > "$out/tree_peer.json"
 SLIPWAY_TREE_BENCH_DIR="$out" "$build/bench/slipway_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
   --benchmark_format=json --benchmark_out="$out/ours.json" --benchmark_out_format=json > /dev/null
+# The tree kernels the CPU does not pick by default, for the record of what SIMD brings.
+for kernel in scalar avx2; do
+  SLIPWAY_TREE_KERNEL=$kernel SLIPWAY_TREE_BENCH_DIR="$out" "$build/bench/slipway_bench" --benchmark_filter=BM_TreeBatch100k \
+    --benchmark_repetitions=5 --benchmark_report_aggregates_only=true --benchmark_format=json \
+    --benchmark_out="$out/kernel_$kernel.json" --benchmark_out_format=json > /dev/null
+done
 /usr/bin/python3 "$root/bench/peer_sklearn_predict.py" "$root/data/lending_club.csv" > "$out/peer.json"
-/usr/bin/python3 - "$out/ours.json" "$out/peer.json" "$out/tree_peer.json" <<'PY'
+/usr/bin/python3 - "$out/ours.json" "$out/peer.json" "$out/tree_peer.json" "$out/kernel_scalar.json" "$out/kernel_avx2.json" <<'PY'
 import json, sys
 ours = {b["run_name"]: b for b in json.load(open(sys.argv[1]))["benchmarks"] if b.get("aggregate_name") == "median"}
 peer = json.loads(open(sys.argv[2]).read())
@@ -39,6 +45,13 @@ for threads in (1, 2):
     rate = ours[f"BM_TreeBatch100k/{threads}/real_time"]["rows_per_s"]
     xgb = trees[f"batch_rows_per_s_{threads}t"]
     print(f"  batch 100k rows, {threads} thread(s): slipway {rate/1e3:8.1f}k rows/s   xgboost inplace_predict {xgb/1e3:8.1f}k rows/s   ratio {rate/xgb:5.2f}x")
+for path, kernel in ((sys.argv[4], "scalar"), (sys.argv[5], "avx2")):
+    forced = {b["run_name"]: b for b in json.load(open(path))["benchmarks"] if b.get("aggregate_name") == "median"}
+    for threads in (1, 2):
+        rate = forced[f"BM_TreeBatch100k/{threads}/real_time"]["rows_per_s"]
+        print(f"  batch 100k rows, {threads} thread(s), {kernel} kernel forced: slipway {rate/1e3:8.1f}k rows/s   ratio {rate/trees[f'batch_rows_per_s_{threads}t']:5.2f}x")
 single = ns("BM_TreeSingleRow")
-print(f"  single row: slipway {single/1e3:.2f} us   xgboost inplace_predict {trees['single_row_median_us']:.1f} us median (p99 {trees['single_row_p99_us']:.1f} us)")
+percentiles = [b for b in json.load(open(sys.argv[1]))["benchmarks"] if b["run_name"].startswith("BM_TreeSingleRowPercentiles") and b.get("aggregate_name") == "median"][0]
+print(f"  single row: slipway {single/1e3:.2f} us mean, {percentiles['p50_us']:.2f} us median, {percentiles['p99_us']:.2f} us p99"
+      f"   xgboost inplace_predict {trees['single_row_median_us']:.1f} us median (p99 {trees['single_row_p99_us']:.1f} us)")
 PY

@@ -3,6 +3,8 @@
 // bench/run.sh, which passes SLIPWAY_TREE_BENCH_DIR); without it these benchmarks are skipped.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -98,7 +100,32 @@ void BM_TreeSingleRow(benchmark::State& state) {
   }
 }
 
+// Per-call latency of single-row scoring: median and p99 over 20,000 calls, as counters.
+void BM_TreeSingleRowPercentiles(benchmark::State& state) {
+  const TreeFixture& f = fixture();
+  if (!f.error.empty()) {
+    state.SkipWithError(f.error.c_str());
+    return;
+  }
+  std::size_t width = f.bundle->preprocessor().output_width();
+  constexpr std::size_t kCalls = 20000;
+  std::vector<double> micros(kCalls);
+  for (auto _ : state) {
+    for (std::size_t call = 0; call < kCalls; ++call) {
+      std::span<const float> row(f.rows.data() + (call % f.row_count) * width, width);
+      auto start = std::chrono::steady_clock::now();
+      auto predictions = f.bundle->predict_preprocessed(row, 1);
+      benchmark::DoNotOptimize(predictions);
+      micros[call] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    }
+  }
+  std::sort(micros.begin(), micros.end());
+  state.counters["p50_us"] = micros[kCalls / 2];
+  state.counters["p99_us"] = micros[kCalls * 99 / 100];
+}
+
 }  // namespace
 
+BENCHMARK(BM_TreeSingleRowPercentiles)->Iterations(1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_TreeBatch100k)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_TreeSingleRow)->Unit(benchmark::kMicrosecond);

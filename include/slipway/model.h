@@ -164,11 +164,14 @@ struct TreeEnsembleData {
   std::size_t group_count = 1;
 };
 
+class CompleteTrees;  // a prediction layout for shallow trees, private to model
+
 class TreeEnsembleModel final : public Model {
  public:
   // The caller guarantees the structure (children inside `nodes`, features < input_width, no
   // cycles, category sets inside category_sets); validate() checks it.
   explicit TreeEnsembleModel(TreeEnsembleData data);
+  ~TreeEnsembleModel() override;
   // InvalidArgument naming the first node or tree that breaks the structure.
   static Status validate(const TreeEnsembleData& data);
 
@@ -215,6 +218,9 @@ class TreeEnsembleModel final : public Model {
   std::vector<TreeNode> stepping_nodes_;
   std::vector<std::uint32_t> depth_;
   bool has_categorical_ = false;
+  // Trees of depth <= 10 without categorical splits: the complete-tree layout and its vector
+  // kernels; null otherwise.
+  std::unique_ptr<const CompleteTrees> complete_;
   std::vector<float> mean_value_;  // per node: cover-weighted mean of the leaves below (needs cover)
 };
 

@@ -230,6 +230,18 @@ int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector
   std::optional<LoadedModel> init_model;
   if (!options.init_model.empty()) {
     auto loaded = load_reference(global, options.init_model);
+    if (resumed_run && resumed_run->params.count("init_model") != 0) {
+      // A resume continues from the very bundle the run started from, even if the reference
+      // (an alias, say) has moved since. A bundle file outside the store is read again by path.
+      const std::string& recorded = resumed_run->params.at("init_model");
+      auto at = recorded.rfind(" sha256:");
+      std::string sha256 = at == std::string::npos ? "" : recorded.substr(at + 8);
+      if (!sha256.empty() && (*store)->artifacts().contains(sha256)) {
+        auto bundle = model::Bundle::load((*store)->artifacts().path_for(sha256), sha256);
+        if (!bundle.ok()) return fail(bundle.status());
+        loaded = LoadedModel{*bundle, recorded.substr(0, at), sha256};
+      }
+    }
     if (!loaded.ok()) return fail(loaded.status());
     init_model = std::move(*loaded);
   }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <utility>
 
+#include "model/complete_trees.h"
 #include "slipway/model.h"
 
 namespace slipway::model {
@@ -65,6 +66,8 @@ TreeEnsembleModel::TreeEnsembleModel(TreeEnsembleData data) : data_(std::move(da
     }
     depth_.push_back(deepest);
   }
+  auto complete = std::make_unique<CompleteTrees>(data_, depth_);
+  if (complete->usable()) complete_ = std::move(complete);
   if (!data_.cover.empty()) {
     const auto& cover = data_.cover;
     // Cover-weighted mean leaf value below each node, children before parents (post-order).
@@ -93,6 +96,8 @@ TreeEnsembleModel::TreeEnsembleModel(TreeEnsembleData data) : data_(std::move(da
     }
   }
 }
+
+TreeEnsembleModel::~TreeEnsembleModel() = default;
 
 Status TreeEnsembleModel::validate(const TreeEnsembleData& data) {
   const auto& nodes = data.nodes;
@@ -161,6 +166,12 @@ void TreeEnsembleModel::predict_by_walking(std::span<const float> features, std:
 }
 
 void TreeEnsembleModel::predict_margin(std::span<const float> features, std::size_t rows, std::span<float> out) const {
+  const std::size_t width = data_.input_width;
+  const std::size_t groups = data_.group_count;
+  if (complete_ != nullptr) {
+    std::fill(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(rows * groups), data_.base_margin);
+    if (complete_->add_leaves(features.data(), rows, width, out.data(), groups) == rows) return;
+  }
   // Few rows have nothing to overlap, so they stop at each leaf instead of taking every level's
   // step; categorical nodes need a set lookup the branch-free step below does not do.
   if (rows < kMinRowsForStepping || has_categorical_) {
@@ -171,8 +182,6 @@ void TreeEnsembleModel::predict_margin(std::span<const float> features, std::siz
   // walks are independent chains the CPU overlaps, and the direction is a select, not a branch.
   // The sum per row still runs over trees in order, as XGBoost's does.
   const TreeNode* nodes = stepping_nodes_.data();
-  const std::size_t width = data_.input_width;
-  const std::size_t groups = data_.group_count;
   std::uint32_t position[kRowsPerBlock];
   for (std::size_t block_begin = 0; block_begin < rows; block_begin += kRowsPerBlock) {
     std::size_t block_rows = std::min(kRowsPerBlock, rows - block_begin);

@@ -620,11 +620,7 @@ class Booster {
     root.end = row_order_.size();
     root.histogram = take_histogram();
     histograms_.build(binned_, features_, row_order_, row_stats, root.histogram, threads_);
-    const BinStats* first_feature = root.histogram.data() + features_.front() * kBinsPerFeature;
-    for (std::size_t bin = 0; bin < kBinsPerFeature; ++bin) {
-      root.total.gradient += first_feature[bin].gradient;
-      root.total.hessian += first_feature[bin].hessian;
-    }
+    root.total = node_total(root.histogram);
     ensemble.cover[root_index] = static_cast<float>(root.total.hessian);
     root.split = find_split(root, threads_);
 
@@ -713,6 +709,19 @@ class Booster {
     std::sort(keyed.begin(), keyed.end());
     for (std::size_t index = 0; index < std::min(wanted, keyed.size()); ++index) features_.push_back(keyed[index].second);
     std::sort(features_.begin(), features_.end());
+  }
+
+  // Every row lands in one bin of each feature, so any feature's used bins sum to the node's
+  // totals (bins past a feature's count are not cleared and hold stale sums).
+  BinStats node_total(const Histogram& histogram) const {
+    std::uint32_t feature = features_.front();
+    const BinStats* bins = histogram.data() + feature * kBinsPerFeature;
+    BinStats total = bins[kMissingBin];
+    for (std::size_t bin = 0; bin < binned_.bin_count[feature]; ++bin) {
+      total.gradient += bins[bin].gradient;
+      total.hessian += bins[bin].hessian;
+    }
+    return total;
   }
 
   Histogram take_histogram() {
@@ -819,12 +828,7 @@ class Booster {
         large_bins[kMissingBin].gradient -= small_bins[kMissingBin].gradient;
         large_bins[kMissingBin].hessian -= small_bins[kMissingBin].hessian;
       }
-      // Every row lands in one bin of each feature: any feature's bins sum to the node's totals.
-      const BinStats* bins = small.histogram.data() + features_.front() * kBinsPerFeature;
-      for (std::size_t bin = 0; bin < kBinsPerFeature; ++bin) {
-        small.total.gradient += bins[bin].gradient;
-        small.total.hessian += bins[bin].hessian;
-      }
+      small.total = node_total(small.histogram);
     }
     large.total = {parent.total.gradient - small.total.gradient, parent.total.hessian - small.total.hessian};
     ensemble.cover[left.node_index] = static_cast<float>(left.total.hessian);
@@ -1020,6 +1024,8 @@ std::string_view metric_name(GbdtMetric metric) {
 Result<GbdtFit> fit_gbdt(const GbdtMatrix& train, std::size_t width, const GbdtMatrix* validation,
                          const GbdtOptions& options, const GbdtState* start, const GbdtCallbacks& callbacks) {
   int threads = std::max(1, options.thread_count);
+  if (width == 0) return invalid_argument("there are no features to train on");
+  if (train.rows == 0) return invalid_argument("there are no training rows");
   SLIPWAY_ASSIGN_OR_RETURN(BinnedFeatures binned, bin_features(train, width, options, threads));
   Loss loss(options);
   const std::size_t groups = loss.groups();

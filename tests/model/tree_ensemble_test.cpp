@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
 #include "slipway/model.h"
 
@@ -116,6 +117,69 @@ TEST(TreeEnsemble, CategoricalSplitsAndMulticlassOutputs) {
   model.predict_margin(rows, count, margins);
   std::vector<float> expected = {1, 10, 1, 20, -1, 10, -1, 20, 1, 10, -1, 20, -1, 10, -1, 20, 1, 10};
   EXPECT_EQ(margins, expected);  // NaN goes right: default_left is unset
+}
+
+// Every prediction path (vector kernels over blocks of rows, across trees for single rows, the
+// pointer walk) gives the float sums of a plain walk in tree order. CTest runs this test once per
+// kernel (SLIPWAY_TREE_KERNEL), so each is compared on this CPU.
+TEST(TreeEnsemble, EveryKernelMatchesAPlainWalkBitForBit) {
+  std::mt19937 random(3);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  constexpr std::size_t kWidth = 5;
+  TreeEnsembleData data;
+  data.input_width = kWidth;
+  data.base_margin = 0.25f;
+  // 40 random trees of depth 1 to 7, some leaves early, random default directions.
+  for (int tree = 0; tree < 40; ++tree) {
+    data.roots.push_back(static_cast<std::uint32_t>(data.nodes.size()));
+    int depth_limit = 1 + tree % 7;
+    std::vector<std::pair<std::uint32_t, int>> pending = {{data.roots.back(), 0}};
+    data.nodes.emplace_back();
+    while (!pending.empty()) {
+      auto [index, depth] = pending.back();
+      pending.pop_back();
+      if (depth == depth_limit || (depth > 0 && uniform(random) < 0.2f)) {
+        data.nodes[index].feature_and_flags = TreeNode::kLeafFlag;
+        data.nodes[index].value = uniform(random) - 0.5f;
+        continue;
+      }
+      auto left = static_cast<std::uint32_t>(data.nodes.size());
+      data.nodes.emplace_back();
+      data.nodes.emplace_back();
+      TreeNode& node = data.nodes[index];
+      node.feature_and_flags = static_cast<std::uint32_t>(random() % kWidth) |
+                               (uniform(random) < 0.5f ? TreeNode::kDefaultLeftFlag : 0U);
+      node.value = uniform(random);
+      node.left = left;
+      node.right = left + 1;
+      pending.push_back({left, depth + 1});
+      pending.push_back({left + 1, depth + 1});
+    }
+  }
+  ASSERT_TRUE(TreeEnsembleModel::validate(data).ok());
+  TreeEnsembleModel model(data);
+  constexpr std::size_t kRows = 64 * 3 + 9;
+  std::vector<float> rows(kRows * kWidth);
+  for (float& value : rows) value = uniform(random) < 0.1f ? std::nanf("") : uniform(random);
+  rows[7] = data.nodes[0].value;  // a value exactly on a threshold
+  std::vector<float> expected(kRows, data.base_margin);
+  for (std::size_t row = 0; row < kRows; ++row) {
+    for (std::uint32_t root : data.roots) {
+      const TreeNode* node = &data.nodes[root];
+      while (!node->is_leaf()) {
+        node = &data.nodes[goes_left(*node, rows[row * kWidth + node->feature()], {}) ? node->left : node->right];
+      }
+      expected[row] += node->value;
+    }
+  }
+  std::vector<float> batch(kRows);
+  model.predict_margin(rows, kRows, batch);
+  EXPECT_EQ(batch, expected);
+  for (std::size_t row = 0; row < kRows; ++row) {
+    float single = 0;
+    model.predict_margin(std::span<const float>(rows).subspan(row * kWidth, kWidth), 1, std::span(&single, 1));
+    ASSERT_EQ(single, expected[row]) << "row " << row;
+  }
 }
 
 TEST(XgboostImport, RejectsWhatItCannotImportWithOneSentence) {
