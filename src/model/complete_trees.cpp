@@ -182,56 +182,70 @@ __attribute__((target("avx2"))) void add_leaves_avx2(const std::vector<Tree>& tr
   }
 }
 
-// One row, eight trees at a time in the lanes: a single row has no other rows to overlap, but
-// its trees are independent. Lanes whose tree is shallower than the chunk's deepest stop at their
-// leaf. The eight leaves are then added to the margins one by one, in tree order.
+// One row, 32 trees at a time: four vectors of eight lanes, one tree a lane. A single row has no
+// other rows to overlap, but its trees are independent, and four vectors keep four gather chains
+// in flight. Lanes whose tree is shallower than the deepest stop at their leaf. The leaves are
+// then added to the margins one by one, in tree order.
 __attribute__((target("avx2"))) void add_row_avx2(const std::vector<Tree>& trees, const float* thresholds,
                                                    const std::uint32_t* tree_features, const float* leaves,
                                                    const float* row, float* margins) {
   constexpr std::size_t kLanes = 8;
+  constexpr std::size_t kVectors = 4;
+  constexpr std::size_t kTreesPerStep = kLanes * kVectors;
   const __m256i feature_mask = _mm256_set1_epi32(static_cast<int>(~kDefaultLeftBit));
   const __m256i default_left = _mm256_set1_epi32(static_cast<int>(kDefaultLeftBit));
   const __m256i one = _mm256_set1_epi32(1);
   const int* features_base = reinterpret_cast<const int*>(tree_features);
-  alignas(32) std::int32_t internal[kLanes];
-  alignas(32) std::int32_t leaf_base[kLanes];
-  alignas(32) std::int32_t depth[kLanes];
-  alignas(32) float leaf_values[kLanes];
-  for (std::size_t first = 0; first < trees.size(); first += kLanes) {
-    std::size_t lanes = std::min(kLanes, trees.size() - first);
+  alignas(32) std::int32_t internal[kTreesPerStep];
+  alignas(32) std::int32_t leaf_base[kTreesPerStep];
+  alignas(32) std::int32_t depth[kTreesPerStep];
+  alignas(32) float leaf_values[kTreesPerStep];
+  for (std::size_t first = 0; first < trees.size(); first += kTreesPerStep) {
+    std::size_t count = std::min(kTreesPerStep, trees.size() - first);
     std::int32_t deepest = 0;
-    for (std::size_t lane = 0; lane < kLanes; ++lane) {
-      // Unused lanes repeat the last tree with depth 0: they read its root leaf and are ignored.
-      const Tree& tree = trees[first + std::min(lane, lanes - 1)];
+    for (std::size_t lane = 0; lane < kTreesPerStep; ++lane) {
+      // Unused lanes repeat the last tree with depth 0: they read its first leaf and are ignored.
+      const Tree& tree = trees[first + std::min(lane, count - 1)];
       internal[lane] = static_cast<std::int32_t>(tree.internal_offset);
-      depth[lane] = lane < lanes ? static_cast<std::int32_t>(tree.depth) : 0;
+      depth[lane] = lane < count ? static_cast<std::int32_t>(tree.depth) : 0;
       leaf_base[lane] = static_cast<std::int32_t>(tree.leaf_offset) - ((1 << depth[lane]) - 1);
       deepest = std::max(deepest, depth[lane]);
     }
-    const __m256i internal_offset = _mm256_load_si256(reinterpret_cast<const __m256i*>(internal));
-    const __m256i depths = _mm256_load_si256(reinterpret_cast<const __m256i*>(depth));
-    __m256i position = _mm256_setzero_si256();
-    for (std::int32_t level = 0; level < deepest; ++level) {
-      __m256i active = _mm256_cmpgt_epi32(depths, _mm256_set1_epi32(level));
-      __m256i node = _mm256_add_epi32(internal_offset, position);
-      __m256i feature = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), features_base, node, active, 4);
-      __m256 threshold = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), thresholds, node,
-                                                  _mm256_castsi256_ps(active), 4);
-      __m256 x = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), row, _mm256_and_si256(feature, feature_mask),
-                                          _mm256_castsi256_ps(active), 4);
-      __m256 at_least = _mm256_cmp_ps(x, threshold, _CMP_GE_OQ);
-      __m256 not_less = _mm256_cmp_ps(x, threshold, _CMP_NLT_UQ);
-      __m256 nan_left =
-          _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(feature, default_left), default_left));
-      __m256i right = _mm256_castps_si256(_mm256_blendv_ps(not_less, at_least, nan_left));
-      __m256i child = _mm256_sub_epi32(_mm256_add_epi32(_mm256_add_epi32(position, position), one), right);
-      position = _mm256_blendv_epi8(position, child, active);
+    __m256i internal_offset[kVectors];
+    __m256i depths[kVectors];
+    __m256i position[kVectors];
+    for (std::size_t v = 0; v < kVectors; ++v) {
+      internal_offset[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(internal + v * kLanes));
+      depths[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(depth + v * kLanes));
+      position[v] = _mm256_setzero_si256();
     }
-    __m256i leaf_index =
-        _mm256_add_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(leaf_base)), position);
-    _mm256_store_ps(leaf_values, _mm256_mask_i32gather_ps(_mm256_setzero_ps(), leaves, leaf_index,
-                                                          _mm256_castsi256_ps(_mm256_set1_epi32(-1)), 4));
-    for (std::size_t lane = 0; lane < lanes; ++lane) margins[trees[first + lane].group] += leaf_values[lane];
+    for (std::int32_t level = 0; level < deepest; ++level) {
+      const __m256i current = _mm256_set1_epi32(level);
+      for (std::size_t v = 0; v < kVectors; ++v) {
+        __m256i active = _mm256_cmpgt_epi32(depths[v], current);
+        __m256i node = _mm256_add_epi32(internal_offset[v], position[v]);
+        __m256i feature = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), features_base, node, active, 4);
+        __m256 threshold =
+            _mm256_mask_i32gather_ps(_mm256_setzero_ps(), thresholds, node, _mm256_castsi256_ps(active), 4);
+        __m256 x = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), row, _mm256_and_si256(feature, feature_mask),
+                                            _mm256_castsi256_ps(active), 4);
+        __m256 at_least = _mm256_cmp_ps(x, threshold, _CMP_GE_OQ);
+        __m256 not_less = _mm256_cmp_ps(x, threshold, _CMP_NLT_UQ);
+        __m256 nan_left =
+            _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(feature, default_left), default_left));
+        __m256i right = _mm256_castps_si256(_mm256_blendv_ps(not_less, at_least, nan_left));
+        __m256i child = _mm256_sub_epi32(_mm256_add_epi32(_mm256_add_epi32(position[v], position[v]), one), right);
+        position[v] = _mm256_blendv_epi8(position[v], child, active);
+      }
+    }
+    for (std::size_t v = 0; v < kVectors; ++v) {
+      __m256i leaf_index =
+          _mm256_add_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(leaf_base + v * kLanes)), position[v]);
+      _mm256_store_ps(leaf_values + v * kLanes,
+                      _mm256_mask_i32gather_ps(_mm256_setzero_ps(), leaves, leaf_index,
+                                               _mm256_castsi256_ps(_mm256_set1_epi32(-1)), 4));
+    }
+    for (std::size_t lane = 0; lane < count; ++lane) margins[trees[first + lane].group] += leaf_values[lane];
   }
 }
 
