@@ -30,6 +30,10 @@ CompleteTrees::CompleteTrees(const TreeEnsembleData& data, std::span<const std::
   for (const auto& node : data.nodes) {
     if (!node.is_leaf() && node.is_categorical()) return;
   }
+  // Padding sparse deep trees can multiply the size (a depth-10 path of 21 nodes pads to 2,047):
+  // past 64x the nodes, or 64M slots, the pointer walk is the better layout.
+  std::size_t slots = internal_total + leaf_total;
+  if (slots > 64 * std::max<std::size_t>(data.nodes.size(), 1024) || slots > (std::size_t{1} << 26)) return;
   thresholds_.assign(internal_total, std::numeric_limits<float>::quiet_NaN());
   features_.assign(internal_total, kDefaultLeftBit);
   leaves_.assign(leaf_total, 0.0f);

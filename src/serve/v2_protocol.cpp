@@ -248,10 +248,13 @@ std::vector<OutputSpec> outputs_of(const model::Bundle& bundle) {
   return {{"prediction", "FP32"}};
 }
 
-std::string tensor_metadata(std::string_view name, std::string_view datatype) {
+// Shape [-1], or [-1, columns] for a per-class output.
+std::string tensor_metadata(std::string_view name, std::string_view datatype, std::size_t columns = 1) {
   JsonWriter json;
   json.begin_object().key("name").value(name).key("datatype").value(datatype);
-  json.key("shape").begin_array().value(-1).end_array().end_object();
+  json.key("shape").begin_array().value(-1);
+  if (columns > 1) json.value(static_cast<std::uint64_t>(columns));
+  json.end_array().end_object();
   return json.take();
 }
 
@@ -273,7 +276,10 @@ std::string model_metadata(const ServableModel& servable, bool single_version) {
   }
   json.end_array();
   json.key("outputs").begin_array();
-  for (const auto& output : outputs_of(*servable.bundle)) json.raw(tensor_metadata(output.name, output.datatype));
+  for (const auto& output : outputs_of(*servable.bundle)) {
+    bool per_class = output.datatype == "FP32" && servable.bundle->task() == model::Task::kMulticlassClassification;
+    json.raw(tensor_metadata(output.name, output.datatype, per_class ? servable.bundle->model().output_count() : 1));
+  }
   json.end_array();
   json.key("parameters").begin_object();
   json.key("task").value(model::task_name(servable.bundle->task()));

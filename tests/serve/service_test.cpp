@@ -4,6 +4,7 @@
 
 #include "slipway/model.h"
 #include "slipway/serve.h"
+#include "slipway/train.h"
 #include "support/fixtures.h"
 
 namespace slipway::serve {
@@ -204,6 +205,30 @@ TEST_F(ServiceTest, ServesImportedTreeEnsembles) {
                       R"({"inputs":[{"name":"a","datatype":"FP32","shape":[1],"data":[7]},
                                     {"name":"b","datatype":"FP64","shape":[1],"data":[1.5]}]})");
   EXPECT_NE(by_name.body.find("\"data\":[10.5]"), std::string::npos) << by_name.body;
+}
+
+// A multiclass model answers with a [rows, classes] probability tensor and the label per row.
+TEST_F(ServiceTest, ServesMulticlassProbabilitiesAndLabels) {
+  std::string csv = "x,animal\n";
+  for (int row = 0; row < 300; ++row) {
+    csv += std::to_string(row % 3) + "," + (row % 3 == 0 ? "cat" : row % 3 == 1 ? "dog" : "emu") + "\n";
+  }
+  auto summary = train::fit(*data::parse_csv(csv, "animals.csv"),
+                            train::TrainRequest{.target = "animal", .model_family = "gbdt", .params = {{"rounds", "20"}}});
+  ASSERT_TRUE(summary.ok()) << summary.status().message();
+  auto sha = store_->artifacts().put(summary->bundle->serialize());
+  ASSERT_TRUE(store_->register_version("animals", *sha, "").ok());
+  auto metadata = get("/v2/models/animals");
+  EXPECT_NE(metadata.body.find("{\"name\":\"probability\",\"datatype\":\"FP32\",\"shape\":[-1,3]}"),
+            std::string::npos)
+      << metadata.body;
+  auto response = post("/v2/models/animals/infer",
+                       R"({"inputs":[{"name":"x","datatype":"FP32","shape":[2],"data":[0,2]}]})");
+  ASSERT_EQ(response.status, 200) << response.body;
+  EXPECT_NE(response.body.find("\"name\":\"probability\",\"datatype\":\"FP32\",\"shape\":[2,3]"),
+            std::string::npos)
+      << response.body;
+  EXPECT_NE(response.body.find("\"data\":[\"cat\",\"emu\"]"), std::string::npos) << response.body;
 }
 
 }  // namespace
