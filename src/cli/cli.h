@@ -77,11 +77,35 @@ int run_import(const GlobalOptions& global, const ImportOptions& options);
 int run_explain(const GlobalOptions& global, const std::string& reference, const std::string& data, const std::string& out,
                 bool importance);
 
+struct LoadTestFlags {
+  std::string url;
+  double rate = 0;
+  int concurrency = 0;
+  std::string arrival = "constant";
+  std::string duration = "10s";
+  std::string warmup = "0s";
+  std::string timeout = "10s";
+  std::string body_path;
+  std::string csv_path;
+  int rows_per_request = 1;
+  std::vector<std::string> skip_columns;
+  std::vector<std::string> headers;  // "Name: value"
+  int connections = 512;
+  int threads = 1;
+  std::vector<std::string> slos;
+  std::uint64_t seed = 1;
+  bool progress = true;
+};
+// Open- or closed-loop HTTP load with latency percentiles; exit 1 when an --slo is missed.
+int run_loadtest(const GlobalOptions& global, const LoadTestFlags& flags);
+
 // ---------------------------------------------------------------------------------------------
 // Output helpers.
 
 // Prints "error: <message>" to stderr and returns the exit code for failures.
 int fail(const Status& status);
+// Prints one JSON document on stdout (what --json promises).
+void print_json(const JsonWriter& json);
 // Prints rows under headers, columns aligned.
 void print_table(const std::vector<std::string>& headers, const std::vector<std::vector<std::string>>& rows);
 // A one-line progress bar on stderr, redrawn at most 10 times a second, shown only when stderr

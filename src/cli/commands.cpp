@@ -17,8 +17,6 @@
 namespace slipway::cli {
 namespace {
 
-void print_json(const JsonWriter& json) { std::cout << json.str() << "\n"; }
-
 Result<std::unique_ptr<registry::Registry>> open_registry(const GlobalOptions& global, bool create) {
   return registry::Registry::open(global.home, create);
 }

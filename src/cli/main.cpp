@@ -127,11 +127,39 @@ int main(int argc, char** argv) {
   explain_command->add_option("--out", out, "Output CSV (default: stdout)");
   explain_command->add_flag("--importance", importance, "Print feature importance (splits, gain, cover) instead");
 
+  LoadTestFlags load;
+  auto* loadtest_command = app.add_subcommand(
+      "loadtest", "Send HTTP load to a URL at a fixed rate (open loop) or concurrency (closed loop) and report latency");
+  loadtest_command->add_option("URL", load.url, "e.g. http://127.0.0.1:8080/v2/models/NAME/infer")->required();
+  loadtest_command->add_option("--rate", load.rate, "Open loop: requests per second (latency counts from each request's intended send time)");
+  loadtest_command->add_option("--concurrency", load.concurrency, "Closed loop: requests kept outstanding");
+  loadtest_command->add_option("--arrival", load.arrival, "Open-loop arrivals: constant or poisson")
+      ->check(CLI::IsMember({"constant", "poisson"}))
+      ->capture_default_str();
+  loadtest_command->add_option("--duration", load.duration, "Measured time: 30s, 500ms, 2m")->capture_default_str();
+  loadtest_command->add_option("--warmup", load.warmup, "Load sent before measuring")->capture_default_str();
+  loadtest_command->add_option("--timeout", load.timeout, "Per request, from its intended send time")->capture_default_str();
+  loadtest_command->add_option("--body", load.body_path, "POST this file's bytes (default: GET)");
+  loadtest_command->add_option("--csv", load.csv_path, "POST KServe v2 requests built from this CSV's rows, in turn");
+  loadtest_command->add_option("--rows-per-request", load.rows_per_request, "Rows per request with --csv")->capture_default_str();
+  loadtest_command->add_option("--skip", load.skip_columns, "CSV column not to send (the label, say; repeatable)");
+  loadtest_command->add_option("--header", load.headers, "Extra header 'Name: value' (repeatable)");
+  loadtest_command->add_option("--connections", load.connections, "Open loop: most connections opened")->capture_default_str();
+  loadtest_command->add_option("--threads", load.threads, "Generator threads")->capture_default_str();
+  loadtest_command->add_option("--slo", load.slos, "Latency objective such as 'p95<=50ms'; exit 1 when missed (repeatable)");
+  loadtest_command->add_option("--seed", load.seed, "Seed of Poisson arrivals")->capture_default_str();
+  bool load_no_progress = false;
+  loadtest_command->add_flag("--no-progress", load_no_progress, "No progress line");
+
   bool markdown = false;
   auto* params_command = app.add_subcommand("params", "List the training parameters");
   params_command->add_flag("--markdown", markdown, "Print docs/parameters.md");
 
   CLI11_PARSE(app, argc, argv);
+  if (loadtest_command->parsed()) {
+    load.progress = !load_no_progress;
+    return run_loadtest(global, load);
+  }
   if (quiet) slipway::set_log_level(slipway::LogLevel::kWarn);
 
   if (init->parsed()) return run_init(global);

@@ -11,6 +11,8 @@
 
 namespace slipway::cli {
 
+void print_json(const JsonWriter& json) { std::cout << json.str() << "\n"; }
+
 int fail(const Status& status) {
   std::cerr << "error: " << status.message() << "\n";
   return 1;
