@@ -156,11 +156,11 @@ int main(int argc, char** argv) {
   params_command->add_flag("--markdown", markdown, "Print docs/parameters.md");
 
   CLI11_PARSE(app, argc, argv);
+  if (quiet) slipway::set_log_level(slipway::LogLevel::kWarn);
   if (loadtest_command->parsed()) {
     load.progress = !load_no_progress;
     return run_loadtest(global, load);
   }
-  if (quiet) slipway::set_log_level(slipway::LogLevel::kWarn);
 
   if (init->parsed()) return run_init(global);
   if (train_command->parsed()) {

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Online serving on loopback, measured with `slipway loadtest` (open loop unless noted):
+#   1. the physical limit: /v2/health/live, closed loop, 64 connections (no model work);
+#   2. v2 JSON infer on a GBDT of 200 trees x depth 8 (lending_club, one row per request): closed
+#      loop throughput, its ratio to (1), latency at 1,500 req/s, and the highest rate whose p99
+#      stays within 10 ms (a search over 3 s runs).
+# Dynamic batching is not built yet (issue 4), so there is no batching on/off comparison here.
+# Usage: bench/serve_bench.sh [BUILD_DIR]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build/release}
+work=$(mktemp -d)
+server_pid=""
+cleanup() {
+  [[ -n $server_pid ]] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+slipway() { "$build/slipway" --home "$work/ws" "$@"; }
+slipway -q train --data "$root/data/lending_club.csv" --target Class --model gbdt --param rounds=200 \
+  --param max_depth=8 --register trees --no-progress > /dev/null
+slipway serve --port 0 > "$work/serve.out" 2> "$work/serve.log" &
+server_pid=$!
+for _ in $(seq 100); do grep -q 'serving on' "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
+port=$(grep -o '127.0.0.1:[0-9]*' "$work/serve.out" | head -1 | cut -d: -f2)
+base="http://127.0.0.1:$port"
+load() { slipway --json -q loadtest "$@" --no-progress; }
+field() { /usr/bin/python3 -c "import json,sys; r=json.load(sys.stdin); print($1)"; }
+infer=("$base/v2/models/trees/infer" --csv "$root/data/lending_club.csv" --skip Class)
+
+health=$(load "$base/v2/health/live" --concurrency 64 --threads 2 --duration 5s --warmup 1s | field 'r["achieved_rate"]')
+closed=$(load "${infer[@]}" --concurrency 64 --threads 2 --duration 5s --warmup 1s | field 'r["achieved_rate"]')
+at_1500=$(load "${infer[@]}" --rate 1500 --duration 10s --warmup 2s |
+  field '"p50 %.3f ms, p95 %.3f ms, p99 %.3f ms, achieved %.0f req/s, errors %d" % (r["latency_ms"]["p50"], r["latency_ms"]["p95"], r["latency_ms"]["p99"], r["achieved_rate"], r["requests"] - r["succeeded"])')
+# Highest rate with p99 <= 10 ms: double from 500 until it fails, then bisect four times.
+p99_at() { load "${infer[@]}" --rate "$1" --duration 3s --warmup 1s --timeout 2s | field 'r["latency_ms"]["p99"] if r["succeeded"] == r["requests"] else 1e9'; }
+low=0 high=500
+while /usr/bin/python3 -c "import sys; sys.exit(0 if float('$(p99_at $high)') <= 10 else 1)"; do low=$high; high=$((high * 2)); done
+for _ in 1 2 3 4; do
+  mid=$(((low + high) / 2))
+  if /usr/bin/python3 -c "import sys; sys.exit(0 if float('$(p99_at $mid)') <= 10 else 1)"; then low=$mid; else high=$mid; fi
+done
+printf 'health endpoint (closed loop, 64 connections): %.0f req/s\n' "$health"
+printf 'v2 infer, GBDT 200x8, 1 row/request (closed loop, 64 connections): %.0f req/s = %.2f of health\n' \
+  "$closed" "$(/usr/bin/python3 -c "print($closed / $health)")"
+echo "v2 infer at 1500 req/s (open loop, 10 s): $at_1500"
+echo "highest open-loop rate with p99 <= 10 ms: between $low and $high req/s"
