@@ -3,8 +3,9 @@
 #   1. the physical limit: /v2/health/live, closed loop, 64 connections (no model work);
 #   2. v2 JSON infer on a GBDT of 200 trees x depth 8 (lending_club, one row per request): closed
 #      loop throughput, its ratio to (1), latency at 1,500 req/s, and the highest rate whose p99
-#      stays within 10 ms (a search over 3 s runs).
-# Dynamic batching is not built yet (issue 4), so there is no batching on/off comparison here.
+#      stays within 10 ms (a search over 3 s runs);
+#   3. dynamic batching off and on (--max-batch-size 128 --max-queue-delay-us 200 --instances 2)
+#      at saturation (closed loop, 64 connections) with 32 rows per request, and with 1.
 # Usage: bench/serve_bench.sh [BUILD_DIR]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,11 +20,16 @@ trap cleanup EXIT
 slipway() { "$build/slipway" --home "$work/ws" "$@"; }
 slipway -q train --data "$root/data/lending_club.csv" --target Class --model gbdt --param rounds=200 \
   --param max_depth=8 --register trees --no-progress > /dev/null
-slipway serve --port 0 > "$work/serve.out" 2> "$work/serve.log" &
-server_pid=$!
-for _ in $(seq 100); do grep -q 'serving on' "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
-port=$(grep -o '127.0.0.1:[0-9]*' "$work/serve.out" | head -1 | cut -d: -f2)
-base="http://127.0.0.1:$port"
+start_server() {
+  if [[ -n $server_pid ]]; then kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; fi
+  rm -f "$work/serve.out"
+  slipway serve --port 0 "$@" > "$work/serve.out" 2> "$work/serve.log" &
+  server_pid=$!
+  for _ in $(seq 100); do grep -q 'serving on' "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
+  port=$(grep -o '127.0.0.1:[0-9]*' "$work/serve.out" | head -1 | cut -d: -f2)
+  base="http://127.0.0.1:$port"
+}
+start_server
 load() { slipway --json -q loadtest "$@" --no-progress; }
 field() { /usr/bin/python3 -c "import json,sys; r=json.load(sys.stdin); print($1)"; }
 infer=("$base/v2/models/trees/infer" --csv "$root/data/lending_club.csv" --skip Class)
@@ -40,8 +46,24 @@ for _ in 1 2 3 4; do
   mid=$(((low + high) / 2))
   if /usr/bin/python3 -c "import sys; sys.exit(0 if float('$(p99_at $mid)') <= 10 else 1)"; then low=$mid; else high=$mid; fi
 done
+saturate() { load "$base/v2/models/trees/infer" --csv "$root/data/lending_club.csv" --skip Class \
+  --rows-per-request "$1" --concurrency 64 --threads 2 --duration 5s --warmup 1s | field 'r["achieved_rate"]'; }
+off_32=$(saturate 32)
+off_1=$(saturate 1)
+start_server --max-batch-size 128 --max-queue-delay-us 200 --instances 2
+on_32=$(saturate 32)
+on_1=$(saturate 1)
+achieved=$(curl -s "$base/metrics" | /usr/bin/python3 -c '
+import re, sys
+text = sys.stdin.read()
+calls = float(re.search(r"slipway_batch_executions_total\{[^}]*\} (\S+)", text).group(1))
+rows = float(re.search(r"slipway_batch_rows_total\{[^}]*\} (\S+)", text).group(1))
+print(f"{rows / calls:.1f}")')
 printf 'health endpoint (closed loop, 64 connections): %.0f req/s\n' "$health"
 printf 'v2 infer, GBDT 200x8, 1 row/request (closed loop, 64 connections): %.0f req/s = %.2f of health\n' \
   "$closed" "$(/usr/bin/python3 -c "print($closed / $health)")"
 echo "v2 infer at 1500 req/s (open loop, 10 s): $at_1500"
 echo "highest open-loop rate with p99 <= 10 ms: between $low and $high req/s"
+printf 'batching off vs on, 32 rows/request: %.0f vs %.0f req/s (%.2fx); 1 row/request: %.0f vs %.0f req/s (%.2fx); achieved batch %s rows\n' \
+  "$off_32" "$on_32" "$(/usr/bin/python3 -c "print($on_32 / $off_32)")" "$off_1" "$on_1" \
+  "$(/usr/bin/python3 -c "print($on_1 / $off_1)")" "$achieved"

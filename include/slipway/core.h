@@ -30,6 +30,8 @@ enum class StatusCode {
   kFailedPrecondition,  // the state does not allow the call (HTTP 409)
   kDataLoss,            // stored bytes are corrupt (hash mismatch, truncated file)
   kUnavailable,         // try again later (HTTP 503)
+  kResourceExhausted,   // a queue or budget is full; try again later (HTTP 429)
+  kDeadlineExceeded,    // the request's time ran out before it was served (HTTP 503)
   kIo,                  // the operating system refused (file, socket)
   kInternal,            // a bug in Slipway (HTTP 500)
 };
@@ -56,6 +58,8 @@ Status already_exists(std::string message);
 Status failed_precondition(std::string message);
 Status data_loss(std::string message);
 Status unavailable(std::string message);
+Status resource_exhausted(std::string message);
+Status deadline_exceeded(std::string message);
 Status io_error(std::string message);
 Status internal_error(std::string message);
 

@@ -8,9 +8,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "slipway/core.h"
@@ -22,12 +24,28 @@ struct HttpResponse {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra ones, e.g. Retry-After
+};
+
+// Dynamic batching of one model version (Triton's semantics; see src/serve/batcher.h). With
+// max_batch_size 0 or 1 requests run as they arrive, on the thread that parsed them.
+struct BatchingConfig {
+  std::size_t max_batch_size = 0;  // rows; 0 or 1: every request runs alone, as it arrives
+  std::chrono::microseconds max_queue_delay{0};
+  std::vector<std::size_t> preferred_batch_sizes;
+  std::size_t max_queue_size = 0;  // queued requests; 0 = unbounded
+  std::chrono::microseconds default_timeout{0};  // 0 = none
+  int priority_levels = 1;  // priorities 1 (highest) .. levels; 0 means default_priority
+  int default_priority = 1;
+  int instances = 1;  // executors running batches in parallel
 };
 
 struct ServiceOptions {
   // How long a resolved name -> version -> bundle mapping is trusted before the registry is asked
   // again (aliases moved by `slipway alias` show up within this time; unknown names re-check at once).
   std::chrono::milliseconds registry_refresh{1000};
+  // Applied to every model version served (per-model configuration is not built yet).
+  BatchingConfig batching;
 };
 
 // The protocol, independent of sockets: maps (method, target, body) to a response. Thread-safe;
@@ -39,7 +57,13 @@ class Service {
   Service(const Service&) = delete;
   Service& operator=(const Service&) = delete;
 
+  // Answers a request; waits for a batched inference to finish.
   HttpResponse handle(std::string_view method, std::string_view target, std::string_view body);
+  // The same, answering through `done` exactly once: at once, or from a batch executor's thread
+  // when the request joined a batch (so no thread waits while it is queued). `body` is read
+  // before handle_async returns.
+  void handle_async(std::string_view method, std::string_view target, std::string_view body,
+                    std::function<void(HttpResponse)> done);
   // Loads the version each registered model serves by default, so the first request does not pay
   // for it and a damaged bundle shows up at start. Returns "name@version" for each loaded model;
   // failures are logged and left to answer their requests with the error.

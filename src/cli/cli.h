@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "slipway/core.h"
+#include "slipway/serve.h"
 
 namespace slipway::cli {
 
@@ -61,7 +62,8 @@ int run_versions(const GlobalOptions& global, const std::string& model);
 int run_runs(const GlobalOptions& global, std::size_t limit);
 int run_show(const GlobalOptions& global, const std::string& run_id);
 int run_alias(const GlobalOptions& global, const std::string& reference, const std::string& alias);
-int run_serve(const GlobalOptions& global, const std::string& host, int port, int threads);
+int run_serve(const GlobalOptions& global, const std::string& host, int port, int threads,
+              const serve::BatchingConfig& batching);
 int run_params(const GlobalOptions& global, bool markdown);
 
 struct ImportOptions {

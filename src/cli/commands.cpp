@@ -734,14 +734,25 @@ int run_alias(const GlobalOptions& global, const std::string& reference, const s
   return 0;
 }
 
-int run_serve(const GlobalOptions& global, const std::string& host, int port, int threads) {
+int run_serve(const GlobalOptions& global, const std::string& host, int port, int threads,
+              const serve::BatchingConfig& batching) {
   if (port < 0 || port > 65535) return fail(invalid_argument("--port must be between 0 and 65535"));
+  if (batching.max_queue_delay.count() < 0 || batching.default_timeout.count() < 0 || batching.priority_levels < 1 ||
+      batching.instances < 1) {
+    return fail(invalid_argument("batching delays and timeouts must be >= 0, priority levels and instances >= 1"));
+  }
   auto store = open_registry(global, false);
   if (!store.ok()) return fail(store.status());
   serve::ServerOptions options;
   options.host = host;
   options.port = static_cast<std::uint16_t>(port);
   options.worker_threads = threads;
+  options.service.batching = batching;
+  if (batching.max_batch_size > 1) {
+    log_info(fmt::format("dynamic batching: up to {} rows, {} us queue delay, {} instance(s){}", batching.max_batch_size,
+                         batching.max_queue_delay.count(), batching.instances,
+                         batching.max_queue_size > 0 ? fmt::format(", queue of {}", batching.max_queue_size) : ""));
+  }
   auto server = serve::Server::start(**store, options);
   if (!server.ok()) return fail(server.status());
   std::string loaded;

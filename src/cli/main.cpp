@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/cli.h"
+#include "slipway/serve.h"
 
 namespace {
 
@@ -104,6 +105,24 @@ int main(int argc, char** argv) {
   serve_command->add_option("--host", host, "Address to listen on")->capture_default_str();
   serve_command->add_option("--port", port, "Port (0 picks a free one)")->capture_default_str();
   serve_command->add_option("--threads", threads, "Inference worker threads (default: all cores)");
+  slipway::serve::BatchingConfig batching;
+  std::int64_t max_queue_delay_us = 0;
+  std::int64_t default_timeout_us = 0;
+  serve_command->add_option("--max-batch-size", batching.max_batch_size,
+                            "Dynamic batching: most rows per model call (0 or 1: no batching)");
+  serve_command->add_option("--max-queue-delay-us", max_queue_delay_us,
+                            "Dynamic batching: longest a request waits for its batch to fill");
+  serve_command->add_option("--preferred-batch-size", batching.preferred_batch_sizes,
+                            "Dynamic batching: a batch size to cut at (repeatable)");
+  serve_command->add_option("--max-queue-size", batching.max_queue_size,
+                            "Dynamic batching: queued requests per model version before 429 (0: unbounded)");
+  serve_command->add_option("--default-timeout-us", default_timeout_us,
+                            "Dynamic batching: queue timeout of requests without parameters.timeout (0: none)");
+  serve_command->add_option("--priority-levels", batching.priority_levels, "Dynamic batching: priority levels")
+      ->capture_default_str();
+  serve_command->add_option("--instances", batching.instances,
+                            "Dynamic batching: batches run in parallel per model version")
+      ->capture_default_str();
 
   ImportOptions import_options;
   auto* import_command = app.add_subcommand("import", "Import a model trained elsewhere as a bundle (XGBoost JSON)");
@@ -178,7 +197,11 @@ int main(int argc, char** argv) {
   if (runs_command->parsed()) return run_runs(global, limit);
   if (show_command->parsed()) return run_show(global, run_id);
   if (alias_command->parsed()) return run_alias(global, reference, alias);
-  if (serve_command->parsed()) return run_serve(global, host, port, threads);
+  if (serve_command->parsed()) {
+    batching.max_queue_delay = std::chrono::microseconds(max_queue_delay_us);
+    batching.default_timeout = std::chrono::microseconds(default_timeout_us);
+    return run_serve(global, host, port, threads, batching);
+  }
   if (params_command->parsed()) return run_params(global, markdown);
   if (import_command->parsed()) return run_import(global, import_options);
   if (explain_command->parsed()) return run_explain(global, reference, data_path, out, importance);

@@ -8,6 +8,8 @@ Status already_exists(std::string message) { return {StatusCode::kAlreadyExists,
 Status failed_precondition(std::string message) { return {StatusCode::kFailedPrecondition, std::move(message)}; }
 Status data_loss(std::string message) { return {StatusCode::kDataLoss, std::move(message)}; }
 Status unavailable(std::string message) { return {StatusCode::kUnavailable, std::move(message)}; }
+Status resource_exhausted(std::string message) { return {StatusCode::kResourceExhausted, std::move(message)}; }
+Status deadline_exceeded(std::string message) { return {StatusCode::kDeadlineExceeded, std::move(message)}; }
 Status io_error(std::string message) { return {StatusCode::kIo, std::move(message)}; }
 Status internal_error(std::string message) { return {StatusCode::kInternal, std::move(message)}; }
 

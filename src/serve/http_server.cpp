@@ -5,6 +5,7 @@
 #include <boost/beast.hpp>
 
 #include <atomic>
+#include <functional>
 #include <thread>
 
 #include "slipway/serve.h"
@@ -54,17 +55,20 @@ class Session : public std::enable_shared_from_this<Session> {
       append_json_string(body, error == http::error::body_limit ? "the request body is larger than the server's limit"
                                                                 : "malformed HTTP request: " + error.message());
       body += "}";
-      write(HttpResponse{status, "application/json", std::move(body)}, 11, false, false);
+      write(HttpResponse{status, "application/json", std::move(body), {}}, 11, false, false);
       return;
     }
     request_ = parser_->release();
     shared_.in_flight.fetch_add(1);
     std::string_view target(request_.target().data(), request_.target().size());
     if (Service::is_inference(target)) {
+      // Parsing and preprocessing run on a worker; a batched request is answered later from a
+      // batch executor, and no thread waits for it meanwhile.
       asio::post(shared_.workers, [self = shared_from_this()] {
-        HttpResponse response = self->respond();
-        asio::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
-          self->write(std::move(response), self->request_.version(), self->request_.keep_alive(), true);
+        self->respond_async([self](HttpResponse response) {
+          asio::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
+            self->write(std::move(response), self->request_.version(), self->request_.keep_alive(), true);
+          });
         });
       });
     } else {
@@ -78,11 +82,25 @@ class Session : public std::enable_shared_from_this<Session> {
     try {
       return shared_.service.handle(method, target, request_.body());
     } catch (const std::exception& exception) {  // the boundary: nothing escapes into asio
-      std::string body = "{\"error\":";
-      append_json_string(body, std::string("internal error: ") + exception.what());
-      body += "}";
-      return HttpResponse{500, "application/json", std::move(body)};
+      return internal_error_response(exception);
     }
+  }
+
+  void respond_async(const std::function<void(HttpResponse)>& done) {
+    std::string_view method(request_.method_string().data(), request_.method_string().size());
+    std::string_view target(request_.target().data(), request_.target().size());
+    try {
+      shared_.service.handle_async(method, target, request_.body(), done);
+    } catch (const std::exception& exception) {
+      done(internal_error_response(exception));
+    }
+  }
+
+  static HttpResponse internal_error_response(const std::exception& exception) {
+    std::string body = "{\"error\":";
+    append_json_string(body, std::string("internal error: ") + exception.what());
+    body += "}";
+    return HttpResponse{500, "application/json", std::move(body), {}};
   }
 
   // `counted`: the request was counted in flight, so its end is counted too.
@@ -91,6 +109,7 @@ class Session : public std::enable_shared_from_this<Session> {
         std::make_shared<http::response<http::string_body>>(static_cast<http::status>(response.status), version);
     message->set(http::field::server, "slipway");
     message->set(http::field::content_type, response.content_type);
+    for (const auto& [name, value] : response.headers) message->set(name, value);
     message->keep_alive(keep_alive);
     message->body() = std::move(response.body);
     message->prepare_payload();

@@ -19,6 +19,10 @@ class ServerMetrics {
 
   // One finished request for `model`/`version` ("" when the request named no servable model).
   void record(std::string_view model, std::string_view version, int status, double seconds, std::size_t rows);
+  // One model call of a dynamic batch of `rows` rows (inference count vs execution count).
+  void record_execution(std::string_view model, std::string_view version, std::size_t rows);
+  // Time one request waited in a batch queue.
+  void record_queue(std::string_view model, std::string_view version, double seconds);
   std::string prometheus_text() const;
 
  private:
@@ -27,12 +31,22 @@ class ServerMetrics {
     double sum_seconds = 0.0;
     std::uint64_t count = 0;
     std::uint64_t rows = 0;
+    void add(double seconds);
+  };
+  struct Executions {
+    std::uint64_t count = 0;
+    std::uint64_t rows = 0;
   };
   using ModelKey = std::pair<std::string, std::string>;
+
+  static void append_histogram(std::string& out, std::string_view name, std::string_view help,
+                               const std::map<ModelKey, Latency>& series);
 
   mutable std::mutex mutex_;
   std::map<std::tuple<std::string, std::string, int>, std::uint64_t> requests_;
   std::map<ModelKey, Latency> latency_;
+  std::map<ModelKey, Executions> executions_;
+  std::map<ModelKey, Latency> queue_;
 };
 
 }  // namespace slipway::serve

@@ -4,10 +4,14 @@
 
 #include <charconv>
 #include <cmath>
+#include <future>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <unordered_map>
 
+#include "serve/batcher.h"
 #include "serve/model_repository.h"
 #include "serve/server_metrics.h"
 #include "slipway/serve.h"
@@ -42,7 +46,10 @@ int http_status_for(const Status& status) {
     case StatusCode::kFailedPrecondition:
       return 409;
     case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded:
       return 503;
+    case StatusCode::kResourceExhausted:
+      return 429;
     default:
       return 500;
   }
@@ -307,97 +314,150 @@ std::vector<std::string_view> path_segments(std::string_view target) {
 
 }  // namespace
 
+// A parsed infer request: its rows preprocessed, ready for the model alone or in a batch.
+struct PreparedInfer {
+  std::string request_id;
+  std::vector<OutputSpec> wanted;
+  std::vector<float> features;  // rows x the schema's output width
+  std::size_t rows = 0;
+  int priority = 0;
+  std::chrono::microseconds timeout{0};
+};
+
 struct Service::State {
-  State(registry::Registry& registry, ServiceOptions options) : repository(registry, options.registry_refresh) {}
+  State(registry::Registry& registry, ServiceOptions options)
+      : repository(registry, options.registry_refresh), batching(std::move(options.batching)) {}
 
   ModelRepository repository;
   ServerMetrics metrics;
+  BatchingConfig batching;
+  std::mutex batchers_mutex;
+  std::map<std::pair<std::string, std::int64_t>, std::shared_ptr<Batcher>> batchers;
 
-  HttpResponse infer(const ServableModel& servable, std::string_view body, std::size_t& rows_out);
-  HttpResponse handle_model_route(std::string_view method, const std::vector<std::string_view>& segments,
-                                  std::string_view body, std::string& metric_model, std::string& metric_version,
-                                  std::size_t& rows);
+  bool batching_enabled() const { return batching.max_batch_size > 1; }
+  std::shared_ptr<Batcher> batcher_for(const ServableModel& servable);
+
+  // The completion of a model route: the response and what the metrics need.
+  using Finish = std::function<void(HttpResponse response, std::size_t rows)>;
+  Result<PreparedInfer> prepare_infer(const ServableModel& servable, std::string_view body) const;
+  static HttpResponse infer_response(const ServableModel& servable, const PreparedInfer& prepared,
+                                     const model::Predictions& predictions);
+  void infer(const ServableModel& servable, std::string_view body, const Finish& finish);
+  void handle_model_route(std::string_view method, const std::vector<std::string_view>& segments,
+                          std::string_view body, std::string& metric_model, std::string& metric_version,
+                          const Finish& finish);
 };
 
-HttpResponse Service::State::infer(const ServableModel& servable, std::string_view body, std::size_t& rows_out) {
+std::shared_ptr<Batcher> Service::State::batcher_for(const ServableModel& servable) {
+  std::lock_guard lock(batchers_mutex);
+  auto& batcher = batchers[{servable.name, servable.version}];
+  if (batcher == nullptr) {
+    batcher = std::make_shared<Batcher>(servable.bundle, batching,
+                                        [this, name = servable.name, version = std::to_string(servable.version)](
+                                            std::size_t rows) { metrics.record_execution(name, version, rows); });
+  }
+  return batcher;
+}
+
+Result<PreparedInfer> Service::State::prepare_infer(const ServableModel& servable, std::string_view body) const {
   simdjson::dom::parser parser;
   simdjson::padded_string padded(body);
   object request;
   auto parse_error = parser.parse(padded).get(request);
   if (parse_error != simdjson::SUCCESS) {
-    return error_response(
-        400, std::string("the request body is not a JSON object: ") + simdjson::error_message(parse_error));
+    return invalid_argument(std::string("the request body is not a JSON object: ") +
+                            simdjson::error_message(parse_error));
   }
   const model::Bundle& bundle = *servable.bundle;
   const model::Preprocessor& schema = bundle.preprocessor();
+  PreparedInfer prepared;
 
-  std::string request_id;
   element id_value;
   if (request["id"].get(id_value) == simdjson::SUCCESS) {
     std::string_view id_text;
-    if (id_value.get(id_text) != simdjson::SUCCESS) return error_response(400, "'id' must be a string");
-    request_id = std::string(id_text);
+    if (id_value.get(id_text) != simdjson::SUCCESS) return invalid_argument("'id' must be a string");
+    prepared.request_id = std::string(id_text);
+  }
+  // KServe/Triton request parameters: priority (1 = highest) and timeout (microseconds).
+  object parameters;
+  if (request["parameters"].get(parameters) == simdjson::SUCCESS) {
+    element value;
+    if (parameters["priority"].get(value) == simdjson::SUCCESS) {
+      std::int64_t priority = 0;
+      if (value.get(priority) != simdjson::SUCCESS || priority < 0 || priority > 1'000'000) {
+        return invalid_argument("parameters.priority must be a non-negative integer");
+      }
+      prepared.priority = static_cast<int>(priority);
+    }
+    if (parameters["timeout"].get(value) == simdjson::SUCCESS) {
+      std::int64_t timeout = 0;
+      if (value.get(timeout) != simdjson::SUCCESS || timeout < 0) {
+        return invalid_argument("parameters.timeout must be a non-negative integer (microseconds)");
+      }
+      prepared.timeout = std::chrono::microseconds(timeout);
+    }
   }
   array inputs_array;
   if (request["inputs"].get(inputs_array) != simdjson::SUCCESS || inputs_array.size() == 0) {
-    return error_response(400, "the request needs a non-empty 'inputs' array");
+    return invalid_argument("the request needs a non-empty 'inputs' array");
   }
   std::vector<TensorInput> inputs;
   std::size_t position = 0;
   for (element item : inputs_array) {
-    auto input = read_input(item, position++);
-    if (!input.ok()) return error_response(input.status());
-    inputs.push_back(std::move(input).value());
+    SLIPWAY_ASSIGN_OR_RETURN(auto input, read_input(item, position++));
+    inputs.push_back(std::move(input));
   }
 
   std::vector<OutputSpec> available = outputs_of(bundle);
-  std::vector<OutputSpec> wanted;
   array outputs_array;
   if (request["outputs"].get(outputs_array) == simdjson::SUCCESS) {
     for (element item : outputs_array) {
       std::string_view name;
-      if (item["name"].get(name) != simdjson::SUCCESS)
-        return error_response(400, "each requested output needs a 'name'");
+      if (item["name"].get(name) != simdjson::SUCCESS) return invalid_argument("each requested output needs a 'name'");
       auto found =
           std::find_if(available.begin(), available.end(), [&](const auto& output) { return output.name == name; });
       if (found == available.end()) {
         std::string names;
         for (const auto& output : available) names += (names.empty() ? "" : ", ") + output.name;
-        return error_response(400, "unknown output '" + std::string(name) + "'; the model's outputs are: " + names);
+        return invalid_argument("unknown output '" + std::string(name) + "'; the model's outputs are: " + names);
       }
-      wanted.push_back(*found);
+      prepared.wanted.push_back(*found);
     }
   } else {
-    wanted = available;
+    prepared.wanted = available;
   }
 
   bool matrix_form = inputs.size() == 1 && !names_a_feature(inputs[0], schema);
-  auto table = matrix_form ? table_from_matrix(inputs[0], schema) : table_from_named_inputs(inputs, schema);
-  if (!table.ok()) return error_response(table.status());
-  auto predictions = bundle.predict(*table);
-  if (!predictions.ok()) return error_response(predictions.status());
-  rows_out = predictions->rows;
+  SLIPWAY_ASSIGN_OR_RETURN(auto table,
+                           matrix_form ? table_from_matrix(inputs[0], schema) : table_from_named_inputs(inputs, schema));
+  SLIPWAY_RETURN_IF_ERROR(schema.transform(table, prepared.features));
+  prepared.rows = table.row_count();
+  return prepared;
+}
 
+HttpResponse Service::State::infer_response(const ServableModel& servable, const PreparedInfer& prepared,
+                                            const model::Predictions& predictions) {
+  const model::Bundle& bundle = *servable.bundle;
   JsonWriter json;
   json.begin_object();
   json.key("model_name").value(servable.name);
   json.key("model_version").value(std::to_string(servable.version));
-  if (!request_id.empty()) json.key("id").value(request_id);
+  if (!prepared.request_id.empty()) json.key("id").value(prepared.request_id);
   json.key("outputs").begin_array();
-  for (const auto& output : wanted) {
+  for (const auto& output : prepared.wanted) {
     json.begin_object();
     json.key("name").value(output.name);
     json.key("datatype").value(output.datatype);
     bool labels = output.datatype == "BYTES";
-    json.key("shape").begin_array().value(static_cast<std::uint64_t>(predictions->rows));
+    json.key("shape").begin_array().value(static_cast<std::uint64_t>(predictions.rows));
     // Multiclass probabilities are [rows, classes], in the order of the model's class_labels.
-    if (!labels && predictions->columns > 1) json.value(static_cast<std::uint64_t>(predictions->columns));
+    if (!labels && predictions.columns > 1) json.value(static_cast<std::uint64_t>(predictions.columns));
     json.end_array();
     json.key("data").begin_array();
     if (labels) {
-      for (std::size_t row = 0; row < predictions->rows; ++row) json.value(bundle.predicted_label(*predictions, row));
+      for (std::size_t row = 0; row < predictions.rows; ++row) json.value(bundle.predicted_label(predictions, row));
     } else {
-      for (float score : predictions->scores) json.value(score);
+      for (float score : predictions.scores) json.value(score);
     }
     json.end_array();
     json.end_object();
@@ -407,31 +467,66 @@ HttpResponse Service::State::infer(const ServableModel& servable, std::string_vi
   return json_response(200, json.take());
 }
 
-HttpResponse Service::State::handle_model_route(std::string_view method, const std::vector<std::string_view>& segments,
-                                                std::string_view body, std::string& metric_model,
-                                                std::string& metric_version, std::size_t& rows) {
+void Service::State::infer(const ServableModel& servable, std::string_view body, const Finish& finish) {
+  auto prepared = prepare_infer(servable, body);
+  if (!prepared.ok()) {
+    finish(error_response(prepared.status()), 0);
+    return;
+  }
+  if (!batching_enabled()) {
+    auto predictions = servable.bundle->predict_preprocessed(prepared->features, prepared->rows);
+    finish(infer_response(servable, *prepared, predictions), prepared->rows);
+    return;
+  }
+  auto shared = std::make_shared<PreparedInfer>(std::move(prepared).value());
+  BatchJob job;
+  job.features = std::move(shared->features);
+  job.rows = shared->rows;
+  job.priority = shared->priority;
+  job.timeout = shared->timeout;
+  job.done = [this, servable, shared, finish](Result<model::Predictions> predictions, BatchTiming timing) {
+    metrics.record_queue(servable.name, std::to_string(servable.version),
+                         std::chrono::duration<double>(timing.queue).count());
+    if (!predictions.ok()) {
+      finish(error_response(predictions.status()), 0);
+    } else {
+      finish(infer_response(servable, *shared, *predictions), shared->rows);
+    }
+  };
+  Status submitted = batcher_for(servable)->submit(std::move(job));
+  if (!submitted.ok()) {
+    HttpResponse response = error_response(submitted);
+    if (submitted.code() == StatusCode::kResourceExhausted) response.headers.emplace_back("Retry-After", "1");
+    finish(std::move(response), 0);
+  }
+}
+
+void Service::State::handle_model_route(std::string_view method, const std::vector<std::string_view>& segments,
+                                        std::string_view body, std::string& metric_model, std::string& metric_version,
+                                        const Finish& finish) {
+  auto answer = [&](HttpResponse response) { finish(std::move(response), 0); };
   // segments: v2 models NAME [versions V] [ready|infer]
   std::string name(segments[2]);
   std::size_t next = 3;
   std::optional<std::int64_t> version;
   if (segments.size() > next && segments[next] == "versions") {
-    if (segments.size() <= next + 1) return error_response(404, "the path needs a version after 'versions/'");
+    if (segments.size() <= next + 1) return answer(error_response(404, "the path needs a version after 'versions/'"));
     std::string_view text = segments[next + 1];
     std::int64_t number = 0;
     auto parsed = std::from_chars(text.data(), text.data() + text.size(), number);
     if (parsed.ec != std::errc() || parsed.ptr != text.data() + text.size() || number < 1) {
-      return error_response(400, "model version '" + std::string(text) + "' is not a positive integer");
+      return answer(error_response(400, "model version '" + std::string(text) + "' is not a positive integer"));
     }
     version = number;
     next += 2;
   }
   std::string_view action = segments.size() > next ? segments[next] : std::string_view{};
   if (segments.size() > next + 1 || (!action.empty() && action != "ready" && action != "infer")) {
-    return error_response(404, "no such model route");
+    return answer(error_response(404, "no such model route"));
   }
   std::string_view wanted_method = action == "infer" ? "POST" : "GET";
   if (method != wanted_method) {
-    return error_response(405, "use " + std::string(wanted_method) + " for this route");
+    return answer(error_response(405, "use " + std::string(wanted_method) + " for this route"));
   }
   auto servable = repository.resolve(name, version);
   if (!servable.ok()) {
@@ -439,17 +534,17 @@ HttpResponse Service::State::handle_model_route(std::string_view method, const s
       metric_model = name;
       metric_version = version ? std::to_string(*version) : "";
     }
-    return error_response(servable.status());
+    return answer(error_response(servable.status()));
   }
   metric_model = name;
   metric_version = std::to_string(servable->version);
   if (action == "ready") {
     JsonWriter json;
     json.begin_object().key("name").value(name).key("ready").value(true).end_object();
-    return json_response(200, json.take());
+    return answer(json_response(200, json.take()));
   }
-  if (action == "infer") return infer(*servable, body, rows);
-  return json_response(200, model_metadata(*servable, version.has_value()));
+  if (action == "infer") return infer(*servable, body, finish);
+  answer(json_response(200, model_metadata(*servable, version.has_value())));
 }
 
 Service::Service(registry::Registry& registry, ServiceOptions options)
@@ -479,42 +574,55 @@ std::vector<std::string> Service::warm_up() {
 std::string Service::metrics_text() const { return state_->metrics.prometheus_text(); }
 
 HttpResponse Service::handle(std::string_view method, std::string_view target, std::string_view body) {
+  std::promise<HttpResponse> answered;
+  auto response = answered.get_future();
+  handle_async(method, target, body, [&answered](HttpResponse done) { answered.set_value(std::move(done)); });
+  return response.get();
+}
+
+void Service::handle_async(std::string_view method, std::string_view target, std::string_view body,
+                           std::function<void(HttpResponse)> done) {
   std::int64_t started = monotonic_ns();
   auto segments = path_segments(target);
   auto get_only = [&](auto make) { return method == "GET" ? make() : error_response(405, "use GET for this route"); };
 
   if (segments.size() == 1 && segments[0] == "metrics") {
-    return get_only([&] { return HttpResponse{200, "text/plain; version=0.0.4", state_->metrics.prometheus_text()}; });
+    return done(
+        get_only([&] { return HttpResponse{200, "text/plain; version=0.0.4", state_->metrics.prometheus_text(), {}}; }));
   }
   if (segments.empty() || segments[0] != "v2") {
-    return error_response(404, "no route for " + std::string(method) + " " + std::string(target));
+    return done(error_response(404, "no route for " + std::string(method) + " " + std::string(target)));
   }
   if (segments.size() == 1) {
-    return get_only([] {
+    return done(get_only([] {
       JsonWriter json;
       json.begin_object().key("name").value("slipway").key("version").value(slipway_version());
       json.key("extensions").begin_array().end_array().end_object();
       return json_response(200, json.take());
-    });
+    }));
   }
   if (segments.size() == 3 && segments[1] == "health" && (segments[2] == "live" || segments[2] == "ready")) {
-    return get_only([&] {
+    return done(get_only([&] {
       JsonWriter json;
       json.begin_object().key(segments[2]).value(true).end_object();
       return json_response(200, json.take());
-    });
+    }));
   }
   if (segments.size() >= 3 && segments[1] == "models") {
-    std::string metric_model;
-    std::string metric_version;
-    std::size_t rows = 0;
-    HttpResponse response = state_->handle_model_route(method, segments, body, metric_model, metric_version, rows);
-    if (metric_model.empty()) metric_model = "(unknown)";
-    double seconds = static_cast<double>(monotonic_ns() - started) * 1e-9;
-    state_->metrics.record(metric_model, metric_version, response.status, seconds, rows);
-    return response;
+    // The metric labels are known once the route resolves; the response may come later, from a
+    // batch executor.
+    auto labels = std::make_shared<std::pair<std::string, std::string>>();
+    State* state = state_.get();
+    auto finish = [state, labels, started, done = std::move(done)](HttpResponse response, std::size_t rows) {
+      const std::string& model = labels->first.empty() ? std::string("(unknown)") : labels->first;
+      double seconds = static_cast<double>(monotonic_ns() - started) * 1e-9;
+      state->metrics.record(model, labels->second, response.status, seconds, rows);
+      done(std::move(response));
+    };
+    state_->handle_model_route(method, segments, body, labels->first, labels->second, finish);
+    return;
   }
-  return error_response(404, "no route for " + std::string(method) + " " + std::string(target));
+  done(error_response(404, "no route for " + std::string(method) + " " + std::string(target)));
 }
 
 }  // namespace slipway::serve

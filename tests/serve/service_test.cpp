@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <future>
+#include <thread>
 
 #include "slipway/model.h"
 #include "slipway/serve.h"
@@ -229,6 +232,60 @@ TEST_F(ServiceTest, ServesMulticlassProbabilitiesAndLabels) {
             std::string::npos)
       << response.body;
   EXPECT_NE(response.body.find("\"data\":[\"cat\",\"emu\"]"), std::string::npos) << response.body;
+}
+
+// With dynamic batching, concurrent requests share model calls, and every response is the one
+// the request gets alone; a full queue answers 429 with Retry-After, a queue timeout 503.
+TEST_F(ServiceTest, DynamicBatchingAnswersEachRequestAsAlone) {
+  ServiceOptions options;
+  options.batching.max_batch_size = 64;
+  options.batching.max_queue_delay = std::chrono::milliseconds(5);
+  Service batched(*store_, options);
+  std::vector<std::string> bodies;
+  std::vector<std::string> expected;
+  for (std::size_t rows = 1; rows <= 8; ++rows) {
+    bodies.push_back(named_request(rows, "", "r" + std::to_string(rows)));
+    expected.push_back(post("/v2/models/lending/infer", bodies.back()).body);  // unbatched service
+  }
+  std::vector<std::thread> clients;
+  std::atomic<int> mismatches{0};
+  for (int client = 0; client < 8; ++client) {
+    clients.emplace_back([&, client] {
+      for (int round = 0; round < 10; ++round) {
+        std::size_t index = static_cast<std::size_t>((client + round) % 8);
+        HttpResponse response = batched.handle("POST", "/v2/models/lending/infer", bodies[index]);
+        if (response.status != 200 || response.body != expected[index]) ++mismatches;
+      }
+    });
+  }
+  for (auto& client : clients) client.join();
+  EXPECT_EQ(mismatches.load(), 0);
+  std::string metrics = batched.metrics_text();
+  auto executions_at = metrics.find("slipway_batch_executions_total{model=\"lending\"");
+  ASSERT_NE(executions_at, std::string::npos) << metrics;
+  int executions = std::stoi(metrics.substr(metrics.find("} ", executions_at) + 2));
+  EXPECT_LT(executions, 80);  // 80 requests, fewer model calls
+  auto queue_count_at = metrics.find("slipway_queue_duration_seconds_count{model=\"lending\"");
+  ASSERT_NE(queue_count_at, std::string::npos);
+  EXPECT_EQ(metrics.substr(metrics.find("} ", queue_count_at) + 2, 3), "80\n");
+
+  ServiceOptions tight;
+  tight.batching.max_batch_size = 1000;
+  tight.batching.max_queue_delay = std::chrono::milliseconds(300);
+  tight.batching.max_queue_size = 1;
+  Service queueing(*store_, tight);
+  std::promise<HttpResponse> first;
+  queueing.handle_async("POST", "/v2/models/lending/infer", bodies[0],
+                        [&](HttpResponse response) { first.set_value(std::move(response)); });
+  HttpResponse refused = queueing.handle("POST", "/v2/models/lending/infer", bodies[0]);
+  EXPECT_EQ(refused.status, 429) << refused.body;
+  ASSERT_EQ(refused.headers.size(), 1u);
+  EXPECT_EQ(refused.headers[0].first, "Retry-After");
+  EXPECT_EQ(first.get_future().get().status, 200);
+  std::string with_timeout = bodies[0];
+  with_timeout.insert(1, R"("parameters":{"timeout":1000},)");
+  HttpResponse expired = queueing.handle("POST", "/v2/models/lending/infer", with_timeout);
+  EXPECT_EQ(expired.status, 503) << expired.body;
 }
 
 }  // namespace
