@@ -137,22 +137,24 @@ __attribute__((target("avx512f"))) void add_leaves_avx512(const std::vector<Tree
   }
 }
 
+// Takes any multiple of 8 rows: blocks of 64, then one block of the 8-row vectors left.
 __attribute__((target("avx2"))) void add_leaves_avx2(const std::vector<Tree>& trees, const float* thresholds,
                                                       const std::uint32_t* tree_features, const float* leaves,
-                                                      const float* features, std::size_t blocks, std::size_t width,
+                                                      const float* features, std::size_t rows, std::size_t width,
                                                       float* margins) {
   constexpr std::size_t kLanes = 8;
-  constexpr std::size_t kVectors = kRowsPerBlock / kLanes;
+  constexpr std::size_t kMaxVectors = kRowsPerBlock / kLanes;
   const __m256i lane = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
   const __m256i feature_mask = _mm256_set1_epi32(static_cast<int>(~kDefaultLeftBit));
   const __m256i default_left = _mm256_set1_epi32(static_cast<int>(kDefaultLeftBit));
   const __m256i one = _mm256_set1_epi32(1);
-  for (std::size_t block_index = 0; block_index < blocks; ++block_index) {
-    const float* block = features + block_index * kRowsPerBlock * width;
-    float* block_margins = margins + block_index * kRowsPerBlock;
-    __m256i row_base[kVectors];
-    __m256 sums[kVectors];
-    for (std::size_t v = 0; v < kVectors; ++v) {
+  for (std::size_t block_begin = 0; block_begin < rows; block_begin += kRowsPerBlock) {
+    const float* block = features + block_begin * width;
+    float* block_margins = margins + block_begin;
+    const std::size_t vectors = std::min(kMaxVectors, (rows - block_begin) / kLanes);
+    __m256i row_base[kMaxVectors];
+    __m256 sums[kMaxVectors];
+    for (std::size_t v = 0; v < vectors; ++v) {
       row_base[v] = _mm256_mullo_epi32(_mm256_add_epi32(lane, _mm256_set1_epi32(static_cast<int>(v * kLanes))),
                                        _mm256_set1_epi32(static_cast<int>(width)));
       sums[v] = _mm256_loadu_ps(block_margins + v * kLanes);
@@ -160,10 +162,10 @@ __attribute__((target("avx2"))) void add_leaves_avx2(const std::vector<Tree>& tr
     for (const Tree& tree : trees) {
       const float* tree_thresholds = thresholds + tree.internal_offset;
       const int* features_of_tree = reinterpret_cast<const int*>(tree_features + tree.internal_offset);
-      __m256i position[kVectors];
-      for (std::size_t v = 0; v < kVectors; ++v) position[v] = _mm256_setzero_si256();
+      __m256i position[kMaxVectors];
+      for (std::size_t v = 0; v < vectors; ++v) position[v] = _mm256_setzero_si256();
       for (std::uint32_t level = 0; level < tree.depth; ++level) {
-        for (std::size_t v = 0; v < kVectors; ++v) {
+        for (std::size_t v = 0; v < vectors; ++v) {
           __m256i feature = _mm256_i32gather_epi32(features_of_tree, position[v], 4);
           __m256 threshold = _mm256_i32gather_ps(tree_thresholds, position[v], 4);
           __m256i offset = _mm256_add_epi32(row_base[v], _mm256_and_si256(feature, feature_mask));
@@ -178,11 +180,11 @@ __attribute__((target("avx2"))) void add_leaves_avx2(const std::vector<Tree>& tr
         }
       }
       const float* tree_leaves = leaves + tree.leaf_offset - ((1U << tree.depth) - 1);
-      for (std::size_t v = 0; v < kVectors; ++v) {
+      for (std::size_t v = 0; v < vectors; ++v) {
         sums[v] = _mm256_add_ps(sums[v], _mm256_i32gather_ps(tree_leaves, position[v], 4));
       }
     }
-    for (std::size_t v = 0; v < kVectors; ++v) _mm256_storeu_ps(block_margins + v * kLanes, sums[v]);
+    for (std::size_t v = 0; v < vectors; ++v) _mm256_storeu_ps(block_margins + v * kLanes, sums[v]);
   }
 }
 
@@ -274,17 +276,21 @@ std::size_t CompleteTrees::add_leaves(const float* features, std::size_t rows, s
                                       std::size_t group_count) const {
   static const VectorUnit unit = detect_vector_unit();
   if (unit == VectorUnit::kNone) return 0;
-  // Whole blocks of a single-output model take the across-rows kernels (gathers index with 32-bit
-  // offsets within a block); the rest, and multiclass rows, the across-trees one.
-  std::size_t blocks = rows / kRowsPerBlock;
+  // A single-output model's rows go through the across-rows kernels in 8-row vectors (gathers
+  // index with 32-bit offsets within a 64-row block); the last few rows, and multiclass rows,
+  // through the across-trees one.
   std::size_t done = 0;
-  if (group_count == 1 && blocks > 0 && kRowsPerBlock * width < (std::size_t{1} << 31)) {
+  if (group_count == 1 && kRowsPerBlock * width < (std::size_t{1} << 31)) {
     if (unit == VectorUnit::kAvx512) {
+      std::size_t blocks = rows / kRowsPerBlock;
       add_leaves_avx512(trees_, thresholds_.data(), features_.data(), leaves_.data(), features, blocks, width, margins);
-    } else {
-      add_leaves_avx2(trees_, thresholds_.data(), features_.data(), leaves_.data(), features, blocks, width, margins);
+      done = blocks * kRowsPerBlock;
     }
-    done = blocks * kRowsPerBlock;
+    // Whole 8-row vectors left (all of them with AVX2): the across-rows kernel.
+    std::size_t vector_rows = (rows - done) / 8 * 8;
+    add_leaves_avx2(trees_, thresholds_.data(), features_.data(), leaves_.data(), features + done * width, vector_rows,
+                    width, margins + done);
+    done += vector_rows;
   }
   for (std::size_t row = done; row < rows; ++row) {
     add_row_avx2(trees_, thresholds_.data(), features_.data(), leaves_.data(), features + row * width,
