@@ -68,6 +68,9 @@ class Service {
   // for it and a damaged bundle shows up at start. Returns "name@version" for each loaded model;
   // failures are logged and left to answer their requests with the error.
   std::vector<std::string> warm_up();
+  // Stops the batch executors, answering queued requests 503; later requests run unbatched. The
+  // server calls it at shutdown while it can still deliver those answers.
+  void stop_batching();
   // True for requests that run a model: the HTTP layer sends those to the worker pool.
   static bool is_inference(std::string_view target);
   // Prometheus text exposition of the server's metrics.

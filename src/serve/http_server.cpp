@@ -183,6 +183,8 @@ Server::Server(std::unique_ptr<State> state) : state_(std::move(state)) {}
 Server::~Server() {
   stop();
   state_->workers.join();
+  // Queued batch requests are answered while the event loop their sessions live on still exists.
+  state_->service.stop_batching();
 }
 
 Result<std::unique_ptr<Server>> Server::start(registry::Registry& registry, const ServerOptions& options) {

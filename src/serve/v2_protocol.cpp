@@ -333,6 +333,7 @@ struct Service::State {
   BatchingConfig batching;
   std::mutex batchers_mutex;
   std::map<std::pair<std::string, std::int64_t>, std::shared_ptr<Batcher>> batchers;
+  bool batching_stopped = false;  // guarded by batchers_mutex
 
   bool batching_enabled() const { return batching.max_batch_size > 1; }
   std::shared_ptr<Batcher> batcher_for(const ServableModel& servable);
@@ -350,6 +351,7 @@ struct Service::State {
 
 std::shared_ptr<Batcher> Service::State::batcher_for(const ServableModel& servable) {
   std::lock_guard lock(batchers_mutex);
+  if (batching_stopped) return nullptr;
   auto& batcher = batchers[{servable.name, servable.version}];
   if (batcher == nullptr) {
     batcher = std::make_shared<Batcher>(servable.bundle, batching,
@@ -473,7 +475,8 @@ void Service::State::infer(const ServableModel& servable, std::string_view body,
     finish(error_response(prepared.status()), 0);
     return;
   }
-  if (!batching_enabled()) {
+  std::shared_ptr<Batcher> batcher = batching_enabled() ? batcher_for(servable) : nullptr;
+  if (batcher == nullptr) {
     auto predictions = servable.bundle->predict_preprocessed(prepared->features, prepared->rows);
     finish(infer_response(servable, *prepared, predictions), prepared->rows);
     return;
@@ -493,7 +496,7 @@ void Service::State::infer(const ServableModel& servable, std::string_view body,
       finish(infer_response(servable, *shared, *predictions), shared->rows);
     }
   };
-  Status submitted = batcher_for(servable)->submit(std::move(job));
+  Status submitted = batcher->submit(std::move(job));
   if (!submitted.ok()) {
     HttpResponse response = error_response(submitted);
     if (submitted.code() == StatusCode::kResourceExhausted) response.headers.emplace_back("Retry-After", "1");
@@ -572,6 +575,16 @@ std::vector<std::string> Service::warm_up() {
 }
 
 std::string Service::metrics_text() const { return state_->metrics.prometheus_text(); }
+
+void Service::stop_batching() {
+  std::map<std::pair<std::string, std::int64_t>, std::shared_ptr<Batcher>> stopping;
+  {
+    std::lock_guard lock(state_->batchers_mutex);
+    state_->batching_stopped = true;
+    stopping.swap(state_->batchers);
+  }
+  stopping.clear();  // each batcher answers its queue and joins its executors here
+}
 
 HttpResponse Service::handle(std::string_view method, std::string_view target, std::string_view body) {
   std::promise<HttpResponse> answered;
