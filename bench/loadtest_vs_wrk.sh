@@ -10,18 +10,11 @@ build=${1:-$root/build/release}
 connections=${2:-64}
 seconds=${3:-5}
 work=$(mktemp -d)
-server_pid=""
-cleanup() {
-  [[ -n $server_pid ]] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source "$root/bench/serve_helpers.sh"
+trap 'stop_server; rm -rf "$work"' EXIT
 "$build/slipway" --home "$work/ws" -q init > /dev/null
-"$build/slipway" --home "$work/ws" serve --port 0 > "$work/serve.out" 2> "$work/serve.log" &
-server_pid=$!
-for _ in $(seq 100); do grep -q 'serving on' "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
-port=$(grep -o '127.0.0.1:[0-9]*' "$work/serve.out" | head -1 | cut -d: -f2)
-url="http://127.0.0.1:$port/v2/health/live"
+start_server
+url="$base/v2/health/live"
 ours=() theirs=()
 for _ in 1 2 3; do
   ours+=("$("$build/slipway" --json -q loadtest "$url" --concurrency "$connections" --threads 2 \

@@ -11,24 +11,11 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build/release}
 work=$(mktemp -d)
-server_pid=""
-cleanup() {
-  [[ -n $server_pid ]] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source "$root/bench/serve_helpers.sh"
+trap 'stop_server; rm -rf "$work"' EXIT
 slipway() { "$build/slipway" --home "$work/ws" "$@"; }
 slipway -q train --data "$root/data/lending_club.csv" --target Class --model gbdt --param rounds=200 \
   --param max_depth=8 --register trees --no-progress > /dev/null
-start_server() {
-  if [[ -n $server_pid ]]; then kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; fi
-  rm -f "$work/serve.out"
-  slipway serve --port 0 "$@" > "$work/serve.out" 2> "$work/serve.log" &
-  server_pid=$!
-  for _ in $(seq 100); do grep -q 'serving on' "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
-  port=$(grep -o '127.0.0.1:[0-9]*' "$work/serve.out" | head -1 | cut -d: -f2)
-  base="http://127.0.0.1:$port"
-}
 start_server
 load() { slipway --json -q loadtest "$@" --no-progress; }
 field() { /usr/bin/python3 -c "import json,sys; r=json.load(sys.stdin); print($1)"; }
