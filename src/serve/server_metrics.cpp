@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "slipway/core.h"
+
 namespace slipway::serve {
 namespace {
 
@@ -60,24 +62,70 @@ void ServerMetrics::Latency::add(double seconds) {
 }
 
 void ServerMetrics::record(std::string_view model, std::string_view version, int status, double seconds,
-                           std::size_t rows) {
+                           std::size_t rows, bool inference) {
   std::lock_guard lock(mutex_);
   ++requests_[{std::string(model), std::string(version), status}];
-  Latency& latency = latency_[{std::string(model), std::string(version)}];
+  ModelKey key{std::string(model), std::string(version)};
+  Latency& latency = latency_[key];
   latency.add(seconds);
   latency.rows += rows;
+  if (inference && !version.empty()) {
+    Outcome& outcome = outcomes_[key][status >= 200 && status < 300 ? 0 : 1];
+    ++outcome.count;
+    outcome.seconds += seconds;
+    if (status >= 200 && status < 300) last_inference_ms_[key] = unix_time_ms();
+  }
 }
 
-void ServerMetrics::record_execution(std::string_view model, std::string_view version, std::size_t rows) {
+void ServerMetrics::record_execution(std::string_view model, std::string_view version, std::size_t rows,
+                                     bool batched) {
   std::lock_guard lock(mutex_);
   Executions& executions = executions_[{std::string(model), std::string(version)}];
   ++executions.count;
   executions.rows += rows;
+  if (batched) {
+    ++executions.batched_count;
+    executions.batched_rows += rows;
+  }
 }
 
-void ServerMetrics::record_queue(std::string_view model, std::string_view version, double seconds) {
+void ServerMetrics::record_stage(std::string_view model, std::string_view version, Stage stage, double seconds) {
   std::lock_guard lock(mutex_);
-  queue_[{std::string(model), std::string(version)}].add(seconds);
+  stages_[{std::string(model), std::string(version)}][static_cast<std::size_t>(stage)].add(seconds);
+}
+
+std::string ServerMetrics::stats_json(std::string_view model, std::string_view version) const {
+  std::lock_guard lock(mutex_);
+  JsonWriter json;
+  json.begin_object().key("model_stats").begin_array();
+  for (const auto& [key, outcome] : outcomes_) {
+    if (!model.empty() && key.first != model) continue;
+    if (!version.empty() && key.second != version) continue;
+    auto executions = executions_.find(key);
+    auto stages = stages_.find(key);
+    auto last = last_inference_ms_.find(key);
+    json.begin_object().key("name").value(key.first).key("version").value(key.second);
+    json.key("last_inference").value(last == last_inference_ms_.end() ? std::int64_t{0} : last->second);
+    json.key("inference_count").value(executions == executions_.end() ? std::uint64_t{0} : executions->second.rows);
+    json.key("execution_count").value(executions == executions_.end() ? std::uint64_t{0} : executions->second.count);
+    json.key("inference_stats").begin_object();
+    auto duration = [&](std::string_view name, std::uint64_t count, double seconds) {
+      json.key(name).begin_object().key("count").value(count);
+      json.key("ns").value(static_cast<std::uint64_t>(seconds * 1e9)).end_object();
+    };
+    duration("success", outcome[0].count, outcome[0].seconds);
+    duration("fail", outcome[1].count, outcome[1].seconds);
+    static constexpr std::array<std::string_view, 4> kStageNames = {"queue", "compute_input", "compute_infer",
+                                                                    "compute_output"};
+    for (std::size_t stage = 0; stage < kStageNames.size(); ++stage) {
+      const Latency* latency = stages == stages_.end() ? nullptr : &stages->second[stage];
+      duration(kStageNames[stage], latency == nullptr ? 0 : latency->count,
+               latency == nullptr ? 0.0 : latency->sum_seconds);
+    }
+    json.end_object().end_object();
+  }
+  json.end_array().end_object();
+  return json.take();
 }
 
 std::string ServerMetrics::prometheus_text() const {
@@ -98,20 +146,38 @@ std::string ServerMetrics::prometheus_text() const {
   }
   append_histogram(out, "slipway_request_duration_seconds", "Time from a request's arrival to its response, in the server.",
                    latency_);
-  out += "# HELP slipway_batch_executions_total Model calls made by dynamic batchers (rows / executions is the "
+  out += "# HELP slipway_executions_total Model calls, batched or not (inference rows / executions is the "
          "achieved batch size).\n";
+  out += "# TYPE slipway_executions_total counter\n";
+  for (const auto& [key, executions] : executions_) {
+    out += "slipway_executions_total{" + model_labels(key.first, key.second) + "} " +
+           std::to_string(executions.count) + "\n";
+  }
+  out += "# HELP slipway_batch_executions_total Model calls made by dynamic batchers.\n";
   out += "# TYPE slipway_batch_executions_total counter\n";
   for (const auto& [key, executions] : executions_) {
     out += "slipway_batch_executions_total{" + model_labels(key.first, key.second) + "} " +
-           std::to_string(executions.count) + "\n";
+           std::to_string(executions.batched_count) + "\n";
   }
   out += "# HELP slipway_batch_rows_total Rows scored by dynamic batchers' model calls.\n";
   out += "# TYPE slipway_batch_rows_total counter\n";
   for (const auto& [key, executions] : executions_) {
-    out += "slipway_batch_rows_total{" + model_labels(key.first, key.second) + "} " + std::to_string(executions.rows) +
-           "\n";
+    out += "slipway_batch_rows_total{" + model_labels(key.first, key.second) + "} " +
+           std::to_string(executions.batched_rows) + "\n";
   }
-  append_histogram(out, "slipway_queue_duration_seconds", "Time a request waited in its model's batch queue.", queue_);
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kStages = {{
+      {"slipway_queue_duration_seconds", "Time a request waited in its model's batch queue."},
+      {"slipway_preprocess_duration_seconds", "Time parsing a request and preprocessing its rows."},
+      {"slipway_compute_duration_seconds", "Time in the model call that scored a request (its batch's, when batched)."},
+      {"slipway_postprocess_duration_seconds", "Time writing a request's response."},
+  }};
+  for (std::size_t stage = 0; stage < kStages.size(); ++stage) {
+    std::map<ModelKey, Latency> series;
+    for (const auto& [key, latencies] : stages_) {
+      if (latencies[stage].count > 0) series[key] = latencies[stage];
+    }
+    append_histogram(out, kStages[stage].first, kStages[stage].second, series);
+  }
   return out;
 }
 

@@ -18,11 +18,17 @@ class ServerMetrics {
                                                              0.025,  0.05,    0.1,    0.25,  0.5,    1.0,   2.5};
 
   // One finished request for `model`/`version` ("" when the request named no servable model).
-  void record(std::string_view model, std::string_view version, int status, double seconds, std::size_t rows);
-  // One model call of a dynamic batch of `rows` rows (inference count vs execution count).
-  void record_execution(std::string_view model, std::string_view version, std::size_t rows);
-  // Time one request waited in a batch queue.
-  void record_queue(std::string_view model, std::string_view version, double seconds);
+  // `inference`: an infer request (the statistics' success and fail count only those).
+  void record(std::string_view model, std::string_view version, int status, double seconds, std::size_t rows,
+              bool inference);
+  // One model call of `rows` rows (a lone request's, or a dynamic batch's).
+  void record_execution(std::string_view model, std::string_view version, std::size_t rows, bool batched);
+  // Where one request's time went, by stage.
+  enum class Stage { kQueue, kInput, kInfer, kOutput };
+  void record_stage(std::string_view model, std::string_view version, Stage stage, double seconds);
+  // Triton's statistics extension: {"model_stats": [...]} for every model, or only `model`
+  // (and `version`) when given.
+  std::string stats_json(std::string_view model, std::string_view version) const;
   std::string prometheus_text() const;
 
  private:
@@ -34,8 +40,14 @@ class ServerMetrics {
     void add(double seconds);
   };
   struct Executions {
-    std::uint64_t count = 0;
+    std::uint64_t count = 0;         // every model call
     std::uint64_t rows = 0;
+    std::uint64_t batched_count = 0;  // calls made by dynamic batchers
+    std::uint64_t batched_rows = 0;
+  };
+  struct Outcome {
+    std::uint64_t count = 0;
+    double seconds = 0.0;
   };
   using ModelKey = std::pair<std::string, std::string>;
 
@@ -46,7 +58,9 @@ class ServerMetrics {
   std::map<std::tuple<std::string, std::string, int>, std::uint64_t> requests_;
   std::map<ModelKey, Latency> latency_;
   std::map<ModelKey, Executions> executions_;
-  std::map<ModelKey, Latency> queue_;
+  std::map<ModelKey, std::array<Latency, 4>> stages_;  // indexed by Stage
+  std::map<ModelKey, std::array<Outcome, 2>> outcomes_;  // [success, fail]
+  std::map<ModelKey, std::int64_t> last_inference_ms_;
 };
 
 }  // namespace slipway::serve

@@ -344,6 +344,7 @@ struct Service::State {
   static HttpResponse infer_response(const ServableModel& servable, const PreparedInfer& prepared,
                                      const model::Predictions& predictions);
   void infer(const ServableModel& servable, std::string_view body, const Finish& finish);
+  std::string config_json(const ServableModel& servable) const;
   void handle_model_route(std::string_view method, const std::vector<std::string_view>& segments,
                           std::string_view body, std::string& metric_model, std::string& metric_version,
                           const Finish& finish);
@@ -356,7 +357,7 @@ std::shared_ptr<Batcher> Service::State::batcher_for(const ServableModel& servab
   if (batcher == nullptr) {
     batcher = std::make_shared<Batcher>(servable.bundle, batching,
                                         [this, name = servable.name, version = std::to_string(servable.version)](
-                                            std::size_t rows) { metrics.record_execution(name, version, rows); });
+                                            std::size_t rows) { metrics.record_execution(name, version, rows, true); });
   }
   return batcher;
 }
@@ -470,15 +471,31 @@ HttpResponse Service::State::infer_response(const ServableModel& servable, const
 }
 
 void Service::State::infer(const ServableModel& servable, std::string_view body, const Finish& finish) {
+  using Stage = ServerMetrics::Stage;
+  std::string version = std::to_string(servable.version);
+  auto seconds_since = [](std::int64_t start) { return static_cast<double>(monotonic_ns() - start) * 1e-9; };
+  std::int64_t started = monotonic_ns();
   auto prepared = prepare_infer(servable, body);
   if (!prepared.ok()) {
     finish(error_response(prepared.status()), 0);
     return;
   }
+  metrics.record_stage(servable.name, version, Stage::kInput, seconds_since(started));
+  // The response is written where the scores arrive: here, or on the batch executor.
+  auto respond = [this, servable, version, seconds_since, finish](const PreparedInfer& request,
+                                                                  const model::Predictions& predictions) {
+    std::int64_t writing = monotonic_ns();
+    HttpResponse response = infer_response(servable, request, predictions);
+    metrics.record_stage(servable.name, version, Stage::kOutput, seconds_since(writing));
+    finish(std::move(response), request.rows);
+  };
   std::shared_ptr<Batcher> batcher = batching_enabled() ? batcher_for(servable) : nullptr;
   if (batcher == nullptr) {
+    std::int64_t computing = monotonic_ns();
     auto predictions = servable.bundle->predict_preprocessed(prepared->features, prepared->rows);
-    finish(infer_response(servable, *prepared, predictions), prepared->rows);
+    metrics.record_stage(servable.name, version, Stage::kInfer, seconds_since(computing));
+    metrics.record_execution(servable.name, version, prepared->rows, false);
+    respond(*prepared, predictions);
     return;
   }
   auto shared = std::make_shared<PreparedInfer>(std::move(prepared).value());
@@ -487,14 +504,15 @@ void Service::State::infer(const ServableModel& servable, std::string_view body,
   job.rows = shared->rows;
   job.priority = shared->priority;
   job.timeout = shared->timeout;
-  job.done = [this, servable, shared, finish](Result<model::Predictions> predictions, BatchTiming timing) {
-    metrics.record_queue(servable.name, std::to_string(servable.version),
-                         std::chrono::duration<double>(timing.queue).count());
+  job.done = [this, servable, version, shared, respond, finish](Result<model::Predictions> predictions,
+                                                                BatchTiming timing) {
+    metrics.record_stage(servable.name, version, Stage::kQueue, std::chrono::duration<double>(timing.queue).count());
     if (!predictions.ok()) {
       finish(error_response(predictions.status()), 0);
-    } else {
-      finish(infer_response(servable, *shared, *predictions), shared->rows);
+      return;
     }
+    metrics.record_stage(servable.name, version, Stage::kInfer, std::chrono::duration<double>(timing.compute).count());
+    respond(*shared, *predictions);
   };
   Status submitted = batcher->submit(std::move(job));
   if (!submitted.ok()) {
@@ -502,6 +520,32 @@ void Service::State::infer(const ServableModel& servable, std::string_view body,
     if (submitted.code() == StatusCode::kResourceExhausted) response.headers.emplace_back("Retry-After", "1");
     finish(std::move(response), 0);
   }
+}
+
+// Triton's model configuration shape, for what Slipway configures.
+std::string Service::State::config_json(const ServableModel& servable) const {
+  const BatchingConfig& config = batching;
+  JsonWriter json;
+  json.begin_object().key("name").value(servable.name).key("platform").value(
+      "slipway_" + std::string(servable.bundle->model().family()));
+  json.key("max_batch_size").value(static_cast<std::uint64_t>(batching_enabled() ? config.max_batch_size : 0));
+  if (batching_enabled()) {
+    json.key("dynamic_batching").begin_object();
+    json.key("preferred_batch_size").begin_array();
+    for (std::size_t size : config.preferred_batch_sizes) json.value(static_cast<std::uint64_t>(size));
+    json.end_array();
+    json.key("max_queue_delay_microseconds").value(static_cast<std::int64_t>(config.max_queue_delay.count()));
+    json.key("priority_levels").value(config.priority_levels);
+    json.key("default_priority_level").value(config.default_priority);
+    json.key("default_queue_policy").begin_object();
+    json.key("max_queue_size").value(static_cast<std::uint64_t>(config.max_queue_size));
+    json.key("default_timeout_microseconds").value(static_cast<std::int64_t>(config.default_timeout.count()));
+    json.end_object().end_object();
+  }
+  json.key("instance_group").begin_array().begin_object();
+  json.key("count").value(batching_enabled() ? config.instances : 1).key("kind").value("KIND_CPU");
+  json.end_object().end_array().end_object();
+  return json.take();
 }
 
 void Service::State::handle_model_route(std::string_view method, const std::vector<std::string_view>& segments,
@@ -524,7 +568,8 @@ void Service::State::handle_model_route(std::string_view method, const std::vect
     next += 2;
   }
   std::string_view action = segments.size() > next ? segments[next] : std::string_view{};
-  if (segments.size() > next + 1 || (!action.empty() && action != "ready" && action != "infer")) {
+  if (segments.size() > next + 1 ||
+      (!action.empty() && action != "ready" && action != "infer" && action != "stats" && action != "config")) {
     return answer(error_response(404, "no such model route"));
   }
   std::string_view wanted_method = action == "infer" ? "POST" : "GET";
@@ -547,6 +592,10 @@ void Service::State::handle_model_route(std::string_view method, const std::vect
     return answer(json_response(200, json.take()));
   }
   if (action == "infer") return infer(*servable, body, finish);
+  if (action == "stats") {
+    return answer(json_response(200, metrics.stats_json(name, version ? std::to_string(*version) : "")));
+  }
+  if (action == "config") return answer(json_response(200, config_json(*servable)));
   answer(json_response(200, model_metadata(*servable, version.has_value())));
 }
 
@@ -621,15 +670,20 @@ void Service::handle_async(std::string_view method, std::string_view target, std
       return json_response(200, json.take());
     }));
   }
+  if (segments.size() == 3 && segments[1] == "models" && segments[2] == "stats") {
+    return done(get_only([&] { return json_response(200, state_->metrics.stats_json("", "")); }));
+  }
   if (segments.size() >= 3 && segments[1] == "models") {
     // The metric labels are known once the route resolves; the response may come later, from a
     // batch executor.
     auto labels = std::make_shared<std::pair<std::string, std::string>>();
     State* state = state_.get();
-    auto finish = [state, labels, started, done = std::move(done)](HttpResponse response, std::size_t rows) {
+    bool inference = is_inference(target);
+    auto finish = [state, labels, started, inference, done = std::move(done)](HttpResponse response,
+                                                                             std::size_t rows) {
       const std::string& model = labels->first.empty() ? std::string("(unknown)") : labels->first;
       double seconds = static_cast<double>(monotonic_ns() - started) * 1e-9;
-      state->metrics.record(model, labels->second, response.status, seconds, rows);
+      state->metrics.record(model, labels->second, response.status, seconds, rows, inference);
       done(std::move(response));
     };
     state_->handle_model_route(method, segments, body, labels->first, labels->second, finish);

@@ -268,6 +268,20 @@ TEST_F(ServiceTest, DynamicBatchingAnswersEachRequestAsAlone) {
   auto queue_count_at = metrics.find("slipway_queue_duration_seconds_count{model=\"lending\"");
   ASSERT_NE(queue_count_at, std::string::npos);
   EXPECT_EQ(metrics.substr(metrics.find("} ", queue_count_at) + 2, 3), "80\n");
+  // Triton's statistics and configuration shapes.
+  std::string stats = batched.handle("GET", "/v2/models/lending/stats", "").body;
+  EXPECT_NE(stats.find("\"inference_count\":360,"), std::string::npos) << stats;  // 10 x (1 + ... + 8) rows
+  EXPECT_NE(stats.find("\"success\":{\"count\":80,"), std::string::npos) << stats;
+  EXPECT_NE(stats.find("\"queue\":{\"count\":80,"), std::string::npos) << stats;
+  EXPECT_NE(stats.find("\"compute_input\":{\"count\":80,"), std::string::npos) << stats;
+  EXPECT_EQ(batched.handle("GET", "/v2/models/stats", "").body, stats);
+  std::string config = batched.handle("GET", "/v2/models/lending/config", "").body;
+  EXPECT_NE(config.find("\"max_batch_size\":64,\"dynamic_batching\":{\"preferred_batch_size\":[],"
+                        "\"max_queue_delay_microseconds\":5000"),
+            std::string::npos)
+      << config;
+  EXPECT_NE(get("/v2/models/lending/config").body.find("\"max_batch_size\":0,\"instance_group\""),
+            std::string::npos);
 
   ServiceOptions tight;
   tight.batching.max_batch_size = 1000;
