@@ -110,13 +110,17 @@ TEST(Batcher, HigherPriorityRequestsLeaveFirst) {
   config.priority_levels = 2;
   config.default_priority = 2;
   Batcher batcher(linear_bundle(), config);
-  auto low = submit(batcher, 1, 0);        // priority 2 (the default)
-  auto high_a = submit(batcher, 1, 0, 1);  // priority 1
-  auto high_b = submit(batcher, 1, 0, 1);
-  EXPECT_EQ(high_a.get().timing.batch_rows, 2u);
-  EXPECT_EQ(high_b.get().timing.batch_rows, 2u);
-  Answer alone = low.get();
-  EXPECT_EQ(alone.timing.batch_rows, 1u);
+  // The low-priority row waits for company; the two high-priority rows fill a batch on arrival
+  // and take it, although the low one came first (first come first served would send it at once
+  // with no room for the pair).
+  auto low = submit(batcher, 1, 0);      // priority 2 (the default)
+  auto high = submit(batcher, 2, 0, 1);  // priority 1
+  Answer first = high.get();
+  EXPECT_EQ(first.timing.batch_rows, 2u);
+  EXPECT_LT(first.timing.queue, 250ms);
+  Answer later = low.get();
+  EXPECT_EQ(later.timing.batch_rows, 1u);
+  EXPECT_GE(later.timing.queue, 295ms);  // it left when its delay ran out
   Status status;
   submit(batcher, 1, 0, 3, 0us, &status);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);

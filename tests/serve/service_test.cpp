@@ -239,7 +239,7 @@ TEST_F(ServiceTest, ServesMulticlassProbabilitiesAndLabels) {
 TEST_F(ServiceTest, DynamicBatchingAnswersEachRequestAsAlone) {
   ServiceOptions options;
   options.batching.max_batch_size = 64;
-  options.batching.max_queue_delay = std::chrono::milliseconds(5);
+  options.batching.max_queue_delay = std::chrono::milliseconds(20);
   Service batched(*store_, options);
   std::vector<std::string> bodies;
   std::vector<std::string> expected;
@@ -277,7 +277,7 @@ TEST_F(ServiceTest, DynamicBatchingAnswersEachRequestAsAlone) {
   EXPECT_EQ(batched.handle("GET", "/v2/models/stats", "").body, stats);
   std::string config = batched.handle("GET", "/v2/models/lending/config", "").body;
   EXPECT_NE(config.find("\"max_batch_size\":64,\"dynamic_batching\":{\"preferred_batch_size\":[],"
-                        "\"max_queue_delay_microseconds\":5000"),
+                        "\"max_queue_delay_microseconds\":20000"),
             std::string::npos)
       << config;
   EXPECT_NE(get("/v2/models/lending/config").body.find("\"max_batch_size\":0,\"instance_group\""),
