@@ -46,6 +46,11 @@ struct ServiceOptions {
   std::chrono::milliseconds registry_refresh{1000};
   // Applied to every model version served (per-model configuration is not built yet).
   BatchingConfig batching;
+  // The response cache (opt-in per model): infer responses of the models named here are kept in
+  // an LRU cache of at most response_cache_bytes, keyed by model, version and the request body's
+  // exact bytes.
+  std::vector<std::string> cached_models;
+  std::size_t response_cache_bytes = std::size_t{64} << 20;
 };
 
 // The protocol, independent of sockets: maps (method, target, body) to a response. Thread-safe;

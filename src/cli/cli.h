@@ -63,7 +63,8 @@ int run_runs(const GlobalOptions& global, std::size_t limit);
 int run_show(const GlobalOptions& global, const std::string& run_id);
 int run_alias(const GlobalOptions& global, const std::string& reference, const std::string& alias);
 int run_serve(const GlobalOptions& global, const std::string& host, int port, int threads,
-              const serve::BatchingConfig& batching);
+              const serve::BatchingConfig& batching, const std::vector<std::string>& cached_models,
+              std::size_t cache_bytes);
 int run_params(const GlobalOptions& global, bool markdown);
 
 struct ImportOptions {

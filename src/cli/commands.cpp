@@ -735,7 +735,8 @@ int run_alias(const GlobalOptions& global, const std::string& reference, const s
 }
 
 int run_serve(const GlobalOptions& global, const std::string& host, int port, int threads,
-              const serve::BatchingConfig& batching) {
+              const serve::BatchingConfig& batching, const std::vector<std::string>& cached_models,
+              std::size_t cache_bytes) {
   if (port < 0 || port > 65535) return fail(invalid_argument("--port must be between 0 and 65535"));
   if (batching.max_queue_delay.count() < 0 || batching.default_timeout.count() < 0 || batching.priority_levels < 1 ||
       batching.instances < 1) {
@@ -748,6 +749,13 @@ int run_serve(const GlobalOptions& global, const std::string& host, int port, in
   options.port = static_cast<std::uint16_t>(port);
   options.worker_threads = threads;
   options.service.batching = batching;
+  options.service.cached_models = cached_models;
+  options.service.response_cache_bytes = cache_bytes;
+  if (!cached_models.empty()) {
+    std::string names;
+    for (const auto& name : cached_models) names += (names.empty() ? "" : ", ") + name;
+    log_info(fmt::format("response cache: {} bytes for {}", cache_bytes, names));
+  }
   if (batching.max_batch_size > 1) {
     log_info(fmt::format("dynamic batching: up to {} rows, {} us queue delay, {} instance(s){}", batching.max_batch_size,
                          batching.max_queue_delay.count(), batching.instances,

@@ -120,6 +120,11 @@ int main(int argc, char** argv) {
                             "Dynamic batching: queue timeout of requests without parameters.timeout (0: none)");
   serve_command->add_option("--priority-levels", batching.priority_levels, "Dynamic batching: priority levels")
       ->capture_default_str();
+  std::vector<std::string> cached_models;
+  std::size_t cache_bytes = std::size_t{64} << 20;
+  serve_command->add_option("--cache", cached_models,
+                            "Keep this model's infer responses in the response cache (repeatable)");
+  serve_command->add_option("--cache-bytes", cache_bytes, "Response cache size (LRU)")->capture_default_str();
   serve_command->add_option("--instances", batching.instances,
                             "Dynamic batching: batches run in parallel per model version")
       ->capture_default_str();
@@ -200,7 +205,7 @@ int main(int argc, char** argv) {
   if (serve_command->parsed()) {
     batching.max_queue_delay = std::chrono::microseconds(max_queue_delay_us);
     batching.default_timeout = std::chrono::microseconds(default_timeout_us);
-    return run_serve(global, host, port, threads, batching);
+    return run_serve(global, host, port, threads, batching, cached_models, cache_bytes);
   }
   if (params_command->parsed()) return run_params(global, markdown);
   if (import_command->parsed()) return run_import(global, import_options);

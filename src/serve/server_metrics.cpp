@@ -94,6 +94,17 @@ void ServerMetrics::record_stage(std::string_view model, std::string_view versio
   stages_[{std::string(model), std::string(version)}][static_cast<std::size_t>(stage)].add(seconds);
 }
 
+void ServerMetrics::record_cache(std::string_view model, std::string_view version, bool hit) {
+  std::lock_guard lock(mutex_);
+  ++cache_lookups_[{std::string(model), std::string(version)}][hit ? 0 : 1];
+}
+
+void ServerMetrics::set_cache_bytes(std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  cache_enabled_ = true;
+  cache_bytes_ = bytes;
+}
+
 std::string ServerMetrics::stats_json(std::string_view model, std::string_view version) const {
   std::lock_guard lock(mutex_);
   JsonWriter json;
@@ -177,6 +188,23 @@ std::string ServerMetrics::prometheus_text() const {
       if (latencies[stage].count > 0) series[key] = latencies[stage];
     }
     append_histogram(out, kStages[stage].first, kStages[stage].second, series);
+  }
+  if (cache_enabled_) {
+    out += "# HELP slipway_cache_hits_total Infer requests answered from the response cache.\n";
+    out += "# TYPE slipway_cache_hits_total counter\n";
+    for (const auto& [key, lookups] : cache_lookups_) {
+      out += "slipway_cache_hits_total{" + model_labels(key.first, key.second) + "} " + std::to_string(lookups[0]) +
+             "\n";
+    }
+    out += "# HELP slipway_cache_misses_total Infer requests of cached models that were computed.\n";
+    out += "# TYPE slipway_cache_misses_total counter\n";
+    for (const auto& [key, lookups] : cache_lookups_) {
+      out += "slipway_cache_misses_total{" + model_labels(key.first, key.second) + "} " + std::to_string(lookups[1]) +
+             "\n";
+    }
+    out += "# HELP slipway_cache_bytes Bytes held by the response cache.\n";
+    out += "# TYPE slipway_cache_bytes gauge\n";
+    out += "slipway_cache_bytes " + std::to_string(cache_bytes_) + "\n";
   }
   return out;
 }

@@ -26,6 +26,9 @@ class ServerMetrics {
   // Where one request's time went, by stage.
   enum class Stage { kQueue, kInput, kInfer, kOutput };
   void record_stage(std::string_view model, std::string_view version, Stage stage, double seconds);
+  // A response-cache lookup, and the cache's size after it changed.
+  void record_cache(std::string_view model, std::string_view version, bool hit);
+  void set_cache_bytes(std::size_t bytes);
   // Triton's statistics extension: {"model_stats": [...]} for every model, or only `model`
   // (and `version`) when given.
   std::string stats_json(std::string_view model, std::string_view version) const;
@@ -61,6 +64,9 @@ class ServerMetrics {
   std::map<ModelKey, std::array<Latency, 4>> stages_;  // indexed by Stage
   std::map<ModelKey, std::array<Outcome, 2>> outcomes_;  // [success, fail]
   std::map<ModelKey, std::int64_t> last_inference_ms_;
+  std::map<ModelKey, std::array<std::uint64_t, 2>> cache_lookups_;  // [hits, misses]
+  std::size_t cache_bytes_ = 0;
+  bool cache_enabled_ = false;
 };
 
 }  // namespace slipway::serve

@@ -13,6 +13,7 @@
 
 #include "serve/batcher.h"
 #include "serve/model_repository.h"
+#include "serve/response_cache.h"
 #include "serve/server_metrics.h"
 #include "slipway/serve.h"
 
@@ -326,14 +327,28 @@ struct PreparedInfer {
 
 struct Service::State {
   State(registry::Registry& registry, ServiceOptions options)
-      : repository(registry, options.registry_refresh), batching(std::move(options.batching)) {}
+      : repository(registry, options.registry_refresh),
+        batching(std::move(options.batching)),
+        cached_models(std::move(options.cached_models)) {
+    if (!cached_models.empty()) {
+      cache = std::make_unique<ResponseCache>(options.response_cache_bytes);
+      metrics.set_cache_bytes(0);
+    }
+  }
 
   ModelRepository repository;
   ServerMetrics metrics;
   BatchingConfig batching;
+  // Declared before the batchers: a batch finishing while they shut down still writes here.
+  std::vector<std::string> cached_models;
+  std::unique_ptr<ResponseCache> cache;  // null when no model opted in
   std::mutex batchers_mutex;
   std::map<std::pair<std::string, std::int64_t>, std::shared_ptr<Batcher>> batchers;
   bool batching_stopped = false;  // guarded by batchers_mutex
+
+  bool cached(const std::string& model) const {
+    return cache != nullptr && std::find(cached_models.begin(), cached_models.end(), model) != cached_models.end();
+  }
 
   bool batching_enabled() const { return batching.max_batch_size > 1; }
   std::shared_ptr<Batcher> batcher_for(const ServableModel& servable);
@@ -474,6 +489,17 @@ void Service::State::infer(const ServableModel& servable, std::string_view body,
   using Stage = ServerMetrics::Stage;
   std::string version = std::to_string(servable.version);
   auto seconds_since = [](std::int64_t start) { return static_cast<double>(monotonic_ns() - start) * 1e-9; };
+  // A cached model answers a byte-identical request from the cache, without parsing it.
+  bool cacheable = cached(servable.name);
+  if (cacheable) {
+    std::string hit;
+    bool found = cache->lookup(servable.name, servable.version, body, hit);
+    metrics.record_cache(servable.name, version, found);
+    if (found) {
+      finish(json_response(200, std::move(hit)), 0);
+      return;
+    }
+  }
   std::int64_t started = monotonic_ns();
   auto prepared = prepare_infer(servable, body);
   if (!prepared.ok()) {
@@ -481,12 +507,18 @@ void Service::State::infer(const ServableModel& servable, std::string_view body,
     return;
   }
   metrics.record_stage(servable.name, version, Stage::kInput, seconds_since(started));
-  // The response is written where the scores arrive: here, or on the batch executor.
-  auto respond = [this, servable, version, seconds_since, finish](const PreparedInfer& request,
-                                                                  const model::Predictions& predictions) {
+  // The response is written where the scores arrive: here, or on the batch executor. The body is
+  // copied for the cache key only when the model is cached.
+  auto cache_key = std::make_shared<std::string>(cacheable ? std::string(body) : std::string());
+  auto respond = [this, servable, version, seconds_since, finish, cacheable, cache_key](
+                     const PreparedInfer& request, const model::Predictions& predictions) {
     std::int64_t writing = monotonic_ns();
     HttpResponse response = infer_response(servable, request, predictions);
     metrics.record_stage(servable.name, version, Stage::kOutput, seconds_since(writing));
+    if (cacheable) {
+      cache->insert(servable.name, servable.version, *cache_key, response.body);
+      metrics.set_cache_bytes(cache->bytes());
+    }
     finish(std::move(response), request.rows);
   };
   std::shared_ptr<Batcher> batcher = batching_enabled() ? batcher_for(servable) : nullptr;

@@ -45,6 +45,7 @@ class ServiceTest : public ::testing::Test {
     service_ = std::make_unique<Service>(*store_, ServiceOptions{});
   }
   HttpResponse get(const std::string& target) { return service_->handle("GET", target, ""); }
+  std::string metrics_text_without_cache() { return service_->metrics_text(); }
   HttpResponse post(const std::string& target, const std::string& body) {
     return service_->handle("POST", target, body);
   }
@@ -300,6 +301,31 @@ TEST_F(ServiceTest, DynamicBatchingAnswersEachRequestAsAlone) {
   with_timeout.insert(1, R"("parameters":{"timeout":1000},)");
   HttpResponse expired = queueing.handle("POST", "/v2/models/lending/infer", with_timeout);
   EXPECT_EQ(expired.status, 503) << expired.body;
+}
+
+// Opted-in models answer a byte-identical request from the cache; others never cache.
+TEST_F(ServiceTest, ResponseCacheServesRepeatedRequests) {
+  ServiceOptions options;
+  options.cached_models = {"lending"};
+  options.response_cache_bytes = 1 << 20;
+  Service cached(*store_, options);
+  std::string body = named_request(3);
+  HttpResponse first = cached.handle("POST", "/v2/models/lending/infer", body);
+  HttpResponse second = cached.handle("POST", "/v2/models/lending/infer", body);
+  HttpResponse other = cached.handle("POST", "/v2/models/lending/infer", named_request(2));
+  ASSERT_EQ(first.status, 200);
+  EXPECT_EQ(second.status, 200);
+  EXPECT_EQ(second.body, first.body);
+  EXPECT_EQ(other.status, 200);
+  std::string metrics = cached.metrics_text();
+  auto count = [&](const std::string& name) {
+    auto at = metrics.find(name + "{model=\"lending\"");
+    return at == std::string::npos ? -1 : std::stoi(metrics.substr(metrics.find("} ", at) + 2));
+  };
+  EXPECT_EQ(count("slipway_cache_hits_total"), 1);
+  EXPECT_EQ(count("slipway_cache_misses_total"), 2);
+  EXPECT_NE(metrics.find("slipway_cache_bytes "), std::string::npos);
+  EXPECT_EQ(metrics_text_without_cache().find("slipway_cache_"), std::string::npos);
 }
 
 }  // namespace
