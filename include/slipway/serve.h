@@ -91,7 +91,11 @@ struct ServerOptions {
   std::uint16_t port = 8080;  // 0 picks a free port; port() tells which
   int io_threads = 2;
   int worker_threads = 0;  // 0 = default_thread_count()
-  std::size_t max_body_bytes = std::size_t{64} << 20;
+  std::size_t max_body_bytes = std::size_t{64} << 20;  // larger bodies: 413
+  std::size_t max_header_bytes = 16 * 1024;             // larger request headers: 431
+  // The longest a connection may take to deliver a request (or stay idle between requests);
+  // a client slower than that is disconnected, so slow clients cannot hold connections.
+  std::chrono::seconds read_timeout{30};
   ServiceOptions service;
 };
 

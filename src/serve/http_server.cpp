@@ -18,12 +18,12 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
-constexpr auto kIdleTimeout = std::chrono::seconds(60);
-
 struct Shared {
   Service& service;
   asio::thread_pool& workers;
   std::size_t max_body_bytes;
+  std::size_t max_header_bytes;
+  std::chrono::seconds read_timeout;
   std::atomic<int> in_flight{0};
 };
 
@@ -37,7 +37,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void read() {
     parser_.emplace();
     parser_->body_limit(shared_.max_body_bytes);
-    stream_.expires_after(kIdleTimeout);
+    parser_->header_limit(static_cast<std::uint32_t>(shared_.max_header_bytes));
+    stream_.expires_after(shared_.read_timeout);
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code error, std::size_t) { self->on_read(error); });
   }
@@ -50,10 +51,17 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (error) {
       // A request we could not parse (too large, malformed HTTP): answer once, then close.
-      int status = error == http::error::body_limit ? 413 : 400;
+      int status = 400;
+      std::string message = "malformed HTTP request: " + error.message();
+      if (error == http::error::body_limit) {
+        status = 413;
+        message = "the request body is larger than the server's limit";
+      } else if (error == http::error::header_limit) {
+        status = 431;
+        message = "the request headers are larger than the server's limit";
+      }
       std::string body = "{\"error\":";
-      append_json_string(body, error == http::error::body_limit ? "the request body is larger than the server's limit"
-                                                                : "malformed HTTP request: " + error.message());
+      append_json_string(body, message);
       body += "}";
       write(HttpResponse{status, "application/json", std::move(body), {}}, 11, false, false);
       return;
@@ -143,7 +151,7 @@ struct Server::State {
       : options(options),
         service(registry, options.service),
         workers(static_cast<std::size_t>(options.worker_threads > 0 ? options.worker_threads : default_thread_count())),
-        shared{service, workers, options.max_body_bytes},
+        shared{service, workers, options.max_body_bytes, options.max_header_bytes, options.read_timeout},
         acceptor(io),
         signals(io, SIGINT, SIGTERM) {}
 

@@ -143,7 +143,8 @@ int ChildProcess::wait() {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-HttpResult http_request(int port, const std::string& method, const std::string& target, const std::string& body) {
+HttpResult http_request(int port, const std::string& method, const std::string& target, const std::string& body,
+                        const std::vector<std::pair<std::string, std::string>>& headers) {
   namespace asio = boost::asio;
   namespace beast = boost::beast;
   namespace http = beast::http;
@@ -153,6 +154,7 @@ HttpResult http_request(int port, const std::string& method, const std::string& 
   http::request<http::string_body> request(http::string_to_verb(method), target, 11);
   request.set(http::field::host, "127.0.0.1");
   request.set(http::field::content_type, "application/json");
+  for (const auto& [name, value] : headers) request.set(name, value);
   request.body() = body;
   request.prepare_payload();
   http::write(stream, request);

@@ -60,7 +60,8 @@ struct HttpResult {
   std::string body;
   std::string content_type;
 };
-// One HTTP/1.1 request to 127.0.0.1:port.
-HttpResult http_request(int port, const std::string& method, const std::string& target, const std::string& body = "");
+// One HTTP/1.1 request to 127.0.0.1:port, with any extra headers.
+HttpResult http_request(int port, const std::string& method, const std::string& target, const std::string& body = "",
+                        const std::vector<std::pair<std::string, std::string>>& headers = {});
 
 }  // namespace slipway::testing
