@@ -1067,13 +1067,17 @@ Result<GbdtFit> fit_gbdt(const GbdtMatrix& train, std::size_t width, const GbdtM
   std::vector<BinStats> row_stats(train.rows);
   std::vector<double> probabilities;
   GbdtFit fit;
-  auto best_round = [&]() {
-    int best = -1;
-    for (const auto& record : state.history) {
-      if (best < 0 || record.validation < state.history[static_cast<std::size_t>(best)].validation) best = record.round;
+  // The round with the lowest validation metric so far (the first on a tie), kept as rounds
+  // finish rather than searched for each round.
+  int best_round = -1;
+  double best_validation = 0.0;
+  auto note_round = [&](const RoundMetrics& record) {
+    if (best_round < 0 || record.validation < best_validation) {
+      best_round = record.round;
+      best_validation = record.validation;
     }
-    return best;
   };
+  for (const auto& record : state.history) note_round(record);
   for (int round = state.rounds_done; round < options.rounds; ++round) {
     for (std::size_t group = 0; group < groups; ++group) {
       loss.gradients(margins, train.labels, train.weights, group, probabilities, row_stats, threads);
@@ -1090,10 +1094,11 @@ Result<GbdtFit> fit_gbdt(const GbdtMatrix& train, std::size_t width, const GbdtM
       record.validation = loss.metric(validation_margins, validation->labels, validation->weights, threads);
     }
     state.history.push_back(record);
+    note_round(record);
     state.rounds_done = round + 1;
     if (callbacks.on_round) callbacks.on_round(record, options.rounds);
     if (validation != nullptr && options.early_stopping_rounds > 0 &&
-        round - best_round() >= options.early_stopping_rounds) {
+        round - best_round >= options.early_stopping_rounds) {
       fit.stopped_early = true;
       break;
     }
@@ -1105,7 +1110,7 @@ Result<GbdtFit> fit_gbdt(const GbdtMatrix& train, std::size_t width, const GbdtM
 
   int rounds_kept = state.rounds_done;
   if (validation != nullptr && !state.history.empty()) {
-    fit.best_round = best_round();
+    fit.best_round = best_round;
     if (fit.stopped_early) rounds_kept = fit.best_round + 1;
   }
   if (rounds_kept < state.rounds_done) {

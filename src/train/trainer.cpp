@@ -154,13 +154,10 @@ GbdtObjective objective_of(const std::string& name, bool binary, bool multiclass
 }
 
 GbdtMetric metric_of(const std::string& name, GbdtObjective objective) {
-  if (name == "logloss") return GbdtMetric::kLogLoss;
-  if (name == "error") return GbdtMetric::kError;
-  if (name == "mlogloss") return GbdtMetric::kMultiLogLoss;
-  if (name == "merror") return GbdtMetric::kMultiError;
-  if (name == "rmse") return GbdtMetric::kRmse;
-  if (name == "mae") return GbdtMetric::kMae;
-  if (name == "mphe") return GbdtMetric::kPseudoHuber;
+  for (GbdtMetric metric : {GbdtMetric::kLogLoss, GbdtMetric::kError, GbdtMetric::kMultiLogLoss,
+                            GbdtMetric::kMultiError, GbdtMetric::kRmse, GbdtMetric::kMae, GbdtMetric::kPseudoHuber}) {
+    if (name == metric_name(metric)) return metric;
+  }
   switch (objective) {
     case GbdtObjective::kLogistic:
       return GbdtMetric::kLogLoss;
@@ -210,7 +207,6 @@ Result<std::vector<RoundMetrics>> decode_history(const std::string& text) {
 }
 
 struct TreeFit {
-  std::shared_ptr<const model::Model> model;
   GbdtFit details;
   std::size_t validation_rows = 0;
 };
@@ -326,12 +322,7 @@ Result<TreeFit> fit_trees(const data::Table& rows, const std::vector<float>& mat
   }
   SLIPWAY_ASSIGN_OR_RETURN(GbdtFit fit, fit_gbdt(train, width, with_validation ? &validation : nullptr, options,
                                                  start ? &*start : nullptr, callbacks));
-  TreeFit out;
-  out.model = fit.model;
-  out.details = std::move(fit);
-  out.validation_rows = validation.rows;
-  out.details.model = nullptr;
-  return out;
+  return TreeFit{std::move(fit), validation.rows};
 }
 
 }  // namespace
@@ -447,7 +438,7 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
     SLIPWAY_ASSIGN_OR_RETURN(trees, fit_trees(rows, matrix, preprocessor, labels,
                                               objective_of(params.at("objective"), classification, multiclass), params,
                                               request, manifest, threads));
-    fitted = trees.model;
+    fitted = trees.details.model;
     iterations = trees.details.rounds;
   } else {
     if (!request.weight_column.empty()) return invalid_argument("row weights apply to gbdt models only (for now)");
