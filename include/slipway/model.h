@@ -66,6 +66,8 @@ class Preprocessor {
                                   const PreprocessOptions& options);
 
   const std::vector<FeatureTransform>& features() const { return features_; }
+  // Bytes held by the transforms and their level lookups (an estimate of the heap they use).
+  std::size_t memory_bytes() const;
   std::size_t output_width() const { return output_width_; }
   // Names of the output features: "col" for numbers, "col=level" and "col=<other>" for one-hot.
   std::vector<std::string> output_names() const;
@@ -94,6 +96,8 @@ class Model {
   // Raw scores (margins) for `rows` rows of `features` (rows x input_width(), row-major) into
   // `out` (rows x output_count(), row-major).
   virtual void predict_margin(std::span<const float> features, std::size_t rows, std::span<float> out) const = 0;
+  // Bytes the model holds in memory (its arrays), for serving's memory accounting.
+  virtual std::size_t memory_bytes() const = 0;
 };
 
 // score = bias + sum(weights[i] * x[i]).
@@ -103,6 +107,7 @@ class LinearModel final : public Model {
   std::string_view family() const override { return "linear"; }
   std::size_t input_width() const override { return weights_.size(); }
   void predict_margin(std::span<const float> features, std::size_t rows, std::span<float> out) const override;
+  std::size_t memory_bytes() const override { return sizeof(*this) + weights_.capacity() * sizeof(double); }
   const std::vector<double>& weights() const { return weights_; }
   double bias() const { return bias_; }
 
@@ -179,6 +184,7 @@ class TreeEnsembleModel final : public Model {
   std::size_t input_width() const override { return data_.input_width; }
   std::size_t output_count() const override { return data_.group_count; }
   void predict_margin(std::span<const float> features, std::size_t rows, std::span<float> out) const override;
+  std::size_t memory_bytes() const override;
 
   const TreeEnsembleData& data() const { return data_; }
   const std::vector<TreeNode>& nodes() const { return data_.nodes; }
@@ -270,6 +276,9 @@ class Bundle {
   // The predicted label of `row` (classification only): the positive label when its score is
   // >= 0.5, for multiclass the most probable class (the first on a tie).
   const std::string& predicted_label(const Predictions& predictions, std::size_t row) const;
+
+  // Bytes the loaded bundle holds: the model's arrays and the preprocessor's vocabularies.
+  std::size_t memory_bytes() const;
 
   // A copy with `metrics` recorded in the manifest, sharing this bundle's model.
   std::shared_ptr<const Bundle> with_metrics(std::map<std::string, double> metrics) const;

@@ -76,6 +76,23 @@ struct NewRun {
 Status validate_model_name(const std::string& name);
 Status validate_alias_name(const std::string& alias);
 
+// API tokens for `slipway serve --auth`. Only the sha256 of a token is stored; the secret is
+// shown once, when it is created.
+struct TokenRecord {
+  std::string id;
+  std::string name;
+  std::string role;  // predict, deploy or admin
+  std::string token_sha256;
+  std::int64_t created_ms = 0;
+  std::int64_t revoked_ms = 0;  // 0 while active
+};
+struct NewToken {
+  std::string id;
+  std::string secret;  // "slw_<id>_<64 hex>"
+};
+// InvalidArgument unless `role` is predict, deploy or admin.
+Status validate_token_role(const std::string& role);
+
 // What a model reference selects: an explicit version, an alias, or the latest version.
 struct VersionSelector {
   std::optional<std::int64_t> version;
@@ -145,6 +162,18 @@ class Registry {
   Result<ModelVersion> resolve(const std::string& model, const VersionSelector& selector);
   // Points `alias` at `version` (moving it if it pointed elsewhere).
   Status set_alias(const std::string& model, const std::string& alias, std::int64_t version);
+
+  // Serving configuration per model (`slipway serving-config`): key/value pairs that serve
+  // validates. `replace` drops the keys not given; otherwise the given keys are updated.
+  Status set_serving_config(const std::string& model, const std::map<std::string, std::string>& values, bool replace);
+  // Empty when the model has none.
+  Result<std::map<std::string, std::string>> serving_config(const std::string& model);
+
+  // API tokens.
+  Result<NewToken> create_token(const std::string& name, const std::string& role);
+  // NotFound when no active token has this id.
+  Status revoke_token(const std::string& id);
+  Result<std::vector<TokenRecord>> list_tokens();
 
   // Audit log entries, oldest first: "time actor action detail".
   Result<std::vector<std::string>> audit_log();

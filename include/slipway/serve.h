@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -25,6 +26,16 @@ struct HttpResponse {
   std::string content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;  // extra ones, e.g. Retry-After
+  // Why a request failed, for the failure metrics (not sent): a Status code name such as
+  // "deadline_exceeded"; empty means "derive it from the HTTP status".
+  std::string failure_reason;
+};
+
+// What the HTTP layer passes in besides method, target and body.
+struct RequestHeaders {
+  std::string_view authorization;  // the Authorization header; empty when absent
+  // Triton's binary tensor extension: the length of the JSON part of the body; empty when absent.
+  std::string_view inference_header_length;
 };
 
 // Dynamic batching of one model version (Triton's semantics; see src/serve/batcher.h). With
@@ -38,19 +49,58 @@ struct BatchingConfig {
   int priority_levels = 1;  // priorities 1 (highest) .. levels; 0 means default_priority
   int default_priority = 1;
   int instances = 1;  // executors running batches in parallel
+
+  bool operator==(const BatchingConfig&) const = default;
 };
 
-struct ServiceOptions {
-  // How long a resolved name -> version -> bundle mapping is trusted before the registry is asked
-  // again (aliases moved by `slipway alias` show up within this time; unknown names re-check at once).
-  std::chrono::milliseconds registry_refresh{1000};
-  // Applied to every model version served (per-model configuration is not built yet).
+// How one model is served. Set per model with `slipway serving-config` (stored in the registry)
+// or in the file given to `slipway serve --config`; unset keys take the server's defaults.
+struct ModelServingConfig {
   BatchingConfig batching;
-  // The response cache (opt-in per model): infer responses of the models named here are kept in
-  // an LRU cache of at most response_cache_bytes, keyed by model, version and the request body's
-  // exact bytes.
-  std::vector<std::string> cached_models;
+  bool cache = false;  // answer byte-identical requests from the response cache
+  // Unload the model after this long without a request (it loads again on the next one); 0 = never.
+  std::chrono::seconds idle_unload{0};
+  // Single-row predictions run when a version loads, before it takes requests.
+  int warmup_requests = 1;
+
+  bool operator==(const ModelServingConfig&) const = default;
+};
+
+// The keys of a serving configuration, in the order `serving-config --help` lists them.
+const std::vector<std::string>& serving_config_keys();
+// `base` with `values` applied (keys from serving_config_keys(); lists comma-separated).
+// InvalidArgument naming the key for an unknown key, a malformed value or an inconsistent config.
+Result<ModelServingConfig> apply_serving_config(ModelServingConfig base,
+                                                const std::map<std::string, std::string>& values);
+// Every key of `config` with its value, in the text apply_serving_config reads.
+std::map<std::string, std::string> serving_config_values(const ModelServingConfig& config);
+// Reads a `serve --config` YAML file: {defaults: {KEY: VALUE}, models: {NAME: {KEY: VALUE}}}.
+// Each section is validated with apply_serving_config.
+struct ServingConfigFile {
+  std::map<std::string, std::string> defaults;
+  std::map<std::string, std::map<std::string, std::string>> models;
+};
+Result<ServingConfigFile> read_serving_config_file(const std::string& path);
+
+struct ServiceOptions {
+  // How long a resolved name -> version -> bundle mapping (and the model's serving configuration
+  // in the registry) is trusted before the registry is asked again: aliases moved by
+  // `slipway alias` and configurations changed by `slipway serving-config` take effect within
+  // this time. Unknown names re-check at once.
+  std::chrono::milliseconds registry_refresh{1000};
+  // Every model's configuration starts from `defaults`; the registry's serving-config for the
+  // model applies over it, and `model_overrides` (a --config file) over that.
+  ModelServingConfig defaults;
+  std::map<std::string, std::map<std::string, std::string>> model_overrides;
+  // The response cache shared by the models whose configuration has cache on.
   std::size_t response_cache_bytes = std::size_t{64} << 20;
+  // Loaded models may take at most this many bytes (estimated from their arrays); loading one
+  // more unloads the least recently used first. 0 = no budget.
+  std::size_t memory_budget_bytes = 0;
+  // Bearer tokens from the registry (`slipway token create`) are required: role predict for
+  // inference and model metadata, deploy for the repository API, admin for /metrics and stats.
+  // Health endpoints stay open for probes.
+  bool require_auth = false;
 };
 
 // The protocol, independent of sockets: maps (method, target, body) to a response. Thread-safe;
@@ -63,21 +113,23 @@ class Service {
   Service& operator=(const Service&) = delete;
 
   // Answers a request; waits for a batched inference to finish.
-  HttpResponse handle(std::string_view method, std::string_view target, std::string_view body);
+  HttpResponse handle(std::string_view method, std::string_view target, std::string_view body,
+                      const RequestHeaders& headers = {});
   // The same, answering through `done` exactly once: at once, or from a batch executor's thread
   // when the request joined a batch (so no thread waits while it is queued). `body` is read
   // before handle_async returns.
   void handle_async(std::string_view method, std::string_view target, std::string_view body,
-                    std::function<void(HttpResponse)> done);
+                    const RequestHeaders& headers, std::function<void(HttpResponse)> done);
   // Loads the version each registered model serves by default, so the first request does not pay
   // for it and a damaged bundle shows up at start. Returns "name@version" for each loaded model;
-  // failures are logged and left to answer their requests with the error.
+  // failures are logged and left to answer their requests with the error. Without it models
+  // load on their first request.
   std::vector<std::string> warm_up();
   // Stops the batch executors, answering queued requests 503; later requests run unbatched. The
   // server calls it at shutdown while it can still deliver those answers.
   void stop_batching();
-  // True for requests that run a model: the HTTP layer sends those to the worker pool.
-  static bool is_inference(std::string_view target);
+  // True for requests that run or load a model: the HTTP layer sends those to the worker pool.
+  static bool needs_worker(std::string_view target);
   // Prometheus text exposition of the server's metrics.
   std::string metrics_text() const;
 

@@ -62,9 +62,33 @@ int run_versions(const GlobalOptions& global, const std::string& model);
 int run_runs(const GlobalOptions& global, std::size_t limit);
 int run_show(const GlobalOptions& global, const std::string& run_id);
 int run_alias(const GlobalOptions& global, const std::string& reference, const std::string& alias);
-int run_serve(const GlobalOptions& global, const std::string& host, int port, int threads,
-              const serve::BatchingConfig& batching, const std::vector<std::string>& cached_models,
-              std::size_t cache_bytes);
+// Serving configuration flags shared by `serve` (server-wide defaults) and `serving-config`
+// (one model): the keys of serve::serving_config_keys() given on the command line.
+struct ServingConfigFlags {
+  std::map<std::string, std::string> values;          // storage for every key's flag
+  std::vector<std::string> preferred_batch_sizes;     // --preferred-batch-size, repeatable
+  std::map<std::string, std::string> given() const;   // the keys set on the command line
+  std::vector<std::string> given_keys;                // filled by main.cpp after parsing
+};
+
+struct ServeOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int threads = 0;
+  std::string config_path;               // --config YAML
+  std::vector<std::string> cached_models;  // --cache NAME: cache on for these models
+  std::size_t cache_bytes = std::size_t{64} << 20;
+  std::size_t memory_budget_mb = 0;
+  bool lazy = false;   // load models on their first request instead of at start
+  bool auth = false;   // require bearer tokens
+};
+int run_serve(const GlobalOptions& global, const ServeOptions& options, const ServingConfigFlags& defaults);
+// Shows the model's stored serving configuration, or stores the keys given (`reset`: replacing it).
+int run_serving_config(const GlobalOptions& global, const std::string& model, const ServingConfigFlags& flags,
+                       bool reset);
+int run_token_create(const GlobalOptions& global, const std::string& name, const std::string& role);
+int run_token_list(const GlobalOptions& global);
+int run_token_revoke(const GlobalOptions& global, const std::string& id);
 int run_params(const GlobalOptions& global, bool markdown);
 
 struct ImportOptions {

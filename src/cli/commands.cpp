@@ -734,59 +734,6 @@ int run_alias(const GlobalOptions& global, const std::string& reference, const s
   return 0;
 }
 
-int run_serve(const GlobalOptions& global, const std::string& host, int port, int threads,
-              const serve::BatchingConfig& batching, const std::vector<std::string>& cached_models,
-              std::size_t cache_bytes) {
-  if (port < 0 || port > 65535) return fail(invalid_argument("--port must be between 0 and 65535"));
-  if (batching.max_queue_delay.count() < 0 || batching.default_timeout.count() < 0 || batching.priority_levels < 1 ||
-      batching.instances < 1) {
-    return fail(invalid_argument("batching delays and timeouts must be >= 0, priority levels and instances >= 1"));
-  }
-  auto store = open_registry(global, false);
-  if (!store.ok()) return fail(store.status());
-  serve::ServerOptions options;
-  options.host = host;
-  options.port = static_cast<std::uint16_t>(port);
-  options.worker_threads = threads;
-  options.service.batching = batching;
-  options.service.cached_models = cached_models;
-  options.service.response_cache_bytes = cache_bytes;
-  if (!cached_models.empty()) {
-    std::string names;
-    for (const auto& name : cached_models) names += (names.empty() ? "" : ", ") + name;
-    log_info(fmt::format("response cache: {} bytes for {}", cache_bytes, names));
-  }
-  if (batching.max_batch_size > 1) {
-    log_info(fmt::format("dynamic batching: up to {} rows, {} us queue delay, {} instance(s){}", batching.max_batch_size,
-                         batching.max_queue_delay.count(), batching.instances,
-                         batching.max_queue_size > 0 ? fmt::format(", queue of {}", batching.max_queue_size) : ""));
-  }
-  auto server = serve::Server::start(**store, options);
-  if (!server.ok()) return fail(server.status());
-  std::string loaded;
-  for (const auto& name : (*server)->service().warm_up()) loaded += (loaded.empty() ? "" : ", ") + name;
-  log_info("models loaded: " +
-           (loaded.empty() ? std::string("none yet (models registered later are served too)") : loaded));
-  // The first stdout line names the address, so scripts starting `serve --port 0` can find it.
-  if (global.json) {
-    JsonWriter json;
-    json.begin_object()
-        .key("host")
-        .value(host)
-        .key("port")
-        .value(static_cast<std::int64_t>((*server)->port()))
-        .end_object();
-    print_json(json);
-  } else {
-    std::cout << "serving on http://" << host << ":" << (*server)->port()
-              << " (KServe v2 under /v2, metrics at /metrics)\n";
-  }
-  std::cout.flush();
-  (*server)->run();
-  log_info("server stopped");
-  return 0;
-}
-
 int run_params(const GlobalOptions& global, bool markdown) {
   if (markdown) {
     std::cout << train::parameters_markdown();

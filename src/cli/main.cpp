@@ -1,6 +1,7 @@
 // slipway — one binary: train, evaluate, register and serve models.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 
@@ -98,36 +99,74 @@ int main(int argc, char** argv) {
   alias_command->add_option("REF", reference, "NAME@VERSION (or NAME@ALIAS, NAME)")->required();
   alias_command->add_option("ALIAS", alias, "Alias name")->required();
 
-  std::string host = "127.0.0.1";
-  int port = 8080;
-  int threads = 0;
+  ServeOptions serve_options;
   auto* serve_command = app.add_subcommand("serve", "Serve every registered model over KServe v2 HTTP");
-  serve_command->add_option("--host", host, "Address to listen on")->capture_default_str();
-  serve_command->add_option("--port", port, "Port (0 picks a free one)")->capture_default_str();
-  serve_command->add_option("--threads", threads, "Inference worker threads (default: all cores)");
-  slipway::serve::BatchingConfig batching;
-  std::int64_t max_queue_delay_us = 0;
-  std::int64_t default_timeout_us = 0;
-  serve_command->add_option("--max-batch-size", batching.max_batch_size,
-                            "Dynamic batching: most rows per model call (0 or 1: no batching)");
-  serve_command->add_option("--max-queue-delay-us", max_queue_delay_us,
-                            "Dynamic batching: longest a request waits for its batch to fill");
-  serve_command->add_option("--preferred-batch-size", batching.preferred_batch_sizes,
-                            "Dynamic batching: a batch size to cut at (repeatable)");
-  serve_command->add_option("--max-queue-size", batching.max_queue_size,
-                            "Dynamic batching: queued requests per model version before 429 (0: unbounded)");
-  serve_command->add_option("--default-timeout-us", default_timeout_us,
-                            "Dynamic batching: queue timeout of requests without parameters.timeout (0: none)");
-  serve_command->add_option("--priority-levels", batching.priority_levels, "Dynamic batching: priority levels")
-      ->capture_default_str();
-  std::vector<std::string> cached_models;
-  std::size_t cache_bytes = std::size_t{64} << 20;
-  serve_command->add_option("--cache", cached_models,
+  serve_command->add_option("--host", serve_options.host, "Address to listen on")->capture_default_str();
+  serve_command->add_option("--port", serve_options.port, "Port (0 picks a free one)")->capture_default_str();
+  serve_command->add_option("--threads", serve_options.threads, "Inference worker threads (default: all cores)");
+  serve_command->add_option("--config", serve_options.config_path,
+                            "YAML file of serving configs: {defaults: {KEY: VALUE}, models: {NAME: {KEY: VALUE}}}")
+      ->check(CLI::ExistingFile);
+  serve_command->add_option("--cache", serve_options.cached_models,
                             "Keep this model's infer responses in the response cache (repeatable)");
-  serve_command->add_option("--cache-bytes", cache_bytes, "Response cache size (LRU)")->capture_default_str();
-  serve_command->add_option("--instances", batching.instances,
-                            "Dynamic batching: batches run in parallel per model version")
+  serve_command->add_option("--cache-bytes", serve_options.cache_bytes, "Response cache size (LRU)")
       ->capture_default_str();
+  serve_command->add_option("--memory-budget-mb", serve_options.memory_budget_mb,
+                            "Most memory loaded models may take; the least recently used unload first (0: none)");
+  serve_command->add_flag("--lazy", serve_options.lazy, "Load each model on its first request, not at start");
+  serve_command->add_flag("--auth", serve_options.auth,
+                          "Require bearer tokens (`slipway token create`): predict, deploy or admin");
+  ServingConfigFlags serve_defaults;
+  auto add_serving_config_flags = [](CLI::App* command, ServingConfigFlags& flags, std::string_view scope) {
+    struct Flag {
+      const char* key;
+      const char* help;
+    };
+    static const Flag kFlags[] = {
+        {"max_batch_size", "Dynamic batching: most rows per model call (0 or 1: no batching)"},
+        {"max_queue_delay_us", "Dynamic batching: longest a request waits for its batch to fill"},
+        {"max_queue_size", "Dynamic batching: queued requests per model version before 429 (0: unbounded)"},
+        {"default_timeout_us", "Dynamic batching: queue timeout of requests without parameters.timeout (0: none)"},
+        {"priority_levels", "Dynamic batching: priority levels"},
+        {"default_priority", "Dynamic batching: priority of requests that give none"},
+        {"instances", "Dynamic batching: batches run in parallel per model version"},
+        {"idle_unload_s", "Unload a model after this many seconds without requests (0: never)"},
+        {"warmup_requests", "Predictions run when a version loads, before it takes requests"},
+    };
+    for (const auto& flag : kFlags) {
+      std::string name = std::string("--") + flag.key;
+      std::replace(name.begin(), name.end(), '_', '-');
+      command->add_option(name, flags.values[flag.key], std::string(flag.help) + std::string(scope));
+    }
+    command->add_option("--preferred-batch-size", flags.preferred_batch_sizes,
+                        "Dynamic batching: a batch size to cut at (repeatable)" + std::string(scope));
+  };
+  add_serving_config_flags(serve_command, serve_defaults, " [default of every model]");
+
+  std::string config_model;
+  bool config_reset = false;
+  ServingConfigFlags model_config;
+  auto* serving_config_command = app.add_subcommand(
+      "serving-config", "Show or set how a model is served (batching, cache, idle unload, warm-up); stored in the "
+                        "registry, picked up by running servers");
+  serving_config_command->add_option("NAME", config_model, "Model name")->required();
+  add_serving_config_flags(serving_config_command, model_config, "");
+  serving_config_command->add_option("--cache", model_config.values["cache"], "Response cache: true or false");
+  serving_config_command->add_flag("--reset", config_reset, "Replace the stored config with the keys given");
+
+  std::string token_name;
+  std::string token_role = "predict";
+  std::string token_id;
+  auto* token_command = app.add_subcommand("token", "Manage API tokens for `serve --auth`");
+  token_command->require_subcommand(1);
+  auto* token_create = token_command->add_subcommand("create", "Create a token; its secret is printed once");
+  token_create->add_option("NAME", token_name, "What the token is for (e.g. the client's name)")->required();
+  token_create->add_option("--role", token_role, "predict (inference), deploy (+ load/unload), admin (+ metrics)")
+      ->check(CLI::IsMember({"predict", "deploy", "admin"}))
+      ->capture_default_str();
+  auto* token_list = token_command->add_subcommand("list", "List tokens (never their secrets)");
+  auto* token_revoke = token_command->add_subcommand("revoke", "Revoke a token");
+  token_revoke->add_option("ID", token_id, "Token id (from `slipway token list`)")->required();
 
   ImportOptions import_options;
   auto* import_command = app.add_subcommand("import", "Import a model trained elsewhere as a bundle (XGBoost JSON)");
@@ -202,11 +241,27 @@ int main(int argc, char** argv) {
   if (runs_command->parsed()) return run_runs(global, limit);
   if (show_command->parsed()) return run_show(global, run_id);
   if (alias_command->parsed()) return run_alias(global, reference, alias);
+  // The serving config keys given on a command line, by their option names.
+  auto given_keys = [](CLI::App* command, ServingConfigFlags& flags) {
+    for (const auto& key : slipway::serve::serving_config_keys()) {
+      if (key != "preferred_batch_sizes" && flags.values.count(key) == 0) continue;  // serve's --cache names models
+      std::string name = key == "preferred_batch_sizes" ? "--preferred-batch-size" : "--" + key;
+      std::replace(name.begin(), name.end(), '_', '-');
+      auto* option = command->get_option_no_throw(name);
+      if (option != nullptr && option->count() > 0) flags.given_keys.push_back(key);
+    }
+  };
   if (serve_command->parsed()) {
-    batching.max_queue_delay = std::chrono::microseconds(max_queue_delay_us);
-    batching.default_timeout = std::chrono::microseconds(default_timeout_us);
-    return run_serve(global, host, port, threads, batching, cached_models, cache_bytes);
+    given_keys(serve_command, serve_defaults);
+    return run_serve(global, serve_options, serve_defaults);
   }
+  if (serving_config_command->parsed()) {
+    given_keys(serving_config_command, model_config);
+    return run_serving_config(global, config_model, model_config, config_reset);
+  }
+  if (token_create->parsed()) return run_token_create(global, token_name, token_role);
+  if (token_list->parsed()) return run_token_list(global);
+  if (token_revoke->parsed()) return run_token_revoke(global, token_id);
   if (params_command->parsed()) return run_params(global, markdown);
   if (import_command->parsed()) return run_import(global, import_options);
   if (explain_command->parsed()) return run_explain(global, reference, data_path, out, importance);

@@ -174,6 +174,8 @@ Result<Predictions> Bundle::predict(const data::Table& batch) const {
   return predict_preprocessed(features, batch.row_count());
 }
 
+std::size_t Bundle::memory_bytes() const { return sizeof(*this) + preprocessor_.memory_bytes() + model_->memory_bytes(); }
+
 Predictions Bundle::predict_preprocessed(std::span<const float> features, std::size_t rows) const {
   Predictions predictions;
   predictions.rows = rows;

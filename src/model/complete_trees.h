@@ -27,6 +27,11 @@ class CompleteTrees {
   std::size_t add_leaves(const float* features, std::size_t rows, std::size_t width, float* margins,
                          std::size_t group_count) const;
 
+  std::size_t memory_bytes() const {
+    return trees_.capacity() * sizeof(Tree) + thresholds_.capacity() * sizeof(float) +
+           features_.capacity() * sizeof(std::uint32_t) + leaves_.capacity() * sizeof(float);
+  }
+
   struct Tree {
     std::uint32_t internal_offset;  // into thresholds_ and features_
     std::uint32_t leaf_offset;      // into leaves_

@@ -148,6 +148,20 @@ Result<Preprocessor> Preprocessor::fit(const data::Table& table, const std::vect
   return Preprocessor(std::move(features));
 }
 
+std::size_t Preprocessor::memory_bytes() const {
+  std::size_t bytes = features_.capacity() * sizeof(FeatureTransform);
+  for (const auto& feature : features_) {
+    bytes += feature.name.capacity() + feature.levels.capacity() * sizeof(std::string);
+    for (const auto& level : feature.levels) bytes += level.capacity();
+  }
+  // A hash node per level: the key, the value and about two pointers of bookkeeping.
+  for (const auto& index : level_index_) {
+    bytes += index.bucket_count() * sizeof(void*);
+    for (const auto& [level, code] : index) bytes += sizeof(std::string) + level.capacity() + sizeof(code) + 2 * sizeof(void*);
+  }
+  return bytes;
+}
+
 std::vector<std::string> Preprocessor::output_names() const {
   std::vector<std::string> names;
   for (const auto& feature : features_) {

@@ -99,6 +99,15 @@ TreeEnsembleModel::TreeEnsembleModel(TreeEnsembleData data) : data_(std::move(da
 
 TreeEnsembleModel::~TreeEnsembleModel() = default;
 
+std::size_t TreeEnsembleModel::memory_bytes() const {
+  auto bytes_of = [](const auto& items) { return items.capacity() * sizeof(items[0]); };
+  std::size_t bytes = sizeof(*this) + bytes_of(data_.nodes) + bytes_of(data_.roots) + bytes_of(data_.cover) +
+                      bytes_of(data_.gain) + bytes_of(data_.category_sets) + bytes_of(data_.tree_groups) +
+                      bytes_of(stepping_nodes_) + bytes_of(depth_) + bytes_of(mean_value_);
+  if (complete_ != nullptr) bytes += complete_->memory_bytes();
+  return bytes;
+}
+
 Status TreeEnsembleModel::validate(const TreeEnsembleData& data) {
   const auto& nodes = data.nodes;
   const auto& roots = data.roots;

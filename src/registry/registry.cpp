@@ -42,6 +42,11 @@ CREATE TABLE IF NOT EXISTS checkpoints(
 CREATE TABLE IF NOT EXISTS audit_log(
   id INTEGER PRIMARY KEY AUTOINCREMENT, time_ms INTEGER NOT NULL, actor TEXT NOT NULL,
   action TEXT NOT NULL, detail TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS serving_configs(
+  model TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY(model, key));
+CREATE TABLE IF NOT EXISTS api_tokens(
+  id TEXT PRIMARY KEY, name TEXT NOT NULL, role TEXT NOT NULL, token_sha256 TEXT UNIQUE NOT NULL,
+  created_ms INTEGER NOT NULL, revoked_ms INTEGER);
 PRAGMA user_version = 1;
 )sql";
 
@@ -470,6 +475,95 @@ Status Registry::set_alias(const std::string& model, const std::string& alias, s
   SLIPWAY_RETURN_IF_ERROR(upsert.bind(1, model).bind(2, alias).bind(3, version).run());
   SLIPWAY_RETURN_IF_ERROR(state_->audit("alias.set", model + "@" + alias + " -> " + std::to_string(version)));
   return transaction.commit();
+}
+
+Status Registry::set_serving_config(const std::string& model, const std::map<std::string, std::string>& values,
+                                    bool replace) {
+  SLIPWAY_RETURN_IF_ERROR(validate_model_name(model));
+  std::lock_guard lock(state_->mutex);
+  Database& database = state_->database;
+  Transaction transaction(database);
+  SLIPWAY_RETURN_IF_ERROR(transaction.begin_status());
+  if (replace) {
+    Statement clear(database, "DELETE FROM serving_configs WHERE model = ?");
+    SLIPWAY_RETURN_IF_ERROR(clear.bind(1, model).run());
+  }
+  std::string detail = model;
+  for (const auto& [key, value] : values) {
+    Statement upsert(database,
+                     "INSERT INTO serving_configs(model, key, value) VALUES (?, ?, ?) "
+                     "ON CONFLICT(model, key) DO UPDATE SET value = excluded.value");
+    SLIPWAY_RETURN_IF_ERROR(upsert.bind(1, model).bind(2, key).bind(3, value).run());
+    detail += " " + key + "=" + value;
+  }
+  SLIPWAY_RETURN_IF_ERROR(state_->audit(replace ? "serving_config.replace" : "serving_config.set", detail));
+  return transaction.commit();
+}
+
+Result<std::map<std::string, std::string>> Registry::serving_config(const std::string& model) {
+  std::lock_guard lock(state_->mutex);
+  Statement query(state_->database, "SELECT key, value FROM serving_configs WHERE model = ? ORDER BY key");
+  query.bind(1, model);
+  std::map<std::string, std::string> values;
+  while (true) {
+    SLIPWAY_ASSIGN_OR_RETURN(bool has_row, query.step());
+    if (!has_row) break;
+    values[query.text(0)] = query.text(1);
+  }
+  return values;
+}
+
+Status validate_token_role(const std::string& role) {
+  if (role != "predict" && role != "deploy" && role != "admin") {
+    return invalid_argument("unknown role '" + role + "'; roles are predict, deploy and admin");
+  }
+  return {};
+}
+
+Result<NewToken> Registry::create_token(const std::string& name, const std::string& role) {
+  SLIPWAY_RETURN_IF_ERROR(validate_token_role(role));
+  if (name.empty() || name.size() > 128) return invalid_argument("a token needs a name of 1 to 128 characters");
+  NewToken token;
+  token.id = random_hex(6);
+  // 32 random bytes: guessing is hopeless, so an unsalted hash is a sound way to store it.
+  token.secret = "slw_" + token.id + "_" + random_hex(32);
+  std::lock_guard lock(state_->mutex);
+  Database& database = state_->database;
+  Transaction transaction(database);
+  SLIPWAY_RETURN_IF_ERROR(transaction.begin_status());
+  Statement insert(database,
+                   "INSERT INTO api_tokens(id, name, role, token_sha256, created_ms) VALUES (?, ?, ?, ?, ?)");
+  insert.bind(1, token.id).bind(2, name).bind(3, role).bind(4, sha256_hex(token.secret)).bind(5, unix_time_ms());
+  SLIPWAY_RETURN_IF_ERROR(insert.run());
+  SLIPWAY_RETURN_IF_ERROR(state_->audit("token.create", token.id + " name=" + name + " role=" + role));
+  SLIPWAY_RETURN_IF_ERROR(transaction.commit());
+  return token;
+}
+
+Status Registry::revoke_token(const std::string& id) {
+  std::lock_guard lock(state_->mutex);
+  Database& database = state_->database;
+  Transaction transaction(database);
+  SLIPWAY_RETURN_IF_ERROR(transaction.begin_status());
+  Statement revoke(database, "UPDATE api_tokens SET revoked_ms = ? WHERE id = ? AND revoked_ms IS NULL");
+  SLIPWAY_RETURN_IF_ERROR(revoke.bind(1, unix_time_ms()).bind(2, id).run());
+  if (database.changes() == 0) return not_found("no active token with id '" + id + "'");
+  SLIPWAY_RETURN_IF_ERROR(state_->audit("token.revoke", id));
+  return transaction.commit();
+}
+
+Result<std::vector<TokenRecord>> Registry::list_tokens() {
+  std::lock_guard lock(state_->mutex);
+  Statement query(state_->database,
+                  "SELECT id, name, role, token_sha256, created_ms, COALESCE(revoked_ms, 0) FROM api_tokens "
+                  "ORDER BY created_ms, id");
+  std::vector<TokenRecord> tokens;
+  while (true) {
+    SLIPWAY_ASSIGN_OR_RETURN(bool has_row, query.step());
+    if (!has_row) break;
+    tokens.push_back({query.text(0), query.text(1), query.text(2), query.text(3), query.integer(4), query.integer(5)});
+  }
+  return tokens;
 }
 
 Result<std::vector<std::string>> Registry::audit_log() {

@@ -27,6 +27,8 @@ Database::~Database() {
   if (handle_ != nullptr) sqlite3_close_v2(handle_);
 }
 
+int Database::changes() const { return sqlite3_changes(handle_); }
+
 Status Database::execute(std::string_view sql) {
   char* message = nullptr;
   std::string owned(sql);

@@ -25,6 +25,8 @@ class Database {
   // Runs one or more statements without results.
   Status execute(std::string_view sql);
   Status error(std::string_view context) const;
+  // Rows changed by the last INSERT, UPDATE or DELETE.
+  int changes() const;
 
  private:
   sqlite3* handle_ = nullptr;

@@ -17,7 +17,13 @@ Batcher::Batcher(std::shared_ptr<const model::Bundle> bundle, BatchingConfig con
   for (int index = 0; index < config_.instances; ++index) executors_.emplace_back([this] { run_executor(); });
 }
 
-Batcher::~Batcher() {
+Batcher::~Batcher() { shutdown(); }
+
+void Batcher::shutdown() {
+  std::call_once(shutdown_once_, [this] { stop_executors(); });
+}
+
+void Batcher::stop_executors() {
   std::vector<Queued> abandoned;
   {
     std::lock_guard lock(mutex_);

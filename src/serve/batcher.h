@@ -44,7 +44,10 @@ class Batcher {
   // `on_execution(rows)` is called after each model call (for metrics); it may be empty.
   Batcher(std::shared_ptr<const model::Bundle> bundle, BatchingConfig config,
           std::function<void(std::size_t rows)> on_execution = {});
-  ~Batcher();  // finishes the batch running, answers queued requests Unavailable
+  ~Batcher();  // shutdown()
+  // Finishes the batch running, answers queued requests Unavailable and stops the executors;
+  // later submits are refused Unavailable. Idempotent.
+  void shutdown();
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
 
@@ -62,6 +65,7 @@ class Batcher {
     std::chrono::steady_clock::time_point deadline;  // max() when none
   };
 
+  void stop_executors();
   void run_executor();
   // Takes the next batch from the queues (lock held); empty when nothing may leave yet, with
   // `wake` set to when something may.
@@ -78,6 +82,7 @@ class Batcher {
   std::size_t queued_ = 0;
   bool stopping_ = false;
   std::vector<std::thread> executors_;
+  std::once_flag shutdown_once_;
 };
 
 }  // namespace slipway::serve

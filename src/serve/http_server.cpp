@@ -69,7 +69,7 @@ class Session : public std::enable_shared_from_this<Session> {
     request_ = parser_->release();
     shared_.in_flight.fetch_add(1);
     std::string_view target(request_.target().data(), request_.target().size());
-    if (Service::is_inference(target)) {
+    if (Service::needs_worker(target)) {
       // Parsing and preprocessing run on a worker; a batched request is answered later from a
       // batch executor, and no thread waits for it meanwhile.
       asio::post(shared_.workers, [self = shared_from_this()] {
@@ -88,7 +88,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string_view method(request_.method_string().data(), request_.method_string().size());
     std::string_view target(request_.target().data(), request_.target().size());
     try {
-      return shared_.service.handle(method, target, request_.body());
+      return shared_.service.handle(method, target, request_.body(), headers());
     } catch (const std::exception& exception) {  // the boundary: nothing escapes into asio
       return internal_error_response(exception);
     }
@@ -98,10 +98,21 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string_view method(request_.method_string().data(), request_.method_string().size());
     std::string_view target(request_.target().data(), request_.target().size());
     try {
-      shared_.service.handle_async(method, target, request_.body(), done);
+      shared_.service.handle_async(method, target, request_.body(), headers(), done);
     } catch (const std::exception& exception) {
       done(internal_error_response(exception));
     }
+  }
+
+  RequestHeaders headers() const {
+    RequestHeaders headers;
+    auto authorization = request_.find(http::field::authorization);
+    if (authorization != request_.end()) headers.authorization = {authorization->value().data(), authorization->value().size()};
+    auto header_length = request_.find("Inference-Header-Content-Length");
+    if (header_length != request_.end()) {
+      headers.inference_header_length = {header_length->value().data(), header_length->value().size()};
+    }
+    return headers;
   }
 
   static HttpResponse internal_error_response(const std::exception& exception) {

@@ -27,6 +27,23 @@ std::string label_value(std::string_view text) {
   return out;
 }
 
+// The failure reason of a response that did not say one, from its HTTP status.
+std::string reason_for_status(int status) {
+  switch (status) {
+    case 400: return "invalid_request";
+    case 401: return "unauthenticated";
+    case 403: return "forbidden";
+    case 404: return "not_found";
+    case 405: return "method_not_allowed";
+    case 409: return "conflict";
+    case 413: return "body_too_large";
+    case 429: return "queue_full";
+    case 431: return "headers_too_large";
+    case 503: return "unavailable";
+    default: return status >= 500 ? "internal" : "client_error";
+  }
+}
+
 std::string model_labels(const std::string& model, const std::string& version) {
   return "model=\"" + label_value(model) + "\",version=\"" + label_value(version) + "\"";
 }
@@ -62,9 +79,14 @@ void ServerMetrics::Latency::add(double seconds) {
 }
 
 void ServerMetrics::record(std::string_view model, std::string_view version, int status, double seconds,
-                           std::size_t rows, bool inference) {
+                           std::size_t rows, bool inference, std::string_view failure_reason) {
   std::lock_guard lock(mutex_);
   ++requests_[{std::string(model), std::string(version), status}];
+  if (status >= 400) {
+    std::string reason(failure_reason);
+    if (reason.empty()) reason = reason_for_status(status);
+    ++failures_[{std::string(model), std::string(version), std::move(reason)}];
+  }
   ModelKey key{std::string(model), std::string(version)};
   Latency& latency = latency_[key];
   latency.add(seconds);
@@ -75,6 +97,27 @@ void ServerMetrics::record(std::string_view model, std::string_view version, int
     outcome.seconds += seconds;
     if (status >= 200 && status < 300) last_inference_ms_[key] = unix_time_ms();
   }
+}
+
+void ServerMetrics::change_pending(std::string_view model, std::string_view version, int delta) {
+  std::lock_guard lock(mutex_);
+  pending_[{std::string(model), std::string(version)}] += delta;
+}
+
+void ServerMetrics::set_loaded(std::string_view model, std::string_view version, std::size_t memory_bytes) {
+  std::lock_guard lock(mutex_);
+  loaded_bytes_[{std::string(model), std::string(version)}] = memory_bytes;
+}
+
+void ServerMetrics::set_unloaded(std::string_view model, std::string_view version, std::string_view reason) {
+  std::lock_guard lock(mutex_);
+  loaded_bytes_.erase({std::string(model), std::string(version)});
+  ++unloads_[{std::string(model), std::string(reason)}];
+}
+
+void ServerMetrics::record_load(std::string_view model, bool succeeded) {
+  std::lock_guard lock(mutex_);
+  ++loads_[{std::string(model), succeeded ? "success" : "failure"}];
 }
 
 void ServerMetrics::record_execution(std::string_view model, std::string_view version, std::size_t rows,
@@ -147,6 +190,43 @@ std::string ServerMetrics::prometheus_text() const {
   for (const auto& [key, count] : requests_) {
     const auto& [model, version, status] = key;
     out += "slipway_requests_total{" + model_labels(model, version) + ",code=\"" + std::to_string(status) + "\"} " +
+           std::to_string(count) + "\n";
+  }
+  out += "# HELP slipway_request_failures_total Failed model requests by model, version and reason.\n";
+  out += "# TYPE slipway_request_failures_total counter\n";
+  for (const auto& [key, count] : failures_) {
+    const auto& [model, version, reason] = key;
+    out += "slipway_request_failures_total{" + model_labels(model, version) + ",reason=\"" + label_value(reason) +
+           "\"} " + std::to_string(count) + "\n";
+  }
+  out += "# HELP slipway_pending_requests Requests a model accepted and has not answered yet (queued or computing).\n";
+  out += "# TYPE slipway_pending_requests gauge\n";
+  for (const auto& [key, count] : pending_) {
+    out += "slipway_pending_requests{" + model_labels(key.first, key.second) + "} " + std::to_string(count) + "\n";
+  }
+  out += "# HELP slipway_models_loaded Model versions loaded in the server.\n";
+  out += "# TYPE slipway_models_loaded gauge\n";
+  out += "slipway_models_loaded " + std::to_string(loaded_bytes_.size()) + "\n";
+  out += "# HELP slipway_model_memory_bytes Memory held by a loaded model version (its arrays and vocabularies).\n";
+  out += "# TYPE slipway_model_memory_bytes gauge\n";
+  std::size_t total_bytes = 0;
+  for (const auto& [key, bytes] : loaded_bytes_) {
+    out += "slipway_model_memory_bytes{" + model_labels(key.first, key.second) + "} " + std::to_string(bytes) + "\n";
+    total_bytes += bytes;
+  }
+  out += "# HELP slipway_models_memory_bytes Memory held by all loaded model versions.\n";
+  out += "# TYPE slipway_models_memory_bytes gauge\n";
+  out += "slipway_models_memory_bytes " + std::to_string(total_bytes) + "\n";
+  out += "# HELP slipway_model_loads_total Model load attempts by model and result.\n";
+  out += "# TYPE slipway_model_loads_total counter\n";
+  for (const auto& [key, count] : loads_) {
+    out += "slipway_model_loads_total{model=\"" + label_value(key.first) + "\",result=\"" + key.second + "\"} " +
+           std::to_string(count) + "\n";
+  }
+  out += "# HELP slipway_model_unloads_total Model versions unloaded, by reason (idle, operator, swap, memory_budget).\n";
+  out += "# TYPE slipway_model_unloads_total counter\n";
+  for (const auto& [key, count] : unloads_) {
+    out += "slipway_model_unloads_total{model=\"" + label_value(key.first) + "\",reason=\"" + key.second + "\"} " +
            std::to_string(count) + "\n";
   }
   out += "# HELP slipway_inference_rows_total Rows scored (a request of N rows counts N).\n";

@@ -19,8 +19,15 @@ class ServerMetrics {
 
   // One finished request for `model`/`version` ("" when the request named no servable model).
   // `inference`: an infer request (the statistics' success and fail count only those).
+  // A failed request (status >= 400) is also counted under `failure_reason`.
   void record(std::string_view model, std::string_view version, int status, double seconds, std::size_t rows,
-              bool inference);
+              bool inference, std::string_view failure_reason = {});
+  // Requests accepted by a model and not yet answered (queued or computing).
+  void change_pending(std::string_view model, std::string_view version, int delta);
+  // Model lifecycle: a version loaded (with its memory) or unloaded, and load attempts.
+  void set_loaded(std::string_view model, std::string_view version, std::size_t memory_bytes);
+  void set_unloaded(std::string_view model, std::string_view version, std::string_view reason);
+  void record_load(std::string_view model, bool succeeded);
   // One model call of `rows` rows (a lone request's, or a dynamic batch's).
   void record_execution(std::string_view model, std::string_view version, std::size_t rows, bool batched);
   // Where one request's time went, by stage.
@@ -65,6 +72,11 @@ class ServerMetrics {
   std::map<ModelKey, std::array<Outcome, 2>> outcomes_;  // [success, fail]
   std::map<ModelKey, std::int64_t> last_inference_ms_;
   std::map<ModelKey, std::array<std::uint64_t, 2>> cache_lookups_;  // [hits, misses]
+  std::map<std::tuple<std::string, std::string, std::string>, std::uint64_t> failures_;  // model, version, reason
+  std::map<ModelKey, std::int64_t> pending_;
+  std::map<ModelKey, std::size_t> loaded_bytes_;
+  std::map<ModelKey, std::uint64_t> unloads_;                            // (model, reason)
+  std::map<ModelKey, std::uint64_t> loads_;                              // (model, success|failure)
   std::size_t cache_bytes_ = 0;
   bool cache_enabled_ = false;
 };

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <future>
 #include <thread>
 
@@ -131,7 +132,10 @@ TEST_F(ServiceTest, BadRequestsGetOneSentence) {
       {"{}", "non-empty 'inputs'"},
       {named_request(2, "term"), "missing input 'term'"},
       {replace("\"name\":\"term\"", "\"name\":\"terms\""), "unknown input 'terms'"},
-      {replace("\"name\":\"term\",\"datatype\":\"BYTES\"", "\"name\":\"term\",\"datatype\":\"FP32\""), "must be BYTES"},
+      {replace("\"name\":\"term\",\"datatype\":\"BYTES\"", "\"name\":\"term\",\"datatype\":\"FP32\""),
+       "input 'term' is FP32 but holds a non-numeric value"},
+      {replace("\"name\":\"funded_amnt\",\"datatype\":\"FP32\"", "\"name\":\"funded_amnt\",\"datatype\":\"FP8\""),
+       "unknown datatype 'FP8'"},
       {replace("\"name\":\"funded_amnt\",\"datatype\":\"FP32\"", "\"name\":\"funded_amnt\",\"datatype\":\"BYTES\""),
        "funded_amnt"},
       {replace("\"name\":\"funded_amnt\",\"datatype\":\"FP32\",\"shape\":[2]",
@@ -239,8 +243,8 @@ TEST_F(ServiceTest, ServesMulticlassProbabilitiesAndLabels) {
 // the request gets alone; a full queue answers 429 with Retry-After, a queue timeout 503.
 TEST_F(ServiceTest, DynamicBatchingAnswersEachRequestAsAlone) {
   ServiceOptions options;
-  options.batching.max_batch_size = 64;
-  options.batching.max_queue_delay = std::chrono::milliseconds(20);
+  options.defaults.batching.max_batch_size = 64;
+  options.defaults.batching.max_queue_delay = std::chrono::milliseconds(20);
   Service batched(*store_, options);
   std::vector<std::string> bodies;
   std::vector<std::string> expected;
@@ -285,12 +289,12 @@ TEST_F(ServiceTest, DynamicBatchingAnswersEachRequestAsAlone) {
             std::string::npos);
 
   ServiceOptions tight;
-  tight.batching.max_batch_size = 1000;
-  tight.batching.max_queue_delay = std::chrono::milliseconds(300);
-  tight.batching.max_queue_size = 1;
+  tight.defaults.batching.max_batch_size = 1000;
+  tight.defaults.batching.max_queue_delay = std::chrono::milliseconds(300);
+  tight.defaults.batching.max_queue_size = 1;
   Service queueing(*store_, tight);
   std::promise<HttpResponse> first;
-  queueing.handle_async("POST", "/v2/models/lending/infer", bodies[0],
+  queueing.handle_async("POST", "/v2/models/lending/infer", bodies[0], {},
                         [&](HttpResponse response) { first.set_value(std::move(response)); });
   HttpResponse refused = queueing.handle("POST", "/v2/models/lending/infer", bodies[0]);
   EXPECT_EQ(refused.status, 429) << refused.body;
@@ -306,7 +310,7 @@ TEST_F(ServiceTest, DynamicBatchingAnswersEachRequestAsAlone) {
 // Opted-in models answer a byte-identical request from the cache; others never cache.
 TEST_F(ServiceTest, ResponseCacheServesRepeatedRequests) {
   ServiceOptions options;
-  options.cached_models = {"lending"};
+  options.model_overrides["lending"]["cache"] = "true";
   options.response_cache_bytes = 1 << 20;
   Service cached(*store_, options);
   std::string body = named_request(3);
@@ -326,6 +330,128 @@ TEST_F(ServiceTest, ResponseCacheServesRepeatedRequests) {
   EXPECT_EQ(count("slipway_cache_misses_total"), 2);
   EXPECT_NE(metrics.find("slipway_cache_bytes "), std::string::npos);
   EXPECT_EQ(metrics_text_without_cache().find("slipway_cache_"), std::string::npos);
+}
+
+
+// Every numeric datatype is coerced to float32 when its values fit it, and refused with the
+// reason when they do not.
+TEST_F(ServiceTest, NumericDatatypesAreCoercedOrRefused) {
+  std::string good = named_request(2);
+  std::string reference = post("/v2/models/lending/infer", good).body;
+  auto with_type = [&](const std::string& type, const std::string& data) {
+    std::string body = good;
+    // funded_amnt is numeric: rewrite its datatype and data.
+    auto at = body.find("{\"name\":\"funded_amnt\"");
+    auto end = body.find('}', at);
+    body.replace(at, end - at + 1,
+                 "{\"name\":\"funded_amnt\",\"datatype\":\"" + type + "\",\"shape\":[2],\"data\":" + data + "}");
+    return post("/v2/models/lending/infer", body);
+  };
+  auto table = *data::read_csv(testing::data_path("lending_club.csv"));
+  const auto& funded = *table.find("funded_amnt");
+  std::string integers = "[" + std::to_string(static_cast<long long>(funded.numbers[0])) + "," +
+                         std::to_string(static_cast<long long>(funded.numbers[1])) + "]";
+  ASSERT_EQ(funded.numbers[0], std::trunc(funded.numbers[0]));
+  for (const char* type : {"INT32", "INT64", "UINT32", "UINT64", "FP64"}) {
+    auto response = with_type(type, integers);
+    EXPECT_EQ(response.status, 200) << type << ": " << response.body;
+    EXPECT_EQ(response.body, reference) << type;
+  }
+  auto fraction = with_type("INT32", "[1.5, 2]");
+  EXPECT_EQ(fraction.status, 400);
+  EXPECT_NE(fraction.body.find("is INT32 but holds 1.5, which is not an integer"), std::string::npos) << fraction.body;
+  auto negative = with_type("UINT8", "[-1, 2]");
+  EXPECT_NE(negative.body.find("is UINT8 but holds -1, outside the type's range"), std::string::npos) << negative.body;
+  auto too_big = with_type("INT8", "[300, 2]");
+  EXPECT_NE(too_big.body.find("outside the type's range"), std::string::npos) << too_big.body;
+  auto boolean = with_type("FP32", "[true, 2]");
+  EXPECT_NE(boolean.body.find("holds a boolean"), std::string::npos) << boolean.body;
+  EXPECT_EQ(with_type("BOOL", "[true, false]").status, 200);
+  auto half = with_type("FP16", "[1, 2]");
+  EXPECT_NE(half.body.find("FP16 and BF16 travel only as binary"), std::string::npos) << half.body;
+}
+
+// Triton's binary tensor extension: a JSON header of Inference-Header-Content-Length bytes,
+// then each binary input's raw little-endian bytes in input order.
+std::string binary_request(std::size_t rows, std::string& binary_out, bool binary_output = false) {
+  auto table = *data::read_csv(testing::data_path("lending_club.csv"));
+  JsonWriter json;
+  json.begin_object().key("inputs").begin_array();
+  for (const auto& column : table.columns()) {
+    if (column.name == "Class") continue;
+    bool numeric = column.type == data::ColumnType::kNumeric;
+    std::string bytes;
+    for (std::size_t row = 0; row < rows; ++row) {
+      if (numeric) {
+        double value = column.is_missing(row) ? std::nan("") : column.numbers[row];
+        bytes.append(reinterpret_cast<const char*>(&value), sizeof value);
+      } else {
+        std::string text = column.text_at(row);
+        auto length = static_cast<std::uint32_t>(text.size());
+        bytes.append(reinterpret_cast<const char*>(&length), 4);
+        bytes += text;
+      }
+    }
+    json.begin_object().key("name").value(column.name).key("datatype").value(numeric ? "FP64" : "BYTES");
+    json.key("shape").begin_array().value(static_cast<std::uint64_t>(rows)).end_array();
+    json.key("parameters").begin_object().key("binary_data_size").value(static_cast<std::uint64_t>(bytes.size()));
+    json.end_object().end_object();
+    binary_out += bytes;
+  }
+  json.end_array();
+  if (binary_output) json.key("parameters").raw("{\"binary_data_output\":true}");
+  json.end_object();
+  return json.take();
+}
+
+TEST_F(ServiceTest, BinaryTensorsInAndOut) {
+  std::string binary;
+  std::string header = binary_request(3, binary);
+  // The categorical column with a missing value cannot travel as BYTES; the fixture has none in 3 rows.
+  std::string length = std::to_string(header.size());
+  RequestHeaders headers{.authorization = {}, .inference_header_length = length};
+  auto response = service_->handle("POST", "/v2/models/lending/infer", header + binary, headers);
+  ASSERT_EQ(response.status, 200) << response.body;
+  std::string json_reference = post("/v2/models/lending/infer", named_request(3, "", "")).body;
+  EXPECT_EQ(response.body, json_reference);
+
+  // Binary outputs: the JSON says each output's size; raw bytes follow.
+  std::string binary2;
+  std::string header2 = binary_request(3, binary2, true);
+  std::string length2 = std::to_string(header2.size());
+  auto raw = service_->handle("POST", "/v2/models/lending/infer", header2 + binary2,
+                              RequestHeaders{.authorization = {}, .inference_header_length = length2});
+  ASSERT_EQ(raw.status, 200) << raw.body;
+  EXPECT_EQ(raw.content_type, "application/octet-stream");
+  ASSERT_EQ(raw.headers.size(), 1u);
+  EXPECT_EQ(raw.headers[0].first, "Inference-Header-Content-Length");
+  std::size_t json_size = std::stoul(raw.headers[0].second);
+  std::string json_part = raw.body.substr(0, json_size);
+  EXPECT_NE(json_part.find("\"name\":\"probability\",\"datatype\":\"FP32\",\"shape\":[3],\"parameters\":{"
+                           "\"binary_data_size\":12}"),
+            std::string::npos)
+      << json_part;
+  float first = 0;
+  std::memcpy(&first, raw.body.data() + json_size, 4);
+  auto probability_at = json_reference.find("\"data\":[") + 8;
+  EXPECT_FLOAT_EQ(first, std::stof(json_reference.substr(probability_at)));
+
+  // Truncated, padded and header-less bodies get one sentence each.
+  auto truncated = service_->handle("POST", "/v2/models/lending/infer", header + binary.substr(0, binary.size() - 3),
+                                    headers);
+  EXPECT_EQ(truncated.status, 400);
+  EXPECT_NE(truncated.body.find("is the body truncated?"), std::string::npos) << truncated.body;
+  auto padded = service_->handle("POST", "/v2/models/lending/infer", header + binary + "xyz", headers);
+  EXPECT_NE(padded.body.find("3 bytes follow the binary inputs' data"), std::string::npos) << padded.body;
+  auto no_header = post("/v2/models/lending/infer", header);
+  EXPECT_NE(no_header.body.find("no Inference-Header-Content-Length header"), std::string::npos) << no_header.body;
+  std::string too_long = std::to_string(header.size() + binary.size() + 1);
+  auto beyond = service_->handle("POST", "/v2/models/lending/infer", header + binary,
+                                 RequestHeaders{.authorization = {}, .inference_header_length = too_long});
+  EXPECT_NE(beyond.body.find("but the body has only"), std::string::npos) << beyond.body;
+  auto not_number = service_->handle("POST", "/v2/models/lending/infer", header + binary,
+                                     RequestHeaders{.authorization = {}, .inference_header_length = "12x"});
+  EXPECT_EQ(not_number.status, 400);
 }
 
 }  // namespace

@@ -1,0 +1,201 @@
+// slipway serve, serving-config and token.
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "cli/cli.h"
+#include "slipway/registry.h"
+#include "slipway/serve.h"
+
+namespace slipway::cli {
+namespace {
+
+Result<std::unique_ptr<registry::Registry>> open_workspace(const GlobalOptions& global) {
+  return registry::Registry::open(global.home, false);
+}
+
+std::string describe(const std::map<std::string, std::string>& values) {
+  std::string text;
+  for (const auto& [key, value] : values) text += (text.empty() ? "" : " ") + key + "=" + value;
+  return text;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> ServingConfigFlags::given() const {
+  std::map<std::string, std::string> chosen;
+  for (const auto& key : given_keys) {
+    if (key == "preferred_batch_sizes") {
+      std::string joined;
+      for (const auto& size : preferred_batch_sizes) joined += (joined.empty() ? "" : ",") + size;
+      chosen[key] = joined;
+    } else {
+      chosen[key] = values.at(key);
+    }
+  }
+  return chosen;
+}
+
+int run_serve(const GlobalOptions& global, const ServeOptions& flags, const ServingConfigFlags& defaults) {
+  if (flags.port < 0 || flags.port > 65535) return fail(invalid_argument("--port must be between 0 and 65535"));
+  serve::ServerOptions options;
+  options.host = flags.host;
+  options.port = static_cast<std::uint16_t>(flags.port);
+  options.worker_threads = flags.threads;
+  serve::ServingConfigFile file;
+  if (!flags.config_path.empty()) {
+    auto read = serve::read_serving_config_file(flags.config_path);
+    if (!read.ok()) return fail(read.status());
+    file = std::move(read).value();
+  }
+  // Defaults: the file's, then the flags' (flags win), for every model.
+  auto file_defaults = serve::apply_serving_config({}, file.defaults);
+  if (!file_defaults.ok()) return fail(file_defaults.status());
+  auto server_defaults = serve::apply_serving_config(*file_defaults, defaults.given());
+  if (!server_defaults.ok()) return fail(server_defaults.status());
+  options.service.defaults = *server_defaults;
+  options.service.model_overrides = file.models;
+  for (const auto& name : flags.cached_models) {
+    if (auto valid = registry::validate_model_name(name); !valid.ok()) return fail(valid);
+    options.service.model_overrides[name]["cache"] = "true";
+  }
+  options.service.response_cache_bytes = flags.cache_bytes;
+  options.service.memory_budget_bytes = flags.memory_budget_mb << 20;
+  options.service.require_auth = flags.auth;
+  auto store = open_workspace(global);
+  if (!store.ok()) return fail(store.status());
+  if (flags.auth) {
+    auto tokens = (*store)->list_tokens();
+    if (!tokens.ok()) return fail(tokens.status());
+    bool any = std::any_of(tokens->begin(), tokens->end(), [](const auto& token) { return token.revoked_ms == 0; });
+    if (!any) log_warn("--auth is on but the workspace has no active token; create one with `slipway token create`");
+  }
+  const serve::BatchingConfig& batching = server_defaults->batching;
+  if (batching.max_batch_size > 1) {
+    log_info(fmt::format("dynamic batching by default: up to {} rows, {} us queue delay, {} instance(s){}",
+                         batching.max_batch_size, batching.max_queue_delay.count(), batching.instances,
+                         batching.max_queue_size > 0 ? fmt::format(", queue of {}", batching.max_queue_size) : ""));
+  }
+  for (const auto& [name, values] : options.service.model_overrides) {
+    log_info(fmt::format("serving config for {} from the command line or --config: {}", name, describe(values)));
+  }
+  auto server = serve::Server::start(**store, options);
+  if (!server.ok()) return fail(server.status());
+  if (flags.lazy) {
+    log_info("models load on their first request (--lazy)");
+  } else {
+    std::string loaded;
+    for (const auto& name : (*server)->service().warm_up()) loaded += (loaded.empty() ? "" : ", ") + name;
+    log_info("models loaded: " +
+             (loaded.empty() ? std::string("none yet (models registered later are served too)") : loaded));
+  }
+  // The first stdout line names the address, so scripts starting `serve --port 0` can find it.
+  if (global.json) {
+    JsonWriter json;
+    json.begin_object().key("host").value(flags.host).key("port").value(static_cast<std::int64_t>((*server)->port()));
+    json.end_object();
+    print_json(json);
+  } else {
+    std::cout << "serving on http://" << flags.host << ":" << (*server)->port()
+              << " (KServe v2 under /v2, metrics at /metrics)\n";
+  }
+  std::cout.flush();
+  (*server)->run();
+  log_info("server stopped");
+  return 0;
+}
+
+int run_serving_config(const GlobalOptions& global, const std::string& model, const ServingConfigFlags& flags,
+                       bool reset) {
+  if (auto valid = registry::validate_model_name(model); !valid.ok()) return fail(valid);
+  auto store = open_workspace(global);
+  if (!store.ok()) return fail(store.status());
+  if (auto versions = (*store)->list_versions(model); !versions.ok()) return fail(versions.status());
+  auto given = flags.given();
+  if (!given.empty() || reset) {
+    auto stored = (*store)->serving_config(model);
+    if (!stored.ok()) return fail(stored.status());
+    std::map<std::string, std::string> merged = reset ? given : *stored;
+    for (const auto& [key, value] : given) merged[key] = value;
+    // Validated as a whole, so a stored config always applies.
+    if (auto checked = serve::apply_serving_config({}, merged); !checked.ok()) return fail(checked.status());
+    if (auto status = (*store)->set_serving_config(model, given, reset); !status.ok()) return fail(status);
+  }
+  auto stored = (*store)->serving_config(model);
+  if (!stored.ok()) return fail(stored.status());
+  auto effective = serve::apply_serving_config({}, *stored);
+  if (!effective.ok()) return fail(effective.status());
+  auto values = serve::serving_config_values(*effective);
+  if (global.json) {
+    JsonWriter json;
+    json.begin_object().key("model").value(model);
+    json.key("stored").begin_object();
+    for (const auto& [key, value] : *stored) json.key(key).value(value);
+    json.end_object();
+    json.key("effective").begin_object();
+    for (const auto& [key, value] : values) json.key(key).value(value);
+    json.end_object().end_object();
+    print_json(json);
+    return 0;
+  }
+  std::cout << "serving config of " << model
+            << " (servers pick it up within a second; keys not stored take the server's defaults):\n";
+  for (const auto& key : serve::serving_config_keys()) {
+    bool is_stored = stored->count(key) > 0;
+    std::cout << fmt::format("  {:<22} {:<12} {}\n", key, is_stored ? stored->at(key) : values.at(key),
+                             is_stored ? "" : "(default)");
+  }
+  return 0;
+}
+
+int run_token_create(const GlobalOptions& global, const std::string& name, const std::string& role) {
+  auto store = open_workspace(global);
+  if (!store.ok()) return fail(store.status());
+  auto token = (*store)->create_token(name, role);
+  if (!token.ok()) return fail(token.status());
+  if (global.json) {
+    JsonWriter json;
+    json.begin_object().key("id").value(token->id).key("name").value(name).key("role").value(role);
+    json.key("token").value(token->secret).end_object();
+    print_json(json);
+  } else {
+    std::cout << token->secret << "\n";
+    std::cerr << "token " << token->id << " (" << role << ") created; it is shown only now, the workspace keeps "
+              << "its hash. Send it as 'Authorization: Bearer TOKEN'.\n";
+  }
+  return 0;
+}
+
+int run_token_list(const GlobalOptions& global) {
+  auto store = open_workspace(global);
+  if (!store.ok()) return fail(store.status());
+  auto tokens = (*store)->list_tokens();
+  if (!tokens.ok()) return fail(tokens.status());
+  if (global.json) {
+    JsonWriter json;
+    json.begin_array();
+    for (const auto& token : *tokens) {
+      json.begin_object().key("id").value(token.id).key("name").value(token.name).key("role").value(token.role);
+      json.key("created_ms").value(token.created_ms).key("revoked_ms").value(token.revoked_ms).end_object();
+    }
+    json.end_array();
+    print_json(json);
+    return 0;
+  }
+  std::cout << fmt::format("{:<14} {:<24} {:<8} {}\n", "ID", "NAME", "ROLE", "STATE");
+  for (const auto& token : *tokens) {
+    std::cout << fmt::format("{:<14} {:<24} {:<8} {}\n", token.id, token.name, token.role,
+                             token.revoked_ms == 0 ? "active" : "revoked");
+  }
+  return 0;
+}
+
+int run_token_revoke(const GlobalOptions& global, const std::string& id) {
+  auto store = open_workspace(global);
+  if (!store.ok()) return fail(store.status());
+  if (auto status = (*store)->revoke_token(id); !status.ok()) return fail(status);
+  if (!global.json) std::cout << "token " << id << " revoked (servers refuse it within a second)\n";
+  return 0;
+}
+
+}  // namespace slipway::cli

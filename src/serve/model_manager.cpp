@@ -1,0 +1,455 @@
+#include "serve/model_manager.h"
+
+#include <algorithm>
+
+namespace slipway::serve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void touch(const LoadedModel& model) { model.last_used_ns.store(monotonic_ns(), std::memory_order_relaxed); }
+
+}  // namespace
+
+ModelManager::ModelManager(registry::Registry& registry, Options options, ServerMetrics& metrics)
+    : registry_(registry), options_(std::move(options)), metrics_(metrics) {
+  lifecycle_ = std::thread([this] { run_lifecycle(); });
+}
+
+ModelManager::~ModelManager() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  lifecycle_.join();
+  stop_batching();
+}
+
+std::string ModelManager::load_key(const registry::ModelVersion& version, const ModelServingConfig& config) {
+  std::string key = version.bundle_sha256;
+  for (const auto& [name, value] : serving_config_values(config)) key += ";" + name + "=" + value;
+  return key;
+}
+
+Status ModelManager::refresh(const std::string& name, bool force) {
+  auto now = Clock::now();
+  {
+    std::lock_guard lock(mutex_);
+    auto found = slots_.find(name);
+    if (!force && found != slots_.end() && found->second.fetched_once && now - found->second.fetched < options_.refresh)
+      return found->second.versions.empty() ? not_found("model '" + name + "' has no versions") : Status{};
+  }
+  // The registry is asked outside our lock; two threads may both refresh, which is harmless.
+  auto versions = registry_.list_versions(name);
+  Result<std::map<std::string, std::string>> config = std::map<std::string, std::string>{};
+  if (versions.ok()) config = registry_.serving_config(name);
+  std::lock_guard lock(mutex_);
+  if (!versions.ok()) {
+    auto found = slots_.find(name);
+    if (found != slots_.end()) found->second.versions.clear();
+    return versions.status();
+  }
+  Slot& slot = slots_[name];
+  slot.versions = std::move(versions).value();
+  if (config.ok()) slot.registry_config = std::move(config).value();
+  slot.fetched = now;
+  slot.fetched_once = true;
+  return {};
+}
+
+Result<ModelManager::Target> ModelManager::target_of(const std::string& name, std::optional<std::int64_t> version) {
+  auto pick = [&](const std::vector<registry::ModelVersion>& versions) -> const registry::ModelVersion* {
+    if (version) {
+      auto found =
+          std::find_if(versions.begin(), versions.end(), [&](const auto& entry) { return entry.version == *version; });
+      return found == versions.end() ? nullptr : &*found;
+    }
+    for (const auto& entry : versions) {
+      if (std::find(entry.aliases.begin(), entry.aliases.end(), "production") != entry.aliases.end()) return &entry;
+    }
+    return versions.empty() ? nullptr : &versions.back();
+  };
+  Target target;
+  std::map<std::string, std::string> registry_config;
+  auto snapshot = [&] {
+    std::lock_guard lock(mutex_);
+    const Slot& slot = slots_[name];
+    const registry::ModelVersion* chosen = pick(slot.versions);
+    if (chosen != nullptr) target.version = *chosen;
+    target.versions.clear();
+    for (const auto& entry : slot.versions) target.versions.push_back(entry.version);
+    registry_config = slot.registry_config;
+    return chosen != nullptr;
+  };
+  Status refreshed = refresh(name, false);
+  bool found = refreshed.ok() && snapshot();
+  if (!found) {  // maybe registered since the last refresh
+    SLIPWAY_RETURN_IF_ERROR(refresh(name, true));
+    found = snapshot();
+  }
+  if (!found) {
+    return not_found(version ? "model '" + name + "' has no version " + std::to_string(*version)
+                             : "model '" + name + "' has no versions");
+  }
+  auto config = apply_serving_config(options_.defaults, registry_config);
+  if (!config.ok()) {
+    return failed_precondition("the serving config of model '" + name +
+                               "' in the registry is invalid: " + config.status().message());
+  }
+  auto overrides = options_.overrides.find(name);
+  if (overrides != options_.overrides.end()) {
+    config = apply_serving_config(*config, overrides->second);
+    if (!config.ok()) return failed_precondition("the --config file's entry for '" + name + "': " + config.status().message());
+  }
+  target.config = std::move(config).value();
+  return target;
+}
+
+Result<std::shared_ptr<LoadedModel>> ModelManager::load_version(const std::string& name,
+                                                                const registry::ModelVersion& version,
+                                                                const ModelServingConfig& config) {
+  std::int64_t started = monotonic_ns();
+  std::shared_ptr<const model::Bundle> bundle;
+  bool batching_stopped = false;
+  {
+    // A configuration change reloads no bytes: the bundle already in memory is shared.
+    std::lock_guard lock(mutex_);
+    batching_stopped = batching_stopped_;
+    for (const auto& [slot_name, slot] : slots_) {
+      for (const auto& [number, loaded] : slot.loaded) {
+        if (loaded->bundle_sha256 == version.bundle_sha256) bundle = loaded->bundle;
+      }
+    }
+  }
+  std::string what = "model '" + name + "' version " + std::to_string(version.version);
+  if (bundle == nullptr) {
+    auto read = model::Bundle::load(registry_.artifacts().path_for(version.bundle_sha256), version.bundle_sha256);
+    if (!read.ok()) {
+      metrics_.record_load(name, false);
+      return Status(read.status().code(), "cannot load " + what + ": " + read.status().message());
+    }
+    bundle = std::move(read).value();
+  }
+  auto fresh = std::make_shared<LoadedModel>();
+  fresh->name = name;
+  fresh->version = version.version;
+  fresh->version_text = std::to_string(version.version);
+  fresh->bundle_sha256 = version.bundle_sha256;
+  fresh->bundle = bundle;
+  fresh->config = config;
+  fresh->memory_bytes = bundle->memory_bytes();
+  // Warm-up: the first predictions touch the model's pages and the kernels' code, so the first
+  // client request does not pay for that.
+  std::vector<float> row(bundle->preprocessor().output_width(), 0.0f);
+  for (int request = 0; request < config.warmup_requests; ++request) (void)bundle->predict_preprocessed(row, 1);
+  if (config.batching.max_batch_size > 1 && !batching_stopped) {
+    fresh->batcher = std::make_shared<Batcher>(
+        bundle, config.batching,
+        [metrics = &metrics_, name, version_text = fresh->version_text](std::size_t rows) {
+          metrics->record_execution(name, version_text, rows, true);
+        });
+  }
+  touch(*fresh);
+  metrics_.record_load(name, true);
+  log_info(what + " loaded (" + std::to_string(fresh->memory_bytes / 1024) + " KiB, " +
+           std::to_string((monotonic_ns() - started) / 1'000'000) + " ms)");
+  return fresh;
+}
+
+void ModelManager::retire(Slot& slot, std::int64_t version, std::string_view reason) {
+  auto found = slot.loaded.find(version);
+  if (found == slot.loaded.end()) return;
+  if (found->second->batcher != nullptr) retired_.push_back(found->second->batcher);
+  metrics_.set_unloaded(found->second->name, found->second->version_text, reason);
+  slot.loaded.erase(found);
+}
+
+Status ModelManager::install(const std::shared_ptr<LoadedModel>& fresh, bool as_default) {
+  Slot& slot = slots_[fresh->name];
+  // The default version this one replaces; 0 for none (versions start at 1).
+  std::int64_t replaced_default = 0;
+  if (as_default && slot.default_version && *slot.default_version != fresh->version) {
+    replaced_default = *slot.default_version;
+  }
+  if (options_.memory_budget_bytes > 0) {
+    std::size_t budget = options_.memory_budget_bytes;
+    if (fresh->memory_bytes > budget) {
+      return unavailable("model '" + fresh->name + "' version " + fresh->version_text + " needs " +
+                         std::to_string(fresh->memory_bytes) + " bytes, more than the memory budget of " +
+                         std::to_string(budget));
+    }
+    // What stays loaded besides the fresh model, least recently used first.
+    std::vector<std::pair<std::int64_t, std::pair<std::string, std::int64_t>>> others;
+    std::size_t total = 0;
+    for (const auto& [name, other_slot] : slots_) {
+      for (const auto& [number, loaded] : other_slot.loaded) {
+        bool leaving = name == fresh->name && (number == fresh->version || number == replaced_default);
+        if (leaving) continue;
+        total += loaded->memory_bytes;
+        others.push_back({loaded->last_used_ns.load(std::memory_order_relaxed), {name, number}});
+      }
+    }
+    std::sort(others.begin(), others.end());
+    for (const auto& [used, key] : others) {
+      if (total + fresh->memory_bytes <= budget) break;
+      Slot& owner = slots_[key.first];
+      total -= owner.loaded[key.second]->memory_bytes;
+      retire(owner, key.second, "memory_budget");
+    }
+  }
+  retire(slot, fresh->version, "swap");
+  slot.loaded[fresh->version] = fresh;
+  metrics_.set_loaded(fresh->name, fresh->version_text, fresh->memory_bytes);
+  if (as_default) {
+    if (replaced_default != 0) retire(slot, replaced_default, "swap");
+    slot.default_version = fresh->version;
+  }
+  slot.failed_load.clear();
+  slot.failure.clear();
+  return {};
+}
+
+Result<Servable> ModelManager::acquire(const std::string& name, std::optional<std::int64_t> version) {
+  SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(name));
+  auto unloaded_error = [&] {
+    return unavailable("model '" + name + "' is unloaded; load it with POST /v2/repository/models/" + name + "/load");
+  };
+  {
+    std::lock_guard lock(mutex_);
+    auto found = slots_.find(name);
+    if (found != slots_.end() && found->second.unloaded) return unloaded_error();
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(Target target, target_of(name, version));
+  std::string key = load_key(target.version, target.config);
+  std::int64_t number = target.version.version;
+  // The loaded model for the target, if it is current; switches the default route to it.
+  auto current = [&](Slot& slot) -> std::shared_ptr<LoadedModel> {
+    auto found = slot.loaded.find(number);
+    if (found == slot.loaded.end() || load_key(target.version, found->second->config) != key ||
+        found->second->bundle_sha256 != target.version.bundle_sha256) {
+      return nullptr;
+    }
+    if (!version && slot.default_version != number) {
+      std::optional<std::int64_t> previous = slot.default_version;
+      slot.default_version = number;
+      if (previous) retire(slot, *previous, "swap");
+    }
+    return found->second;
+  };
+  std::shared_ptr<std::mutex> load_mutex;
+  {
+    std::lock_guard lock(mutex_);
+    Slot& slot = slots_[name];
+    if (slot.unloaded) return unloaded_error();
+    if (auto loaded = current(slot)) {
+      touch(*loaded);
+      return Servable{loaded, target.versions};
+    }
+    // The default route keeps serving what it serves while the new version or configuration
+    // loads beside it.
+    if (!version && slot.default_version) {
+      auto serving = slot.loaded.find(*slot.default_version);
+      if (serving != slot.loaded.end()) {
+        if (!slot.background_load && slot.failed_load != key) {
+          slot.background_load = true;
+          pending_loads_.push_back(name);
+          wake_.notify_one();
+        }
+        touch(*serving->second);
+        return Servable{serving->second, target.versions};
+      }
+    }
+    // A load that just failed answers with its error instead of reading the bundle again.
+    if (slot.failed_load == key && Clock::now() - slot.failed_at < options_.refresh) return slot.failure_status;
+    load_mutex = slot.load_mutex;
+  }
+  std::lock_guard load_lock(*load_mutex);  // concurrent first requests load once
+  {
+    std::lock_guard lock(mutex_);
+    if (auto loaded = current(slots_[name])) {
+      touch(*loaded);
+      return Servable{loaded, target.versions};
+    }
+  }
+  auto fresh = load_version(name, target.version, target.config);
+  std::lock_guard lock(mutex_);
+  Slot& slot = slots_[name];
+  Status installed = fresh.ok() ? install(*fresh, !version.has_value()) : fresh.status();
+  if (!installed.ok()) {
+    slot.failed_load = key;
+    slot.failure = installed.message();
+    slot.failure_status = installed;
+    slot.failed_at = Clock::now();
+    return installed;
+  }
+  return Servable{*fresh, target.versions};
+}
+
+void ModelManager::background_load(const std::string& name) {
+  auto target = target_of(name, std::nullopt);
+  std::shared_ptr<std::mutex> load_mutex;
+  {
+    std::lock_guard lock(mutex_);
+    Slot& slot = slots_[name];
+    if (!target.ok() || slot.unloaded) {
+      slot.background_load = false;
+      return;
+    }
+    load_mutex = slot.load_mutex;
+  }
+  std::string key = load_key(target->version, target->config);
+  std::lock_guard load_lock(*load_mutex);
+  auto fresh = load_version(name, target->version, target->config);
+  std::lock_guard lock(mutex_);
+  Slot& slot = slots_[name];
+  slot.background_load = false;
+  if (slot.unloaded) return;  // the operator unloaded the model meanwhile
+  Status installed = fresh.ok() ? install(*fresh, true) : fresh.status();
+  if (!installed.ok()) {
+    slot.failed_load = key;
+    slot.failure = installed.message();
+    slot.failure_status = installed;
+    slot.failed_at = Clock::now();
+    log_error(installed.message() + "; the loaded version keeps serving");
+  }
+}
+
+Status ModelManager::load(const std::string& name) {
+  SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(name));
+  SLIPWAY_RETURN_IF_ERROR(refresh(name, true));
+  SLIPWAY_ASSIGN_OR_RETURN(Target target, target_of(name, std::nullopt));
+  std::shared_ptr<std::mutex> load_mutex;
+  {
+    std::lock_guard lock(mutex_);
+    load_mutex = slots_[name].load_mutex;
+  }
+  std::lock_guard load_lock(*load_mutex);
+  auto fresh = load_version(name, target.version, target.config);
+  std::lock_guard lock(mutex_);
+  Slot& slot = slots_[name];
+  Status installed = fresh.ok() ? install(*fresh, true) : fresh.status();
+  if (!installed.ok()) {
+    slot.failure = installed.message();
+    return installed;
+  }
+  slot.unloaded = false;
+  return {};
+}
+
+Status ModelManager::unload(const std::string& name) {
+  SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(name));
+  SLIPWAY_RETURN_IF_ERROR(refresh(name, true));
+  std::lock_guard lock(mutex_);
+  Slot& slot = slots_[name];
+  slot.unloaded = true;
+  std::vector<std::int64_t> versions;
+  for (const auto& [number, loaded] : slot.loaded) versions.push_back(number);
+  for (auto number : versions) retire(slot, number, "operator");
+  slot.default_version.reset();
+  return {};
+}
+
+std::vector<ModelState> ModelManager::index(bool ready_only) {
+  std::vector<std::string> names;
+  if (auto models = registry_.list_models(); models.ok()) {
+    for (const auto& summary : *models) names.push_back(summary.name);
+  }
+  std::vector<ModelState> states;
+  std::lock_guard lock(mutex_);
+  for (const auto& name : names) {
+    auto found = slots_.find(name);
+    if (found != slots_.end() && !found->second.loaded.empty()) {
+      for (const auto& [number, loaded] : found->second.loaded) states.push_back({name, loaded->version_text, "READY", ""});
+      continue;
+    }
+    if (ready_only) continue;
+    std::string reason = "not loaded; it loads on its first request";
+    if (found != slots_.end() && found->second.unloaded) reason = "unloaded";
+    else if (found != slots_.end() && !found->second.failure.empty()) reason = found->second.failure;
+    states.push_back({name, "", "UNAVAILABLE", reason});
+  }
+  return states;
+}
+
+std::vector<std::string> ModelManager::load_all() {
+  std::vector<std::string> loaded;
+  auto models = registry_.list_models();
+  if (!models.ok()) return loaded;
+  for (const auto& summary : *models) {
+    auto servable = acquire(summary.name, std::nullopt);
+    if (servable.ok()) {
+      loaded.push_back(summary.name + "@" + servable->model->version_text);
+    } else if (servable.status().code() != StatusCode::kNotFound) {
+      log_error("model '" + summary.name + "' cannot be served: " + servable.status().message());
+    }
+  }
+  return loaded;
+}
+
+void ModelManager::stop_batching() {
+  std::vector<std::shared_ptr<Batcher>> batchers;
+  {
+    std::lock_guard lock(mutex_);
+    batching_stopped_ = true;
+    for (const auto& [name, slot] : slots_) {
+      for (const auto& [number, loaded] : slot.loaded) {
+        if (loaded->batcher != nullptr) batchers.push_back(loaded->batcher);
+      }
+    }
+    batchers.insert(batchers.end(), retired_.begin(), retired_.end());
+    retired_.clear();
+  }
+  for (const auto& batcher : batchers) batcher->shutdown();
+}
+
+void ModelManager::unload_idle() {
+  std::int64_t now = monotonic_ns();
+  std::lock_guard lock(mutex_);
+  for (auto& [name, slot] : slots_) {
+    std::vector<std::int64_t> idle;
+    for (const auto& [number, loaded] : slot.loaded) {
+      auto limit = std::chrono::duration_cast<std::chrono::nanoseconds>(loaded->config.idle_unload).count();
+      if (limit > 0 && now - loaded->last_used_ns.load(std::memory_order_relaxed) > limit) idle.push_back(number);
+    }
+    for (auto number : idle) {
+      log_info("model '" + name + "' version " + std::to_string(number) + " unloaded after being idle");
+      retire(slot, number, "idle");
+    }
+  }
+}
+
+void ModelManager::release_retired() {
+  std::vector<std::shared_ptr<Batcher>> finished;
+  {
+    std::lock_guard lock(mutex_);
+    auto still_used = [](const std::shared_ptr<Batcher>& batcher) {
+      return batcher.use_count() > 1 || batcher->queued() > 0;
+    };
+    auto split = std::stable_partition(retired_.begin(), retired_.end(), still_used);
+    finished.assign(std::make_move_iterator(split), std::make_move_iterator(retired_.end()));
+    retired_.erase(split, retired_.end());
+  }
+  finished.clear();  // joins their executors, outside the lock
+}
+
+void ModelManager::run_lifecycle() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    wake_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stopping_ || !pending_loads_.empty(); });
+    if (stopping_) break;
+    while (!pending_loads_.empty() && !stopping_) {
+      std::string name = std::move(pending_loads_.front());
+      pending_loads_.pop_front();
+      lock.unlock();
+      background_load(name);
+      lock.lock();
+    }
+    lock.unlock();
+    unload_idle();
+    release_retired();
+    lock.lock();
+  }
+}
+
+}  // namespace slipway::serve
