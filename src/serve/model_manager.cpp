@@ -127,7 +127,8 @@ Result<std::shared_ptr<LoadedModel>> ModelManager::load_version(const std::strin
     auto read = model::Bundle::load(registry_.artifacts().path_for(version.bundle_sha256), version.bundle_sha256);
     if (!read.ok()) {
       metrics_.record_load(name, false);
-      return Status(read.status().code(), "cannot load " + what + ": " + read.status().message());
+      // The registry vouched for these bytes, so any failure to read them is damage, not a bad request.
+      return data_loss("cannot load " + what + ": " + read.status().message());
     }
     bundle = std::move(read).value();
   }

@@ -1,0 +1,274 @@
+// Operating `slipway serve` as a user does: serving configs and tokens from the CLI, the real
+// binary over real HTTP, and the reliability cases (overload, broken framing, idle connections).
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "support/test_support.h"
+
+namespace slipway::testing {
+namespace {
+
+const char* kOneRow = R"({"inputs":[
+    {"name":"funded_amnt","datatype":"FP32","shape":[1],"data":[16100]},
+    {"name":"term","datatype":"BYTES","shape":[1],"data":["term_36"]},
+    {"name":"int_rate","datatype":"FP32","shape":[1],"data":[13.99]},
+    {"name":"sub_grade","datatype":"BYTES","shape":[1],"data":["C4"]},
+    {"name":"addr_state","datatype":"BYTES","shape":[1],"data":["CT"]},
+    {"name":"verification_status","datatype":"BYTES","shape":[1],"data":["Not_Verified"]},
+    {"name":"annual_inc","datatype":"FP32","shape":[1],"data":[35000]},
+    {"name":"emp_length","datatype":"BYTES","shape":[1],"data":["emp_5"]},
+    {"name":"delinq_2yrs","datatype":"FP32","shape":[1],"data":[0]},
+    {"name":"inq_last_6mths","datatype":"FP32","shape":[1],"data":[0]},
+    {"name":"revol_util","datatype":"FP32","shape":[1],"data":[67.4]},
+    {"name":"acc_now_delinq","datatype":"FP32","shape":[1],"data":[0]},
+    {"name":"open_il_6m","datatype":"FP32","shape":[1],"data":[1]},
+    {"name":"open_il_12m","datatype":"FP32","shape":[1],"data":[0]},
+    {"name":"open_il_24m","datatype":"FP32","shape":[1],"data":[0]},
+    {"name":"total_bal_il","datatype":"FP32","shape":[1],"data":[1099]},
+    {"name":"all_util","datatype":"FP32","shape":[1],"data":[48]},
+    {"name":"inq_fi","datatype":"FP32","shape":[1],"data":[0]},
+    {"name":"inq_last_12m","datatype":"FP32","shape":[1],"data":[3]},
+    {"name":"delinq_amnt","datatype":"FP32","shape":[1],"data":[0]},
+    {"name":"num_il_tl","datatype":"FP32","shape":[1],"data":[3]},
+    {"name":"total_il_high_credit_limit","datatype":"FP32","shape":[1],"data":[13193]}]})";
+
+class ServingOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto trained = run_command({slipway_binary(), "--home", home_.path(), "train", "--data",
+                                data_path("lending_club.csv"), "--target", "Class", "--register", "lending"});
+    ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  }
+  CommandResult slipway(std::vector<std::string> arguments) {
+    arguments.insert(arguments.begin(), {slipway_binary(), "--home", home_.path()});
+    return run_command(arguments);
+  }
+  // Starts `slipway serve --port 0 EXTRA...` and returns its port.
+  int start_server(std::vector<std::string> extra) {
+    std::vector<std::string> argv = {slipway_binary(), "--home", home_.path(), "--json", "serve", "--port", "0"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    server_ = std::make_unique<ChildProcess>(argv);
+    std::string first_line = server_->read_line(20000);
+    auto at = first_line.find("\"port\":");
+    EXPECT_NE(at, std::string::npos) << "serve printed: " << first_line;
+    return at == std::string::npos ? 0 : std::stoi(first_line.substr(at + 7));
+  }
+  long server_resident_kib() const {
+    std::ifstream status("/proc/" + std::to_string(server_->pid()) + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+    }
+    return 0;
+  }
+  void stop_server() {
+    server_->signal(SIGTERM);
+    EXPECT_EQ(server_->wait(), 0);
+  }
+
+  TempDir home_;
+  std::unique_ptr<ChildProcess> server_;
+};
+
+TEST_F(ServingOps, ServingConfigAndTokensFromTheCommandLine) {
+  auto set = slipway({"serving-config", "lending", "--max-batch-size", "32", "--max-queue-delay-us", "500",
+                      "--preferred-batch-size", "8", "--preferred-batch-size", "16"});
+  ASSERT_EQ(set.exit_code, 0) << set.err;
+  EXPECT_NE(set.out.find("max_batch_size         32"), std::string::npos) << set.out;
+  EXPECT_NE(set.out.find("instances              1            (default)"), std::string::npos) << set.out;
+  auto shown = slipway({"--json", "serving-config", "lending"});
+  EXPECT_NE(shown.out.find("\"stored\":{\"max_batch_size\":\"32\",\"max_queue_delay_us\":\"500\","
+                           "\"preferred_batch_sizes\":\"8,16\"}"),
+            std::string::npos)
+      << shown.out;
+  auto bad = slipway({"serving-config", "lending", "--preferred-batch-size", "64"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("larger than max_batch_size 32"), std::string::npos) << bad.err;
+  EXPECT_NE(slipway({"serving-config", "ghost", "--max-batch-size", "4"}).exit_code, 0);
+
+  auto predict = slipway({"token", "create", "app"});
+  ASSERT_EQ(predict.exit_code, 0) << predict.err;
+  std::string predict_token = predict.out.substr(0, predict.out.find('\n'));
+  ASSERT_EQ(predict_token.rfind("slw_", 0), 0u) << predict.out;
+  auto admin = slipway({"--json", "token", "create", "ops", "--role", "admin"});
+  auto at = admin.out.find("\"token\":\"") + 9;
+  std::string admin_token = admin.out.substr(at, admin.out.find('"', at) - at);
+  EXPECT_NE(slipway({"token", "list"}).out.find("app"), std::string::npos);
+
+  int port = start_server({"--auth", "--lazy"});
+  ASSERT_GT(port, 0);
+  EXPECT_EQ(http_request(port, "GET", "/v2/health/ready").status, 200);
+  EXPECT_EQ(http_request(port, "POST", "/v2/models/lending/infer", kOneRow).status, 401);
+  auto with_token = [](const std::string& token) {
+    return std::vector<std::pair<std::string, std::string>>{{"Authorization", "Bearer " + token}};
+  };
+  auto inferred = http_request(port, "POST", "/v2/models/lending/infer", kOneRow, with_token(predict_token));
+  EXPECT_EQ(inferred.status, 200) << inferred.body;
+  auto config = http_request(port, "GET", "/v2/models/lending/config", "", with_token(predict_token));
+  EXPECT_NE(config.body.find("\"max_batch_size\":32,\"dynamic_batching\":{\"preferred_batch_size\":[8,16],"
+                             "\"max_queue_delay_microseconds\":500"),
+            std::string::npos)
+      << config.body;
+  EXPECT_EQ(http_request(port, "GET", "/metrics", "", with_token(predict_token)).status, 403);
+  auto metrics = http_request(port, "GET", "/metrics", "", with_token(admin_token));
+  EXPECT_NE(metrics.body.find("slipway_request_failures_total{model=\"(unknown)\",version=\"\",reason=\"unauthenticated\"} 1"),
+            std::string::npos)
+      << metrics.body;
+  EXPECT_NE(metrics.body.find("slipway_model_memory_bytes{model=\"lending\",version=\"1\"}"), std::string::npos);
+
+  // Revoked in the workspace: the running server refuses it within a second.
+  auto listed = slipway({"--json", "token", "list"});
+  auto id_at = listed.out.find("\"id\":\"") + 6;
+  ASSERT_EQ(slipway({"token", "revoke", listed.out.substr(id_at, listed.out.find('"', id_at) - id_at)}).exit_code, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  EXPECT_EQ(http_request(port, "POST", "/v2/models/lending/infer", kOneRow, with_token(predict_token)).status, 401);
+  stop_server();
+}
+
+TEST_F(ServingOps, ConfigFileAndBinaryTensorsOverHttp) {
+  std::string config_path = home_.path() + "/serving.yaml";
+  std::ofstream(config_path) << "models:\n  lending:\n    max_batch_size: 16\n    max_queue_delay_us: 200\n";
+  int port = start_server({"--config", config_path});
+  ASSERT_GT(port, 0);
+  EXPECT_NE(http_request(port, "GET", "/v2/models/lending/config").body.find("\"max_batch_size\":16"),
+            std::string::npos);
+  // One FP32 input in binary: the JSON header names its size; the raw floats follow.
+  std::string json_reference = http_request(port, "POST", "/v2/models/lending/infer", kOneRow).body;
+  std::string header = kOneRow;
+  std::string from = R"({"name":"funded_amnt","datatype":"FP32","shape":[1],"data":[16100]})";
+  header.replace(header.find(from), from.size(),
+                 R"({"name":"funded_amnt","datatype":"FP32","shape":[1],"parameters":{"binary_data_size":4}})");
+  float funded = 16100;
+  std::string body = header + std::string(reinterpret_cast<const char*>(&funded), 4);
+  auto binary = http_request(port, "POST", "/v2/models/lending/infer", body,
+                             {{"Inference-Header-Content-Length", std::to_string(header.size())},
+                              {"Content-Type", "application/octet-stream"}});
+  EXPECT_EQ(binary.status, 200) << binary.body;
+  EXPECT_EQ(binary.body, json_reference);
+  auto truncated = http_request(port, "POST", "/v2/models/lending/infer", header + "ab",
+                                {{"Inference-Header-Content-Length", std::to_string(header.size())}});
+  EXPECT_EQ(truncated.status, 400);
+  EXPECT_NE(truncated.body.find("truncated"), std::string::npos) << truncated.body;
+  stop_server();
+}
+
+// Sends raw bytes on a fresh connection and returns what comes back before the server closes
+// it (or the timeout passes).
+std::string raw_exchange(int port, const std::string& bytes, int timeout_ms, bool half_close) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    ::close(fd);
+    return "connect failed";
+  }
+  timeval timeout{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  (void)!::write(fd, bytes.data(), bytes.size());
+  if (half_close) ::shutdown(fd, SHUT_WR);
+  std::string received;
+  char buffer[4096];
+  while (true) {
+    ssize_t count = ::read(fd, buffer, sizeof buffer);
+    if (count <= 0) break;
+    received.append(buffer, static_cast<std::size_t>(count));
+  }
+  ::close(fd);
+  return received;
+}
+
+TEST_F(ServingOps, WrongContentLengthAndIdleConnectionsDoNotHurtTheServer) {
+  int port = start_server({});
+  ASSERT_GT(port, 0);
+  // A body shorter than its Content-Length, then the client gives up: no response, no crash.
+  std::string short_body = "POST /v2/models/lending/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"in";
+  EXPECT_EQ(raw_exchange(port, short_body, 2000, true).find("HTTP/1.1 200"), std::string::npos);
+  // A body longer than its Content-Length: the rest is read as the next request, which is garbage.
+  std::string long_body = "POST /v2/models/lending/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}garbage\r\n\r\n";
+  std::string answer = raw_exchange(port, long_body, 2000, true);
+  EXPECT_NE(answer.find("HTTP/1.1 400"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("non-empty 'inputs'"), std::string::npos) << answer;
+  // A Content-Length that is not a number.
+  std::string not_number = "POST /v2/models/lending/infer HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n";
+  EXPECT_NE(raw_exchange(port, not_number, 2000, true).find("HTTP/1.1 400"), std::string::npos);
+  EXPECT_EQ(http_request(port, "POST", "/v2/models/lending/infer", kOneRow).status, 200);
+
+  // 10,000 idle connections: the server keeps answering others, and memory stays bounded.
+  constexpr int kIdle = 10'000;
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  if (limit.rlim_max < kIdle + 200) GTEST_SKIP() << "the open-file limit (" << limit.rlim_max << ") is below 10,200";
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &limit);
+  long resident_before = server_resident_kib();
+  std::vector<int> idle;
+  for (int index = 0; index < kIdle; ++index) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<std::uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0) << "connection " << index;
+    idle.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(http_request(port, "GET", "/v2/health/live").status, 200);
+  EXPECT_EQ(http_request(port, "POST", "/v2/models/lending/infer", kOneRow).status, 200);
+  long growth_kib = server_resident_kib() - resident_before;
+  EXPECT_LT(growth_kib, 200 * 1024) << "10k idle connections took " << growth_kib << " KiB";
+  for (int fd : idle) ::close(fd);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(http_request(port, "GET", "/v2/health/live").status, 200);
+  stop_server();
+}
+
+// Open-loop load at about three times what the server sustains, for 30 s: it sheds the excess
+// with 429 (its queue is bounded), stays up with bounded memory, and serves normally afterwards.
+TEST_F(ServingOps, OverloadIsShedAndTheServerRecovers) {
+  std::string request_path = home_.path() + "/one_row.json";
+  std::ofstream(request_path) << kOneRow;
+  int port = start_server({"--threads", "1", "--max-batch-size", "8", "--max-queue-delay-us", "2000",
+                           "--max-queue-size", "32"});
+  ASSERT_GT(port, 0);
+  std::string url = "http://127.0.0.1:" + std::to_string(port) + "/v2/models/lending/infer";
+  auto capacity_run = slipway({"--json", "loadtest", url, "--concurrency", "16", "--duration", "2s", "--body",
+                               request_path, "--no-progress"});
+  ASSERT_EQ(capacity_run.exit_code, 0) << capacity_run.err;
+  auto rate_at = capacity_run.out.find("\"achieved_rate\":") + 16;
+  double capacity = std::stod(capacity_run.out.substr(rate_at));
+  ASSERT_GT(capacity, 0);
+  long resident_before = server_resident_kib();
+  auto overload = slipway({"--json", "loadtest", url, "--rate", std::to_string(static_cast<int>(capacity * 3)),
+                           "--duration", "30s", "--timeout", "2s", "--body", request_path, "--connections", "256",
+                           "--no-progress"});
+  ASSERT_EQ(overload.exit_code, 0) << overload.err;
+  std::cout << "capacity " << capacity << " req/s; at 3x: " << overload.out << "\n";
+  EXPECT_NE(overload.out.find("\"200\":"), std::string::npos) << overload.out;
+  bool shed = overload.out.find("\"429\":") != std::string::npos || overload.out.find("\"503\":") != std::string::npos;
+  EXPECT_TRUE(shed) << "no request was refused at 3x capacity: " << overload.out;
+  long growth_kib = server_resident_kib() - resident_before;
+  EXPECT_LT(growth_kib, 256 * 1024) << "overload grew the server by " << growth_kib << " KiB";
+  // Normal service afterwards.
+  auto after = slipway({"--json", "loadtest", url, "--rate", "200", "--duration", "2s", "--body", request_path,
+                        "--slo", "p99<=50ms", "--no-progress"});
+  EXPECT_EQ(after.exit_code, 0) << after.out << after.err;
+  EXPECT_NE(after.out.find("\"status\":{\"200\":"), std::string::npos) << after.out;
+  auto metrics = http_request(port, "GET", "/metrics");
+  EXPECT_NE(metrics.body.find("reason=\"queue_full\""), std::string::npos);
+  stop_server();
+}
+
+}  // namespace
+}  // namespace slipway::testing
