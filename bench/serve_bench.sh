@@ -4,7 +4,9 @@
 #   2. v2 JSON infer on a GBDT of 200 trees x depth 8 (lending_club, one row per request): closed
 #      loop throughput, its ratio to (1), latency at 1,500 req/s, and the highest rate whose p99
 #      stays within 10 ms (a search over 3 s runs);
-#   3. dynamic batching off and on (--max-batch-size 128 --max-queue-delay-us 200 --instances 2)
+#   3. the same model called in-process (Service::handle on the same JSON bodies, 2 threads,
+#      closed loop): what the service costs without HTTP;
+#   4. dynamic batching off and on (--max-batch-size 128 --max-queue-delay-us 200 --instances 2)
 #      at saturation (closed loop, 64 connections) with 32 rows per request, and with 1.
 # Usage: bench/serve_bench.sh [BUILD_DIR]
 set -euo pipefail
@@ -23,6 +25,9 @@ infer=("$base/v2/models/trees/infer" --csv "$root/data/lending_club.csv" --skip 
 
 health=$(load "$base/v2/health/live" --concurrency 64 --threads 2 --duration 5s --warmup 1s | field 'r["achieved_rate"]')
 closed=$(load "${infer[@]}" --concurrency 64 --threads 2 --duration 5s --warmup 1s | field 'r["achieved_rate"]')
+inprocess() { "$build/bench/slipway_inprocess_serve" "$work/ws" trees "$root/data/lending_club.csv" Class "$1" 2 5; }
+inproc_1=$(inprocess 1)
+inproc_32=$(inprocess 32)
 at_1500=$(load "${infer[@]}" --rate 1500 --duration 10s --warmup 2s |
   field '"p50 %.3f ms, p95 %.3f ms, p99 %.3f ms, achieved %.0f req/s, errors %d" % (r["latency_ms"]["p50"], r["latency_ms"]["p95"], r["latency_ms"]["p99"], r["achieved_rate"], r["requests"] - r["succeeded"])')
 # Highest rate with p99 <= 10 ms: double from 500 until it fails, then bisect four times.
@@ -49,6 +54,9 @@ print(f"{rows / calls:.1f}")')
 printf 'health endpoint (closed loop, 64 connections): %.0f req/s\n' "$health"
 printf 'v2 infer, GBDT 200x8, 1 row/request (closed loop, 64 connections): %.0f req/s = %.2f of health\n' \
   "$closed" "$(/usr/bin/python3 -c "print($closed / $health)")"
+printf 'in-process Service::handle, 2 threads: 1 row/request %.0f req/s (p50 %.3f ms); 32 rows/request %.0f req/s; HTTP infer = %.2f of in-process\n' \
+  "$(echo "$inproc_1" | field 'r["rate"]')" "$(echo "$inproc_1" | field 'r["p50_ms"]')" \
+  "$(echo "$inproc_32" | field 'r["rate"]')" "$(/usr/bin/python3 -c "print($closed / $(echo "$inproc_1" | field 'r["rate"]'))")"
 echo "v2 infer at 1500 req/s (open loop, 10 s): $at_1500"
 echo "highest open-loop rate with p99 <= 10 ms: between $low and $high req/s"
 printf 'batching off vs on, 32 rows/request: %.0f vs %.0f req/s (%.2fx); 1 row/request: %.0f vs %.0f req/s (%.2fx); achieved batch %s rows\n' \

@@ -10,7 +10,7 @@ packages=(
   libboost-dev libsimdjson-dev libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev
   libsqlite3-dev sqlite3 libssl-dev libfast-float-dev
   # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev curl wrk
+  libgtest-dev libgmock-dev libbenchmark-dev curl wrk prometheus
   # reference peers for parity tests (they install for /usr/bin/python3)
   python3 python3-numpy python3-pandas python3-sklearn python3-xgboost
 )

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "slipway/core.h"
+#include "slipway/data.h"
 #include "slipway/registry.h"
 
 namespace slipway::serve {
@@ -82,6 +83,13 @@ struct ServingConfigFile {
 };
 Result<ServingConfigFile> read_serving_config_file(const std::string& path);
 
+// KServe v2 infer bodies for consecutive rows of `table`, `rows_per_request` rows each (at most
+// `max_requests` bodies): one input per column except `skip_columns`, numbers as FP32 (null when
+// missing) and categories as BYTES, the form `slipway serve` takes. Used by load generators.
+std::vector<std::string> v2_requests_from_table(const data::Table& table, std::size_t rows_per_request,
+                                                const std::vector<std::string>& skip_columns,
+                                                std::size_t max_requests = SIZE_MAX);
+
 struct ServiceOptions {
   // How long a resolved name -> version -> bundle mapping (and the model's serving configuration
   // in the registry) is trusted before the registry is asked again: aliases moved by
@@ -130,6 +138,8 @@ class Service {
   void stop_batching();
   // True for requests that run or load a model: the HTTP layer sends those to the worker pool.
   static bool needs_worker(std::string_view target);
+  // Counts a request the HTTP layer refused before routing it (backlog full).
+  void record_rejection(std::string_view target);
   // Prometheus text exposition of the server's metrics.
   std::string metrics_text() const;
 
@@ -148,6 +158,9 @@ struct ServerOptions {
   // The longest a connection may take to deliver a request (or stay idle between requests);
   // a client slower than that is disconnected, so slow clients cannot hold connections.
   std::chrono::seconds read_timeout{30};
+  // Inference and load requests waiting for a worker, at most; beyond it a request is answered
+  // 429 at once. 0 = 64 per worker thread.
+  int max_pending_requests = 0;
   ServiceOptions service;
 };
 

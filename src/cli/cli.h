@@ -79,6 +79,7 @@ struct ServeOptions {
   std::vector<std::string> cached_models;  // --cache NAME: cache on for these models
   std::size_t cache_bytes = std::size_t{64} << 20;
   std::size_t memory_budget_mb = 0;
+  int max_pending = 0;  // 0: 64 per worker thread
   bool lazy = false;   // load models on their first request instead of at start
   bool auth = false;   // require bearer tokens
 };

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "cli/cli.h"
+#include "slipway/serve.h"
 #include "slipway/data.h"
 #include "slipway/optimize.h"
 
@@ -30,38 +31,6 @@ Result<std::chrono::milliseconds> parse_duration(const std::string& flag, const 
     return invalid_argument(flag + " '" + text + "' is not a duration (examples: 30s, 500ms, 2m)");
   }
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(value * scale)));
-}
-
-// One v2 request per `rows_per_request` rows: an input per column, FP32 numbers (null when
-// missing) and BYTES categories, as `slipway serve` takes them.
-std::vector<std::string> v2_requests(const data::Table& table, int rows_per_request,
-                                     const std::vector<std::string>& skip) {
-  std::vector<std::string> bodies;
-  auto per_request = static_cast<std::size_t>(std::max(1, rows_per_request));
-  for (std::size_t first = 0; first + per_request <= table.row_count(); first += per_request) {
-    JsonWriter json;
-    json.begin_object().key("inputs").begin_array();
-    for (const auto& column : table.columns()) {
-      if (std::find(skip.begin(), skip.end(), column.name) != skip.end()) continue;
-      bool numeric = column.type == data::ColumnType::kNumeric;
-      json.begin_object().key("name").value(column.name).key("datatype").value(numeric ? "FP32" : "BYTES");
-      json.key("shape").begin_array().value(static_cast<std::uint64_t>(per_request)).end_array();
-      json.key("data").begin_array();
-      for (std::size_t row = first; row < first + per_request; ++row) {
-        if (column.is_missing(row)) {
-          json.null();
-        } else if (numeric) {
-          json.value(column.numbers[row]);
-        } else {
-          json.value(column.text_at(row));
-        }
-      }
-      json.end_array().end_object();
-    }
-    json.end_array().end_object();
-    bodies.push_back(json.take());
-  }
-  return bodies;
 }
 
 }  // namespace
@@ -108,7 +77,8 @@ int run_loadtest(const GlobalOptions& global, const LoadTestFlags& flags) {
   if (!flags.csv_path.empty()) {
     auto table = data::read_csv(flags.csv_path);
     if (!table.ok()) return fail(table.status());
-    options.bodies = v2_requests(*table, flags.rows_per_request, flags.skip_columns);
+    options.bodies = serve::v2_requests_from_table(*table, static_cast<std::size_t>(std::max(1, flags.rows_per_request)),
+                                                   flags.skip_columns);
     if (options.bodies.empty()) {
       return fail(invalid_argument(flags.csv_path + " has fewer rows than --rows-per-request"));
     }

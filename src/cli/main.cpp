@@ -113,6 +113,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   serve_command->add_option("--memory-budget-mb", serve_options.memory_budget_mb,
                             "Most memory loaded models may take; the least recently used unload first (0: none)");
+  serve_command->add_option("--max-pending", serve_options.max_pending,
+                            "Requests waiting for a worker before new ones get 429 (default: 64 per worker)");
   serve_command->add_flag("--lazy", serve_options.lazy, "Load each model on its first request, not at start");
   serve_command->add_flag("--auth", serve_options.auth,
                           "Require bearer tokens (`slipway token create`): predict, deploy or admin");

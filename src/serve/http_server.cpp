@@ -24,7 +24,10 @@ struct Shared {
   std::size_t max_body_bytes;
   std::size_t max_header_bytes;
   std::chrono::seconds read_timeout;
+  int max_worker_backlog;
   std::atomic<int> in_flight{0};
+  // Inference requests handed to the worker pool and not yet through their synchronous part.
+  std::atomic<int> worker_backlog{0};
 };
 
 class Session : public std::enable_shared_from_this<Session> {
@@ -70,9 +73,20 @@ class Session : public std::enable_shared_from_this<Session> {
     shared_.in_flight.fetch_add(1);
     std::string_view target(request_.target().data(), request_.target().size());
     if (Service::needs_worker(target)) {
+      // Admission control: past the backlog bound the request is refused here, on the I/O thread,
+      // without reading its body, so an overloaded server sheds load in microseconds and its
+      // queue (and the latency it adds) stays bounded.
+      if (shared_.worker_backlog.fetch_add(1) >= shared_.max_worker_backlog) {
+        shared_.worker_backlog.fetch_sub(1);
+        shared_.service.record_rejection(target);
+        HttpResponse busy = overloaded_response();
+        write(std::move(busy), request_.version(), request_.keep_alive(), true);
+        return;
+      }
       // Parsing and preprocessing run on a worker; a batched request is answered later from a
       // batch executor, and no thread waits for it meanwhile.
       asio::post(shared_.workers, [self = shared_from_this()] {
+        self->shared_.worker_backlog.fetch_sub(1);
         self->respond_async([self](HttpResponse response) {
           asio::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
             self->write(std::move(response), self->request_.version(), self->request_.keep_alive(), true);
@@ -113,6 +127,13 @@ class Session : public std::enable_shared_from_this<Session> {
       headers.inference_header_length = {header_length->value().data(), header_length->value().size()};
     }
     return headers;
+  }
+
+  static HttpResponse overloaded_response() {
+    HttpResponse response{429, "application/json",
+                          "{\"error\":\"the server is overloaded (its request backlog is full); retry later\"}", {}, {}};
+    response.headers.emplace_back("Retry-After", "1");
+    return response;
   }
 
   static HttpResponse internal_error_response(const std::exception& exception) {
@@ -157,12 +178,26 @@ class Session : public std::enable_shared_from_this<Session> {
 
 }  // namespace
 
+namespace {
+
+std::size_t worker_count(const ServerOptions& options) {
+  return static_cast<std::size_t>(options.worker_threads > 0 ? options.worker_threads : default_thread_count());
+}
+
+}  // namespace
+
 struct Server::State {
   State(registry::Registry& registry, const ServerOptions& options)
       : options(options),
         service(registry, options.service),
-        workers(static_cast<std::size_t>(options.worker_threads > 0 ? options.worker_threads : default_thread_count())),
-        shared{service, workers, options.max_body_bytes, options.max_header_bytes, options.read_timeout},
+        workers(worker_count(options)),
+        shared{service,
+               workers,
+               options.max_body_bytes,
+               options.max_header_bytes,
+               options.read_timeout,
+               options.max_pending_requests > 0 ? options.max_pending_requests
+                                                : 64 * static_cast<int>(worker_count(options))},
         acceptor(io),
         signals(io, SIGINT, SIGTERM) {}
 

@@ -82,20 +82,23 @@ Result<data::Table> table_from_named_inputs(const std::vector<TensorInput>& inpu
     if (!by_name.emplace(input.name, &input).second)
       return invalid_argument("input '" + input.name + "' is given twice");
   }
-  std::string expected_names;
-  for (const auto& feature : schema.features()) expected_names += (expected_names.empty() ? "" : ", ") + feature.name;
+  auto expected_names = [&] {
+    std::string names;
+    for (const auto& feature : schema.features()) names += (names.empty() ? "" : ", ") + feature.name;
+    return names;
+  };
   for (const auto& input : inputs) {
     bool known = false;
     for (const auto& feature : schema.features()) known = known || feature.name == input.name;
     if (!known)
-      return invalid_argument("unknown input '" + input.name + "'; the model's inputs are: " + expected_names);
+      return invalid_argument("unknown input '" + input.name + "'; the model's inputs are: " + expected_names());
   }
   std::optional<std::size_t> rows;
   data::Table table;
   for (const auto& feature : schema.features()) {
     auto found = by_name.find(feature.name);
     if (found == by_name.end()) {
-      return invalid_argument("missing input '" + feature.name + "'; the model's inputs are: " + expected_names);
+      return invalid_argument("missing input '" + feature.name + "'; the model's inputs are: " + expected_names());
     }
     const TensorInput& input = *found->second;
     bool column_shape = input.shape.size() == 1 || (input.shape.size() == 2 && input.shape[1] == 1);
@@ -410,7 +413,12 @@ Result<PreparedInfer> Service::State::prepare_infer(const LoadedModel& loaded, s
     json_text = body.substr(0, json_length);
     binary = body.substr(json_length);
   }
-  simdjson::dom::parser parser;
+  // One parser per thread keeps its buffers, so a request allocates none for parsing; a large body
+  // gets a parser of its own, so threads do not keep that much memory. The elements read below
+  // live in the parser until this thread's next request.
+  thread_local simdjson::dom::parser shared_parser;
+  simdjson::dom::parser large_body_parser;
+  simdjson::dom::parser& parser = json_text.size() > (std::size_t{1} << 20) ? large_body_parser : shared_parser;
   simdjson::padded_string padded(json_text);
   object request;
   auto parse_error = parser.parse(padded).get(request);
@@ -788,6 +796,13 @@ bool Service::needs_worker(std::string_view target) {
 std::vector<std::string> Service::warm_up() { return state_->manager.load_all(); }
 
 std::string Service::metrics_text() const { return state_->metrics.prometheus_text(); }
+
+void Service::record_rejection(std::string_view target) {
+  // The model is named by the path; the version is not resolved for a request never admitted.
+  auto segments = path_segments(target);
+  std::string model = segments.size() >= 3 && segments[1] == "models" ? std::string(segments[2]) : "(unknown)";
+  state_->metrics.record(model, "", 429, 0.0, 0, false, "server_overloaded");
+}
 
 void Service::stop_batching() { state_->manager.stop_batching(); }
 

@@ -1,9 +1,13 @@
 #include "serve/v2_tensors.h"
 
+#include <algorithm>
+
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
+
+#include "slipway/serve.h"
 
 namespace slipway::serve {
 namespace {
@@ -177,33 +181,37 @@ std::size_t datatype_size(Datatype datatype) { return info(datatype).size; }
 
 Result<TensorInput> read_input(element item, std::size_t position) {
   object input;
-  std::string where = "inputs[" + std::to_string(position) + "]";
-  if (item.get(input) != simdjson::SUCCESS) return invalid_argument(where + " must be an object");
+  if (item.get(input) != simdjson::SUCCESS) {
+    return invalid_argument("inputs[" + std::to_string(position) + "] must be an object");
+  }
   TensorInput tensor;
   std::string_view text;
-  if (input["name"].get(text) != simdjson::SUCCESS) return invalid_argument(where + " needs a string 'name'");
+  if (input["name"].get(text) != simdjson::SUCCESS) {
+    return invalid_argument("inputs[" + std::to_string(position) + "] needs a string 'name'");
+  }
   tensor.name = std::string(text);
-  where = "input '" + tensor.name + "'";
-  if (input["datatype"].get(text) != simdjson::SUCCESS) return invalid_argument(where + " needs a string 'datatype'");
+  // Error messages are built only on the error paths: this runs for every input of every request.
+  auto where = [&] { return "input '" + tensor.name + "'"; };
+  if (input["datatype"].get(text) != simdjson::SUCCESS) return invalid_argument(where() + " needs a string 'datatype'");
   tensor.datatype_text = std::string(text);
   auto datatype = parse_datatype(text);
-  if (!datatype.ok()) return invalid_argument(where + ": " + datatype.status().message());
+  if (!datatype.ok()) return invalid_argument(where() + ": " + datatype.status().message());
   tensor.datatype = *datatype;
   array shape;
-  if (input["shape"].get(shape) != simdjson::SUCCESS) return invalid_argument(where + " needs a 'shape' array");
+  if (input["shape"].get(shape) != simdjson::SUCCESS) return invalid_argument(where() + " needs a 'shape' array");
   std::uint64_t expected = 1;
   for (element dimension : shape) {
     std::uint64_t size = 0;
     if (dimension.get(size) != simdjson::SUCCESS) {
-      return invalid_argument(where + " has a shape entry that is not a non-negative integer");
+      return invalid_argument(where() + " has a shape entry that is not a non-negative integer");
     }
     if (size != 0 && expected > std::numeric_limits<std::uint32_t>::max() / size) {
-      return invalid_argument(where + " has an impossibly large shape");
+      return invalid_argument(where() + " has an impossibly large shape");
     }
     expected *= size;
     tensor.shape.push_back(size);
   }
-  if (tensor.shape.empty()) return invalid_argument(where + " needs a shape with at least one dimension");
+  if (tensor.shape.empty()) return invalid_argument(where() + " needs a shape with at least one dimension");
   tensor.element_count = static_cast<std::size_t>(expected);
 
   object parameters;
@@ -212,7 +220,7 @@ Result<TensorInput> read_input(element item, std::size_t position) {
     if (parameters["binary_data_size"].get(size_value) == simdjson::SUCCESS) {
       std::uint64_t size = 0;
       if (size_value.get(size) != simdjson::SUCCESS) {
-        return invalid_argument(where + ": parameters.binary_data_size must be a non-negative integer");
+        return invalid_argument(where() + ": parameters.binary_data_size must be a non-negative integer");
       }
       tensor.binary_size = static_cast<std::size_t>(size);
     }
@@ -220,16 +228,17 @@ Result<TensorInput> read_input(element item, std::size_t position) {
   element data;
   bool has_data = input["data"].get(data) == simdjson::SUCCESS;
   if (tensor.binary_size) {
-    if (has_data) return invalid_argument(where + " has both 'data' and parameters.binary_data_size; send one");
+    if (has_data) return invalid_argument(where() + " has both 'data' and parameters.binary_data_size; send one");
     return tensor;
   }
-  if (!has_data) return invalid_argument(where + " needs 'data' (or parameters.binary_data_size)");
-  std::vector<element> values;
+  if (!has_data) return invalid_argument(where() + " needs 'data' (or parameters.binary_data_size)");
+  thread_local std::vector<element> values;
+  values.clear();
   SLIPWAY_RETURN_IF_ERROR(flatten(data, values, 0));
   if (values.size() != tensor.element_count) {
     std::string shape_text;
     for (auto size : tensor.shape) shape_text += (shape_text.empty() ? "" : ",") + std::to_string(size);
-    return invalid_argument(where + " has " + std::to_string(values.size()) + " values but its shape [" + shape_text +
+    return invalid_argument(where() + " has " + std::to_string(values.size()) + " values but its shape [" + shape_text +
                             "] needs " + std::to_string(tensor.element_count));
   }
   if (tensor.datatype == Datatype::kBytes) {
@@ -240,7 +249,7 @@ Result<TensorInput> read_input(element item, std::size_t position) {
         continue;
       }
       if (value.get(text) != simdjson::SUCCESS) {
-        return invalid_argument(where + " is BYTES; its values must be strings (or null for missing)");
+        return invalid_argument(where() + " is BYTES; its values must be strings (or null for missing)");
       }
       tensor.texts.emplace_back(text);
     }
@@ -302,6 +311,38 @@ Status read_binary_inputs(std::vector<TensorInput>& inputs, std::string_view bin
                             " bytes follow the binary inputs' data; their binary_data_size must cover the body exactly");
   }
   return {};
+}
+
+std::vector<std::string> v2_requests_from_table(const data::Table& table, std::size_t rows_per_request,
+                                                const std::vector<std::string>& skip_columns,
+                                                std::size_t max_requests) {
+  std::vector<std::string> bodies;
+  std::size_t per_request = std::max<std::size_t>(1, rows_per_request);
+  for (std::size_t first = 0; first + per_request <= table.row_count() && bodies.size() < max_requests;
+       first += per_request) {
+    JsonWriter json;
+    json.begin_object().key("inputs").begin_array();
+    for (const auto& column : table.columns()) {
+      if (std::find(skip_columns.begin(), skip_columns.end(), column.name) != skip_columns.end()) continue;
+      bool numeric = column.type == data::ColumnType::kNumeric;
+      json.begin_object().key("name").value(column.name).key("datatype").value(numeric ? "FP32" : "BYTES");
+      json.key("shape").begin_array().value(static_cast<std::uint64_t>(per_request)).end_array();
+      json.key("data").begin_array();
+      for (std::size_t row = first; row < first + per_request; ++row) {
+        if (column.is_missing(row)) {
+          json.null();
+        } else if (numeric) {
+          json.value(column.numbers[row]);
+        } else {
+          json.value(column.text_at(row));
+        }
+      }
+      json.end_array().end_object();
+    }
+    json.end_array().end_object();
+    bodies.push_back(json.take());
+  }
+  return bodies;
 }
 
 }  // namespace slipway::serve

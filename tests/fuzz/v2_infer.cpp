@@ -2,6 +2,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <string_view>
 
 #include "slipway/serve.h"
@@ -25,9 +26,18 @@ slipway::serve::Service& service() {
 
 }  // namespace
 
+// An input starting with 'B' is a binary-tensor request: the next two bytes give the JSON
+// header's length (Inference-Header-Content-Length), the rest is the body.
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t size) {
   std::string_view body(reinterpret_cast<const char*>(bytes), size);
-  auto response = service().handle("POST", "/v2/models/m/infer", body);
+  slipway::serve::RequestHeaders headers;
+  std::string header_length;
+  if (size >= 3 && bytes[0] == 'B') {
+    header_length = std::to_string(bytes[1] | (bytes[2] << 8));
+    headers.inference_header_length = header_length;
+    body.remove_prefix(3);
+  }
+  auto response = service().handle("POST", "/v2/models/m/infer", body, headers);
   if (response.status >= 500) __builtin_trap();  // bad input must be a 4xx, never a server error
   return 0;
 }

@@ -226,7 +226,11 @@ TEST_F(LifecycleTest, MemoryReturnsToBaselineAfterRepeatedSwaps) {
   EXPECT_NEAR(metric_value(metrics, "slipway_models_memory_bytes"), baseline_bytes, baseline_bytes * 0.01);
   EXPECT_GE(metric_value(metrics, "slipway_model_unloads_total", "reason=\"swap\""), 100);
   long growth_kib = resident_kib() - resident_before;
+#if !defined(__SANITIZE_ADDRESS__)  // ASan keeps freed memory in quarantine, so RSS says nothing there
   EXPECT_LT(growth_kib, 4 * 1024) << "resident memory grew by " << growth_kib << " KiB over 100 swaps";
+#else
+  (void)growth_kib;
+#endif
 }
 
 TEST_F(LifecycleTest, IdleModelsUnloadAndComeBackOnTheNextRequest) {
