@@ -138,8 +138,10 @@ class Service {
   void stop_batching();
   // True for requests that run or load a model: the HTTP layer sends those to the worker pool.
   static bool needs_worker(std::string_view target);
-  // Counts a request the HTTP layer refused before routing it (backlog full).
+  // Counts a request the HTTP layer refused before routing it (backlog full), and one it dropped
+  // because its client had closed the connection while the request waited.
   void record_rejection(std::string_view target);
+  void record_abandoned(std::string_view target);
   // Prometheus text exposition of the server's metrics.
   std::string metrics_text() const;
 

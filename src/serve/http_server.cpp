@@ -4,6 +4,8 @@
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
 
+#include <sys/socket.h>
+
 #include <atomic>
 #include <functional>
 #include <thread>
@@ -87,6 +89,17 @@ class Session : public std::enable_shared_from_this<Session> {
       // batch executor, and no thread waits for it meanwhile.
       asio::post(shared_.workers, [self = shared_from_this()] {
         self->shared_.worker_backlog.fetch_sub(1);
+        // A client that gave up while its request waited (closed the connection) is not served:
+        // under overload the requests of abandoned connections would otherwise hold the server
+        // busy long after their clients left.
+        if (self->peer_closed()) {
+          self->shared_.service.record_abandoned(self->target());
+          asio::post(self->stream_.get_executor(), [self] {
+            self->shared_.in_flight.fetch_sub(1);
+            self->close();
+          });
+          return;
+        }
         self->respond_async([self](HttpResponse response) {
           asio::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
             self->write(std::move(response), self->request_.version(), self->request_.keep_alive(), true);
@@ -116,6 +129,17 @@ class Session : public std::enable_shared_from_this<Session> {
     } catch (const std::exception& exception) {
       done(internal_error_response(exception));
     }
+  }
+
+  std::string_view target() const { return {request_.target().data(), request_.target().size()}; }
+
+  // True when the peer has closed its side: the socket is readable with nothing left to read.
+  // Safe from a worker thread: no other operation is pending on the socket while a request is
+  // being handled.
+  bool peer_closed() {
+    char byte = 0;
+    int fd = stream_.socket().native_handle();
+    return ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
   }
 
   RequestHeaders headers() const {

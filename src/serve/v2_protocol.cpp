@@ -797,11 +797,23 @@ std::vector<std::string> Service::warm_up() { return state_->manager.load_all();
 
 std::string Service::metrics_text() const { return state_->metrics.prometheus_text(); }
 
-void Service::record_rejection(std::string_view target) {
-  // The model is named by the path; the version is not resolved for a request never admitted.
+namespace {
+
+// The model a path names, for requests never routed; the version is not resolved for them.
+std::string model_in_path(std::string_view target) {
   auto segments = path_segments(target);
-  std::string model = segments.size() >= 3 && segments[1] == "models" ? std::string(segments[2]) : "(unknown)";
-  state_->metrics.record(model, "", 429, 0.0, 0, false, "server_overloaded");
+  return segments.size() >= 3 && segments[1] == "models" ? std::string(segments[2]) : "(unknown)";
+}
+
+}  // namespace
+
+void Service::record_rejection(std::string_view target) {
+  state_->metrics.record(model_in_path(target), "", 429, 0.0, 0, false, "server_overloaded");
+}
+
+void Service::record_abandoned(std::string_view target) {
+  // nginx's 499: the client closed the connection before the response.
+  state_->metrics.record(model_in_path(target), "", 499, 0.0, 0, false, "client_closed");
 }
 
 void Service::stop_batching() { state_->manager.stop_batching(); }
