@@ -37,25 +37,53 @@ Status ModelManager::refresh(const std::string& name, bool force) {
   {
     std::lock_guard lock(mutex_);
     auto found = slots_.find(name);
-    if (!force && found != slots_.end() && found->second.fetched_once && now - found->second.fetched < options_.refresh)
-      return found->second.versions.empty() ? not_found("model '" + name + "' has no versions") : Status{};
+    if (!force && found != slots_.end() && found->second.resolution != nullptr &&
+        now - found->second.fetched < options_.refresh) {
+      return found->second.resolution->versions.empty() ? not_found("model '" + name + "' has no versions")
+                                                         : Status{};
+    }
   }
   // The registry is asked outside our lock; two threads may both refresh, which is harmless.
   auto versions = registry_.list_versions(name);
-  Result<std::map<std::string, std::string>> config = std::map<std::string, std::string>{};
-  if (versions.ok()) config = registry_.serving_config(name);
-  std::lock_guard lock(mutex_);
   if (!versions.ok()) {
+    std::lock_guard lock(mutex_);
     auto found = slots_.find(name);
-    if (found != slots_.end()) found->second.versions.clear();
+    if (found != slots_.end()) found->second.resolution.reset();
     return versions.status();
   }
+  auto stored = registry_.serving_config(name);
+  auto resolution = std::make_shared<const Resolution>(
+      resolve_config(name, std::move(versions).value(), stored.ok() ? *stored : std::map<std::string, std::string>{}));
+  std::lock_guard lock(mutex_);
   Slot& slot = slots_[name];
-  slot.versions = std::move(versions).value();
-  if (config.ok()) slot.registry_config = std::move(config).value();
+  slot.resolution = std::move(resolution);
   slot.fetched = now;
-  slot.fetched_once = true;
   return {};
+}
+
+ModelManager::Resolution ModelManager::resolve_config(const std::string& name,
+                                                      std::vector<registry::ModelVersion> versions,
+                                                      const std::map<std::string, std::string>& registry_config) const {
+  Resolution resolution;
+  resolution.versions = std::move(versions);
+  for (const auto& entry : resolution.versions) resolution.numbers.push_back(entry.version);
+  auto config = apply_serving_config(options_.defaults, registry_config);
+  if (!config.ok()) {
+    resolution.config_error = failed_precondition("the serving config of model '" + name +
+                                                  "' in the registry is invalid: " + config.status().message());
+    return resolution;
+  }
+  auto overrides = options_.overrides.find(name);
+  if (overrides != options_.overrides.end()) {
+    config = apply_serving_config(*config, overrides->second);
+    if (!config.ok()) {
+      resolution.config_error =
+          failed_precondition("the --config file's entry for '" + name + "': " + config.status().message());
+      return resolution;
+    }
+  }
+  resolution.config = std::move(config).value();
+  return resolution;
 }
 
 Result<ModelManager::Target> ModelManager::target_of(const std::string& name, std::optional<std::int64_t> version) {
@@ -71,16 +99,11 @@ Result<ModelManager::Target> ModelManager::target_of(const std::string& name, st
     return versions.empty() ? nullptr : &versions.back();
   };
   Target target;
-  std::map<std::string, std::string> registry_config;
   auto snapshot = [&] {
     std::lock_guard lock(mutex_);
-    const Slot& slot = slots_[name];
-    const registry::ModelVersion* chosen = pick(slot.versions);
-    if (chosen != nullptr) target.version = *chosen;
-    target.versions.clear();
-    for (const auto& entry : slot.versions) target.versions.push_back(entry.version);
-    registry_config = slot.registry_config;
-    return chosen != nullptr;
+    target.resolution = slots_[name].resolution;
+    target.version = target.resolution == nullptr ? nullptr : pick(target.resolution->versions);
+    return target.version != nullptr;
   };
   Status refreshed = refresh(name, false);
   bool found = refreshed.ok() && snapshot();
@@ -92,17 +115,7 @@ Result<ModelManager::Target> ModelManager::target_of(const std::string& name, st
     return not_found(version ? "model '" + name + "' has no version " + std::to_string(*version)
                              : "model '" + name + "' has no versions");
   }
-  auto config = apply_serving_config(options_.defaults, registry_config);
-  if (!config.ok()) {
-    return failed_precondition("the serving config of model '" + name +
-                               "' in the registry is invalid: " + config.status().message());
-  }
-  auto overrides = options_.overrides.find(name);
-  if (overrides != options_.overrides.end()) {
-    config = apply_serving_config(*config, overrides->second);
-    if (!config.ok()) return failed_precondition("the --config file's entry for '" + name + "': " + config.status().message());
-  }
-  target.config = std::move(config).value();
+  if (!target.resolution->config_error.ok()) return target.resolution->config_error;
   return target;
 }
 
@@ -222,13 +235,13 @@ Result<Servable> ModelManager::acquire(const std::string& name, std::optional<st
     if (found != slots_.end() && found->second.unloaded) return unloaded_error();
   }
   SLIPWAY_ASSIGN_OR_RETURN(Target target, target_of(name, version));
-  std::string key = load_key(target.version, target.config);
-  std::int64_t number = target.version.version;
+  const registry::ModelVersion& wanted = *target.version;
+  std::int64_t number = wanted.version;
   // The loaded model for the target, if it is current; switches the default route to it.
   auto current = [&](Slot& slot) -> std::shared_ptr<LoadedModel> {
     auto found = slot.loaded.find(number);
-    if (found == slot.loaded.end() || load_key(target.version, found->second->config) != key ||
-        found->second->bundle_sha256 != target.version.bundle_sha256) {
+    if (found == slot.loaded.end() || found->second->bundle_sha256 != wanted.bundle_sha256 ||
+        !(found->second->config == target.config())) {
       return nullptr;
     }
     if (!version && slot.default_version != number) {
@@ -239,14 +252,16 @@ Result<Servable> ModelManager::acquire(const std::string& name, std::optional<st
     return found->second;
   };
   std::shared_ptr<std::mutex> load_mutex;
+  std::string key;
   {
     std::lock_guard lock(mutex_);
     Slot& slot = slots_[name];
     if (slot.unloaded) return unloaded_error();
     if (auto loaded = current(slot)) {
       touch(*loaded);
-      return Servable{loaded, target.versions};
+      return Servable{loaded, target.versions()};
     }
+    key = load_key(wanted, target.config());
     // The default route keeps serving what it serves while the new version or configuration
     // loads beside it.
     if (!version && slot.default_version) {
@@ -258,7 +273,7 @@ Result<Servable> ModelManager::acquire(const std::string& name, std::optional<st
           wake_.notify_one();
         }
         touch(*serving->second);
-        return Servable{serving->second, target.versions};
+        return Servable{serving->second, target.versions()};
       }
     }
     // A load that just failed answers with its error instead of reading the bundle again.
@@ -270,10 +285,10 @@ Result<Servable> ModelManager::acquire(const std::string& name, std::optional<st
     std::lock_guard lock(mutex_);
     if (auto loaded = current(slots_[name])) {
       touch(*loaded);
-      return Servable{loaded, target.versions};
+      return Servable{loaded, target.versions()};
     }
   }
-  auto fresh = load_version(name, target.version, target.config);
+  auto fresh = load_version(name, wanted, target.config());
   std::lock_guard lock(mutex_);
   Slot& slot = slots_[name];
   Status installed = fresh.ok() ? install(*fresh, !version.has_value()) : fresh.status();
@@ -284,7 +299,7 @@ Result<Servable> ModelManager::acquire(const std::string& name, std::optional<st
     slot.failed_at = Clock::now();
     return installed;
   }
-  return Servable{*fresh, target.versions};
+  return Servable{*fresh, target.versions()};
 }
 
 void ModelManager::background_load(const std::string& name) {
@@ -299,9 +314,9 @@ void ModelManager::background_load(const std::string& name) {
     }
     load_mutex = slot.load_mutex;
   }
-  std::string key = load_key(target->version, target->config);
+  std::string key = load_key(*target->version, target->config());
   std::lock_guard load_lock(*load_mutex);
-  auto fresh = load_version(name, target->version, target->config);
+  auto fresh = load_version(name, *target->version, target->config());
   std::lock_guard lock(mutex_);
   Slot& slot = slots_[name];
   slot.background_load = false;
@@ -326,7 +341,7 @@ Status ModelManager::load(const std::string& name) {
     load_mutex = slots_[name].load_mutex;
   }
   std::lock_guard load_lock(*load_mutex);
-  auto fresh = load_version(name, target.version, target.config);
+  auto fresh = load_version(name, *target.version, target.config());
   std::lock_guard lock(mutex_);
   Slot& slot = slots_[name];
   Status installed = fresh.ok() ? install(*fresh, true) : fresh.status();

@@ -45,7 +45,7 @@ struct LoadedModel {
 
 struct Servable {
   std::shared_ptr<const LoadedModel> model;
-  std::vector<std::int64_t> versions;  // every registered version of the model
+  std::shared_ptr<const std::vector<std::int64_t>> versions;  // every registered version of the model
 };
 
 // One row of the repository index (Triton's shape).
@@ -88,11 +88,17 @@ class ModelManager {
   void stop_batching();
 
  private:
-  struct Slot {
+  // What the registry said about a model at the last refresh, with the configuration it resolves
+  // to; shared by the requests of the next refresh period, so a request copies nothing.
+  struct Resolution {
     std::vector<registry::ModelVersion> versions;
-    std::map<std::string, std::string> registry_config;
+    std::vector<std::int64_t> numbers;
+    ModelServingConfig config;
+    Status config_error;  // an invalid stored config: requests get it until it is fixed
+  };
+  struct Slot {
+    std::shared_ptr<const Resolution> resolution;
     std::chrono::steady_clock::time_point fetched;
-    bool fetched_once = false;
     std::map<std::int64_t, std::shared_ptr<LoadedModel>> loaded;
     std::optional<std::int64_t> default_version;  // the version the unversioned routes serve now
     bool unloaded = false;                        // by the operator
@@ -104,13 +110,16 @@ class ModelManager {
     std::shared_ptr<std::mutex> load_mutex = std::make_shared<std::mutex>();
   };
   struct Target {
-    registry::ModelVersion version;
-    ModelServingConfig config;
-    std::vector<std::int64_t> versions;
+    std::shared_ptr<const Resolution> resolution;
+    const registry::ModelVersion* version = nullptr;  // inside resolution
+    const ModelServingConfig& config() const { return resolution->config; }
+    std::shared_ptr<const std::vector<std::int64_t>> versions() const { return {resolution, &resolution->numbers}; }
   };
 
-  // Refreshes the slot's versions and registry configuration when older than the refresh period.
+  // Refreshes the slot's resolution when older than the refresh period.
   Status refresh(const std::string& name, bool force);
+  Resolution resolve_config(const std::string& name, std::vector<registry::ModelVersion> versions,
+                            const std::map<std::string, std::string>& registry_config) const;
   Result<Target> target_of(const std::string& name, std::optional<std::int64_t> version);
   Result<std::shared_ptr<LoadedModel>> load_version(const std::string& name, const registry::ModelVersion& version,
                                                     const ModelServingConfig& config);

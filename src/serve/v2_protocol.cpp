@@ -75,10 +75,11 @@ HttpResponse error_response(const Status& status) {
   return response;
 }
 
-// Builds a table with one column per model input from inputs sent by feature name.
-Result<data::Table> table_from_named_inputs(const std::vector<TensorInput>& inputs, const model::Preprocessor& schema) {
-  std::unordered_map<std::string_view, const TensorInput*> by_name;
-  for (const auto& input : inputs) {
+// Builds a table with one column per model input from inputs sent by feature name. Numeric
+// values move from the inputs into the table.
+Result<data::Table> table_from_named_inputs(std::vector<TensorInput>& inputs, const model::Preprocessor& schema) {
+  std::unordered_map<std::string_view, TensorInput*> by_name;
+  for (auto& input : inputs) {
     if (!by_name.emplace(input.name, &input).second)
       return invalid_argument("input '" + input.name + "' is given twice");
   }
@@ -100,7 +101,7 @@ Result<data::Table> table_from_named_inputs(const std::vector<TensorInput>& inpu
     if (found == by_name.end()) {
       return invalid_argument("missing input '" + feature.name + "'; the model's inputs are: " + expected_names());
     }
-    const TensorInput& input = *found->second;
+    TensorInput& input = *found->second;
     bool column_shape = input.shape.size() == 1 || (input.shape.size() == 2 && input.shape[1] == 1);
     if (!column_shape) return invalid_argument("input '" + input.name + "' must have shape [N] or [N,1]");
     if (rows && *rows != input.shape[0]) {
@@ -116,7 +117,7 @@ Result<data::Table> table_from_named_inputs(const std::vector<TensorInput>& inpu
                                 "' is numeric; its datatype must be FP32, FP64, an integer type or BOOL, not BYTES");
       }
       column.type = data::ColumnType::kNumeric;
-      column.numbers = input.numbers;
+      column.numbers = std::move(input.numbers);
     } else {
       if (input.datatype != Datatype::kBytes) {
         return invalid_argument("input '" + input.name + "' is categorical; its datatype must be BYTES, not " +
@@ -207,7 +208,7 @@ std::string model_metadata(const Servable& servable, bool single_version) {
   if (single_version) {
     json.value(loaded.version_text);
   } else {
-    for (auto version : servable.versions) json.value(std::to_string(version));
+    for (auto version : *servable.versions) json.value(std::to_string(version));
   }
   json.end_array();
   json.key("platform").value("slipway_" + std::string(bundle.model().family()));
