@@ -48,10 +48,31 @@ std::string model_labels(const std::string& model, const std::string& version) {
   return "model=\"" + label_value(model) + "\",version=\"" + label_value(version) + "\"";
 }
 
+// The entry of (model, version) in `map`, created on first use; a lookup allocates nothing.
+template <typename Map>
+typename Map::mapped_type& entry(Map& map, std::string_view model, std::string_view version) {
+  auto found = map.find(std::pair<std::string_view, std::string_view>{model, version});
+  if (found == map.end()) {
+    found = map.emplace(typename Map::key_type{std::string(model), std::string(version)}, typename Map::mapped_type{}).first;
+  }
+  return found->second;
+}
+
+template <typename Map, typename Third>
+typename Map::mapped_type& entry(Map& map, std::string_view model, std::string_view version, const Third& third) {
+  auto found = map.find(std::tuple<std::string_view, std::string_view, Third>{model, version, third});
+  if (found == map.end()) {
+    found = map.emplace(typename Map::key_type{std::string(model), std::string(version), third},
+                        typename Map::mapped_type{})
+                .first;
+  }
+  return found->second;
+}
+
 }  // namespace
 
 void ServerMetrics::append_histogram(std::string& out, std::string_view name, std::string_view help,
-                                     const std::map<ModelKey, Latency>& series) {
+                                     const ByModel<Latency>& series) {
   std::string metric(name);
   out += "# HELP " + metric + " " + std::string(help) + "\n";
   out += "# TYPE " + metric + " histogram\n";
@@ -81,49 +102,48 @@ void ServerMetrics::Latency::add(double seconds) {
 void ServerMetrics::record(std::string_view model, std::string_view version, int status, double seconds,
                            std::size_t rows, bool inference, std::string_view failure_reason) {
   std::lock_guard lock(mutex_);
-  ++requests_[{std::string(model), std::string(version), status}];
+  ++entry(requests_, model, version, status);
   if (status >= 400) {
-    std::string reason(failure_reason);
-    if (reason.empty()) reason = reason_for_status(status);
-    ++failures_[{std::string(model), std::string(version), std::move(reason)}];
+    std::string derived = failure_reason.empty() ? reason_for_status(status) : std::string();
+    ++entry(failures_, model, version, failure_reason.empty() ? std::string_view(derived) : failure_reason);
   }
-  ModelKey key{std::string(model), std::string(version)};
-  Latency& latency = latency_[key];
+  Latency& latency = entry(latency_, model, version);
   latency.add(seconds);
   latency.rows += rows;
   if (inference && !version.empty()) {
-    Outcome& outcome = outcomes_[key][status >= 200 && status < 300 ? 0 : 1];
+    Outcome& outcome = entry(outcomes_, model, version)[status >= 200 && status < 300 ? 0 : 1];
     ++outcome.count;
     outcome.seconds += seconds;
-    if (status >= 200 && status < 300) last_inference_ms_[key] = unix_time_ms();
+    if (status >= 200 && status < 300) entry(last_inference_ms_, model, version) = unix_time_ms();
   }
 }
 
 void ServerMetrics::change_pending(std::string_view model, std::string_view version, int delta) {
   std::lock_guard lock(mutex_);
-  pending_[{std::string(model), std::string(version)}] += delta;
+  entry(pending_, model, version) += delta;
 }
 
 void ServerMetrics::set_loaded(std::string_view model, std::string_view version, std::size_t memory_bytes) {
   std::lock_guard lock(mutex_);
-  loaded_bytes_[{std::string(model), std::string(version)}] = memory_bytes;
+  entry(loaded_bytes_, model, version) = memory_bytes;
 }
 
 void ServerMetrics::set_unloaded(std::string_view model, std::string_view version, std::string_view reason) {
   std::lock_guard lock(mutex_);
-  loaded_bytes_.erase({std::string(model), std::string(version)});
-  ++unloads_[{std::string(model), std::string(reason)}];
+  auto loaded = loaded_bytes_.find(std::pair<std::string_view, std::string_view>{model, version});
+  if (loaded != loaded_bytes_.end()) loaded_bytes_.erase(loaded);
+  ++entry(unloads_, model, reason);
 }
 
 void ServerMetrics::record_load(std::string_view model, bool succeeded) {
   std::lock_guard lock(mutex_);
-  ++loads_[{std::string(model), succeeded ? "success" : "failure"}];
+  ++entry(loads_, model, succeeded ? "success" : "failure");
 }
 
 void ServerMetrics::record_execution(std::string_view model, std::string_view version, std::size_t rows,
                                      bool batched) {
   std::lock_guard lock(mutex_);
-  Executions& executions = executions_[{std::string(model), std::string(version)}];
+  Executions& executions = entry(executions_, model, version);
   ++executions.count;
   executions.rows += rows;
   if (batched) {
@@ -134,12 +154,12 @@ void ServerMetrics::record_execution(std::string_view model, std::string_view ve
 
 void ServerMetrics::record_stage(std::string_view model, std::string_view version, Stage stage, double seconds) {
   std::lock_guard lock(mutex_);
-  stages_[{std::string(model), std::string(version)}][static_cast<std::size_t>(stage)].add(seconds);
+  entry(stages_, model, version)[static_cast<std::size_t>(stage)].add(seconds);
 }
 
 void ServerMetrics::record_cache(std::string_view model, std::string_view version, bool hit) {
   std::lock_guard lock(mutex_);
-  ++cache_lookups_[{std::string(model), std::string(version)}][hit ? 0 : 1];
+  ++entry(cache_lookups_, model, version)[hit ? 0 : 1];
 }
 
 void ServerMetrics::set_cache_bytes(std::size_t bytes) {
@@ -263,7 +283,7 @@ std::string ServerMetrics::prometheus_text() const {
       {"slipway_postprocess_duration_seconds", "Time writing a request's response."},
   }};
   for (std::size_t stage = 0; stage < kStages.size(); ++stage) {
-    std::map<ModelKey, Latency> series;
+    ByModel<Latency> series;
     for (const auto& [key, latencies] : stages_) {
       if (latencies[stage].count > 0) series[key] = latencies[stage];
     }

@@ -60,23 +60,51 @@ class ServerMetrics {
     double seconds = 0.0;
   };
   using ModelKey = std::pair<std::string, std::string>;
+  // Maps keyed by (model, version[, more]) are searched with string views, so recording a
+  // request allocates nothing once its series exist.
+  struct KeyLess {
+    using is_transparent = void;
+    using View = std::pair<std::string_view, std::string_view>;
+    static View view(const ModelKey& key) { return {key.first, key.second}; }
+    static View view(const View& key) { return key; }
+    template <typename Left, typename Right>
+    bool operator()(const Left& left, const Right& right) const {
+      return view(left) < view(right);
+    }
+  };
+  template <typename Value>
+  using ByModel = std::map<ModelKey, Value, KeyLess>;
+  template <typename Third>
+  struct TripleLess {
+    using is_transparent = void;
+    using View = std::tuple<std::string_view, std::string_view, Third>;
+    template <typename Key>
+    static View view(const Key& key) {
+      return {std::get<0>(key), std::get<1>(key), std::get<2>(key)};
+    }
+    template <typename Left, typename Right>
+    bool operator()(const Left& left, const Right& right) const {
+      return view(left) < view(right);
+    }
+  };
 
   static void append_histogram(std::string& out, std::string_view name, std::string_view help,
-                               const std::map<ModelKey, Latency>& series);
+                               const ByModel<Latency>& series);
 
   mutable std::mutex mutex_;
-  std::map<std::tuple<std::string, std::string, int>, std::uint64_t> requests_;
-  std::map<ModelKey, Latency> latency_;
-  std::map<ModelKey, Executions> executions_;
-  std::map<ModelKey, std::array<Latency, 4>> stages_;  // indexed by Stage
-  std::map<ModelKey, std::array<Outcome, 2>> outcomes_;  // [success, fail]
-  std::map<ModelKey, std::int64_t> last_inference_ms_;
-  std::map<ModelKey, std::array<std::uint64_t, 2>> cache_lookups_;  // [hits, misses]
-  std::map<std::tuple<std::string, std::string, std::string>, std::uint64_t> failures_;  // model, version, reason
-  std::map<ModelKey, std::int64_t> pending_;
-  std::map<ModelKey, std::size_t> loaded_bytes_;
-  std::map<ModelKey, std::uint64_t> unloads_;                            // (model, reason)
-  std::map<ModelKey, std::uint64_t> loads_;                              // (model, success|failure)
+  std::map<std::tuple<std::string, std::string, int>, std::uint64_t, TripleLess<int>> requests_;
+  ByModel<Latency> latency_;
+  ByModel<Executions> executions_;
+  ByModel<std::array<Latency, 4>> stages_;    // indexed by Stage
+  ByModel<std::array<Outcome, 2>> outcomes_;  // [success, fail]
+  ByModel<std::int64_t> last_inference_ms_;
+  ByModel<std::array<std::uint64_t, 2>> cache_lookups_;  // [hits, misses]
+  // (model, version, reason)
+  std::map<std::tuple<std::string, std::string, std::string>, std::uint64_t, TripleLess<std::string_view>> failures_;
+  ByModel<std::int64_t> pending_;
+  ByModel<std::size_t> loaded_bytes_;
+  ByModel<std::uint64_t> unloads_;  // (model, reason)
+  ByModel<std::uint64_t> loads_;    // (model, success|failure)
   std::size_t cache_bytes_ = 0;
   bool cache_enabled_ = false;
 };

@@ -597,7 +597,7 @@ void Service::State::infer(const Servable& servable, std::string_view body, cons
   // The response is written where the scores arrive: here, or on the batch executor. The body is
   // copied for the cache key only when the model is cached. Only the bundle and names travel with
   // a queued request, so a retired model's memory is freed once its queue drains.
-  auto cache_key = std::make_shared<std::string>(cacheable ? std::string(body) : std::string());
+  auto cache_key = cacheable ? std::make_shared<std::string>(body) : nullptr;
   auto respond = [this, loaded, seconds_since, finish, cacheable, cache_key](const PreparedInfer& request,
                                                                             const model::Predictions& predictions) {
     std::int64_t writing = monotonic_ns();
