@@ -56,6 +56,21 @@ struct PreprocessOptions {
   bool impute_missing = true;
 };
 
+// String keys found by std::string_view, without building a std::string per lookup.
+struct TransparentStringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view text) const noexcept { return std::hash<std::string_view>{}(text); }
+};
+template <typename Value>
+using StringMap = std::unordered_map<std::string, Value, TransparentStringHash, std::equal_to<>>;
+
+// One input column for Preprocessor::transform_columns: `numbers` (NaN = missing) for a numeric
+// feature, `texts` (nullopt = missing) for a categorical one.
+struct ColumnInput {
+  std::span<const float> numbers;
+  std::span<const std::optional<std::string_view>> texts;
+};
+
 class Preprocessor {
  public:
   Preprocessor() = default;
@@ -76,12 +91,19 @@ class Preprocessor {
   // Columns are matched by name; extra columns are ignored. InvalidArgument naming the column if
   // one is missing or has the wrong type.
   Status transform(const data::Table& batch, std::vector<float>& out) const;
+  // The same from one column per feature, in features() order, each of `rows` values: the path
+  // of online requests, which builds no table. InvalidArgument naming the feature when a column
+  // has the wrong kind or length.
+  Status transform_columns(std::span<const ColumnInput> columns, std::size_t rows, std::vector<float>& out) const;
+  // The position of the feature called `name` in features(); nullopt when there is none.
+  std::optional<std::size_t> feature_index(std::string_view name) const;
 
  private:
   std::vector<FeatureTransform> features_;
   std::size_t output_width_ = 0;
   // Per feature, level -> index in `levels`, built once so scoring a row does no hashing setup.
-  std::vector<std::unordered_map<std::string, std::uint32_t>> level_index_;
+  std::vector<StringMap<std::uint32_t>> level_index_;
+  StringMap<std::size_t> feature_index_;
 };
 
 // The learned function over the preprocessed matrix. Implementations are immutable after

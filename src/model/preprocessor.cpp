@@ -50,8 +50,7 @@ void center_and_scale(const std::vector<double>& values, bool standardize, Featu
 
 // For each code of `column`'s dictionary, the level index in `levels`, or levels.size() for
 // "other". Computed once per batch so the per-row work is a table lookup.
-std::vector<std::uint32_t> slot_of_codes(const data::Column& column,
-                                         const std::unordered_map<std::string, std::uint32_t>& index_of,
+std::vector<std::uint32_t> slot_of_codes(const data::Column& column, const StringMap<std::uint32_t>& index_of,
                                          std::uint32_t other_slot) {
   std::vector<std::uint32_t> slots(column.dictionary.size(), other_slot);
   for (std::size_t code = 0; code < column.dictionary.size(); ++code) {
@@ -61,8 +60,8 @@ std::vector<std::uint32_t> slot_of_codes(const data::Column& column,
   return slots;
 }
 
-std::unordered_map<std::string, std::uint32_t> index_levels(const std::vector<std::string>& levels) {
-  std::unordered_map<std::string, std::uint32_t> index_of;
+StringMap<std::uint32_t> index_levels(const std::vector<std::string>& levels) {
+  StringMap<std::uint32_t> index_of;
   for (std::size_t index = 0; index < levels.size(); ++index)
     index_of.emplace(levels[index], static_cast<std::uint32_t>(index));
   return index_of;
@@ -96,10 +95,62 @@ std::size_t FeatureTransform::width() const {
 }
 
 Preprocessor::Preprocessor(std::vector<FeatureTransform> features) : features_(std::move(features)) {
-  for (const auto& feature : features_) {
-    output_width_ += feature.width();
-    level_index_.push_back(index_levels(feature.levels));
+  for (std::size_t index = 0; index < features_.size(); ++index) {
+    output_width_ += features_[index].width();
+    level_index_.push_back(index_levels(features_[index].levels));
+    feature_index_.emplace(features_[index].name, index);
   }
+}
+
+std::optional<std::size_t> Preprocessor::feature_index(std::string_view name) const {
+  auto found = feature_index_.find(name);
+  if (found == feature_index_.end()) return std::nullopt;
+  return found->second;
+}
+
+Status Preprocessor::transform_columns(std::span<const ColumnInput> columns, std::size_t rows,
+                                       std::vector<float>& out) const {
+  if (columns.size() != features_.size()) {
+    return invalid_argument("expected " + std::to_string(features_.size()) + " input columns, got " +
+                            std::to_string(columns.size()));
+  }
+  out.assign(rows * output_width_, 0.0f);
+  std::size_t offset = 0;
+  for (std::size_t feature_index = 0; feature_index < features_.size(); ++feature_index) {
+    const FeatureTransform& feature = features_[feature_index];
+    const ColumnInput& column = columns[feature_index];
+    if (feature.type == data::ColumnType::kNumeric) {
+      if (column.numbers.size() != rows) {
+        return invalid_argument("input '" + feature.name + "' must hold " + std::to_string(rows) + " numbers");
+      }
+      auto inverse_scale = 1.0 / feature.scale;
+      for (std::size_t row = 0; row < rows; ++row) {
+        float value = column.numbers[row];
+        double filled = std::isnan(value) ? feature.impute_value : value;
+        out[row * output_width_ + offset] = static_cast<float>((filled - feature.center) * inverse_scale);
+      }
+    } else {
+      if (column.texts.size() != rows) {
+        return invalid_argument("input '" + feature.name + "' must hold " + std::to_string(rows) + " categories");
+      }
+      const auto& index_of = level_index_[feature_index];
+      auto other = static_cast<std::uint32_t>(feature.levels.size());
+      for (std::size_t row = 0; row < rows; ++row) {
+        std::uint32_t slot = other;  // missing, unseen and infrequent levels
+        if (column.texts[row]) {
+          auto found = index_of.find(*column.texts[row]);
+          if (found != index_of.end()) slot = found->second;
+        }
+        if (feature.encoding == CategoricalEncoding::kOneHot) {
+          out[row * output_width_ + offset + slot] = 1.0f;
+        } else {
+          out[row * output_width_ + offset] = static_cast<float>((slot - feature.center) / feature.scale);
+        }
+      }
+    }
+    offset += feature.width();
+  }
+  return {};
 }
 
 Result<Preprocessor> Preprocessor::fit(const data::Table& table, const std::vector<std::string>& feature_names,

@@ -75,73 +75,68 @@ HttpResponse error_response(const Status& status) {
   return response;
 }
 
-// Builds a table with one column per model input from inputs sent by feature name. Numeric
-// values move from the inputs into the table.
-Result<data::Table> table_from_named_inputs(std::vector<TensorInput>& inputs, const model::Preprocessor& schema) {
-  std::unordered_map<std::string_view, TensorInput*> by_name;
-  for (auto& input : inputs) {
-    if (!by_name.emplace(input.name, &input).second)
-      return invalid_argument("input '" + input.name + "' is given twice");
-  }
-  auto expected_names = [&] {
-    std::string names;
-    for (const auto& feature : schema.features()) names += (names.empty() ? "" : ", ") + feature.name;
-    return names;
-  };
-  for (const auto& input : inputs) {
-    bool known = false;
-    for (const auto& feature : schema.features()) known = known || feature.name == input.name;
-    if (!known)
-      return invalid_argument("unknown input '" + input.name + "'; the model's inputs are: " + expected_names());
-  }
-  std::optional<std::size_t> rows;
-  data::Table table;
-  for (const auto& feature : schema.features()) {
-    auto found = by_name.find(feature.name);
-    if (found == by_name.end()) {
-      return invalid_argument("missing input '" + feature.name + "'; the model's inputs are: " + expected_names());
-    }
-    TensorInput& input = *found->second;
-    bool column_shape = input.shape.size() == 1 || (input.shape.size() == 2 && input.shape[1] == 1);
-    if (!column_shape) return invalid_argument("input '" + input.name + "' must have shape [N] or [N,1]");
-    if (rows && *rows != input.shape[0]) {
-      return invalid_argument("input '" + input.name + "' has " + std::to_string(input.shape[0]) +
-                              " rows but other inputs have " + std::to_string(*rows));
-    }
-    rows = input.shape[0];
-    data::Column column;
-    column.name = feature.name;
-    if (feature.type == data::ColumnType::kNumeric) {
-      if (input.datatype == Datatype::kBytes) {
-        return invalid_argument("input '" + input.name +
-                                "' is numeric; its datatype must be FP32, FP64, an integer type or BOOL, not BYTES");
-      }
-      column.type = data::ColumnType::kNumeric;
-      column.numbers = std::move(input.numbers);
-    } else {
-      if (input.datatype != Datatype::kBytes) {
-        return invalid_argument("input '" + input.name + "' is categorical; its datatype must be BYTES, not " +
-                                input.datatype_text);
-      }
-      column.type = data::ColumnType::kCategorical;
-      std::unordered_map<std::string_view, std::int32_t> code_of;
-      for (const auto& value : input.texts) {
-        if (!value) {
-          column.codes.push_back(data::Column::kMissingCode);
-          continue;
-        }
-        auto [it, inserted] = code_of.try_emplace(*value, static_cast<std::int32_t>(column.dictionary.size()));
-        if (inserted) column.dictionary.emplace_back(*value);
-        column.codes.push_back(it->second);
-      }
-    }
-    SLIPWAY_RETURN_IF_ERROR(table.add_column(std::move(column)));
-  }
-  return table;
+// The model's input columns, in schema order, viewing the request's tensors: the preprocessor
+// reads them directly, so no table is built per request.
+struct InputColumns {
+  std::vector<model::ColumnInput> columns;
+  std::size_t rows = 0;
+  std::vector<float> transposed;  // the matrix form's values, column by column
+};
+
+std::string input_names(const model::Preprocessor& schema) {
+  std::string names;
+  for (const auto& feature : schema.features()) names += (names.empty() ? "" : ", ") + feature.name;
+  return names;
 }
 
-// Builds the table from one [N, F] numeric tensor whose columns are the inputs in schema order.
-Result<data::Table> table_from_matrix(const TensorInput& input, const model::Preprocessor& schema) {
+// Inputs sent by feature name, one per model input, each of shape [N] or [N, 1].
+Status columns_from_named_inputs(const std::vector<TensorInput>& inputs, const model::Preprocessor& schema,
+                                 InputColumns& out) {
+  const auto& features = schema.features();
+  std::vector<const TensorInput*> by_feature(features.size(), nullptr);
+  for (const auto& input : inputs) {
+    auto index = schema.feature_index(input.name);
+    if (!index) {
+      return invalid_argument("unknown input '" + input.name + "'; the model's inputs are: " + input_names(schema));
+    }
+    if (by_feature[*index] != nullptr) return invalid_argument("input '" + input.name + "' is given twice");
+    by_feature[*index] = &input;
+  }
+  std::optional<std::size_t> rows;
+  out.columns.resize(features.size());
+  for (std::size_t index = 0; index < features.size(); ++index) {
+    const auto& feature = features[index];
+    const TensorInput* input = by_feature[index];
+    if (input == nullptr) {
+      return invalid_argument("missing input '" + feature.name + "'; the model's inputs are: " + input_names(schema));
+    }
+    bool column_shape = input->shape.size() == 1 || (input->shape.size() == 2 && input->shape[1] == 1);
+    if (!column_shape) return invalid_argument("input '" + input->name + "' must have shape [N] or [N,1]");
+    if (rows && *rows != input->shape[0]) {
+      return invalid_argument("input '" + input->name + "' has " + std::to_string(input->shape[0]) +
+                              " rows but other inputs have " + std::to_string(*rows));
+    }
+    rows = input->shape[0];
+    if (feature.type == data::ColumnType::kNumeric) {
+      if (input->datatype == Datatype::kBytes) {
+        return invalid_argument("input '" + input->name +
+                                "' is numeric; its datatype must be FP32, FP64, an integer type or BOOL, not BYTES");
+      }
+      out.columns[index].numbers = input->numbers;
+    } else {
+      if (input->datatype != Datatype::kBytes) {
+        return invalid_argument("input '" + input->name + "' is categorical; its datatype must be BYTES, not " +
+                                input->datatype_text);
+      }
+      out.columns[index].texts = input->texts;
+    }
+  }
+  out.rows = rows.value_or(0);
+  return {};
+}
+
+// One [N, F] numeric tensor whose columns are the inputs in schema order.
+Status columns_from_matrix(const TensorInput& input, const model::Preprocessor& schema, InputColumns& out) {
   const auto& features = schema.features();
   for (const auto& feature : features) {
     if (feature.type != data::ColumnType::kNumeric) {
@@ -157,24 +152,19 @@ Result<data::Table> table_from_matrix(const TensorInput& input, const model::Pre
     return invalid_argument("input '" + input.name + "' must be FP32 (or another numeric type), not BYTES");
   }
   std::size_t rows = input.shape[0];
-  data::Table table;
-  for (std::size_t column_index = 0; column_index < features.size(); ++column_index) {
-    data::Column column;
-    column.name = features[column_index].name;
-    column.numbers.reserve(rows);
-    for (std::size_t row = 0; row < rows; ++row) {
-      column.numbers.push_back(input.numbers[row * features.size() + column_index]);
+  std::size_t width = features.size();
+  out.transposed.resize(rows * width);
+  for (std::size_t row = 0; row < rows; ++row) {
+    for (std::size_t column = 0; column < width; ++column) {
+      out.transposed[column * rows + row] = input.numbers[row * width + column];
     }
-    SLIPWAY_RETURN_IF_ERROR(table.add_column(std::move(column)));
   }
-  return table;
-}
-
-bool names_a_feature(const TensorInput& input, const model::Preprocessor& schema) {
-  for (const auto& feature : schema.features()) {
-    if (feature.name == input.name) return true;
+  out.columns.resize(width);
+  for (std::size_t column = 0; column < width; ++column) {
+    out.columns[column].numbers = std::span<const float>(out.transposed).subspan(column * rows, rows);
   }
-  return false;
+  out.rows = rows;
+  return {};
 }
 
 struct OutputSpec {
@@ -503,11 +493,12 @@ Result<PreparedInfer> Service::State::prepare_infer(const LoadedModel& loaded, s
     for (auto& output : prepared.wanted) output.binary = all_binary;
   }
 
-  bool matrix_form = inputs.size() == 1 && !names_a_feature(inputs[0], schema);
-  SLIPWAY_ASSIGN_OR_RETURN(auto table,
-                           matrix_form ? table_from_matrix(inputs[0], schema) : table_from_named_inputs(inputs, schema));
-  SLIPWAY_RETURN_IF_ERROR(schema.transform(table, prepared.features));
-  prepared.rows = table.row_count();
+  bool matrix_form = inputs.size() == 1 && !schema.feature_index(inputs[0].name);
+  InputColumns columns;
+  SLIPWAY_RETURN_IF_ERROR(matrix_form ? columns_from_matrix(inputs[0], schema, columns)
+                                      : columns_from_named_inputs(inputs, schema, columns));
+  SLIPWAY_RETURN_IF_ERROR(schema.transform_columns(columns.columns, columns.rows, prepared.features));
+  prepared.rows = columns.rows;
   return prepared;
 }
 

@@ -51,6 +51,50 @@ TEST(Preprocessor, ImputesStandardizesAndOneHots) {
   EXPECT_EQ(preprocessor->transform(*wrong_type, out).code(), StatusCode::kInvalidArgument);
 }
 
+// The online path (columns viewed from a request) gives the same matrix as the table path, for
+// every encoding, missing values and unseen levels included.
+TEST(Preprocessor, TransformColumnsEqualsTransform) {
+  auto table = *data::read_csv(testing::data_path("lending_club.csv"));
+  std::vector<std::string> names;
+  for (const auto& column : table.columns()) {
+    if (column.name != "Class") names.push_back(column.name);
+  }
+  for (auto encoding : {CategoricalEncoding::kOneHot, CategoricalEncoding::kOrdinal}) {
+    PreprocessOptions options;
+    options.encoding = encoding;
+    std::vector<std::uint32_t> first_rows(500);
+    for (std::uint32_t row = 0; row < first_rows.size(); ++row) first_rows[row] = row;
+    auto preprocessor = *Preprocessor::fit(table.take_rows(first_rows), names, options);
+    std::vector<float> expected;
+    ASSERT_TRUE(preprocessor.transform(table, expected).ok());
+    std::vector<std::vector<std::optional<std::string_view>>> texts(names.size());
+    std::vector<ColumnInput> columns(names.size());
+    for (std::size_t index = 0; index < names.size(); ++index) {
+      const data::Column& column = *table.find(names[index]);
+      if (column.type == data::ColumnType::kNumeric) {
+        columns[index].numbers = column.numbers;
+        continue;
+      }
+      for (std::size_t row = 0; row < column.size(); ++row) {
+        if (column.is_missing(row)) {
+          texts[index].emplace_back(std::nullopt);
+        } else {
+          texts[index].emplace_back(column.dictionary[static_cast<std::size_t>(column.codes[row])]);
+        }
+      }
+      columns[index].texts = texts[index];
+    }
+    std::vector<float> actual;
+    ASSERT_TRUE(preprocessor.transform_columns(columns, table.row_count(), actual).ok());
+    ASSERT_EQ(actual.size(), expected.size());
+    EXPECT_EQ(std::memcmp(actual.data(), expected.data(), actual.size() * sizeof(float)), 0);
+    EXPECT_EQ(preprocessor.feature_index(names[3]), std::optional<std::size_t>(3));
+    EXPECT_EQ(preprocessor.feature_index("nope"), std::nullopt);
+    columns.pop_back();
+    EXPECT_FALSE(preprocessor.transform_columns(columns, table.row_count(), actual).ok());
+  }
+}
+
 TEST(Bundle, RoundTripsThroughBytes) {
   auto bundle = small_bundle();
   auto bytes = bundle->serialize();
