@@ -75,6 +75,7 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 8080;
   int threads = 0;
+  int io_threads = 2;
   std::string config_path;               // --config YAML
   std::vector<std::string> cached_models;  // --cache NAME: cache on for these models
   std::size_t cache_bytes = std::size_t{64} << 20;

@@ -104,6 +104,9 @@ int main(int argc, char** argv) {
   serve_command->add_option("--host", serve_options.host, "Address to listen on")->capture_default_str();
   serve_command->add_option("--port", serve_options.port, "Port (0 picks a free one)")->capture_default_str();
   serve_command->add_option("--threads", serve_options.threads, "Inference worker threads (default: all cores)");
+  serve_command->add_option("--io-threads", serve_options.io_threads, "Threads running the HTTP event loop")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   serve_command->add_option("--config", serve_options.config_path,
                             "YAML file of serving configs: {defaults: {KEY: VALUE}, models: {NAME: {KEY: VALUE}}}")
       ->check(CLI::ExistingFile);

@@ -42,6 +42,7 @@ int run_serve(const GlobalOptions& global, const ServeOptions& flags, const Serv
   options.host = flags.host;
   options.port = static_cast<std::uint16_t>(flags.port);
   options.worker_threads = flags.threads;
+  options.io_threads = flags.io_threads;
   if (flags.max_pending < 0) return fail(invalid_argument("--max-pending must be >= 0"));
   options.max_pending_requests = flags.max_pending;
   serve::ServingConfigFile file;
