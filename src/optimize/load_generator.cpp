@@ -97,7 +97,8 @@ class Generator {
     explicit Connection(asio::io_context& io) : stream(io) {}
     beast::tcp_stream stream;
     beast::flat_buffer buffer;
-    http::request<http::string_body> request;
+    // The body views the stored request body: sending copies nothing.
+    http::request<http::span_body<const char>> request;
     http::response<http::string_body> response;
     Request current;
     bool connected = false;
@@ -166,7 +167,8 @@ class Generator {
       if (message.find(http::field::content_type) == message.end()) {
         message.set(http::field::content_type, "application/json");
       }
-      message.body() = options_.bodies[request.body_index % options_.bodies.size()];
+      const std::string& body = options_.bodies[request.body_index % options_.bodies.size()];
+      message.body() = http::span_body<const char>::value_type(body.data(), body.size());
     }
     message.keep_alive(true);
     message.prepare_payload();
