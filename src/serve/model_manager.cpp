@@ -99,17 +99,21 @@ Result<ModelManager::Target> ModelManager::target_of(const std::string& name, st
     return versions.empty() ? nullptr : &versions.back();
   };
   Target target;
-  auto snapshot = [&] {
+  // `fresh_only`: take the resolution only if it is younger than the refresh period.
+  auto snapshot = [&](bool fresh_only) {
     std::lock_guard lock(mutex_);
-    target.resolution = slots_[name].resolution;
+    const Slot& slot = slots_[name];
+    if (fresh_only && (slot.resolution == nullptr || Clock::now() - slot.fetched >= options_.refresh)) return false;
+    target.resolution = slot.resolution;
     target.version = target.resolution == nullptr ? nullptr : pick(target.resolution->versions);
     return target.version != nullptr;
   };
-  Status refreshed = refresh(name, false);
-  bool found = refreshed.ok() && snapshot();
+  // The common case takes one lock: a fresh resolution that has the version.
+  bool found = snapshot(true);
+  if (!found) found = refresh(name, false).ok() && snapshot(false);
   if (!found) {  // maybe registered since the last refresh
     SLIPWAY_RETURN_IF_ERROR(refresh(name, true));
-    found = snapshot();
+    found = snapshot(false);
   }
   if (!found) {
     return not_found(version ? "model '" + name + "' has no version " + std::to_string(*version)
@@ -220,7 +224,7 @@ Status ModelManager::install(const std::shared_ptr<LoadedModel>& fresh, bool as_
     slot.default_version = fresh->version;
   }
   slot.failed_load.clear();
-  slot.failure.clear();
+  slot.failure = {};
   return {};
 }
 
@@ -229,11 +233,6 @@ Result<Servable> ModelManager::acquire(const std::string& name, std::optional<st
   auto unloaded_error = [&] {
     return unavailable("model '" + name + "' is unloaded; load it with POST /v2/repository/models/" + name + "/load");
   };
-  {
-    std::lock_guard lock(mutex_);
-    auto found = slots_.find(name);
-    if (found != slots_.end() && found->second.unloaded) return unloaded_error();
-  }
   SLIPWAY_ASSIGN_OR_RETURN(Target target, target_of(name, version));
   const registry::ModelVersion& wanted = *target.version;
   std::int64_t number = wanted.version;
@@ -277,7 +276,7 @@ Result<Servable> ModelManager::acquire(const std::string& name, std::optional<st
       }
     }
     // A load that just failed answers with its error instead of reading the bundle again.
-    if (slot.failed_load == key && Clock::now() - slot.failed_at < options_.refresh) return slot.failure_status;
+    if (slot.failed_load == key && Clock::now() - slot.failed_at < options_.refresh) return slot.failure;
     load_mutex = slot.load_mutex;
   }
   std::lock_guard load_lock(*load_mutex);  // concurrent first requests load once
@@ -294,8 +293,7 @@ Result<Servable> ModelManager::acquire(const std::string& name, std::optional<st
   Status installed = fresh.ok() ? install(*fresh, !version.has_value()) : fresh.status();
   if (!installed.ok()) {
     slot.failed_load = key;
-    slot.failure = installed.message();
-    slot.failure_status = installed;
+    slot.failure = installed;
     slot.failed_at = Clock::now();
     return installed;
   }
@@ -324,8 +322,7 @@ void ModelManager::background_load(const std::string& name) {
   Status installed = fresh.ok() ? install(*fresh, true) : fresh.status();
   if (!installed.ok()) {
     slot.failed_load = key;
-    slot.failure = installed.message();
-    slot.failure_status = installed;
+    slot.failure = installed;
     slot.failed_at = Clock::now();
     log_error(installed.message() + "; the loaded version keeps serving");
   }
@@ -346,7 +343,7 @@ Status ModelManager::load(const std::string& name) {
   Slot& slot = slots_[name];
   Status installed = fresh.ok() ? install(*fresh, true) : fresh.status();
   if (!installed.ok()) {
-    slot.failure = installed.message();
+    slot.failure = installed;
     return installed;
   }
   slot.unloaded = false;
@@ -382,7 +379,7 @@ std::vector<ModelState> ModelManager::index(bool ready_only) {
     if (ready_only) continue;
     std::string reason = "not loaded; it loads on its first request";
     if (found != slots_.end() && found->second.unloaded) reason = "unloaded";
-    else if (found != slots_.end() && !found->second.failure.empty()) reason = found->second.failure;
+    else if (found != slots_.end() && !found->second.failure.ok()) reason = found->second.failure.message();
     states.push_back({name, "", "UNAVAILABLE", reason});
   }
   return states;

@@ -104,8 +104,7 @@ class ModelManager {
     bool unloaded = false;                        // by the operator
     bool background_load = false;                 // queued or running
     std::string failed_load;  // the sha256 and configuration of the last failed load
-    std::string failure;      // its error
-    Status failure_status;
+    Status failure;           // its error; ok when the last load succeeded
     std::chrono::steady_clock::time_point failed_at;
     std::shared_ptr<std::mutex> load_mutex = std::make_shared<std::mutex>();
   };

@@ -126,7 +126,7 @@ Status columns_from_named_inputs(const std::vector<TensorInput>& inputs, const m
     } else {
       if (input->datatype != Datatype::kBytes) {
         return invalid_argument("input '" + input->name + "' is categorical; its datatype must be BYTES, not " +
-                                input->datatype_text);
+                                std::string(datatype_name(input->datatype)));
       }
       out.columns[index].texts = input->texts;
     }

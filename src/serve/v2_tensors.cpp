@@ -97,7 +97,8 @@ std::string number_text(double value) {
 // One JSON element of a numeric tensor as float32; null (a Slipway extension) is missing.
 Result<float> json_number(element value, const TensorInput& input) {
   auto refuse = [&](const std::string& what) {
-    return invalid_argument("input '" + input.name + "' is " + input.datatype_text + " but holds " + what);
+    return invalid_argument("input '" + input.name + "' is " + std::string(datatype_name(input.datatype)) +
+                            " but holds " + what);
   };
   Datatype datatype = input.datatype;
   switch (value.type()) {
@@ -193,7 +194,6 @@ Result<TensorInput> read_input(element item, std::size_t position) {
   // Error messages are built only on the error paths: this runs for every input of every request.
   auto where = [&] { return "input '" + tensor.name + "'"; };
   if (input["datatype"].get(text) != simdjson::SUCCESS) return invalid_argument(where() + " needs a string 'datatype'");
-  tensor.datatype_text = std::string(text);
   auto datatype = parse_datatype(text);
   if (!datatype.ok()) return invalid_argument(where() + ": " + datatype.status().message());
   tensor.datatype = *datatype;
@@ -298,7 +298,7 @@ Status read_binary_inputs(std::vector<TensorInput>& inputs, std::string_view bin
     std::size_t element_size = datatype_size(input.datatype);
     if (size != input.element_count * element_size) {
       return invalid_argument(where + " has binary_data_size " + std::to_string(size) + " but its shape and " +
-                              input.datatype_text + " need " + std::to_string(input.element_count * element_size) +
+                              std::string(datatype_name(input.datatype)) + " need " + std::to_string(input.element_count * element_size) +
                               " bytes");
     }
     input.numbers.resize(input.element_count);

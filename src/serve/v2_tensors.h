@@ -26,7 +26,6 @@ std::size_t datatype_size(Datatype datatype);
 struct TensorInput {
   std::string name;
   Datatype datatype = Datatype::kFp32;
-  std::string datatype_text;
   std::vector<std::uint64_t> shape;
   std::size_t element_count = 0;
   // Numeric datatypes: the values as float32, NaN where missing (JSON null, or NaN itself).
