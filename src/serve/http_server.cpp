@@ -32,9 +32,6 @@ struct Shared {
   std::atomic<int> worker_backlog{0};
 };
 
-// How long a request must wait for a worker before the server checks whether its client left.
-constexpr auto kAbandonCheckAfter = std::chrono::milliseconds(20);
-
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, Shared& shared) : stream_(std::move(socket)), shared_(shared) {}
@@ -90,14 +87,13 @@ class Session : public std::enable_shared_from_this<Session> {
       }
       // Parsing and preprocessing run on a worker; a batched request is answered later from a
       // batch executor, and no thread waits for it meanwhile.
-      asio::post(shared_.workers, [self = shared_from_this(), queued_at = std::chrono::steady_clock::now()] {
+      asio::post(shared_.workers, [self = shared_from_this()] {
         self->shared_.worker_backlog.fetch_sub(1);
-        // A client that gave up while its request waited long (closed the connection) is not
-        // served: under overload the requests of abandoned connections would otherwise hold the
-        // server busy long after their clients left. Only a request that waited is checked, so a
-        // client that half-closes after sending is served normally when the server keeps up.
-        bool waited = std::chrono::steady_clock::now() - queued_at > kAbandonCheckAfter;
-        if (waited && self->peer_closed()) {
+        // A client that closed its connection before a worker took its request is not served
+        // (nginx's 499): under overload the requests of abandoned connections, many still in the
+        // kernel's accept queue, would otherwise hold the server busy long after their clients
+        // left. A client that only shut down its sending side looks the same and is dropped too.
+        if (self->peer_closed()) {
           self->shared_.service.record_abandoned(self->target());
           asio::post(self->stream_.get_executor(), [self] {
             self->shared_.in_flight.fetch_sub(1);
