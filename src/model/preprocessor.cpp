@@ -87,6 +87,26 @@ data::Column as_categorical(const data::Column& column) {
   return out;
 }
 
+// Writes a numeric feature's transformed values into its slot of each output row.
+void write_numbers(const FeatureTransform& feature, std::span<const float> values, std::size_t row_width,
+                   std::size_t offset, std::vector<float>& out) {
+  auto inverse_scale = 1.0 / feature.scale;
+  for (std::size_t row = 0; row < values.size(); ++row) {
+    double filled = std::isnan(values[row]) ? feature.impute_value : values[row];
+    out[row * row_width + offset] = static_cast<float>((filled - feature.center) * inverse_scale);
+  }
+}
+
+// Writes a categorical feature's level `slot` into one output row: a one-hot 1, or the ordinal
+// code centered and scaled.
+void write_level(const FeatureTransform& feature, std::uint32_t slot, float* row_out) {
+  if (feature.encoding == CategoricalEncoding::kOneHot) {
+    row_out[slot] = 1.0f;
+  } else {
+    row_out[0] = static_cast<float>((slot - feature.center) / feature.scale);
+  }
+}
+
 }  // namespace
 
 std::size_t FeatureTransform::width() const {
@@ -123,12 +143,7 @@ Status Preprocessor::transform_columns(std::span<const ColumnInput> columns, std
       if (column.numbers.size() != rows) {
         return invalid_argument("input '" + feature.name + "' must hold " + std::to_string(rows) + " numbers");
       }
-      auto inverse_scale = 1.0 / feature.scale;
-      for (std::size_t row = 0; row < rows; ++row) {
-        float value = column.numbers[row];
-        double filled = std::isnan(value) ? feature.impute_value : value;
-        out[row * output_width_ + offset] = static_cast<float>((filled - feature.center) * inverse_scale);
-      }
+      write_numbers(feature, column.numbers, output_width_, offset, out);
     } else {
       if (column.texts.size() != rows) {
         return invalid_argument("input '" + feature.name + "' must hold " + std::to_string(rows) + " categories");
@@ -141,11 +156,7 @@ Status Preprocessor::transform_columns(std::span<const ColumnInput> columns, std
           auto found = index_of.find(*column.texts[row]);
           if (found != index_of.end()) slot = found->second;
         }
-        if (feature.encoding == CategoricalEncoding::kOneHot) {
-          out[row * output_width_ + offset + slot] = 1.0f;
-        } else {
-          out[row * output_width_ + offset] = static_cast<float>((slot - feature.center) / feature.scale);
-        }
+        write_level(feature, slot, &out[row * output_width_ + offset]);
       }
     }
     offset += feature.width();
@@ -241,12 +252,7 @@ Status Preprocessor::transform(const data::Table& batch, std::vector<float>& out
         return invalid_argument("column '" + feature.name + "' must be numeric, but holds text such as '" + example +
                                 "'");
       }
-      auto inverse_scale = 1.0 / feature.scale;
-      for (std::size_t row = 0; row < rows; ++row) {
-        float value = column->numbers[row];
-        double filled = std::isnan(value) ? feature.impute_value : value;
-        out[row * output_width_ + offset] = static_cast<float>((filled - feature.center) * inverse_scale);
-      }
+      write_numbers(feature, std::span<const float>(column->numbers).first(rows), output_width_, offset, out);
     } else {
       data::Column converted;
       const data::Column* categorical = column;
@@ -259,11 +265,7 @@ Status Preprocessor::transform(const data::Table& batch, std::vector<float>& out
       for (std::size_t row = 0; row < rows; ++row) {
         auto code = categorical->codes[row];
         std::uint32_t slot = code == data::Column::kMissingCode ? other : slots[static_cast<std::size_t>(code)];
-        if (feature.encoding == CategoricalEncoding::kOneHot) {
-          out[row * output_width_ + offset + slot] = 1.0f;
-        } else {
-          out[row * output_width_ + offset] = static_cast<float>((slot - feature.center) / feature.scale);
-        }
+        write_level(feature, slot, &out[row * output_width_ + offset]);
       }
     }
     offset += feature.width();

@@ -73,14 +73,13 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     request_ = parser_->release();
     shared_.in_flight.fetch_add(1);
-    std::string_view target(request_.target().data(), request_.target().size());
-    if (Service::needs_worker(target)) {
+    if (Service::needs_worker(target())) {
       // Admission control: past the backlog bound the request is refused here, on the I/O thread,
       // without reading its body, so an overloaded server sheds load in microseconds and its
       // queue (and the latency it adds) stays bounded.
       if (shared_.worker_backlog.fetch_add(1) >= shared_.max_worker_backlog) {
         shared_.worker_backlog.fetch_sub(1);
-        shared_.service.record_rejection(target);
+        shared_.service.record_rejection(target());
         HttpResponse busy = overloaded_response();
         write(std::move(busy), request_.version(), request_.keep_alive(), true);
         return;
@@ -114,9 +113,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   HttpResponse respond() {
     std::string_view method(request_.method_string().data(), request_.method_string().size());
-    std::string_view target(request_.target().data(), request_.target().size());
     try {
-      return shared_.service.handle(method, target, request_.body(), headers());
+      return shared_.service.handle(method, target(), request_.body(), headers());
     } catch (const std::exception& exception) {  // the boundary: nothing escapes into asio
       return internal_error_response(exception);
     }
@@ -124,9 +122,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void respond_async(const std::function<void(HttpResponse)>& done) {
     std::string_view method(request_.method_string().data(), request_.method_string().size());
-    std::string_view target(request_.target().data(), request_.target().size());
     try {
-      shared_.service.handle_async(method, target, request_.body(), headers(), done);
+      shared_.service.handle_async(method, target(), request_.body(), headers(), done);
     } catch (const std::exception& exception) {
       done(internal_error_response(exception));
     }

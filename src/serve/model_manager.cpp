@@ -175,6 +175,12 @@ Result<std::shared_ptr<LoadedModel>> ModelManager::load_version(const std::strin
   return fresh;
 }
 
+void ModelManager::record_failure(Slot& slot, std::string key, const Status& failure) {
+  slot.failed_load = std::move(key);
+  slot.failure = failure;
+  slot.failed_at = Clock::now();
+}
+
 void ModelManager::retire(Slot& slot, std::int64_t version, std::string_view reason) {
   auto found = slot.loaded.find(version);
   if (found == slot.loaded.end()) return;
@@ -292,9 +298,7 @@ Result<Servable> ModelManager::acquire(const std::string& name, std::optional<st
   Slot& slot = slots_[name];
   Status installed = fresh.ok() ? install(*fresh, !version.has_value()) : fresh.status();
   if (!installed.ok()) {
-    slot.failed_load = key;
-    slot.failure = installed;
-    slot.failed_at = Clock::now();
+    record_failure(slot, key, installed);
     return installed;
   }
   return Servable{*fresh, target.versions()};
@@ -321,9 +325,7 @@ void ModelManager::background_load(const std::string& name) {
   if (slot.unloaded) return;  // the operator unloaded the model meanwhile
   Status installed = fresh.ok() ? install(*fresh, true) : fresh.status();
   if (!installed.ok()) {
-    slot.failed_load = key;
-    slot.failure = installed;
-    slot.failed_at = Clock::now();
+    record_failure(slot, key, installed);
     log_error(installed.message() + "; the loaded version keeps serving");
   }
 }

@@ -126,6 +126,8 @@ class ModelManager {
   // keeps the budget. Unavailable when it cannot fit even alone. Lock held.
   Status install(const std::shared_ptr<LoadedModel>& fresh, bool as_default);
   void retire(Slot& slot, std::int64_t version, std::string_view reason);  // lock held
+  // Remembers a failed load, so it is not retried until its version or configuration changes.
+  static void record_failure(Slot& slot, std::string key, const Status& failure);  // lock held
   void run_lifecycle();
   void background_load(const std::string& name);
   void unload_idle();

@@ -63,14 +63,6 @@ class ServingOps : public ::testing::Test {
     EXPECT_NE(at, std::string::npos) << "serve printed: " << first_line;
     return at == std::string::npos ? 0 : std::stoi(first_line.substr(at + 7));
   }
-  long server_resident_kib() const {
-    std::ifstream status("/proc/" + std::to_string(server_->pid()) + "/status");
-    std::string line;
-    while (std::getline(status, line)) {
-      if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-    }
-    return 0;
-  }
   void stop_server() {
     server_->signal(SIGTERM);
     EXPECT_EQ(server_->wait(), 0);
@@ -220,7 +212,7 @@ TEST_F(ServingOps, WrongContentLengthAndIdleConnectionsDoNotHurtTheServer) {
   if (limit.rlim_max < kIdle + 200) GTEST_SKIP() << "the open-file limit (" << limit.rlim_max << ") is below 10,200";
   limit.rlim_cur = limit.rlim_max;
   setrlimit(RLIMIT_NOFILE, &limit);
-  long resident_before = server_resident_kib();
+  long resident_before = resident_kib(server_->pid());
   std::vector<int> idle;
   for (int index = 0; index < kIdle; ++index) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -234,7 +226,7 @@ TEST_F(ServingOps, WrongContentLengthAndIdleConnectionsDoNotHurtTheServer) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_EQ(http_request(port, "GET", "/v2/health/live").status, 200);
   EXPECT_EQ(http_request(port, "POST", "/v2/models/lending/infer", kOneRow).status, 200);
-  long growth_kib = server_resident_kib() - resident_before;
+  long growth_kib = resident_kib(server_->pid()) - resident_before;
   EXPECT_LT(growth_kib, 200 * 1024) << "10k idle connections took " << growth_kib << " KiB";
   for (int fd : idle) ::close(fd);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -257,7 +249,7 @@ TEST_F(ServingOps, OverloadIsShedAndTheServerRecovers) {
   auto rate_at = capacity_run.out.find("\"achieved_rate\":") + 16;
   double capacity = std::stod(capacity_run.out.substr(rate_at));
   ASSERT_GT(capacity, 0);
-  long resident_before = server_resident_kib();
+  long resident_before = resident_kib(server_->pid());
   auto overload = slipway({"--json", "loadtest", url, "--rate", std::to_string(static_cast<int>(capacity * 3)),
                            "--duration", "30s", "--timeout", "2s", "--body", request_path, "--connections", "256",
                            "--no-progress"});
@@ -266,7 +258,7 @@ TEST_F(ServingOps, OverloadIsShedAndTheServerRecovers) {
   EXPECT_NE(overload.out.find("\"200\":"), std::string::npos) << overload.out;
   bool shed = overload.out.find("\"429\":") != std::string::npos || overload.out.find("\"503\":") != std::string::npos;
   EXPECT_TRUE(shed) << "no request was refused at 3x capacity: " << overload.out;
-  long growth_kib = server_resident_kib() - resident_before;
+  long growth_kib = resident_kib(server_->pid()) - resident_before;
 #if !defined(__SANITIZE_ADDRESS__)  // ASan keeps freed memory in quarantine, so RSS says nothing there
   EXPECT_LT(growth_kib, 256 * 1024) << "overload grew the server by " << growth_kib << " KiB";
 #else

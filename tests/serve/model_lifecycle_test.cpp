@@ -200,21 +200,13 @@ TEST_F(LifecycleTest, MemoryReturnsToBaselineAfterRepeatedSwaps) {
   ASSERT_TRUE(store_->register_version("credit", second_sha_, "").ok());
   Service service(*store_, fast_refresh());
   ASSERT_EQ(infer(service).status, 200);
-  auto resident_kib = [] {
-    std::ifstream status("/proc/self/status");
-    std::string line;
-    while (std::getline(status, line)) {
-      if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-    }
-    return 0L;
-  };
   double baseline_bytes = metric_value(service.metrics_text(), "slipway_models_memory_bytes");
   ASSERT_GT(baseline_bytes, 0);
   for (int swap = 0; swap < 5; ++swap) {  // warm the allocator's pools
     ASSERT_TRUE(store_->set_alias("credit", "production", swap % 2 + 1).ok());
     ASSERT_TRUE(service.handle("POST", "/v2/repository/models/credit/load", "").status == 200);
   }
-  long resident_before = resident_kib();
+  long resident_before = testing::resident_kib();
   for (int swap = 0; swap < 100; ++swap) {
     ASSERT_TRUE(store_->set_alias("credit", "production", swap % 2 + 1).ok());
     auto loaded = service.handle("POST", "/v2/repository/models/credit/load", "");
@@ -225,7 +217,7 @@ TEST_F(LifecycleTest, MemoryReturnsToBaselineAfterRepeatedSwaps) {
   EXPECT_EQ(metric_value(metrics, "slipway_models_loaded"), 1);
   EXPECT_NEAR(metric_value(metrics, "slipway_models_memory_bytes"), baseline_bytes, baseline_bytes * 0.01);
   EXPECT_GE(metric_value(metrics, "slipway_model_unloads_total", "reason=\"swap\""), 100);
-  long growth_kib = resident_kib() - resident_before;
+  long growth_kib = testing::resident_kib() - resident_before;
 #if !defined(__SANITIZE_ADDRESS__)  // ASan keeps freed memory in quarantine, so RSS says nothing there
   EXPECT_LT(growth_kib, 4 * 1024) << "resident memory grew by " << growth_kib << " KiB over 100 swaps";
 #else

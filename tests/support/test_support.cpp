@@ -143,6 +143,15 @@ int ChildProcess::wait() {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+long resident_kib(pid_t pid) {
+  std::ifstream status(pid == 0 ? std::string("/proc/self/status") : "/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return 0;
+}
+
 HttpResult http_request(int port, const std::string& method, const std::string& target, const std::string& body,
                         const std::vector<std::pair<std::string, std::string>>& headers) {
   namespace asio = boost::asio;

@@ -55,6 +55,9 @@ class ChildProcess {
   bool exited_ = false;
 };
 
+// The resident memory of process `pid` (0: this process) in KiB, from /proc; 0 if unreadable.
+long resident_kib(pid_t pid = 0);
+
 struct HttpResult {
   int status = 0;
   std::string body;
