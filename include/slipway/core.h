@@ -142,7 +142,9 @@ std::string random_hex(std::size_t byte_count);
 // ---------------------------------------------------------------------------------------------
 // Files.
 
-// A read-only memory mapping of a whole file. Empty files map to an empty span.
+// A read-only memory mapping of a whole file. Empty files map to an empty span. Only for files
+// nobody rewrites (content-addressed artifacts): touching a page of a file that another program
+// truncated meanwhile raises SIGBUS. Read user-supplied files with read_file.
 class MappedFile {
  public:
   static Result<MappedFile> open(const std::string& path);
@@ -162,6 +164,8 @@ class MappedFile {
   std::size_t size_ = 0;
 };
 
+// The whole file, read with read(2): a file that shrinks or grows while it is read is an Io error
+// (never a SIGBUS, as a mapping would give). Pipes and devices are read to their end.
 Result<std::string> read_file(const std::string& path);
 
 // Writes `bytes` to `path` so that a reader sees either the old file or the whole new one, and a

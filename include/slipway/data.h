@@ -66,10 +66,12 @@ struct CsvOptions {
   int thread_count = 0;
 };
 
-// Reads a CSV file with a header row. The file is memory-mapped and parsed in parallel chunks.
+// Reads a CSV file with a header row. The file is read whole, then parsed in parallel chunks.
 // A column is numeric when every non-missing field parses as a number, otherwise categorical
 // (dictionary in order of first appearance, so the result does not depend on thread count).
-// Errors name the place: "file.csv:LINE:COLUMN: what was wrong".
+// Errors name the place: "file.csv:LINE:COLUMN: what was wrong". Infinite values in a numeric
+// column (inf, or beyond float32's range such as 1e300) are refused with the column and line: no
+// model can use them. "nan" reads as missing. A file with CR-only line endings is refused.
 Result<Table> read_csv(const std::string& path, const CsvOptions& options = {});
 // The same, for text already in memory; `source_name` is used in error messages.
 Result<Table> parse_csv(std::string_view text, std::string_view source_name, const CsvOptions& options = {});

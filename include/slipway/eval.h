@@ -30,7 +30,7 @@ Metrics multiclass_metrics(std::span<const float> probabilities, std::size_t cla
 Metrics regression_metrics(std::span<const float> predictions, std::span<const double> targets);
 
 // Area under the ROC curve with ties counted half (the Mann-Whitney statistic). NaN when only one
-// class is present.
+// class is present or any score is NaN; infinite scores rank like any other.
 double roc_auc(std::span<const float> scores, std::span<const double> labels);
 
 struct SliceMetrics {

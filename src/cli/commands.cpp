@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
@@ -72,6 +73,7 @@ void write_metrics_json(JsonWriter& json, const eval::Metrics& metrics) {
 void write_evaluation_json(JsonWriter& json, const eval::Evaluation& evaluation) {
   json.begin_object();
   json.key("rows").value(static_cast<std::uint64_t>(evaluation.rows));
+  json.key("rows_missing_target").value(static_cast<std::uint64_t>(evaluation.rows_missing_target));
   json.key("overall");
   write_metrics_json(json, evaluation.overall);
   if (!evaluation.slice_column.empty()) {
@@ -334,6 +336,10 @@ int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector
 
   auto evaluation = eval::evaluate(*summary->bundle, prepared->test, options.slice);
   if (!evaluation.ok()) return failed(evaluation.status());
+  if (summary->rows_dropped_missing_target + evaluation->rows_missing_target > 0) {
+    log_warn(fmt::format("dropped {} train rows and {} test rows whose target '{}' is empty",
+                         summary->rows_dropped_missing_target, evaluation->rows_missing_target, options.target));
+  }
   std::map<std::string, double> test_metrics;
   for (const auto& [name, value] : evaluation->overall.values) test_metrics["test_" + name] = value;
   auto bundle = summary->bundle->with_metrics(test_metrics);
@@ -419,6 +425,10 @@ int run_eval(const GlobalOptions& global, const std::string& reference, const st
   if (!table.ok()) return fail(table.status());
   auto evaluation = eval::evaluate(*loaded->bundle, *table, slice);
   if (!evaluation.ok()) return fail(evaluation.status());
+  if (evaluation->rows_missing_target > 0) {
+    log_warn(fmt::format("skipped {} rows whose target '{}' is empty", evaluation->rows_missing_target,
+                         loaded->bundle->manifest().target));
+  }
   if (global.json) {
     JsonWriter json;
     json.begin_object().key("model").value(loaded->description).key("bundle_sha256").value(loaded->sha256);
@@ -777,11 +787,13 @@ int run_import(const GlobalOptions& global, const ImportOptions& options) {
   import_options.source = std::filesystem::absolute(options.model_path).string();
   import_options.target = options.target;
   if (!options.schema_path.empty()) {
-    // Only the header matters: map the file and parse its first line, so a large data file costs nothing.
-    auto schema = MappedFile::open(options.schema_path);
-    if (!schema.ok()) return fail(schema.status());
-    std::string_view text = schema->text();
-    auto header = data::parse_csv(text.substr(0, text.find('\n') + 1), options.schema_path);
+    // Only the header matters: read the first line, so a large data file costs nothing.
+    std::ifstream schema(options.schema_path);
+    std::string first_line;
+    if (!schema || !std::getline(schema, first_line)) {
+      return fail(io_error("cannot read a header line from '" + options.schema_path + "'"));
+    }
+    auto header = data::parse_csv(first_line + "\n", options.schema_path);
     if (!header.ok()) return fail(header.status());
     for (const auto& column : header->columns()) {
       if (column.name != options.target) import_options.feature_names.push_back(column.name);

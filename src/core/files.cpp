@@ -72,8 +72,39 @@ MappedFile::~MappedFile() {
 }
 
 Result<std::string> read_file(const std::string& path) {
-  SLIPWAY_ASSIGN_OR_RETURN(auto mapped, MappedFile::open(path));
-  return std::string(mapped.text());
+  FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (file.get() < 0) return io_error("cannot open '" + path + "': " + errno_text());
+  struct stat info {};
+  if (::fstat(file.get(), &info) != 0) return io_error("cannot stat '" + path + "': " + errno_text());
+  if (S_ISDIR(info.st_mode)) return invalid_argument("'" + path + "' is a folder, not a file");
+  bool regular = S_ISREG(info.st_mode);
+  std::string content;
+  // Pipes and devices report no size: they are read in growing steps until end of file.
+  content.resize(regular ? static_cast<std::size_t>(info.st_size) : std::size_t{1} << 16);
+  std::size_t filled = 0;
+  while (true) {
+    if (filled == content.size()) {
+      if (regular) break;
+      content.resize(content.size() * 2);
+    }
+    ssize_t count = ::read(file.get(), content.data() + filled, content.size() - filled);
+    if (count < 0) {
+      if (errno == EINTR) continue;
+      return io_error("cannot read '" + path + "': " + errno_text());
+    }
+    if (count == 0) break;
+    filled += static_cast<std::size_t>(count);
+  }
+  if (regular) {
+    char extra = 0;
+    bool grew = filled == content.size() && ::read(file.get(), &extra, 1) > 0;
+    if (filled < content.size() || grew) {
+      return io_error("'" + path + "' changed size while it was being read (" + std::to_string(info.st_size) +
+                      " bytes at the start); is another program writing or truncating it?");
+    }
+  }
+  content.resize(filled);
+  return content;
 }
 
 Status make_directories(const std::string& path) {

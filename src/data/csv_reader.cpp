@@ -33,6 +33,9 @@ struct Chunk {
   std::vector<std::vector<float>> numbers;
   std::vector<char> numeric;
   std::deque<std::string> unescaped;
+  // The first infinite number of each column (line relative to the chunk): an error if the column
+  // ends up numeric, an ordinary category if it does not.
+  std::vector<std::optional<std::pair<std::size_t, std::string_view>>> first_infinite;
   std::size_t line_count = 0;  // physical lines in the chunk, quoted newlines included
   std::optional<ParseError> error;
 };
@@ -190,6 +193,7 @@ void parse_chunk(std::string_view text, const CsvOptions& options, std::size_t c
   chunk.fields.assign(column_count, {});
   chunk.numbers.assign(column_count, {});
   chunk.numeric.assign(column_count, 1);
+  chunk.first_infinite.assign(column_count, std::nullopt);
   char delimiter = options.delimiter;
   RecordParser parser{text, chunk.end, delimiter};
   parser.line_start = chunk.begin;
@@ -214,6 +218,9 @@ void parse_chunk(std::string_view text, const CsvOptions& options, std::size_t c
       chunk.fields[column].push_back(row[column]);
       if (!chunk.numeric[column]) continue;
       if (auto number = parse_number(row[column], options.missing_values)) {
+        if (std::isinf(*number) && !chunk.first_infinite[column]) {
+          chunk.first_infinite[column].emplace(record_line, row[column]);
+        }
         chunk.numbers[column].push_back(*number);
       } else {
         chunk.numeric[column] = 0;
@@ -280,6 +287,13 @@ Result<Table> parse_csv(std::string_view text, std::string_view source_name, con
     return invalid_argument(location(source_name, 1 + header_error->line_in_chunk, header_error->column) + ": " +
                             header_error->message);
   }
+  // Classic Mac files end lines with a lone CR: the whole file would read as one header line.
+  std::string_view first_line = text.substr(0, text.find('\n'));
+  if (auto cr = first_line.find('\r'); cr != std::string_view::npos && cr + 1 < first_line.size()) {
+    return invalid_argument(location(source_name, 1, 0) +
+                            ": the file uses CR-only line endings (old Mac style); convert them to LF or CRLF, "
+                            "e.g. with `tr '\\r' '\\n'`");
+  }
   std::vector<std::string> names;
   for (std::size_t index = 0; index < header_fields.size(); ++index) {
     std::string name(trim_spaces(header_fields[index]));
@@ -305,6 +319,20 @@ Result<Table> parse_csv(std::string_view text, std::string_view source_name, con
     }
     chunk_first_line += chunk.line_count;
   }
+  chunk_first_line = first_data_line;
+  for (const auto& chunk : chunks) {
+    for (std::size_t column = 0; column < names.size(); ++column) {
+      if (!chunk.first_infinite[column]) continue;
+      bool numeric = std::all_of(chunks.begin(), chunks.end(), [&](const Chunk& each) { return each.numeric[column]; });
+      if (!numeric) continue;
+      const auto& [line, field] = *chunk.first_infinite[column];
+      return invalid_argument(location(source_name, chunk_first_line + line, 0) + ": column '" + names[column] +
+                              "' holds '" + std::string(trim_spaces(field)) +
+                              "', which is infinite as a 32-bit float; use finite numbers (an empty field "
+                              "is a missing value)");
+    }
+    chunk_first_line += chunk.line_count;
+  }
 
   std::vector<Column> columns(names.size());
   parallel_for(names.size(), threads, [&](std::size_t index) {
@@ -316,8 +344,10 @@ Result<Table> parse_csv(std::string_view text, std::string_view source_name, con
 }
 
 Result<Table> read_csv(const std::string& path, const CsvOptions& options) {
-  SLIPWAY_ASSIGN_OR_RETURN(auto mapped, MappedFile::open(path));
-  return parse_csv(mapped.text(), path, options);
+  // Read, not mapped: a mapped file truncated by another program mid-parse would kill the
+  // process with SIGBUS; a read turns that into an error.
+  SLIPWAY_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  return parse_csv(text, path, options);
 }
 
 }  // namespace slipway::data

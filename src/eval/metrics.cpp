@@ -15,6 +15,11 @@ double Metrics::get(std::string_view name) const {
 
 double roc_auc(std::span<const float> scores, std::span<const double> labels) {
   std::size_t count = scores.size();
+  // A NaN score has no rank: the AUC is undefined. (NaN also breaks the strict weak ordering the
+  // sort needs and never equals itself, which once made the tie loop below spin forever.)
+  if (std::any_of(scores.begin(), scores.end(), [](float score) { return std::isnan(score); })) {
+    return std::nan("");
+  }
   std::vector<std::uint32_t> order(count);
   std::iota(order.begin(), order.end(), 0U);
   std::sort(order.begin(), order.end(), [&](auto a, auto b) { return scores[a] < scores[b]; });
@@ -93,7 +98,8 @@ Metrics multiclass_metrics(std::span<const float> probabilities, std::size_t cla
   double f1_total = 0.0;
   for (std::size_t label = 0; label < class_count; ++label) {
     std::size_t denominator = predicted_count[label] + actual_count[label];
-    f1_total += denominator == 0 ? 0.0 : 2.0 * static_cast<double>(true_positives[label]) / static_cast<double>(denominator);
+    f1_total +=
+        denominator == 0 ? 0.0 : 2.0 * static_cast<double>(true_positives[label]) / static_cast<double>(denominator);
   }
   double rows = static_cast<double>(std::max<std::size_t>(count, 1));
   Metrics metrics;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <bit>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -28,11 +29,11 @@ struct DatatypeInfo {
 };
 
 constexpr DatatypeInfo kDatatypes[] = {
-    {Datatype::kBool, "BOOL", 1},   {Datatype::kUint8, "UINT8", 1}, {Datatype::kUint16, "UINT16", 2},
+    {Datatype::kBool, "BOOL", 1},     {Datatype::kUint8, "UINT8", 1},   {Datatype::kUint16, "UINT16", 2},
     {Datatype::kUint32, "UINT32", 4}, {Datatype::kUint64, "UINT64", 8}, {Datatype::kInt8, "INT8", 1},
-    {Datatype::kInt16, "INT16", 2}, {Datatype::kInt32, "INT32", 4}, {Datatype::kInt64, "INT64", 8},
-    {Datatype::kFp16, "FP16", 2},   {Datatype::kBf16, "BF16", 2},   {Datatype::kFp32, "FP32", 4},
-    {Datatype::kFp64, "FP64", 8},   {Datatype::kBytes, "BYTES", 0},
+    {Datatype::kInt16, "INT16", 2},   {Datatype::kInt32, "INT32", 4},   {Datatype::kInt64, "INT64", 8},
+    {Datatype::kFp16, "FP16", 2},     {Datatype::kBf16, "BF16", 2},     {Datatype::kFp32, "FP32", 4},
+    {Datatype::kFp64, "FP64", 8},     {Datatype::kBytes, "BYTES", 0},
 };
 
 const DatatypeInfo& info(Datatype datatype) {
@@ -44,8 +45,14 @@ const DatatypeInfo& info(Datatype datatype) {
 
 bool is_integer(Datatype datatype) {
   switch (datatype) {
-    case Datatype::kUint8: case Datatype::kUint16: case Datatype::kUint32: case Datatype::kUint64:
-    case Datatype::kInt8: case Datatype::kInt16: case Datatype::kInt32: case Datatype::kInt64:
+    case Datatype::kUint8:
+    case Datatype::kUint16:
+    case Datatype::kUint32:
+    case Datatype::kUint64:
+    case Datatype::kInt8:
+    case Datatype::kInt16:
+    case Datatype::kInt32:
+    case Datatype::kInt64:
       return true;
     default:
       return false;
@@ -55,14 +62,22 @@ bool is_integer(Datatype datatype) {
 // The integer range of an integer datatype, as doubles (exact for the bounds that matter).
 std::pair<double, double> integer_range(Datatype datatype) {
   switch (datatype) {
-    case Datatype::kUint8: return {0, 255};
-    case Datatype::kUint16: return {0, 65535};
-    case Datatype::kUint32: return {0, 4294967295.0};
-    case Datatype::kUint64: return {0, 18446744073709551615.0};
-    case Datatype::kInt8: return {-128, 127};
-    case Datatype::kInt16: return {-32768, 32767};
-    case Datatype::kInt32: return {-2147483648.0, 2147483647.0};
-    default: return {-9223372036854775808.0, 9223372036854775807.0};
+    case Datatype::kUint8:
+      return {0, 255};
+    case Datatype::kUint16:
+      return {0, 65535};
+    case Datatype::kUint32:
+      return {0, 4294967295.0};
+    case Datatype::kUint64:
+      return {0, 18446744073709551615.0};
+    case Datatype::kInt8:
+      return {-128, 127};
+    case Datatype::kInt16:
+      return {-32768, 32767};
+    case Datatype::kInt32:
+      return {-2147483648.0, 2147483647.0};
+    default:
+      return {-9223372036854775808.0, 9223372036854775807.0};
   }
 }
 
@@ -88,11 +103,12 @@ Status flatten(element value, std::vector<element>& out, int depth) {
 }
 
 std::string number_text(double value) {
-  std::string text = std::to_string(value);
-  while (text.size() > 1 && text.back() == '0') text.pop_back();
-  if (!text.empty() && text.back() == '.') text.pop_back();
-  return text;
+  char buffer[32];
+  auto written = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return {buffer, written.ptr};
 }
+
+constexpr std::string_view kFiniteOnly = "; models take finite numbers (null, or NaN in binary data, for missing)";
 
 // One JSON element of a numeric tensor as float32; null (a Slipway extension) is missing.
 Result<float> json_number(element value, const TensorInput& input) {
@@ -131,7 +147,11 @@ Result<float> json_number(element value, const TensorInput& input) {
       if (datatype == Datatype::kFp16 || datatype == Datatype::kBf16) {
         return refuse("a JSON number; FP16 and BF16 travel only as binary tensor data (or send FP32)");
       }
-      return static_cast<float>(number);
+      auto single = static_cast<float>(number);
+      if (std::isinf(single)) {
+        return refuse(number_text(number) + ", which is infinite as a 32-bit float" + std::string(kFiniteOnly));
+      }
+      return single;
     }
     default:
       return refuse("a non-numeric value; send numbers (or null for missing)");
@@ -147,20 +167,34 @@ T read_le(const char* bytes) {
 
 float binary_number(Datatype datatype, const char* bytes) {
   switch (datatype) {
-    case Datatype::kBool: return *bytes != 0 ? 1.0f : 0.0f;
-    case Datatype::kUint8: return static_cast<float>(read_le<std::uint8_t>(bytes));
-    case Datatype::kUint16: return static_cast<float>(read_le<std::uint16_t>(bytes));
-    case Datatype::kUint32: return static_cast<float>(read_le<std::uint32_t>(bytes));
-    case Datatype::kUint64: return static_cast<float>(read_le<std::uint64_t>(bytes));
-    case Datatype::kInt8: return static_cast<float>(read_le<std::int8_t>(bytes));
-    case Datatype::kInt16: return static_cast<float>(read_le<std::int16_t>(bytes));
-    case Datatype::kInt32: return static_cast<float>(read_le<std::int32_t>(bytes));
-    case Datatype::kInt64: return static_cast<float>(read_le<std::int64_t>(bytes));
-    case Datatype::kFp16: return half_to_float(read_le<std::uint16_t>(bytes));
-    case Datatype::kBf16: return std::bit_cast<float>(std::uint32_t{read_le<std::uint16_t>(bytes)} << 16);
-    case Datatype::kFp32: return read_le<float>(bytes);
-    case Datatype::kFp64: return static_cast<float>(read_le<double>(bytes));
-    case Datatype::kBytes: break;
+    case Datatype::kBool:
+      return *bytes != 0 ? 1.0f : 0.0f;
+    case Datatype::kUint8:
+      return static_cast<float>(read_le<std::uint8_t>(bytes));
+    case Datatype::kUint16:
+      return static_cast<float>(read_le<std::uint16_t>(bytes));
+    case Datatype::kUint32:
+      return static_cast<float>(read_le<std::uint32_t>(bytes));
+    case Datatype::kUint64:
+      return static_cast<float>(read_le<std::uint64_t>(bytes));
+    case Datatype::kInt8:
+      return static_cast<float>(read_le<std::int8_t>(bytes));
+    case Datatype::kInt16:
+      return static_cast<float>(read_le<std::int16_t>(bytes));
+    case Datatype::kInt32:
+      return static_cast<float>(read_le<std::int32_t>(bytes));
+    case Datatype::kInt64:
+      return static_cast<float>(read_le<std::int64_t>(bytes));
+    case Datatype::kFp16:
+      return half_to_float(read_le<std::uint16_t>(bytes));
+    case Datatype::kBf16:
+      return std::bit_cast<float>(std::uint32_t{read_le<std::uint16_t>(bytes)} << 16);
+    case Datatype::kFp32:
+      return read_le<float>(bytes);
+    case Datatype::kFp64:
+      return static_cast<float>(read_le<double>(bytes));
+    case Datatype::kBytes:
+      break;
   }
   return std::numeric_limits<float>::quiet_NaN();
 }
@@ -298,17 +332,23 @@ Status read_binary_inputs(std::vector<TensorInput>& inputs, std::string_view bin
     std::size_t element_size = datatype_size(input.datatype);
     if (size != input.element_count * element_size) {
       return invalid_argument(where + " has binary_data_size " + std::to_string(size) + " but its shape and " +
-                              std::string(datatype_name(input.datatype)) + " need " + std::to_string(input.element_count * element_size) +
-                              " bytes");
+                              std::string(datatype_name(input.datatype)) + " need " +
+                              std::to_string(input.element_count * element_size) + " bytes");
     }
     input.numbers.resize(input.element_count);
     for (std::size_t index = 0; index < input.element_count; ++index) {
-      input.numbers[index] = binary_number(input.datatype, bytes.data() + index * element_size);
+      float number = binary_number(input.datatype, bytes.data() + index * element_size);
+      if (std::isinf(number)) {
+        return invalid_argument(where + " holds an infinite value at element " + std::to_string(index) + " (as a " +
+                                "32-bit float)" + std::string(kFiniteOnly));
+      }
+      input.numbers[index] = number;
     }
   }
   if (offset != binary.size()) {
-    return invalid_argument(std::to_string(binary.size() - offset) +
-                            " bytes follow the binary inputs' data; their binary_data_size must cover the body exactly");
+    return invalid_argument(
+        std::to_string(binary.size() - offset) +
+        " bytes follow the binary inputs' data; their binary_data_size must cover the body exactly");
   }
   return {};
 }

@@ -1,6 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <thread>
 
 #include "slipway/data.h"
 #include "support/test_support.h"
@@ -93,6 +98,77 @@ TEST(CsvReader, ReadsTheLendingClubFile) {
   EXPECT_EQ(table->find("funded_amnt")->type, ColumnType::kNumeric);
   EXPECT_EQ(table->find("addr_state")->dictionary.size(), 50u);
   EXPECT_EQ(read_csv("/no/such/file.csv").status().code(), StatusCode::kIo);
+}
+
+// Regression: infinities reached the trainer and evaluation (and hung the AUC).
+TEST(CsvReader, RefusesInfiniteNumbersNamingColumnAndLine) {
+  auto inf = parse_csv("a,b\n1,2\n3,inf\n", "t.csv");
+  ASSERT_FALSE(inf.ok());
+  EXPECT_EQ(inf.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(inf.status().message().find("t.csv:3"), std::string::npos) << inf.status().message();
+  EXPECT_NE(inf.status().message().find("column 'b'"), std::string::npos) << inf.status().message();
+  // Finite as a double, infinite as the float32 Slipway stores.
+  auto huge = parse_csv("a,b\n1e300,2\n", "t.csv");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("'1e300'"), std::string::npos) << huge.status().message();
+  EXPECT_FALSE(parse_csv("a\n-Infinity\n", "t.csv").ok());
+  // In a text column "inf" is just a category.
+  auto text = parse_csv("a\nx\ninf\n", "t.csv");
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  EXPECT_EQ(text->column(0).type, ColumnType::kCategorical);
+  // "nan" is a missing value.
+  auto nan = parse_csv("a\n1\nnan\n", "t.csv");
+  ASSERT_TRUE(nan.ok());
+  EXPECT_TRUE(nan->column(0).is_missing(1));
+}
+
+TEST(CsvReader, RefusesCrOnlyLineEndings) {
+  auto table = parse_csv("a,b\r1,2\r3,4\r", "mac.csv");
+  ASSERT_FALSE(table.ok());
+  EXPECT_NE(table.status().message().find("CR-only"), std::string::npos) << table.status().message();
+  EXPECT_TRUE(parse_csv("a,b\r\n1,2\r\n", "dos.csv").ok());
+}
+
+// Regression: the reader mapped the file, and a file truncated meanwhile killed the process with
+// SIGBUS. Now a changing file is an error or a consistent read, never a crash.
+TEST(CsvReader, SurvivesAFileTruncatedWhileBeingRead) {
+  testing::TempDir dir;
+  std::string path = dir.file("moving.csv");
+  std::string content = "a,b\n";
+  for (int row = 0; row < 200'000; ++row) content += std::to_string(row) + "," + std::to_string(row * 3) + "\n";
+  testing::write_text(path, content);
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    while (!done.load()) {
+      std::filesystem::resize_file(path, 64);
+      std::filesystem::resize_file(path, content.size());
+    }
+  });
+  int reads = 0;
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    auto table = read_csv(path, CsvOptions{.thread_count = 2});
+    if (table.ok()) ++reads;
+  }
+  done = true;
+  writer.join();
+  SUCCEED() << reads << " of 50 reads saw a whole file";
+}
+
+TEST(ReadFile, ReadsPipesToTheirEnd) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  std::string sent(200'000, 'x');
+  std::thread writer([&] {
+    std::size_t written = 0;
+    while (written < sent.size())
+      written += static_cast<std::size_t>(::write(fds[1], sent.data() + written, sent.size() - written));
+    ::close(fds[1]);
+  });
+  auto read = read_file("/proc/self/fd/" + std::to_string(fds[0]));
+  writer.join();
+  ::close(fds[0]);
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  EXPECT_EQ(read->size(), sent.size());
 }
 
 TEST(Table, ColumnIndexListsKnownColumns) {

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "slipway/eval.h"
 #include "slipway/train.h"
@@ -16,6 +17,17 @@ TEST(Auc, CountsTiesAsHalf) {
   EXPECT_DOUBLE_EQ(roc_auc(tied, labels), 0.5);
   std::vector<double> one_class = {1, 1, 1, 1};
   EXPECT_TRUE(std::isnan(roc_auc(scores, one_class)));
+}
+
+// Regression: a NaN score never equals itself, and the tie loop once spun forever on it.
+TEST(Auc, NanScoresGiveNanAndInfinitiesRank) {
+  std::vector<double> labels = {0, 1, 0, 1, 1};
+  std::vector<float> with_nan = {0.1f, std::nanf(""), 0.3f, 0.9f, std::nanf("")};
+  EXPECT_TRUE(std::isnan(roc_auc(with_nan, labels)));
+  float infinity = std::numeric_limits<float>::infinity();
+  std::vector<float> with_infinities = {-infinity, infinity, 0.3f, infinity, 0.5f};
+  EXPECT_DOUBLE_EQ(roc_auc(with_infinities, labels), 1.0);
+  EXPECT_TRUE(std::isnan(binary_metrics(with_nan, labels).get("auc")));
 }
 
 TEST(BinaryMetrics, MatchHandComputedValues) {

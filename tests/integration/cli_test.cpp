@@ -148,16 +148,24 @@ TEST_F(CliTest, BadInputGetsOneClearSentenceAndWritesNothing) {
 // writes; the per-round metrics are in `show`; a warm start continues a registered model.
 TEST_F(CliTest, GbdtCheckpointResumeHistoryAndWarmStart) {
   ASSERT_EQ(slipway({"init"}).exit_code, 0);
-  std::vector<std::string> gbdt = {"--model",         "gbdt", "--param", "rounds=40", "--param", "subsample=0.8",
-                                   "--param",         "early_stopping_rounds=30",  "--checkpoint-every", "10",
+  std::vector<std::string> gbdt = {"--model",
+                                   "gbdt",
+                                   "--param",
+                                   "rounds=40",
+                                   "--param",
+                                   "subsample=0.8",
+                                   "--param",
+                                   "early_stopping_rounds=30",
+                                   "--checkpoint-every",
+                                   "10",
                                    "--no-progress"};
   auto whole = train_lending(gbdt);
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
   std::string whole_sha = json_string(whole.out, "bundle_sha256");
 
-  std::vector<std::string> args = {slipway_binary(), "--home", home_.path(), "--json", "train",
-                                   "--data", data_path("lending_club.csv"), "--target", "Class",
-                                   "--split", "stratified", "--slice", "addr_state"};
+  std::vector<std::string> args = {
+      slipway_binary(), "--home", home_.path(), "--json",     "train",   "--data",    data_path("lending_club.csv"),
+      "--target",       "Class",  "--split",    "stratified", "--slice", "addr_state"};
   args.insert(args.end(), gbdt.begin(), gbdt.end());
   auto killed = run_command(args, {"SLIPWAY_CRASH_AT=train.after_checkpoint"});
   EXPECT_EQ(killed.exit_code, 128 + 9);
@@ -181,13 +189,39 @@ TEST_F(CliTest, GbdtCheckpointResumeHistoryAndWarmStart) {
   EXPECT_NE(slipway({"show", killed_run}).out.find("per round ("), std::string::npos);
 
   ASSERT_EQ(train_lending({"--model", "gbdt", "--param", "rounds=5", "--register", "trees"}).exit_code, 0);
-  auto warm = train_lending({"--model", "gbdt", "--param", "rounds=5", "--init-model", "trees@1", "--out",
-                             home_.file("warm.bundle")});
+  auto warm = train_lending(
+      {"--model", "gbdt", "--param", "rounds=5", "--init-model", "trees@1", "--out", home_.file("warm.bundle")});
   ASSERT_EQ(warm.exit_code, 0) << warm.err;
   auto warm_run = slipway({"show", json_string(warm.out, "run_id")});
   EXPECT_NE(warm_run.out.find("init_model = trees@1 sha256:"), std::string::npos) << warm_run.out;
   auto importance = slipway({"--json", "explain", home_.file("warm.bundle"), "--importance"});
   EXPECT_EQ(importance.exit_code, 0) << importance.err;
+}
+
+// Regression: an infinite feature value made train and eval spin forever in the AUC. Now the
+// reader refuses it with the column and line, and rows with an empty target are counted aloud.
+TEST_F(CliTest, InfinitiesAreRefusedAndDroppedTargetsCounted) {
+  ASSERT_EQ(slipway({"init"}).exit_code, 0);
+  std::string csv = "x,y,label\n";
+  for (int row = 0; row < 200; ++row) {
+    csv += std::to_string(row % 17) + "," + std::to_string((row * 7) % 13) + "," + (row % 3 == 0 ? "yes" : "no") + "\n";
+  }
+  csv += "4,5,\n4,6,\n";  // two rows without a target
+  write_text(home_.file("clean.csv"), csv);
+  write_text(home_.file("infinite.csv"), csv + "3,inf,yes\n");
+  auto refused = slipway({"train", "--data", home_.file("infinite.csv"), "--target", "label", "--model", "gbdt"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.err.find("infinite.csv:204: column 'y' holds 'inf'"), std::string::npos) << refused.err;
+  auto trained = slipway({"--json", "train", "--data", home_.file("clean.csv"), "--target", "label", "--model", "gbdt",
+                          "--register", "small"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  EXPECT_NE(trained.err.find("whose target 'label' is empty"), std::string::npos) << trained.err;
+  auto evaluated = slipway({"eval", "small", "--data", home_.file("infinite.csv")});
+  EXPECT_EQ(evaluated.exit_code, 1);
+  EXPECT_NE(evaluated.err.find("column 'y' holds 'inf'"), std::string::npos) << evaluated.err;
+  auto clean = slipway({"--json", "eval", "small", "--data", home_.file("clean.csv")});
+  ASSERT_EQ(clean.exit_code, 0) << clean.err;
+  EXPECT_NE(clean.out.find("\"rows_missing_target\":2"), std::string::npos) << clean.out;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <future>
 #include <thread>
 
@@ -369,6 +370,13 @@ TEST_F(ServiceTest, NumericDatatypesAreCoercedOrRefused) {
   EXPECT_EQ(with_type("BOOL", "[true, false]").status, 200);
   auto half = with_type("FP16", "[1, 2]");
   EXPECT_NE(half.body.find("FP16 and BF16 travel only as binary"), std::string::npos) << half.body;
+  // Regression: 1e300 became +inf in float32 and reached the model.
+  for (const char* type : {"FP32", "FP64"}) {
+    auto huge = with_type(type, "[1e300, 2]");
+    EXPECT_EQ(huge.status, 400) << type;
+    EXPECT_NE(huge.body.find("holds 1e+300, which is infinite as a 32-bit float"), std::string::npos) << huge.body;
+  }
+  EXPECT_EQ(with_type("FP64", "[-1e39, 2]").status, 400);
 }
 
 // Triton's binary tensor extension: a JSON header of Inference-Header-Content-Length bytes,
@@ -445,6 +453,13 @@ TEST_F(ServiceTest, BinaryTensorsInAndOut) {
   EXPECT_NE(padded.body.find("3 bytes follow the binary inputs' data"), std::string::npos) << padded.body;
   auto no_header = post("/v2/models/lending/infer", header);
   EXPECT_NE(no_header.body.find("no Inference-Header-Content-Length header"), std::string::npos) << no_header.body;
+  // An infinite FP64 in binary data (the first input is numeric) is refused; NaN is missing.
+  std::string with_infinity = binary;
+  double infinity = std::numeric_limits<double>::infinity();
+  std::memcpy(with_infinity.data(), &infinity, sizeof infinity);
+  auto infinite = service_->handle("POST", "/v2/models/lending/infer", header + with_infinity, headers);
+  EXPECT_EQ(infinite.status, 400);
+  EXPECT_NE(infinite.body.find("holds an infinite value at element 0"), std::string::npos) << infinite.body;
   std::string too_long = std::to_string(header.size() + binary.size() + 1);
   auto beyond = service_->handle("POST", "/v2/models/lending/infer", header + binary,
                                  RequestHeaders{.authorization = {}, .inference_header_length = too_long});
