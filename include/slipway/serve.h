@@ -18,6 +18,7 @@
 
 #include "slipway/core.h"
 #include "slipway/data.h"
+#include "slipway/http.h"
 #include "slipway/registry.h"
 
 namespace slipway::serve {
@@ -37,6 +38,7 @@ struct RequestHeaders {
   std::string_view authorization;  // the Authorization header; empty when absent
   // Triton's binary tensor extension: the length of the JSON part of the body; empty when absent.
   std::string_view inference_header_length;
+  bool inference_header_length_repeated = false;  // sent more than once: refused
 };
 
 // Dynamic batching of one model version (Triton's semantics; see src/serve/batcher.h). With
@@ -45,9 +47,9 @@ struct BatchingConfig {
   std::size_t max_batch_size = 0;  // rows; 0 or 1: every request runs alone, as it arrives
   std::chrono::microseconds max_queue_delay{0};
   std::vector<std::size_t> preferred_batch_sizes;
-  std::size_t max_queue_size = 0;  // queued requests; 0 = unbounded
+  std::size_t max_queue_size = 0;                // queued requests; 0 = unbounded
   std::chrono::microseconds default_timeout{0};  // 0 = none
-  int priority_levels = 1;  // priorities 1 (highest) .. levels; 0 means default_priority
+  int priority_levels = 1;                       // priorities 1 (highest) .. levels; 0 means default_priority
   int default_priority = 1;
   int instances = 1;  // executors running batches in parallel
 
@@ -138,10 +140,14 @@ class Service {
   void stop_batching();
   // True for requests that run or load a model: the HTTP layer sends those to the worker pool.
   static bool needs_worker(std::string_view target);
-  // Counts a request the HTTP layer refused before routing it (backlog full), and one it dropped
-  // because its client had closed the connection while the request waited.
-  void record_rejection(std::string_view target);
-  void record_abandoned(std::string_view target);
+  // Counts a request the HTTP layer answered or dropped itself (backlog full, client gone, no
+  // route). Only names of existing models become labels; and none under auth, whose check has
+  // not run for such requests.
+  void record_refusal(std::string_view target, http::Refusal refusal);
+  // Replaces the server-wide serving defaults and per-model overrides (a reloaded --config);
+  // models swap to their new configuration on their next request.
+  void set_serving_configs(ModelServingConfig defaults,
+                           std::map<std::string, std::map<std::string, std::string>> overrides);
   // Prometheus text exposition of the server's metrics.
   std::string metrics_text() const;
 
@@ -154,15 +160,23 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   std::uint16_t port = 8080;  // 0 picks a free port; port() tells which
   int io_threads = 2;
-  int worker_threads = 0;  // 0 = default_thread_count()
+  int worker_threads = 0;                              // 0 = default_thread_count()
   std::size_t max_body_bytes = std::size_t{64} << 20;  // larger bodies: 413
-  std::size_t max_header_bytes = 16 * 1024;             // larger request headers: 431
+  std::size_t max_header_bytes = 16 * 1024;            // larger request headers: 431
   // The longest a connection may take to deliver a request (or stay idle between requests);
   // a client slower than that is disconnected, so slow clients cannot hold connections.
   std::chrono::seconds read_timeout{30};
   // Inference and load requests waiting for a worker, at most; beyond it a request is answered
   // 429 at once. 0 = 64 per worker thread.
   int max_pending_requests = 0;
+  // Open connections, at most (http::ServerOptions::max_connections). 0 = from the fd limit.
+  int max_connections = 0;
+  // Request bodies in flight, in bytes, at most; past it 503. 0 = 4 x max_body_bytes.
+  std::size_t max_inflight_body_bytes = 0;
+  // How long a stop waits for requests in flight; batch requests still queued then get 503.
+  std::chrono::milliseconds drain_timeout{5000};
+  // Called on SIGHUP (e.g. to reload the --config file); without it SIGHUP is ignored.
+  std::function<void(Service&)> on_hangup;
   ServiceOptions service;
 };
 
@@ -175,9 +189,11 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   std::uint16_t port() const;
+  http::ServerStats http_stats() const;
   Service& service();
-  // Blocks until stop() or SIGINT/SIGTERM; then stops accepting, lets requests in flight finish
-  // (up to a few seconds) and returns.
+  // Blocks until stop() or SIGINT/SIGTERM; then drains as http::Server::run does: idle
+  // connections close, requests in flight finish and are answered with `Connection: close`, and
+  // batch requests still queued at drain_timeout are answered 503. SIGHUP calls on_hangup.
   void run();
   // Thread-safe; run() returns soon after.
   void stop();

@@ -81,6 +81,7 @@ struct ServeOptions {
   std::size_t cache_bytes = std::size_t{64} << 20;
   std::size_t memory_budget_mb = 0;
   int max_pending = 0;  // 0: 64 per worker thread
+  int max_connections = 0;  // 0: from the open-file limit
   bool lazy = false;   // load models on their first request instead of at start
   bool auth = false;   // require bearer tokens
 };

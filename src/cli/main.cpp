@@ -118,6 +118,10 @@ int main(int argc, char** argv) {
                             "Most memory loaded models may take; the least recently used unload first (0: none)");
   serve_command->add_option("--max-pending", serve_options.max_pending,
                             "Requests waiting for a worker before new ones get 429 (default: 64 per worker)");
+  serve_command->add_option("--max-connections", serve_options.max_connections,
+                            "Open connections at most; at the limit the longest-idle one is closed for a new one "
+                            "(default: the open-file limit less 256)")
+      ->check(CLI::Range(0, 10'000'000));
   serve_command->add_flag("--lazy", serve_options.lazy, "Load each model on its first request, not at start");
   serve_command->add_flag("--auth", serve_options.auth,
                           "Require bearer tokens (`slipway token create`): predict, deploy or admin");

@@ -1,4 +1,6 @@
 // slipway serve, serving-config and token.
+#include <sys/resource.h>
+
 #include <iostream>
 
 #include <fmt/format.h>
@@ -36,6 +38,42 @@ std::map<std::string, std::string> ServingConfigFlags::given() const {
   return chosen;
 }
 
+namespace {
+
+// The server-wide defaults and per-model overrides from the --config file, the flags (which win
+// over the file's defaults) and --cache. Read at start and again on SIGHUP.
+struct ComposedConfigs {
+  serve::ModelServingConfig defaults;
+  std::map<std::string, std::map<std::string, std::string>> overrides;
+};
+
+Result<ComposedConfigs> compose_serving_configs(const ServeOptions& flags, const ServingConfigFlags& defaults) {
+  serve::ServingConfigFile file;
+  if (!flags.config_path.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(file, serve::read_serving_config_file(flags.config_path));
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto file_defaults, serve::apply_serving_config({}, file.defaults));
+  ComposedConfigs composed;
+  SLIPWAY_ASSIGN_OR_RETURN(composed.defaults, serve::apply_serving_config(file_defaults, defaults.given()));
+  composed.overrides = file.models;
+  for (const auto& name : flags.cached_models) {
+    SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(name));
+    composed.overrides[name]["cache"] = "true";
+  }
+  return composed;
+}
+
+// A server holds a descriptor per connection: take the hard limit, as nginx's
+// worker_rlimit_nofile does, so the connection cap is not the soft default of 1,024.
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &limit);
+}
+
+}  // namespace
+
 int run_serve(const GlobalOptions& global, const ServeOptions& flags, const ServingConfigFlags& defaults) {
   if (flags.port < 0 || flags.port > 65535) return fail(invalid_argument("--port must be between 0 and 65535"));
   serve::ServerOptions options;
@@ -45,22 +83,24 @@ int run_serve(const GlobalOptions& global, const ServeOptions& flags, const Serv
   options.io_threads = flags.io_threads;
   if (flags.max_pending < 0) return fail(invalid_argument("--max-pending must be >= 0"));
   options.max_pending_requests = flags.max_pending;
-  serve::ServingConfigFile file;
+  raise_open_file_limit();
+  options.max_connections = flags.max_connections;
+  auto composed = compose_serving_configs(flags, defaults);
+  if (!composed.ok()) return fail(composed.status());
+  const serve::ModelServingConfig* server_defaults = &composed->defaults;
+  options.service.defaults = composed->defaults;
+  options.service.model_overrides = composed->overrides;
   if (!flags.config_path.empty()) {
-    auto read = serve::read_serving_config_file(flags.config_path);
-    if (!read.ok()) return fail(read.status());
-    file = std::move(read).value();
-  }
-  // Defaults: the file's, then the flags' (flags win), for every model.
-  auto file_defaults = serve::apply_serving_config({}, file.defaults);
-  if (!file_defaults.ok()) return fail(file_defaults.status());
-  auto server_defaults = serve::apply_serving_config(*file_defaults, defaults.given());
-  if (!server_defaults.ok()) return fail(server_defaults.status());
-  options.service.defaults = *server_defaults;
-  options.service.model_overrides = file.models;
-  for (const auto& name : flags.cached_models) {
-    if (auto valid = registry::validate_model_name(name); !valid.ok()) return fail(valid);
-    options.service.model_overrides[name]["cache"] = "true";
+    // SIGHUP re-reads the --config file; a file that no longer parses keeps what is served.
+    options.on_hangup = [flags, defaults](serve::Service& service) {
+      auto reloaded = compose_serving_configs(flags, defaults);
+      if (!reloaded.ok()) {
+        log_error("SIGHUP: " + flags.config_path + " not reloaded: " + reloaded.status().message());
+        return;
+      }
+      service.set_serving_configs(std::move(reloaded->defaults), std::move(reloaded->overrides));
+      log_info("SIGHUP: serving configs reloaded from " + flags.config_path);
+    };
   }
   options.service.response_cache_bytes = flags.cache_bytes;
   options.service.memory_budget_bytes = flags.memory_budget_mb << 20;

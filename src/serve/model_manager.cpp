@@ -39,8 +39,7 @@ Status ModelManager::refresh(const std::string& name, bool force) {
     auto found = slots_.find(name);
     if (!force && found != slots_.end() && found->second.resolution != nullptr &&
         now - found->second.fetched < options_.refresh) {
-      return found->second.resolution->versions.empty() ? not_found("model '" + name + "' has no versions")
-                                                         : Status{};
+      return found->second.resolution->versions.empty() ? not_found("model '" + name + "' has no versions") : Status{};
     }
   }
   // The registry is asked outside our lock; two threads may both refresh, which is harmless.
@@ -67,15 +66,22 @@ ModelManager::Resolution ModelManager::resolve_config(const std::string& name,
   Resolution resolution;
   resolution.versions = std::move(versions);
   for (const auto& entry : resolution.versions) resolution.numbers.push_back(entry.version);
-  auto config = apply_serving_config(options_.defaults, registry_config);
+  ModelServingConfig defaults;
+  std::optional<std::map<std::string, std::string>> model_overrides;
+  {
+    std::lock_guard lock(config_mutex_);
+    defaults = options_.defaults;
+    auto found = options_.overrides.find(name);
+    if (found != options_.overrides.end()) model_overrides = found->second;
+  }
+  auto config = apply_serving_config(defaults, registry_config);
   if (!config.ok()) {
     resolution.config_error = failed_precondition("the serving config of model '" + name +
                                                   "' in the registry is invalid: " + config.status().message());
     return resolution;
   }
-  auto overrides = options_.overrides.find(name);
-  if (overrides != options_.overrides.end()) {
-    config = apply_serving_config(*config, overrides->second);
+  if (model_overrides) {
+    config = apply_serving_config(*config, *model_overrides);
     if (!config.ok()) {
       resolution.config_error =
           failed_precondition("the --config file's entry for '" + name + "': " + config.status().message());
@@ -84,6 +90,22 @@ ModelManager::Resolution ModelManager::resolve_config(const std::string& name,
   }
   resolution.config = std::move(config).value();
   return resolution;
+}
+
+bool ModelManager::knows(std::string_view name) const {
+  std::lock_guard lock(mutex_);
+  return slots_.find(name) != slots_.end();
+}
+
+void ModelManager::set_serving_configs(ModelServingConfig defaults,
+                                       std::map<std::string, std::map<std::string, std::string>> overrides) {
+  {
+    std::lock_guard lock(config_mutex_);
+    options_.defaults = std::move(defaults);
+    options_.overrides = std::move(overrides);
+  }
+  std::lock_guard lock(mutex_);
+  for (auto& [name, slot] : slots_) slot.fetched = {};  // resolved again on the next request
 }
 
 Result<ModelManager::Target> ModelManager::target_of(const std::string& name, std::optional<std::int64_t> version) {
@@ -102,7 +124,11 @@ Result<ModelManager::Target> ModelManager::target_of(const std::string& name, st
   // `fresh_only`: take the resolution only if it is younger than the refresh period.
   auto snapshot = [&](bool fresh_only) {
     std::lock_guard lock(mutex_);
-    const Slot& slot = slots_[name];
+    // find, not []: a name that resolves to nothing must leave no slot behind (every junk name
+    // in a request path would otherwise grow the map).
+    auto existing = slots_.find(name);
+    if (existing == slots_.end()) return false;
+    const Slot& slot = existing->second;
     if (fresh_only && (slot.resolution == nullptr || Clock::now() - slot.fetched >= options_.refresh)) return false;
     target.resolution = slot.resolution;
     target.version = target.resolution == nullptr ? nullptr : pick(target.resolution->versions);
@@ -163,8 +189,7 @@ Result<std::shared_ptr<LoadedModel>> ModelManager::load_version(const std::strin
   for (int request = 0; request < config.warmup_requests; ++request) (void)bundle->predict_preprocessed(row, 1);
   if (config.batching.max_batch_size > 1 && !batching_stopped) {
     fresh->batcher = std::make_shared<Batcher>(
-        bundle, config.batching,
-        [metrics = &metrics_, name, version_text = fresh->version_text](std::size_t rows) {
+        bundle, config.batching, [metrics = &metrics_, name, version_text = fresh->version_text](std::size_t rows) {
           metrics->record_execution(name, version_text, rows, true);
         });
   }
@@ -375,13 +400,16 @@ std::vector<ModelState> ModelManager::index(bool ready_only) {
   for (const auto& name : names) {
     auto found = slots_.find(name);
     if (found != slots_.end() && !found->second.loaded.empty()) {
-      for (const auto& [number, loaded] : found->second.loaded) states.push_back({name, loaded->version_text, "READY", ""});
+      for (const auto& [number, loaded] : found->second.loaded)
+        states.push_back({name, loaded->version_text, "READY", ""});
       continue;
     }
     if (ready_only) continue;
     std::string reason = "not loaded; it loads on its first request";
-    if (found != slots_.end() && found->second.unloaded) reason = "unloaded";
-    else if (found != slots_.end() && !found->second.failure.ok()) reason = found->second.failure.message();
+    if (found != slots_.end() && found->second.unloaded)
+      reason = "unloaded";
+    else if (found != slots_.end() && !found->second.failure.ok())
+      reason = found->second.failure.message();
     states.push_back({name, "", "UNAVAILABLE", reason});
   }
   return states;

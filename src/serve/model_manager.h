@@ -75,6 +75,13 @@ class ModelManager {
   // model the operator unloaded or one that does not fit the memory budget; DataLoss for a
   // damaged bundle. Thread-safe.
   Result<Servable> acquire(const std::string& name, std::optional<std::int64_t> version);
+  // True when `name` resolved to a registered model at least once (a name that never did cannot
+  // be a metric label). Thread-safe.
+  bool knows(std::string_view name) const;
+  // Replaces the server-wide defaults and the per-model overrides (a reloaded --config file).
+  // Models pick them up on their next request and swap as for any configuration change.
+  void set_serving_configs(ModelServingConfig defaults,
+                           std::map<std::string, std::map<std::string, std::string>> overrides);
   // The repository API: (re)loads the default version with the current configuration and makes
   // it serve; undoes an unload. A failure leaves what was serving.
   Status load(const std::string& name);
@@ -103,8 +110,8 @@ class ModelManager {
     std::optional<std::int64_t> default_version;  // the version the unversioned routes serve now
     bool unloaded = false;                        // by the operator
     bool background_load = false;                 // queued or running
-    std::string failed_load;  // the sha256 and configuration of the last failed load
-    Status failure;           // its error; ok when the last load succeeded
+    std::string failed_load;                      // the sha256 and configuration of the last failed load
+    Status failure;                               // its error; ok when the last load succeeded
     std::chrono::steady_clock::time_point failed_at;
     std::shared_ptr<std::mutex> load_mutex = std::make_shared<std::mutex>();
   };
@@ -137,8 +144,10 @@ class ModelManager {
   registry::Registry& registry_;
   Options options_;
   ServerMetrics& metrics_;
-  std::mutex mutex_;
-  std::map<std::string, Slot> slots_;
+  mutable std::mutex mutex_;
+  std::map<std::string, Slot, std::less<>> slots_;
+  // Guards options_.defaults and options_.overrides, which a reload replaces.
+  mutable std::mutex config_mutex_;
   // Batchers of models no longer served, kept until their queues drain and no request holds them.
   std::vector<std::shared_ptr<Batcher>> retired_;
   std::deque<std::string> pending_loads_;

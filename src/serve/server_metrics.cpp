@@ -1,6 +1,14 @@
 #include "serve/server_metrics.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <vector>
 
 #include "slipway/core.h"
 
@@ -30,17 +38,28 @@ std::string label_value(std::string_view text) {
 // The failure reason of a response that did not say one, from its HTTP status.
 std::string reason_for_status(int status) {
   switch (status) {
-    case 400: return "invalid_request";
-    case 401: return "unauthenticated";
-    case 403: return "forbidden";
-    case 404: return "not_found";
-    case 405: return "method_not_allowed";
-    case 409: return "conflict";
-    case 413: return "body_too_large";
-    case 429: return "queue_full";
-    case 431: return "headers_too_large";
-    case 503: return "unavailable";
-    default: return status >= 500 ? "internal" : "client_error";
+    case 400:
+      return "invalid_request";
+    case 401:
+      return "unauthenticated";
+    case 403:
+      return "forbidden";
+    case 404:
+      return "not_found";
+    case 405:
+      return "method_not_allowed";
+    case 409:
+      return "conflict";
+    case 413:
+      return "body_too_large";
+    case 429:
+      return "queue_full";
+    case 431:
+      return "headers_too_large";
+    case 503:
+      return "unavailable";
+    default:
+      return status >= 500 ? "internal" : "client_error";
   }
 }
 
@@ -53,7 +72,8 @@ template <typename Map>
 typename Map::mapped_type& entry(Map& map, std::string_view model, std::string_view version) {
   auto found = map.find(std::pair<std::string_view, std::string_view>{model, version});
   if (found == map.end()) {
-    found = map.emplace(typename Map::key_type{std::string(model), std::string(version)}, typename Map::mapped_type{}).first;
+    found = map.emplace(typename Map::key_type{std::string(model), std::string(version)}, typename Map::mapped_type{})
+                .first;
   }
   return found->second;
 }
@@ -69,7 +89,73 @@ typename Map::mapped_type& entry(Map& map, std::string_view model, std::string_v
   return found->second;
 }
 
+// The routes counted by record_route; anything else counts as "other".
+constexpr std::array<std::string_view, 11> kRoutes = {
+    "infer",       "health", "server_metadata", "model_metadata", "model_ready", "model_config",
+    "model_stats", "stats",  "repository",      "metrics",        "other"};
+
+std::size_t route_index(std::string_view route) {
+  for (std::size_t index = 0; index < kRoutes.size(); ++index) {
+    if (kRoutes[index] == route) return index;
+  }
+  return kRoutes.size() - 1;
+}
+
+// The process_* metrics Prometheus client libraries export, read from /proc at scrape time.
+void append_process_metrics(std::string& out) {
+  auto gauge = [&](std::string_view name, std::string_view type, std::string_view help, double value) {
+    out += "# HELP " + std::string(name) + " " + std::string(help) + "\n";
+    out += "# TYPE " + std::string(name) + " " + std::string(type) + "\n";
+    out += std::string(name) + " " + number_text(value) + "\n";
+  };
+  long page_size = ::sysconf(_SC_PAGESIZE);
+  long ticks = ::sysconf(_SC_CLK_TCK);
+  std::ifstream stat("/proc/self/stat");
+  std::string stat_line;
+  if (std::getline(stat, stat_line)) {
+    // Fields after the command name (which may hold spaces) start at the last ')'.
+    std::istringstream fields(stat_line.substr(stat_line.rfind(')') + 2));
+    std::vector<std::string> values{std::istream_iterator<std::string>(fields), {}};
+    // values[0] is field 3 (state): utime is field 14, stime 15, starttime 22, rss 24.
+    if (values.size() > 21 && ticks > 0) {
+      double cpu = (std::stod(values[11]) + std::stod(values[12])) / static_cast<double>(ticks);
+      gauge("process_cpu_seconds_total", "counter", "User and system CPU time spent, in seconds.", cpu);
+      gauge("process_resident_memory_bytes", "gauge", "Resident memory size, in bytes.",
+            std::stod(values[21]) * static_cast<double>(page_size));
+      std::ifstream uptime_file("/proc/uptime");
+      double uptime = 0;
+      if (uptime_file >> uptime) {
+        double started_ago = uptime - std::stod(values[19]) / static_cast<double>(ticks);
+        gauge("process_start_time_seconds", "gauge", "Start time of the process since the Unix epoch, in seconds.",
+              static_cast<double>(unix_time_ms()) / 1000.0 - started_ago);
+      }
+    }
+  }
+  std::error_code error;
+  std::size_t open_fds = 0;
+  for (std::filesystem::directory_iterator entry("/proc/self/fd", error), end; !error && entry != end;
+       entry.increment(error)) {
+    ++open_fds;
+  }
+  gauge("process_open_fds", "gauge", "Open file descriptors.", static_cast<double>(open_fds));
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    gauge("process_max_fds", "gauge", "The limit on open file descriptors.", static_cast<double>(limit.rlim_cur));
+  }
+  out += "# HELP slipway_build_info The build: version and git commit, as labels.\n";
+  out += "# TYPE slipway_build_info gauge\n";
+  out += "slipway_build_info{version=\"" + label_value(slipway_version()) + "\",commit=\"" +
+         label_value(slipway_code_version()) + "\"} 1\n";
+}
+
 }  // namespace
+
+void ServerMetrics::record_route(std::string_view route, int status, double seconds) {
+  std::lock_guard lock(mutex_);
+  RouteSeries& series = routes_[route_index(route)];
+  ++series.statuses[status];
+  series.latency.add(seconds);
+}
 
 void ServerMetrics::append_histogram(std::string& out, std::string_view name, std::string_view help,
                                      const ByModel<Latency>& series) {
@@ -140,8 +226,7 @@ void ServerMetrics::record_load(std::string_view model, bool succeeded) {
   ++entry(loads_, model, succeeded ? "success" : "failure");
 }
 
-void ServerMetrics::record_execution(std::string_view model, std::string_view version, std::size_t rows,
-                                     bool batched) {
+void ServerMetrics::record_execution(std::string_view model, std::string_view version, std::size_t rows, bool batched) {
   std::lock_guard lock(mutex_);
   Executions& executions = entry(executions_, model, version);
   ++executions.count;
@@ -203,16 +288,43 @@ std::string ServerMetrics::stats_json(std::string_view model, std::string_view v
 }
 
 std::string ServerMetrics::prometheus_text() const {
-  std::lock_guard lock(mutex_);
   std::string out;
-  out += "# HELP slipway_requests_total Model requests by model, version and HTTP status code.\n";
+  append_process_metrics(out);
+  std::lock_guard lock(mutex_);
+  out += "# HELP slipway_http_requests_total HTTP requests by route (infer, health, model_metadata, ...) and status.\n";
+  out += "# TYPE slipway_http_requests_total counter\n";
+  for (std::size_t index = 0; index < kRoutes.size(); ++index) {
+    for (const auto& [status, count] : routes_[index].statuses) {
+      out += "slipway_http_requests_total{route=\"" + std::string(kRoutes[index]) + "\",code=\"" +
+             std::to_string(status) + "\"} " + std::to_string(count) + "\n";
+    }
+  }
+  out += "# HELP slipway_http_request_duration_seconds Time from a request's arrival to its response, by route.\n";
+  out += "# TYPE slipway_http_request_duration_seconds histogram\n";
+  for (std::size_t index = 0; index < kRoutes.size(); ++index) {
+    const Latency& latency = routes_[index].latency;
+    if (latency.count == 0) continue;
+    std::string labels = "route=\"" + std::string(kRoutes[index]) + "\"";
+    std::uint64_t cumulative = 0;
+    for (std::size_t bucket = 0; bucket < kLatencyBuckets.size(); ++bucket) {
+      cumulative += latency.buckets[bucket];
+      out += "slipway_http_request_duration_seconds_bucket{" + labels + ",le=\"" +
+             number_text(kLatencyBuckets[bucket]) + "\"} " + std::to_string(cumulative) + "\n";
+    }
+    cumulative += latency.buckets.back();
+    out +=
+        "slipway_http_request_duration_seconds_bucket{" + labels + ",le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
+    out += "slipway_http_request_duration_seconds_sum{" + labels + "} " + number_text(latency.sum_seconds) + "\n";
+    out += "slipway_http_request_duration_seconds_count{" + labels + "} " + std::to_string(latency.count) + "\n";
+  }
+  out += "# HELP slipway_requests_total Inference requests by model, version and HTTP status code.\n";
   out += "# TYPE slipway_requests_total counter\n";
   for (const auto& [key, count] : requests_) {
     const auto& [model, version, status] = key;
     out += "slipway_requests_total{" + model_labels(model, version) + ",code=\"" + std::to_string(status) + "\"} " +
            std::to_string(count) + "\n";
   }
-  out += "# HELP slipway_request_failures_total Failed model requests by model, version and reason.\n";
+  out += "# HELP slipway_request_failures_total Failed inference requests by model, version and reason.\n";
   out += "# TYPE slipway_request_failures_total counter\n";
   for (const auto& [key, count] : failures_) {
     const auto& [model, version, reason] = key;
@@ -243,7 +355,8 @@ std::string ServerMetrics::prometheus_text() const {
     out += "slipway_model_loads_total{model=\"" + label_value(key.first) + "\",result=\"" + key.second + "\"} " +
            std::to_string(count) + "\n";
   }
-  out += "# HELP slipway_model_unloads_total Model versions unloaded, by reason (idle, operator, swap, memory_budget).\n";
+  out +=
+      "# HELP slipway_model_unloads_total Model versions unloaded, by reason (idle, operator, swap, memory_budget).\n";
   out += "# TYPE slipway_model_unloads_total counter\n";
   for (const auto& [key, count] : unloads_) {
     out += "slipway_model_unloads_total{model=\"" + label_value(key.first) + "\",reason=\"" + key.second + "\"} " +
@@ -255,14 +368,15 @@ std::string ServerMetrics::prometheus_text() const {
     out += "slipway_inference_rows_total{" + model_labels(key.first, key.second) + "} " + std::to_string(latency.rows) +
            "\n";
   }
-  append_histogram(out, "slipway_request_duration_seconds", "Time from a request's arrival to its response, in the server.",
-                   latency_);
-  out += "# HELP slipway_executions_total Model calls, batched or not (inference rows / executions is the "
-         "achieved batch size).\n";
+  append_histogram(out, "slipway_request_duration_seconds",
+                   "Time from an inference request's arrival to its response, in the server.", latency_);
+  out +=
+      "# HELP slipway_executions_total Model calls, batched or not (inference rows / executions is the "
+      "achieved batch size).\n";
   out += "# TYPE slipway_executions_total counter\n";
   for (const auto& [key, executions] : executions_) {
-    out += "slipway_executions_total{" + model_labels(key.first, key.second) + "} " +
-           std::to_string(executions.count) + "\n";
+    out += "slipway_executions_total{" + model_labels(key.first, key.second) + "} " + std::to_string(executions.count) +
+           "\n";
   }
   out += "# HELP slipway_batch_executions_total Model calls made by dynamic batchers.\n";
   out += "# TYPE slipway_batch_executions_total counter\n";
@@ -293,8 +407,8 @@ std::string ServerMetrics::prometheus_text() const {
     out += "# HELP slipway_cache_hits_total Infer requests answered from the response cache.\n";
     out += "# TYPE slipway_cache_hits_total counter\n";
     for (const auto& [key, lookups] : cache_lookups_) {
-      out += "slipway_cache_hits_total{" + model_labels(key.first, key.second) + "} " + std::to_string(lookups[0]) +
-             "\n";
+      out +=
+          "slipway_cache_hits_total{" + model_labels(key.first, key.second) + "} " + std::to_string(lookups[0]) + "\n";
     }
     out += "# HELP slipway_cache_misses_total Infer requests of cached models that were computed.\n";
     out += "# TYPE slipway_cache_misses_total counter\n";

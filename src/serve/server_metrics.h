@@ -22,6 +22,9 @@ class ServerMetrics {
   // A failed request (status >= 400) is also counted under `failure_reason`.
   void record(std::string_view model, std::string_view version, int status, double seconds, std::size_t rows,
               bool inference, std::string_view failure_reason = {});
+  // One finished request of any route (a fixed set of names: infer, health, model_metadata, ...),
+  // counted by route and status with its latency, so probes stay apart from inference.
+  void record_route(std::string_view route, int status, double seconds);
   // Requests accepted by a model and not yet answered (queued or computing).
   void change_pending(std::string_view model, std::string_view version, int delta);
   // Model lifecycle: a version loaded (with its memory) or unloaded, and load attempts.
@@ -50,7 +53,7 @@ class ServerMetrics {
     void add(double seconds);
   };
   struct Executions {
-    std::uint64_t count = 0;         // every model call
+    std::uint64_t count = 0;  // every model call
     std::uint64_t rows = 0;
     std::uint64_t batched_count = 0;  // calls made by dynamic batchers
     std::uint64_t batched_rows = 0;
@@ -105,6 +108,12 @@ class ServerMetrics {
   ByModel<std::size_t> loaded_bytes_;
   ByModel<std::uint64_t> unloads_;  // (model, reason)
   ByModel<std::uint64_t> loads_;    // (model, success|failure)
+  // By route, in the order of kRoutes (server_metrics.cpp): requests by status, and latency.
+  struct RouteSeries {
+    std::map<int, std::uint64_t> statuses;
+    Latency latency;
+  };
+  std::array<RouteSeries, 11> routes_;
   std::size_t cache_bytes_ = 0;
   bool cache_enabled_ = false;
 };

@@ -90,16 +90,64 @@ float half_to_float(std::uint16_t bits) {
   return sign * std::ldexp(static_cast<float>(mantissa | 0x400), exponent - 25);
 }
 
-Status flatten(element value, std::vector<element>& out, int depth) {
-  if (value.is_array()) {
-    if (depth >= kMaxNesting) return invalid_argument("tensor data is nested too deeply");
-    array items;
-    if (value.get(items) != simdjson::SUCCESS) return invalid_argument("tensor data is malformed");
-    for (element item : items) SLIPWAY_RETURN_IF_ERROR(flatten(item, out, depth + 1));
+// The shape as text: "[2,3]".
+std::string shape_text(const std::vector<std::uint64_t>& shape) {
+  std::string text;
+  for (auto size : shape) text += (text.empty() ? "" : ",") + std::to_string(size);
+  return "[" + text + "]";
+}
+
+// Collects the leaves of `data` in row-major order. Data is either flat (one array of values) or
+// nested exactly as the shape says: every array at depth d has shape[d] items, and values sit
+// only at the innermost depth. Anything else (ragged rows, values beside arrays) is refused.
+Status flatten(element data, const TensorInput& tensor, std::vector<element>& out) {
+  array top;
+  if (data.get(top) != simdjson::SUCCESS)
+    return invalid_argument("input '" + tensor.name + "': 'data' must be an array");
+  bool nested = false;
+  for (element item : top) {
+    nested = item.is_array();
+    break;
+  }
+  if (!nested) {
+    for (element item : top) {
+      if (item.is_array()) {
+        return invalid_argument("input '" + tensor.name +
+                                "' mixes values and arrays in 'data'; send it flat or nested as its shape " +
+                                shape_text(tensor.shape));
+      }
+      out.push_back(item);
+    }
     return {};
   }
-  out.push_back(value);
-  return {};
+  if (tensor.shape.size() > static_cast<std::size_t>(kMaxNesting)) {
+    return invalid_argument("input '" + tensor.name + "': tensor data is nested too deeply");
+  }
+  auto walk = [&](auto& self, element value, std::size_t depth) -> Status {
+    bool innermost = depth == tensor.shape.size();
+    if (innermost) {
+      if (value.is_array()) {
+        return invalid_argument("input '" + tensor.name + "' has data nested deeper than its shape " +
+                                shape_text(tensor.shape));
+      }
+      out.push_back(value);
+      return {};
+    }
+    array items;
+    if (value.get(items) != simdjson::SUCCESS) {
+      return invalid_argument("input '" + tensor.name + "' has ragged data: a value where its shape " +
+                              shape_text(tensor.shape) + " needs an array at depth " + std::to_string(depth + 1));
+    }
+    if (items.size() != tensor.shape[depth]) {
+      return invalid_argument("input '" + tensor.name + "' has ragged data: an array of " +
+                              std::to_string(items.size()) + " items at depth " + std::to_string(depth + 1) +
+                              " where its shape " + shape_text(tensor.shape) + " needs " +
+                              std::to_string(tensor.shape[depth]));
+    }
+    for (element item : items) SLIPWAY_RETURN_IF_ERROR(self(self, item, depth + 1));
+    return {};
+  };
+  return walk(walk, data, 0);
 }
 
 std::string number_text(double value) {
@@ -268,12 +316,10 @@ Result<TensorInput> read_input(element item, std::size_t position) {
   if (!has_data) return invalid_argument(where() + " needs 'data' (or parameters.binary_data_size)");
   thread_local std::vector<element> values;
   values.clear();
-  SLIPWAY_RETURN_IF_ERROR(flatten(data, values, 0));
+  SLIPWAY_RETURN_IF_ERROR(flatten(data, tensor, values));
   if (values.size() != tensor.element_count) {
-    std::string shape_text;
-    for (auto size : tensor.shape) shape_text += (shape_text.empty() ? "" : ",") + std::to_string(size);
-    return invalid_argument(where() + " has " + std::to_string(values.size()) + " values but its shape [" + shape_text +
-                            "] needs " + std::to_string(tensor.element_count));
+    return invalid_argument(where() + " has " + std::to_string(values.size()) + " values but its shape " +
+                            shape_text(tensor.shape) + " needs " + std::to_string(tensor.element_count));
   }
   if (tensor.datatype == Datatype::kBytes) {
     tensor.texts.reserve(values.size());

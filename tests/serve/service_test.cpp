@@ -3,8 +3,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <future>
+#include <limits>
 #include <thread>
 
 #include "slipway/model.h"
@@ -82,6 +82,12 @@ TEST_F(ServiceTest, ModelMetadataAndReadiness) {
   EXPECT_EQ(get("/v2/models/lending/versions/7/ready").status, 404);
   EXPECT_EQ(get("/v2/models/unknown").status, 404);
   EXPECT_EQ(get("/v2/models/lending/versions/x").status, 400);
+  // A model that exists but is unloaded is not ready: an answer, not an error.
+  ASSERT_EQ(post("/v2/repository/models/lending/unload", "").status, 200);
+  auto unloaded = get("/v2/models/lending/ready");
+  EXPECT_EQ(unloaded.status, 200);
+  EXPECT_EQ(unloaded.body, "{\"name\":\"lending\",\"ready\":false}");
+  EXPECT_EQ(post("/v2/models/lending/infer", named_request(1)).status, 503);
 }
 
 TEST_F(ServiceTest, InferByFeatureName) {
@@ -147,6 +153,22 @@ TEST_F(ServiceTest, BadRequestsGetOneSentence) {
        "shape [N] or [N,1]"},
       {"{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,2],\"data\":[1,2]}]}", "categorical"},
       {"{\"inputs\":[{\"name\":3}]}", "needs a string 'name'"},
+      // Strict parsing: each of these used to be accepted silently.
+      {replace("\"shape\":[2],\"data\":[", "\"shape\":[2,1],\"data\":[[1],"), "ragged data"},
+      {"{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[2,2],\"data\":[[1,2],[3]]}]}",
+       "ragged data: an array of 1 items at depth 2"},
+      {"{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[2,2],\"data\":[[1,2],3,4]}]}", "ragged data"},
+      {"{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[4],\"data\":[1,[2],3,4]}]}",
+       "mixes values and arrays"},
+      {replace("\"inputs\":", "\"parameters\":[1],\"inputs\":"), "'parameters' must be a JSON object"},
+      {replace("\"inputs\":", "\"parameters\":{\"priority\":5},\"inputs\":"),
+       "parameters.priority is 5 but model 'lending' has 1 priority level"},
+      {replace("\"inputs\":", "\"outputs\":{\"name\":\"label\"},\"inputs\":"), "'outputs' must be an array"},
+      {replace("\"inputs\":", "\"outputs\":[\"label\"],\"inputs\":"), "must be an object with a 'name'"},
+      {replace("\"inputs\":", "\"parameters\":{\"binary_data_output\":\"yes\"},\"inputs\":"),
+       "parameters.binary_data_output must be true or false"},
+      {replace("\"inputs\":", "\"outputs\":[{\"name\":\"label\",\"parameters\":{\"binary_data\":1}}],\"inputs\":"),
+       "binary_data must be true or false"},
   };
   for (const auto& bad : cases) {
     auto response = post("/v2/models/lending/infer", bad.body);
@@ -156,13 +178,25 @@ TEST_F(ServiceTest, BadRequestsGetOneSentence) {
   }
   EXPECT_EQ(post("/v2/models/ghost/infer", good).status, 404);
   EXPECT_EQ(post("/v2/models/lending/versions/9/infer", good).status, 404);
-  EXPECT_EQ(get("/v2/models/lending/infer").status, 405);
+  auto wrong_method = get("/v2/models/lending/infer");
+  EXPECT_EQ(wrong_method.status, 405);
+  ASSERT_EQ(wrong_method.headers.size(), 1u);
+  EXPECT_EQ(wrong_method.headers[0], (std::pair<std::string, std::string>{"Allow", "POST"}));
+  std::string length = std::to_string(good.size());
+  RequestHeaders repeated{
+      .authorization = {}, .inference_header_length = length, .inference_header_length_repeated = true};
+  auto duplicate = service_->handle("POST", "/v2/models/lending/infer", good, repeated);
+  EXPECT_EQ(duplicate.status, 400);
+  EXPECT_NE(duplicate.body.find("given more than once"), std::string::npos) << duplicate.body;
 }
 
 TEST_F(ServiceTest, MetricsCountRequestsByModelVersionAndCode) {
   post("/v2/models/lending/infer", named_request(4));
   post("/v2/models/lending/infer", "garbage");
+  post("/v2/models/ghost/infer", named_request(1));
   get("/v2/models/ghost");
+  get("/v2/models/lending/ready");
+  get("/v2/health/live");
   auto metrics = get("/metrics");
   EXPECT_EQ(metrics.status, 200);
   EXPECT_EQ(metrics.content_type.rfind("text/plain", 0), 0u);
@@ -172,9 +206,43 @@ TEST_F(ServiceTest, MetricsCountRequestsByModelVersionAndCode) {
             std::string::npos);
   EXPECT_NE(metrics.body.find("slipway_requests_total{model=\"(unknown)\",version=\"\",code=\"404\"} 1"),
             std::string::npos);
+  // Probes are counted by route, apart from inference.
+  EXPECT_NE(metrics.body.find("slipway_http_requests_total{route=\"infer\",code=\"200\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.body.find("slipway_http_requests_total{route=\"model_metadata\",code=\"404\"} 1"),
+            std::string::npos);
+  EXPECT_NE(metrics.body.find("slipway_http_requests_total{route=\"model_ready\",code=\"200\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.body.find("slipway_http_requests_total{route=\"health\",code=\"200\"} 1"), std::string::npos);
+  EXPECT_EQ(metrics.body.find("model=\"ghost\""), std::string::npos);
+  EXPECT_NE(metrics.body.find("process_resident_memory_bytes "), std::string::npos);
+  EXPECT_NE(metrics.body.find("process_open_fds "), std::string::npos);
+  EXPECT_NE(metrics.body.find("slipway_build_info{version=\""), std::string::npos);
   EXPECT_NE(metrics.body.find("slipway_inference_rows_total{model=\"lending\",version=\"2\"} 4"), std::string::npos);
   EXPECT_NE(metrics.body.find("slipway_request_duration_seconds_bucket{model=\"lending\",version=\"2\",le=\"+Inf\"} 2"),
             std::string::npos);
+}
+
+// Regression: every unknown or invalid model name in a path became a label set (150k requests
+// made /metrics 534 MB). Now only names of models that exist are labels.
+TEST_F(ServiceTest, UnknownModelNamesDoNotGrowTheMetrics) {
+  post("/v2/models/lending/infer", named_request(1));
+  std::size_t before = get("/metrics").body.size();
+  const std::string one_row = named_request(1);
+  for (int index = 0; index < 2000; ++index) {
+    std::string name = "ghost" + std::to_string(index);
+    post("/v2/models/" + name + "/infer", one_row);
+    post("/v2/models/" + name + "/versions/" + std::to_string(index + 1) + "/infer", "{}");
+    post("/v2/models/bad%20name" + std::to_string(index) + "/infer", "{}");
+    get("/v2/models/" + name + "/ready");
+    get("/v2/models/" + name + "/stats");
+    post("/v2/models/lending/versions/" + std::to_string(100 + index) + "/infer", one_row);
+    service_->record_refusal("/v2/models/" + name + "/infer", http::Refusal::kClientClosed);
+    service_->record_refusal("/v2/models/" + name + "/infer", http::Refusal::kOverloaded);
+  }
+  std::string after = get("/metrics").body;
+  // A few new series (404, 499, 429 and their reasons under "(unknown)"), not thousands.
+  EXPECT_LT(after.size(), before + 8000) << after;
+  EXPECT_EQ(after.find("ghost"), std::string::npos);
+  EXPECT_EQ(after.find("version=\"105\""), std::string::npos);
 }
 
 TEST_F(ServiceTest, MatrixInputForAllNumericModels) {
@@ -222,20 +290,19 @@ TEST_F(ServiceTest, ServesMulticlassProbabilitiesAndLabels) {
   for (int row = 0; row < 300; ++row) {
     csv += std::to_string(row % 3) + "," + (row % 3 == 0 ? "cat" : row % 3 == 1 ? "dog" : "emu") + "\n";
   }
-  auto summary = train::fit(*data::parse_csv(csv, "animals.csv"),
-                            train::TrainRequest{.target = "animal", .model_family = "gbdt", .params = {{"rounds", "20"}}});
+  auto summary =
+      train::fit(*data::parse_csv(csv, "animals.csv"),
+                 train::TrainRequest{.target = "animal", .model_family = "gbdt", .params = {{"rounds", "20"}}});
   ASSERT_TRUE(summary.ok()) << summary.status().message();
   auto sha = store_->artifacts().put(summary->bundle->serialize());
   ASSERT_TRUE(store_->register_version("animals", *sha, "").ok());
   auto metadata = get("/v2/models/animals");
-  EXPECT_NE(metadata.body.find("{\"name\":\"probability\",\"datatype\":\"FP32\",\"shape\":[-1,3]}"),
-            std::string::npos)
+  EXPECT_NE(metadata.body.find("{\"name\":\"probability\",\"datatype\":\"FP32\",\"shape\":[-1,3]}"), std::string::npos)
       << metadata.body;
-  auto response = post("/v2/models/animals/infer",
-                       R"({"inputs":[{"name":"x","datatype":"FP32","shape":[2],"data":[0,2]}]})");
+  auto response =
+      post("/v2/models/animals/infer", R"({"inputs":[{"name":"x","datatype":"FP32","shape":[2],"data":[0,2]}]})");
   ASSERT_EQ(response.status, 200) << response.body;
-  EXPECT_NE(response.body.find("\"name\":\"probability\",\"datatype\":\"FP32\",\"shape\":[2,3]"),
-            std::string::npos)
+  EXPECT_NE(response.body.find("\"name\":\"probability\",\"datatype\":\"FP32\",\"shape\":[2,3]"), std::string::npos)
       << response.body;
   EXPECT_NE(response.body.find("\"data\":[\"cat\",\"emu\"]"), std::string::npos) << response.body;
 }
@@ -286,8 +353,7 @@ TEST_F(ServiceTest, DynamicBatchingAnswersEachRequestAsAlone) {
                         "\"max_queue_delay_microseconds\":20000"),
             std::string::npos)
       << config;
-  EXPECT_NE(get("/v2/models/lending/config").body.find("\"max_batch_size\":0,\"instance_group\""),
-            std::string::npos);
+  EXPECT_NE(get("/v2/models/lending/config").body.find("\"max_batch_size\":0,\"instance_group\""), std::string::npos);
 
   ServiceOptions tight;
   tight.defaults.batching.max_batch_size = 1000;
@@ -332,7 +398,6 @@ TEST_F(ServiceTest, ResponseCacheServesRepeatedRequests) {
   EXPECT_NE(metrics.find("slipway_cache_bytes "), std::string::npos);
   EXPECT_EQ(metrics_text_without_cache().find("slipway_cache_"), std::string::npos);
 }
-
 
 // Every numeric datatype is coerced to float32 when its values fit it, and refused with the
 // reason when they do not.
@@ -445,8 +510,8 @@ TEST_F(ServiceTest, BinaryTensorsInAndOut) {
   EXPECT_FLOAT_EQ(first, std::stof(json_reference.substr(probability_at)));
 
   // Truncated, padded and header-less bodies get one sentence each.
-  auto truncated = service_->handle("POST", "/v2/models/lending/infer", header + binary.substr(0, binary.size() - 3),
-                                    headers);
+  auto truncated =
+      service_->handle("POST", "/v2/models/lending/infer", header + binary.substr(0, binary.size() - 3), headers);
   EXPECT_EQ(truncated.status, 400);
   EXPECT_NE(truncated.body.find("is the body truncated?"), std::string::npos) << truncated.body;
   auto padded = service_->handle("POST", "/v2/models/lending/infer", header + binary + "xyz", headers);

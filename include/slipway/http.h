@@ -1,0 +1,152 @@
+// slipway/http.h — the HTTP/1.1 server Slipway's APIs plug into. It knows nothing of models:
+// modules register routes (a path prefix and a handler), and the server owns the connections,
+// their limits and timeouts, admission control for blocking work, and a graceful drain.
+//
+// Threads: connections are served on `io_threads` asio event loops. A route either answers on the
+// event loop (it must be quick: health, metadata) or is handed to a pool of `worker_threads`
+// (it may block: inference). A handler may answer later from any thread (a batch executor); the
+// server writes the response on the connection's own event loop.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "slipway/core.h"
+
+namespace slipway::http {
+
+// A request as a handler sees it. The views live until the handler has answered.
+class Request {
+ public:
+  std::string_view method;
+  std::string_view target;  // path and query, as sent
+  std::string_view path;    // target without the query
+  std::string_view body;
+  // The value of a header (case-insensitive name), or "" when absent.
+  std::string_view header(std::string_view name) const { return header_lookup_ ? header_lookup_(name) : ""; }
+  // How many times the header appears (to refuse duplicates of single-valued headers).
+  std::size_t header_count(std::string_view name) const { return header_counter_ ? header_counter_(name) : 0; }
+
+  // For the server and tests: where header() looks.
+  void set_header_lookup(std::function<std::string_view(std::string_view)> lookup,
+                         std::function<std::size_t(std::string_view)> counter) {
+    header_lookup_ = std::move(lookup);
+    header_counter_ = std::move(counter);
+  }
+
+ private:
+  std::function<std::string_view(std::string_view)> header_lookup_;
+  std::function<std::size_t(std::string_view)> header_counter_;
+};
+
+struct Response {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra ones, e.g. Retry-After
+};
+
+// {"error": message} with the status: the one shape every Slipway API uses for errors.
+Response error_response(int status, std::string_view message);
+
+// Answers a request exactly once, from any thread.
+using Respond = std::function<void(Response)>;
+
+// Where a route's handler runs.
+enum class Execution {
+  kEventLoop,  // on the I/O thread that read the request: for answers that take microseconds
+  kWorker,     // on the worker pool, behind admission control: for work that may block
+};
+
+struct Route {
+  // Matches paths equal to the prefix or under it ("/v2" matches "/v2" and "/v2/models/x").
+  std::string prefix;
+  // Decides per request where the handler runs (e.g. only ".../infer" goes to the workers).
+  std::function<Execution(const Request&)> execution;
+  std::function<void(const Request&, Respond)> handle;
+};
+
+// Why the server answered or dropped a request without calling its route's handler.
+enum class Refusal {
+  kOverloaded,    // 429: the worker backlog was full
+  kClientClosed,  // the client closed its connection before a worker took the request (nginx's 499)
+  kNoRoute,       // 404: no route matched the path
+};
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8080;  // 0 picks a free port; port() tells which
+  int io_threads = 2;
+  int worker_threads = 0;                              // 0 = default_thread_count()
+  std::size_t max_body_bytes = std::size_t{64} << 20;  // larger bodies: 413
+  std::size_t max_header_bytes = 16 * 1024;            // larger request headers: 431
+  // The longest a connection may take to deliver a request (or stay idle between requests);
+  // a client slower than that is disconnected, so slow clients cannot hold connections.
+  std::chrono::seconds read_timeout{30};
+  // Requests waiting for a worker, at most; beyond it a request is answered 429 at once, on the
+  // I/O thread, without its body being looked at. 0 = 64 per worker thread.
+  int max_pending_requests = 0;
+  // Open connections, at most. At the limit a new connection replaces the one idle the longest
+  // (keep-alive clients reconnect), or is answered 503 when none is idle. 0 = the process's file
+  // descriptor limit less 256 kept for files, models and the database.
+  int max_connections = 0;
+  // Bodies of requests being read or handled, in total: past it a request is answered 503. Each
+  // request's body is bounded by max_body_bytes; this bounds their sum. 0 = 4 x max_body_bytes.
+  std::size_t max_inflight_body_bytes = 0;
+  // How long stop() (or SIGINT/SIGTERM) waits for requests in flight before the last answers.
+  std::chrono::milliseconds drain_timeout{5000};
+  // Called on the event loop when the drain deadline passes with requests still in flight, so
+  // their owners can answer them (e.g. 503 to queued batch requests) before the loop ends.
+  std::function<void()> on_drain_deadline;
+  // Called on SIGHUP (on the event loop). Without it SIGHUP is logged and ignored.
+  std::function<void()> on_hangup;
+  // Called for every request the server refused or dropped itself (for metrics). Must be quick.
+  std::function<void(const Request&, Refusal)> on_refusal;
+};
+
+// Counters the server keeps about its connections (read at any time, from any thread).
+struct ServerStats {
+  std::uint64_t connections_open = 0;
+  std::uint64_t connections_accepted = 0;
+  std::uint64_t connections_evicted = 0;  // idle connections closed to make room (max_connections)
+  std::uint64_t accept_errors = 0;        // e.g. EMFILE: the server backed off and retried
+  std::uint64_t malformed_requests = 0;   // 400/413/431 answered before routing
+  std::uint64_t inflight_body_bytes = 0;
+};
+
+class Server {
+ public:
+  // Binds and listens; InvalidArgument for a bad host or option, Io when the port is taken. The
+  // routes are fixed from here on; the longest matching prefix wins.
+  static Result<std::unique_ptr<Server>> start(std::vector<Route> routes, ServerOptions options);
+  // Stops (as stop()) and joins the worker pool.
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  std::uint16_t port() const;
+  // Blocks until stop() or SIGINT/SIGTERM, then drains: no new connections; idle connections
+  // are closed; requests in flight finish and are answered with `Connection: close` (also
+  // requests that arrive on open connections meanwhile), up to drain_timeout; then
+  // on_drain_deadline lets owners answer what is left, and run() returns.
+  void run();
+  // Thread-safe; run() returns soon after.
+  void stop();
+  ServerStats stats() const;
+
+ private:
+  struct State;
+  explicit Server(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// The path of a target without its query string.
+std::string_view path_of(std::string_view target);
+
+}  // namespace slipway::http

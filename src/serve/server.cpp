@@ -1,0 +1,88 @@
+// The serving process: the v2 Service on the http module's server, with /metrics beside it.
+#include "slipway/serve.h"
+
+namespace slipway::serve {
+namespace {
+
+http::Response to_http(HttpResponse response) {
+  return http::Response{response.status, std::move(response.content_type), std::move(response.body),
+                        std::move(response.headers)};
+}
+
+RequestHeaders headers_of(const http::Request& request) {
+  RequestHeaders headers;
+  headers.authorization = request.header("Authorization");
+  headers.inference_header_length = request.header("Inference-Header-Content-Length");
+  headers.inference_header_length_repeated = request.header_count("Inference-Header-Content-Length") > 1;
+  return headers;
+}
+
+}  // namespace
+
+struct Server::State {
+  State(registry::Registry& registry, const ServerOptions& options) : service(registry, options.service) {}
+
+  Service service;
+  // Declared after the service: destroyed first, so no request reaches a destroyed service.
+  std::unique_ptr<http::Server> http;
+};
+
+Server::Server(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+Server::~Server() {
+  state_->http.reset();
+  // Anything still queued is answered (503) before the batchers go.
+  state_->service.stop_batching();
+}
+
+Result<std::unique_ptr<Server>> Server::start(registry::Registry& registry, const ServerOptions& options) {
+  auto state = std::make_unique<State>(registry, options);
+  Service& service = state->service;
+  auto handle = [&service](const http::Request& request, const http::Respond& respond) {
+    service.handle_async(request.method, request.target, request.body, headers_of(request),
+                         [respond](HttpResponse response) { respond(to_http(std::move(response))); });
+  };
+  std::vector<http::Route> routes;
+  routes.push_back(http::Route{"/v2",
+                               [](const http::Request& request) {
+                                 return Service::needs_worker(request.path) ? http::Execution::kWorker
+                                                                            : http::Execution::kEventLoop;
+                               },
+                               handle});
+  routes.push_back(http::Route{"/metrics", nullptr, handle});
+
+  http::ServerOptions transport;
+  transport.host = options.host;
+  transport.port = options.port;
+  transport.io_threads = options.io_threads;
+  transport.worker_threads = options.worker_threads;
+  transport.max_body_bytes = options.max_body_bytes;
+  transport.max_header_bytes = options.max_header_bytes;
+  transport.read_timeout = options.read_timeout;
+  transport.max_pending_requests = options.max_pending_requests;
+  transport.max_connections = options.max_connections;
+  transport.max_inflight_body_bytes = options.max_inflight_body_bytes;
+  transport.drain_timeout = options.drain_timeout;
+  // Queued batch requests are answered 503 while the event loop that writes them still runs.
+  transport.on_drain_deadline = [&service] { service.stop_batching(); };
+  if (options.on_hangup) {
+    transport.on_hangup = [&service, on_hangup = options.on_hangup] { on_hangup(service); };
+  }
+  transport.on_refusal = [&service](const http::Request& request, http::Refusal refusal) {
+    service.record_refusal(request.target, refusal);
+  };
+  SLIPWAY_ASSIGN_OR_RETURN(state->http, http::Server::start(std::move(routes), std::move(transport)));
+  return std::unique_ptr<Server>(new Server(std::move(state)));
+}
+
+std::uint16_t Server::port() const { return state_->http->port(); }
+
+http::ServerStats Server::http_stats() const { return state_->http->stats(); }
+
+Service& Server::service() { return state_->service; }
+
+void Server::run() { state_->http->run(); }
+
+void Server::stop() { state_->http->stop(); }
+
+}  // namespace slipway::serve

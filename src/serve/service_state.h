@@ -1,0 +1,104 @@
+// The Service's state and the helpers its files share: routing (service.cpp), authorization
+// (auth.cpp), v2 inference (v2_infer.cpp), model metadata and readiness (v2_models.cpp), and
+// the repository, statistics and configuration extensions (v2_extensions.cpp). Private to serve.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "serve/model_manager.h"
+#include "serve/response_cache.h"
+#include "serve/server_metrics.h"
+#include "slipway/serve.h"
+
+namespace slipway::serve {
+
+HttpResponse json_response(int status, std::string body);
+HttpResponse error_response(int status, std::string_view message);
+// The HTTP status and failure reason a Status maps to (InvalidArgument 400, NotFound 404, ...).
+HttpResponse error_response(const Status& status);
+// 405 with the Allow header naming the method the route takes.
+HttpResponse method_not_allowed(std::string_view allowed);
+
+// The path split into segments: "/v2/models/x/ready" -> {"v2", "models", "x", "ready"}.
+std::vector<std::string_view> path_segments(std::string_view target);
+
+// Who may call a route: roles rank predict < deploy < admin; kOpen needs no token.
+enum class Role { kOpen = 0, kPredict = 1, kDeploy = 2, kAdmin = 3 };
+Role role_required(const std::vector<std::string_view>& segments);
+
+// An output a model can answer, and whether it travels as binary data.
+struct OutputSpec {
+  std::string name;
+  std::string datatype;
+  bool binary = false;  // sent as raw bytes after the JSON (Triton's binary tensor extension)
+};
+std::vector<OutputSpec> outputs_of(const model::Bundle& bundle);
+
+// A parsed infer request: its rows preprocessed, ready for the model alone or in a batch.
+struct PreparedInfer {
+  std::string request_id;
+  std::vector<OutputSpec> wanted;
+  std::vector<float> features;  // rows x the schema's output width
+  std::size_t rows = 0;
+  int priority = 0;
+  std::chrono::microseconds timeout{0};
+};
+
+struct Service::State {
+  State(registry::Registry& registry, ServiceOptions options)
+      : registry(registry),
+        options(options),
+        cache(options.response_cache_bytes),
+        manager(registry,
+                ModelManager::Options{options.registry_refresh, options.defaults, options.model_overrides,
+                                      options.memory_budget_bytes},
+                metrics) {}
+
+  registry::Registry& registry;
+  ServiceOptions options;
+  ServerMetrics metrics;  // declared before the manager, whose batchers report to it
+  ResponseCache cache;
+  ModelManager manager;
+
+  // API tokens, re-read from the registry every registry_refresh so revocations take effect.
+  std::mutex tokens_mutex;
+  std::vector<registry::TokenRecord> tokens;
+  std::chrono::steady_clock::time_point tokens_fetched;
+  bool tokens_loaded = false;
+
+  // auth.cpp: null when the request may proceed; otherwise the 401 or 403 to send.
+  std::optional<HttpResponse> authorize(Role required, std::string_view authorization);
+
+  // The completion of a model route: the response and what the metrics need.
+  using Finish = std::function<void(HttpResponse response, std::size_t rows)>;
+
+  // v2_infer.cpp.
+  Result<PreparedInfer> prepare_infer(const LoadedModel& loaded, std::string_view body,
+                                      const RequestHeaders& headers) const;
+  static HttpResponse infer_response(const LoadedModel& loaded, const PreparedInfer& prepared,
+                                     const model::Predictions& predictions);
+  void infer(const Servable& servable, std::string_view body, const RequestHeaders& headers, const Finish& finish);
+
+  // v2_models.cpp: metadata, ready, infer, stats and config of one model. The metric labels are
+  // set only for models that exist, so unknown names cannot grow the metrics.
+  void handle_model_route(std::string_view method, const std::vector<std::string_view>& segments, std::string_view body,
+                          const RequestHeaders& headers, std::string& metric_model, std::string& metric_version,
+                          const Finish& finish);
+
+  // v2_extensions.cpp.
+  static std::string config_json(const LoadedModel& loaded);
+  HttpResponse handle_repository_route(std::string_view method, const std::vector<std::string_view>& segments,
+                                       std::string_view body);
+
+  // The label a request for `name` is counted under: the name when the model exists, else
+  // "(unknown)", so no client can grow the metrics with names.
+  std::string_view metric_label(std::string_view name) const;
+};
+
+}  // namespace slipway::serve

@@ -1,0 +1,110 @@
+// One model's routes: metadata, readiness, inference, statistics and configuration.
+#include <charconv>
+
+#include "serve/service_state.h"
+
+namespace slipway::serve {
+namespace {
+
+// Shape [-1], or [-1, columns] for a per-class output.
+std::string tensor_metadata(std::string_view name, std::string_view datatype, std::size_t columns = 1) {
+  JsonWriter json;
+  json.begin_object().key("name").value(name).key("datatype").value(datatype);
+  json.key("shape").begin_array().value(-1);
+  if (columns > 1) json.value(static_cast<std::uint64_t>(columns));
+  json.end_array().end_object();
+  return json.take();
+}
+
+std::string model_metadata(const Servable& servable, bool single_version) {
+  const LoadedModel& loaded = *servable.model;
+  const model::Bundle& bundle = *loaded.bundle;
+  JsonWriter json;
+  json.begin_object();
+  json.key("name").value(loaded.name);
+  json.key("versions").begin_array();
+  if (single_version) {
+    json.value(loaded.version_text);
+  } else {
+    for (auto version : *servable.versions) json.value(std::to_string(version));
+  }
+  json.end_array();
+  json.key("platform").value("slipway_" + std::string(bundle.model().family()));
+  json.key("inputs").begin_array();
+  for (const auto& feature : bundle.preprocessor().features()) {
+    json.raw(tensor_metadata(feature.name, feature.type == data::ColumnType::kNumeric ? "FP32" : "BYTES"));
+  }
+  json.end_array();
+  json.key("outputs").begin_array();
+  for (const auto& output : outputs_of(bundle)) {
+    bool per_class = output.datatype == "FP32" && bundle.task() == model::Task::kMulticlassClassification;
+    json.raw(tensor_metadata(output.name, output.datatype, per_class ? bundle.model().output_count() : 1));
+  }
+  json.end_array();
+  json.key("parameters").begin_object();
+  json.key("task").value(model::task_name(bundle.task()));
+  json.key("target").value(bundle.manifest().target);
+  json.key("version").value(loaded.version_text);
+  json.end_object();
+  json.end_object();
+  return json.take();
+}
+
+}  // namespace
+
+void Service::State::handle_model_route(std::string_view method, const std::vector<std::string_view>& segments,
+                                        std::string_view body, const RequestHeaders& headers, std::string& metric_model,
+                                        std::string& metric_version, const Finish& finish) {
+  auto answer = [&](HttpResponse response) { finish(std::move(response), 0); };
+  // segments: v2 models NAME [versions V] [ready|infer|stats|config]
+  std::string name(segments[2]);
+  std::size_t next = 3;
+  std::optional<std::int64_t> version;
+  if (segments.size() > next && segments[next] == "versions") {
+    if (segments.size() <= next + 1) return answer(error_response(404, "the path needs a version after 'versions/'"));
+    std::string_view text = segments[next + 1];
+    std::int64_t number = 0;
+    auto parsed = std::from_chars(text.data(), text.data() + text.size(), number);
+    if (parsed.ec != std::errc() || parsed.ptr != text.data() + text.size() || number < 1) {
+      return answer(error_response(400, "model version '" + std::string(text) + "' is not a positive integer"));
+    }
+    version = number;
+    next += 2;
+  }
+  std::string_view action = segments.size() > next ? segments[next] : std::string_view{};
+  if (segments.size() > next + 1 ||
+      (!action.empty() && action != "ready" && action != "infer" && action != "stats" && action != "config")) {
+    return answer(error_response(404, "no such model route"));
+  }
+  std::string_view wanted_method = action == "infer" ? "POST" : "GET";
+  if (method != wanted_method) return answer(method_not_allowed(wanted_method));
+  if (action == "stats") {
+    return answer(json_response(200, metrics.stats_json(name, version ? std::to_string(*version) : "")));
+  }
+  auto ready_answer = [&](bool ready) {
+    JsonWriter json;
+    json.begin_object().key("name").value(name).key("ready").value(ready).end_object();
+    return answer(json_response(200, json.take()));
+  };
+  auto servable = manager.acquire(name, version);
+  if (!servable.ok()) {
+    // Only models that exist become labels (a version that does not exist is NotFound).
+    bool known = manager.knows(name) && servable.status().code() != StatusCode::kNotFound;
+    if (known) {
+      metric_model = name;
+      metric_version = version ? std::to_string(*version) : "";
+      // A model that exists but cannot serve now (unloaded, over the memory budget, a failed
+      // load) is not ready: that is an answer, not an error.
+      if (action == "ready") return ready_answer(false);
+    }
+    return answer(error_response(servable.status()));
+  }
+  metric_model = name;
+  metric_version = servable->model->version_text;
+  if (action == "ready") return ready_answer(true);
+  if (action == "infer") return infer(*servable, body, headers, finish);
+  if (action == "config") return answer(json_response(200, config_json(*servable->model)));
+  answer(json_response(200, model_metadata(*servable, version.has_value())));
+}
+
+}  // namespace slipway::serve

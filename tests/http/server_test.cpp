@@ -1,0 +1,240 @@
+// The http module on its own: routes, connection limits, the body budget, running out of file
+// descriptors, and draining, against a real server on loopback.
+#include <gtest/gtest.h>
+
+#include <boost/asio.hpp>
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "slipway/http.h"
+#include "support/test_support.h"
+
+namespace slipway::http {
+namespace {
+
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+
+Route text_route(std::string prefix, std::string text, Execution execution = Execution::kEventLoop) {
+  return Route{std::move(prefix), [execution](const Request&) { return execution; },
+               [text = std::move(text)](const Request& request, const Respond& respond) {
+                 respond(Response{200, "text/plain", text + " " + std::string(request.path), {}});
+               }};
+}
+
+// A server running on its own thread for the test's lifetime.
+class RunningServer {
+ public:
+  RunningServer(std::vector<Route> routes, ServerOptions options) {
+    options.port = 0;
+    server_ = std::move(Server::start(std::move(routes), std::move(options))).value();
+    runner_ = std::jthread([this] { server_->run(); });
+  }
+  ~RunningServer() {
+    server_->stop();
+    runner_.join();
+  }
+  Server& server() { return *server_; }
+  int port() const { return server_->port(); }
+
+ private:
+  std::unique_ptr<Server> server_;
+  std::jthread runner_;
+};
+
+asio::ip::tcp::endpoint local(int port) {
+  return {asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)};
+}
+
+// Reads until the peer closes or `limit` passes; returns what arrived.
+std::string read_all(asio::ip::tcp::socket& socket, std::chrono::milliseconds limit = 5000ms) {
+  std::string received;
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  socket.non_blocking(true);
+  char buffer[4096];
+  while (std::chrono::steady_clock::now() < deadline) {
+    boost::system::error_code error;
+    std::size_t count = socket.read_some(asio::buffer(buffer), error);
+    if (error == asio::error::would_block) {
+      std::this_thread::sleep_for(5ms);
+      continue;
+    }
+    received.append(buffer, count);
+    if (error) break;
+  }
+  return received;
+}
+
+TEST(HttpServer, LongestPrefixWinsAndUnknownPathsGet404) {
+  std::vector<Refusal> refusals;
+  std::mutex mutex;
+  ServerOptions options;
+  options.on_refusal = [&](const Request&, Refusal refusal) {
+    std::lock_guard lock(mutex);
+    refusals.push_back(refusal);
+  };
+  RunningServer running({text_route("/v2", "v2"), text_route("/v2/models", "models", Execution::kWorker),
+                         text_route("/metrics", "metrics")},
+                        options);
+  int port = running.port();
+  EXPECT_EQ(testing::http_request(port, "GET", "/v2/health").body, "v2 /v2/health");
+  EXPECT_EQ(testing::http_request(port, "GET", "/v2/models/x?y=1").body, "models /v2/models/x");
+  EXPECT_EQ(testing::http_request(port, "GET", "/metrics").body, "metrics /metrics");
+  EXPECT_EQ(testing::http_request(port, "GET", "/v2models").status, 404);
+  EXPECT_EQ(testing::http_request(port, "GET", "/metricsx").status, 404);
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(refusals.size(), 2u);
+}
+
+// Regression: 21k idle connections exhausted the descriptors and health checks timed out. At
+// max_connections the connection idle the longest makes room.
+TEST(HttpServer, AtMaxConnectionsTheLongestIdleConnectionMakesRoom) {
+  ServerOptions options;
+  options.max_connections = 4;
+  RunningServer running({text_route("/v2", "v2")}, options);
+  int port = running.port();
+  asio::io_context io;
+  std::vector<std::unique_ptr<asio::ip::tcp::socket>> idle;
+  for (int index = 0; index < 4; ++index) {
+    idle.push_back(std::make_unique<asio::ip::tcp::socket>(io));
+    idle.back()->connect(local(port));
+    std::this_thread::sleep_for(20ms);  // so their idle times differ
+  }
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(testing::http_request(port, "GET", "/v2/health/live").status, 200);
+  // The first idle connection was closed by the server.
+  EXPECT_EQ(read_all(*idle[0], 2000ms), "");
+  EXPECT_GE(running.server().stats().connections_evicted, 1u);
+}
+
+// Regression: six 34 MB bodies at once peaked at 1.3 GB. Bodies are admitted against a shared
+// budget once their headers say how large they are.
+TEST(HttpServer, BodiesInFlightStayWithinTheBudget) {
+  ServerOptions options;
+  options.max_body_bytes = 1000;
+  options.max_inflight_body_bytes = 1500;
+  RunningServer running({text_route("/v2", "v2", Execution::kWorker)}, options);
+  int port = running.port();
+  asio::io_context io;
+  asio::ip::tcp::socket slow(io);
+  slow.connect(local(port));
+  // 900 bytes announced, half sent: the reservation holds while the body trickles in.
+  asio::write(slow, asio::buffer(std::string("POST /v2/x HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n") +
+                                 std::string(450, 'a')));
+  std::this_thread::sleep_for(100ms);
+  auto refused = testing::http_request(port, "POST", "/v2/y", std::string(800, 'b'));
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_NE(refused.body.find("too many request bodies"), std::string::npos);
+  EXPECT_EQ(testing::http_request(port, "POST", "/v2/y", std::string(500, 'b')).status, 200);
+  asio::write(slow, asio::buffer(std::string(450, 'a')));
+  std::string answer = read_all(slow, 300ms);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+  EXPECT_EQ(testing::http_request(port, "POST", "/v2/y", std::string(800, 'b')).status, 200);
+  // Released once each response is written (just after the client has it).
+  for (int attempt = 0; attempt < 100 && running.server().stats().inflight_body_bytes != 0; ++attempt) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(running.server().stats().inflight_body_bytes, 0u);
+}
+
+std::size_t open_descriptors() {
+  std::size_t count = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++count;
+  return count;
+}
+
+double process_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
+}
+
+// Regression: out of file descriptors, the accept loop spun at 100% CPU. It backs off now, and
+// serves again once descriptors free up.
+TEST(HttpServer, OutOfDescriptorsTheAcceptLoopBacksOff) {
+  RunningServer running({text_route("/v2", "v2")}, ServerOptions{});
+  int port = running.port();
+  rlimit original{};
+  getrlimit(RLIMIT_NOFILE, &original);
+  rlimit lowered = original;
+  lowered.rlim_cur = open_descriptors() + 2;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  // Connections from another process, whose descriptors do not count against ours.
+  pid_t child = fork();
+  if (child == 0) {
+    std::vector<int> sockets;
+    for (int index = 0; index < 8; ++index) {
+      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      auto endpoint = local(port);
+      ::connect(fd, endpoint.data(), static_cast<socklen_t>(endpoint.size()));
+      sockets.push_back(fd);
+    }
+    ::sleep(3);
+    _exit(0);
+  }
+  std::this_thread::sleep_for(300ms);
+  double cpu_before = process_cpu_seconds();
+  std::this_thread::sleep_for(1000ms);
+  double cpu_used = process_cpu_seconds() - cpu_before;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &original), 0);
+  EXPECT_LT(cpu_used, 0.3) << "the accept loop spun";
+  EXPECT_GT(running.server().stats().accept_errors, 0u);
+  EXPECT_EQ(testing::http_request(port, "GET", "/v2/health/live").status, 200);
+  int status = 0;
+  waitpid(child, &status, 0);
+}
+
+// Regression: draining reset keep-alive connections, and queued requests still waiting at the
+// drain deadline were closed without a response.
+TEST(HttpServer, DrainAnswersInFlightRequestsWithConnectionClose) {
+  std::mutex mutex;
+  std::vector<Respond> parked;  // answered only at the drain deadline
+  ServerOptions options;
+  options.drain_timeout = 300ms;
+  options.on_drain_deadline = [&] {
+    std::lock_guard lock(mutex);
+    for (auto& respond : parked) respond(error_response(503, "the server is shutting down"));
+    parked.clear();
+  };
+  Route slow{"/slow", [](const Request&) { return Execution::kWorker; },
+             [](const Request&, const Respond& respond) {
+               std::this_thread::sleep_for(150ms);
+               respond(Response{200, "text/plain", "done", {}});
+             }};
+  Route never{"/queued", [](const Request&) { return Execution::kWorker; },
+              [&](const Request&, const Respond& respond) {
+                std::lock_guard lock(mutex);
+                parked.push_back(respond);
+              }};
+  options.port = 0;
+  auto server = std::move(Server::start({slow, never, text_route("/v2", "v2")}, options)).value();
+  std::jthread runner([&] { server->run(); });
+  int port = server->port();
+  asio::io_context io;
+  asio::ip::tcp::socket in_flight(io), queued(io), idle(io);
+  in_flight.connect(local(port));
+  queued.connect(local(port));
+  idle.connect(local(port));
+  asio::write(in_flight, asio::buffer(std::string("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")));
+  asio::write(queued, asio::buffer(std::string("GET /queued HTTP/1.1\r\nHost: x\r\n\r\n")));
+  std::this_thread::sleep_for(50ms);
+  server->stop();
+  std::string slow_answer = read_all(in_flight);
+  EXPECT_EQ(slow_answer.rfind("HTTP/1.1 200", 0), 0u) << slow_answer;
+  EXPECT_NE(slow_answer.find("Connection: close"), std::string::npos) << slow_answer;
+  std::string queued_answer = read_all(queued);
+  EXPECT_EQ(queued_answer.rfind("HTTP/1.1 503", 0), 0u) << queued_answer;
+  EXPECT_EQ(read_all(idle), "");  // closed cleanly, with nothing sent
+  runner.join();
+}
+
+}  // namespace
+}  // namespace slipway::http
