@@ -120,8 +120,9 @@ TEST(TreeEnsemble, CategoricalSplitsAndMulticlassOutputs) {
 }
 
 // Every prediction path (vector kernels over blocks of rows, across trees for single rows, the
-// pointer walk) gives the float sums of a plain walk in tree order. CTest runs this test once per
-// kernel (SLIPWAY_TREE_KERNEL), so each is compared on this CPU.
+// pointer walk) gives the float sums of a plain walk in tree order. This runs the kernel the CPU
+// picks; CTest runs it again with SLIPWAY_TREE_KERNEL=scalar for the pointer walk, and
+// kernels_test compares every kernel variant with the reference walk.
 TEST(TreeEnsemble, EveryKernelMatchesAPlainWalkBitForBit) {
   std::mt19937 random(3);
   std::uniform_real_distribution<float> uniform(0.0f, 1.0f);

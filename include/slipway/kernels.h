@@ -1,0 +1,104 @@
+// slipway/kernels.h — the hot loops of inference on plain arrays, each in the variants a CPU may
+// have (scalar, AVX2, AVX-512), picked at run time from a dispatch table. Builds carry no -march:
+// vector code is compiled per function for its instruction set and only called where the CPU has it.
+//
+// Every kernel has a plain reference variant, and tests/kernels/ runs every variant this CPU
+// supports against it, bit for bit (as ggml's test-backend-ops does). Nothing here knows about
+// models or tables: callers lay their data out as each kernel's contract says.
+//
+// Today: tree traversal over complete binary trees. The int8/bf16 matrix kernels of the neural
+// and LLM work will land here too.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace slipway::kernels {
+
+// ---------------------------------------------------------------------------------------------
+// Complete-tree traversal.
+//
+// The layout: every tree padded to a complete binary tree of its depth d, so the children of
+// position p are at 2p+1 and 2p+2 and a walk needs no child pointers, with the node fields in
+// separate arrays that vector gathers can read.
+//   - Tree t owns the 2^d - 1 internal nodes thresholds[o + p] and features[o + p], for positions
+//     p in [0, 2^d - 1) and o = t.internal_offset, and the 2^d leaves leaves[t.leaf_offset + i],
+//     where leaf i sits at position 2^d - 1 + i. A tree of depth 0 is a single leaf.
+//   - features[n] is the index of the feature node n splits on, with kDefaultLeftBit set when a
+//     missing value goes left.
+//   - At node n a row with feature value x goes left when x < thresholds[n] and right when
+//     x >= thresholds[n]; when x or the threshold is NaN, it goes left exactly when
+//     kDefaultLeftBit is set. So a padding node below a leaf reached early (NaN threshold,
+//     kDefaultLeftBit set) sends every row left, and the leaf copied into every leaf slot below
+//     it is the one reached.
+
+inline constexpr std::uint32_t kCompleteTreeMaxDepth = 10;
+inline constexpr std::uint32_t kDefaultLeftBit = 1U << 31;
+
+struct CompleteTree {
+  std::uint32_t internal_offset;  // into CompleteTreesView::thresholds and ::features
+  std::uint32_t leaf_offset;      // into CompleteTreesView::leaves
+  std::uint32_t depth;            // 0 to kCompleteTreeMaxDepth
+  std::uint32_t group;            // the output (class) its leaf is added to
+};
+
+// A layout the caller owns; the kernels only read it. It must stay alive and unchanged during a
+// call.
+struct CompleteTreesView {
+  std::span<const CompleteTree> trees;  // in the order their leaves are added
+  std::span<const float> thresholds;
+  std::span<const std::uint32_t> features;
+  std::span<const float> leaves;
+};
+
+// Adds to margins[row * group_count + tree.group], for each of `rows` rows and each tree in
+// order, the leaf the row reaches in that tree. Row r's features are
+// features[r * width, (r + 1) * width); margins keep whatever they held before (a base score), and
+// nothing outside the first rows * group_count of them is written.
+//
+// Every variant gives the same floats as the reference, bit for bit: each margin starts from its
+// value on entry and adds its trees' leaves one at a time in tree order (the order XGBoost sums
+// in), whatever the variant computes in parallel across rows or trees.
+//
+// Preconditions, which the kernels do not check (a layout comes from code, not from a user; a
+// violation reads out of bounds): every tree's depth is at most kCompleteTreeMaxDepth and its
+// nodes and leaves lie inside the arrays; every feature index is < width; every group is
+// < group_count; the arrays hold fewer than 2^31 elements (vector gathers index with 32-bit
+// offsets); features.size() >= rows * width and margins.size() >= rows * group_count.
+//
+// Thread safety: a pure function of its arguments; any number of threads may call any variants at
+// once on one layout, each with margins of its own.
+using AddTreeLeaves = void (*)(const CompleteTreesView& layout, std::span<const float> features, std::size_t rows,
+                               std::size_t width, std::span<float> margins, std::size_t group_count);
+
+struct TreeKernelVariant {
+  // "scalar", "avx2" or "avx512", the names SLIPWAY_TREE_KERNEL takes.
+  std::string_view name;
+  // Whether this CPU can run the variant; add_leaves of one it cannot run must not be called.
+  bool (*supported)();
+  AddTreeLeaves add_leaves;
+  // True for the plain reference walk ("scalar"), which runs on any CPU. A caller with a scalar
+  // walk of its own may run that instead when this variant is chosen (TreeEnsembleModel walks its
+  // pointer layout, what CPUs without AVX2 have always run).
+  bool is_reference;
+};
+
+// Every variant, the reference first, supported on this CPU or not (tests run each supported one).
+std::span<const TreeKernelVariant> tree_kernel_variants();
+
+// The reference variant ("scalar"): one row at a time, each tree walked level by level.
+const TreeKernelVariant& tree_kernel_reference();
+
+// The variant to run for a requested name: "scalar" gives the reference; "avx512" gives AVX-512
+// where the CPU has AVX-512F and AVX2; anything else (empty, unknown, or a variant the CPU lacks)
+// gives AVX2 where the CPU has it, else the reference. AVX2 is the default over AVX-512: on the
+// AMD EPYC it was measured on, 8-lane gathers beat 16-lane ones (docs/benchmarks.md).
+const TreeKernelVariant& choose_tree_kernel(std::string_view requested);
+
+// choose_tree_kernel(SLIPWAY_TREE_KERNEL), read from the environment on the first call and kept for
+// the life of the process. Any thread may call it.
+const TreeKernelVariant& tree_kernel();
+
+}  // namespace slipway::kernels
