@@ -1,6 +1,7 @@
 // CSV reading: one sequential pass finds chunk boundaries (respecting quotes), chunks are parsed
 // into field views in parallel, then each column's type is inferred and converted in parallel.
 #include <fast_float/fast_float.h>
+#include <simdjson.h>
 
 #include <algorithm>
 #include <cmath>
@@ -272,11 +273,42 @@ std::string location(std::string_view source_name, std::size_t line, std::size_t
   return out;
 }
 
+// The line and byte column of the first byte that breaks UTF-8 (the slow path, for the message).
+std::pair<std::size_t, std::size_t> first_invalid_utf8(std::string_view text) {
+  std::size_t line = 1;
+  std::size_t line_start = 0;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    auto byte = static_cast<unsigned char>(text[pos]);
+    std::size_t length = byte < 0x80           ? 1
+                         : (byte >> 5) == 0x6  ? 2
+                         : (byte >> 4) == 0xE  ? 3
+                         : (byte >> 3) == 0x1E ? 4
+                                               : 0;
+    bool valid = length > 0 && pos + length <= text.size() && simdjson::validate_utf8(text.data() + pos, length);
+    if (!valid) return {line, pos - line_start + 1};
+    if (byte == '\n') {
+      ++line;
+      line_start = pos + 1;
+    }
+    pos += length;
+  }
+  return {line, 0};
+}
+
 }  // namespace
 
 Result<Table> parse_csv(std::string_view text, std::string_view source_name, const CsvOptions& options) {
   if (text.size() >= 3 && std::memcmp(text.data(), "\xEF\xBB\xBF", 3) == 0) text.remove_prefix(3);
   if (text.empty()) return invalid_argument(std::string(source_name) + " is empty; a header row was expected");
+  // Names and categories end up in bundle manifests and JSON answers, which must be UTF-8: a
+  // Latin-1 file would train a model that no command could load. Validation runs at GB/s.
+  if (!simdjson::validate_utf8(text)) {
+    auto [line, column] = first_invalid_utf8(text);
+    return invalid_argument(location(source_name, line, column) +
+                            ": the file is not UTF-8 (is it Latin-1 or Windows-1252?); convert it, e.g. with "
+                            "`iconv -f latin1 -t utf-8`");
+  }
 
   RecordParser header_parser{text, text.size(), options.delimiter};
   std::vector<std::string_view> header_fields;

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <charconv>
-#include <limits>
 #include <cmath>
+#include <limits>
 
 #include "slipway/model.h"
 
@@ -21,6 +21,9 @@ Status not_xgboost(std::string_view what) {
 }
 
 // XGBoost stores most parameters as strings ("5E-1"); 3.1 stores base_score as "[5E-1]".
+// Every input is a named column of the bundle; past this, a model is not one Slipway serves.
+constexpr std::size_t kMaxImportedFeatures = 100'000;
+
 Result<double> number_in_string(object parent, std::string_view key) {
   std::string_view text;
   if (parent[key].get(text) != simdjson::SUCCESS) return not_xgboost("'" + std::string(key) + "' is missing");
@@ -146,8 +149,7 @@ Status append_tree(object tree, std::size_t tree_index, std::size_t feature_coun
                              " is categorical but lists no categories");
         }
         auto k = static_cast<std::size_t>(entry - categorical_nodes.begin());
-        if (segments[k] < 0 || sizes[k] < 0 ||
-            static_cast<std::size_t>(segments[k] + sizes[k]) > categories.size()) {
+        if (segments[k] < 0 || sizes[k] < 0 || static_cast<std::size_t>(segments[k] + sizes[k]) > categories.size()) {
           return not_xgboost("tree " + std::to_string(tree_index) + " has a category segment out of range");
         }
         std::int64_t largest = 0;
@@ -246,6 +248,12 @@ Result<std::shared_ptr<const Bundle>> import_xgboost_json(std::string_view json,
   }
   SLIPWAY_ASSIGN_OR_RETURN(double feature_count_value, number_in_string(model_param, "num_feature"));
   SLIPWAY_ASSIGN_OR_RETURN(double base_score, number_in_string(model_param, "base_score"));
+  // Checked before any allocation sized by it: a hostile num_feature of 20,000,000 once made the
+  // import allocate gigabytes of generated names.
+  if (!(feature_count_value >= 1 && feature_count_value <= static_cast<double>(TreeNode::kFeatureMask)) ||
+      feature_count_value != std::floor(feature_count_value)) {
+    return not_xgboost("'num_feature' must be a positive integer");
+  }
   auto feature_count = static_cast<std::size_t>(feature_count_value);
   std::size_t class_count = 0;
   if (auto classes = number_in_string(model_param, "num_class"); classes.ok() && *classes > 1) {
@@ -254,6 +262,24 @@ Result<std::shared_ptr<const Bundle>> import_xgboost_json(std::string_view json,
   if (multiclass != (class_count > 1)) {
     return invalid_argument("the model's objective '" + std::string(objective) + "' and its num_class (" +
                             std::to_string(class_count) + ") disagree");
+  }
+
+  object gbtree;
+  array trees;
+  if (booster["model"].get(gbtree) != simdjson::SUCCESS || gbtree["trees"].get(trees) != simdjson::SUCCESS) {
+    return not_xgboost("there is no 'gradient_booster.model.trees' array");
+  }
+  TreeEnsembleData ensemble;
+  ensemble.group_count = std::max<std::size_t>(class_count, 1);
+  std::size_t tree_index = 0;
+  for (element item : trees) {
+    object tree;
+    if (item.get(tree) != simdjson::SUCCESS) return not_xgboost("'trees' holds a non-object");
+    SLIPWAY_RETURN_IF_ERROR(append_tree(tree, tree_index++, feature_count, ensemble));
+  }
+  std::size_t features_used = 0;
+  for (const auto& node : ensemble.nodes) {
+    if (!node.is_leaf()) features_used = std::max<std::size_t>(features_used, node.feature() + 1);
   }
 
   std::vector<std::string> names;
@@ -272,27 +298,28 @@ Result<std::shared_ptr<const Bundle>> import_xgboost_json(std::string_view json,
     names = options.feature_names;
   }
   if (names.empty()) {
+    // Unnamed features past the last one a tree splits on change no prediction: past the limit
+    // they are dropped, so the bundle's size follows what the trees use.
+    if (feature_count > kMaxImportedFeatures && features_used <= kMaxImportedFeatures) {
+      log_warn("the model declares " + std::to_string(feature_count) + " features but its trees use only the first " +
+               std::to_string(features_used) + "; the bundle takes those");
+      feature_count = std::max<std::size_t>(features_used, 1);
+    }
+    if (feature_count > kMaxImportedFeatures) {
+      return invalid_argument("the model's trees use " + std::to_string(features_used) + " features, more than the " +
+                              std::to_string(kMaxImportedFeatures) + " an imported model may have");
+    }
     for (std::size_t index = 0; index < feature_count; ++index) names.push_back("f" + std::to_string(index));
   }
   if (names.size() != feature_count) {
     return invalid_argument("the model has " + std::to_string(feature_count) + " features but " +
                             std::to_string(names.size()) + " feature names were given");
   }
-
-  object gbtree;
-  array trees;
-  if (booster["model"].get(gbtree) != simdjson::SUCCESS || gbtree["trees"].get(trees) != simdjson::SUCCESS) {
-    return not_xgboost("there is no 'gradient_booster.model.trees' array");
+  if (feature_count > kMaxImportedFeatures) {
+    return invalid_argument("the model has " + std::to_string(feature_count) + " features, more than the " +
+                            std::to_string(kMaxImportedFeatures) + " an imported model may have");
   }
-  TreeEnsembleData ensemble;
   ensemble.input_width = feature_count;
-  ensemble.group_count = std::max<std::size_t>(class_count, 1);
-  std::size_t tree_index = 0;
-  for (element item : trees) {
-    object tree;
-    if (item.get(tree) != simdjson::SUCCESS) return not_xgboost("'trees' holds a non-object");
-    SLIPWAY_RETURN_IF_ERROR(append_tree(tree, tree_index++, feature_count, ensemble));
-  }
   array tree_info;
   if (gbtree["tree_info"].get(tree_info) == simdjson::SUCCESS && multiclass) {
     for (element item : tree_info) {

@@ -122,6 +122,18 @@ TEST(CsvReader, RefusesInfiniteNumbersNamingColumnAndLine) {
   EXPECT_TRUE(nan->column(0).is_missing(1));
 }
 
+// Regression: a Latin-1 category trained a bundle whose manifest no command could load.
+TEST(CsvReader, RefusesBytesThatAreNotUtf8) {
+  auto latin1 = parse_csv("city,n\nZ\xfcrich,1\n", "latin1.csv");
+  ASSERT_FALSE(latin1.ok());
+  EXPECT_NE(latin1.status().message().find("latin1.csv:2:2: the file is not UTF-8"), std::string::npos)
+      << latin1.status().message();
+  EXPECT_FALSE(parse_csv("na\xffme\n1\n", "t.csv").ok());
+  auto utf8 = parse_csv("city,n\nZ\xc3\xbcrich,1\n\xe6\x9d\xb1\xe4\xba\xac,2\n", "utf8.csv");
+  ASSERT_TRUE(utf8.ok()) << utf8.status().message();
+  EXPECT_EQ(utf8->column(0).text_at(0), "Z\xc3\xbcrich");
+}
+
 TEST(CsvReader, RefusesCrOnlyLineEndings) {
   auto table = parse_csv("a,b\r1,2\r3,4\r", "mac.csv");
   ASSERT_FALSE(table.ok());

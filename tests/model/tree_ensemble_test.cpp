@@ -207,5 +207,35 @@ TEST(XgboostImport, RejectsWhatItCannotImportWithOneSentence) {
   EXPECT_NE(message(out_of_range).find("splits on feature 9"), std::string::npos);
 }
 
+// Regression: num_feature of 20,000,000 allocated 8.7 GB and registered a 1.45 GB bundle.
+TEST(XgboostImport, HugeNumFeatureIsBoundedByTheFeaturesTheTreesUse) {
+  auto model_json = [](const std::string& num_feature, const std::string& names) {
+    return R"({"version":[1,7,4],"learner":{)" + names + R"("feature_types":[],
+      "learner_model_param":{"base_score":"5E-1","num_class":"0","num_feature":")" + num_feature + R"(","num_target":"1"},
+      "objective":{"name":"reg:squarederror"},
+      "gradient_booster":{"name":"gbtree","model":{"gbtree_model_param":{"num_trees":"1"},"tree_info":[0],
+        "trees":[{"left_children":[1,-1,-1],"right_children":[2,-1,-1],"split_indices":[1,0,0],
+                  "split_conditions":[2.0,10.0,20.0],"default_left":[0,0,0],"split_type":[0,0,0]}]}}}})";
+  };
+  XgboostImportOptions options;
+  auto trimmed = import_xgboost_json(model_json("20000000", ""), options);
+  ASSERT_TRUE(trimmed.ok()) << trimmed.status().message();
+  EXPECT_EQ((*trimmed)->preprocessor().features().size(), 2u);
+  EXPECT_LT((*trimmed)->serialize().size(), 10'000u);
+  // Declared features within the limit are kept as declared.
+  auto declared = import_xgboost_json(model_json("5", ""), options);
+  ASSERT_TRUE(declared.ok());
+  EXPECT_EQ((*declared)->preprocessor().features().size(), 5u);
+  for (const char* bad : {"-3", "nan", "1.5", "0", "1e30"}) {
+    auto refused = import_xgboost_json(model_json(bad, ""), options);
+    EXPECT_FALSE(refused.ok()) << bad;
+  }
+  // Named features past the limit cannot be trimmed: refused with the count.
+  options.feature_names.resize(200'000, "x");
+  auto named = import_xgboost_json(model_json("200000", ""), options);
+  ASSERT_FALSE(named.ok());
+  EXPECT_NE(named.status().message().find("more than the 100000"), std::string::npos) << named.status().message();
+}
+
 }  // namespace
 }  // namespace slipway::model
