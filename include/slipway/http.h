@@ -28,6 +28,9 @@ class Request {
   std::string_view target;  // path and query, as sent
   std::string_view path;    // target without the query
   std::string_view body;
+  // Readable bytes past the body's end (a SIMD parser may read up to 64 bytes past the end of
+  // its input; with enough padding it parses the body in place instead of copying it).
+  std::size_t body_padding = 0;
   // The value of a header (case-insensitive name), or "" when absent.
   std::string_view header(std::string_view name) const { return header_lookup_ ? header_lookup_(name) : ""; }
   // How many times the header appears (to refuse duplicates of single-valued headers).

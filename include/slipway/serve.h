@@ -39,6 +39,9 @@ struct RequestHeaders {
   // Triton's binary tensor extension: the length of the JSON part of the body; empty when absent.
   std::string_view inference_header_length;
   bool inference_header_length_repeated = false;  // sent more than once: refused
+  // Readable bytes past the body's end (http::Request::body_padding): with 64 the JSON is parsed
+  // in place, without a padded copy.
+  std::size_t body_padding = 0;
 };
 
 // Dynamic batching of one model version (Triton's semantics; see src/serve/batcher.h). With

@@ -1,4 +1,5 @@
 // slipway serve, serving-config and token.
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <iostream>
@@ -72,6 +73,11 @@ void raise_open_file_limit() {
   setrlimit(RLIMIT_NOFILE, &limit);
 }
 
+// glibc raises its mmap threshold each time a large block is freed, after which the buffers of
+// large requests come from the heap and stay with the process. A fixed threshold keeps them
+// mapped, so they go back to the system when the request ends.
+void return_large_buffers_to_the_system() { mallopt(M_MMAP_THRESHOLD, 1 << 20); }
+
 }  // namespace
 
 int run_serve(const GlobalOptions& global, const ServeOptions& flags, const ServingConfigFlags& defaults) {
@@ -84,6 +90,7 @@ int run_serve(const GlobalOptions& global, const ServeOptions& flags, const Serv
   if (flags.max_pending < 0) return fail(invalid_argument("--max-pending must be >= 0"));
   options.max_pending_requests = flags.max_pending;
   raise_open_file_limit();
+  return_large_buffers_to_the_system();
   options.max_connections = flags.max_connections;
   auto composed = compose_serving_configs(flags, defaults);
   if (!composed.ok()) return fail(composed.status());

@@ -30,6 +30,8 @@ namespace bhttp = beast::http;
 using tcp = asio::ip::tcp;
 using SteadyClock = std::chrono::steady_clock;
 
+constexpr std::size_t kBodyPadding = 64;  // simdjson's SIMDJSON_PADDING
+
 class Session;
 
 // What every session shares: the options, the routes, the worker pool and the counters.
@@ -128,6 +130,10 @@ class Session : public std::enable_shared_from_this<Session> {
     auto length = parser_->content_length();
     std::uint64_t reserve = length ? *length : (parser_->chunked() ? shared_.options.max_body_bytes : 0);
     if (reserve > shared_.options.max_body_bytes) return on_read_error(bhttp::error::body_limit);
+    if (length) {
+      // Room for a SIMD parser to read past the end: the body is parsed where it lies.
+      parser_->get().body().reserve(static_cast<std::size_t>(*length) + kBodyPadding);
+    }
     if (reserve > 0) {
       std::uint64_t before = shared_.inflight_body_bytes.fetch_add(reserve);
       body_reserved_ = reserve;
@@ -240,6 +246,7 @@ class Session : public std::enable_shared_from_this<Session> {
     view_.target = {request_.target().data(), request_.target().size()};
     view_.path = path_of(view_.target);
     view_.body = request_.body();
+    view_.body_padding = request_.body().capacity() - request_.body().size();
     view_.set_header_lookup(
         [this](std::string_view name) -> std::string_view {
           auto found = request_.find(beast::string_view(name.data(), name.size()));

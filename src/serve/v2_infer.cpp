@@ -169,9 +169,14 @@ Result<PreparedInfer> Service::State::prepare_infer(const LoadedModel& loaded, s
   thread_local simdjson::dom::parser shared_parser;
   simdjson::dom::parser large_body_parser;
   simdjson::dom::parser& parser = json_text.size() > (std::size_t{1} << 20) ? large_body_parser : shared_parser;
-  simdjson::padded_string padded(json_text);
+  // The JSON is parsed in place when the bytes after it may be read (binary data, or padding the
+  // HTTP layer reserved); otherwise from a padded copy.
+  std::size_t readable_after = body.size() - json_text.size() + headers.body_padding;
+  std::optional<simdjson::padded_string> padded;
+  if (readable_after < simdjson::SIMDJSON_PADDING) padded.emplace(json_text);
   object request;
-  auto parse_error = parser.parse(padded).get(request);
+  auto parse_error = (padded ? parser.parse(*padded) : parser.parse(json_text.data(), json_text.size(), false))
+                         .get(request);
   if (parse_error != simdjson::SUCCESS) {
     return invalid_argument(std::string("the request body is not a JSON object: ") +
                             simdjson::error_message(parse_error));
