@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "slipway/core.h"
+#include "slipway/registry.h"
 #include "slipway/serve.h"
 
 namespace slipway::cli {
@@ -50,6 +51,12 @@ Status load_spec_text(const std::string& yaml, const std::string& source, TrainO
 std::string spec_yaml(const TrainOptions& options);
 // Parses KEY=VALUE strings.
 Result<std::map<std::string, std::string>> parse_key_values(const std::vector<std::string>& pairs);
+
+// How a command opens the workspace. Commands that only read (models, versions, runs, show,
+// eval, predict, explain, serve, token list, serving-config without flags, verify without
+// --repair) open it read-only: they work where they may not write and never change it.
+enum class WorkspaceAccess { kReadOnly, kWrite, kCreate };
+Result<std::unique_ptr<registry::Registry>> open_workspace(const GlobalOptions& global, WorkspaceAccess access);
 
 int run_init(const GlobalOptions& global);
 int run_train(const GlobalOptions& global, TrainOptions options, const std::vector<std::string>& flags_given);
