@@ -99,6 +99,8 @@ int run_token_create(const GlobalOptions& global, const std::string& name, const
 int run_token_list(const GlobalOptions& global);
 int run_token_revoke(const GlobalOptions& global, const std::string& id);
 int run_params(const GlobalOptions& global, bool markdown);
+// Checks the workspace (registry::verify_workspace); exit 0 when it found no problem, 1 otherwise.
+int run_verify(const GlobalOptions& global, bool repair);
 
 struct ImportOptions {
   std::string format;  // "xgboost"
