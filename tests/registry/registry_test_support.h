@@ -125,10 +125,10 @@ inline int run_in_child(const std::function<int()>& body) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// Runs `body` as a user who may read `folder` but not write it: as root (tests usually run as
-// root, for whom permissions do not apply) in a child process switched to the user nobody;
-// otherwise in this process, with the folder made read-only for the time of the call. Returns
-// body's result, or -1 when the switch fails.
+// Runs `body` as a user who may read `folder` (and its files) but not write them: as root
+// (tests usually run as root, for whom permissions do not apply) in a child process switched to
+// the user nobody; otherwise in this process, with the folder and its files made read-only for
+// the time of the call. Returns body's result; 98 or 99 when the switch failed.
 inline int run_without_write_access(const std::string& folder, const std::function<int()>& body) {
   if (::geteuid() == 0) {
     std::filesystem::permissions(folder, std::filesystem::perms(0755));
@@ -137,9 +137,16 @@ inline int run_without_write_access(const std::string& folder, const std::functi
       return ::access(folder.c_str(), W_OK) == 0 ? 98 : body();
     });
   }
-  std::filesystem::permissions(folder, std::filesystem::perms(0555));
-  int result = body();
-  std::filesystem::permissions(folder, std::filesystem::perms(0755));
+  auto set_writable = [&](bool writable) {
+    for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+      if (entry.is_regular_file())
+        std::filesystem::permissions(entry.path(), std::filesystem::perms(writable ? 0644 : 0444));
+    }
+    std::filesystem::permissions(folder, std::filesystem::perms(writable ? 0755 : 0555));
+  };
+  set_writable(false);
+  int result = ::access(folder.c_str(), W_OK) == 0 ? 98 : body();
+  set_writable(true);
   return result;
 }
 
