@@ -14,6 +14,7 @@ Result<std::vector<ModelVersion>> read_versions(SqlTransaction& sql, const std::
                                                 "created_ms FROM model_versions WHERE model = ? ORDER BY version",
                                                 {model}));
   std::vector<ModelVersion> versions;
+  versions.reserve(rows.size());
   for (const auto& row : rows) {
     versions.push_back({model, row.integer(0), row.text(1), row.text(2), row.text(3), row.integer(4), {}});
   }

@@ -99,6 +99,7 @@ Result<std::string> RunStore::start(const NewRun& run) {
 Status RunStore::log_metrics(const std::string& run_id, const std::vector<std::pair<std::string, double>>& metrics,
                              std::int64_t step) {
   std::vector<MetricRecord> records;
+  records.reserve(metrics.size());
   for (const auto& [key, value] : metrics) records.push_back({key, value, step, 0});
   return log_metric_steps(run_id, records);
 }

@@ -16,7 +16,7 @@ Status ServingConfigStore::set(const std::string& model, const std::map<std::str
                                           "ON CONFLICT(model, key) DO UPDATE SET value = excluded.value",
                                           {model, key, value})
                                   .status());
-      detail += " " + key + "=" + value;
+      detail.append(" ").append(key).append("=").append(value);
     }
     return append_audit(sql, *context_, replace ? "serving_config.replace" : "serving_config.set", detail);
   });
