@@ -1,9 +1,28 @@
 // slipway/registry.h — the workspace: metadata (experiments, runs, params, metrics, model
-// versions, aliases, audit log) in SQLite, bundles in a content-addressed artifact folder.
+// versions, aliases, serving configs, API tokens, audit log) in a metadata store, bundles in a
+// content-addressed artifact folder.
 //
-// Guarantees: every mutation is one transaction, also recorded in the audit log; artifacts are
-// written to a temporary file, fsynced and renamed, and never rewritten. A crash at any point
-// leaves no half-written row and no partial artifact; at worst an artifact that no row refers to.
+// `Registry` is the facade callers hold. It owns the metadata backend and the artifact store and
+// hands out one store per concept: runs(), models(), serving_configs(), tokens(), audit().
+//
+// The metadata backend is private to this module (src/registry/metadata_backend.h): transactions
+// and parameterized statements, plus the backend's numbered schema migrations. SQLite
+// (`<home>/slipway.db`, WAL mode) is the embedded default and the only backend today. A PostgreSQL
+// backend is one more implementation of that interface (libpq, its own DDL for the same numbered
+// migrations), chosen by Registry::open; the stores and every caller stay as they are.
+//
+// Guarantees: every mutation is one transaction, also recorded in the audit log; writers are
+// serialized, so a read-then-write (the next version number, say) never races another writer.
+// Artifacts are written to a temporary file, fsynced and renamed, and never rewritten. A crash at
+// any point leaves no half-written row and no partial artifact; at worst an artifact that no row
+// refers to (`verify_workspace` lists those).
+//
+// Schema: migrations are numbered; each is applied once, in its own transaction, and recorded in
+// the `schema_migrations` table (version, name, applied_ms). Opening a workspace for writing
+// applies the pending ones; opening it read-only applies none and fails if any is pending.
+//
+// Threads: a Registry and its stores may be used from any thread; one connection serves them,
+// behind a mutex. Several processes may open one workspace at once (SQLite locking).
 #pragma once
 
 #include <cstdint>
@@ -25,10 +44,23 @@ struct MetricRecord {
   std::int64_t timestamp_ms = 0;
 };
 
+// The process that owns a RUNNING run, recorded when the run starts or resumes, so that
+// `verify_workspace` can tell a run whose process died from one still training. pid 0: not
+// recorded (runs started before schema version 2).
+struct RunOwner {
+  std::int64_t pid = 0;
+  std::int64_t start_ticks = 0;  // the process's start time after boot (/proc/PID/stat): a reused pid differs
+  std::string host;              // gethostname()
+  std::string boot_id;           // /proc/sys/kernel/random/boot_id: changes when the machine restarts
+  std::string pid_namespace;     // /proc/self/ns/pid: pids compare only within one namespace
+};
+
 struct RunRecord {
   std::string run_id;
   std::string experiment;
-  std::string status;  // RUNNING, FINISHED, FAILED
+  // RUNNING, FINISHED, FAILED, or INTERRUPTED: its process died while it was RUNNING (marked by
+  // `verify_workspace` with repair). FAILED and INTERRUPTED runs can be resumed (RunStore::reopen).
+  std::string status;
   std::int64_t start_ms = 0;
   std::int64_t end_ms = 0;  // 0 while running
   std::string code_version;
@@ -37,6 +69,7 @@ struct RunRecord {
   std::string bundle_sha256;  // empty when the run produced no bundle
   std::map<std::string, std::string> params;
   std::vector<MetricRecord> metrics;  // latest value per key (full history in the store)
+  RunOwner owner;                     // the process that last started or resumed it
 };
 
 struct CheckpointRecord {
@@ -69,6 +102,13 @@ struct NewRun {
   std::string data_fingerprint;
   std::string spec;
   std::map<std::string, std::string> params;
+};
+
+// A row that names an artifact. `verify_workspace` checks each is stored; a stored artifact that
+// no row names is an orphan.
+struct ArtifactReference {
+  std::string sha256;
+  std::string referrer;  // "model churn@2", "run 3f2a… bundle", "run 3f2a… checkpoint 10"
 };
 
 // Model and alias names: a letter or digit, then letters, digits, '_', '-', '.'; at most 128.
@@ -104,34 +144,34 @@ Result<std::pair<std::string, VersionSelector>> parse_model_reference(const std:
 // Content-addressed bundle storage at <root>/sha256/<2 hex>/<62 hex>.
 class ArtifactStore {
  public:
-  explicit ArtifactStore(std::string root);
+  // A read-only store refuses put() and quarantine() (FailedPrecondition).
+  explicit ArtifactStore(std::string root, bool read_only = false);
   // Stores `bytes` (no-op when already present) and returns their sha256.
   Result<std::string> put(std::span<const std::byte> bytes);
   std::string path_for(const std::string& sha256) const;
   bool contains(const std::string& sha256) const;
   // The hashes of every stored artifact (used by consistency checks).
   std::vector<std::string> list() const;
+  // Moves a stored artifact whose bytes do not match its name to <root>/quarantine/, so the
+  // right bytes can be stored again; returns the new path. NotFound when it is not stored.
+  Result<std::string> quarantine(const std::string& sha256);
 
  private:
   std::string root_;
+  bool read_only_ = false;
 };
 
-class Registry {
+// Shared state of the stores (the backend, the artifact store, the acting user); private to the
+// module (src/registry/store_context.h).
+struct StoreContext;
+
+// Every call is one transaction. Errors: NotFound for an unknown run; FailedPrecondition for a
+// call the run's status does not allow, or on a read-only registry for any mutation;
+// Unavailable when another process holds the write lock past the busy timeout (10 s).
+class RunStore {
  public:
-  ~Registry();
-  Registry(const Registry&) = delete;
-  Registry& operator=(const Registry&) = delete;
-
-  // Opens the workspace in `home` (slipway.db and artifacts/). With create=false a missing
-  // workspace is NotFound with a hint to run `slipway init`. Thread-safe: one connection behind
-  // a mutex.
-  static Result<std::unique_ptr<Registry>> open(const std::string& home, bool create);
-
-  const std::string& home() const { return home_; }
-  ArtifactStore& artifacts() { return artifacts_; }
-
-  // Runs.
-  Result<std::string> start_run(const NewRun& run);
+  // Records a RUNNING run owned by the calling process; returns its id (32 hex digits).
+  Result<std::string> start(const NewRun& run);
   // Appends metric values at `step`. FailedPrecondition if the run is not RUNNING.
   Status log_metrics(const std::string& run_id, const std::vector<std::pair<std::string, double>>& metrics,
                      std::int64_t step = 0);
@@ -144,47 +184,265 @@ class Registry {
   Status record_checkpoint(const std::string& run_id, std::int64_t step, const std::string& bundle_sha256);
   // The run's checkpoint with the highest step; nullopt when it has none.
   Result<std::optional<CheckpointRecord>> latest_checkpoint(const std::string& run_id);
-  // Marks an interrupted (RUNNING) or FAILED run RUNNING again, to resume it. FailedPrecondition
-  // for a FINISHED run.
-  Status reopen_run(const std::string& run_id);
-  // Ends a run as FINISHED or FAILED, recording the bundle it produced (may be empty).
-  Status finish_run(const std::string& run_id, bool succeeded, const std::string& bundle_sha256);
-  Result<RunRecord> get_run(const std::string& run_id);
+  // Marks a RUNNING (its process killed), INTERRUPTED or FAILED run RUNNING again, owned by the
+  // calling process, to resume it. FailedPrecondition for a FINISHED run.
+  Status reopen(const std::string& run_id);
+  // Ends a RUNNING run as FINISHED or FAILED, recording the bundle it produced (may be empty).
+  Status finish(const std::string& run_id, bool succeeded, const std::string& bundle_sha256);
+  // Marks a RUNNING run INTERRUPTED (its process is gone), recording `reason` in the audit log.
+  // FailedPrecondition, changing nothing, when the run is no longer RUNNING or no longer owned by
+  // `owner` (it was resumed meanwhile).
+  Status mark_interrupted(const std::string& run_id, const RunOwner& owner, const std::string& reason);
+  Result<RunRecord> get(const std::string& run_id);
   // Most recent first.
-  Result<std::vector<RunRecord>> list_runs(std::size_t limit);
+  Result<std::vector<RunRecord>> list(std::size_t limit);
+  // Every RUNNING run, oldest first.
+  Result<std::vector<RunRecord>> list_running();
+  // The bundle of every run that has one, and every checkpoint.
+  Result<std::vector<ArtifactReference>> artifact_references();
 
-  // Models. The bundle must already be in the artifact store.
+ private:
+  friend class Registry;
+  explicit RunStore(StoreContext& context) : context_(&context) {}
+  StoreContext* context_;
+};
+
+// Models, versions and aliases. Errors as RunStore's.
+class ModelStore {
+ public:
+  // Registers the next version of `model` (created on its first version). The bundle must
+  // already be in the artifact store (FailedPrecondition otherwise).
   Result<ModelVersion> register_version(const std::string& model, const std::string& bundle_sha256,
                                         const std::string& run_id);
-  Result<std::vector<ModelSummary>> list_models();
+  // Every model, by name.
+  Result<std::vector<ModelSummary>> list();
   // Ascending version order. NotFound for an unknown model.
   Result<std::vector<ModelVersion>> list_versions(const std::string& model);
   Result<ModelVersion> resolve(const std::string& model, const VersionSelector& selector);
   // Points `alias` at `version` (moving it if it pointed elsewhere).
   Status set_alias(const std::string& model, const std::string& alias, std::int64_t version);
-
-  // Serving configuration per model (`slipway serving-config`): key/value pairs that serve
-  // validates. `replace` drops the keys not given; otherwise the given keys are updated.
-  Status set_serving_config(const std::string& model, const std::map<std::string, std::string>& values, bool replace);
-  // Empty when the model has none.
-  Result<std::map<std::string, std::string>> serving_config(const std::string& model);
-
-  // API tokens.
-  Result<NewToken> create_token(const std::string& name, const std::string& role);
-  // NotFound when no active token has this id.
-  Status revoke_token(const std::string& id);
-  Result<std::vector<TokenRecord>> list_tokens();
-
-  // Audit log entries, oldest first: "time actor action detail".
-  Result<std::vector<std::string>> audit_log();
+  // The bundle of every version.
+  Result<std::vector<ArtifactReference>> artifact_references();
 
  private:
-  struct State;
-  Registry(std::string home, std::unique_ptr<State> state);
+  friend class Registry;
+  explicit ModelStore(StoreContext& context) : context_(&context) {}
+  StoreContext* context_;
+};
+
+// Serving configuration per model (`slipway serving-config`): key/value pairs that serve
+// validates.
+class ServingConfigStore {
+ public:
+  // `replace` drops the keys not given; otherwise the given keys are updated.
+  Status set(const std::string& model, const std::map<std::string, std::string>& values, bool replace);
+  // Empty when the model has none.
+  Result<std::map<std::string, std::string>> get(const std::string& model);
+
+ private:
+  friend class Registry;
+  explicit ServingConfigStore(StoreContext& context) : context_(&context) {}
+  StoreContext* context_;
+};
+
+// API tokens.
+class TokenStore {
+ public:
+  Result<NewToken> create(const std::string& name, const std::string& role);
+  // NotFound when no active token has this id.
+  Status revoke(const std::string& id);
+  // Oldest first.
+  Result<std::vector<TokenRecord>> list();
+
+ private:
+  friend class Registry;
+  explicit TokenStore(StoreContext& context) : context_(&context) {}
+  StoreContext* context_;
+};
+
+// The audit log: one entry per mutation, appended in the mutation's own transaction.
+class AuditLog {
+ public:
+  // Oldest first: "time_ms actor action detail".
+  Result<std::vector<std::string>> entries();
+
+ private:
+  friend class Registry;
+  explicit AuditLog(StoreContext& context) : context_(&context) {}
+  StoreContext* context_;
+};
+
+struct OpenOptions {
+  // Create the workspace (folders, database, schema) when it is missing. Not with read_only.
+  bool create = false;
+  // Open without writing anything: the database is opened read-only (SQLite's
+  // SQLITE_OPEN_READONLY plus `PRAGMA query_only`), no migration is applied, and every mutation
+  // (and ArtifactStore::put) fails with FailedPrecondition. On a WAL database SQLite may create
+  // the empty `-wal` and `-shm` files it reads through, when the folder allows; slipway.db
+  // itself is never written. When the folder is not writable and no `-wal` file exists, the
+  // database is read as immutable (no writer can be active then).
+  bool read_only = false;
+};
+
+struct VerifyReport;
+struct VerifyOptions;
+
+class Registry {
+ public:
+  ~Registry();
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // Opens the workspace in `home` (slipway.db and artifacts/) and brings its schema up to date
+  // (for writing) or checks that it is (read_only). Errors: NotFound for a missing workspace
+  // without create, with a hint to run `slipway init`; FailedPrecondition for a workspace made by
+  // a newer slipway (a schema version this binary does not know), or for a read_only open of a
+  // workspace whose schema needs a migration (the message says which command upgrades it).
+  static Result<std::unique_ptr<Registry>> open(const std::string& home, const OpenOptions& options);
+  // The same as open(home, {.create = create}).
+  static Result<std::unique_ptr<Registry>> open(const std::string& home, bool create);
+
+  const std::string& home() const { return home_; }
+  bool read_only() const;
+  // The schema version of the open workspace (the highest migration applied).
+  std::int64_t schema_version() const { return schema_version_; }
+  // The newest schema version this build knows.
+  static std::int64_t latest_schema_version();
+
+  ArtifactStore& artifacts();
+  RunStore& runs() { return runs_; }
+  ModelStore& models() { return models_; }
+  ServingConfigStore& serving_configs() { return serving_configs_; }
+  TokenStore& tokens() { return tokens_; }
+  AuditLog& audit() { return audit_; }
+
+  // Deprecated: the single-class API, forwarding to the stores; kept for one release so code
+  // written against it keeps compiling.
+  [[deprecated("use runs().start()")]] Result<std::string> start_run(const NewRun& run) { return runs_.start(run); }
+  [[deprecated("use runs().log_metrics()")]] Status log_metrics(
+      const std::string& run_id, const std::vector<std::pair<std::string, double>>& metrics, std::int64_t step = 0) {
+    return runs_.log_metrics(run_id, metrics, step);
+  }
+  [[deprecated("use runs().log_metric_steps()")]] Status log_metric_steps(const std::string& run_id,
+                                                                          const std::vector<MetricRecord>& records) {
+    return runs_.log_metric_steps(run_id, records);
+  }
+  [[deprecated("use runs().metric_history()")]] Result<std::vector<MetricRecord>> metric_history(
+      const std::string& run_id) {
+    return runs_.metric_history(run_id);
+  }
+  [[deprecated("use runs().record_checkpoint()")]] Status record_checkpoint(const std::string& run_id,
+                                                                            std::int64_t step,
+                                                                            const std::string& bundle_sha256) {
+    return runs_.record_checkpoint(run_id, step, bundle_sha256);
+  }
+  [[deprecated("use runs().latest_checkpoint()")]] Result<std::optional<CheckpointRecord>> latest_checkpoint(
+      const std::string& run_id) {
+    return runs_.latest_checkpoint(run_id);
+  }
+  [[deprecated("use runs().reopen()")]] Status reopen_run(const std::string& run_id) { return runs_.reopen(run_id); }
+  [[deprecated("use runs().finish()")]] Status finish_run(const std::string& run_id, bool succeeded,
+                                                          const std::string& bundle_sha256) {
+    return runs_.finish(run_id, succeeded, bundle_sha256);
+  }
+  [[deprecated("use runs().get()")]] Result<RunRecord> get_run(const std::string& run_id) { return runs_.get(run_id); }
+  [[deprecated("use runs().list()")]] Result<std::vector<RunRecord>> list_runs(std::size_t limit) {
+    return runs_.list(limit);
+  }
+  [[deprecated("use models().register_version()")]] Result<ModelVersion> register_version(
+      const std::string& model, const std::string& bundle_sha256, const std::string& run_id) {
+    return models_.register_version(model, bundle_sha256, run_id);
+  }
+  [[deprecated("use models().list()")]] Result<std::vector<ModelSummary>> list_models() { return models_.list(); }
+  [[deprecated("use models().list_versions()")]] Result<std::vector<ModelVersion>> list_versions(
+      const std::string& model) {
+    return models_.list_versions(model);
+  }
+  [[deprecated("use models().resolve()")]] Result<ModelVersion> resolve(const std::string& model,
+                                                                        const VersionSelector& selector) {
+    return models_.resolve(model, selector);
+  }
+  [[deprecated("use models().set_alias()")]] Status set_alias(const std::string& model, const std::string& alias,
+                                                              std::int64_t version) {
+    return models_.set_alias(model, alias, version);
+  }
+  [[deprecated("use serving_configs().set()")]] Status set_serving_config(
+      const std::string& model, const std::map<std::string, std::string>& values, bool replace) {
+    return serving_configs_.set(model, values, replace);
+  }
+  [[deprecated("use serving_configs().get()")]] Result<std::map<std::string, std::string>> serving_config(
+      const std::string& model) {
+    return serving_configs_.get(model);
+  }
+  [[deprecated("use tokens().create()")]] Result<NewToken> create_token(const std::string& name,
+                                                                        const std::string& role) {
+    return tokens_.create(name, role);
+  }
+  [[deprecated("use tokens().revoke()")]] Status revoke_token(const std::string& id) { return tokens_.revoke(id); }
+  [[deprecated("use tokens().list()")]] Result<std::vector<TokenRecord>> list_tokens() { return tokens_.list(); }
+  [[deprecated("use audit().entries()")]] Result<std::vector<std::string>> audit_log() { return audit_.entries(); }
+
+ private:
+  friend Result<VerifyReport> verify_workspace(Registry& registry, const VerifyOptions& options);
+  Registry(std::string home, std::unique_ptr<StoreContext> context, std::int64_t schema_version);
 
   std::string home_;
-  ArtifactStore artifacts_;
-  std::unique_ptr<State> state_;
+  std::unique_ptr<StoreContext> context_;
+  std::int64_t schema_version_ = 0;
+  RunStore runs_;
+  ModelStore models_;
+  ServingConfigStore serving_configs_;
+  TokenStore tokens_;
+  AuditLog audit_;
 };
+
+// ---------------------------------------------------------------------------------------------
+// Workspace verification (`slipway verify`).
+
+struct VerifyOptions {
+  // Fix what can be fixed: mark runs whose process is gone INTERRUPTED, and move corrupt
+  // artifacts to artifacts/quarantine/ (so the right bytes can be stored again). Needs a
+  // registry opened for writing.
+  bool repair = false;
+};
+
+struct VerifyReport {
+  struct CorruptArtifact {
+    std::string sha256;
+    std::string actual_sha256;  // empty when the file could not be read
+    std::string error;          // why it could not be read, when it could not
+    std::vector<std::string> referrers;
+    std::string quarantined_to;  // with repair: where the file went
+  };
+  struct MissingArtifact {
+    std::string sha256;
+    std::string referrer;
+  };
+  struct RunCheck {
+    std::string run_id;
+    std::string reason;   // e.g. "process 4242 on host 'ci-3' has exited"
+    bool marked = false;  // with repair: now INTERRUPTED
+  };
+
+  std::int64_t schema_version = 0;
+  std::size_t artifacts_checked = 0;
+  std::size_t references_checked = 0;
+  std::vector<std::string> metadata_problems;      // the database's own integrity check
+  std::vector<CorruptArtifact> corrupt_artifacts;  // bytes that do not hash to their name
+  std::vector<MissingArtifact> missing_artifacts;  // rows naming an artifact that is not stored
+  std::vector<std::string> orphan_artifacts;  // stored, named by no row (harmless: a crash between store and commit)
+  std::vector<RunCheck> interrupted_runs;     // RUNNING, but their process is gone
+  std::vector<RunCheck> unchecked_runs;       // RUNNING, owner on another host or not recorded
+
+  // Problems left: metadata problems, corrupt and missing artifacts, and interrupted runs not
+  // marked. Orphans and unchecked runs are reported but are not problems.
+  std::size_t problem_count() const;
+};
+
+// Checks the workspace: the metadata store's integrity, every artifact's bytes against its
+// name, every row's artifact present, orphan artifacts, and RUNNING runs whose process is gone
+// (see RunOwner). With repair (FailedPrecondition on a read-only registry) fixes what it can, as
+// VerifyOptions says. Errors only when the checks themselves cannot run.
+Result<VerifyReport> verify_workspace(Registry& registry, const VerifyOptions& options);
 
 }  // namespace slipway::registry

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "slipway/core.h"
+#include "slipway/registry.h"
 #include "slipway/serve.h"
 
 namespace slipway::cli {
@@ -51,6 +52,12 @@ std::string spec_yaml(const TrainOptions& options);
 // Parses KEY=VALUE strings.
 Result<std::map<std::string, std::string>> parse_key_values(const std::vector<std::string>& pairs);
 
+// How a command opens the workspace. Commands that only read (models, versions, runs, show,
+// eval, predict, explain, serve, token list, serving-config without flags, verify without
+// --repair) open it read-only: they work where they may not write and never change it.
+enum class WorkspaceAccess { kReadOnly, kWrite, kCreate };
+Result<std::unique_ptr<registry::Registry>> open_workspace(const GlobalOptions& global, WorkspaceAccess access);
+
 int run_init(const GlobalOptions& global);
 int run_train(const GlobalOptions& global, TrainOptions options, const std::vector<std::string>& flags_given);
 int run_eval(const GlobalOptions& global, const std::string& reference, const std::string& data,
@@ -93,6 +100,8 @@ int run_token_create(const GlobalOptions& global, const std::string& name, const
 int run_token_list(const GlobalOptions& global);
 int run_token_revoke(const GlobalOptions& global, const std::string& id);
 int run_params(const GlobalOptions& global, bool markdown);
+// Checks the workspace (registry::verify_workspace); exit 0 when it found no problem, 1 otherwise.
+int run_verify(const GlobalOptions& global, bool repair);
 
 struct ImportOptions {
   std::string format;  // "xgboost"

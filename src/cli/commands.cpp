@@ -16,11 +16,13 @@
 #include "slipway/train.h"
 
 namespace slipway::cli {
-namespace {
 
-Result<std::unique_ptr<registry::Registry>> open_registry(const GlobalOptions& global, bool create) {
-  return registry::Registry::open(global.home, create);
+Result<std::unique_ptr<registry::Registry>> open_workspace(const GlobalOptions& global, WorkspaceAccess access) {
+  return registry::Registry::open(
+      global.home, {.create = access == WorkspaceAccess::kCreate, .read_only = access == WorkspaceAccess::kReadOnly});
 }
+
+namespace {
 
 struct LoadedModel {
   std::shared_ptr<const model::Bundle> bundle;
@@ -42,8 +44,8 @@ Result<LoadedModel> load_reference(const GlobalOptions& global, const std::strin
     return LoadedModel{*bundle, reference, sha256};
   }
   SLIPWAY_ASSIGN_OR_RETURN(auto parsed, registry::parse_model_reference(reference));
-  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_registry(global, false));
-  SLIPWAY_ASSIGN_OR_RETURN(auto version, store->resolve(parsed.first, parsed.second));
+  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kReadOnly));
+  SLIPWAY_ASSIGN_OR_RETURN(auto version, store->models().resolve(parsed.first, parsed.second));
   SLIPWAY_ASSIGN_OR_RETURN(
       auto bundle, model::Bundle::load(store->artifacts().path_for(version.bundle_sha256), version.bundle_sha256));
   return LoadedModel{bundle, version.model + "@" + std::to_string(version.version), version.bundle_sha256};
@@ -168,7 +170,7 @@ Result<PreparedData> prepare_data(const TrainOptions& options) {
 }  // namespace
 
 int run_init(const GlobalOptions& global) {
-  auto store = open_registry(global, true);
+  auto store = open_workspace(global, WorkspaceAccess::kCreate);
   if (!store.ok()) return fail(store.status());
   if (global.json) {
     JsonWriter json;
@@ -181,14 +183,14 @@ int run_init(const GlobalOptions& global) {
 }
 
 int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector<std::string>& flags_given) {
-  auto store = open_registry(global, true);
+  auto store = open_workspace(global, WorkspaceAccess::kCreate);
   if (!store.ok()) return fail(store.status());
   TrainOptions options;
   std::optional<registry::RunRecord> resumed_run;
   std::shared_ptr<const model::Bundle> checkpoint;
   if (!flags.resume_run.empty()) {
     // A resume replays the run's stored spec exactly; only where it runs may change.
-    auto run = (*store)->get_run(flags.resume_run);
+    auto run = (*store)->runs().get(flags.resume_run);
     if (!run.ok()) return fail(run.status());
     if (run->status == "FINISHED") {
       return fail(failed_precondition("run " + run->run_id + " has finished; there is nothing to resume"));
@@ -199,7 +201,7 @@ int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector
     options.threads = flags.threads;
     options.bundle_out = flags.bundle_out;
     options.progress = flags.progress;
-    auto latest = (*store)->latest_checkpoint(run->run_id);
+    auto latest = (*store)->runs().latest_checkpoint(run->run_id);
     if (!latest.ok()) return fail(latest.status());
     if (!latest->has_value()) {
       return fail(failed_precondition("run " + run->run_id +
@@ -256,7 +258,7 @@ int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector
       return fail(failed_precondition("the data of run " + resumed_run->run_id +
                                       " changed since it started (its fingerprint differs); train it again instead"));
     }
-    if (auto status = (*store)->reopen_run(resumed_run->run_id); !status.ok()) return fail(status);
+    if (auto status = (*store)->runs().reopen(resumed_run->run_id); !status.ok()) return fail(status);
     run_id = resumed_run->run_id;
   } else {
     registry::NewRun new_run;
@@ -268,14 +270,14 @@ int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector
     new_run.params["model"] = options.model;
     new_run.params["split"] = prepared->split_description;
     if (init_model) new_run.params["init_model"] = init_model->description + " sha256:" + init_model->sha256;
-    auto started_run = (*store)->start_run(new_run);
+    auto started_run = (*store)->runs().start(new_run);
     if (!started_run.ok()) return fail(started_run.status());
     run_id = *started_run;
     log_info("run " + run_id + " started");
   }
 
   auto failed = [&](const Status& status) {
-    (void)(*store)->finish_run(run_id, false, "");
+    (void)(*store)->runs().finish(run_id, false, "");
     return fail(status);
   };
 
@@ -298,7 +300,7 @@ int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector
   if (options.checkpoint_every > 0) {
     request.on_checkpoint = [&](const model::Bundle& bundle, int rounds_done) -> Status {
       SLIPWAY_ASSIGN_OR_RETURN(std::string sha256, (*store)->artifacts().put(bundle.serialize()));
-      SLIPWAY_RETURN_IF_ERROR((*store)->record_checkpoint(run_id, rounds_done, sha256));
+      SLIPWAY_RETURN_IF_ERROR((*store)->runs().record_checkpoint(run_id, rounds_done, sha256));
       crash_point("train.after_checkpoint");
       return {};
     };
@@ -331,7 +333,7 @@ int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector
         records.push_back({"validation_" + summary->round_metric, record.validation, record.round + 1, 0});
       }
     }
-    if (auto status = (*store)->log_metric_steps(run_id, records); !status.ok()) return failed(status);
+    if (auto status = (*store)->runs().log_metric_steps(run_id, records); !status.ok()) return failed(status);
   }
 
   auto evaluation = eval::evaluate(*summary->bundle, prepared->test, options.slice);
@@ -354,13 +356,13 @@ int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector
   logged.emplace_back("test_rows", static_cast<double>(evaluation->rows));
   logged.emplace_back("iterations", summary->iterations);
   if (summary->best_round >= 0) logged.emplace_back("best_round", summary->best_round + 1);
-  if (auto status = (*store)->log_metrics(run_id, logged); !status.ok()) return failed(status);
-  if (auto status = (*store)->finish_run(run_id, true, *sha256); !status.ok()) return fail(status);
+  if (auto status = (*store)->runs().log_metrics(run_id, logged); !status.ok()) return failed(status);
+  if (auto status = (*store)->runs().finish(run_id, true, *sha256); !status.ok()) return fail(status);
 
   std::optional<registry::ModelVersion> registered;
   if (!options.register_as.empty()) {
     crash_point("train.before_register");
-    auto version = (*store)->register_version(options.register_as, *sha256, run_id);
+    auto version = (*store)->models().register_version(options.register_as, *sha256, run_id);
     if (!version.ok()) return fail(version.status());
     registered = *version;
   }
@@ -548,9 +550,9 @@ int run_predict(const GlobalOptions& global, const std::string& reference, const
 }
 
 int run_models(const GlobalOptions& global) {
-  auto store = open_registry(global, false);
+  auto store = open_workspace(global, WorkspaceAccess::kReadOnly);
   if (!store.ok()) return fail(store.status());
-  auto models = (*store)->list_models();
+  auto models = (*store)->models().list();
   if (!models.ok()) return fail(models.status());
   auto alias_text = [](const std::map<std::string, std::int64_t>& aliases) {
     std::string text;
@@ -582,9 +584,9 @@ int run_models(const GlobalOptions& global) {
 }
 
 int run_versions(const GlobalOptions& global, const std::string& model) {
-  auto store = open_registry(global, false);
+  auto store = open_workspace(global, WorkspaceAccess::kReadOnly);
   if (!store.ok()) return fail(store.status());
-  auto versions = (*store)->list_versions(model);
+  auto versions = (*store)->models().list_versions(model);
   if (!versions.ok()) return fail(versions.status());
   if (global.json) {
     JsonWriter json;
@@ -617,9 +619,9 @@ int run_versions(const GlobalOptions& global, const std::string& model) {
 }
 
 int run_runs(const GlobalOptions& global, std::size_t limit) {
-  auto store = open_registry(global, false);
+  auto store = open_workspace(global, WorkspaceAccess::kReadOnly);
   if (!store.ok()) return fail(store.status());
-  auto runs = (*store)->list_runs(limit);
+  auto runs = (*store)->runs().list(limit);
   if (!runs.ok()) return fail(runs.status());
   if (global.json) {
     JsonWriter json;
@@ -651,11 +653,11 @@ int run_runs(const GlobalOptions& global, std::size_t limit) {
 }
 
 int run_show(const GlobalOptions& global, const std::string& run_id) {
-  auto store = open_registry(global, false);
+  auto store = open_workspace(global, WorkspaceAccess::kReadOnly);
   if (!store.ok()) return fail(store.status());
-  auto run = (*store)->get_run(run_id);
+  auto run = (*store)->runs().get(run_id);
   if (!run.ok()) return fail(run.status());
-  auto history = (*store)->metric_history(run_id);
+  auto history = (*store)->runs().metric_history(run_id);
   if (!history.ok()) return fail(history.status());
   // Metrics recorded at more than one step (per boosting round): key -> (step -> value).
   std::map<std::string, std::map<std::int64_t, double>> series;
@@ -667,6 +669,7 @@ int run_show(const GlobalOptions& global, const std::string& run_id) {
     json.key("status").value(run->status).key("start_ms").value(run->start_ms).key("end_ms").value(run->end_ms);
     json.key("code_version").value(run->code_version).key("data_fingerprint").value(run->data_fingerprint);
     json.key("bundle_sha256").value(run->bundle_sha256).key("spec").value(run->spec);
+    json.key("owner").begin_object().key("pid").value(run->owner.pid).key("host").value(run->owner.host).end_object();
     json.key("params").begin_object();
     for (const auto& [key, value] : run->params) json.key(key).value(value);
     json.end_object().key("metrics").begin_object();
@@ -684,6 +687,9 @@ int run_show(const GlobalOptions& global, const std::string& run_id) {
   std::cout << "run          " << run->run_id << "\n"
             << "experiment   " << run->experiment << "\n"
             << "status       " << run->status << "\n"
+            << "process      "
+            << (run->owner.pid == 0 ? std::string("-") : std::to_string(run->owner.pid) + " on " + run->owner.host)
+            << "\n"
             << "started      " << format_time_ms(run->start_ms) << " UTC\n"
             << "code         " << run->code_version << "\n"
             << "data         " << run->data_fingerprint << "\n"
@@ -722,11 +728,12 @@ int run_show(const GlobalOptions& global, const std::string& run_id) {
 int run_alias(const GlobalOptions& global, const std::string& reference, const std::string& alias) {
   auto parsed = registry::parse_model_reference(reference);
   if (!parsed.ok()) return fail(parsed.status());
-  auto store = open_registry(global, false);
+  auto store = open_workspace(global, WorkspaceAccess::kWrite);
   if (!store.ok()) return fail(store.status());
-  auto version = (*store)->resolve(parsed->first, parsed->second);
+  auto version = (*store)->models().resolve(parsed->first, parsed->second);
   if (!version.ok()) return fail(version.status());
-  if (auto status = (*store)->set_alias(version->model, alias, version->version); !status.ok()) return fail(status);
+  if (auto status = (*store)->models().set_alias(version->model, alias, version->version); !status.ok())
+    return fail(status);
   if (global.json) {
     JsonWriter json;
     json.begin_object()
@@ -808,7 +815,7 @@ int run_import(const GlobalOptions& global, const ImportOptions& options) {
   std::string sha256;
   std::optional<registry::ModelVersion> registered;
   if (!options.register_as.empty()) {
-    auto store = open_registry(global, true);
+    auto store = open_workspace(global, WorkspaceAccess::kCreate);
     if (!store.ok()) return fail(store.status());
     registry::NewRun run;
     run.experiment = "imports";
@@ -816,16 +823,16 @@ int run_import(const GlobalOptions& global, const ImportOptions& options) {
     run.data_fingerprint = "";
     run.spec = "import: xgboost\nsource: " + import_options.source + "\n";
     run.params = (*bundle)->manifest().params;
-    auto run_id = (*store)->start_run(run);
+    auto run_id = (*store)->runs().start(run);
     if (!run_id.ok()) return fail(run_id.status());
     auto stored = (*store)->artifacts().put(bytes);  // hashes the bytes: the bundle's identity
     if (!stored.ok()) {
-      (void)(*store)->finish_run(*run_id, false, "");
+      (void)(*store)->runs().finish(*run_id, false, "");
       return fail(stored.status());
     }
     sha256 = *stored;
-    if (auto status = (*store)->finish_run(*run_id, true, sha256); !status.ok()) return fail(status);
-    auto version = (*store)->register_version(options.register_as, sha256, *run_id);
+    if (auto status = (*store)->runs().finish(*run_id, true, sha256); !status.ok()) return fail(status);
+    auto version = (*store)->models().register_version(options.register_as, sha256, *run_id);
     if (!version.ok()) return fail(version.status());
     registered = *version;
   } else {

@@ -223,6 +223,15 @@ int main(int argc, char** argv) {
   bool load_no_progress = false;
   loadtest_command->add_flag("--no-progress", load_no_progress, "No progress line");
 
+  bool repair = false;
+  auto* verify_command = app.add_subcommand(
+      "verify",
+      "Check the workspace: artifact hashes, every row's artifact present, orphans, runs left RUNNING by a "
+      "dead process; exit 1 when it finds a problem");
+  verify_command->add_flag("--repair", repair,
+                           "Mark runs whose process is gone INTERRUPTED, move corrupt artifacts aside, and upgrade an "
+                           "old workspace's schema");
+
   bool markdown = false;
   auto* params_command = app.add_subcommand("params", "List the training parameters");
   params_command->add_flag("--markdown", markdown, "Print docs/parameters.md");
@@ -272,6 +281,7 @@ int main(int argc, char** argv) {
   if (token_list->parsed()) return run_token_list(global);
   if (token_revoke->parsed()) return run_token_revoke(global, token_id);
   if (params_command->parsed()) return run_params(global, markdown);
+  if (verify_command->parsed()) return run_verify(global, repair);
   if (import_command->parsed()) return run_import(global, import_options);
   if (explain_command->parsed()) return run_explain(global, reference, data_path, out, importance);
   return 1;

@@ -13,10 +13,6 @@
 namespace slipway::cli {
 namespace {
 
-Result<std::unique_ptr<registry::Registry>> open_workspace(const GlobalOptions& global) {
-  return registry::Registry::open(global.home, false);
-}
-
 std::string describe(const std::map<std::string, std::string>& values) {
   std::string text;
   for (const auto& [key, value] : values) text += (text.empty() ? "" : " ") + key + "=" + value;
@@ -112,10 +108,10 @@ int run_serve(const GlobalOptions& global, const ServeOptions& flags, const Serv
   options.service.response_cache_bytes = flags.cache_bytes;
   options.service.memory_budget_bytes = flags.memory_budget_mb << 20;
   options.service.require_auth = flags.auth;
-  auto store = open_workspace(global);
+  auto store = open_workspace(global, WorkspaceAccess::kReadOnly);
   if (!store.ok()) return fail(store.status());
   if (flags.auth) {
-    auto tokens = (*store)->list_tokens();
+    auto tokens = (*store)->tokens().list();
     if (!tokens.ok()) return fail(tokens.status());
     bool any = std::any_of(tokens->begin(), tokens->end(), [](const auto& token) { return token.revoked_ms == 0; });
     if (!any) log_warn("--auth is on but the workspace has no active token; create one with `slipway token create`");
@@ -158,20 +154,21 @@ int run_serve(const GlobalOptions& global, const ServeOptions& flags, const Serv
 int run_serving_config(const GlobalOptions& global, const std::string& model, const ServingConfigFlags& flags,
                        bool reset) {
   if (auto valid = registry::validate_model_name(model); !valid.ok()) return fail(valid);
-  auto store = open_workspace(global);
-  if (!store.ok()) return fail(store.status());
-  if (auto versions = (*store)->list_versions(model); !versions.ok()) return fail(versions.status());
   auto given = flags.given();
+  // Showing the config only reads.
+  auto store = open_workspace(global, given.empty() && !reset ? WorkspaceAccess::kReadOnly : WorkspaceAccess::kWrite);
+  if (!store.ok()) return fail(store.status());
+  if (auto versions = (*store)->models().list_versions(model); !versions.ok()) return fail(versions.status());
   if (!given.empty() || reset) {
-    auto stored = (*store)->serving_config(model);
+    auto stored = (*store)->serving_configs().get(model);
     if (!stored.ok()) return fail(stored.status());
     std::map<std::string, std::string> merged = reset ? given : *stored;
     for (const auto& [key, value] : given) merged[key] = value;
     // Validated as a whole, so a stored config always applies.
     if (auto checked = serve::apply_serving_config({}, merged); !checked.ok()) return fail(checked.status());
-    if (auto status = (*store)->set_serving_config(model, given, reset); !status.ok()) return fail(status);
+    if (auto status = (*store)->serving_configs().set(model, given, reset); !status.ok()) return fail(status);
   }
-  auto stored = (*store)->serving_config(model);
+  auto stored = (*store)->serving_configs().get(model);
   if (!stored.ok()) return fail(stored.status());
   auto effective = serve::apply_serving_config({}, *stored);
   if (!effective.ok()) return fail(effective.status());
@@ -199,9 +196,9 @@ int run_serving_config(const GlobalOptions& global, const std::string& model, co
 }
 
 int run_token_create(const GlobalOptions& global, const std::string& name, const std::string& role) {
-  auto store = open_workspace(global);
+  auto store = open_workspace(global, WorkspaceAccess::kWrite);
   if (!store.ok()) return fail(store.status());
-  auto token = (*store)->create_token(name, role);
+  auto token = (*store)->tokens().create(name, role);
   if (!token.ok()) return fail(token.status());
   if (global.json) {
     JsonWriter json;
@@ -217,9 +214,9 @@ int run_token_create(const GlobalOptions& global, const std::string& name, const
 }
 
 int run_token_list(const GlobalOptions& global) {
-  auto store = open_workspace(global);
+  auto store = open_workspace(global, WorkspaceAccess::kReadOnly);
   if (!store.ok()) return fail(store.status());
-  auto tokens = (*store)->list_tokens();
+  auto tokens = (*store)->tokens().list();
   if (!tokens.ok()) return fail(tokens.status());
   if (global.json) {
     JsonWriter json;
@@ -241,9 +238,9 @@ int run_token_list(const GlobalOptions& global) {
 }
 
 int run_token_revoke(const GlobalOptions& global, const std::string& id) {
-  auto store = open_workspace(global);
+  auto store = open_workspace(global, WorkspaceAccess::kWrite);
   if (!store.ok()) return fail(store.status());
-  if (auto status = (*store)->revoke_token(id); !status.ok()) return fail(status);
+  if (auto status = (*store)->tokens().revoke(id); !status.ok()) return fail(status);
   if (!global.json) std::cout << "token " << id << " revoked (servers refuse it within a second)\n";
   return 0;
 }

@@ -1,10 +1,11 @@
+#include <algorithm>
 #include <filesystem>
 
 #include "slipway/registry.h"
 
 namespace slipway::registry {
 
-ArtifactStore::ArtifactStore(std::string root) : root_(std::move(root)) {}
+ArtifactStore::ArtifactStore(std::string root, bool read_only) : root_(std::move(root)), read_only_(read_only) {}
 
 std::string ArtifactStore::path_for(const std::string& sha256) const {
   return root_ + "/sha256/" + sha256.substr(0, 2) + "/" + sha256.substr(2);
@@ -16,6 +17,7 @@ bool ArtifactStore::contains(const std::string& sha256) const {
 }
 
 Result<std::string> ArtifactStore::put(std::span<const std::byte> bytes) {
+  if (read_only_) return failed_precondition("the workspace was opened read-only, so no artifact can be stored");
   std::string sha256 = sha256_hex(bytes);
   if (contains(sha256)) return sha256;  // content-addressed: the same bytes are already there
   std::string path = path_for(sha256);
@@ -40,6 +42,17 @@ std::vector<std::string> ArtifactStore::list() const {
   }
   std::sort(hashes.begin(), hashes.end());
   return hashes;
+}
+
+Result<std::string> ArtifactStore::quarantine(const std::string& sha256) {
+  if (read_only_) return failed_precondition("the workspace was opened read-only, so no artifact can be moved");
+  if (!contains(sha256)) return not_found("no artifact " + sha256 + " in the artifact store");
+  SLIPWAY_RETURN_IF_ERROR(make_directories(root_ + "/quarantine"));
+  std::string target = root_ + "/quarantine/" + sha256 + "." + std::to_string(unix_time_ms());
+  std::error_code error;
+  std::filesystem::rename(path_for(sha256), target, error);
+  if (error) return io_error("cannot move " + path_for(sha256) + " to " + target + ": " + error.message());
+  return target;
 }
 
 }  // namespace slipway::registry

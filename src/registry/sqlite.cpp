@@ -2,16 +2,14 @@
 
 namespace slipway::registry {
 
-Result<Database> Database::open(const std::string& path, bool create) {
+Result<Database> Database::open(const std::string& path, int flags) {
   Database database;
-  int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | (create ? SQLITE_OPEN_CREATE : 0);
   if (sqlite3_open_v2(path.c_str(), &database.handle_, flags, nullptr) != SQLITE_OK) {
     std::string message = database.handle_ ? sqlite3_errmsg(database.handle_) : "out of memory";
     return io_error("cannot open the metadata store '" + path + "': " + message);
   }
+  sqlite3_extended_result_codes(database.handle_, 1);
   sqlite3_busy_timeout(database.handle_, 10000);
-  SLIPWAY_RETURN_IF_ERROR(
-      database.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;"));
   return database;
 }
 
@@ -33,18 +31,22 @@ Status Database::execute(std::string_view sql) {
   char* message = nullptr;
   std::string owned(sql);
   if (sqlite3_exec(handle_, owned.c_str(), nullptr, nullptr, &message) != SQLITE_OK) {
-    std::string text = message ? message : "unknown error";
     sqlite3_free(message);
-    return io_error("metadata store error: " + text);
+    // Name the statement by its first line, e.g. "running 'ALTER TABLE runs ADD COLUMN owner_pid INTEGER'".
+    std::size_t begin = owned.find_first_not_of(" \n");
+    std::string first =
+        begin == std::string::npos ? "" : owned.substr(begin, owned.find_first_of(";\n", begin) - begin);
+    return error("running '" + first.substr(0, 80) + "'");
   }
   return {};
 }
 
 Status Database::error(std::string_view context) const {
-  int code = sqlite3_errcode(handle_);
+  int code = sqlite3_errcode(handle_) & 0xff;  // the primary code of an extended one
   std::string message = "metadata store error while " + std::string(context) + ": " + sqlite3_errmsg(handle_);
   if (code == SQLITE_BUSY || code == SQLITE_LOCKED) return unavailable(message);
   if (code == SQLITE_CONSTRAINT) return already_exists(message);
+  if (code == SQLITE_READONLY) return failed_precondition(message);
   return io_error(message);
 }
 
@@ -86,7 +88,9 @@ Result<bool> Statement::step() {
 }
 
 void Statement::reset() {
-  if (statement_ != nullptr) sqlite3_reset(statement_);
+  if (statement_ == nullptr) return;
+  sqlite3_reset(statement_);
+  sqlite3_clear_bindings(statement_);
 }
 
 Status Statement::run() {
@@ -96,28 +100,17 @@ Status Statement::run() {
   }
 }
 
+int Statement::column_count() const { return sqlite3_column_count(statement_); }
+int Statement::column_type(int column) const { return sqlite3_column_type(statement_, column); }
+
 std::string Statement::text(int column) const {
   const auto* value = sqlite3_column_text(statement_, column);
-  return value == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(value));
+  int size = sqlite3_column_bytes(statement_, column);
+  return value == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(value), size);
 }
 
 std::int64_t Statement::integer(int column) const { return sqlite3_column_int64(statement_, column); }
 double Statement::real(int column) const { return sqlite3_column_double(statement_, column); }
 bool Statement::is_null(int column) const { return sqlite3_column_type(statement_, column) == SQLITE_NULL; }
-
-Transaction::Transaction(Database& database) : database_(database) {
-  begin_status_ = database_.execute("BEGIN IMMEDIATE");
-}
-
-Transaction::~Transaction() {
-  if (!done_ && begin_status_.ok()) (void)database_.execute("ROLLBACK");
-}
-
-Status Transaction::commit() {
-  SLIPWAY_RETURN_IF_ERROR(begin_status_);
-  SLIPWAY_RETURN_IF_ERROR(database_.execute("COMMIT"));
-  done_ = true;
-  return {};
-}
 
 }  // namespace slipway::registry

@@ -1,4 +1,5 @@
-// RAII wrappers over the SQLite C API. Private to the registry module.
+// RAII wrappers over the SQLite C API. Private to the registry module; the stores use them only
+// through the metadata backend (sqlite_backend.cpp).
 #pragma once
 
 #include <sqlite3.h>
@@ -6,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "slipway/core.h"
 
@@ -13,7 +15,9 @@ namespace slipway::registry {
 
 class Database {
  public:
-  static Result<Database> open(const std::string& path, bool create);
+  // Opens `path` (a URI when flags include SQLITE_OPEN_URI) with the SQLITE_OPEN_* `flags`, with
+  // extended result codes and a 10 s busy timeout. Sets no pragma: that is the caller's choice.
+  static Result<Database> open(const std::string& path, int flags);
   Database() = default;
   Database(Database&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
   Database& operator=(Database&& other) noexcept;
@@ -24,6 +28,8 @@ class Database {
   sqlite3* handle() const { return handle_; }
   // Runs one or more statements without results.
   Status execute(std::string_view sql);
+  // The last error as a Status: Unavailable for BUSY/LOCKED, AlreadyExists for a constraint,
+  // FailedPrecondition for a read-only database, Io otherwise.
   Status error(std::string_view context) const;
   // Rows changed by the last INSERT, UPDATE or DELETE.
   int changes() const;
@@ -51,9 +57,11 @@ class Statement {
   Result<bool> step();
   // Steps to completion, for statements without results.
   Status run();
-  // Makes the statement ready to run again; bindings are kept until rebound.
+  // Makes the statement ready to run again and clears its bindings.
   void reset();
 
+  int column_count() const;
+  int column_type(int column) const;  // SQLITE_INTEGER, SQLITE_FLOAT, SQLITE_TEXT, SQLITE_BLOB or SQLITE_NULL
   std::string text(int column) const;
   std::int64_t integer(int column) const;
   double real(int column) const;
@@ -63,22 +71,6 @@ class Statement {
   const Database& database_;
   sqlite3_stmt* statement_ = nullptr;
   Status prepare_status_;
-};
-
-// BEGIN IMMEDIATE on construction; ROLLBACK on destruction unless commit() succeeded.
-class Transaction {
- public:
-  explicit Transaction(Database& database);
-  Transaction(const Transaction&) = delete;
-  Transaction& operator=(const Transaction&) = delete;
-  ~Transaction();
-  const Status& begin_status() const { return begin_status_; }
-  Status commit();
-
- private:
-  Database& database_;
-  Status begin_status_;
-  bool done_ = false;
 };
 
 }  // namespace slipway::registry

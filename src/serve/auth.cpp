@@ -68,7 +68,7 @@ std::optional<HttpResponse> Service::State::authorize(Role required, std::string
     std::lock_guard lock(tokens_mutex);
     auto now = std::chrono::steady_clock::now();
     if (!tokens_loaded || now - tokens_fetched >= options.registry_refresh) {
-      auto listed = registry.list_tokens();
+      auto listed = registry.tokens().list();
       if (listed.ok()) {
         tokens = std::move(listed).value();
         tokens_fetched = now;

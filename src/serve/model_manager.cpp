@@ -43,14 +43,14 @@ Status ModelManager::refresh(const std::string& name, bool force) {
     }
   }
   // The registry is asked outside our lock; two threads may both refresh, which is harmless.
-  auto versions = registry_.list_versions(name);
+  auto versions = registry_.models().list_versions(name);
   if (!versions.ok()) {
     std::lock_guard lock(mutex_);
     auto found = slots_.find(name);
     if (found != slots_.end()) found->second.resolution.reset();
     return versions.status();
   }
-  auto stored = registry_.serving_config(name);
+  auto stored = registry_.serving_configs().get(name);
   auto resolution = std::make_shared<const Resolution>(
       resolve_config(name, std::move(versions).value(), stored.ok() ? *stored : std::map<std::string, std::string>{}));
   std::lock_guard lock(mutex_);
@@ -392,7 +392,7 @@ Status ModelManager::unload(const std::string& name) {
 
 std::vector<ModelState> ModelManager::index(bool ready_only) {
   std::vector<std::string> names;
-  if (auto models = registry_.list_models(); models.ok()) {
+  if (auto models = registry_.models().list(); models.ok()) {
     for (const auto& summary : *models) names.push_back(summary.name);
   }
   std::vector<ModelState> states;
@@ -417,7 +417,7 @@ std::vector<ModelState> ModelManager::index(bool ready_only) {
 
 std::vector<std::string> ModelManager::load_all() {
   std::vector<std::string> loaded;
-  auto models = registry_.list_models();
+  auto models = registry_.models().list();
   if (!models.ok()) return loaded;
   for (const auto& summary : *models) {
     auto servable = acquire(summary.name, std::nullopt);

@@ -17,7 +17,7 @@ slipway::serve::Service& service() {
     auto table = slipway::data::parse_csv("x,color,y\n1,red,a\n2,blue,b\n3,red,b\nNA,green,a\n", "seed.csv");
     auto summary = slipway::train::fit(*table, slipway::train::TrainRequest{.target = "y"});
     auto sha = store->artifacts().put(summary->bundle->serialize());
-    (void)store->register_version("m", *sha, "");
+    (void)store->models().register_version("m", *sha, "");
     return store.release();
   }();
   static slipway::serve::Service instance(*registry, {});

@@ -1,5 +1,6 @@
 // The real binary, end to end: train, register, inspect, evaluate, predict, and the errors users hit.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -173,6 +174,14 @@ TEST_F(CliTest, GbdtCheckpointResumeHistoryAndWarmStart) {
   auto running = runs.out.find("RUNNING");
   ASSERT_NE(running, std::string::npos) << runs.out;
   std::string killed_run = runs.out.substr(runs.out.rfind('\n', running) + 1, 32);
+  // `verify` finds the run whose process died; --repair marks it INTERRUPTED, which resumes too.
+  auto found = slipway({"verify"});
+  EXPECT_EQ(found.exit_code, 1);
+  EXPECT_NE(found.out.find("run " + killed_run + " was left RUNNING: process "), std::string::npos) << found.out;
+  auto repaired = slipway({"--json", "verify", "--repair"});
+  EXPECT_EQ(repaired.exit_code, 0) << repaired.out;
+  EXPECT_NE(repaired.out.find("\"interrupted_runs\":[{\"run_id\":\"" + killed_run), std::string::npos) << repaired.out;
+  EXPECT_NE(slipway({"runs"}).out.find("INTERRUPTED"), std::string::npos);
 
   auto resumed = slipway({"--json", "train", "--resume", killed_run, "--no-progress"});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
@@ -222,6 +231,63 @@ TEST_F(CliTest, InfinitiesAreRefusedAndDroppedTargetsCounted) {
   auto clean = slipway({"--json", "eval", "small", "--data", home_.file("clean.csv")});
   ASSERT_EQ(clean.exit_code, 0) << clean.err;
   EXPECT_NE(clean.out.find("\"rows_missing_target\":2"), std::string::npos) << clean.out;
+}
+
+// Commands that only read leave slipway.db as it was, and work for a user who may not write the
+// workspace; `verify` checks artifacts and exits 1 on a problem.
+TEST_F(CliTest, ReadOnlyCommandsWriteNothingAndVerifyReportsProblems) {
+  auto trained = train_lending({"--register", "lending"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  std::string run_id = json_string(trained.out, "run_id");
+  std::string sha = json_string(trained.out, "bundle_sha256");
+  std::string database = home_.file("slipway.db");
+  auto bytes_before = *slipway::read_file(database);
+  auto time_before = std::filesystem::last_write_time(database);
+  std::vector<std::vector<std::string>> readers = {
+      {"models"},
+      {"versions", "lending"},
+      {"runs"},
+      {"show", run_id},
+      {"eval", "lending", "--data", data_path("lending_club.csv")},
+      {"predict", "lending@1", "--data", data_path("lending_club.csv"), "--out", home_.file("scores.csv")},
+      {"token", "list"},
+      {"serving-config", "lending"},
+      {"verify"},
+  };
+  for (const auto& args : readers) {
+    auto result = slipway(args);
+    EXPECT_EQ(result.exit_code, 0) << args[0] << ": " << result.err;
+  }
+  EXPECT_EQ(*slipway::read_file(database), bytes_before);
+  EXPECT_TRUE(std::filesystem::last_write_time(database) == time_before);
+
+  const std::string setpriv = "/usr/bin/setpriv";
+  if (::geteuid() == 0 && std::filesystem::exists(setpriv)) {  // root ignores permissions: act as nobody
+    std::filesystem::permissions(home_.path(), std::filesystem::perms(0755));
+    auto as_nobody = run_command({setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", slipway_binary(),
+                                  "--home", home_.path(), "--json", "versions", "lending"});
+    EXPECT_EQ(as_nobody.exit_code, 0) << as_nobody.err;
+    EXPECT_NE(as_nobody.out.find(sha), std::string::npos);
+    auto write_as_nobody = run_command({setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", slipway_binary(),
+                                        "--home", home_.path(), "alias", "lending@1", "production"});
+    EXPECT_EQ(write_as_nobody.exit_code, 1);
+    EXPECT_NE(write_as_nobody.err.find("no write permission"), std::string::npos) << write_as_nobody.err;
+  }
+
+  // A corrupt bundle: reported with the rows that name it, moved aside on --repair.
+  std::string artifact = home_.path() + "/artifacts/sha256/" + sha.substr(0, 2) + "/" + sha.substr(2);
+  write_text(artifact, "not a bundle");
+  auto corrupt = slipway({"verify"});
+  EXPECT_EQ(corrupt.exit_code, 1);
+  EXPECT_NE(corrupt.out.find("artifact " + sha + " is corrupt"), std::string::npos) << corrupt.out;
+  EXPECT_NE(corrupt.out.find("named by model lending@1"), std::string::npos) << corrupt.out;
+  auto repaired = slipway({"--json", "verify", "--repair"});
+  EXPECT_EQ(repaired.exit_code, 1);
+  EXPECT_NE(repaired.out.find("\"quarantined_to\":\"" + home_.path() + "/artifacts/quarantine/" + sha),
+            std::string::npos)
+      << repaired.out;
+  EXPECT_NE(repaired.out.find("\"problems\":1}"), std::string::npos) << repaired.out;
+  EXPECT_FALSE(std::filesystem::exists(artifact));
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ namespace {
 void expect_consistent(const std::string& home, std::int64_t expected_versions) {
   auto store = registry::Registry::open(home, false);
   ASSERT_TRUE(store.ok()) << store.status().message();
-  auto versions = (*store)->list_versions("crashy");
+  auto versions = (*store)->models().list_versions("crashy");
   std::int64_t count = versions.ok() ? static_cast<std::int64_t>(versions->size()) : 0;
   EXPECT_EQ(count, expected_versions);
   if (versions.ok()) {
@@ -30,7 +30,7 @@ void expect_consistent(const std::string& home, std::int64_t expected_versions) 
   for (const auto& sha : (*store)->artifacts().list()) {
     EXPECT_EQ(*sha256_file((*store)->artifacts().path_for(sha)), sha);
   }
-  auto runs = (*store)->list_runs(100);
+  auto runs = (*store)->runs().list(100);
   ASSERT_TRUE(runs.ok());
   for (const auto& run : *runs) {
     EXPECT_TRUE(run.status == "RUNNING" || run.status == "FINISHED") << run.status;
@@ -72,7 +72,7 @@ TEST(Crash, KilledAtRandomMomentsLeavesTheWorkspaceConsistent) {
     child.signal(SIGKILL);
     child.wait();
     auto store = registry::Registry::open(home.path(), false);
-    auto versions = (*store)->list_versions("crashy");
+    auto versions = (*store)->models().list_versions("crashy");
     // However far the killed run got, the versions that exist are whole.
     expect_consistent(home.path(), static_cast<std::int64_t>(versions->size()));
   }

@@ -47,15 +47,15 @@ TEST_F(RegistryTest, RecordsRunsWithParamsAndLatestMetrics) {
   run.data_fingerprint = "f00";
   run.spec = "target: y\n";
   run.params = {{"l2", "1.0"}};
-  auto run_id = store_->start_run(run);
+  auto run_id = store_->runs().start(run);
   ASSERT_TRUE(run_id.ok());
-  ASSERT_TRUE(store_->log_metrics(*run_id, {{"loss", 0.9}}, 0).ok());
-  ASSERT_TRUE(store_->log_metrics(*run_id, {{"loss", 0.5}, {"auc", std::nan("")}}, 1).ok());
-  ASSERT_TRUE(store_->finish_run(*run_id, true, "").ok());
-  EXPECT_EQ(store_->log_metrics(*run_id, {{"loss", 0.1}}).code(), StatusCode::kFailedPrecondition);
-  EXPECT_FALSE(store_->finish_run(*run_id, true, "").ok());
+  ASSERT_TRUE(store_->runs().log_metrics(*run_id, {{"loss", 0.9}}, 0).ok());
+  ASSERT_TRUE(store_->runs().log_metrics(*run_id, {{"loss", 0.5}, {"auc", std::nan("")}}, 1).ok());
+  ASSERT_TRUE(store_->runs().finish(*run_id, true, "").ok());
+  EXPECT_EQ(store_->runs().log_metrics(*run_id, {{"loss", 0.1}}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(store_->runs().finish(*run_id, true, "").ok());
 
-  auto record = store_->get_run(*run_id);
+  auto record = store_->runs().get(*run_id);
   ASSERT_TRUE(record.ok());
   EXPECT_EQ(record->status, "FINISHED");
   EXPECT_EQ(record->params.at("l2"), "1.0");
@@ -63,8 +63,8 @@ TEST_F(RegistryTest, RecordsRunsWithParamsAndLatestMetrics) {
   EXPECT_EQ(record->metrics[0].key, "loss");
   EXPECT_EQ(record->metrics[0].value, 0.5);
   EXPECT_TRUE(std::isnan(record->metrics[1].value));
-  EXPECT_EQ(store_->list_runs(10)->size(), 1u);
-  EXPECT_EQ(store_->get_run("nope").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->runs().list(10)->size(), 1u);
+  EXPECT_EQ(store_->runs().get("nope").status().code(), StatusCode::kNotFound);
 }
 
 TEST_F(RegistryTest, VersionsAliasesAndResolution) {
@@ -73,26 +73,26 @@ TEST_F(RegistryTest, VersionsAliasesAndResolution) {
   ASSERT_TRUE(first.ok() && second.ok());
   EXPECT_EQ(*store_->artifacts().put(as_bytes("bundle one")), *first);
 
-  EXPECT_EQ(store_->register_version("churn", std::string(64, 'a'), "").status().code(),
+  EXPECT_EQ(store_->models().register_version("churn", std::string(64, 'a'), "").status().code(),
             StatusCode::kFailedPrecondition);
-  EXPECT_EQ(store_->register_version("churn", *first, "")->version, 1);
-  EXPECT_EQ(store_->register_version("churn", *second, "")->version, 2);
-  ASSERT_TRUE(store_->set_alias("churn", "production", 1).ok());
-  EXPECT_EQ(store_->set_alias("churn", "production", 9).code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->models().register_version("churn", *first, "")->version, 1);
+  EXPECT_EQ(store_->models().register_version("churn", *second, "")->version, 2);
+  ASSERT_TRUE(store_->models().set_alias("churn", "production", 1).ok());
+  EXPECT_EQ(store_->models().set_alias("churn", "production", 9).code(), StatusCode::kNotFound);
 
-  EXPECT_EQ(store_->resolve("churn", {})->version, 2);
-  EXPECT_EQ(store_->resolve("churn", {.version = {}, .alias = "production"})->bundle_sha256, *first);
-  EXPECT_EQ(store_->resolve("churn", {.version = 2, .alias = ""})->bundle_sha256, *second);
-  EXPECT_EQ(store_->resolve("churn", {.version = 3, .alias = ""}).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(store_->resolve("other", {}).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->models().resolve("churn", {})->version, 2);
+  EXPECT_EQ(store_->models().resolve("churn", {.version = {}, .alias = "production"})->bundle_sha256, *first);
+  EXPECT_EQ(store_->models().resolve("churn", {.version = 2, .alias = ""})->bundle_sha256, *second);
+  EXPECT_EQ(store_->models().resolve("churn", {.version = 3, .alias = ""}).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->models().resolve("other", {}).status().code(), StatusCode::kNotFound);
 
-  ASSERT_TRUE(store_->set_alias("churn", "production", 2).ok());
-  auto models = store_->list_models();
+  ASSERT_TRUE(store_->models().set_alias("churn", "production", 2).ok());
+  auto models = store_->models().list();
   ASSERT_EQ(models->size(), 1u);
   EXPECT_EQ((*models)[0].latest_version, 2);
   EXPECT_EQ((*models)[0].aliases.at("production"), 2);
 
-  auto audit = store_->audit_log();
+  auto audit = store_->audit().entries();
   ASSERT_EQ(audit->size(), 4u);
   EXPECT_NE((*audit)[0].find("model.register churn@1"), std::string::npos);
 }
@@ -102,7 +102,7 @@ TEST_F(RegistryTest, ConcurrentRegistrationsGetDistinctVersions) {
   std::vector<std::jthread> threads;
   std::vector<std::int64_t> versions(8);
   for (int index = 0; index < 8; ++index) {
-    threads.emplace_back([&, index] { versions[index] = store_->register_version("m", *sha, "")->version; });
+    threads.emplace_back([&, index] { versions[index] = store_->models().register_version("m", *sha, "")->version; });
   }
   threads.clear();
   std::sort(versions.begin(), versions.end());

@@ -70,7 +70,7 @@ class LifecycleTest : public ::testing::Test {
     first_sha_ = small_bundle(*store_, 0, 1000);
     second_sha_ = small_bundle(*store_, 1000, 1000);
     ASSERT_NE(first_sha_, second_sha_);
-    ASSERT_TRUE(store_->register_version("credit", first_sha_, "").ok());
+    ASSERT_TRUE(store_->models().register_version("credit", first_sha_, "").ok());
   }
   ServiceOptions fast_refresh() const {
     ServiceOptions options;
@@ -135,8 +135,8 @@ TEST_F(LifecycleTest, RegistryServingConfigAppliesToARunningServer) {
   ASSERT_EQ(infer(service).status, 200);
   EXPECT_NE(service.handle("GET", "/v2/models/credit/config", "").body.find("\"max_batch_size\":0"),
             std::string::npos);
-  ASSERT_TRUE(store_->set_serving_config("credit", {{"max_batch_size", "16"}, {"max_queue_delay_us", "300"}}, false)
-                  .ok());
+  ASSERT_TRUE(
+      store_->serving_configs().set("credit", {{"max_batch_size", "16"}, {"max_queue_delay_us", "300"}}, false).ok());
   // The new configuration loads beside the old one and takes over once ready.
   ASSERT_TRUE(eventually([&] {
     (void)infer(service);
@@ -156,7 +156,7 @@ TEST_F(LifecycleTest, RegistryServingConfigAppliesToARunningServer) {
 TEST_F(LifecycleTest, HotSwapServesTheOldVersionUntilTheNewOneIsReady) {
   Service service(*store_, fast_refresh());
   ASSERT_EQ(version_of(infer(service)), "1");
-  ASSERT_TRUE(store_->register_version("credit", second_sha_, "").ok());
+  ASSERT_TRUE(store_->models().register_version("credit", second_sha_, "").ok());
   // Every request is answered while the swap happens; the new version takes over.
   ASSERT_TRUE(eventually([&] {
     auto response = infer(service);
@@ -168,7 +168,7 @@ TEST_F(LifecycleTest, HotSwapServesTheOldVersionUntilTheNewOneIsReady) {
   EXPECT_EQ(metric_value(metrics, "slipway_model_unloads_total", "reason=\"swap\""), 1);
 
   // Rollback by alias: production -> 1 routes back, with no failed request.
-  ASSERT_TRUE(store_->set_alias("credit", "production", 1).ok());
+  ASSERT_TRUE(store_->models().set_alias("credit", "production", 1).ok());
   ASSERT_TRUE(eventually([&] { return version_of(infer(service)) == "1"; }));
 }
 
@@ -177,7 +177,7 @@ TEST_F(LifecycleTest, AFailedLoadLeavesTheOldVersionServing) {
   ASSERT_EQ(version_of(infer(service)), "1");
   // Version 2's bundle is damaged on disk after registration.
   std::string broken_sha = small_bundle(*store_, 2000, 500);
-  ASSERT_TRUE(store_->register_version("credit", broken_sha, "").ok());
+  ASSERT_TRUE(store_->models().register_version("credit", broken_sha, "").ok());
   std::ofstream(store_->artifacts().path_for(broken_sha), std::ios::binary | std::ios::trunc) << "not a bundle";
   for (int request = 0; request < 20; ++request) {
     auto response = infer(service);
@@ -197,18 +197,18 @@ TEST_F(LifecycleTest, AFailedLoadLeavesTheOldVersionServing) {
 // Repeated swaps free what they replace: the loaded-model count and accounted memory return to
 // one model's, and the process's resident memory stays within a bound.
 TEST_F(LifecycleTest, MemoryReturnsToBaselineAfterRepeatedSwaps) {
-  ASSERT_TRUE(store_->register_version("credit", second_sha_, "").ok());
+  ASSERT_TRUE(store_->models().register_version("credit", second_sha_, "").ok());
   Service service(*store_, fast_refresh());
   ASSERT_EQ(infer(service).status, 200);
   double baseline_bytes = metric_value(service.metrics_text(), "slipway_models_memory_bytes");
   ASSERT_GT(baseline_bytes, 0);
   for (int swap = 0; swap < 5; ++swap) {  // warm the allocator's pools
-    ASSERT_TRUE(store_->set_alias("credit", "production", swap % 2 + 1).ok());
+    ASSERT_TRUE(store_->models().set_alias("credit", "production", swap % 2 + 1).ok());
     ASSERT_TRUE(service.handle("POST", "/v2/repository/models/credit/load", "").status == 200);
   }
   long resident_before = testing::resident_kib();
   for (int swap = 0; swap < 100; ++swap) {
-    ASSERT_TRUE(store_->set_alias("credit", "production", swap % 2 + 1).ok());
+    ASSERT_TRUE(store_->models().set_alias("credit", "production", swap % 2 + 1).ok());
     auto loaded = service.handle("POST", "/v2/repository/models/credit/load", "");
     ASSERT_EQ(loaded.status, 200) << loaded.body;
     ASSERT_EQ(infer(service).status, 200);
@@ -226,7 +226,7 @@ TEST_F(LifecycleTest, MemoryReturnsToBaselineAfterRepeatedSwaps) {
 }
 
 TEST_F(LifecycleTest, IdleModelsUnloadAndComeBackOnTheNextRequest) {
-  ASSERT_TRUE(store_->set_serving_config("credit", {{"idle_unload_s", "1"}}, false).ok());
+  ASSERT_TRUE(store_->serving_configs().set("credit", {{"idle_unload_s", "1"}}, false).ok());
   Service service(*store_, fast_refresh());
   ASSERT_EQ(infer(service).status, 200);
   EXPECT_EQ(metric_value(service.metrics_text(), "slipway_models_loaded"), 1);
@@ -245,8 +245,8 @@ TEST_F(LifecycleTest, IdleModelsUnloadAndComeBackOnTheNextRequest) {
 }
 
 TEST_F(LifecycleTest, MemoryBudgetUnloadsTheLeastRecentlyUsed) {
-  ASSERT_TRUE(store_->register_version("other", second_sha_, "").ok());
-  ASSERT_TRUE(store_->register_version("third", first_sha_, "").ok());
+  ASSERT_TRUE(store_->models().register_version("other", second_sha_, "").ok());
+  ASSERT_TRUE(store_->models().register_version("third", first_sha_, "").ok());
   Service probe(*store_, fast_refresh());
   ASSERT_EQ(infer(probe).status, 200);
   auto one_model = static_cast<std::size_t>(metric_value(probe.metrics_text(), "slipway_models_memory_bytes"));
@@ -293,11 +293,11 @@ TEST_F(LifecycleTest, RepositoryApiLoadsAndUnloads) {
 }
 
 TEST_F(LifecycleTest, BearerTokensWithRoles) {
-  auto predict = store_->create_token("app", "predict");
-  auto deploy = store_->create_token("ci", "deploy");
-  auto admin = store_->create_token("ops", "admin");
+  auto predict = store_->tokens().create("app", "predict");
+  auto deploy = store_->tokens().create("ci", "deploy");
+  auto admin = store_->tokens().create("ops", "admin");
   ASSERT_TRUE(predict.ok() && deploy.ok() && admin.ok());
-  EXPECT_EQ(store_->create_token("x", "root").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->tokens().create("x", "root").status().code(), StatusCode::kInvalidArgument);
   ServiceOptions options = fast_refresh();
   options.require_auth = true;
   Service service(*store_, options);
@@ -321,11 +321,11 @@ TEST_F(LifecycleTest, BearerTokensWithRoles) {
   EXPECT_EQ(call("GET", "/metrics", admin->secret).status, 200);
   EXPECT_EQ(call("POST", "/v2/models/credit/infer", admin->secret, one_row_request()).status, 200);
   // Revocation reaches the running server within the refresh period.
-  ASSERT_TRUE(store_->revoke_token(predict->id).ok());
+  ASSERT_TRUE(store_->tokens().revoke(predict->id).ok());
   EXPECT_TRUE(eventually(
       [&] { return call("POST", "/v2/models/credit/infer", predict->secret, one_row_request()).status == 401; }));
-  EXPECT_EQ(store_->revoke_token(predict->id).code(), StatusCode::kNotFound);
-  auto tokens = *store_->list_tokens();
+  EXPECT_EQ(store_->tokens().revoke(predict->id).code(), StatusCode::kNotFound);
+  auto tokens = *store_->tokens().list();
   ASSERT_EQ(tokens.size(), 3u);
   for (const auto& token : tokens) {
     EXPECT_EQ(token.token_sha256.size(), 64u);

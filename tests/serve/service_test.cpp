@@ -102,7 +102,7 @@ TEST_F(ServiceTest, InferByFeatureName) {
 }
 
 TEST_F(ServiceTest, ProductionAliasRoutesUnversionedRequests) {
-  ASSERT_TRUE(store_->set_alias("lending", "production", 1).ok());
+  ASSERT_TRUE(store_->models().set_alias("lending", "production", 1).ok());
   Service fresh(*store_, ServiceOptions{});
   auto response = fresh.handle("POST", "/v2/models/lending/infer", named_request(1));
   ASSERT_EQ(response.status, 200);
@@ -250,7 +250,7 @@ TEST_F(ServiceTest, MatrixInputForAllNumericModels) {
   auto summary =
       train::fit(table, train::TrainRequest{.target = "y", .model_family = "linear", .params = {{"l2", "0"}}});
   auto sha = store_->artifacts().put(summary->bundle->serialize());
-  ASSERT_TRUE(store_->register_version("numeric", *sha, "").ok());
+  ASSERT_TRUE(store_->models().register_version("numeric", *sha, "").ok());
   auto response = post("/v2/models/numeric/infer",
                        R"({"inputs":[{"name":"features","datatype":"FP32","shape":[2,2],"data":[[1,2],[2,1]]}]})");
   ASSERT_EQ(response.status, 200) << response.body;
@@ -271,7 +271,7 @@ TEST_F(ServiceTest, ServesImportedTreeEnsembles) {
   auto bundle = model::import_xgboost_json(xgboost_json, {});
   ASSERT_TRUE(bundle.ok()) << bundle.status().message();
   auto sha = store_->artifacts().put((*bundle)->serialize());
-  ASSERT_TRUE(store_->register_version("trees", *sha, "").ok());
+  ASSERT_TRUE(store_->models().register_version("trees", *sha, "").ok());
   auto metadata = get("/v2/models/trees");
   EXPECT_NE(metadata.body.find("\"platform\":\"slipway_tree_ensemble\""), std::string::npos) << metadata.body;
   auto by_matrix = post("/v2/models/trees/infer",
@@ -295,7 +295,7 @@ TEST_F(ServiceTest, ServesMulticlassProbabilitiesAndLabels) {
                  train::TrainRequest{.target = "animal", .model_family = "gbdt", .params = {{"rounds", "20"}}});
   ASSERT_TRUE(summary.ok()) << summary.status().message();
   auto sha = store_->artifacts().put(summary->bundle->serialize());
-  ASSERT_TRUE(store_->register_version("animals", *sha, "").ok());
+  ASSERT_TRUE(store_->models().register_version("animals", *sha, "").ok());
   auto metadata = get("/v2/models/animals");
   EXPECT_NE(metadata.body.find("{\"name\":\"probability\",\"datatype\":\"FP32\",\"shape\":[-1,3]}"), std::string::npos)
       << metadata.body;

@@ -20,8 +20,8 @@ inline std::unique_ptr<registry::Registry> registry_with_lending_model(const Tem
   for (std::uint32_t row = 0; row < rows.size(); ++row) rows[row] = row;
   auto summary = train::fit(table.take_rows(rows), train::TrainRequest{.target = "Class"});
   auto sha = store->artifacts().put(summary->bundle->serialize());
-  (void)store->register_version(name, *sha, "");
-  (void)store->register_version(name, *sha, "");
+  (void)store->models().register_version(name, *sha, "");
+  (void)store->models().register_version(name, *sha, "");
   return store;
 }
 

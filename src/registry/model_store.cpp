@@ -1,0 +1,139 @@
+// Models, their numbered versions (each naming a bundle in the artifact store) and aliases.
+#include <algorithm>
+
+#include "registry/store_context.h"
+
+namespace slipway::registry {
+namespace {
+
+// Ascending version order, each with its aliases. NotFound for an unknown model.
+Result<std::vector<ModelVersion>> read_versions(SqlTransaction& sql, const std::string& model) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto exists, sql.query_row("SELECT 1 FROM models WHERE name = ?", {model}));
+  if (!exists) return not_found("no model named '" + model + "'; `slipway models` lists them");
+  SLIPWAY_ASSIGN_OR_RETURN(auto rows, sql.query("SELECT version, bundle_sha256, COALESCE(run_id, ''), creator, "
+                                                "created_ms FROM model_versions WHERE model = ? ORDER BY version",
+                                                {model}));
+  std::vector<ModelVersion> versions;
+  versions.reserve(rows.size());
+  for (const auto& row : rows) {
+    versions.push_back({model, row.integer(0), row.text(1), row.text(2), row.text(3), row.integer(4), {}});
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto aliases,
+                           sql.query("SELECT alias, version FROM aliases WHERE model = ? ORDER BY alias", {model}));
+  for (const auto& row : aliases) {
+    for (auto& version : versions) {
+      if (version.version == row.integer(1)) version.aliases.push_back(row.text(0));
+    }
+  }
+  return versions;
+}
+
+}  // namespace
+
+Result<ModelVersion> ModelStore::register_version(const std::string& model, const std::string& bundle_sha256,
+                                                  const std::string& run_id) {
+  SLIPWAY_RETURN_IF_ERROR(validate_model_name(model));
+  if (!context_->artifacts.contains(bundle_sha256)) {
+    return failed_precondition("bundle " + bundle_sha256 +
+                               " is not in the artifact store; store it before registering");
+  }
+  ModelVersion version;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->write([&](SqlTransaction& sql) -> Status {
+    std::int64_t now = unix_time_ms();
+    SLIPWAY_RETURN_IF_ERROR(
+        sql.execute("INSERT INTO models(name, created_ms) VALUES (?, ?) ON CONFLICT(name) DO NOTHING", {model, now})
+            .status());
+    // Writers are serialized, so no other registration takes this number before the commit.
+    SLIPWAY_ASSIGN_OR_RETURN(
+        auto next, sql.query_row("SELECT COALESCE(MAX(version), 0) + 1 FROM model_versions WHERE model = ?", {model}));
+    if (!next) return internal_error("could not compute the next version number");
+    version = {model, next->integer(0), bundle_sha256, run_id, context_->actor, now, {}};
+    SLIPWAY_RETURN_IF_ERROR(
+        sql.execute("INSERT INTO model_versions(model, version, bundle_sha256, run_id, creator, "
+                    "created_ms) VALUES (?, ?, ?, ?, ?, ?)",
+                    {model, version.version, bundle_sha256, SqlValue::text_or_null(run_id), version.creator, now})
+            .status());
+    SLIPWAY_RETURN_IF_ERROR(append_audit(sql, *context_, "model.register",
+                                         model + "@" + std::to_string(version.version) + " sha256=" + bundle_sha256));
+    crash_point("registry.before_commit");
+    return {};
+  }));
+  return version;
+}
+
+Result<std::vector<ModelSummary>> ModelStore::list() {
+  std::vector<ModelSummary> models;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->read([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(auto rows, sql.query("SELECT m.name, m.created_ms, COALESCE(MAX(v.version), 0), "
+                                                  "COUNT(v.version) FROM models m LEFT JOIN model_versions v "
+                                                  "ON v.model = m.name GROUP BY m.name, m.created_ms ORDER BY m.name"));
+    for (const auto& row : rows) models.push_back({row.text(0), row.integer(1), row.integer(2), row.integer(3), {}});
+    SLIPWAY_ASSIGN_OR_RETURN(auto aliases,
+                             sql.query("SELECT model, alias, version FROM aliases ORDER BY model, alias"));
+    for (const auto& row : aliases) {
+      for (auto& summary : models) {
+        if (summary.name == row.text(0)) summary.aliases[row.text(1)] = row.integer(2);
+      }
+    }
+    return {};
+  }));
+  return models;
+}
+
+Result<std::vector<ModelVersion>> ModelStore::list_versions(const std::string& model) {
+  std::vector<ModelVersion> versions;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->read([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(versions, read_versions(sql, model));
+    return {};
+  }));
+  return versions;
+}
+
+Result<ModelVersion> ModelStore::resolve(const std::string& model, const VersionSelector& selector) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto versions, list_versions(model));
+  if (versions.empty()) return not_found("model '" + model + "' has no versions");
+  if (selector.version) {
+    for (const auto& version : versions) {
+      if (version.version == *selector.version) return version;
+    }
+    return not_found("model '" + model + "' has no version " + std::to_string(*selector.version) + " (latest is " +
+                     std::to_string(versions.back().version) + ")");
+  }
+  if (!selector.alias.empty()) {
+    for (const auto& version : versions) {
+      if (std::find(version.aliases.begin(), version.aliases.end(), selector.alias) != version.aliases.end())
+        return version;
+    }
+    return not_found("model '" + model + "' has no alias '" + selector.alias + "'");
+  }
+  return versions.back();
+}
+
+Status ModelStore::set_alias(const std::string& model, const std::string& alias, std::int64_t version) {
+  SLIPWAY_RETURN_IF_ERROR(validate_alias_name(alias));
+  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(
+        auto exists, sql.query_row("SELECT 1 FROM model_versions WHERE model = ? AND version = ?", {model, version}));
+    if (!exists) return not_found("model '" + model + "' has no version " + std::to_string(version));
+    SLIPWAY_RETURN_IF_ERROR(sql.execute("INSERT INTO aliases(model, alias, version) VALUES (?, ?, ?) "
+                                        "ON CONFLICT(model, alias) DO UPDATE SET version = excluded.version",
+                                        {model, alias, version})
+                                .status());
+    return append_audit(sql, *context_, "alias.set", model + "@" + alias + " -> " + std::to_string(version));
+  });
+}
+
+Result<std::vector<ArtifactReference>> ModelStore::artifact_references() {
+  std::vector<ArtifactReference> references;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->read([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(
+        auto rows, sql.query("SELECT model, version, bundle_sha256 FROM model_versions ORDER BY model, version"));
+    for (const auto& row : rows) {
+      references.push_back({row.text(2), "model " + row.text(0) + "@" + std::to_string(row.integer(1))});
+    }
+    return {};
+  }));
+  return references;
+}
+
+}  // namespace slipway::registry

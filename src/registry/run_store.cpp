@@ -1,0 +1,249 @@
+// Runs: params, metrics (a time series per key), checkpoints, and the process that owns each.
+#include "registry/run_owner.h"
+#include "registry/store_context.h"
+
+namespace slipway::registry {
+namespace {
+
+constexpr std::string_view kRunColumns =
+    "SELECT r.run_id, e.name, r.status, r.start_ms, r.end_ms, r.code_version, r.data_fingerprint, r.spec, "
+    "r.bundle_sha256, r.owner_pid, r.owner_start_ticks, r.owner_host, r.owner_boot_id, r.owner_pid_namespace "
+    "FROM runs r JOIN experiments e ON e.id = r.experiment_id ";
+
+RunRecord read_run_row(const SqlRow& row) {
+  RunRecord run;
+  run.run_id = row.text(0);
+  run.experiment = row.text(1);
+  run.status = row.text(2);
+  run.start_ms = row.integer(3);
+  run.end_ms = row.integer(4);
+  run.code_version = row.text(5);
+  run.data_fingerprint = row.text(6);
+  run.spec = row.text(7);
+  run.bundle_sha256 = row.text(8);
+  run.owner = {row.integer(9), row.integer(10), row.text(11), row.text(12), row.text(13)};
+  return run;
+}
+
+MetricRecord read_metric_row(const SqlRow& row) { return {row.text(0), row.real(1), row.integer(2), row.integer(3)}; }
+
+Status fill_run_details(SqlTransaction& sql, RunRecord& run) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto params,
+                           sql.query("SELECT key, value FROM params WHERE run_id = ? ORDER BY key", {run.run_id}));
+  for (const auto& row : params) run.params[row.text(0)] = row.text(1);
+  // The latest value of each metric (ties: the highest, as MLflow does).
+  SLIPWAY_ASSIGN_OR_RETURN(
+      auto metrics, sql.query("SELECT key, value, step, timestamp_ms FROM metrics m WHERE run_id = ? AND rowid = ("
+                              "SELECT rowid FROM metrics WHERE run_id = m.run_id AND key = m.key "
+                              "ORDER BY timestamp_ms DESC, step DESC, value DESC LIMIT 1) ORDER BY rowid",
+                              {run.run_id}));
+  for (const auto& row : metrics) run.metrics.push_back(read_metric_row(row));
+  return {};
+}
+
+Result<std::vector<RunRecord>> read_runs(SqlTransaction& sql, std::string_view where, SqlParams params) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto rows, sql.query(std::string(kRunColumns) + std::string(where), params));
+  std::vector<RunRecord> runs;
+  for (const auto& row : rows) {
+    runs.push_back(read_run_row(row));
+    SLIPWAY_RETURN_IF_ERROR(fill_run_details(sql, runs.back()));
+  }
+  return runs;
+}
+
+// The run's status; NotFound when there is no such run.
+Result<std::string> run_status(SqlTransaction& sql, const std::string& run_id) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto row, sql.query_row("SELECT status FROM runs WHERE run_id = ?", {run_id}));
+  if (!row) return not_found("no run '" + run_id + "'; `slipway runs` lists them");
+  return row->text(0);
+}
+
+Status require_running(SqlTransaction& sql, const std::string& run_id, std::string_view what) {
+  SLIPWAY_ASSIGN_OR_RETURN(std::string status, run_status(sql, run_id));
+  if (status != "RUNNING") {
+    return failed_precondition("run '" + run_id + "' has ended; " + std::string(what) + " cannot be added");
+  }
+  return {};
+}
+
+constexpr std::string_view kSetOwner =
+    "owner_pid = ?, owner_start_ticks = ?, owner_host = ?, owner_boot_id = ?, owner_pid_namespace = ?";
+
+}  // namespace
+
+Result<std::string> RunStore::start(const NewRun& run) {
+  std::string run_id = random_hex(16);
+  RunOwner owner = current_process_owner();
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->write([&](SqlTransaction& sql) -> Status {
+    std::int64_t now = unix_time_ms();
+    SLIPWAY_RETURN_IF_ERROR(
+        sql.execute("INSERT INTO experiments(name, created_ms) VALUES (?, ?) ON CONFLICT(name) DO NOTHING",
+                    {run.experiment, now})
+            .status());
+    SLIPWAY_RETURN_IF_ERROR(
+        sql.execute("INSERT INTO runs(run_id, experiment_id, status, start_ms, code_version, data_fingerprint, spec, "
+                    "owner_pid, owner_start_ticks, owner_host, owner_boot_id, owner_pid_namespace) "
+                    "SELECT ?, id, 'RUNNING', ?, ?, ?, ?, ?, ?, ?, ?, ? FROM experiments WHERE name = ?",
+                    {run_id, now, run.code_version, run.data_fingerprint, run.spec, owner.pid, owner.start_ticks,
+                     owner.host, owner.boot_id, owner.pid_namespace, run.experiment})
+            .status());
+    for (const auto& [key, value] : run.params) {
+      SLIPWAY_RETURN_IF_ERROR(
+          sql.execute("INSERT INTO params(run_id, key, value) VALUES (?, ?, ?)", {run_id, key, value}).status());
+    }
+    return append_audit(sql, *context_, "run.start", run_id + " experiment=" + run.experiment);
+  }));
+  return run_id;
+}
+
+Status RunStore::log_metrics(const std::string& run_id, const std::vector<std::pair<std::string, double>>& metrics,
+                             std::int64_t step) {
+  std::vector<MetricRecord> records;
+  records.reserve(metrics.size());
+  for (const auto& [key, value] : metrics) records.push_back({key, value, step, 0});
+  return log_metric_steps(run_id, records);
+}
+
+Status RunStore::log_metric_steps(const std::string& run_id, const std::vector<MetricRecord>& records) {
+  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_RETURN_IF_ERROR(require_running(sql, run_id, "metrics"));
+    std::int64_t now = unix_time_ms();
+    for (const auto& record : records) {
+      SLIPWAY_RETURN_IF_ERROR(
+          sql.execute("INSERT INTO metrics(run_id, key, value, step, timestamp_ms) VALUES (?, ?, ?, ?, ?)",
+                      {run_id, record.key, SqlValue::real_or_null(record.value), record.step,
+                       record.timestamp_ms != 0 ? record.timestamp_ms : now})
+              .status());
+    }
+    return {};
+  });
+}
+
+Result<std::vector<MetricRecord>> RunStore::metric_history(const std::string& run_id) {
+  std::vector<MetricRecord> records;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->read([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(auto rows, sql.query("SELECT key, value, step, timestamp_ms FROM metrics WHERE run_id = ? "
+                                                  "ORDER BY key, step, rowid",
+                                                  {run_id}));
+    for (const auto& row : rows) records.push_back(read_metric_row(row));
+    return {};
+  }));
+  return records;
+}
+
+Status RunStore::record_checkpoint(const std::string& run_id, std::int64_t step, const std::string& bundle_sha256) {
+  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_RETURN_IF_ERROR(require_running(sql, run_id, "checkpoints"));
+    SLIPWAY_RETURN_IF_ERROR(
+        sql.execute("INSERT INTO checkpoints(run_id, step, bundle_sha256, created_ms) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT(run_id, step) DO UPDATE SET bundle_sha256 = excluded.bundle_sha256, "
+                    "created_ms = excluded.created_ms",
+                    {run_id, step, bundle_sha256, unix_time_ms()})
+            .status());
+    return append_audit(sql, *context_, "run.checkpoint",
+                        run_id + " step=" + std::to_string(step) + " sha256=" + bundle_sha256);
+  });
+}
+
+Result<std::optional<CheckpointRecord>> RunStore::latest_checkpoint(const std::string& run_id) {
+  std::optional<CheckpointRecord> checkpoint;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->read([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(auto row, sql.query_row("SELECT step, bundle_sha256, created_ms FROM checkpoints "
+                                                     "WHERE run_id = ? ORDER BY step DESC LIMIT 1",
+                                                     {run_id}));
+    if (row) checkpoint = CheckpointRecord{row->integer(0), row->text(1), row->integer(2)};
+    return {};
+  }));
+  return checkpoint;
+}
+
+Status RunStore::reopen(const std::string& run_id) {
+  RunOwner owner = current_process_owner();
+  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(std::string status, run_status(sql, run_id));
+    if (status == "FINISHED") return failed_precondition("run '" + run_id + "' has finished; nothing to resume");
+    SLIPWAY_RETURN_IF_ERROR(
+        sql.execute(
+               "UPDATE runs SET status = 'RUNNING', end_ms = NULL, " + std::string(kSetOwner) + " WHERE run_id = ?",
+               {owner.pid, owner.start_ticks, owner.host, owner.boot_id, owner.pid_namespace, run_id})
+            .status());
+    return append_audit(sql, *context_, "run.resume", run_id + " was=" + status);
+  });
+}
+
+Status RunStore::finish(const std::string& run_id, bool succeeded, const std::string& bundle_sha256) {
+  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(
+        std::int64_t changed,
+        sql.execute(
+            "UPDATE runs SET status = ?, end_ms = ?, bundle_sha256 = ? WHERE run_id = ? AND status = 'RUNNING'",
+            {succeeded ? "FINISHED" : "FAILED", unix_time_ms(), SqlValue::text_or_null(bundle_sha256), run_id}));
+    if (changed != 1) return failed_precondition("run '" + run_id + "' is not running");
+    return append_audit(sql, *context_, succeeded ? "run.finish" : "run.fail", run_id);
+  });
+}
+
+Status RunStore::mark_interrupted(const std::string& run_id, const RunOwner& owner, const std::string& reason) {
+  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(auto runs, read_runs(sql, "WHERE r.run_id = ?", {run_id}));
+    if (runs.empty()) return not_found("no run '" + run_id + "'");
+    const RunRecord& run = runs.front();
+    if (run.status != "RUNNING") return failed_precondition("run '" + run_id + "' is " + run.status + ", not RUNNING");
+    const RunOwner& now = run.owner;
+    if (now.pid != owner.pid || now.start_ticks != owner.start_ticks || now.host != owner.host ||
+        now.boot_id != owner.boot_id || now.pid_namespace != owner.pid_namespace) {
+      return failed_precondition("run '" + run_id + "' was resumed by another process meanwhile");
+    }
+    SLIPWAY_RETURN_IF_ERROR(
+        sql.execute("UPDATE runs SET status = 'INTERRUPTED', end_ms = ? WHERE run_id = ?", {unix_time_ms(), run_id})
+            .status());
+    return append_audit(sql, *context_, "run.interrupt", run_id + " " + reason);
+  });
+}
+
+Result<RunRecord> RunStore::get(const std::string& run_id) {
+  std::vector<RunRecord> runs;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->read([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(runs, read_runs(sql, "WHERE r.run_id = ?", {run_id}));
+    return {};
+  }));
+  if (runs.empty()) return not_found("no run '" + run_id + "'; `slipway runs` lists them");
+  return std::move(runs.front());
+}
+
+Result<std::vector<RunRecord>> RunStore::list(std::size_t limit) {
+  std::vector<RunRecord> runs;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->read([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(runs, read_runs(sql, "ORDER BY r.start_ms DESC, r.rowid DESC LIMIT ?", {limit}));
+    return {};
+  }));
+  return runs;
+}
+
+Result<std::vector<RunRecord>> RunStore::list_running() {
+  std::vector<RunRecord> runs;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->read([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(runs, read_runs(sql, "WHERE r.status = 'RUNNING' ORDER BY r.start_ms, r.rowid", {}));
+    return {};
+  }));
+  return runs;
+}
+
+Result<std::vector<ArtifactReference>> RunStore::artifact_references() {
+  std::vector<ArtifactReference> references;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->read([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(auto bundles, sql.query("SELECT run_id, bundle_sha256 FROM runs "
+                                                     "WHERE bundle_sha256 IS NOT NULL AND bundle_sha256 <> '' "
+                                                     "ORDER BY rowid"));
+    for (const auto& row : bundles) references.push_back({row.text(1), "run " + row.text(0) + " bundle"});
+    SLIPWAY_ASSIGN_OR_RETURN(auto checkpoints,
+                             sql.query("SELECT run_id, step, bundle_sha256 FROM checkpoints ORDER BY run_id, step"));
+    for (const auto& row : checkpoints) {
+      references.push_back({row.text(2), "run " + row.text(0) + " checkpoint " + std::to_string(row.integer(1))});
+    }
+    return {};
+  }));
+  return references;
+}
+
+}  // namespace slipway::registry

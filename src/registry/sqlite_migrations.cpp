@@ -1,0 +1,66 @@
+// The SQLite schema, as numbered migrations. Append a migration to change the schema; never edit
+// one that has shipped (workspaces record each by version and name).
+#include <array>
+
+#include "registry/metadata_backend.h"
+
+namespace slipway::registry {
+namespace {
+
+// The schema as it was before migrations were recorded, unchanged (`IF NOT EXISTS`: see
+// migrations.h for why), less the `PRAGMA user_version = 1` those releases wrote on every open.
+constexpr std::string_view kInitialSchema = R"sql(
+CREATE TABLE IF NOT EXISTS experiments(
+  id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, created_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS runs(
+  run_id TEXT PRIMARY KEY, experiment_id INTEGER NOT NULL REFERENCES experiments(id),
+  status TEXT NOT NULL, start_ms INTEGER NOT NULL, end_ms INTEGER,
+  code_version TEXT NOT NULL, data_fingerprint TEXT NOT NULL, spec TEXT NOT NULL, bundle_sha256 TEXT);
+CREATE TABLE IF NOT EXISTS params(
+  run_id TEXT NOT NULL REFERENCES runs(run_id), key TEXT NOT NULL, value TEXT NOT NULL,
+  PRIMARY KEY(run_id, key));
+CREATE TABLE IF NOT EXISTS metrics(
+  run_id TEXT NOT NULL REFERENCES runs(run_id), key TEXT NOT NULL, value REAL,
+  step INTEGER NOT NULL, timestamp_ms INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS metrics_by_run ON metrics(run_id, key);
+CREATE TABLE IF NOT EXISTS models(name TEXT PRIMARY KEY, created_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS model_versions(
+  model TEXT NOT NULL REFERENCES models(name), version INTEGER NOT NULL,
+  bundle_sha256 TEXT NOT NULL, run_id TEXT REFERENCES runs(run_id), creator TEXT NOT NULL,
+  created_ms INTEGER NOT NULL, PRIMARY KEY(model, version));
+CREATE TABLE IF NOT EXISTS aliases(
+  model TEXT NOT NULL, alias TEXT NOT NULL, version INTEGER NOT NULL,
+  PRIMARY KEY(model, alias), FOREIGN KEY(model, version) REFERENCES model_versions(model, version));
+CREATE TABLE IF NOT EXISTS checkpoints(
+  run_id TEXT NOT NULL REFERENCES runs(run_id), step INTEGER NOT NULL, bundle_sha256 TEXT NOT NULL,
+  created_ms INTEGER NOT NULL, PRIMARY KEY(run_id, step));
+CREATE TABLE IF NOT EXISTS audit_log(
+  id INTEGER PRIMARY KEY AUTOINCREMENT, time_ms INTEGER NOT NULL, actor TEXT NOT NULL,
+  action TEXT NOT NULL, detail TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS serving_configs(
+  model TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY(model, key));
+CREATE TABLE IF NOT EXISTS api_tokens(
+  id TEXT PRIMARY KEY, name TEXT NOT NULL, role TEXT NOT NULL, token_sha256 TEXT UNIQUE NOT NULL,
+  created_ms INTEGER NOT NULL, revoked_ms INTEGER);
+)sql";
+
+// The process that owns a run (RunOwner), so `slipway verify` can find runs left RUNNING by a
+// process that died. NULL in rows written before.
+constexpr std::string_view kRunOwner = R"sql(
+ALTER TABLE runs ADD COLUMN owner_pid INTEGER;
+ALTER TABLE runs ADD COLUMN owner_start_ticks INTEGER;
+ALTER TABLE runs ADD COLUMN owner_host TEXT;
+ALTER TABLE runs ADD COLUMN owner_boot_id TEXT;
+ALTER TABLE runs ADD COLUMN owner_pid_namespace TEXT;
+)sql";
+
+constexpr std::array kMigrations = {
+    Migration{1, "initial_schema", kInitialSchema},
+    Migration{2, "run_owner", kRunOwner},
+};
+
+}  // namespace
+
+std::span<const Migration> sqlite_migrations() { return kMigrations; }
+
+}  // namespace slipway::registry
