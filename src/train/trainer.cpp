@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include "slipway/train.h"
+#include "train/gbdt_metric.h"
+#include "train/gbdt_objective.h"
 #include "train/gbdt_trainer.h"
 #include "train/linear_trainer.h"
 
@@ -145,32 +147,17 @@ Result<std::vector<double>> row_weights(const data::Table& rows, const std::stri
   return weights;
 }
 
+// The task decides classification; a regression target takes the objective parameter's
+// choice (auto: squared error).
 GbdtObjective objective_of(const std::string& name, bool binary, bool multiclass) {
   if (multiclass) return GbdtObjective::kSoftmax;
   if (binary) return GbdtObjective::kLogistic;
-  if (name == "reg:absoluteerror") return GbdtObjective::kAbsoluteError;
-  if (name == "reg:pseudohubererror") return GbdtObjective::kPseudoHuber;
-  return GbdtObjective::kSquaredError;
+  return objective_by_name(name).value_or(GbdtObjective::kSquaredError);
 }
 
+// eval_metric=auto is the objective's own.
 GbdtMetric metric_of(const std::string& name, GbdtObjective objective) {
-  for (GbdtMetric metric : {GbdtMetric::kLogLoss, GbdtMetric::kError, GbdtMetric::kMultiLogLoss,
-                            GbdtMetric::kMultiError, GbdtMetric::kRmse, GbdtMetric::kMae, GbdtMetric::kPseudoHuber}) {
-    if (name == metric_name(metric)) return metric;
-  }
-  switch (objective) {
-    case GbdtObjective::kLogistic:
-      return GbdtMetric::kLogLoss;
-    case GbdtObjective::kSoftmax:
-      return GbdtMetric::kMultiLogLoss;
-    case GbdtObjective::kSquaredError:
-      return GbdtMetric::kRmse;
-    case GbdtObjective::kAbsoluteError:
-      return GbdtMetric::kMae;
-    case GbdtObjective::kPseudoHuber:
-      return GbdtMetric::kPseudoHuber;
-  }
-  return GbdtMetric::kRmse;
+  return metric_by_name(name).value_or(objective_definition(objective).default_metric);
 }
 
 // The checkpoint's progress travels in its manifest params, as exact decimal text.
