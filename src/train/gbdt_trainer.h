@@ -1,4 +1,13 @@
-// Gradient-boosted decision trees by the histogram method. Private to train.
+// Gradient-boosted decision trees by the histogram method: the entry point (fit_gbdt) and the
+// vocabulary its parts share. Private to train. The parts, each in its own file:
+//   gbdt_binning      quantile cuts and bin codes (missing values in a bin of their own)
+//   gbdt_histogram    per-node gradient histograms, built in fixed row blocks, and subtraction
+//   gbdt_split        split scoring and search (default direction, categorical partitions)
+//   gbdt_objective    objectives: gradients, base score, leaf values; one table lists them
+//   gbdt_metric       the per-round metrics early stopping reads; one table lists them
+//   gbdt_partition    a node's rows reordered left child first
+//   gbdt_tree_grower  one tree, depth-wise or leaf-wise
+//   gbdt_sampling     the stateless hash behind row and feature sampling
 #pragma once
 
 #include <functional>
@@ -23,8 +32,8 @@ struct GbdtOptions {
   int rounds = 100;
   double learning_rate = 0.1;
   GrowPolicy grow_policy = GrowPolicy::kDepthwise;
-  int max_depth = 6;   // 0: unlimited (lossguide)
-  int max_leaves = 0;  // 0: unlimited
+  int max_depth = 6;              // 0: unlimited (lossguide)
+  int max_leaves = 0;             // 0: unlimited
   double lambda = 1.0;            // L2 on leaf weights
   double alpha = 0.0;             // L1 on leaf weights
   double gamma = 0.0;             // minimum loss reduction to split
@@ -51,6 +60,13 @@ struct GbdtMatrix {
   std::size_t rows = 0;
   std::span<const double> labels;
   std::span<const double> weights;
+};
+
+// A gradient and a hessian: of one row (what an objective gives), or summed over a histogram bin
+// or a node.
+struct GradientStats {
+  double gradient = 0;
+  double hessian = 0;
 };
 
 // What a checkpoint holds, and what training restarts from: the trees so far (for a warm start,
@@ -81,7 +97,5 @@ struct GbdtFit {
 // per feature in row order, and sampling is a hash of (seed, round, row).
 Result<GbdtFit> fit_gbdt(const GbdtMatrix& train, std::size_t width, const GbdtMatrix* validation,
                          const GbdtOptions& options, const GbdtState* start, const GbdtCallbacks& callbacks);
-
-std::string_view metric_name(GbdtMetric metric);
 
 }  // namespace slipway::train

@@ -2,6 +2,8 @@
 #include <cmath>
 
 #include "slipway/train.h"
+#include "train/gbdt_metric.h"
+#include "train/gbdt_objective.h"
 
 namespace slipway::train {
 namespace {
@@ -62,6 +64,15 @@ Status validate(const ParamDeclaration& declaration, const std::string& value) {
     }
   }
   return {};
+}
+
+// "auto" and then every name of an objective or metric table, in table order: a new objective
+// or metric becomes a choice where it is defined.
+template <typename Definition>
+std::vector<std::string> auto_and_names(std::span<const Definition> definitions) {
+  std::vector<std::string> choices = {"auto"};
+  for (const auto& definition : definitions) choices.emplace_back(definition.name);
+  return choices;
 }
 
 }  // namespace
@@ -145,7 +156,7 @@ const std::vector<ParamDeclaration>& parameter_declarations() {
        "auto",
        0,
        0,
-       {"auto", "binary:logistic", "multi:softmax", "reg:squarederror", "reg:absoluteerror", "reg:pseudohubererror"},
+       auto_and_names(objective_definitions()),
        {"gbdt"},
        "What the trees fit; auto: binary:logistic for a target with two values, multi:softmax for a text target "
        "with more, else reg:squarederror. The base score (the starting margin) comes from the data: log-odds of the "
@@ -155,7 +166,7 @@ const std::vector<ParamDeclaration>& parameter_declarations() {
        "auto",
        0,
        0,
-       {"auto", "logloss", "error", "mlogloss", "merror", "rmse", "mae", "mphe"},
+       auto_and_names(metric_definitions()),
        {"gbdt"},
        "The metric recorded per round and used by early stopping (lower is better); auto: the objective's own "
        "(logloss, mlogloss, rmse, mae, mphe)."},

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include "slipway/train.h"
+#include "train/gbdt_metric.h"
+#include "train/gbdt_objective.h"
 #include "train/gbdt_trainer.h"
 #include "train/linear_trainer.h"
 
@@ -100,9 +102,8 @@ Result<Labels> multiclass_labels(const data::Column& target) {
   }
   // Numeric labels in numeric order (2 before 10), text in text order.
   bool numeric = target.type == data::ColumnType::kNumeric;
-  std::sort(labels.begin(), labels.end(), [&](const std::string& a, const std::string& b) {
-    return numeric ? std::stod(a) < std::stod(b) : a < b;
-  });
+  std::sort(labels.begin(), labels.end(),
+            [&](const std::string& a, const std::string& b) { return numeric ? std::stod(a) < std::stod(b) : a < b; });
   Labels out;
   out.class_labels = labels;
   for (std::size_t row = 0; row < target.size(); ++row) {
@@ -136,41 +137,27 @@ Result<std::vector<double>> row_weights(const data::Table& rows, const std::stri
   for (std::size_t row = 0; row < rows.row_count(); ++row) {
     double weight = column.numbers[row];
     if (!(weight >= 0.0) || !std::isfinite(weight)) {
-      return invalid_argument("weight column '" + column_name + "' has " +
-                              (std::isnan(weight) ? std::string("a missing value") : "the value " + std::to_string(weight)) +
-                              " in data row " + std::to_string(row + 1) + "; weights must be finite and >= 0");
+      return invalid_argument(
+          "weight column '" + column_name + "' has " +
+          (std::isnan(weight) ? std::string("a missing value") : "the value " + std::to_string(weight)) +
+          " in data row " + std::to_string(row + 1) + "; weights must be finite and >= 0");
     }
     weights[row] = weight;
   }
   return weights;
 }
 
+// The task decides classification; a regression target takes the objective parameter's
+// choice (auto: squared error).
 GbdtObjective objective_of(const std::string& name, bool binary, bool multiclass) {
   if (multiclass) return GbdtObjective::kSoftmax;
   if (binary) return GbdtObjective::kLogistic;
-  if (name == "reg:absoluteerror") return GbdtObjective::kAbsoluteError;
-  if (name == "reg:pseudohubererror") return GbdtObjective::kPseudoHuber;
-  return GbdtObjective::kSquaredError;
+  return objective_by_name(name).value_or(GbdtObjective::kSquaredError);
 }
 
+// eval_metric=auto is the objective's own.
 GbdtMetric metric_of(const std::string& name, GbdtObjective objective) {
-  for (GbdtMetric metric : {GbdtMetric::kLogLoss, GbdtMetric::kError, GbdtMetric::kMultiLogLoss,
-                            GbdtMetric::kMultiError, GbdtMetric::kRmse, GbdtMetric::kMae, GbdtMetric::kPseudoHuber}) {
-    if (name == metric_name(metric)) return metric;
-  }
-  switch (objective) {
-    case GbdtObjective::kLogistic:
-      return GbdtMetric::kLogLoss;
-    case GbdtObjective::kSoftmax:
-      return GbdtMetric::kMultiLogLoss;
-    case GbdtObjective::kSquaredError:
-      return GbdtMetric::kRmse;
-    case GbdtObjective::kAbsoluteError:
-      return GbdtMetric::kMae;
-    case GbdtObjective::kPseudoHuber:
-      return GbdtMetric::kPseudoHuber;
-  }
-  return GbdtMetric::kRmse;
+  return metric_by_name(name).value_or(objective_definition(objective).default_metric);
 }
 
 // The checkpoint's progress travels in its manifest params, as exact decimal text.
@@ -400,7 +387,7 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
     preprocessor = request.init_model->preprocessor();
     features.clear();
     for (const auto& input : preprocessor.features()) features.push_back(input.name);
-    if (request.init_model->task() != (multiclass        ? model::Task::kMulticlassClassification
+    if (request.init_model->task() != (multiclass       ? model::Task::kMulticlassClassification
                                        : classification ? model::Task::kBinaryClassification
                                                         : model::Task::kRegression) ||
         (classification && request.init_model->manifest().class_labels != labels.class_labels)) {
@@ -462,8 +449,8 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
   summary.converged = converged;
   if (gbdt) {
     summary.history = std::move(trees.details.history);
-    summary.round_metric = std::string(metric_name(metric_of(params.at("eval_metric"),
-                                                             objective_of(params.at("objective"), classification, multiclass))));
+    summary.round_metric = std::string(metric_name(
+        metric_of(params.at("eval_metric"), objective_of(params.at("objective"), classification, multiclass))));
     summary.best_round = trees.details.best_round;
     summary.stopped_early = trees.details.stopped_early;
     summary.validation_rows = trees.validation_rows;
