@@ -134,7 +134,9 @@ void softmax(std::span<float> margins) {
 std::shared_ptr<const Bundle> Bundle::with_metrics(std::map<std::string, double> metrics) const {
   Manifest manifest = manifest_;
   manifest.metrics = std::move(metrics);
-  return std::make_shared<const Bundle>(std::move(manifest), preprocessor_, model_);
+  auto copy = std::make_shared<Bundle>(std::move(manifest), preprocessor_, model_);
+  copy->mapping_ = mapping_;
+  return copy;
 }
 
 const std::string& Bundle::predicted_label(const Predictions& predictions, std::size_t row) const {
@@ -206,6 +208,13 @@ std::vector<std::byte> Bundle::serialize() const {
 
 Result<std::shared_ptr<const Bundle>> Bundle::parse(std::span<const std::byte> bytes,
                                                     std::optional<std::string_view> expected_sha256) {
+  return parse_mapped(bytes, nullptr, expected_sha256);
+}
+
+Result<std::shared_ptr<const Bundle>> Bundle::parse_mapped(std::span<const std::byte> bytes,
+                                                           std::shared_ptr<const MappedFile> mapping,
+                                                           std::optional<std::string_view> expected_sha256) {
+  // The checksum (and the expected identity) first: nothing of a damaged file is used.
   SLIPWAY_ASSIGN_OR_RETURN(BundleFileView view, open_bundle_file(bytes, expected_sha256));
   simdjson::dom::parser parser;
   simdjson::padded_string padded(view.manifest_json);
@@ -290,7 +299,7 @@ Result<std::shared_ptr<const Bundle>> Bundle::parse(std::span<const std::byte> b
     sections[name] = view.data_area.subspan(offset, size);
   }
 
-  FamilyReader family_reader(model_object, width, manifest, sections);
+  FamilyReader family_reader(model_object, width, manifest, sections, mapping);
   SLIPWAY_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, model_family->read(family_reader));
   // What Bundle::predict relies on, whatever the family: the model reads the preprocessing's
   // width and writes one margin per class (multiclass) or one.
@@ -298,14 +307,22 @@ Result<std::shared_ptr<const Bundle>> Bundle::parse(std::span<const std::byte> b
   if (model->input_width() != width || model->output_count() != outputs) {
     return data_loss("the bundle's " + family + " model does not match its manifest's width, task or class labels");
   }
-  return std::make_shared<const Bundle>(std::move(manifest), std::move(preprocessor), std::move(model));
+  auto bundle = std::make_shared<Bundle>(std::move(manifest), std::move(preprocessor), std::move(model));
+  bundle->mapping_ = std::move(mapping);
+  return std::shared_ptr<const Bundle>(std::move(bundle));
 }
 
+// The mapping stays for the bundle's life: store artifacts are written once and never rewritten,
+// so the pages under it never change or vanish (a truncated file would raise SIGBUS).
 Result<std::shared_ptr<const Bundle>> Bundle::load(const std::string& path,
                                                    std::optional<std::string_view> expected_sha256) {
   SLIPWAY_ASSIGN_OR_RETURN(auto mapped, MappedFile::open(path));
-  auto bundle = parse(mapped.bytes(), expected_sha256);
+  auto mapping = std::make_shared<const MappedFile>(std::move(mapped));
+  auto bundle = parse_mapped(mapping->bytes(), mapping, expected_sha256);
   if (!bundle.ok()) return Status(bundle.status().code(), path + ": " + bundle.status().message());
+  // The checksum pass read the file front to back; from now on the model reads it at random, and
+  // its pages must count as used so the kernel does not reclaim them first.
+  mapping->advise_normal_access();
   return bundle;
 }
 

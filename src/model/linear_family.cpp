@@ -12,7 +12,7 @@ void write_linear(const Model& model, FamilyWriter& out) {
   out.fields().key("bias").value(linear.bias());
   out.fields().key("weights_section").value(kWeightsSection);
   out.fields().key("weights_dtype").value("float64");
-  out.add_section(kWeightsSection, std::span<const double>(linear.weights()));
+  out.add_section(kWeightsSection, linear.weights());
 }
 
 Result<std::shared_ptr<const Model>> read_linear(const FamilyReader& in) {

@@ -15,32 +15,31 @@ constexpr std::string_view kGroupsSection = "trees.groups";
 
 void write_trees(const Model& model, FamilyWriter& out) {
   const auto& trees = static_cast<const TreeEnsembleModel&>(model);
-  const TreeEnsembleData& data = trees.data();
+  const TreeEnsembleArrays& arrays = trees.arrays();
   JsonWriter& fields = out.fields();
-  fields.key("base_margin").value(trees.base_margin());
-  fields.key("tree_count").value(static_cast<std::uint64_t>(data.roots.size()));
-  fields.key("node_count").value(static_cast<std::uint64_t>(data.nodes.size()));
+  fields.key("base_margin").value(arrays.base_margin);
+  fields.key("tree_count").value(static_cast<std::uint64_t>(arrays.roots.size()));
+  fields.key("node_count").value(static_cast<std::uint64_t>(arrays.nodes.size()));
   fields.key("nodes_section").value(kNodesSection);
   fields.key("roots_section").value(kRootsSection);
-  fields.key("group_count").value(static_cast<std::uint64_t>(trees.output_count()));
+  fields.key("group_count").value(static_cast<std::uint64_t>(arrays.group_count));
   fields.key("decision")
       .value(
           "left if x < threshold (float32); at a categorical node right if x's code is in the node's set; NaN follows "
           "the node's default direction");
-  out.add_section(kNodesSection, std::span<const TreeNode>(data.nodes));
-  out.add_section(kRootsSection, std::span<const std::uint32_t>(data.roots));
+  out.add_section(kNodesSection, arrays.nodes.span());
+  out.add_section(kRootsSection, arrays.roots.span());
   if (trees.has_statistics()) {
-    out.add_section(kCoverSection, std::span<const float>(data.cover));
-    out.add_section(kGainSection, std::span<const float>(data.gain));
+    out.add_section(kCoverSection, arrays.cover.span());
+    out.add_section(kGainSection, arrays.gain.span());
   }
-  if (!data.category_sets.empty())
-    out.add_section(kCategoriesSection, std::span<const std::uint32_t>(data.category_sets));
-  if (!data.tree_groups.empty()) out.add_section(kGroupsSection, std::span<const std::uint32_t>(data.tree_groups));
+  if (!arrays.category_sets.empty()) out.add_section(kCategoriesSection, arrays.category_sets.span());
+  if (!arrays.tree_groups.empty()) out.add_section(kGroupsSection, arrays.tree_groups.span());
 }
 
 Result<std::shared_ptr<const Model>> read_trees(const FamilyReader& in) {
   const ManifestReader& reader = in.fields_reader();
-  TreeEnsembleData trees;
+  TreeEnsembleArrays trees;
   trees.input_width = in.width();
   double base_margin = 0.0;
   SLIPWAY_RETURN_IF_ERROR(reader.double_field(in.fields(), "base_margin", base_margin));
@@ -51,6 +50,7 @@ Result<std::shared_ptr<const Model>> read_trees(const FamilyReader& in) {
     SLIPWAY_RETURN_IF_ERROR(reader.uint_field(in.fields(), "group_count", group_count));
   }
   trees.group_count = group_count;
+  // Each array views the mapped file when the bundle is loaded from one.
   SLIPWAY_ASSIGN_OR_RETURN(trees.nodes, in.section<TreeNode>(kNodesSection));
   SLIPWAY_ASSIGN_OR_RETURN(trees.roots, in.section<std::uint32_t>(kRootsSection));
   SLIPWAY_ASSIGN_OR_RETURN(trees.category_sets, in.optional_section<std::uint32_t>(kCategoriesSection));

@@ -8,6 +8,7 @@
 
 #include "model/model_family.h"
 #include "slipway/model.h"
+#include "support/test_support.h"
 
 namespace slipway::model {
 namespace {
@@ -179,6 +180,97 @@ TEST(ModelFamilies, AModelThatDoesNotFitItsManifestIsRefused) {
   auto bytes = edited(tree_bundle()->serialize(), "\"task\":\"multiclass_classification\"",
                       "\"task\":\"regression\"               ");
   EXPECT_EQ(Bundle::parse(bytes).status().message(), "the bundle's tree groups do not match its task and class labels");
+}
+
+// Whether `values` lie inside `file`, starting at a 64-byte boundary of the address space.
+template <typename T>
+bool viewed_in(std::span<const T> values, std::span<const std::byte> file) {
+  auto address = reinterpret_cast<std::uintptr_t>(values.data());
+  auto begin = reinterpret_cast<std::uintptr_t>(file.data());
+  return !values.empty() && address >= begin && address + values.size_bytes() <= begin + file.size() &&
+         address % 64 == 0;
+}
+
+TEST(ModelFamilies, ALoadedBundleViewsItsSectionsInTheMappedFile) {
+  testing::TempDir dir;
+  auto linear_bytes = linear_bundle()->serialize();
+  auto tree_bytes = tree_bundle()->serialize();
+  ASSERT_TRUE(write_file_atomic(dir.file("linear.slip"), linear_bytes).ok());
+  ASSERT_TRUE(write_file_atomic(dir.file("trees.slip"), tree_bytes).ok());
+
+  auto linear = Bundle::load(dir.file("linear.slip"), sha256_hex(linear_bytes));
+  ASSERT_TRUE(linear.ok()) << linear.status().message();
+  auto file = (*linear)->mapped_file();
+  ASSERT_EQ(file.size(), linear_bytes.size());
+  const auto& weights = static_cast<const LinearModel&>((*linear)->model()).weights();
+  EXPECT_TRUE(viewed_in(weights, file));
+  EXPECT_GE((*linear)->memory_bytes(), weights.size_bytes());
+  EXPECT_EQ((*linear)->serialize(), linear_bytes);
+
+  auto loaded = Bundle::load(dir.file("trees.slip"), sha256_hex(tree_bytes));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  file = (*loaded)->mapped_file();
+  ASSERT_EQ(file.size(), tree_bytes.size());
+  const auto& trees = static_cast<const TreeEnsembleModel&>((*loaded)->model());
+  const TreeEnsembleArrays& arrays = trees.arrays();
+  EXPECT_TRUE(viewed_in(arrays.nodes.span(), file));
+  EXPECT_TRUE(viewed_in(arrays.roots.span(), file));
+  EXPECT_TRUE(viewed_in(arrays.cover.span(), file));
+  EXPECT_TRUE(viewed_in(arrays.gain.span(), file));
+  EXPECT_TRUE(viewed_in(arrays.category_sets.span(), file));
+  EXPECT_TRUE(viewed_in(arrays.tree_groups.span(), file));
+  // The mapped sections count as memory the bundle holds.
+  EXPECT_GE(trees.memory_bytes(),
+            arrays.nodes.span().size_bytes() + arrays.cover.span().size_bytes() + arrays.gain.span().size_bytes());
+  EXPECT_EQ((*loaded)->serialize(), tree_bytes);
+
+  // The mapping lives as long as any bundle sharing the model: here a copy with other metrics.
+  std::vector<float> rows = {2, 0, 5, 1, 3, 0, 99, 1, std::nanf(""), 0};
+  auto expected = margins(tree_bundle()->model(), rows);
+  auto copy = (*loaded)->with_metrics({{"auc", 0.5}});
+  loaded = Status(StatusCode::kInternal, "dropped");
+  EXPECT_EQ(copy->mapped_file().data(), file.data());
+  EXPECT_EQ(margins(copy->model(), rows), expected);
+}
+
+TEST(ModelFamilies, ParsedBytesAreCopiedNotViewed) {
+  auto bytes = tree_bundle()->serialize();
+  auto parsed = Bundle::parse(bytes);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_TRUE((*parsed)->mapped_file().empty());
+  const auto& nodes = static_cast<const TreeEnsembleModel&>((*parsed)->model()).nodes();
+  auto address = reinterpret_cast<std::uintptr_t>(nodes.data());
+  auto begin = reinterpret_cast<std::uintptr_t>(bytes.data());
+  EXPECT_TRUE(address < begin || address >= begin + bytes.size());
+  // So the caller may drop its bytes.
+  std::vector<float> rows = {2, 0, 5, 1};
+  auto before = margins((*parsed)->model(), rows);
+  std::fill(bytes.begin(), bytes.end(), std::byte{0xff});
+  bytes.clear();
+  bytes.shrink_to_fit();
+  EXPECT_EQ(margins((*parsed)->model(), rows), before);
+}
+
+TEST(ModelFamilies, ALoadedModelIsAWarmStartsCopy) {
+  testing::TempDir dir;
+  auto bytes = tree_bundle()->serialize();
+  ASSERT_TRUE(write_file_atomic(dir.file("trees.slip"), bytes).ok());
+  auto loaded = Bundle::load(dir.file("trees.slip"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  TreeEnsembleData data = static_cast<const TreeEnsembleModel&>((*loaded)->model()).to_data();
+  TreeEnsembleData original = multiclass_trees();
+  ASSERT_EQ(data.nodes.size(), original.nodes.size());
+  EXPECT_EQ(std::memcmp(data.nodes.data(), original.nodes.data(), data.nodes.size() * sizeof(TreeNode)), 0);
+  EXPECT_EQ(data.roots, original.roots);
+  EXPECT_EQ(data.cover, original.cover);
+  EXPECT_EQ(data.gain, original.gain);
+  EXPECT_EQ(data.category_sets, original.category_sets);
+  EXPECT_EQ(data.tree_groups, original.tree_groups);
+  EXPECT_EQ(data.group_count, original.group_count);
+  EXPECT_EQ(data.base_margin, original.base_margin);
+  // A copy to grow: appending touches nothing of the loaded model.
+  data.nodes.emplace_back();
+  EXPECT_EQ(static_cast<const TreeEnsembleModel&>((*loaded)->model()).nodes().size(), original.nodes.size());
 }
 
 }  // namespace
