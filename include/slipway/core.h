@@ -158,6 +158,10 @@ class MappedFile {
   std::string_view text() const { return {static_cast<const char*>(address_), size_}; }
   std::span<const std::byte> bytes() const { return {static_cast<const std::byte*>(address_), size_}; }
   std::size_t size() const { return size_; }
+  // open() advises sequential reads (one pass, then the pages may go). For a mapping kept and read
+  // at random afterwards, as a loaded bundle's is: back to the kernel's normal readahead, and
+  // touched pages count as used again, so they are not reclaimed before other memory.
+  void advise_normal_access() const;
 
  private:
   void* address_ = nullptr;

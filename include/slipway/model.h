@@ -7,7 +7,8 @@
 //
 // File format v1 (docs/formats.md): magic, version, JSON manifest, 64-byte-aligned binary
 // sections, and a trailer holding the sha256 of everything before it. The bundle's identity is
-// the sha256 of the whole file.
+// the sha256 of the whole file. Each model family writes and reads its own manifest fields and
+// sections (src/model/model_family.h); a bundle loaded from a file views those sections in place.
 #pragma once
 
 #include <cstdint>
@@ -106,6 +107,43 @@ class Preprocessor {
   StringMap<std::size_t> feature_index_;
 };
 
+// A read-only array that either owns its elements or views elements that a shared owner keeps
+// alive: the mapping of a bundle file (Bundle::load), so a loaded model's large arrays are used
+// from the file without a copy. Copies share the elements. Immutable, so any number of threads may
+// read it.
+template <typename T>
+class SharedArray {
+ public:
+  SharedArray() = default;
+  // Owns `values` (moved in: no element is copied).
+  explicit SharedArray(std::vector<T> values) {
+    auto owned = std::make_shared<const std::vector<T>>(std::move(values));
+    elements_ = std::span<const T>(*owned);
+    held_bytes_ = owned->capacity() * sizeof(T);
+    owner_ = std::move(owned);
+  }
+  // Views `elements`, which `owner` keeps valid for as long as any copy of this array lives.
+  SharedArray(std::span<const T> elements, std::shared_ptr<const void> owner)
+      : owner_(std::move(owner)), elements_(elements), held_bytes_(elements.size_bytes()) {}
+
+  std::span<const T> span() const { return elements_; }
+  operator std::span<const T>() const { return elements_; }
+  const T* data() const { return elements_.data(); }
+  std::size_t size() const { return elements_.size(); }
+  bool empty() const { return elements_.empty(); }
+  const T& operator[](std::size_t index) const { return elements_[index]; }
+  auto begin() const { return elements_.begin(); }
+  auto end() const { return elements_.end(); }
+  std::vector<T> to_vector() const { return {elements_.begin(), elements_.end()}; }
+  // Bytes held: the owned buffer, or the viewed elements (their mapped pages count too).
+  std::size_t memory_bytes() const { return held_bytes_; }
+
+ private:
+  std::shared_ptr<const void> owner_;
+  std::span<const T> elements_;
+  std::size_t held_bytes_ = 0;
+};
+
 // The learned function over the preprocessed matrix. Implementations are immutable after
 // construction and thread-safe.
 class Model {
@@ -126,15 +164,17 @@ class Model {
 class LinearModel final : public Model {
  public:
   LinearModel(std::vector<double> weights, double bias);
+  // The weights owned or viewed (a loaded bundle's "linear.weights" section).
+  LinearModel(SharedArray<double> weights, double bias);
   std::string_view family() const override { return "linear"; }
   std::size_t input_width() const override { return weights_.size(); }
   void predict_margin(std::span<const float> features, std::size_t rows, std::span<float> out) const override;
-  std::size_t memory_bytes() const override { return sizeof(*this) + weights_.capacity() * sizeof(double); }
-  const std::vector<double>& weights() const { return weights_; }
+  std::size_t memory_bytes() const override { return sizeof(*this) + weights_.memory_bytes(); }
+  std::span<const double> weights() const { return weights_; }
   double bias() const { return bias_; }
 
  private:
-  std::vector<double> weights_;
+  SharedArray<double> weights_;
   double bias_;
 };
 
@@ -191,6 +231,26 @@ struct TreeEnsembleData {
   std::size_t group_count = 1;
 };
 
+// The same ensemble as TreeEnsembleModel holds it: read-only arrays, owned or viewing a loaded
+// bundle's sections (see SharedArray).
+struct TreeEnsembleArrays {
+  TreeEnsembleArrays() = default;
+  // Owns `data`'s vectors (moved in).
+  explicit TreeEnsembleArrays(TreeEnsembleData data);
+  // A copy as vectors, to build on (a warm start or a resumed checkpoint).
+  TreeEnsembleData to_data() const;
+
+  SharedArray<TreeNode> nodes;
+  SharedArray<std::uint32_t> roots;
+  std::size_t input_width = 0;
+  float base_margin = 0.0f;
+  SharedArray<float> cover;
+  SharedArray<float> gain;
+  SharedArray<std::uint32_t> category_sets;
+  SharedArray<std::uint32_t> tree_groups;
+  std::size_t group_count = 1;
+};
+
 class CompleteTrees;  // a prediction layout for shallow trees, private to model
 
 class TreeEnsembleModel final : public Model {
@@ -198,9 +258,11 @@ class TreeEnsembleModel final : public Model {
   // The caller guarantees the structure (children inside `nodes`, features < input_width, no
   // cycles, category sets inside category_sets); validate() checks it.
   explicit TreeEnsembleModel(TreeEnsembleData data);
+  explicit TreeEnsembleModel(TreeEnsembleArrays arrays);
   ~TreeEnsembleModel() override;
   // InvalidArgument naming the first node or tree that breaks the structure.
   static Status validate(const TreeEnsembleData& data);
+  static Status validate(const TreeEnsembleArrays& arrays);
 
   std::string_view family() const override { return "tree_ensemble"; }
   std::size_t input_width() const override { return data_.input_width; }
@@ -208,16 +270,17 @@ class TreeEnsembleModel final : public Model {
   void predict_margin(std::span<const float> features, std::size_t rows, std::span<float> out) const override;
   std::size_t memory_bytes() const override;
 
-  const TreeEnsembleData& data() const { return data_; }
-  const std::vector<TreeNode>& nodes() const { return data_.nodes; }
-  const std::vector<std::uint32_t>& roots() const { return data_.roots; }
+  // The ensemble's arrays; a bundle loaded by Bundle::load views its file's sections through them.
+  const TreeEnsembleArrays& arrays() const { return data_; }
+  // A copy as vectors, to build on (warm starts, resumed checkpoints).
+  TreeEnsembleData to_data() const { return data_.to_data(); }
+  std::span<const TreeNode> nodes() const { return data_.nodes; }
+  std::span<const std::uint32_t> roots() const { return data_.roots; }
   float base_margin() const { return data_.base_margin; }
-  const std::vector<float>& cover() const { return data_.cover; }
-  const std::vector<float>& gain() const { return data_.gain; }
+  std::span<const float> cover() const { return data_.cover; }
+  std::span<const float> gain() const { return data_.gain; }
   bool has_statistics() const { return !data_.cover.empty(); }
-  std::uint32_t tree_group(std::size_t tree) const {
-    return data_.tree_groups.empty() ? 0 : data_.tree_groups[tree];
-  }
+  std::uint32_t tree_group(std::size_t tree) const { return data_.tree_groups.empty() ? 0 : data_.tree_groups[tree]; }
 
   // Exact path-dependent TreeSHAP (Lundberg et al. 2018) for one row of input_width() features:
   // writes output_count() blocks of input_width() + 1 values into `contributions`, the last of
@@ -240,9 +303,10 @@ class TreeEnsembleModel final : public Model {
                  std::int64_t parent_feature) const;
   void predict_by_walking(std::span<const float> features, std::size_t rows, std::span<float> out) const;
 
-  TreeEnsembleData data_;
+  TreeEnsembleArrays data_;
   // The evaluation layout: nodes with every leaf pointing at itself, so a block of rows can take
-  // exactly depth_[t] branch-free steps through tree t (rows that reach a leaf early stay).
+  // exactly depth_[t] branch-free steps through tree t (rows that reach a leaf early stay). Empty
+  // when the complete-tree kernel does every prediction, so no copy of the nodes is made then.
   std::vector<TreeNode> stepping_nodes_;
   std::vector<std::uint32_t> depth_;
   bool has_categorical_ = false;
@@ -299,27 +363,47 @@ class Bundle {
   // >= 0.5, for multiclass the most probable class (the first on a tie).
   const std::string& predicted_label(const Predictions& predictions, std::size_t row) const;
 
-  // Bytes the loaded bundle holds: the model's arrays and the preprocessor's vocabularies.
+  // Bytes the loaded bundle holds: the model's arrays (owned, or mapped from the file) and the
+  // preprocessor's vocabularies.
   std::size_t memory_bytes() const;
+  // The file load() mapped, whose sections the model's large arrays view; empty for a bundle built
+  // in memory or parsed from bytes.
+  std::span<const std::byte> mapped_file() const {
+    return mapping_ == nullptr ? std::span<const std::byte>() : mapping_->bytes();
+  }
 
   // A copy with `metrics` recorded in the manifest, sharing this bundle's model.
   std::shared_ptr<const Bundle> with_metrics(std::map<std::string, double> metrics) const;
 
-  // The bundle file's bytes. Deterministic: the same bundle gives the same bytes.
+  // The bundle file's bytes. Deterministic: the same bundle gives the same bytes. The model's
+  // family (src/model/model_families.cpp) writes its part.
   std::vector<std::byte> serialize() const;
 
   // Parses bundle bytes: checks the magic, the format version and the trailer's checksum; when
-  // `expected_sha256` is given, the whole file's hash must equal it. DataLoss on a mismatch or a
-  // truncated file, InvalidArgument on a file that is not a bundle.
+  // `expected_sha256` is given, the whole file's hash must equal it. All of this happens before
+  // anything else is read. DataLoss on a mismatch or a truncated file, InvalidArgument on a file
+  // that is not a bundle or whose model family this build does not know. The bundle copies what it
+  // needs: `bytes` may be freed afterwards.
   static Result<std::shared_ptr<const Bundle>> parse(std::span<const std::byte> bytes,
                                                      std::optional<std::string_view> expected_sha256 = {});
+  // Parses the file at `path` as parse() does, but maps it and keeps the mapping: the model's large
+  // arrays (weights, tree nodes, statistics) view its sections instead of copying them. So only for
+  // files nobody rewrites or truncates while the bundle lives (touching a page of a truncated
+  // mapped file raises SIGBUS): the artifact store's, which are written once and never rewritten.
+  // Read any other file into memory and parse() it. Errors are parse()'s, prefixed with the path.
   static Result<std::shared_ptr<const Bundle>> load(const std::string& path,
                                                     std::optional<std::string_view> expected_sha256 = {});
 
  private:
+  static Result<std::shared_ptr<const Bundle>> parse_mapped(std::span<const std::byte> bytes,
+                                                            std::shared_ptr<const MappedFile> mapping,
+                                                            std::optional<std::string_view> expected_sha256);
+
   Manifest manifest_;
   Preprocessor preprocessor_;
   std::shared_ptr<const Model> model_;
+  // The file load() mapped (null otherwise); the model's arrays share its ownership too.
+  std::shared_ptr<const MappedFile> mapping_;
 };
 
 inline constexpr std::uint32_t kBundleFormatVersion = 1;

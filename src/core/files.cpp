@@ -67,6 +67,10 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   return *this;
 }
 
+void MappedFile::advise_normal_access() const {
+  if (address_ != nullptr) ::madvise(address_, size_, MADV_NORMAL);
+}
+
 MappedFile::~MappedFile() {
   if (address_ != nullptr) ::munmap(address_, size_);
 }

@@ -14,9 +14,11 @@ namespace slipway::model {
 
 inline constexpr std::size_t kSectionAlignment = 64;
 
+// A section to write. The bytes are borrowed (from the model's arrays) for the duration of
+// assemble_bundle_file().
 struct SectionBytes {
   std::string name;
-  std::vector<std::byte> bytes;
+  std::span<const std::byte> bytes;
 };
 
 // Offsets of each section relative to the start of the data area, in the order given.

@@ -10,7 +10,7 @@ namespace slipway::model {
 
 using kernels::kDefaultLeftBit;
 
-CompleteTrees::CompleteTrees(const TreeEnsembleData& data, std::span<const std::uint32_t> depths) {
+CompleteTrees::CompleteTrees(const TreeEnsembleArrays& data, std::span<const std::uint32_t> depths) {
   std::size_t internal_total = 0;
   std::size_t leaf_total = 0;
   for (std::uint32_t depth : depths) {

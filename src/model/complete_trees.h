@@ -1,6 +1,6 @@
 // A prediction layout for shallow tree ensembles: every tree padded to a complete binary tree of
 // its depth, in the arrays the complete-tree kernels of slipway/kernels.h read (which also
-// describes the layout). This file builds it from a TreeEnsembleData and calls the kernel chosen
+// describes the layout). This file builds it from a TreeEnsembleArrays and calls the kernel chosen
 // at run time. Private to model.
 #pragma once
 
@@ -19,7 +19,7 @@ class CompleteTrees {
   static constexpr std::uint32_t kMaxDepth = kernels::kCompleteTreeMaxDepth;
 
   // Empty (usable() false) when a tree is deeper than kMaxDepth or has a categorical split.
-  CompleteTrees(const TreeEnsembleData& data, std::span<const std::uint32_t> depths);
+  CompleteTrees(const TreeEnsembleArrays& data, std::span<const std::uint32_t> depths);
   bool usable() const { return usable_; }
 
   // Adds each tree's leaf to margins[row * group_count + group], trees in order, for `rows` rows of

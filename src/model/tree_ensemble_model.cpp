@@ -33,20 +33,40 @@ bool goes_left(const TreeNode& node, float x, std::span<const std::uint32_t> cat
   return ((set[1 + code / 32] >> (code % 32)) & 1U) == 0;
 }
 
-TreeEnsembleModel::TreeEnsembleModel(TreeEnsembleData data) : data_(std::move(data)), stepping_nodes_(data_.nodes) {
+TreeEnsembleArrays::TreeEnsembleArrays(TreeEnsembleData data)
+    : nodes(std::move(data.nodes)),
+      roots(std::move(data.roots)),
+      input_width(data.input_width),
+      base_margin(data.base_margin),
+      cover(std::move(data.cover)),
+      gain(std::move(data.gain)),
+      category_sets(std::move(data.category_sets)),
+      tree_groups(std::move(data.tree_groups)),
+      group_count(data.group_count) {}
+
+TreeEnsembleData TreeEnsembleArrays::to_data() const {
+  TreeEnsembleData data;
+  data.nodes = nodes.to_vector();
+  data.roots = roots.to_vector();
+  data.input_width = input_width;
+  data.base_margin = base_margin;
+  data.cover = cover.to_vector();
+  data.gain = gain.to_vector();
+  data.category_sets = category_sets.to_vector();
+  data.tree_groups = tree_groups.to_vector();
+  data.group_count = group_count;
+  return data;
+}
+
+TreeEnsembleModel::TreeEnsembleModel(TreeEnsembleData data) : TreeEnsembleModel(TreeEnsembleArrays(std::move(data))) {}
+
+TreeEnsembleModel::TreeEnsembleModel(TreeEnsembleArrays arrays) : data_(std::move(arrays)) {
   if (data_.cover.size() != data_.nodes.size() || data_.gain.size() != data_.nodes.size()) {
-    data_.cover.clear();
-    data_.gain.clear();
+    data_.cover = {};
+    data_.gain = {};
   }
-  for (std::uint32_t index = 0; index < stepping_nodes_.size(); ++index) {
-    TreeNode& node = stepping_nodes_[index];
+  for (const TreeNode& node : data_.nodes)
     has_categorical_ = has_categorical_ || (!node.is_leaf() && node.is_categorical());
-    if (node.is_leaf()) {
-      node.left = index;
-      node.right = index;
-      node.feature_and_flags = TreeNode::kLeafFlag;  // feature 0: a harmless read while parked
-    }
-  }
   const auto& nodes = data_.nodes;
   // Depth of each tree (its longest root-to-leaf path), by a walk with an explicit stack.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> pending;
@@ -68,6 +88,19 @@ TreeEnsembleModel::TreeEnsembleModel(TreeEnsembleData data) : data_(std::move(da
   }
   auto complete = std::make_unique<CompleteTrees>(data_, depth_);
   if (complete->usable()) complete_ = std::move(complete);
+  // The stepping layout, unless the complete-tree kernel (chosen once per process) does every
+  // prediction: then the nodes are read only by explanations and serialization, from data_.
+  if (complete_ == nullptr || kernels::tree_kernel().is_reference) {
+    stepping_nodes_.assign(data_.nodes.begin(), data_.nodes.end());
+    for (std::uint32_t index = 0; index < stepping_nodes_.size(); ++index) {
+      TreeNode& node = stepping_nodes_[index];
+      if (node.is_leaf()) {
+        node.left = index;
+        node.right = index;
+        node.feature_and_flags = TreeNode::kLeafFlag;  // feature 0: a harmless read while parked
+      }
+    }
+  }
   if (!data_.cover.empty()) {
     const auto& cover = data_.cover;
     // Cover-weighted mean leaf value below each node, children before parents (post-order).
@@ -101,14 +134,19 @@ TreeEnsembleModel::~TreeEnsembleModel() = default;
 
 std::size_t TreeEnsembleModel::memory_bytes() const {
   auto bytes_of = [](const auto& items) { return items.capacity() * sizeof(items[0]); };
-  std::size_t bytes = sizeof(*this) + bytes_of(data_.nodes) + bytes_of(data_.roots) + bytes_of(data_.cover) +
-                      bytes_of(data_.gain) + bytes_of(data_.category_sets) + bytes_of(data_.tree_groups) +
-                      bytes_of(stepping_nodes_) + bytes_of(depth_) + bytes_of(mean_value_);
+  std::size_t bytes = sizeof(*this) + data_.nodes.memory_bytes() + data_.roots.memory_bytes() +
+                      data_.cover.memory_bytes() + data_.gain.memory_bytes() + data_.category_sets.memory_bytes() +
+                      data_.tree_groups.memory_bytes() + bytes_of(stepping_nodes_) + bytes_of(depth_) +
+                      bytes_of(mean_value_);
   if (complete_ != nullptr) bytes += complete_->memory_bytes();
   return bytes;
 }
 
-Status TreeEnsembleModel::validate(const TreeEnsembleData& data) {
+namespace {
+
+// For TreeEnsembleData (vectors) and TreeEnsembleArrays alike: the same member names.
+template <typename Ensemble>
+Status validate_ensemble(const Ensemble& data) {
   const auto& nodes = data.nodes;
   const auto& roots = data.roots;
   if (data.group_count == 0) return invalid_argument("the ensemble has no output groups");
@@ -155,6 +193,12 @@ Status TreeEnsembleModel::validate(const TreeEnsembleData& data) {
   return {};
 }
 
+}  // namespace
+
+Status TreeEnsembleModel::validate(const TreeEnsembleData& data) { return validate_ensemble(data); }
+
+Status TreeEnsembleModel::validate(const TreeEnsembleArrays& arrays) { return validate_ensemble(arrays); }
+
 void TreeEnsembleModel::predict_by_walking(std::span<const float> features, std::size_t rows,
                                            std::span<float> out) const {
   const std::size_t width = data_.input_width;
@@ -183,7 +227,7 @@ void TreeEnsembleModel::predict_margin(std::span<const float> features, std::siz
   }
   // Few rows have nothing to overlap, so they stop at each leaf instead of taking every level's
   // step; categorical nodes need a set lookup the branch-free step below does not do.
-  if (rows < kMinRowsForStepping || has_categorical_) {
+  if (rows < kMinRowsForStepping || has_categorical_ || stepping_nodes_.empty()) {
     predict_by_walking(features, rows, out);
     return;
   }

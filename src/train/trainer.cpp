@@ -282,7 +282,7 @@ Result<TreeFit> fit_trees(const data::Table& rows, const std::vector<float>& mat
       return invalid_argument("the bundle to resume from is not a training checkpoint");
     }
     start.emplace();
-    start->ensemble = trees->data();
+    start->ensemble = trees->to_data();
     start->rounds_done = std::stoi(rounds->second);
     SLIPWAY_ASSIGN_OR_RETURN(start->history, decode_history(history->second));
   } else if (request.init_model != nullptr) {
@@ -292,7 +292,7 @@ Result<TreeFit> fit_trees(const data::Table& rows, const std::vector<float>& mat
                               std::string(request.init_model->model().family()));
     }
     start.emplace();
-    start->ensemble = trees->data();
+    start->ensemble = trees->to_data();
   }
 
   GbdtCallbacks callbacks;

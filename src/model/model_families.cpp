@@ -1,0 +1,25 @@
+// The list of model families. Adding a family: its file src/model/<name>_family.cpp, and one
+// declaration and one entry here.
+#include "model/model_family.h"
+
+namespace slipway::model {
+
+const ModelFamily& linear_family();         // linear_family.cpp
+const ModelFamily& tree_ensemble_family();  // tree_ensemble_family.cpp
+
+std::span<const ModelFamily* const> model_families() {
+  static const std::vector<const ModelFamily*> families = {
+      &linear_family(),
+      &tree_ensemble_family(),
+  };
+  return families;
+}
+
+const ModelFamily* find_model_family(std::string_view name) {
+  for (const ModelFamily* family : model_families()) {
+    if (family->name == name) return family;
+  }
+  return nullptr;
+}
+
+}  // namespace slipway::model
