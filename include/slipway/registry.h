@@ -115,6 +115,8 @@ struct ArtifactReference {
 // Aliases also may not be all digits (that reads as a version) nor "latest".
 Status validate_model_name(const std::string& name);
 Status validate_alias_name(const std::string& alias);
+// Experiment names: 1 to 128 bytes of UTF-8 text without control characters (no newlines).
+Status validate_experiment_name(const std::string& experiment);
 
 // API tokens for `slipway serve --auth`. Only the sha256 of a token is stored; the secret is
 // shown once, when it is created.

@@ -183,6 +183,12 @@ int run_init(const GlobalOptions& global) {
 }
 
 int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector<std::string>& flags_given) {
+  auto given = [&](const char* name) { return std::find(flags_given.begin(), flags_given.end(), name) != flags_given.end(); };
+  if (given("register") && flags.register_as.empty()) return fail(invalid_argument("--register needs a model name"));
+  if (given("out") && flags.bundle_out.empty()) return fail(invalid_argument("--out needs a file path"));
+  if (given("experiment")) {
+    if (auto valid = registry::validate_experiment_name(flags.experiment); !valid.ok()) return fail(valid);
+  }
   auto store = open_workspace(global, WorkspaceAccess::kCreate);
   if (!store.ok()) return fail(store.status());
   TrainOptions options;
@@ -945,6 +951,13 @@ int run_explain(const GlobalOptions& global, const std::string& reference, const
     return 0;
   }
   if (auto status = write_file_atomic(out, csv); !status.ok()) return fail(status);
+  if (global.json) {
+    JsonWriter summary;
+    summary.begin_object().key("model").value(loaded->description).key("rows");
+    summary.value(static_cast<std::uint64_t>(table->row_count())).key("out").value(out).end_object();
+    print_json(summary);
+    return 0;
+  }
   std::cout << "explained " << table->row_count() << " rows with " << loaded->description << " into " << out << "\n";
   return 0;
 }

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
+#include <string_view>
+#include <vector>
 
 #include "cli/cli.h"
 #include "slipway/serve.h"
@@ -15,14 +18,46 @@ std::string default_home() {
   return "./.slipway";
 }
 
+// Edit distance, for suggesting a subcommand after a typo.
+std::size_t edit_distance(std::string_view left, std::string_view right) {
+  std::vector<std::size_t> previous(right.size() + 1), current(right.size() + 1);
+  for (std::size_t column = 0; column <= right.size(); ++column) previous[column] = column;
+  for (std::size_t row = 1; row <= left.size(); ++row) {
+    current[0] = row;
+    for (std::size_t column = 1; column <= right.size(); ++column) {
+      std::size_t substitution = previous[column - 1] + (left[row - 1] == right[column - 1] ? 0 : 1);
+      current[column] = std::min({previous[column] + 1, current[column - 1] + 1, substitution});
+    }
+    std::swap(previous, current);
+  }
+  return previous[right.size()];
+}
+
+// The subcommand closest to `typed`, when `typed` is not one and is at most two edits away.
+std::optional<std::string> closest_subcommand(CLI::App& app, std::string_view typed) {
+  std::optional<std::string> best;
+  std::size_t best_distance = 3;
+  for (const auto* command : app.get_subcommands({})) {
+    if (command->get_name() == typed) return std::nullopt;
+    std::size_t distance = edit_distance(typed, command->get_name());
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = command->get_name();
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace slipway::cli;
   CLI::App app{"Slipway: train, track, register and serve machine-learning models from one binary.", "slipway"};
   app.require_subcommand(1);
-  app.set_version_flag(
-      "--version", std::string(slipway::slipway_version()) + " (" + std::string(slipway::slipway_code_version()) + ")");
+  app.set_version_flag("--version", "slipway " + std::string(slipway::slipway_version()) + " (" +
+                                        std::string(slipway::slipway_code_version()) + ")");
+  // Global flags may come after the subcommand too: `slipway models --json`.
+  app.fallthrough();
   GlobalOptions global;
   global.home = default_home();
   app.add_option("--home", global.home, "Workspace folder (default: $SLIPWAY_HOME, else ./.slipway)");
@@ -40,7 +75,9 @@ int main(int argc, char** argv) {
   train_command->add_option("--data", train.data, "Training data (CSV with a header row)");
   train_command->add_option("--target", train.target, "Column to predict");
   train_command
-      ->add_option("--model", train.model, "Model family: logistic (binary classification), linear (regression) or gbdt (boosted trees, either task)")
+      ->add_option(
+          "--model", train.model,
+          "Model family: logistic (binary classification), linear (regression) or gbdt (boosted trees, either task)")
       ->capture_default_str();
   train_command->add_option("--split", train.split, "Hold-out split: random, stratified, time:COLUMN or group:COLUMN")
       ->capture_default_str();
@@ -90,7 +127,7 @@ int main(int argc, char** argv) {
   versions_command->add_option("NAME", model_name, "Model name")->required();
   std::size_t limit = 20;
   auto* runs_command = app.add_subcommand("runs", "List recent training runs");
-  runs_command->add_option("--limit", limit, "How many runs")->capture_default_str();
+  runs_command->add_option("--limit", limit, "How many runs")->check(CLI::Range(1, 1'000'000))->capture_default_str();
   std::string run_id;
   auto* show_command = app.add_subcommand("show", "Show one run: params, metrics, lineage, spec");
   show_command->add_option("RUN_ID", run_id, "Run id (from `slipway runs`)")->required();
@@ -107,8 +144,9 @@ int main(int argc, char** argv) {
   serve_command->add_option("--io-threads", serve_options.io_threads, "Threads running the HTTP event loop")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  serve_command->add_option("--config", serve_options.config_path,
-                            "YAML file of serving configs: {defaults: {KEY: VALUE}, models: {NAME: {KEY: VALUE}}}")
+  serve_command
+      ->add_option("--config", serve_options.config_path,
+                   "YAML file of serving configs: {defaults: {KEY: VALUE}, models: {NAME: {KEY: VALUE}}}")
       ->check(CLI::ExistingFile);
   serve_command->add_option("--cache", serve_options.cached_models,
                             "Keep this model's infer responses in the response cache (repeatable)");
@@ -118,9 +156,10 @@ int main(int argc, char** argv) {
                             "Most memory loaded models may take; the least recently used unload first (0: none)");
   serve_command->add_option("--max-pending", serve_options.max_pending,
                             "Requests waiting for a worker before new ones get 429 (default: 64 per worker)");
-  serve_command->add_option("--max-connections", serve_options.max_connections,
-                            "Open connections at most; at the limit the longest-idle one is closed for a new one "
-                            "(default: the open-file limit less 256)")
+  serve_command
+      ->add_option("--max-connections", serve_options.max_connections,
+                   "Open connections at most; at the limit the longest-idle one is closed for a new one "
+                   "(default: the open-file limit less 256)")
       ->check(CLI::Range(0, 10'000'000));
   serve_command->add_flag("--lazy", serve_options.lazy, "Load each model on its first request, not at start");
   serve_command->add_flag("--auth", serve_options.auth,
@@ -155,9 +194,10 @@ int main(int argc, char** argv) {
   std::string config_model;
   bool config_reset = false;
   ServingConfigFlags model_config;
-  auto* serving_config_command = app.add_subcommand(
-      "serving-config", "Show or set how a model is served (batching, cache, idle unload, warm-up); stored in the "
-                        "registry, picked up by running servers");
+  auto* serving_config_command =
+      app.add_subcommand("serving-config",
+                         "Show or set how a model is served (batching, cache, idle unload, warm-up); stored in the "
+                         "registry, picked up by running servers");
   serving_config_command->add_option("NAME", config_model, "Model name")->required();
   add_serving_config_flags(serving_config_command, model_config, "");
   serving_config_command->add_option("--cache", model_config.values["cache"], "Response cache: true or false");
@@ -201,24 +241,30 @@ int main(int argc, char** argv) {
 
   LoadTestFlags load;
   auto* loadtest_command = app.add_subcommand(
-      "loadtest", "Send HTTP load to a URL at a fixed rate (open loop) or concurrency (closed loop) and report latency");
+      "loadtest",
+      "Send HTTP load to a URL at a fixed rate (open loop) or concurrency (closed loop) and report latency");
   loadtest_command->add_option("URL", load.url, "e.g. http://127.0.0.1:8080/v2/models/NAME/infer")->required();
-  loadtest_command->add_option("--rate", load.rate, "Open loop: requests per second (latency counts from each request's intended send time)");
+  loadtest_command->add_option(
+      "--rate", load.rate, "Open loop: requests per second (latency counts from each request's intended send time)");
   loadtest_command->add_option("--concurrency", load.concurrency, "Closed loop: requests kept outstanding");
   loadtest_command->add_option("--arrival", load.arrival, "Open-loop arrivals: constant or poisson")
       ->check(CLI::IsMember({"constant", "poisson"}))
       ->capture_default_str();
   loadtest_command->add_option("--duration", load.duration, "Measured time: 30s, 500ms, 2m")->capture_default_str();
   loadtest_command->add_option("--warmup", load.warmup, "Load sent before measuring")->capture_default_str();
-  loadtest_command->add_option("--timeout", load.timeout, "Per request, from its intended send time")->capture_default_str();
+  loadtest_command->add_option("--timeout", load.timeout, "Per request, from its intended send time")
+      ->capture_default_str();
   loadtest_command->add_option("--body", load.body_path, "POST this file's bytes (default: GET)");
   loadtest_command->add_option("--csv", load.csv_path, "POST KServe v2 requests built from this CSV's rows, in turn");
-  loadtest_command->add_option("--rows-per-request", load.rows_per_request, "Rows per request with --csv")->capture_default_str();
+  loadtest_command->add_option("--rows-per-request", load.rows_per_request, "Rows per request with --csv")
+      ->capture_default_str();
   loadtest_command->add_option("--skip", load.skip_columns, "CSV column not to send (the label, say; repeatable)");
   loadtest_command->add_option("--header", load.headers, "Extra header 'Name: value' (repeatable)");
-  loadtest_command->add_option("--connections", load.connections, "Open loop: most connections opened")->capture_default_str();
+  loadtest_command->add_option("--connections", load.connections, "Open loop: most connections opened")
+      ->capture_default_str();
   loadtest_command->add_option("--threads", load.threads, "Generator threads")->capture_default_str();
-  loadtest_command->add_option("--slo", load.slos, "Latency objective such as 'p95<=50ms'; exit 1 when missed (repeatable)");
+  loadtest_command->add_option("--slo", load.slos,
+                               "Latency objective such as 'p95<=50ms'; exit 1 when missed (repeatable)");
   loadtest_command->add_option("--seed", load.seed, "Seed of Poisson arrivals")->capture_default_str();
   bool load_no_progress = false;
   loadtest_command->add_flag("--no-progress", load_no_progress, "No progress line");
@@ -236,7 +282,22 @@ int main(int argc, char** argv) {
   auto* params_command = app.add_subcommand("params", "List the training parameters");
   params_command->add_flag("--markdown", markdown, "Print docs/parameters.md");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    // --help and --version exit 0; every usage error exits 2, as docs/cli.md promises.
+    int code = app.exit(error);
+    if (code == 0) return 0;
+    // The first word CLI11 could not place is the would-be subcommand.
+    for (const auto& word : app.remaining()) {
+      if (word.empty() || word[0] == '-') continue;
+      if (auto suggestion = closest_subcommand(app, word)) {
+        std::cerr << "unknown command '" << word << "'; did you mean '" << *suggestion << "'?\n";
+      }
+      break;
+    }
+    return 2;
+  }
   if (quiet) slipway::set_log_level(slipway::LogLevel::kWarn);
   if (loadtest_command->parsed()) {
     load.progress = !load_no_progress;

@@ -12,7 +12,11 @@ namespace {
 
 spdlog::logger& logger() {
   static std::shared_ptr<spdlog::logger> instance = [] {
-    auto created = spdlog::stderr_color_mt("slipway");
+    // NO_COLOR (no-color.org): any non-empty value turns colours off.
+    const char* no_color = std::getenv("NO_COLOR");
+    bool plain = no_color != nullptr && *no_color != '\0';
+    auto created =
+        spdlog::stderr_color_mt("slipway", plain ? spdlog::color_mode::never : spdlog::color_mode::automatic);
     created->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
     created->set_level(spdlog::level::info);
     return created;

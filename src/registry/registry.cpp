@@ -53,6 +53,32 @@ Status validate_alias_name(const std::string& alias) {
   return {};
 }
 
+Status validate_experiment_name(const std::string& experiment) {
+  auto refuse = [&](const std::string& why) {
+    std::string shown = experiment.size() > 40 ? experiment.substr(0, 40) + "..." : experiment;
+    for (char& c : shown) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    }
+    return invalid_argument("invalid experiment name '" + shown + "': " + why);
+  };
+  if (experiment.empty() || experiment.size() > 128) return refuse("use 1 to 128 characters");
+  for (std::size_t at = 0; at < experiment.size();) {
+    auto byte = static_cast<unsigned char>(experiment[at]);
+    if (byte < 0x20 || byte == 0x7f) return refuse("control characters such as newlines are not allowed");
+    std::size_t length = byte < 0x80           ? 1
+                         : (byte >> 5) == 0x6  ? 2
+                         : (byte >> 4) == 0xE  ? 3
+                         : (byte >> 3) == 0x1E ? 4
+                                               : 0;
+    if (length == 0 || at + length > experiment.size()) return refuse("it is not UTF-8 text");
+    for (std::size_t next = 1; next < length; ++next) {
+      if ((static_cast<unsigned char>(experiment[at + next]) >> 6) != 0x2) return refuse("it is not UTF-8 text");
+    }
+    at += length;
+  }
+  return {};
+}
+
 Result<std::pair<std::string, VersionSelector>> parse_model_reference(const std::string& reference) {
   auto at = reference.find('@');
   std::string name = reference.substr(0, at);

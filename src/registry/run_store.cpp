@@ -72,6 +72,7 @@ constexpr std::string_view kSetOwner =
 }  // namespace
 
 Result<std::string> RunStore::start(const NewRun& run) {
+  SLIPWAY_RETURN_IF_ERROR(validate_experiment_name(run.experiment));
   std::string run_id = random_hex(16);
   RunOwner owner = current_process_owner();
   SLIPWAY_RETURN_IF_ERROR(context_->backend->write([&](SqlTransaction& sql) -> Status {

@@ -290,5 +290,28 @@ TEST_F(CliTest, ReadOnlyCommandsWriteNothingAndVerifyReportsProblems) {
   EXPECT_FALSE(std::filesystem::exists(artifact));
 }
 
+// The conventions users notice: usage errors exit 2 with a suggestion, global flags after the
+// subcommand, the program name in --version, and junk names refused before any work.
+TEST_F(CliTest, UsageConventions) {
+  ASSERT_EQ(slipway({"init"}).exit_code, 0);
+  auto typo = slipway({"traon"});
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.err.find("did you mean 'train'?"), std::string::npos) << typo.err;
+  EXPECT_EQ(slipway({"train", "--no-such-flag"}).exit_code, 2);
+  EXPECT_EQ(slipway({"runs", "--limit", "-5"}).exit_code, 2);
+  auto models = slipway({"models", "--json"});
+  EXPECT_EQ(models.exit_code, 0) << models.err;
+  EXPECT_EQ(models.out.front(), '{');
+  auto version = run_command({slipway_binary(), "--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_EQ(version.out.rfind("slipway ", 0), 0u) << version.out;
+  auto empty_register = train_lending({"--register", ""});
+  EXPECT_EQ(empty_register.exit_code, 1);
+  EXPECT_NE(empty_register.err.find("--register needs a model name"), std::string::npos);
+  EXPECT_NE(train_lending({"--experiment", "two\nlines"}).err.find("control characters"), std::string::npos);
+  EXPECT_NE(train_lending({"--experiment", std::string(10'000, 'x')}).err.find("1 to 128"), std::string::npos);
+  EXPECT_EQ(slipway({"runs"}).out.find("two"), std::string::npos);  // nothing was started
+}
+
 }  // namespace
 }  // namespace slipway::testing
