@@ -5,9 +5,12 @@
 #pragma once
 
 #include <array>
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -253,5 +256,21 @@ void crash_point(std::string_view name);
 std::int64_t unix_time_ms();
 // Monotonic nanoseconds, for durations only.
 std::int64_t monotonic_ns();
+
+// A monotonic clock objects take by reference so tests can drive time (a fake clock in
+// tests/support) instead of asserting wall-clock bounds. The batcher takes one; so will the LLM
+// scheduler. Implementations are thread-safe.
+class Clock {
+ public:
+  using time_point = std::chrono::steady_clock::time_point;
+  virtual ~Clock() = default;
+  virtual time_point now() const = 0;
+  // Blocks on `condition` (with `lock` held on entry and exit) until it is notified or `deadline`
+  // passes on this clock; may return early, so callers re-check their condition and now().
+  virtual void wait_until(std::unique_lock<std::mutex>& lock, std::condition_variable& condition,
+                          time_point deadline) const = 0;
+};
+// The real clock (std::chrono::steady_clock).
+const Clock& steady_clock();
 
 }  // namespace slipway

@@ -5,9 +5,9 @@
 #include <fmt/format.h>
 
 #include "cli/cli.h"
-#include "slipway/serve.h"
 #include "slipway/data.h"
 #include "slipway/optimize.h"
+#include "slipway/serve.h"
 
 namespace slipway::cli {
 namespace {
@@ -44,7 +44,8 @@ int run_loadtest(const GlobalOptions& global, const LoadTestFlags& flags) {
   options.max_connections = flags.connections;
   options.threads = flags.threads;
   options.seed = flags.seed;
-  if (options.rate < 0 || options.concurrency < 0) return fail(invalid_argument("--rate and --concurrency must be positive"));
+  if (options.rate < 0 || options.concurrency < 0)
+    return fail(invalid_argument("--rate and --concurrency must be positive"));
   if (options.rate == 0 && options.concurrency == 0) {
     return fail(invalid_argument("give --rate R (open loop) or --concurrency C (closed loop)"));
   }
@@ -57,6 +58,17 @@ int run_loadtest(const GlobalOptions& global, const LoadTestFlags& flags) {
   options.duration = *duration;
   options.warmup = *warmup;
   options.timeout = *timeout;
+  // Every scheduled request keeps its latency: past what one process can send, a rate only
+  // allocates. (1M req/s is ~30x what a loopback server answers here.)
+  constexpr double kMaxRate = 1e6;
+  constexpr double kMaxScheduled = 2e8;
+  double seconds = std::chrono::duration<double>(options.duration + options.warmup).count();
+  if (!std::isfinite(options.rate) || options.rate > kMaxRate || options.rate * seconds > kMaxScheduled) {
+    return fail(invalid_argument(fmt::format(
+        "--rate {} for {:.0f} s is more than a load generator can schedule (at most {:.0f} req/s and {:.0f} requests)",
+        flags.rate, seconds, kMaxRate, kMaxScheduled)));
+  }
+  if (options.concurrency > 100'000) return fail(invalid_argument("--concurrency must be at most 100000"));
   for (const auto& header : flags.headers) {
     auto colon = header.find(':');
     if (colon == std::string::npos || colon == 0) {
@@ -77,8 +89,8 @@ int run_loadtest(const GlobalOptions& global, const LoadTestFlags& flags) {
   if (!flags.csv_path.empty()) {
     auto table = data::read_csv(flags.csv_path);
     if (!table.ok()) return fail(table.status());
-    options.bodies = serve::v2_requests_from_table(*table, static_cast<std::size_t>(std::max(1, flags.rows_per_request)),
-                                                   flags.skip_columns);
+    options.bodies = serve::v2_requests_from_table(
+        *table, static_cast<std::size_t>(std::max(1, flags.rows_per_request)), flags.skip_columns);
     if (options.bodies.empty()) {
       return fail(invalid_argument(flags.csv_path + " has fewer rows than --rows-per-request"));
     }
@@ -147,8 +159,7 @@ int run_loadtest(const GlobalOptions& global, const LoadTestFlags& flags) {
   }
   std::cout << fmt::format(
       "\nlatency    mean {:.3f}  p50 {:.3f}  p90 {:.3f}  p95 {:.3f}  p99 {:.3f}  p99.9 {:.3f}  max {:.3f} ms\n",
-      report->mean_ms, report->p50_ms, report->p90_ms, report->p95_ms, report->p99_ms, report->p999_ms,
-      report->max_ms);
+      report->mean_ms, report->p50_ms, report->p90_ms, report->p95_ms, report->p99_ms, report->p999_ms, report->max_ms);
   for (const auto& [slo, value] : checked) {
     std::cout << fmt::format("slo        {}: {} ({} = {:.3f} ms)\n", slo->text,
                              value <= slo->limit_ms ? "met" : "MISSED", slo->statistic, value);

@@ -52,14 +52,4 @@ void crash_point(std::string_view name) {
   if (!kCrashAt.empty() && kCrashAt == name) std::raise(SIGKILL);
 }
 
-std::int64_t unix_time_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::int64_t monotonic_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace slipway

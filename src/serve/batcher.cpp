@@ -4,11 +4,9 @@
 
 namespace slipway::serve {
 
-using Clock = std::chrono::steady_clock;
-
-Batcher::Batcher(std::shared_ptr<const model::Bundle> bundle, BatchingConfig config,
-                 std::function<void(std::size_t rows)> on_execution)
-    : bundle_(std::move(bundle)), config_(std::move(config)), on_execution_(std::move(on_execution)) {
+Batcher::Batcher(std::shared_ptr<const model::Bundle> bundle, BatchingConfig config, ExecutionObserver on_execution,
+                 const Clock& clock)
+    : bundle_(std::move(bundle)), config_(std::move(config)), on_execution_(std::move(on_execution)), clock_(clock) {
   config_.priority_levels = std::max(1, config_.priority_levels);
   config_.default_priority = std::clamp(config_.default_priority, 1, config_.priority_levels);
   config_.instances = std::max(1, config_.instances);
@@ -50,9 +48,9 @@ Status Batcher::submit(BatchJob job) {
     return invalid_argument("priority " + std::to_string(job.priority) + " is outside the model's levels 1.." +
                             std::to_string(config_.priority_levels));
   }
-  Clock::time_point now = Clock::now();
+  TimePoint now = clock_.now();
   auto timeout = job.timeout.count() > 0 ? job.timeout : config_.default_timeout;
-  Queued entry{std::move(job), now, timeout.count() > 0 ? now + timeout : Clock::time_point::max()};
+  Queued entry{std::move(job), now, timeout.count() > 0 ? now + timeout : TimePoint::max()};
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return unavailable("the model is being unloaded");
@@ -67,13 +65,13 @@ Status Batcher::submit(BatchJob job) {
   return {};
 }
 
-std::vector<Batcher::Queued> Batcher::take_batch(Clock::time_point now, Clock::time_point& wake) {
+std::vector<Batcher::Queued> Batcher::take_batch(TimePoint now, TimePoint& wake) {
   std::vector<Queued> batch;
   if (queued_ == 0) return batch;
   std::size_t limit = std::max<std::size_t>(config_.max_batch_size, 1);
   // Rows available, in the order they would be taken (priority, then age), and the oldest wait.
   std::size_t rows = 0;
-  Clock::time_point oldest = Clock::time_point::max();
+  TimePoint oldest = TimePoint::max();
   for (const auto& queue : queues_) {
     for (const auto& entry : queue) {
       rows += entry.job.rows;
@@ -126,7 +124,7 @@ std::vector<Batcher::Queued> Batcher::take_batch(Clock::time_point now, Clock::t
 void Batcher::run_executor() {
   std::unique_lock lock(mutex_);
   while (!stopping_) {
-    Clock::time_point now = Clock::now();
+    TimePoint now = clock_.now();
     // Requests whose deadline passed are answered now, never computed.
     std::vector<Queued> expired;
     for (auto& queue : queues_) {
@@ -140,7 +138,7 @@ void Batcher::run_executor() {
         }
       }
     }
-    Clock::time_point wake = Clock::time_point::max();
+    TimePoint wake = TimePoint::max();
     std::vector<Queued> batch = take_batch(now, wake);
     if (!expired.empty() || !batch.empty()) {
       lock.unlock();
@@ -157,16 +155,12 @@ void Batcher::run_executor() {
     for (const auto& queue : queues_) {
       for (const auto& entry : queue) wake = std::min(wake, entry.deadline);
     }
-    if (wake == Clock::time_point::max()) {
-      changed_.wait(lock);
-    } else {
-      changed_.wait_until(lock, wake);
-    }
+    clock_.wait_until(lock, changed_, wake);
   }
 }
 
 void Batcher::execute(std::vector<Queued>& batch) {
-  Clock::time_point start = Clock::now();
+  TimePoint start = clock_.now();
   std::size_t width = bundle_->preprocessor().output_width();
   std::size_t rows = 0;
   for (const auto& entry : batch) rows += entry.job.rows;
@@ -176,11 +170,12 @@ void Batcher::execute(std::vector<Queued>& batch) {
   } else {
     std::vector<float> features;
     features.reserve(rows * width);
-    for (const auto& entry : batch) features.insert(features.end(), entry.job.features.begin(), entry.job.features.end());
+    for (const auto& entry : batch)
+      features.insert(features.end(), entry.job.features.begin(), entry.job.features.end());
     predictions = bundle_->predict_preprocessed(features, rows);
   }
-  auto compute = Clock::now() - start;
-  if (on_execution_) on_execution_(rows);
+  auto compute = std::chrono::duration_cast<std::chrono::nanoseconds>(clock_.now() - start);
+  if (on_execution_) on_execution_(rows, compute);
   std::size_t offset = 0;
   for (auto& entry : batch) {
     model::Predictions mine;
@@ -189,7 +184,7 @@ void Batcher::execute(std::vector<Queued>& batch) {
     auto begin = predictions.scores.begin() + static_cast<std::ptrdiff_t>(offset * predictions.columns);
     mine.scores.assign(begin, begin + static_cast<std::ptrdiff_t>(entry.job.rows * predictions.columns));
     offset += entry.job.rows;
-    BatchTiming timing{start - entry.enqueued, std::chrono::duration_cast<std::chrono::nanoseconds>(compute), rows};
+    BatchTiming timing{start - entry.enqueued, compute, rows};
     entry.job.done(std::move(mine), timing);
   }
 }

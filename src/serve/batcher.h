@@ -41,9 +41,12 @@ struct BatchJob {
 
 class Batcher {
  public:
-  // `on_execution(rows)` is called after each model call (for metrics); it may be empty.
-  Batcher(std::shared_ptr<const model::Bundle> bundle, BatchingConfig config,
-          std::function<void(std::size_t rows)> on_execution = {});
+  // Called on the executor after each model call with its rows and compute time (for metrics).
+  using ExecutionObserver = std::function<void(std::size_t rows, std::chrono::nanoseconds compute)>;
+  // `on_execution` may be empty. Queue delays, deadlines and timings follow `clock` (a fake one
+  // in tests); it must outlive the batcher.
+  Batcher(std::shared_ptr<const model::Bundle> bundle, BatchingConfig config, ExecutionObserver on_execution = {},
+          const Clock& clock = steady_clock());
   ~Batcher();  // shutdown()
   // Finishes the batch running, answers queued requests Unavailable and stops the executors;
   // later submits are refused Unavailable. Idempotent.
@@ -59,23 +62,24 @@ class Batcher {
   std::size_t queued() const;
 
  private:
+  using TimePoint = Clock::time_point;
   struct Queued {
     BatchJob job;
-    std::chrono::steady_clock::time_point enqueued;
-    std::chrono::steady_clock::time_point deadline;  // max() when none
+    TimePoint enqueued;
+    TimePoint deadline;  // max() when none
   };
 
   void stop_executors();
   void run_executor();
   // Takes the next batch from the queues (lock held); empty when nothing may leave yet, with
   // `wake` set to when something may.
-  std::vector<Queued> take_batch(std::chrono::steady_clock::time_point now,
-                                 std::chrono::steady_clock::time_point& wake);
+  std::vector<Queued> take_batch(TimePoint now, TimePoint& wake);
   void execute(std::vector<Queued>& batch);
 
   std::shared_ptr<const model::Bundle> bundle_;
   BatchingConfig config_;
-  std::function<void(std::size_t)> on_execution_;
+  ExecutionObserver on_execution_;
+  const Clock& clock_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<std::deque<Queued>> queues_;  // index 0 = priority 1

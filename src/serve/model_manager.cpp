@@ -189,8 +189,10 @@ Result<std::shared_ptr<LoadedModel>> ModelManager::load_version(const std::strin
   for (int request = 0; request < config.warmup_requests; ++request) (void)bundle->predict_preprocessed(row, 1);
   if (config.batching.max_batch_size > 1 && !batching_stopped) {
     fresh->batcher = std::make_shared<Batcher>(
-        bundle, config.batching, [metrics = &metrics_, name, version_text = fresh->version_text](std::size_t rows) {
-          metrics->record_execution(name, version_text, rows, true);
+        bundle, config.batching,
+        [metrics = &metrics_, name, version_text = fresh->version_text](std::size_t rows,
+                                                                        std::chrono::nanoseconds compute) {
+          metrics->record_execution(name, version_text, rows, true, std::chrono::duration<double>(compute).count());
         });
   }
   touch(*fresh);

@@ -226,7 +226,8 @@ void ServerMetrics::record_load(std::string_view model, bool succeeded) {
   ++entry(loads_, model, succeeded ? "success" : "failure");
 }
 
-void ServerMetrics::record_execution(std::string_view model, std::string_view version, std::size_t rows, bool batched) {
+void ServerMetrics::record_execution(std::string_view model, std::string_view version, std::size_t rows, bool batched,
+                                     double compute_seconds) {
   std::lock_guard lock(mutex_);
   Executions& executions = entry(executions_, model, version);
   ++executions.count;
@@ -234,6 +235,16 @@ void ServerMetrics::record_execution(std::string_view model, std::string_view ve
   if (batched) {
     ++executions.batched_count;
     executions.batched_rows += rows;
+    // A lone request larger than the batch runs alone at its own size: the sizes are capped so
+    // clients cannot grow the map.
+    auto found = executions.by_batch_size.find(rows);
+    if (found == executions.by_batch_size.end() && executions.by_batch_size.size() < kMaxBatchSizes) {
+      found = executions.by_batch_size.emplace(rows, Outcome{}).first;
+    }
+    if (found != executions.by_batch_size.end()) {
+      ++found->second.count;
+      found->second.seconds += compute_seconds;
+    }
   }
 }
 
@@ -281,7 +292,22 @@ std::string ServerMetrics::stats_json(std::string_view model, std::string_view v
       duration(kStageNames[stage], latency == nullptr ? 0 : latency->count,
                latency == nullptr ? 0.0 : latency->sum_seconds);
     }
-    json.end_object().end_object();
+    // Triton counts cache hits and misses with their time; Slipway times neither (a hit is one
+    // lookup), so ns is 0.
+    auto cache = cache_lookups_.find(key);
+    duration("cache_hit", cache == cache_lookups_.end() ? 0 : cache->second[0], 0.0);
+    duration("cache_miss", cache == cache_lookups_.end() ? 0 : cache->second[1], 0.0);
+    json.end_object();
+    json.key("batch_stats").begin_array();
+    if (executions != executions_.end()) {
+      for (const auto& [batch_size, outcome] : executions->second.by_batch_size) {
+        json.begin_object().key("batch_size").value(static_cast<std::uint64_t>(batch_size));
+        duration("compute_infer", outcome.count, outcome.seconds);
+        json.end_object();
+      }
+    }
+    json.end_array();
+    json.end_object();
   }
   json.end_array().end_object();
   return json.take();

@@ -32,7 +32,8 @@ class ServerMetrics {
   void set_unloaded(std::string_view model, std::string_view version, std::string_view reason);
   void record_load(std::string_view model, bool succeeded);
   // One model call of `rows` rows (a lone request's, or a dynamic batch's).
-  void record_execution(std::string_view model, std::string_view version, std::size_t rows, bool batched);
+  void record_execution(std::string_view model, std::string_view version, std::size_t rows, bool batched,
+                        double compute_seconds = 0.0);
   // Where one request's time went, by stage.
   enum class Stage { kQueue, kInput, kInfer, kOutput };
   void record_stage(std::string_view model, std::string_view version, Stage stage, double seconds);
@@ -52,16 +53,19 @@ class ServerMetrics {
     std::uint64_t rows = 0;
     void add(double seconds);
   };
+  struct Outcome {
+    std::uint64_t count = 0;
+    double seconds = 0.0;
+  };
   struct Executions {
     std::uint64_t count = 0;  // every model call
     std::uint64_t rows = 0;
     std::uint64_t batched_count = 0;  // calls made by dynamic batchers
     std::uint64_t batched_rows = 0;
+    // Triton's batch_stats: batched calls by batch size (at most kMaxBatchSizes sizes).
+    std::map<std::size_t, Outcome> by_batch_size;
   };
-  struct Outcome {
-    std::uint64_t count = 0;
-    double seconds = 0.0;
-  };
+  static constexpr std::size_t kMaxBatchSizes = 256;
   using ModelKey = std::pair<std::string, std::string>;
   // Maps keyed by (model, version[, more]) are searched with string views, so recording a
   // request allocates nothing once its series exist.

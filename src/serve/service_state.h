@@ -39,6 +39,9 @@ struct OutputSpec {
   bool binary = false;  // sent as raw bytes after the JSON (Triton's binary tensor extension)
 };
 std::vector<OutputSpec> outputs_of(const model::Bundle& bundle);
+// "inputs" and "outputs" of the model metadata (also in /config): names, datatypes, shapes, and
+// for classifiers the class labels in probability-column order.
+void write_tensors_metadata(JsonWriter& json, const model::Bundle& bundle);
 
 // A parsed infer request: its rows preprocessed, ready for the model alone or in a batch.
 struct PreparedInfer {

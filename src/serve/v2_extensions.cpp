@@ -40,6 +40,23 @@ std::string Service::State::config_json(const LoadedModel& loaded) {
   json.key("instance_group").begin_array().begin_object();
   json.key("count").value(batching ? config.instances : 1).key("kind").value("KIND_CPU");
   json.end_object().end_array();
+  // Triton's input and output lists: per-row dims (the batch dimension is implied).
+  const model::Bundle& bundle = *loaded.bundle;
+  auto tensor = [&](std::string_view name, std::string_view datatype, std::size_t columns) {
+    json.begin_object().key("name").value(name);
+    json.key("data_type").value(datatype == "BYTES" ? "TYPE_STRING" : "TYPE_" + std::string(datatype));
+    json.key("dims").begin_array().value(static_cast<std::uint64_t>(columns)).end_array().end_object();
+  };
+  json.key("input").begin_array();
+  for (const auto& feature : bundle.preprocessor().features()) {
+    tensor(feature.name, feature.type == data::ColumnType::kNumeric ? "FP32" : "BYTES", 1);
+  }
+  json.end_array().key("output").begin_array();
+  for (const auto& output : outputs_of(bundle)) {
+    bool per_class = output.datatype == "FP32" && bundle.task() == model::Task::kMulticlassClassification;
+    tensor(output.name, output.datatype, per_class ? bundle.model().output_count() : 1);
+  }
+  json.end_array();
   json.key("response_cache").begin_object().key("enable").value(serving.cache).end_object();
   // Slipway's own settings, in the shape serving-config takes them.
   json.key("parameters").begin_object();

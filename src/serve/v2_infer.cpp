@@ -213,8 +213,9 @@ Result<PreparedInfer> Service::State::prepare_infer(const LoadedModel& loaded, s
     }
     if (parameters["timeout"].get(value) == simdjson::SUCCESS) {
       std::int64_t timeout = 0;
-      if (value.get(timeout) != simdjson::SUCCESS || timeout < 0) {
-        return invalid_argument("parameters.timeout must be a non-negative integer (microseconds)");
+      // Bounded, so a deadline computed from it cannot overflow the clock.
+      if (value.get(timeout) != simdjson::SUCCESS || timeout < 0 || timeout > 3'600'000'000) {
+        return invalid_argument("parameters.timeout must be an integer from 0 to 3600000000 (microseconds)");
       }
       prepared.timeout = std::chrono::microseconds(timeout);
     }

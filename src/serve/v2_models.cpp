@@ -7,14 +7,46 @@ namespace slipway::serve {
 namespace {
 
 // Shape [-1], or [-1, columns] for a per-class output.
-std::string tensor_metadata(std::string_view name, std::string_view datatype, std::size_t columns = 1) {
-  JsonWriter json;
+void write_tensor_metadata(JsonWriter& json, std::string_view name, std::string_view datatype,
+                           std::size_t columns = 1) {
   json.begin_object().key("name").value(name).key("datatype").value(datatype);
   json.key("shape").begin_array().value(-1);
   if (columns > 1) json.value(static_cast<std::uint64_t>(columns));
-  json.end_array().end_object();
-  return json.take();
+  json.end_array();
 }
+
+}  // namespace
+
+void write_tensors_metadata(JsonWriter& json, const model::Bundle& bundle) {
+  json.key("inputs").begin_array();
+  for (const auto& feature : bundle.preprocessor().features()) {
+    write_tensor_metadata(json, feature.name, feature.type == data::ColumnType::kNumeric ? "FP32" : "BYTES");
+    json.end_object();
+  }
+  json.end_array();
+  json.key("outputs").begin_array();
+  const auto& class_labels = bundle.manifest().class_labels;
+  bool multiclass = bundle.task() == model::Task::kMulticlassClassification;
+  for (const auto& output : outputs_of(bundle)) {
+    bool per_class = output.datatype == "FP32" && multiclass;
+    write_tensor_metadata(json, output.name, output.datatype, per_class ? bundle.model().output_count() : 1);
+    if (bundle.task() != model::Task::kRegression) {
+      // Clients need the class order of the probability columns (multiclass) and which class a
+      // binary probability is for.
+      json.key("parameters").begin_object().key("class_labels").begin_array();
+      for (const auto& label : class_labels) json.value(label);
+      json.end_array();
+      if (!multiclass && output.datatype == "FP32" && class_labels.size() == 2) {
+        json.key("positive_class").value(class_labels[1]);
+      }
+      json.end_object();
+    }
+    json.end_object();
+  }
+  json.end_array();
+}
+
+namespace {
 
 std::string model_metadata(const Servable& servable, bool single_version) {
   const LoadedModel& loaded = *servable.model;
@@ -30,17 +62,7 @@ std::string model_metadata(const Servable& servable, bool single_version) {
   }
   json.end_array();
   json.key("platform").value("slipway_" + std::string(bundle.model().family()));
-  json.key("inputs").begin_array();
-  for (const auto& feature : bundle.preprocessor().features()) {
-    json.raw(tensor_metadata(feature.name, feature.type == data::ColumnType::kNumeric ? "FP32" : "BYTES"));
-  }
-  json.end_array();
-  json.key("outputs").begin_array();
-  for (const auto& output : outputs_of(bundle)) {
-    bool per_class = output.datatype == "FP32" && bundle.task() == model::Task::kMulticlassClassification;
-    json.raw(tensor_metadata(output.name, output.datatype, per_class ? bundle.model().output_count() : 1));
-  }
-  json.end_array();
+  write_tensors_metadata(json, bundle);
   json.key("parameters").begin_object();
   json.key("task").value(model::task_name(bundle.task()));
   json.key("target").value(bundle.manifest().target);

@@ -31,8 +31,8 @@ class LoadTest : public ::testing::Test {
 };
 
 TEST_F(LoadTest, OpenLoopSendsTheScheduleAndChecksSlos) {
-  auto result = loadtest({url("/v2/health/live"), "--rate", "200", "--duration", "1s", "--warmup", "200ms",
-                          "--slo", "p99<=5s"});
+  auto result =
+      loadtest({url("/v2/health/live"), "--rate", "200", "--duration", "1s", "--warmup", "200ms", "--slo", "p99<=5s"});
   ASSERT_EQ(result.exit_code, 0) << result.err << result.out;
   // 200 req/s for one measured second: the schedule is exact, the warm-up is not counted.
   EXPECT_NE(result.out.find("\"requests\":200,"), std::string::npos) << result.out;
@@ -68,6 +68,10 @@ TEST_F(LoadTest, UnreachableServerAndBadFlagsAreReported) {
   EXPECT_NE(bad_url.err.find("must start with http://"), std::string::npos) << bad_url.err;
   auto bad_duration = loadtest({url("/"), "--rate", "1", "--duration", "soon"});
   EXPECT_NE(bad_duration.err.find("is not a duration"), std::string::npos) << bad_duration.err;
+  // Regression: a rate no generator can send was allocated instead of refused.
+  auto huge_rate = loadtest({url("/"), "--rate", "1e15", "--duration", "60m"});
+  EXPECT_EQ(huge_rate.exit_code, 1);
+  EXPECT_NE(huge_rate.err.find("more than a load generator can schedule"), std::string::npos) << huge_rate.err;
 }
 
 }  // namespace

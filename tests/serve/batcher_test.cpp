@@ -8,6 +8,8 @@
 #include <atomic>
 #include <future>
 
+#include "support/fake_clock.h"
+
 namespace slipway::serve {
 namespace {
 
@@ -58,58 +60,70 @@ TEST(Batcher, WithoutBatchingEachRequestRunsAloneWithItsOwnScores) {
   EXPECT_EQ(a.timing.batch_rows, 2u);
 }
 
+// Whether the answer has come (the fake clock does not move by itself, so "not yet" is certain
+// as long as the test does not advance it).
+bool answered(std::future<Answer>& answer) { return answer.wait_for(20ms) == std::future_status::ready; }
+
 TEST(Batcher, AFullBatchLeavesAtOnceAndEachRequestGetsItsRows) {
+  testing::FakeClock clock;
   BatchingConfig config;
   config.max_batch_size = 8;
-  config.max_queue_delay = 2s;  // far longer than the test: only a full batch can leave
-  Batcher batcher(linear_bundle(), config);
+  config.max_queue_delay = 2s;  // never reached: the fake clock stands still, so only a full batch leaves
+  Batcher batcher(linear_bundle(), config, {}, clock);
   std::vector<std::future<Answer>> answers;
   for (int request = 0; request < 4; ++request) answers.push_back(submit(batcher, 2, 100.0f * request));
   for (int request = 0; request < 4; ++request) {
     Answer answer = answers[static_cast<std::size_t>(request)].get();
     ASSERT_TRUE(answer.predictions.ok());
-    EXPECT_EQ(answer.predictions->scores,
-              (std::vector<float>{100.0f * request + 2, 100.0f * request + 3}));
+    EXPECT_EQ(answer.predictions->scores, (std::vector<float>{100.0f * request + 2, 100.0f * request + 3}));
     EXPECT_EQ(answer.timing.batch_rows, 8u);
-    EXPECT_LT(answer.timing.queue, 1s);
+    EXPECT_EQ(answer.timing.queue, 0ns);
   }
 }
 
 TEST(Batcher, APartialBatchWaitsForTheDelayThenLeaves) {
+  testing::FakeClock clock;
   BatchingConfig config;
   config.max_batch_size = 64;
-  config.max_queue_delay = 200ms;  // long enough that the second request joins even on a busy machine
-  Batcher batcher(linear_bundle(), config);
+  config.max_queue_delay = 200ms;
+  Batcher batcher(linear_bundle(), config, {}, clock);
   auto first = submit(batcher, 1, 0);
   auto second = submit(batcher, 3, 0);
+  EXPECT_FALSE(answered(first));
+  clock.advance(199ms);
+  EXPECT_FALSE(answered(first));
+  clock.advance(1ms);
   Answer answer = first.get();
   ASSERT_TRUE(answer.predictions.ok());
   EXPECT_EQ(answer.timing.batch_rows, 4u);
-  EXPECT_GE(answer.timing.queue, 195ms);
+  EXPECT_EQ(answer.timing.queue, 200ms);
   EXPECT_EQ(second.get().timing.batch_rows, 4u);
 }
 
 TEST(Batcher, PreferredSizesCutTheBatch) {
+  testing::FakeClock clock;
   BatchingConfig config;
   config.max_batch_size = 16;
   config.max_queue_delay = 300ms;
   config.preferred_batch_sizes = {4};
-  Batcher batcher(linear_bundle(), config);
+  Batcher batcher(linear_bundle(), config, {}, clock);
   std::vector<std::future<Answer>> answers;
   for (int request = 0; request < 6; ++request) answers.push_back(submit(batcher, 1, 0));
-  std::vector<std::size_t> sizes;
-  for (auto& answer : answers) sizes.push_back(answer.get().timing.batch_rows);
-  // The first four reach the preferred size and leave; the last two leave after the delay.
-  EXPECT_EQ(sizes, (std::vector<std::size_t>{4, 4, 4, 4, 2, 2}));
+  // The first four reach the preferred size and leave at once; the last two wait for the delay.
+  for (std::size_t index = 0; index < 4; ++index) EXPECT_EQ(answers[index].get().timing.batch_rows, 4u);
+  EXPECT_FALSE(answered(answers[4]));
+  clock.advance(300ms);
+  for (std::size_t index = 4; index < 6; ++index) EXPECT_EQ(answers[index].get().timing.batch_rows, 2u);
 }
 
 TEST(Batcher, HigherPriorityRequestsLeaveFirst) {
+  testing::FakeClock clock;
   BatchingConfig config;
   config.max_batch_size = 2;
   config.max_queue_delay = 300ms;
   config.priority_levels = 2;
   config.default_priority = 2;
-  Batcher batcher(linear_bundle(), config);
+  Batcher batcher(linear_bundle(), config, {}, clock);
   // The low-priority row waits for company; the two high-priority rows fill a batch on arrival
   // and take it, although the low one came first (first come first served would send it at once
   // with no room for the pair).
@@ -117,42 +131,52 @@ TEST(Batcher, HigherPriorityRequestsLeaveFirst) {
   auto high = submit(batcher, 2, 0, 1);  // priority 1
   Answer first = high.get();
   EXPECT_EQ(first.timing.batch_rows, 2u);
-  EXPECT_LT(first.timing.queue, 250ms);
+  EXPECT_EQ(first.timing.queue, 0ns);
+  EXPECT_FALSE(answered(low));
+  clock.advance(300ms);
   Answer later = low.get();
   EXPECT_EQ(later.timing.batch_rows, 1u);
-  EXPECT_GE(later.timing.queue, 295ms);  // it left when its delay ran out
+  EXPECT_EQ(later.timing.queue, 300ms);  // it left when its delay ran out
   Status status;
   submit(batcher, 1, 0, 3, 0us, &status);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
 }
 
 TEST(Batcher, AFullQueueRefusesAndExpiredRequestsAreNotComputed) {
+  testing::FakeClock clock;
   BatchingConfig config;
   config.max_batch_size = 100;
   config.max_queue_delay = 1s;
   config.max_queue_size = 2;
-  Batcher batcher(linear_bundle(), config);
+  std::atomic<int> executions{0};
+  Batcher batcher(
+      linear_bundle(), config, [&](std::size_t, std::chrono::nanoseconds) { ++executions; }, clock);
   auto expiring = submit(batcher, 1, 0, 0, 20ms);
   auto waiting = submit(batcher, 1, 0);
   Status refused;
   submit(batcher, 1, 0, 0, 0us, &refused);
   EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted);
+  clock.advance(20ms);
   Answer expired = expiring.get();
   EXPECT_EQ(expired.predictions.status().code(), StatusCode::kDeadlineExceeded);
-  EXPECT_GE(expired.timing.queue, 20ms);
-  EXPECT_LT(expired.timing.queue, 500ms);  // answered at its deadline, not at the batch delay
+  EXPECT_EQ(expired.timing.queue, 20ms);  // answered at its deadline, not at the batch delay
+  EXPECT_EQ(executions.load(), 0);
+  EXPECT_FALSE(answered(waiting));
+  clock.advance(980ms);
   Answer computed = waiting.get();
   ASSERT_TRUE(computed.predictions.ok());
   EXPECT_EQ(computed.timing.batch_rows, 1u);
+  EXPECT_EQ(executions.load(), 1);
 }
 
 TEST(Batcher, ShutdownAnswersQueuedRequests) {
+  testing::FakeClock clock;
   BatchingConfig config;
   config.max_batch_size = 100;
   config.max_queue_delay = 10s;
   std::future<Answer> queued;
   {
-    Batcher batcher(linear_bundle(), config);
+    Batcher batcher(linear_bundle(), config, {}, clock);
     queued = submit(batcher, 1, 0);
   }
   EXPECT_EQ(queued.get().predictions.status().code(), StatusCode::kUnavailable);

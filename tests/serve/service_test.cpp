@@ -297,7 +297,9 @@ TEST_F(ServiceTest, ServesMulticlassProbabilitiesAndLabels) {
   auto sha = store_->artifacts().put(summary->bundle->serialize());
   ASSERT_TRUE(store_->models().register_version("animals", *sha, "").ok());
   auto metadata = get("/v2/models/animals");
-  EXPECT_NE(metadata.body.find("{\"name\":\"probability\",\"datatype\":\"FP32\",\"shape\":[-1,3]}"), std::string::npos)
+  EXPECT_NE(metadata.body.find("{\"name\":\"probability\",\"datatype\":\"FP32\",\"shape\":[-1,3],"
+                               "\"parameters\":{\"class_labels\":[\"cat\",\"dog\",\"emu\"]}}"),
+            std::string::npos)
       << metadata.body;
   auto response =
       post("/v2/models/animals/infer", R"({"inputs":[{"name":"x","datatype":"FP32","shape":[2],"data":[0,2]}]})");
@@ -348,12 +350,24 @@ TEST_F(ServiceTest, DynamicBatchingAnswersEachRequestAsAlone) {
   EXPECT_NE(stats.find("\"queue\":{\"count\":80,"), std::string::npos) << stats;
   EXPECT_NE(stats.find("\"compute_input\":{\"count\":80,"), std::string::npos) << stats;
   EXPECT_EQ(batched.handle("GET", "/v2/models/stats", "").body, stats);
+  // batch_stats: the model calls by batch size add up to the executions, and cache counts appear.
+  EXPECT_NE(stats.find("\"cache_hit\":{\"count\":0,"), std::string::npos) << stats;
+  int batched_calls = 0;
+  for (auto at = stats.find("\"batch_size\":"); at != std::string::npos; at = stats.find("\"batch_size\":", at + 1)) {
+    auto count_at = stats.find("\"count\":", at) + 8;
+    batched_calls += std::stoi(stats.substr(count_at));
+  }
+  EXPECT_EQ(batched_calls, executions) << stats;
   std::string config = batched.handle("GET", "/v2/models/lending/config", "").body;
   EXPECT_NE(config.find("\"max_batch_size\":64,\"dynamic_batching\":{\"preferred_batch_size\":[],"
                         "\"max_queue_delay_microseconds\":20000"),
             std::string::npos)
       << config;
   EXPECT_NE(get("/v2/models/lending/config").body.find("\"max_batch_size\":0,\"instance_group\""), std::string::npos);
+  EXPECT_NE(config.find("\"input\":[{\"name\":\"funded_amnt\",\"data_type\":\"TYPE_FP32\",\"dims\":[1]}"),
+            std::string::npos);
+  EXPECT_NE(config.find("\"output\":[{\"name\":\"probability\",\"data_type\":\"TYPE_FP32\",\"dims\":[1]}"),
+            std::string::npos);
 
   ServiceOptions tight;
   tight.defaults.batching.max_batch_size = 1000;
