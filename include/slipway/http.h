@@ -1,11 +1,18 @@
-// slipway/http.h — the HTTP/1.1 server Slipway's APIs plug into. It knows nothing of models:
-// modules register routes (a path prefix and a handler), and the server owns the connections,
-// their limits and timeouts, admission control for blocking work, and a graceful drain.
+// slipway/http.h — Slipway's one HTTP/1.1 stack: the server its APIs plug into, and the client
+// the load generator (and tests and tools) use. It knows nothing of models.
 //
-// Threads: connections are served on `io_threads` asio event loops. A route either answers on the
+// Server: modules register routes (a path prefix and a handler), and the server owns the
+// connections, their limits and timeouts, admission control for blocking work, and a graceful
+// drain. Connections are served on `io_threads` asio event loops. A route either answers on the
 // event loop (it must be quick: health, metadata) or is handed to a pool of `worker_threads`
 // (it may block: inference). A handler may answer later from any thread (a batch executor); the
 // server writes the response on the connection's own event loop.
+//
+// Client: keep-alive connections on an event loop the caller runs on its own thread
+// (ClientLoop), built for load generation: a connection's request line and headers are set once
+// and each send only supplies a body view and a deadline, and the completion callback is stored
+// in the connection, so a send allocates no more than asio and Beast do. fetch() is a blocking
+// one-shot request for tests and tools.
 #pragma once
 
 #include <chrono>
@@ -151,5 +158,155 @@ class Server {
 
 // The path of a target without its query string.
 std::string_view path_of(std::string_view target);
+
+// ---------------------------------------------------------------------------------------------
+// Client.
+
+// Where an http:// URL points.
+struct Url {
+  std::string host;          // a name or an address; an IPv6 address without its brackets
+  std::uint16_t port = 80;   // 80 when the URL has none
+  std::string target = "/";  // path and query; "/" when the URL has none
+};
+
+// Splits http://HOST[:PORT][/PATH]. InvalidArgument (naming the URL) for another scheme or
+// none, a missing host, or a port that is not a number in 1..65535.
+Result<Url> parse_url(std::string_view url);
+
+// The resolved addresses of a host and port. Copies are cheap and share the addresses; they may
+// be used from any thread.
+class ClientEndpoint {
+ public:
+  // Resolves now (blocking). InvalidArgument naming the host when it cannot be resolved.
+  static Result<ClientEndpoint> resolve(const std::string& host, std::uint16_t port);
+
+  const std::string& host() const;
+  std::uint16_t port() const;
+
+ private:
+  friend class ClientConnection;
+  struct Addresses;
+  explicit ClientEndpoint(std::shared_ptr<const Addresses> addresses);
+  std::shared_ptr<const Addresses> addresses_;
+};
+
+// One event loop, run by the thread that calls run(). ClientTimer and ClientConnection live on
+// a loop: their calls and callbacks happen on the thread running it (or, for setup, while no
+// thread runs it), and they must be destroyed before the loop.
+class ClientLoop {
+ public:
+  ClientLoop();
+  ~ClientLoop();
+  ClientLoop(const ClientLoop&) = delete;
+  ClientLoop& operator=(const ClientLoop&) = delete;
+
+  // Runs callbacks on the calling thread until no work is left (no send in flight, no timer
+  // waiting, nothing posted) or stop() is called. A loop that ran out of work may run again.
+  void run();
+  // Thread-safe: run() returns after the callback it is running, leaving the rest pending.
+  void stop();
+  // Thread-safe: `task` runs on the loop's thread, in posting order.
+  void post(std::function<void()> task);
+
+ private:
+  friend class ClientTimer;
+  friend class ClientConnection;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// A reusable one-shot timer on a loop (the load generator's arrival schedule).
+class ClientTimer {
+ public:
+  explicit ClientTimer(ClientLoop& loop);
+  // Cancels a pending wait; its callback is not called.
+  ~ClientTimer();
+  ClientTimer(const ClientTimer&) = delete;
+  ClientTimer& operator=(const ClientTimer&) = delete;
+
+  // Calls `fire` on the loop's thread at `when` (at once, through the loop, when it has passed).
+  // Replaces a pending wait: the earlier callback is never called. A pending wait keeps run()
+  // from returning.
+  void wait_until(std::chrono::steady_clock::time_point when, std::function<void()> fire);
+  // The pending callback, if any, is never called.
+  void cancel();
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+// What a connection sends: the request line and headers, fixed until set again. A Host header
+// with the endpoint's host is added unless `headers` has one; Content-Length comes from each
+// send's body.
+struct ClientRequest {
+  std::string method = "GET";
+  std::string target = "/";
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+// One HTTP/1.1 keep-alive connection to an endpoint, sending one request at a time. TCP_NODELAY
+// is on. Calls happen on the loop's thread (or while no thread runs the loop).
+class ClientConnection {
+ public:
+  // Called on the loop's thread when a send ends: the response's status code, or 0 when there
+  // was none (the connection was refused or broke, or the deadline passed). The callback may
+  // send again on this connection (or any other).
+  using Done = std::function<void(int status)>;
+
+  ClientConnection(ClientLoop& loop, ClientEndpoint endpoint, Done done);
+  // Closes the socket; a send in flight ends without its callback being called.
+  ~ClientConnection();
+  ClientConnection(const ClientConnection&) = delete;
+  ClientConnection& operator=(const ClientConnection&) = delete;
+
+  // Sets what the following sends send (not allowed while a send is in flight).
+  void set_request(const ClientRequest& request);
+
+  // Connects first if not connected, writes the request with `body` (a view the caller keeps
+  // alive and unchanged until `done` is called; it is written in place, not copied), and reads
+  // the response; then calls `done` exactly once. Connecting, writing and reading must all end
+  // by `deadline`, else `done(0)`. One send at a time: calling it while one is in flight is a
+  // bug.
+  //
+  // After done(0), or a response that did not allow keep-alive, the connection is closed, and
+  // the next send opens a new one; after any other response it stays open for the next send.
+  void send(std::string_view body, std::chrono::steady_clock::time_point deadline);
+
+  // Shuts the socket down and closes it (idempotent); a later send reconnects. Not while a send
+  // is in flight.
+  void close();
+  bool connected() const;
+
+  // The last response, valid inside `done` and until the next send. Empty after done(0).
+  std::string_view response_body() const;
+  // The value of a response header (case-insensitive name), or "" when absent.
+  std::string_view response_header(std::string_view name) const;
+  std::vector<std::pair<std::string, std::string>> response_headers() const;
+  // Why the last send got no response ("" when it got one): a sentence naming the endpoint.
+  std::string failure() const;
+  // Whether that was its deadline passing.
+  bool timed_out() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+struct ClientResponse {
+  int status = 0;
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+  // The value of a header (case-insensitive name), or "" when absent.
+  std::string_view header(std::string_view name) const;
+};
+
+// One request on a new connection, blocking the calling thread (any thread) until the response
+// or `timeout`. Any status is a response; errors: InvalidArgument for a bad URL or a host that
+// does not resolve, DeadlineExceeded when the timeout passes, Unavailable when the connection is
+// refused or breaks.
+Result<ClientResponse> fetch(std::string_view method, std::string_view url, std::string_view body = {},
+                             const std::vector<std::pair<std::string, std::string>>& headers = {},
+                             std::chrono::milliseconds timeout = std::chrono::milliseconds(10'000));
 
 }  // namespace slipway::http

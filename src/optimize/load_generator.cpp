@@ -1,51 +1,23 @@
-// The load generator: HTTP/1.1 keep-alive connections on asio event loops (one per generator
-// thread), an arrival schedule for the open loop, a fixed set of busy connections for the closed
-// loop. Each thread runs its own share of the load and keeps its own latencies; they are merged
-// at the end.
-#include <utility>  // Boost 1.74 uses std::exchange without including it
-
-#include <boost/asio.hpp>
-#include <boost/beast.hpp>
-
+// The load generator: HTTP/1.1 keep-alive connections (the http module's client) on one event
+// loop per generator thread, an arrival schedule for the open loop, a fixed set of busy
+// connections for the closed loop. Each thread runs its own share of the load and keeps its own
+// latencies; they are merged at the end.
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <deque>
 #include <memory>
 #include <random>
 #include <thread>
 
+#include "slipway/http.h"
 #include "slipway/optimize.h"
 
 namespace slipway::optimize {
 namespace {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
-
-struct Target {
-  std::string host;
-  std::string port;
-  std::string path;
-};
-
-Result<Target> parse_url(const std::string& url) {
-  constexpr std::string_view kScheme = "http://";
-  if (url.rfind(kScheme, 0) != 0) return invalid_argument("the URL must start with http:// (got '" + url + "')");
-  std::string rest = url.substr(kScheme.size());
-  auto slash = rest.find('/');
-  std::string authority = rest.substr(0, slash);
-  Target target;
-  target.path = slash == std::string::npos ? "/" : rest.substr(slash);
-  auto colon = authority.rfind(':');
-  target.host = authority.substr(0, colon);
-  target.port = colon == std::string::npos ? "80" : authority.substr(colon + 1);
-  if (target.host.empty()) return invalid_argument("the URL '" + url + "' has no host");
-  return target;
-}
 
 // What one generator thread measured.
 struct Tally {
@@ -57,18 +29,36 @@ struct Tally {
   int connections = 0;
 };
 
+// The request line and headers every request of a load test carries.
+http::ClientRequest request_for(const LoadTestOptions& options, const http::Url& url) {
+  http::ClientRequest request;
+  request.method = options.bodies.empty() ? "GET" : "POST";
+  request.target = url.target;
+  request.headers.emplace_back("User-Agent", "slipway-loadtest");
+  bool has_content_type = false;
+  for (const auto& [name, value] : options.headers) {
+    request.headers.emplace_back(name, value);
+    if (name.size() == 12 && std::equal(name.begin(), name.end(), "content-type", [](char left, char right) {
+          return std::tolower(static_cast<unsigned char>(left)) == right;
+        })) {
+      has_content_type = true;
+    }
+  }
+  if (!options.bodies.empty() && !has_content_type) request.headers.emplace_back("Content-Type", "application/json");
+  return request;
+}
+
 class Generator {
  public:
-  Generator(const LoadTestOptions& options, const Target& target, tcp::resolver::results_type endpoints,
-            double rate, int concurrency, std::uint64_t seed, std::atomic<std::uint64_t>& completed)
+  Generator(const LoadTestOptions& options, http::ClientEndpoint endpoint, http::ClientRequest request, double rate,
+            int concurrency, std::uint64_t seed, std::atomic<std::uint64_t>& completed)
       : options_(options),
-        target_(target),
-        endpoints_(std::move(endpoints)),
+        endpoint_(std::move(endpoint)),
+        request_(std::move(request)),
         rate_(rate),
         concurrency_(concurrency),
         random_(seed),
-        completed_(completed),
-        timer_(io_) {}
+        completed_(completed) {}
 
   // Runs the schedule from `start` and returns when every request has an answer or timed out.
   Tally run(Clock::time_point start) {
@@ -80,10 +70,10 @@ class Generator {
       schedule();
     } else {
       for (int index = 0; index < concurrency_; ++index) {
-        asio::post(io_, [this] { dispatch(Clock::now()); });
+        loop_.post([this] { dispatch(Clock::now()); });
       }
     }
-    io_.run();
+    loop_.run();
     return std::move(tally_);
   }
 
@@ -94,14 +84,8 @@ class Generator {
   };
 
   struct Connection {
-    explicit Connection(asio::io_context& io) : stream(io) {}
-    beast::tcp_stream stream;
-    beast::flat_buffer buffer;
-    // The body views the stored request body: sending copies nothing.
-    http::request<http::span_body<const char>> request;
-    http::response<http::string_body> response;
+    std::unique_ptr<http::ClientConnection> client;
     Request current;
-    bool connected = false;
   };
 
   bool recorded(const Request& request) const { return request.intended >= window_start_; }
@@ -119,23 +103,20 @@ class Generator {
       finish_if_idle();
       return;
     }
-    timer_.expires_at(next_intended_);
-    timer_.async_wait([this](beast::error_code error) {
-      if (!error) schedule();
-    });
+    timer_.wait_until(next_intended_, [this] { schedule(); });
   }
 
   void dispatch(Clock::time_point intended) {
     Request request{intended, body_counter_++};
     ++outstanding_;
     if (!idle_.empty()) {
-      auto connection = idle_.back();
+      Connection* connection = idle_.back();
       idle_.pop_back();
-      send(connection, request);
+      send(*connection, request);
     } else if (open_connections_ < options_.max_connections) {
       ++open_connections_;
       tally_.connections = std::max(tally_.connections, open_connections_);
-      send(std::make_shared<Connection>(io_), request);
+      send(open_connection(), request);
     } else {
       // Every connection is busy: the request waits, and its latency keeps counting from its
       // intended time.
@@ -143,74 +124,37 @@ class Generator {
     }
   }
 
-  void send(const std::shared_ptr<Connection>& connection, Request request) {
-    connection->current = request;
+  Connection& open_connection() {
+    auto connection = std::make_unique<Connection>();
+    Connection* raw = connection.get();
+    // Two pointers: the callback fits std::function's inline storage, so it allocates nothing.
+    raw->client =
+        std::make_unique<http::ClientConnection>(loop_, endpoint_, [this, raw](int status) { complete(*raw, status); });
+    raw->client->set_request(request_);
+    connections_.push_back(std::move(connection));
+    return *raw;
+  }
+
+  void send(Connection& connection, Request request) {
+    connection.current = request;
     Clock::time_point now = Clock::now();
     if (now - request.intended > options_.timeout) {
-      complete(connection, 0, false);
+      complete(connection, 0);
       return;
     }
     if (open_loop() && recorded(request) && now - request.intended > std::chrono::milliseconds(1)) {
       ++tally_.late_sends;
     }
-    auto& message = connection->request;
-    message = {};
-    message.version(11);
-    message.target(target_.path);
-    message.set(http::field::host, target_.host);
-    message.set(http::field::user_agent, "slipway-loadtest");
-    for (const auto& [name, value] : options_.headers) message.set(name, value);
-    if (options_.bodies.empty()) {
-      message.method(http::verb::get);
-    } else {
-      message.method(http::verb::post);
-      if (message.find(http::field::content_type) == message.end()) {
-        message.set(http::field::content_type, "application/json");
-      }
-      const std::string& body = options_.bodies[request.body_index % options_.bodies.size()];
-      message.body() = http::span_body<const char>::value_type(body.data(), body.size());
-    }
-    message.keep_alive(true);
-    message.prepare_payload();
-    connection->stream.expires_at(request.intended + options_.timeout);
-    if (!connection->connected) {
-      connection->stream.async_connect(endpoints_, [this, connection](beast::error_code error, const tcp::endpoint&) {
-        if (error) {
-          complete(connection, 0, false);
-          return;
-        }
-        connection->connected = true;
-        connection->stream.socket().set_option(tcp::no_delay(true));
-        write(connection);
-      });
-    } else {
-      write(connection);
-    }
+    std::string_view body;
+    if (!options_.bodies.empty()) body = options_.bodies[request.body_index % options_.bodies.size()];
+    // The client closes the connection after an error, a timeout or a response without
+    // keep-alive, and reconnects on the next send.
+    connection.client->send(body, request.intended + options_.timeout);
   }
 
-  void write(const std::shared_ptr<Connection>& connection) {
-    http::async_write(connection->stream, connection->request,
-                      [this, connection](beast::error_code error, std::size_t) {
-                        if (error) {
-                          complete(connection, 0, false);
-                          return;
-                        }
-                        connection->response = {};
-                        http::async_read(connection->stream, connection->buffer, connection->response,
-                                         [this, connection](beast::error_code read_error, std::size_t) {
-                                           if (read_error) {
-                                             complete(connection, 0, false);
-                                             return;
-                                           }
-                                           complete(connection, connection->response.result_int(),
-                                                    connection->response.keep_alive());
-                                         });
-                      });
-  }
-
-  void complete(const std::shared_ptr<Connection>& connection, int status, bool reusable) {
+  void complete(Connection& connection, int status) {
     Clock::time_point now = Clock::now();
-    const Request& request = connection->current;
+    const Request& request = connection.current;
     if (recorded(request)) {
       tally_.latencies_ms.push_back(std::chrono::duration<double, std::milli>(now - request.intended).count());
       ++tally_.status_counts[status];
@@ -219,16 +163,13 @@ class Generator {
       completed_.fetch_add(1, std::memory_order_relaxed);
     }
     --outstanding_;
-    if (!reusable) {
-      beast::error_code ignored;
-      connection->stream.socket().close(ignored);
-      connection->connected = false;
-    }
     if (!open_loop()) {
       if (now < end_) {
-        dispatch_on(connection, now);
+        // Closed loop: the connection that finished sends the next request at once.
+        ++outstanding_;
+        send(connection, Request{now, body_counter_++});
       } else {
-        close(connection);
+        connection.client->close();
         finish_if_idle();
       }
       return;
@@ -239,51 +180,41 @@ class Generator {
       send(connection, next);
       return;
     }
-    idle_.push_back(connection);
+    idle_.push_back(&connection);
     finish_if_idle();
-  }
-
-  // Closed loop: the connection that finished sends the next request at once.
-  void dispatch_on(const std::shared_ptr<Connection>& connection, Clock::time_point now) {
-    ++outstanding_;
-    send(connection, Request{now, body_counter_++});
-  }
-
-  void close(const std::shared_ptr<Connection>& connection) {
-    beast::error_code ignored;
-    connection->stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    connection->stream.socket().close(ignored);
   }
 
   void finish_if_idle() {
     bool done = open_loop() ? schedule_done_ && outstanding_ == 0 : outstanding_ == 0;
     if (!done) return;
-    for (auto& connection : idle_) close(connection);
+    for (Connection* connection : idle_) connection->client->close();
     idle_.clear();
   }
 
   const LoadTestOptions& options_;
-  Target target_;
-  tcp::resolver::results_type endpoints_;
+  http::ClientEndpoint endpoint_;
+  http::ClientRequest request_;
   double rate_;
   int concurrency_;
   std::mt19937_64 random_;
   std::atomic<std::uint64_t>& completed_;
-  asio::io_context io_;
-  asio::steady_timer timer_;
+  // Declared before the timer and the connections, so it outlives them.
+  http::ClientLoop loop_;
+  http::ClientTimer timer_{loop_};
   Clock::time_point start_, window_start_, end_, next_intended_;
   bool schedule_done_ = false;
   std::size_t body_counter_ = 0;
   int outstanding_ = 0;
   int open_connections_ = 0;
-  std::vector<std::shared_ptr<Connection>> idle_;
+  std::vector<std::unique_ptr<Connection>> connections_;  // every connection opened
+  std::vector<Connection*> idle_;
   std::deque<Request> queue_;
   Tally tally_;
 };
 
 double percentile(const std::vector<double>& sorted, double share) {
   if (sorted.empty()) return 0.0;
-  auto index = static_cast<std::size_t>(std::ceil(share * static_cast<double>(sorted.size()))) ;
+  auto index = static_cast<std::size_t>(std::ceil(share * static_cast<double>(sorted.size())));
   return sorted[std::min(sorted.size() - 1, index == 0 ? 0 : index - 1)];
 }
 
@@ -294,15 +225,9 @@ Result<LoadTestReport> run_load_test(const LoadTestOptions& options) {
     return invalid_argument("give either a rate (open loop) or a concurrency (closed loop), not both or neither");
   }
   if (options.duration.count() <= 0) return invalid_argument("the duration must be positive");
-  SLIPWAY_ASSIGN_OR_RETURN(Target target, parse_url(options.url));
-  tcp::resolver::results_type endpoints;
-  {
-    asio::io_context io;
-    tcp::resolver resolver(io);
-    beast::error_code error;
-    endpoints = resolver.resolve(target.host, target.port, error);
-    if (error) return invalid_argument("cannot resolve '" + target.host + "': " + error.message());
-  }
+  SLIPWAY_ASSIGN_OR_RETURN(http::Url url, http::parse_url(options.url));
+  SLIPWAY_ASSIGN_OR_RETURN(http::ClientEndpoint endpoint, http::ClientEndpoint::resolve(url.host, url.port));
+  http::ClientRequest request = request_for(options, url);
   int threads = std::max(1, options.threads);
   if (options.concurrency > 0) threads = std::min(threads, options.concurrency);
   std::atomic<std::uint64_t> completed{0};
@@ -311,12 +236,11 @@ Result<LoadTestReport> run_load_test(const LoadTestOptions& options) {
   std::vector<LoadTestOptions> shares(static_cast<std::size_t>(threads), options);
   std::vector<std::unique_ptr<Generator>> generators;
   for (int index = 0; index < threads; ++index) {
-    int concurrency = options.concurrency > 0
-                          ? options.concurrency / threads + (index < options.concurrency % threads ? 1 : 0)
-                          : 0;
+    int concurrency =
+        options.concurrency > 0 ? options.concurrency / threads + (index < options.concurrency % threads ? 1 : 0) : 0;
     LoadTestOptions& share = shares[static_cast<std::size_t>(index)];
     share.max_connections = std::max(1, options.max_connections / threads);
-    generators.push_back(std::make_unique<Generator>(share, target, endpoints, options.rate / threads, concurrency,
+    generators.push_back(std::make_unique<Generator>(share, endpoint, request, options.rate / threads, concurrency,
                                                      options.seed + static_cast<std::uint64_t>(index), completed));
   }
   Clock::time_point start = Clock::now() + std::chrono::milliseconds(20);
