@@ -92,6 +92,22 @@ TEST(Pipeline, AFailingSpecStartsNoRunAndRegistersNothing) {
   EXPECT_EQ(run_training(*registry, no_target).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(Pipeline, AFailureAfterTheRunStartsMarksItFailedAndRegistersNothing) {
+  TempDir dir;
+  auto registry = open_registry(dir);
+  TrainSpec spec = small_gbdt_spec();
+  spec.bundle_out = dir.file("no_such_folder/model.slip");  // written after the bundle is stored
+  auto outcome = run_training(*registry, spec);
+  ASSERT_FALSE(outcome.ok());
+  auto runs = registry->runs().list(10);
+  ASSERT_TRUE(runs.ok());
+  ASSERT_EQ(runs->size(), 1u);
+  EXPECT_EQ(runs->front().status, "FAILED");
+  auto models = registry->models().list();
+  ASSERT_TRUE(models.ok());
+  EXPECT_TRUE(models->empty());
+}
+
 TEST(Pipeline, ResolvesReferencesAndScoresAFile) {
   TempDir dir;
   auto registry = open_registry(dir);
