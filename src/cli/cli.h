@@ -2,12 +2,15 @@
 #pragma once
 
 #include <algorithm>
+#include <iosfwd>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "slipway/core.h"
+#include "slipway/pipeline.h"
 #include "slipway/registry.h"
 #include "slipway/serve.h"
 
@@ -18,45 +21,20 @@ struct GlobalOptions {
   bool json = false;
 };
 
-// Everything `slipway train` needs; a --spec file fills it first, flags given on the command line win.
-struct TrainOptions {
+// `slipway train`: a pipeline::TrainSpec filled from a --spec file first, then from the flags
+// given on the command line (which win), plus what only the command line has.
+struct TrainOptions : pipeline::TrainSpec {
   std::string spec_path;
-  std::string data;
-  std::string test_data;
-  std::string target;
-  std::string model = "logistic";
-  std::string split = "random";
-  double test_fraction = 0.2;
-  std::string slice;
-  std::uint64_t seed = 42;
-  std::vector<std::string> params;  // KEY=VALUE
-  std::vector<std::string> ignore;
-  std::string register_as;
-  std::string experiment = "default";
-  std::string bundle_out;
-  int threads = 0;
-  std::string weight_column;
-  std::string init_model;  // a model reference to continue boosting from
-  int checkpoint_every = 0;
-  std::string resume_run;  // a run id: replay its spec from its latest checkpoint
-  bool progress = true;    // a progress bar on stderr when it is a terminal
+  bool progress = true;  // a progress bar on stderr when it is a terminal
 };
-
-// Reads a YAML spec into `options`, leaving fields the spec does not set untouched. Relative
-// paths in the spec are relative to the spec file's folder.
-Status load_spec(const std::string& path, TrainOptions& options);
-// The same from YAML text (e.g. a run's stored spec); `source` names it in errors.
-Status load_spec_text(const std::string& yaml, const std::string& source, TrainOptions& options);
-// The resolved spec as YAML, stored with the run so it can be replayed.
-std::string spec_yaml(const TrainOptions& options);
-// Parses KEY=VALUE strings.
-Result<std::map<std::string, std::string>> parse_key_values(const std::vector<std::string>& pairs);
 
 // How a command opens the workspace. Commands that only read (models, versions, runs, show,
 // eval, predict, explain, serve, token list, serving-config without flags, verify without
 // --repair) open it read-only: they work where they may not write and never change it.
 enum class WorkspaceAccess { kReadOnly, kWrite, kCreate };
 Result<std::unique_ptr<registry::Registry>> open_workspace(const GlobalOptions& global, WorkspaceAccess access);
+// pipeline::resolve_reference, opening the workspace read-only only for a registry reference.
+Result<pipeline::LoadedReference> load_reference(const GlobalOptions& global, const std::string& reference);
 
 int run_init(const GlobalOptions& global);
 int run_train(const GlobalOptions& global, TrainOptions options, const std::vector<std::string>& flags_given);
@@ -113,8 +91,8 @@ struct ImportOptions {
 };
 int run_import(const GlobalOptions& global, const ImportOptions& options);
 // TreeSHAP contributions per row (CSV), or with importance=true the model's feature importance.
-int run_explain(const GlobalOptions& global, const std::string& reference, const std::string& data, const std::string& out,
-                bool importance);
+int run_explain(const GlobalOptions& global, const std::string& reference, const std::string& data,
+                const std::string& out, bool importance);
 
 struct LoadTestFlags {
   std::string url;
@@ -139,14 +117,36 @@ struct LoadTestFlags {
 int run_loadtest(const GlobalOptions& global, const LoadTestFlags& flags);
 
 // ---------------------------------------------------------------------------------------------
-// Output helpers.
+// Output: every command builds a result and hands it to render(), which prints it as one JSON
+// document on stdout with --json and as text otherwise. Commands never branch on --json.
 
 // Prints "error: <message>" to stderr and returns the exit code for failures.
 int fail(const Status& status);
+
+class CommandResult {
+ public:
+  virtual ~CommandResult() = default;
+  // One complete JSON value (normally an object) into an empty writer.
+  virtual void write_json(JsonWriter& json) const = 0;
+  // What a person reads: tables, lines, or the CSV a command prints.
+  virtual void write_text(std::ostream& out) const = 0;
+};
+
+// Prints `result` as JSON (global.json) or text on stdout; returns exit code 0.
+int render(const GlobalOptions& global, const CommandResult& result);
+// A failed result prints "error: ..." on stderr (fail) and returns 1; else render(*result).
+template <typename T>
+int render(const GlobalOptions& global, const Result<T>& result) {
+  if (!result.ok()) return fail(result.status());
+  return render(global, *result);
+}
+
 // Prints one JSON document on stdout (what --json promises).
 void print_json(const JsonWriter& json);
-// Prints rows under headers, columns aligned.
+// Prints rows under headers, columns aligned (on stdout, or on `out`).
 void print_table(const std::vector<std::string>& headers, const std::vector<std::vector<std::string>>& rows);
+void print_table(std::ostream& out, const std::vector<std::string>& headers,
+                 const std::vector<std::vector<std::string>>& rows);
 // A one-line progress bar on stderr, redrawn at most 10 times a second, shown only when stderr
 // is a terminal (logs and pipes get no carriage-return noise).
 class ProgressBar {
@@ -171,5 +171,13 @@ class ProgressBar {
 // A metric value for display: 4 significant decimals, "-" for NaN.
 std::string format_metric(double value);
 std::string format_time_ms(std::int64_t unix_ms);
+
+// Pieces several commands print the same way.
+// An evaluation as JSON: {"rows", "rows_missing_target", "overall", ["slice_column", "slices"]}.
+void write_evaluation_json(JsonWriter& json, const eval::Evaluation& evaluation);
+// An evaluation as a table: one row for all rows, then one per slice.
+void print_evaluation(std::ostream& out, const eval::Evaluation& evaluation);
+// "registered": {"model": NAME, "version": N}, when a version was registered.
+void write_registered_json(JsonWriter& json, const std::optional<registry::ModelVersion>& registered);
 
 }  // namespace slipway::cli

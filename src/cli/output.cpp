@@ -18,7 +18,23 @@ int fail(const Status& status) {
   return 1;
 }
 
+int render(const GlobalOptions& global, const CommandResult& result) {
+  if (global.json) {
+    JsonWriter json;
+    result.write_json(json);
+    print_json(json);
+  } else {
+    result.write_text(std::cout);
+  }
+  return 0;
+}
+
 void print_table(const std::vector<std::string>& headers, const std::vector<std::vector<std::string>>& rows) {
+  print_table(std::cout, headers, rows);
+}
+
+void print_table(std::ostream& out, const std::vector<std::string>& headers,
+                 const std::vector<std::vector<std::string>>& rows) {
   std::vector<std::size_t> widths(headers.size());
   for (std::size_t column = 0; column < headers.size(); ++column) widths[column] = headers[column].size();
   for (const auto& row : rows) {
@@ -33,14 +49,16 @@ void print_table(const std::vector<std::string>& headers, const std::vector<std:
       line += cells[column];
       if (column + 1 < cells.size()) line.append(widths[column] - cells[column].size(), ' ');
     }
-    std::cout << line << "\n";
+    out << line << "\n";
   };
   print_row(headers);
   for (const auto& row : rows) print_row(row);
 }
 
 ProgressBar::ProgressBar(std::string label, std::int64_t total, bool enabled)
-    : label_(std::move(label)), total_(std::max<std::int64_t>(total, 1)), enabled_(enabled && ::isatty(2) != 0),
+    : label_(std::move(label)),
+      total_(std::max<std::int64_t>(total, 1)),
+      enabled_(enabled && ::isatty(2) != 0),
       started_ns_(monotonic_ns()) {}
 
 ProgressBar::~ProgressBar() { finish(); }
@@ -89,6 +107,57 @@ std::string format_time_ms(std::int64_t unix_ms) {
   char buffer[32];
   std::strftime(buffer, sizeof buffer, "%Y-%m-%d %H:%M:%S", &utc);
   return buffer;
+}
+
+void write_registered_json(JsonWriter& json, const std::optional<registry::ModelVersion>& registered) {
+  if (!registered) return;
+  json.key("registered").begin_object().key("model").value(registered->model);
+  json.key("version").value(registered->version).end_object();
+}
+
+namespace {
+
+void write_metrics_json(JsonWriter& json, const eval::Metrics& metrics) {
+  json.begin_object();
+  for (const auto& [name, value] : metrics.values) json.key(name).value(value);
+  json.end_object();
+}
+
+}  // namespace
+
+void write_evaluation_json(JsonWriter& json, const eval::Evaluation& evaluation) {
+  json.begin_object();
+  json.key("rows").value(static_cast<std::uint64_t>(evaluation.rows));
+  json.key("rows_missing_target").value(static_cast<std::uint64_t>(evaluation.rows_missing_target));
+  json.key("overall");
+  write_metrics_json(json, evaluation.overall);
+  if (!evaluation.slice_column.empty()) {
+    json.key("slice_column").value(evaluation.slice_column);
+    json.key("slices").begin_array();
+    for (const auto& slice : evaluation.slices) {
+      json.begin_object().key("value").value(slice.value).key("rows").value(static_cast<std::uint64_t>(slice.rows));
+      json.key("metrics");
+      write_metrics_json(json, slice.metrics);
+      json.end_object();
+    }
+    json.end_array();
+  }
+  json.end_object();
+}
+
+void print_evaluation(std::ostream& out, const eval::Evaluation& evaluation) {
+  std::vector<std::string> headers = {"slice", "rows"};
+  for (const auto& entry : evaluation.overall.values) headers.push_back(entry.first);
+  auto row_of = [](const std::string& name, std::size_t rows, const eval::Metrics& metrics) {
+    std::vector<std::string> row = {name, std::to_string(rows)};
+    for (const auto& entry : metrics.values) row.push_back(format_metric(entry.second));
+    return row;
+  };
+  std::vector<std::vector<std::string>> rows = {row_of("(all)", evaluation.rows, evaluation.overall)};
+  for (const auto& slice : evaluation.slices) {
+    rows.push_back(row_of(evaluation.slice_column + "=" + slice.value, slice.rows, slice.metrics));
+  }
+  print_table(out, headers, rows);
 }
 
 }  // namespace slipway::cli

@@ -1,10 +1,12 @@
+// The YAML training spec: reading one (a file or a run's stored text) and writing the resolved one.
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <filesystem>
 
-#include "cli/cli.h"
+#include "slipway/pipeline.h"
 
-namespace slipway::cli {
+namespace slipway::pipeline {
 namespace {
 
 std::string relative_to(const std::string& base_folder, const std::string& path) {
@@ -28,9 +30,9 @@ Result<std::map<std::string, std::string>> parse_key_values(const std::vector<st
 
 namespace {
 
-Status read_spec(const YAML::Node& spec, const std::string& path, const std::string& folder, TrainOptions& options) {
+Status read_spec(const YAML::Node& spec, const std::string& path, const std::string& folder, TrainSpec& options) {
   static const std::vector<std::string> kKnownKeys = {
-      "data",   "test",   "target",   "model",      "split",   "test_fraction", "slice",           "seed",
+      "data",   "test",   "target",   "model",      "split",   "test_fraction", "slice",      "seed",
       "params", "ignore", "register", "experiment", "threads", "weight",        "init_model", "checkpoint_every"};
   if (!spec.IsMap()) return invalid_argument("spec '" + path + "' must be a YAML mapping of keys to values");
   try {
@@ -70,7 +72,7 @@ Status read_spec(const YAML::Node& spec, const std::string& path, const std::str
 
 }  // namespace
 
-Status load_spec(const std::string& path, TrainOptions& options) {
+Status load_spec(const std::string& path, TrainSpec& options) {
   YAML::Node spec;
   try {
     spec = YAML::LoadFile(path);
@@ -83,7 +85,7 @@ Status load_spec(const std::string& path, TrainOptions& options) {
   return read_spec(spec, path, std::filesystem::path(path).parent_path().string(), options);
 }
 
-Status load_spec_text(const std::string& yaml, const std::string& source, TrainOptions& options) {
+Status load_spec_text(const std::string& yaml, const std::string& source, TrainSpec& options) {
   YAML::Node spec;
   try {
     spec = YAML::Load(yaml);
@@ -93,7 +95,7 @@ Status load_spec_text(const std::string& yaml, const std::string& source, TrainO
   return read_spec(spec, source, "", options);
 }
 
-std::string spec_yaml(const TrainOptions& options) {
+std::string spec_yaml(const TrainSpec& options) {
   YAML::Emitter out;
   out << YAML::BeginMap;
   auto absolute = [](const std::string& path) {
@@ -125,4 +127,4 @@ std::string spec_yaml(const TrainOptions& options) {
   return std::string(out.c_str()) + "\n";
 }
 
-}  // namespace slipway::cli
+}  // namespace slipway::pipeline

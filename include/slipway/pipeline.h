@@ -1,0 +1,156 @@
+// Orchestration shared by the CLI, the management API, tune, optimize and monitor's retraining:
+// a training run from a spec (data preparation, split, leakage report, warm start, resume from a
+// checkpoint, the registry run's lifecycle, evaluation, bundle storage, registration), model
+// reference resolution, and scoring or evaluating a file. Nothing here prints; progress is
+// reported through callbacks and log lines go through core logging (stderr).
+//
+// Threads: every call runs on the calling thread (training itself fans out to `threads`
+// workers). Calls that take a Registry use it only for their duration; a Registry is not
+// thread-safe, so give each thread its own.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "slipway/core.h"
+#include "slipway/data.h"
+#include "slipway/eval.h"
+#include "slipway/model.h"
+#include "slipway/registry.h"
+#include "slipway/train.h"
+
+namespace slipway::pipeline {
+
+// What to train, from what data, and where the result goes: what a YAML spec holds.
+struct TrainSpec {
+  std::string data;       // training CSV (with a header row)
+  std::string test_data;  // a separate test CSV, instead of splitting `data`
+  std::string target;
+  std::string model = "logistic";  // logistic, linear or gbdt
+  std::string split = "random";    // random, stratified, time:COLUMN or group:COLUMN
+  double test_fraction = 0.2;
+  std::string slice;  // also report test metrics per value of this column
+  std::uint64_t seed = 42;
+  std::vector<std::string> params;  // KEY=VALUE, checked by train::resolve_parameters
+  std::vector<std::string> ignore;  // columns that are not features
+  std::string register_as;          // register the bundle as a new version of this model
+  std::string experiment = "default";
+  std::string bundle_out;  // also write the bundle file here
+  int threads = 0;         // 0: all cores
+  std::string weight_column;
+  std::string init_model;  // a model reference (gbdt) to continue boosting from
+  int checkpoint_every = 0;
+  // A run id: continue that interrupted run from its latest checkpoint. Its stored spec replaces
+  // every field above except `threads` and `bundle_out` (where it runs may change, not what).
+  std::string resume_run;
+};
+
+// Reads a YAML spec into `spec`, leaving fields the file does not set untouched. Relative paths
+// in it are relative to the spec file's folder. Unknown keys are refused with file:line.
+Status load_spec(const std::string& path, TrainSpec& spec);
+// The same from YAML text (e.g. a run's stored spec); `source` names it in errors.
+Status load_spec_text(const std::string& yaml, const std::string& source, TrainSpec& spec);
+// The spec as YAML with absolute paths: what a run stores so that it can be replayed.
+std::string spec_yaml(const TrainSpec& spec);
+// Parses KEY=VALUE strings; a pair without '=' or without a key is refused.
+Result<std::map<std::string, std::string>> parse_key_values(const std::vector<std::string>& pairs);
+
+// Reads a CSV file, logging its size and the time taken.
+Result<data::Table> read_table(const std::string& path);
+
+// Called on the training thread; none is required.
+struct TrainCallbacks {
+  // After each boosting round (gbdt) or optimizer iteration; `total` may grow once known.
+  std::function<void(const train::RoundMetrics& latest, int total)> on_round;
+  // Once fitting ends, before evaluation and storage (successful or not): a progress bar ends here.
+  std::function<void()> on_fit_done;
+};
+
+struct TrainOutcome {
+  TrainSpec spec;  // as trained: the stored spec of a resumed run
+  std::string run_id;
+  train::TrainSummary summary;  // the fitted bundle (without test metrics), rounds, history
+  std::string split_description;
+  data::LeakageReport leakage;  // all zeros when a separate test file was given
+  eval::Evaluation evaluation;  // on the held-out rows
+  double train_seconds = 0;
+  std::string bundle_sha256;  // the stored bundle, with test metrics in its manifest
+  std::optional<registry::ModelVersion> registered;
+};
+
+// Trains one run from `spec` in `registry` and returns what happened.
+//
+// The sequence, and the state a failure leaves at each step:
+//  1. Checks the spec (a resumed run's spec is read from the run first: the run must exist, not
+//     be FINISHED, have a checkpoint, and its data fingerprint must match), resolves the
+//     parameters and `init_model`, reads and splits the data. A failure here writes nothing: no
+//     run is started (a failing spec, such as a missing target column, leaves no run).
+//  2. Starts a RUNNING run (or reopens the resumed one), fits, stores checkpoints as artifacts
+//     (crash point `train.after_checkpoint`), logs per-round metrics, evaluates, stores the
+//     bundle (an artifact), writes `bundle_out`, logs metrics and marks the run FINISHED. A
+//     failure here marks the run FAILED (best effort) and registers nothing; artifacts already
+//     stored stay (unreferenced ones are what `slipway verify` reports as orphans).
+//  3. Registers the bundle as a new version of `register_as` (crash point
+//     `train.before_register` just before). A failure here leaves the run FINISHED and no version.
+Result<TrainOutcome> run_training(registry::Registry& registry, TrainSpec spec, const TrainCallbacks& callbacks = {});
+
+// A model loaded for use: from a bundle file or from the registry.
+struct LoadedReference {
+  std::shared_ptr<const model::Bundle> bundle;
+  std::string description;  // "name@version" or the bundle file's path
+  std::string sha256;       // the bundle's identity
+};
+
+// True when `reference` names a bundle file (it contains '/', ends in .slip, or is an existing
+// file) rather than NAME[@VERSION|@ALIAS]; only the latter need a registry.
+bool names_bundle_file(const std::string& reference);
+
+// Loads a bundle file, or resolves NAME@VERSION, NAME@ALIAS or NAME (latest) in `registry`
+// (read only; it may be null when `reference` names a bundle file). Returns not_found for a
+// missing file, model, version or alias, and failed_precondition for a registry reference
+// without a registry. The bundle keeps its own mapping: it outlives `registry`.
+Result<LoadedReference> resolve_reference(registry::Registry* registry, const std::string& reference);
+
+// `reference` evaluated on a labelled file.
+struct EvaluationOutcome {
+  std::string model;  // the reference's description
+  std::string bundle_sha256;
+  std::string data_path;
+  eval::Evaluation evaluation;
+};
+// Reads `data_path` and evaluates overall and per value of `slice` (when not empty). Rows with an
+// empty target are skipped, counted and logged as a warning.
+Result<EvaluationOutcome> evaluate_file(const LoadedReference& reference, const std::string& data_path,
+                                        const std::string& slice);
+
+// Predictions for every row of a file, with what is needed to write them.
+struct ScoredRows {
+  std::string model;             // the reference's description
+  std::string id_name;           // the identifying column copied through; empty when none
+  std::vector<std::string> ids;  // one per row when id_name is set
+  model::Task task = model::Task::kRegression;
+  std::vector<std::string> class_labels;  // multiclass: the probability columns, in order
+  model::Predictions predictions;
+  std::vector<std::string> labels;  // classification: the predicted label per row
+
+  // The CSV `slipway predict` writes: [id,] prediction | probability,label | probability_<class>...,label.
+  std::string to_csv() const;
+};
+
+struct ScoringOptions {
+  // Column copied to the output to identify rows; empty: a column named id, ID or Id if any.
+  std::string id_column;
+  // When not empty, the CSV is written here atomically (temp file and rename).
+  std::string out;
+};
+// Reads and scores `data_path` with `reference`, writing the CSV to `options.out` when given. On
+// failure nothing is written.
+Result<ScoredRows> score_file(const LoadedReference& reference, const std::string& data_path,
+                              const ScoringOptions& options);
+
+}  // namespace slipway::pipeline

@@ -1,0 +1,39 @@
+// slipway eval: a model evaluated on a labelled file, overall and per slice.
+#include <ostream>
+
+#include "cli/cli.h"
+
+namespace slipway::cli {
+namespace {
+
+struct EvalResult : CommandResult {
+  pipeline::EvaluationOutcome outcome;
+
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("model").value(outcome.model).key("bundle_sha256").value(outcome.bundle_sha256);
+    json.key("metrics");
+    write_evaluation_json(json, outcome.evaluation);
+    json.end_object();
+  }
+  void write_text(std::ostream& out) const override {
+    out << "model " << outcome.model << " on " << outcome.data_path << "\n\n";
+    print_evaluation(out, outcome.evaluation);
+  }
+};
+
+Result<EvalResult> evaluate(const GlobalOptions& global, const std::string& reference, const std::string& data_path,
+                            const std::string& slice) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto loaded, load_reference(global, reference));
+  EvalResult result;
+  SLIPWAY_ASSIGN_OR_RETURN(result.outcome, pipeline::evaluate_file(loaded, data_path, slice));
+  return result;
+}
+
+}  // namespace
+
+int run_eval(const GlobalOptions& global, const std::string& reference, const std::string& data_path,
+             const std::string& slice) {
+  return render(global, evaluate(global, reference, data_path, slice));
+}
+
+}  // namespace slipway::cli

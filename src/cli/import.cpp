@@ -1,0 +1,111 @@
+// slipway import FORMAT MODEL: a model trained elsewhere (XGBoost JSON) as a bundle, optionally registered.
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+
+#include "cli/cli.h"
+#include "slipway/data.h"
+#include "slipway/model.h"
+
+namespace slipway::cli {
+namespace {
+
+struct ImportResult : CommandResult {
+  std::string model_path;
+  std::string bundle_sha256;
+  std::size_t trees = 0;
+  std::size_t features = 0;
+  std::string task;
+  std::string objective;
+  std::optional<registry::ModelVersion> registered;
+
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("bundle_sha256").value(bundle_sha256);
+    json.key("trees").value(static_cast<std::uint64_t>(trees));
+    json.key("features").value(static_cast<std::uint64_t>(features));
+    json.key("task").value(task);
+    write_registered_json(json, registered);
+    json.end_object();
+  }
+  void write_text(std::ostream& out) const override {
+    out << "imported   " << model_path << ": " << trees << " trees, " << features << " features, " << task << " ("
+        << objective << ")\n";
+    out << "bundle     sha256:" << bundle_sha256 << "\n";
+    if (registered) out << "registered " << registered->model << " version " << registered->version << "\n";
+  }
+};
+
+// The feature names from the header line of a CSV, without the target column.
+Status read_schema(const ImportOptions& options, std::vector<std::string>& feature_names) {
+  // Only the header matters: read the first line, so a large data file costs nothing.
+  std::ifstream schema(options.schema_path);
+  std::string first_line;
+  if (!schema || !std::getline(schema, first_line)) {
+    return io_error("cannot read a header line from '" + options.schema_path + "'");
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto header, data::parse_csv(first_line + "\n", options.schema_path));
+  for (const auto& column : header.columns()) {
+    if (column.name != options.target) feature_names.push_back(column.name);
+  }
+  return {};
+}
+
+// Stores the bundle under a finished run of experiment "imports" and registers it.
+Result<registry::ModelVersion> register_import(const GlobalOptions& global, const ImportOptions& options,
+                                               const model::Bundle& bundle, const std::vector<std::byte>& bytes,
+                                               const std::string& source) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kCreate));
+  registry::NewRun run;
+  run.experiment = "imports";
+  run.code_version = std::string(slipway_code_version());
+  run.data_fingerprint = "";
+  run.spec = "import: xgboost\nsource: " + source + "\n";
+  run.params = bundle.manifest().params;
+  SLIPWAY_ASSIGN_OR_RETURN(auto run_id, store->runs().start(run));
+  auto stored = store->artifacts().put(bytes);  // hashes the bytes: the bundle's identity
+  if (!stored.ok()) {
+    (void)store->runs().finish(run_id, false, "");
+    return stored.status();
+  }
+  SLIPWAY_RETURN_IF_ERROR(store->runs().finish(run_id, true, *stored));
+  return store->models().register_version(options.register_as, *stored, run_id);
+}
+
+Result<ImportResult> import_model(const GlobalOptions& global, const ImportOptions& options) {
+  if (options.format != "xgboost") {
+    return invalid_argument("unknown model format '" + options.format + "'; supported: xgboost");
+  }
+  if (!options.register_as.empty()) SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(options.register_as));
+  SLIPWAY_ASSIGN_OR_RETURN(auto json, read_file(options.model_path));
+  model::XgboostImportOptions import_options;
+  import_options.source = std::filesystem::absolute(options.model_path).string();
+  import_options.target = options.target;
+  if (!options.schema_path.empty()) SLIPWAY_RETURN_IF_ERROR(read_schema(options, import_options.feature_names));
+  auto bundle = model::import_xgboost_json(json, import_options);
+  if (!bundle.ok()) return Status(bundle.status().code(), options.model_path + ": " + bundle.status().message());
+  std::vector<std::byte> bytes = (*bundle)->serialize();
+  if (!options.bundle_out.empty()) SLIPWAY_RETURN_IF_ERROR(write_file_atomic(options.bundle_out, bytes));
+  ImportResult result;
+  if (!options.register_as.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(auto version, register_import(global, options, **bundle, bytes, import_options.source));
+    result.bundle_sha256 = version.bundle_sha256;
+    result.registered = std::move(version);
+  } else {
+    result.bundle_sha256 = sha256_hex(bytes);
+  }
+  const auto& trees = dynamic_cast<const model::TreeEnsembleModel&>((*bundle)->model());
+  result.model_path = options.model_path;
+  result.trees = trees.roots().size();
+  result.features = trees.input_width();
+  result.task = std::string(model::task_name((*bundle)->task()));
+  result.objective = (*bundle)->manifest().params.at("objective");
+  return result;
+}
+
+}  // namespace
+
+int run_import(const GlobalOptions& global, const ImportOptions& options) {
+  return render(global, import_model(global, options));
+}
+
+}  // namespace slipway::cli

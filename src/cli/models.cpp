@@ -1,0 +1,48 @@
+// slipway models: the registered models.
+#include <ostream>
+
+#include "cli/cli.h"
+
+namespace slipway::cli {
+namespace {
+
+struct ModelsResult : CommandResult {
+  std::vector<registry::ModelSummary> models;
+
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("models").begin_array();
+    for (const auto& model : models) {
+      json.begin_object().key("name").value(model.name).key("latest_version").value(model.latest_version);
+      json.key("versions").value(model.version_count).key("created_ms").value(model.created_ms);
+      json.key("aliases").begin_object();
+      for (const auto& [alias, version] : model.aliases) json.key(alias).value(version);
+      json.end_object().end_object();
+    }
+    json.end_array().end_object();
+  }
+
+  void write_text(std::ostream& out) const override {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& model : models) {
+      std::string aliases;
+      for (const auto& [alias, version] : model.aliases)
+        aliases += (aliases.empty() ? "" : " ") + alias + "=" + std::to_string(version);
+      rows.push_back({model.name, std::to_string(model.latest_version), std::to_string(model.version_count), aliases,
+                      format_time_ms(model.created_ms)});
+    }
+    print_table(out, {"model", "latest", "versions", "aliases", "created (UTC)"}, rows);
+  }
+};
+
+Result<ModelsResult> list_models(const GlobalOptions& global) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kReadOnly));
+  ModelsResult result;
+  SLIPWAY_ASSIGN_OR_RETURN(result.models, store->models().list());
+  return result;
+}
+
+}  // namespace
+
+int run_models(const GlobalOptions& global) { return render(global, list_models(global)); }
+
+}  // namespace slipway::cli

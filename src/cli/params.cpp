@@ -1,0 +1,41 @@
+// slipway params: the training parameters, from their declarations (src/train/parameters.cpp).
+#include <iostream>
+
+#include "cli/cli.h"
+#include "slipway/train.h"
+
+namespace slipway::cli {
+namespace {
+
+struct ParamsResult : CommandResult {
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("parameters").begin_array();
+    for (const auto& declaration : train::parameter_declarations()) {
+      json.begin_object().key("name").value(declaration.name).key("default").value(declaration.default_value);
+      json.key("description").value(declaration.description).end_object();
+    }
+    json.end_array().end_object();
+  }
+  void write_text(std::ostream& out) const override {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& declaration : train::parameter_declarations()) {
+      std::string families;
+      for (const auto& family : declaration.families) families += (families.empty() ? "" : ",") + family;
+      rows.push_back({declaration.name, families, declaration.default_value, declaration.description});
+    }
+    print_table(out, {"parameter", "models", "default", "description"}, rows);
+  }
+};
+
+}  // namespace
+
+int run_params(const GlobalOptions& global, bool markdown) {
+  // docs/parameters.md itself, whatever --json says: a file, not a result.
+  if (markdown) {
+    std::cout << train::parameters_markdown();
+    return 0;
+  }
+  return render(global, ParamsResult{});
+}
+
+}  // namespace slipway::cli

@@ -1,0 +1,54 @@
+// slipway runs: recent training runs.
+#include <ostream>
+
+#include "cli/cli.h"
+
+namespace slipway::cli {
+namespace {
+
+struct RunsResult : CommandResult {
+  std::vector<registry::RunRecord> runs;
+
+  static std::string model_of(const registry::RunRecord& run) {
+    return run.params.count("model") ? run.params.at("model") : "";
+  }
+
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("runs").begin_array();
+    for (const auto& run : runs) {
+      json.begin_object().key("run_id").value(run.run_id).key("experiment").value(run.experiment);
+      json.key("status").value(run.status).key("start_ms").value(run.start_ms).key("end_ms").value(run.end_ms);
+      json.key("model").value(model_of(run));
+      json.key("metrics").begin_object();
+      for (const auto& metric : run.metrics) json.key(metric.key).value(metric.value);
+      json.end_object().end_object();
+    }
+    json.end_array().end_object();
+  }
+
+  void write_text(std::ostream& out) const override {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& run : runs) {
+      std::string headline;
+      for (const auto& metric : run.metrics) {
+        if (metric.key == "test_auc" || metric.key == "test_rmse")
+          headline = metric.key + "=" + format_metric(metric.value);
+      }
+      rows.push_back({run.run_id, run.experiment, run.status, model_of(run), headline, format_time_ms(run.start_ms)});
+    }
+    print_table(out, {"run", "experiment", "status", "model", "metric", "started (UTC)"}, rows);
+  }
+};
+
+Result<RunsResult> list_runs(const GlobalOptions& global, std::size_t limit) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kReadOnly));
+  RunsResult result;
+  SLIPWAY_ASSIGN_OR_RETURN(result.runs, store->runs().list(limit));
+  return result;
+}
+
+}  // namespace
+
+int run_runs(const GlobalOptions& global, std::size_t limit) { return render(global, list_runs(global, limit)); }
+
+}  // namespace slipway::cli

@@ -1,0 +1,131 @@
+// slipway train: spec file and flags into a pipeline::TrainSpec, pipeline::run_training, the outcome.
+#include <algorithm>
+#include <cmath>
+#include <ostream>
+
+#include <fmt/format.h>
+
+#include "cli/cli.h"
+
+namespace slipway::cli {
+namespace {
+
+// Overlays the flags given on the command line on a spec read from a file.
+void overlay(pipeline::TrainSpec& base, const TrainOptions& flags, const std::vector<std::string>& given) {
+  auto was_given = [&](const char* name) { return std::find(given.begin(), given.end(), name) != given.end(); };
+  if (was_given("data")) base.data = flags.data;
+  if (was_given("test")) base.test_data = flags.test_data;
+  if (was_given("target")) base.target = flags.target;
+  if (was_given("model")) base.model = flags.model;
+  if (was_given("split")) base.split = flags.split;
+  if (was_given("test-fraction")) base.test_fraction = flags.test_fraction;
+  if (was_given("slice")) base.slice = flags.slice;
+  if (was_given("seed")) base.seed = flags.seed;
+  if (was_given("register")) base.register_as = flags.register_as;
+  if (was_given("experiment")) base.experiment = flags.experiment;
+  if (was_given("threads")) base.threads = flags.threads;
+  if (was_given("out")) base.bundle_out = flags.bundle_out;
+  if (was_given("weight")) base.weight_column = flags.weight_column;
+  if (was_given("init-model")) base.init_model = flags.init_model;
+  if (was_given("checkpoint-every")) base.checkpoint_every = flags.checkpoint_every;
+  base.params.insert(base.params.end(), flags.params.begin(), flags.params.end());
+  base.ignore.insert(base.ignore.end(), flags.ignore.begin(), flags.ignore.end());
+}
+
+struct TrainResult : CommandResult {
+  pipeline::TrainOutcome outcome;
+
+  void write_json(JsonWriter& json) const override {
+    const auto& summary = outcome.summary;
+    const auto& leakage = outcome.leakage;
+    json.begin_object();
+    json.key("run_id").value(outcome.run_id);
+    json.key("model").value(outcome.spec.model);
+    if (outcome.spec.model == "gbdt") {
+      json.key("rounds").value(summary.iterations);
+      json.key("best_round").value(summary.best_round >= 0 ? summary.best_round + 1 : 0);
+      json.key("stopped_early").value(summary.stopped_early);
+      json.key("validation_rows").value(static_cast<std::uint64_t>(summary.validation_rows));
+    }
+    json.key("split").value(outcome.split_description);
+    json.key("train_rows").value(static_cast<std::uint64_t>(summary.rows_used));
+    json.key("test_rows").value(static_cast<std::uint64_t>(outcome.evaluation.rows));
+    json.key("train_seconds").value(outcome.train_seconds);
+    json.key("leakage").begin_object();
+    json.key("duplicate_test_rows").value(static_cast<std::uint64_t>(leakage.duplicate_test_rows));
+    json.key("groups_on_both_sides").value(static_cast<std::uint64_t>(leakage.groups_on_both_sides));
+    json.key("test_rows_not_later").value(static_cast<std::uint64_t>(leakage.test_rows_not_later));
+    json.end_object();
+    json.key("metrics");
+    write_evaluation_json(json, outcome.evaluation);
+    json.key("bundle_sha256").value(outcome.bundle_sha256);
+    write_registered_json(json, outcome.registered);
+    json.end_object();
+  }
+
+  void write_text(std::ostream& out) const override {
+    const auto& summary = outcome.summary;
+    const auto& leakage = outcome.leakage;
+    out << "run        " << outcome.run_id << "\n";
+    if (outcome.spec.model == "gbdt") {
+      out << "rounds     " << summary.iterations;
+      if (summary.best_round >= 0) {
+        out << " (best validation " << summary.round_metric << " at round " << summary.best_round + 1
+            << (summary.stopped_early ? ", stopped early" : "") << "; " << summary.validation_rows
+            << " validation rows)";
+      }
+      out << "\n";
+    }
+    out << "split      " << outcome.split_description << ": " << summary.rows_used << " train rows, "
+        << outcome.evaluation.rows << " test rows\n";
+    out << "leakage    " << leakage.duplicate_test_rows << " test rows duplicated in train";
+    if (outcome.spec.split.starts_with("group:"))
+      out << ", " << leakage.groups_on_both_sides << " groups on both sides";
+    if (outcome.spec.split.starts_with("time:"))
+      out << ", " << leakage.test_rows_not_later << " test rows not later than train";
+    out << "\n\n";
+    print_evaluation(out, outcome.evaluation);
+    out << "\nbundle     sha256:" << outcome.bundle_sha256 << "\n";
+    if (outcome.registered) {
+      out << "registered " << outcome.registered->model << " version " << outcome.registered->version << "\n";
+    }
+  }
+};
+
+Result<TrainResult> train(const GlobalOptions& global, TrainOptions flags,
+                          const std::vector<std::string>& flags_given) {
+  auto given = [&](const char* name) {
+    return std::find(flags_given.begin(), flags_given.end(), name) != flags_given.end();
+  };
+  if (given("register") && flags.register_as.empty()) return invalid_argument("--register needs a model name");
+  if (given("out") && flags.bundle_out.empty()) return invalid_argument("--out needs a file path");
+  if (given("experiment")) SLIPWAY_RETURN_IF_ERROR(registry::validate_experiment_name(flags.experiment));
+  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kCreate));
+  pipeline::TrainSpec spec = flags;
+  if (flags.resume_run.empty() && !flags.spec_path.empty()) {
+    spec = pipeline::TrainSpec{};
+    SLIPWAY_RETURN_IF_ERROR(pipeline::load_spec(flags.spec_path, spec));
+    overlay(spec, flags, flags_given);
+  }
+  ProgressBar progress("train", 0, flags.progress && !global.json);
+  pipeline::TrainCallbacks callbacks;
+  callbacks.on_round = [&](const train::RoundMetrics& latest, int total) {
+    progress.set_total(total);
+    std::string detail = fmt::format("train {}", format_metric(latest.train));
+    if (!std::isnan(latest.validation)) detail += fmt::format(" valid {}", format_metric(latest.validation));
+    progress.update(latest.round + 1, detail);
+  };
+  callbacks.on_fit_done = [&] { progress.finish(); };
+  SLIPWAY_ASSIGN_OR_RETURN(auto outcome, pipeline::run_training(*store, std::move(spec), callbacks));
+  TrainResult result;
+  result.outcome = std::move(outcome);
+  return result;
+}
+
+}  // namespace
+
+int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector<std::string>& flags_given) {
+  return render(global, train(global, std::move(flags), flags_given));
+}
+
+}  // namespace slipway::cli

@@ -1,0 +1,52 @@
+// slipway versions NAME: the versions of one model.
+#include <ostream>
+
+#include "cli/cli.h"
+
+namespace slipway::cli {
+namespace {
+
+struct VersionsResult : CommandResult {
+  std::string model;
+  std::vector<registry::ModelVersion> versions;
+
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("model").value(model).key("versions").begin_array();
+    for (const auto& version : versions) {
+      json.begin_object().key("version").value(version.version).key("bundle_sha256").value(version.bundle_sha256);
+      json.key("run_id").value(version.run_id).key("creator").value(version.creator);
+      json.key("created_ms").value(version.created_ms);
+      json.key("aliases").begin_array();
+      for (const auto& alias : version.aliases) json.value(alias);
+      json.end_array().end_object();
+    }
+    json.end_array().end_object();
+  }
+
+  void write_text(std::ostream& out) const override {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& version : versions) {
+      std::string aliases;
+      for (const auto& alias : version.aliases) aliases += (aliases.empty() ? "" : ",") + alias;
+      rows.push_back({std::to_string(version.version), aliases, version.bundle_sha256.substr(0, 12), version.run_id,
+                      version.creator, format_time_ms(version.created_ms)});
+    }
+    print_table(out, {"version", "aliases", "sha256", "run", "creator", "created (UTC)"}, rows);
+  }
+};
+
+Result<VersionsResult> list_versions(const GlobalOptions& global, const std::string& model) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kReadOnly));
+  VersionsResult result;
+  result.model = model;
+  SLIPWAY_ASSIGN_OR_RETURN(result.versions, store->models().list_versions(model));
+  return result;
+}
+
+}  // namespace
+
+int run_versions(const GlobalOptions& global, const std::string& model) {
+  return render(global, list_versions(global, model));
+}
+
+}  // namespace slipway::cli

@@ -1,0 +1,56 @@
+// Model references: a bundle file, or NAME@VERSION, NAME@ALIAS or NAME (latest) in a registry.
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "slipway/pipeline.h"
+
+namespace slipway::pipeline {
+
+bool names_bundle_file(const std::string& reference) {
+  std::error_code error;
+  return reference.find('/') != std::string::npos || reference.ends_with(".slip") ||
+         std::filesystem::is_regular_file(reference, error);
+}
+
+Result<LoadedReference> resolve_reference(registry::Registry* registry, const std::string& reference) {
+  if (names_bundle_file(reference)) {
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(reference, error)) return not_found("no bundle file at '" + reference + "'");
+    // One read: the identity is hashed from the same mapping the bundle is parsed from.
+    SLIPWAY_ASSIGN_OR_RETURN(auto mapped, MappedFile::open(reference));
+    std::string sha256 = sha256_hex(mapped.bytes());
+    auto bundle = model::Bundle::parse(mapped.bytes(), sha256);
+    if (!bundle.ok()) return Status(bundle.status().code(), reference + ": " + bundle.status().message());
+    return LoadedReference{*bundle, reference, sha256};
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto parsed, registry::parse_model_reference(reference));
+  if (registry == nullptr) {
+    return failed_precondition("model reference '" + reference + "' needs a workspace to resolve it in");
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto version, registry->models().resolve(parsed.first, parsed.second));
+  SLIPWAY_ASSIGN_OR_RETURN(
+      auto bundle, model::Bundle::load(registry->artifacts().path_for(version.bundle_sha256), version.bundle_sha256));
+  return LoadedReference{bundle, version.model + "@" + std::to_string(version.version), version.bundle_sha256};
+}
+
+Result<data::Table> read_table(const std::string& path) {
+  std::int64_t started = monotonic_ns();
+  SLIPWAY_ASSIGN_OR_RETURN(auto table, data::read_csv(path));
+  log_info(fmt::format("read {}: {} rows x {} columns in {:.2f} s", path, table.row_count(), table.column_count(),
+                       static_cast<double>(monotonic_ns() - started) * 1e-9));
+  return table;
+}
+
+Result<EvaluationOutcome> evaluate_file(const LoadedReference& reference, const std::string& data_path,
+                                        const std::string& slice) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto table, read_table(data_path));
+  SLIPWAY_ASSIGN_OR_RETURN(auto evaluation, eval::evaluate(*reference.bundle, table, slice));
+  if (evaluation.rows_missing_target > 0) {
+    log_warn(fmt::format("skipped {} rows whose target '{}' is empty", evaluation.rows_missing_target,
+                         reference.bundle->manifest().target));
+  }
+  return EvaluationOutcome{reference.description, reference.sha256, data_path, std::move(evaluation)};
+}
+
+}  // namespace slipway::pipeline

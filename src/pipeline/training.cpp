@@ -1,0 +1,240 @@
+// One training run from a spec: the sequence (and what each failure leaves) is in pipeline.h.
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "slipway/pipeline.h"
+
+namespace slipway::pipeline {
+namespace {
+
+struct PreparedData {
+  data::Table train;
+  data::Table test;
+  data::LeakageReport leakage;
+  std::string split_description;
+  std::string fingerprint;
+  std::vector<std::string> excluded_columns;
+};
+
+Result<PreparedData> prepare_data(const TrainSpec& spec) {
+  PreparedData prepared;
+  SLIPWAY_ASSIGN_OR_RETURN(auto table, read_table(spec.data));
+  SLIPWAY_RETURN_IF_ERROR(table.column_index(spec.target).status());
+  if (!spec.slice.empty()) SLIPWAY_RETURN_IF_ERROR(table.column_index(spec.slice).status());
+  for (const auto& column : spec.ignore) SLIPWAY_RETURN_IF_ERROR(table.column_index(column).status());
+  prepared.excluded_columns = spec.ignore;
+  if (!spec.test_data.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(prepared.test, read_table(spec.test_data));
+    prepared.fingerprint = sha256_hex(data::fingerprint(table) + data::fingerprint(prepared.test));
+    prepared.split_description = "test file " + spec.test_data;
+    prepared.train = std::move(table);
+    return prepared;
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(data::SplitSpec split, data::parse_split_kind(spec.split));
+  split.test_fraction = spec.test_fraction;
+  split.seed = spec.seed;
+  // The time or group key identifies rows rather than describing them: not a feature.
+  if (!split.column.empty()) prepared.excluded_columns.push_back(split.column);
+  SLIPWAY_ASSIGN_OR_RETURN(data::Split rows, data::split_rows(table, split, spec.target));
+  prepared.leakage = data::check_leakage(table, rows, split);
+  prepared.split_description =
+      fmt::format("{} test_fraction={} seed={}", data::describe_split(split), split.test_fraction, split.seed);
+  prepared.fingerprint = data::fingerprint(table);
+  prepared.train = table.take_rows(rows.train_rows);
+  prepared.test = table.take_rows(rows.test_rows);
+  return prepared;
+}
+
+// A resumed run: its stored spec (keeping where it runs from `spec`) and its latest checkpoint.
+struct Resumption {
+  registry::RunRecord run;
+  std::shared_ptr<const model::Bundle> checkpoint;
+};
+
+Result<Resumption> prepare_resumption(registry::Registry& registry, TrainSpec& spec) {
+  // A resume replays the run's stored spec exactly; only where it runs may change.
+  SLIPWAY_ASSIGN_OR_RETURN(auto run, registry.runs().get(spec.resume_run));
+  if (run.status == "FINISHED") {
+    return failed_precondition("run " + run.run_id + " has finished; there is nothing to resume");
+  }
+  TrainSpec stored;
+  SLIPWAY_RETURN_IF_ERROR(load_spec_text(run.spec, "the spec of run " + run.run_id, stored));
+  stored.threads = spec.threads;
+  stored.bundle_out = spec.bundle_out;
+  stored.resume_run = spec.resume_run;
+  spec = std::move(stored);
+  SLIPWAY_ASSIGN_OR_RETURN(auto latest, registry.runs().latest_checkpoint(run.run_id));
+  if (!latest.has_value()) {
+    return failed_precondition("run " + run.run_id +
+                               " saved no checkpoint (train with --checkpoint-every N); train it again instead");
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(
+      auto bundle, model::Bundle::load(registry.artifacts().path_for(latest->bundle_sha256), latest->bundle_sha256));
+  log_info(fmt::format("resuming run {} from its checkpoint after {} rounds", run.run_id, latest->step));
+  return Resumption{std::move(run), bundle};
+}
+
+// The warm-start model. A resume continues from the very bundle the run started from, even if
+// the reference (an alias, say) has moved since; a bundle file outside the store is read again.
+Result<LoadedReference> resolve_init_model(registry::Registry& registry, const std::string& reference,
+                                           const std::optional<Resumption>& resumed) {
+  auto loaded = resolve_reference(&registry, reference);
+  if (resumed && resumed->run.params.count("init_model") != 0) {
+    const std::string& recorded = resumed->run.params.at("init_model");
+    auto at = recorded.rfind(" sha256:");
+    std::string sha256 = at == std::string::npos ? "" : recorded.substr(at + 8);
+    if (!sha256.empty() && registry.artifacts().contains(sha256)) {
+      SLIPWAY_ASSIGN_OR_RETURN(auto bundle, model::Bundle::load(registry.artifacts().path_for(sha256), sha256));
+      return LoadedReference{bundle, recorded.substr(0, at), sha256};
+    }
+  }
+  return loaded;
+}
+
+// Fits, evaluates and stores the bundle of a started run; the caller marks the run FAILED on error.
+Status fit_and_store(registry::Registry& registry, const TrainSpec& spec,
+                     const std::map<std::string, std::string>& params, PreparedData& prepared,
+                     const std::optional<LoadedReference>& init_model,
+                     const std::shared_ptr<const model::Bundle>& checkpoint, const TrainCallbacks& callbacks,
+                     TrainOutcome& outcome) {
+  const std::string& run_id = outcome.run_id;
+  train::TrainRequest request;
+  request.target = spec.target;
+  request.model_family = spec.model;
+  request.excluded_columns = prepared.excluded_columns;
+  request.params = params;
+  request.seed = spec.seed;
+  request.thread_count = spec.threads;
+  request.data_fingerprint = prepared.fingerprint;
+  request.split_description = prepared.split_description;
+  request.weight_column = spec.weight_column;
+  if (init_model) {
+    request.init_model = init_model->bundle;
+    request.init_model_reference = init_model->description + " sha256:" + init_model->sha256;
+  }
+  request.resume_from = checkpoint;
+  request.checkpoint_every = spec.checkpoint_every;
+  if (spec.checkpoint_every > 0) {
+    request.on_checkpoint = [&](const model::Bundle& bundle, int rounds_done) -> Status {
+      SLIPWAY_ASSIGN_OR_RETURN(std::string sha256, registry.artifacts().put(bundle.serialize()));
+      SLIPWAY_RETURN_IF_ERROR(registry.runs().record_checkpoint(run_id, rounds_done, sha256));
+      crash_point("train.after_checkpoint");
+      return {};
+    };
+  }
+  request.on_round = callbacks.on_round;
+  std::int64_t started = monotonic_ns();
+  auto summary = train::fit(prepared.train, request);
+  if (callbacks.on_fit_done) callbacks.on_fit_done();
+  SLIPWAY_RETURN_IF_ERROR(summary.status());
+  outcome.summary = std::move(*summary);
+  const train::TrainSummary& fitted = outcome.summary;
+  outcome.train_seconds = static_cast<double>(monotonic_ns() - started) * 1e-9;
+  log_info(fmt::format("trained {} on {} rows, {} features in {:.2f} s ({} {}{})", spec.model, fitted.rows_used,
+                       fitted.bundle->preprocessor().output_width(), outcome.train_seconds, fitted.iterations,
+                       spec.model == "gbdt" ? "rounds" : "iterations", fitted.converged ? "" : ", not converged"));
+  if (fitted.stopped_early) {
+    log_info(fmt::format("early stopping: validation {} was best at round {}; kept {} rounds", fitted.round_metric,
+                         fitted.best_round + 1, fitted.iterations));
+  }
+  if (!fitted.history.empty()) {
+    std::vector<registry::MetricRecord> records;
+    for (const auto& record : fitted.history) {
+      records.push_back({"train_" + fitted.round_metric, record.train, record.round + 1, 0});
+      if (!std::isnan(record.validation)) {
+        records.push_back({"validation_" + fitted.round_metric, record.validation, record.round + 1, 0});
+      }
+    }
+    SLIPWAY_RETURN_IF_ERROR(registry.runs().log_metric_steps(run_id, records));
+  }
+
+  SLIPWAY_ASSIGN_OR_RETURN(outcome.evaluation, eval::evaluate(*fitted.bundle, prepared.test, spec.slice));
+  const eval::Evaluation& evaluation = outcome.evaluation;
+  if (fitted.rows_dropped_missing_target + evaluation.rows_missing_target > 0) {
+    log_warn(fmt::format("dropped {} train rows and {} test rows whose target '{}' is empty",
+                         fitted.rows_dropped_missing_target, evaluation.rows_missing_target, spec.target));
+  }
+  std::map<std::string, double> test_metrics;
+  for (const auto& [name, value] : evaluation.overall.values) test_metrics["test_" + name] = value;
+  auto bundle = fitted.bundle->with_metrics(test_metrics);
+  std::vector<std::byte> bytes = bundle->serialize();
+  SLIPWAY_ASSIGN_OR_RETURN(outcome.bundle_sha256, registry.artifacts().put(bytes));
+  if (!spec.bundle_out.empty()) SLIPWAY_RETURN_IF_ERROR(write_file_atomic(spec.bundle_out, bytes));
+  std::vector<std::pair<std::string, double>> logged(test_metrics.begin(), test_metrics.end());
+  logged.emplace_back("train_rows", static_cast<double>(fitted.rows_used));
+  logged.emplace_back("test_rows", static_cast<double>(evaluation.rows));
+  logged.emplace_back("iterations", fitted.iterations);
+  if (fitted.best_round >= 0) logged.emplace_back("best_round", fitted.best_round + 1);
+  return registry.runs().log_metrics(run_id, logged);
+}
+
+}  // namespace
+
+Result<TrainOutcome> run_training(registry::Registry& registry, TrainSpec spec, const TrainCallbacks& callbacks) {
+  // 1. Check everything that can be checked before a run exists.
+  std::optional<Resumption> resumed;
+  if (!spec.resume_run.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(auto resumption, prepare_resumption(registry, spec));
+    resumed = std::move(resumption);
+  }
+  if (spec.data.empty()) return invalid_argument("--data is required (or 'data:' in the spec)");
+  if (spec.target.empty()) return invalid_argument("--target is required (or 'target:' in the spec)");
+  SLIPWAY_ASSIGN_OR_RETURN(auto params, parse_key_values(spec.params));
+  SLIPWAY_RETURN_IF_ERROR(train::resolve_parameters(spec.model, params).status());
+  if (!spec.register_as.empty()) SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(spec.register_as));
+  if (spec.model != "gbdt" && (spec.checkpoint_every > 0 || !spec.init_model.empty())) {
+    return invalid_argument("--checkpoint-every and --init-model apply to --model gbdt");
+  }
+  std::optional<LoadedReference> init_model;
+  if (!spec.init_model.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(auto loaded, resolve_init_model(registry, spec.init_model, resumed));
+    init_model = std::move(loaded);
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto prepared, prepare_data(spec));
+  if (!spec.weight_column.empty()) prepared.excluded_columns.push_back(spec.weight_column);
+
+  // 2. The run: started (or reopened), fitted, evaluated, stored, finished.
+  TrainOutcome outcome;
+  if (resumed) {
+    if (resumed->run.data_fingerprint != prepared.fingerprint) {
+      return failed_precondition("the data of run " + resumed->run.run_id +
+                                 " changed since it started (its fingerprint differs); train it again instead");
+    }
+    SLIPWAY_RETURN_IF_ERROR(registry.runs().reopen(resumed->run.run_id));
+    outcome.run_id = resumed->run.run_id;
+  } else {
+    registry::NewRun new_run;
+    new_run.experiment = spec.experiment;
+    new_run.code_version = std::string(slipway_code_version());
+    new_run.data_fingerprint = prepared.fingerprint;
+    new_run.spec = spec_yaml(spec);
+    new_run.params = params;
+    new_run.params["model"] = spec.model;
+    new_run.params["split"] = prepared.split_description;
+    if (init_model) new_run.params["init_model"] = init_model->description + " sha256:" + init_model->sha256;
+    SLIPWAY_ASSIGN_OR_RETURN(outcome.run_id, registry.runs().start(new_run));
+    log_info("run " + outcome.run_id + " started");
+  }
+  if (auto status = fit_and_store(registry, spec, params, prepared, init_model, resumed ? resumed->checkpoint : nullptr,
+                                  callbacks, outcome);
+      !status.ok()) {
+    (void)registry.runs().finish(outcome.run_id, false, "");
+    return status;
+  }
+  SLIPWAY_RETURN_IF_ERROR(registry.runs().finish(outcome.run_id, true, outcome.bundle_sha256));
+
+  // 3. Registration.
+  if (!spec.register_as.empty()) {
+    crash_point("train.before_register");
+    SLIPWAY_ASSIGN_OR_RETURN(
+        auto version, registry.models().register_version(spec.register_as, outcome.bundle_sha256, outcome.run_id));
+    outcome.registered = std::move(version);
+  }
+  outcome.split_description = prepared.split_description;
+  outcome.leakage = prepared.leakage;
+  outcome.spec = std::move(spec);
+  return outcome;
+}
+
+}  // namespace slipway::pipeline

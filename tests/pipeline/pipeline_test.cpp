@@ -1,0 +1,149 @@
+// pipeline::run_training in process: the outcome, the run and version it leaves, the contract on
+// failure; resolve_reference, evaluate_file and score_file on what it trained.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "slipway/pipeline.h"
+#include "support/test_support.h"
+
+namespace slipway::pipeline {
+namespace {
+
+using slipway::testing::data_path;
+using slipway::testing::TempDir;
+
+std::unique_ptr<registry::Registry> open_registry(const TempDir& dir) {
+  auto opened = registry::Registry::open(dir.file("home"), {.create = true});
+  EXPECT_TRUE(opened.ok()) << opened.status().message();
+  return std::move(*opened);
+}
+
+TrainSpec small_gbdt_spec() {
+  TrainSpec spec;
+  spec.data = data_path("lending_club.csv");
+  spec.target = "Class";
+  spec.model = "gbdt";
+  spec.params = {"rounds=10"};
+  spec.register_as = "lending";
+  return spec;
+}
+
+TEST(Pipeline, TrainsRegistersAndReportsTheOutcome) {
+  TempDir dir;
+  auto registry = open_registry(dir);
+  int rounds_seen = 0;
+  bool fit_done = false;
+  TrainCallbacks callbacks;
+  callbacks.on_round = [&](const train::RoundMetrics&, int) { ++rounds_seen; };
+  callbacks.on_fit_done = [&] { fit_done = true; };
+  auto outcome = run_training(*registry, small_gbdt_spec(), callbacks);
+  ASSERT_TRUE(outcome.ok()) << outcome.status().message();
+
+  EXPECT_EQ(rounds_seen, 10);
+  EXPECT_TRUE(fit_done);
+  EXPECT_FALSE(outcome->run_id.empty());
+  EXPECT_EQ(outcome->summary.iterations, 10);
+  EXPECT_GT(outcome->summary.rows_used, 0u);
+  EXPECT_GT(outcome->evaluation.rows, 0u);
+  EXPECT_EQ(outcome->summary.rows_used + outcome->evaluation.rows, 9857u);
+  double auc = 0;
+  for (const auto& [name, value] : outcome->evaluation.overall.values) {
+    if (name == "auc") auc = value;
+  }
+  EXPECT_GT(auc, 0.6);
+  EXPECT_EQ(outcome->bundle_sha256.size(), 64u);
+  ASSERT_TRUE(outcome->registered.has_value());
+  EXPECT_EQ(outcome->registered->model, "lending");
+  EXPECT_EQ(outcome->registered->version, 1);
+  EXPECT_EQ(outcome->registered->bundle_sha256, outcome->bundle_sha256);
+
+  auto run = registry->runs().get(outcome->run_id);
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  EXPECT_EQ(run->status, "FINISHED");
+  EXPECT_EQ(run->bundle_sha256, outcome->bundle_sha256);
+  EXPECT_EQ(run->params.at("model"), "gbdt");
+
+  // The stored spec replays: it reads back to the spec trained.
+  TrainSpec replayed;
+  ASSERT_TRUE(load_spec_text(run->spec, "stored spec", replayed).ok());
+  EXPECT_EQ(replayed.target, "Class");
+  EXPECT_EQ(replayed.model, "gbdt");
+  EXPECT_EQ(replayed.register_as, "lending");
+}
+
+TEST(Pipeline, AFailingSpecStartsNoRunAndRegistersNothing) {
+  TempDir dir;
+  auto registry = open_registry(dir);
+  TrainSpec spec = small_gbdt_spec();
+  spec.target = "no_such_column";
+  auto outcome = run_training(*registry, spec);
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_NE(outcome.status().message().find("no_such_column"), std::string::npos) << outcome.status().message();
+  auto runs = registry->runs().list(10);
+  ASSERT_TRUE(runs.ok());
+  EXPECT_TRUE(runs->empty());
+  auto models = registry->models().list();
+  ASSERT_TRUE(models.ok());
+  EXPECT_TRUE(models->empty());
+
+  TrainSpec no_target = small_gbdt_spec();
+  no_target.target.clear();
+  EXPECT_EQ(run_training(*registry, no_target).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(Pipeline, AFailureAfterTheRunStartsMarksItFailedAndRegistersNothing) {
+  TempDir dir;
+  auto registry = open_registry(dir);
+  TrainSpec spec = small_gbdt_spec();
+  spec.bundle_out = dir.file("no_such_folder/model.slip");  // written after the bundle is stored
+  auto outcome = run_training(*registry, spec);
+  ASSERT_FALSE(outcome.ok());
+  auto runs = registry->runs().list(10);
+  ASSERT_TRUE(runs.ok());
+  ASSERT_EQ(runs->size(), 1u);
+  EXPECT_EQ(runs->front().status, "FAILED");
+  auto models = registry->models().list();
+  ASSERT_TRUE(models.ok());
+  EXPECT_TRUE(models->empty());
+}
+
+TEST(Pipeline, ResolvesReferencesAndScoresAFile) {
+  TempDir dir;
+  auto registry = open_registry(dir);
+  TrainSpec spec = small_gbdt_spec();
+  spec.bundle_out = dir.file("model.slip");
+  auto outcome = run_training(*registry, spec);
+  ASSERT_TRUE(outcome.ok()) << outcome.status().message();
+
+  auto by_name = resolve_reference(registry.get(), "lending@1");
+  ASSERT_TRUE(by_name.ok()) << by_name.status().message();
+  EXPECT_EQ(by_name->description, "lending@1");
+  EXPECT_EQ(by_name->sha256, outcome->bundle_sha256);
+  auto latest = resolve_reference(registry.get(), "lending");
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(latest->sha256, outcome->bundle_sha256);
+
+  EXPECT_TRUE(names_bundle_file(spec.bundle_out));
+  auto by_file = resolve_reference(nullptr, spec.bundle_out);
+  ASSERT_TRUE(by_file.ok()) << by_file.status().message();
+  EXPECT_EQ(by_file->sha256, outcome->bundle_sha256);
+
+  EXPECT_EQ(resolve_reference(registry.get(), "lending@7").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(resolve_reference(nullptr, "lending@1").status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(resolve_reference(nullptr, dir.file("missing.slip")).status().code(), StatusCode::kNotFound);
+
+  auto evaluation = evaluate_file(*by_name, data_path("lending_club.csv"), "");
+  ASSERT_TRUE(evaluation.ok()) << evaluation.status().message();
+  EXPECT_EQ(evaluation->evaluation.rows, 9857u);
+
+  auto scored = score_file(*by_name, data_path("lending_club.csv"), {.out = dir.file("scores.csv")});
+  ASSERT_TRUE(scored.ok()) << scored.status().message();
+  EXPECT_EQ(scored->predictions.rows, 9857u);
+  EXPECT_EQ(scored->labels.size(), 9857u);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("scores.csv")));
+  EXPECT_EQ(scored->to_csv().substr(0, 18), "probability,label\n");
+}
+
+}  // namespace
+}  // namespace slipway::pipeline
