@@ -326,10 +326,14 @@ const ParamDeclaration& declaration_named(std::string_view name) {
   std::abort();  // a binding of an undeclared parameter: a programmer's mistake
 }
 
-// Binds the declared parameter `name` to `member`.
+// Binds the declared parameter `name` to `member` (of `inner`).
 template <typename Struct, typename Member>
 ConfigField<Struct> bound(std::string_view name, Member Struct::*member) {
   return config_field(config_key(declaration_named(name)), member);
+}
+template <typename Struct, typename Inner, typename Member>
+ConfigField<Struct> bound(std::string_view name, Inner Struct::*inner, Member Inner::*member) {
+  return config_field(config_key(declaration_named(name)), inner, member);
 }
 
 }  // namespace
@@ -351,30 +355,31 @@ const ConfigSchema<LinearParams>& linear_params_schema() {
 
 const ConfigSchema<GbdtParams>& gbdt_params_schema() {
   using P = GbdtParams;
-  static const ConfigSchema<P> kSchema("parameter", {
-                                                        bound("max_categories", &P::max_categories),
-                                                        bound("positive_class", &P::positive_class),
-                                                        bound("objective", &P::objective),
-                                                        bound("eval_metric", &P::eval_metric),
-                                                        bound("rounds", &P::rounds),
-                                                        bound("learning_rate", &P::learning_rate),
-                                                        bound("grow_policy", &P::grow_policy),
-                                                        bound("max_depth", &P::max_depth),
-                                                        bound("max_leaves", &P::max_leaves),
-                                                        bound("lambda", &P::lambda),
-                                                        bound("alpha", &P::alpha),
-                                                        bound("gamma", &P::gamma),
-                                                        bound("min_child_weight", &P::min_child_weight),
-                                                        bound("subsample", &P::subsample),
-                                                        bound("colsample_bytree", &P::colsample_bytree),
-                                                        bound("huber_slope", &P::huber_slope),
-                                                        bound("max_bin", &P::max_bin),
-                                                        bound("categorical_splits", &P::categorical_splits),
-                                                        bound("cat_smooth", &P::cat_smooth),
-                                                        bound("cat_l2", &P::cat_l2),
-                                                        bound("early_stopping_rounds", &P::early_stopping_rounds),
-                                                        bound("validation_fraction", &P::validation_fraction),
-                                                    });
+  static const ConfigSchema<P> kSchema(
+      "parameter", {
+                       bound("max_categories", &P::max_categories),
+                       bound("positive_class", &P::positive_class),
+                       bound("objective", &P::objective),
+                       bound("eval_metric", &P::eval_metric),
+                       bound("rounds", &P::tree, &GbdtOptions::rounds),
+                       bound("learning_rate", &P::tree, &GbdtOptions::learning_rate),
+                       bound("grow_policy", &P::tree, &GbdtOptions::grow_policy),
+                       bound("max_depth", &P::tree, &GbdtOptions::max_depth),
+                       bound("max_leaves", &P::tree, &GbdtOptions::max_leaves),
+                       bound("lambda", &P::tree, &GbdtOptions::lambda),
+                       bound("alpha", &P::tree, &GbdtOptions::alpha),
+                       bound("gamma", &P::tree, &GbdtOptions::gamma),
+                       bound("min_child_weight", &P::tree, &GbdtOptions::min_child_weight),
+                       bound("subsample", &P::tree, &GbdtOptions::subsample),
+                       bound("colsample_bytree", &P::tree, &GbdtOptions::colsample_bytree),
+                       bound("huber_slope", &P::tree, &GbdtOptions::huber_slope),
+                       bound("max_bin", &P::tree, &GbdtOptions::max_bin),
+                       bound("categorical_splits", &P::categorical_splits),
+                       bound("cat_smooth", &P::tree, &GbdtOptions::cat_smooth),
+                       bound("cat_l2", &P::tree, &GbdtOptions::cat_l2),
+                       bound("early_stopping_rounds", &P::tree, &GbdtOptions::early_stopping_rounds),
+                       bound("validation_fraction", &P::validation_fraction),
+                   });
   return kSchema;
 }
 

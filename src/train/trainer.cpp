@@ -203,26 +203,10 @@ Result<TreeFit> fit_trees(const data::Table& rows, const std::vector<float>& mat
                           const model::Preprocessor& preprocessor, const Labels& labels, GbdtObjective objective,
                           const GbdtParams& params, const TrainRequest& request, const model::Manifest& manifest,
                           int threads) {
-  GbdtOptions options;
+  GbdtOptions options = params.tree;
   options.objective = objective;
   options.class_count = labels.class_labels.size();
   options.metric = metric_of(params.eval_metric, objective);
-  options.rounds = params.rounds;
-  options.learning_rate = params.learning_rate;
-  options.grow_policy = params.grow_policy;
-  options.max_depth = params.max_depth;
-  options.max_leaves = params.max_leaves;
-  options.lambda = params.lambda;
-  options.alpha = params.alpha;
-  options.gamma = params.gamma;
-  options.min_child_weight = params.min_child_weight;
-  options.subsample = params.subsample;
-  options.colsample_bytree = params.colsample_bytree;
-  options.huber_slope = params.huber_slope;
-  options.cat_smooth = params.cat_smooth;
-  options.cat_l2 = params.cat_l2;
-  options.max_bin = params.max_bin;
-  options.early_stopping_rounds = params.early_stopping_rounds;
   options.checkpoint_every = request.checkpoint_every;
   options.seed = request.seed;
   options.thread_count = threads;

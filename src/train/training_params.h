@@ -27,28 +27,15 @@ struct LinearParams {
 // The choices of categorical_splits, in their declared order.
 enum class CategoricalSplits { kPartition, kOrdinal };
 
+// The boosting options are bound straight into `tree`; the rest choose the objective, labels,
+// preprocessing and validation split.
 struct GbdtParams {
+  GbdtOptions tree;  // rounds, learning_rate, grow_policy, max_depth, ... early_stopping_rounds
   std::size_t max_categories = 0;
   std::string positive_class;
   std::string objective;    // "auto" or a name of objective_definitions()
   std::string eval_metric;  // "auto" or a name of metric_definitions()
-  int rounds = 0;
-  double learning_rate = 0;
-  GrowPolicy grow_policy = GrowPolicy::kDepthwise;  // depthwise, lossguide
-  int max_depth = 0;
-  int max_leaves = 0;
-  double lambda = 0;
-  double alpha = 0;
-  double gamma = 0;
-  double min_child_weight = 0;
-  double subsample = 0;
-  double colsample_bytree = 0;
-  double huber_slope = 0;
-  int max_bin = 0;
   CategoricalSplits categorical_splits = CategoricalSplits::kOrdinal;
-  double cat_smooth = 0;
-  double cat_l2 = 0;
-  int early_stopping_rounds = 0;
   double validation_fraction = 0;
 };
 

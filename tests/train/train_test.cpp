@@ -68,10 +68,10 @@ TEST(Parameters, BindEveryDeclarationToTheFamilyStruct) {
       "gbdt",
       {{"max_depth", "4"}, {"subsample", "0.8"}, {"grow_policy", "lossguide"}, {"categorical_splits", "partition"}}));
   ASSERT_TRUE(gbdt.ok());
-  EXPECT_EQ(gbdt->max_depth, 4);
-  EXPECT_EQ(gbdt->subsample, 0.8);
-  EXPECT_EQ(gbdt->rounds, 100);
-  EXPECT_EQ(gbdt->grow_policy, GrowPolicy::kLossguide);
+  EXPECT_EQ(gbdt->tree.max_depth, 4);
+  EXPECT_EQ(gbdt->tree.subsample, 0.8);
+  EXPECT_EQ(gbdt->tree.rounds, 100);
+  EXPECT_EQ(gbdt->tree.grow_policy, GrowPolicy::kLossguide);
   EXPECT_EQ(gbdt->categorical_splits, CategoricalSplits::kPartition);
   auto linear = linear_params(*resolve_parameters("logistic", {{"standardize", "false"}, {"tolerance", "1e-9"}}));
   ASSERT_TRUE(linear.ok());
