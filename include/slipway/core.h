@@ -1,5 +1,5 @@
 // slipway/core.h — the vocabulary every module shares: errors as values, hashing, JSON output,
-// files written atomically, parallel loops, logging and clocks.
+// files written atomically, parallel loops, logging, clocks and configuration declarations.
 //
 // Nothing here depends on another Slipway module.
 #pragma once
@@ -10,11 +10,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -272,5 +274,208 @@ class Clock {
 };
 // The real clock (std::chrono::steady_clock).
 const Clock& steady_clock();
+
+// ---------------------------------------------------------------------------------------------
+// Configuration declarations. Every configuration (training parameters, serving config, ...) is
+// declared once as a list of ConfigKeys (name, type, default, range, help) bound to the members
+// of a typed struct; parsing, validation, `--help`, listings and the docs tables all come from
+// that list. See src/serve/serving_config.cpp for an example.
+
+enum class ConfigType {
+  kInt,      // an integer in [minimum, maximum]; durations are integers in their unit
+  kNumber,   // a finite number in [minimum, maximum]
+  kBool,     // true/false (also on/off, yes/no, 1/0)
+  kChoice,   // one of `choices` (with no choices: any text the caller checks itself)
+  kText,     // any text
+  kIntList,  // comma-separated integers, each in [minimum, maximum]
+};
+
+struct ConfigKey {
+  std::string name;
+  ConfigType type = ConfigType::kInt;
+  // The default as text in the form apply() reads. ConfigSchema fills it from the struct's
+  // default value when left empty.
+  std::string default_value;
+  double minimum = 0.0;              // inclusive; kInt, kNumber and every kIntList item
+  double maximum = 0.0;              // inclusive
+  std::vector<std::string> choices;  // kChoice
+  std::string help;                  // one line
+};
+
+// "integer", "number", "boolean", "choice", "text", "integer list".
+std::string_view config_type_name(ConfigType type);
+// What the key accepts, in words: "0 to 1048576", "true or false", "onehot, ordinal", "any".
+std::string config_allowed_text(const ConfigKey& key);
+// OK when `text` is a value of `key`; otherwise InvalidArgument, one sentence naming the subject,
+// key, value and what is allowed: "serving config 'instances' must be an integer from 1 to 64, not '0'".
+Status check_config_value(std::string_view subject, const ConfigKey& key, std::string_view text);
+// The InvalidArgument for a key that is not declared: lists the known keys and suggests the
+// closest one ("unknown serving config key 'max_batch'; did you mean 'max_batch_size'? the keys are: ...").
+Status unknown_config_key(std::string_view subject, std::string_view name, const std::vector<std::string>& known);
+// The name at the smallest edit distance from `typed` when it is at most a third of its length
+// (and at least 2) away; nullopt when none is that close.
+std::optional<std::string> closest_name(std::string_view typed, const std::vector<std::string>& names);
+// A Markdown table of the keys: key, type, default, allowed, description; one row per key.
+std::string config_markdown_table(const std::vector<ConfigKey>& keys);
+// The shortest decimal text that reads back as `number` (to_chars).
+std::string format_config_number(double number);
+
+namespace config_detail {
+// Parsers of text that check_config_value accepted.
+std::int64_t parse_integer(std::string_view text);
+double parse_number(std::string_view text);
+bool parse_bool(std::string_view text);
+std::vector<std::string> split_list(std::string_view text);  // on commas, items trimmed
+
+template <typename T>
+struct IsDuration : std::false_type {};
+template <typename Rep, typename Period>
+struct IsDuration<std::chrono::duration<Rep, Period>> : std::true_type {};
+template <typename T>
+struct IsVector : std::false_type {};
+template <typename T>
+struct IsVector<std::vector<T>> : std::true_type {};
+
+// Text (already checked against `key`) into a member of type T, and back.
+template <typename T>
+void read_member(T& member, const ConfigKey& key, std::string_view text) {
+  if constexpr (std::is_same_v<T, bool>) {
+    member = parse_bool(text);
+  } else if constexpr (std::is_enum_v<T>) {  // the enumerators follow key.choices
+    for (std::size_t index = 0; index < key.choices.size(); ++index) {
+      if (key.choices[index] == text) member = static_cast<T>(index);
+    }
+  } else if constexpr (std::is_integral_v<T>) {
+    member = static_cast<T>(parse_integer(text));
+  } else if constexpr (std::is_floating_point_v<T>) {
+    member = static_cast<T>(parse_number(text));
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    member = std::string(text);
+  } else if constexpr (IsDuration<T>::value) {
+    member = T(parse_integer(text));
+  } else {
+    static_assert(IsVector<T>::value && std::is_integral_v<typename T::value_type>, "unsupported member type");
+    member.clear();
+    for (const auto& item : split_list(text))
+      member.push_back(static_cast<typename T::value_type>(parse_integer(item)));
+  }
+}
+
+template <typename T>
+std::string write_member(const T& member, const ConfigKey& key) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return member ? "true" : "false";
+  } else if constexpr (std::is_enum_v<T>) {
+    return key.choices.at(static_cast<std::size_t>(member));
+  } else if constexpr (std::is_integral_v<T>) {
+    return std::to_string(member);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return format_config_number(static_cast<double>(member));
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return member;
+  } else if constexpr (IsDuration<T>::value) {
+    return std::to_string(member.count());
+  } else {
+    std::string out;
+    for (const auto& item : member) out += (out.empty() ? "" : ",") + std::to_string(item);
+    return out;
+  }
+}
+}  // namespace config_detail
+
+// A key bound to where its value lives in a Struct.
+template <typename Struct>
+struct ConfigField {
+  ConfigKey key;
+  std::function<void(Struct&, std::string_view text)> set;  // `text` already checked
+  std::function<std::string(const Struct&)> get;
+};
+
+// Binds `key` to `member` (bool, enum following key.choices, integer, floating point,
+// std::string, std::chrono::duration in its own unit, or std::vector of integers).
+template <typename Struct, typename Member>
+ConfigField<Struct> config_field(ConfigKey key, Member Struct::*member) {
+  return {
+      key,
+      [member, key](Struct& target, std::string_view text) { config_detail::read_member(target.*member, key, text); },
+      [member, key](const Struct& source) { return config_detail::write_member(source.*member, key); }};
+}
+// The same for a member of a nested struct: config_field(key, &Config::batching, &Batching::size).
+template <typename Struct, typename Inner, typename Member>
+ConfigField<Struct> config_field(ConfigKey key, Inner Struct::*inner, Member Inner::*member) {
+  return {
+      key,
+      [inner, member, key](Struct& target, std::string_view text) {
+        config_detail::read_member(target.*inner.*member, key, text);
+      },
+      [inner, member, key](const Struct& source) { return config_detail::write_member(source.*inner.*member, key); }};
+}
+
+// The declared keys of one configuration struct. Immutable after construction; safe to share
+// between threads.
+template <typename Struct>
+class ConfigSchema {
+ public:
+  // `subject` names the configuration in messages ("serving config", "parameter"). Keys
+  // without a default_value take it from `defaults`.
+  ConfigSchema(std::string subject, std::vector<ConfigField<Struct>> fields, const Struct& defaults = Struct{})
+      : subject_(std::move(subject)), fields_(std::move(fields)) {
+    for (auto& field : fields_) {
+      if (field.key.default_value.empty()) field.key.default_value = field.get(defaults);
+    }
+  }
+
+  const std::string& subject() const { return subject_; }
+  const std::vector<ConfigField<Struct>>& fields() const { return fields_; }
+  std::vector<ConfigKey> keys() const {
+    std::vector<ConfigKey> keys;
+    for (const auto& field : fields_) keys.push_back(field.key);
+    return keys;
+  }
+  std::vector<std::string> names() const {
+    std::vector<std::string> names;
+    for (const auto& field : fields_) names.push_back(field.key.name);
+    return names;
+  }
+  const ConfigField<Struct>* find(std::string_view name) const {
+    for (const auto& field : fields_) {
+      if (field.key.name == name) return &field;
+    }
+    return nullptr;
+  }
+
+  // Sets the members named in `values`. All or nothing: on an unknown key or a malformed or
+  // out-of-range value returns InvalidArgument (see check_config_value, unknown_config_key) and
+  // leaves `target` unchanged.
+  Status apply(Struct& target, const std::map<std::string, std::string>& values) const {
+    Struct updated = target;
+    for (const auto& [name, text] : values) {
+      const ConfigField<Struct>* field = find(name);
+      if (field == nullptr) return unknown_config_key(subject_, name, names());
+      Status valid = check_config_value(subject_, field->key, text);
+      if (!valid.ok()) return valid;
+      field->set(updated, text);
+    }
+    target = std::move(updated);
+    return {};
+  }
+  // Every key with its value in `source`, as text apply() reads back to the same struct.
+  std::map<std::string, std::string> values(const Struct& source) const {
+    std::map<std::string, std::string> values;
+    for (const auto& field : fields_) values[field.key.name] = field.get(source);
+    return values;
+  }
+  // The struct with every declared default applied to Struct{}.
+  Struct defaults() const {
+    Struct result{};
+    for (const auto& field : fields_) field.set(result, field.key.default_value);
+    return result;
+  }
+  std::string markdown_table() const { return config_markdown_table(keys()); }
+
+ private:
+  std::string subject_;
+  std::vector<ConfigField<Struct>> fields_;
+};
 
 }  // namespace slipway

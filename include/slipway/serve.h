@@ -72,10 +72,17 @@ struct ModelServingConfig {
   bool operator==(const ModelServingConfig&) const = default;
 };
 
-// The keys of a serving configuration, in the order `serving-config --help` lists them.
+// The declared keys of a serving configuration (name, type, default, range, help), in the order
+// `serving-config --help` lists them; the CLI flags and docs/serving-config.md come from them.
+const std::vector<ConfigKey>& serving_config_declarations();
+// Their names.
 const std::vector<std::string>& serving_config_keys();
+// docs/serving-config.md: the keys as a Markdown table.
+std::string serving_config_markdown();
 // `base` with `values` applied (keys from serving_config_keys(); lists comma-separated).
-// InvalidArgument naming the key for an unknown key, a malformed value or an inconsistent config.
+// InvalidArgument naming the key for an unknown key (with the closest key suggested), a malformed
+// or out-of-range value, or an inconsistent config (default_priority above priority_levels, a
+// preferred batch size above max_batch_size).
 Result<ModelServingConfig> apply_serving_config(ModelServingConfig base,
                                                 const std::map<std::string, std::string>& values);
 // Every key of `config` with its value, in the text apply_serving_config reads.

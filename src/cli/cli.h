@@ -49,11 +49,12 @@ int run_show(const GlobalOptions& global, const std::string& run_id);
 int run_alias(const GlobalOptions& global, const std::string& reference, const std::string& alias);
 // Serving configuration flags shared by `serve` (server-wide defaults) and `serving-config`
 // (one model): the keys of serve::serving_config_keys() given on the command line.
+// The flags are generated from serve::serving_config_declarations().
 struct ServingConfigFlags {
-  std::map<std::string, std::string> values;          // storage for every key's flag
-  std::vector<std::string> preferred_batch_sizes;     // --preferred-batch-size, repeatable
-  std::map<std::string, std::string> given() const;   // the keys set on the command line
-  std::vector<std::string> given_keys;                // filled by main.cpp after parsing
+  std::map<std::string, std::string> values;              // storage for every key's flag
+  std::map<std::string, std::vector<std::string>> lists;  // list keys: one item per repeated flag
+  std::map<std::string, std::string> given() const;       // the keys set on the command line
+  std::vector<std::string> given_keys;                    // filled by main.cpp after parsing
 };
 
 struct ServeOptions {
@@ -61,19 +62,21 @@ struct ServeOptions {
   int port = 8080;
   int threads = 0;
   int io_threads = 2;
-  std::string config_path;               // --config YAML
+  std::string config_path;                 // --config YAML
   std::vector<std::string> cached_models;  // --cache NAME: cache on for these models
   std::size_t cache_bytes = std::size_t{64} << 20;
   std::size_t memory_budget_mb = 0;
-  int max_pending = 0;  // 0: 64 per worker thread
+  int max_pending = 0;      // 0: 64 per worker thread
   int max_connections = 0;  // 0: from the open-file limit
-  bool lazy = false;   // load models on their first request instead of at start
-  bool auth = false;   // require bearer tokens
+  bool lazy = false;        // load models on their first request instead of at start
+  bool auth = false;        // require bearer tokens
 };
 int run_serve(const GlobalOptions& global, const ServeOptions& options, const ServingConfigFlags& defaults);
 // Shows the model's stored serving configuration, or stores the keys given (`reset`: replacing it).
 int run_serving_config(const GlobalOptions& global, const std::string& model, const ServingConfigFlags& flags,
                        bool reset);
+// The serving config keys as a table, or with `markdown` as docs/serving-config.md.
+int run_serving_config_keys(const GlobalOptions& global, bool markdown);
 int run_token_create(const GlobalOptions& global, const std::string& name, const std::string& role);
 int run_token_list(const GlobalOptions& global);
 int run_token_revoke(const GlobalOptions& global, const std::string& id);

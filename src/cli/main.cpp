@@ -48,6 +48,15 @@ std::optional<std::string> closest_subcommand(CLI::App& app, std::string_view ty
   return best;
 }
 
+// The flag of a serving config key: --max-batch-size for max_batch_size; a list key's flag names
+// one item (--preferred-batch-size for preferred_batch_sizes).
+std::string serving_config_flag(const slipway::ConfigKey& key) {
+  std::string name = "--" + key.name;
+  if (key.type == slipway::ConfigType::kIntList && name.back() == 's') name.pop_back();
+  std::replace(name.begin(), name.end(), '_', '-');
+  return name;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -165,29 +174,20 @@ int main(int argc, char** argv) {
   serve_command->add_flag("--auth", serve_options.auth,
                           "Require bearer tokens (`slipway token create`): predict, deploy or admin");
   ServingConfigFlags serve_defaults;
+  // One flag per declared serving config key (serve::serving_config_declarations()): --max-batch-size
+  // for max_batch_size; a list key takes one item per flag, named in the singular
+  // (--preferred-batch-size). `serve` leaves out `cache`, its --cache names models.
   auto add_serving_config_flags = [](CLI::App* command, ServingConfigFlags& flags, std::string_view scope) {
-    struct Flag {
-      const char* key;
-      const char* help;
-    };
-    static const Flag kFlags[] = {
-        {"max_batch_size", "Dynamic batching: most rows per model call (0 or 1: no batching)"},
-        {"max_queue_delay_us", "Dynamic batching: longest a request waits for its batch to fill"},
-        {"max_queue_size", "Dynamic batching: queued requests per model version before 429 (0: unbounded)"},
-        {"default_timeout_us", "Dynamic batching: queue timeout of requests without parameters.timeout (0: none)"},
-        {"priority_levels", "Dynamic batching: priority levels"},
-        {"default_priority", "Dynamic batching: priority of requests that give none"},
-        {"instances", "Dynamic batching: batches run in parallel per model version"},
-        {"idle_unload_s", "Unload a model after this many seconds without requests (0: never)"},
-        {"warmup_requests", "Predictions run when a version loads, before it takes requests"},
-    };
-    for (const auto& flag : kFlags) {
-      std::string name = std::string("--") + flag.key;
-      std::replace(name.begin(), name.end(), '_', '-');
-      command->add_option(name, flags.values[flag.key], std::string(flag.help) + std::string(scope));
+    for (const auto& key : slipway::serve::serving_config_declarations()) {
+      if (command->get_option_no_throw(serving_config_flag(key)) != nullptr) continue;
+      std::string help = key.help + " [" + std::string(slipway::config_allowed_text(key)) + "; default " +
+                         (key.default_value.empty() ? "none" : key.default_value) + "]" + std::string(scope);
+      if (key.type == slipway::ConfigType::kIntList) {
+        command->add_option(serving_config_flag(key), flags.lists[key.name], help + " (repeatable)");
+      } else {
+        command->add_option(serving_config_flag(key), flags.values[key.name], help);
+      }
     }
-    command->add_option("--preferred-batch-size", flags.preferred_batch_sizes,
-                        "Dynamic batching: a batch size to cut at (repeatable)" + std::string(scope));
   };
   add_serving_config_flags(serve_command, serve_defaults, " [default of every model]");
 
@@ -198,10 +198,13 @@ int main(int argc, char** argv) {
       app.add_subcommand("serving-config",
                          "Show or set how a model is served (batching, cache, idle unload, warm-up); stored in the "
                          "registry, picked up by running servers");
-  serving_config_command->add_option("NAME", config_model, "Model name")->required();
+  serving_config_command->add_option("NAME", config_model, "Model name (required unless --keys)");
   add_serving_config_flags(serving_config_command, model_config, "");
-  serving_config_command->add_option("--cache", model_config.values["cache"], "Response cache: true or false");
   serving_config_command->add_flag("--reset", config_reset, "Replace the stored config with the keys given");
+  bool config_keys = false;
+  bool config_markdown = false;
+  serving_config_command->add_flag("--keys", config_keys, "List the serving config keys (no NAME)");
+  serving_config_command->add_flag("--markdown", config_markdown, "With --keys: print docs/serving-config.md");
 
   std::string token_name;
   std::string token_role = "predict";
@@ -320,14 +323,12 @@ int main(int argc, char** argv) {
   if (runs_command->parsed()) return run_runs(global, limit);
   if (show_command->parsed()) return run_show(global, run_id);
   if (alias_command->parsed()) return run_alias(global, reference, alias);
-  // The serving config keys given on a command line, by their option names.
+  // The serving config keys given on a command line.
   auto given_keys = [](CLI::App* command, ServingConfigFlags& flags) {
-    for (const auto& key : slipway::serve::serving_config_keys()) {
-      if (key != "preferred_batch_sizes" && flags.values.count(key) == 0) continue;  // serve's --cache names models
-      std::string name = key == "preferred_batch_sizes" ? "--preferred-batch-size" : "--" + key;
-      std::replace(name.begin(), name.end(), '_', '-');
-      auto* option = command->get_option_no_throw(name);
-      if (option != nullptr && option->count() > 0) flags.given_keys.push_back(key);
+    for (const auto& key : slipway::serve::serving_config_declarations()) {
+      if (flags.values.count(key.name) == 0 && flags.lists.count(key.name) == 0) continue;  // serve's --cache
+      auto* option = command->get_option_no_throw(serving_config_flag(key));
+      if (option != nullptr && option->count() > 0) flags.given_keys.push_back(key.name);
     }
   };
   if (serve_command->parsed()) {
@@ -335,6 +336,11 @@ int main(int argc, char** argv) {
     return run_serve(global, serve_options, serve_defaults);
   }
   if (serving_config_command->parsed()) {
+    if (config_keys) return run_serving_config_keys(global, config_markdown);
+    if (config_model.empty()) {
+      std::cerr << "serving-config needs a model NAME (or --keys to list the keys)\n";
+      return 2;
+    }
     given_keys(serving_config_command, model_config);
     return run_serving_config(global, config_model, model_config, config_reset);
   }

@@ -24,9 +24,9 @@ std::string describe(const std::map<std::string, std::string>& values) {
 std::map<std::string, std::string> ServingConfigFlags::given() const {
   std::map<std::string, std::string> chosen;
   for (const auto& key : given_keys) {
-    if (key == "preferred_batch_sizes") {
+    if (auto list = lists.find(key); list != lists.end()) {
       std::string joined;
-      for (const auto& size : preferred_batch_sizes) joined += (joined.empty() ? "" : ",") + size;
+      for (const auto& item : list->second) joined += (joined.empty() ? "" : ",") + item;
       chosen[key] = joined;
     } else {
       chosen[key] = values.at(key);
@@ -242,6 +242,34 @@ int run_token_revoke(const GlobalOptions& global, const std::string& id) {
   if (!store.ok()) return fail(store.status());
   if (auto status = (*store)->tokens().revoke(id); !status.ok()) return fail(status);
   if (!global.json) std::cout << "token " << id << " revoked (servers refuse it within a second)\n";
+  return 0;
+}
+
+}  // namespace slipway::cli
+
+namespace slipway::cli {
+
+int run_serving_config_keys(const GlobalOptions& global, bool markdown) {
+  if (markdown) {
+    std::cout << serve::serving_config_markdown();
+    return 0;
+  }
+  const auto& keys = serve::serving_config_declarations();
+  if (global.json) {
+    JsonWriter json;
+    json.begin_object().key("keys").begin_array();
+    for (const auto& key : keys) {
+      json.begin_object().key("name").value(key.name).key("type").value(std::string(config_type_name(key.type)));
+      json.key("default").value(key.default_value).key("allowed").value(config_allowed_text(key));
+      json.key("description").value(key.help).end_object();
+    }
+    json.end_array().end_object();
+    print_json(json);
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& key : keys) rows.push_back({key.name, key.default_value, config_allowed_text(key), key.help});
+  print_table({"key", "default", "allowed", "description"}, rows);
   return 0;
 }
 

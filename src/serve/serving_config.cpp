@@ -1,94 +1,106 @@
 // Serving configuration: the key/value form stored in the registry and written in --config files.
 #include <yaml-cpp/yaml.h>
 
-#include <charconv>
-
 #include "slipway/serve.h"
 
 namespace slipway::serve {
 namespace {
 
-Result<std::int64_t> integer_value(const std::string& key, const std::string& text, std::int64_t low,
-                                   std::int64_t high) {
-  std::int64_t number = 0;
-  auto parsed = std::from_chars(text.data(), text.data() + text.size(), number);
-  if (parsed.ec != std::errc() || parsed.ptr != text.data() + text.size() || number < low || number > high) {
-    return invalid_argument("serving config '" + key + "' must be an integer from " + std::to_string(low) + " to " +
-                            std::to_string(high) + ", not '" + text + "'");
-  }
-  return number;
+constexpr double kMaxRows = 1 << 20;
+constexpr double kMaxMicroseconds = 3600.0 * 1'000'000;
+
+// Every serving config key, declared once: its parsing, validation, `serve` and
+// `serving-config` flags, `serving-config --keys` and docs/serving-config.md come from here.
+// Defaults are ModelServingConfig's.
+const ConfigSchema<ModelServingConfig>& schema() {
+  using C = ModelServingConfig;
+  using B = BatchingConfig;
+  constexpr auto kInt = ConfigType::kInt;
+  static const ConfigSchema<C> kSchema(
+      "serving config",
+      {
+          config_field({"max_batch_size",
+                        kInt,
+                        "",
+                        0,
+                        kMaxRows,
+                        {},
+                        "Dynamic batching: most rows per model call (0 or 1: no batching)"},
+                       &C::batching, &B::max_batch_size),
+          config_field(
+              {"max_queue_delay_us",
+               kInt,
+               "",
+               0,
+               kMaxMicroseconds,
+               {},
+               "Dynamic batching: longest the oldest queued request waits for its batch to fill (microseconds)"},
+              &C::batching, &B::max_queue_delay),
+          config_field({"preferred_batch_sizes",
+                        ConfigType::kIntList,
+                        "",
+                        1,
+                        kMaxRows,
+                        {},
+                        "Dynamic batching: batch sizes to cut at, no larger than max_batch_size"},
+                       &C::batching, &B::preferred_batch_sizes),
+          config_field({"max_queue_size",
+                        kInt,
+                        "",
+                        0,
+                        kMaxRows,
+                        {},
+                        "Dynamic batching: queued requests per model version before 429 (0: unbounded)"},
+                       &C::batching, &B::max_queue_size),
+          config_field({"default_timeout_us",
+                        kInt,
+                        "",
+                        0,
+                        kMaxMicroseconds,
+                        {},
+                        "Dynamic batching: queue timeout of requests without parameters.timeout (microseconds; 0: "
+                        "none)"},
+                       &C::batching, &B::default_timeout),
+          config_field({"priority_levels", kInt, "", 1, 64, {}, "Dynamic batching: priority levels"}, &C::batching,
+                       &B::priority_levels),
+          config_field({"default_priority",
+                        kInt,
+                        "",
+                        1,
+                        64,
+                        {},
+                        "Dynamic batching: priority of requests that give none (at most priority_levels)"},
+                       &C::batching, &B::default_priority),
+          config_field(
+              {"instances", kInt, "", 1, 64, {}, "Dynamic batching: batches run in parallel per model version"},
+              &C::batching, &B::instances),
+          config_field(
+              {"cache", ConfigType::kBool, "", 0, 0, {}, "Answer byte-identical JSON requests from the response cache"},
+              &C::cache),
+          config_field(
+              {"idle_unload_s",
+               kInt,
+               "",
+               0,
+               365.0 * 24 * 3600,
+               {},
+               "Unload the model after this many seconds without a request (0: never); it loads again on the next one"},
+              &C::idle_unload),
+          config_field({"warmup_requests",
+                        kInt,
+                        "",
+                        0,
+                        10'000,
+                        {},
+                        "Single-row predictions run when a version loads, before it takes requests"},
+                       &C::warmup_requests),
+      });
+  return kSchema;
 }
 
-Result<bool> boolean_value(const std::string& key, const std::string& text) {
-  if (text == "true" || text == "on" || text == "yes" || text == "1") return true;
-  if (text == "false" || text == "off" || text == "no" || text == "0") return false;
-  return invalid_argument("serving config '" + key + "' must be true or false, not '" + text + "'");
-}
-
-constexpr std::int64_t kMaxRows = 1 << 20;
-constexpr std::int64_t kMaxMicroseconds = std::int64_t{3600} * 1'000'000;
-
-}  // namespace
-
-const std::vector<std::string>& serving_config_keys() {
-  static const std::vector<std::string> keys = {
-      "max_batch_size", "max_queue_delay_us", "preferred_batch_sizes", "max_queue_size", "default_timeout_us",
-      "priority_levels", "default_priority", "instances", "cache", "idle_unload_s", "warmup_requests"};
-  return keys;
-}
-
-Result<ModelServingConfig> apply_serving_config(ModelServingConfig config,
-                                                const std::map<std::string, std::string>& values) {
-  BatchingConfig& batching = config.batching;
-  for (const auto& [key, text] : values) {
-    if (key == "max_batch_size") {
-      SLIPWAY_ASSIGN_OR_RETURN(auto rows, integer_value(key, text, 0, kMaxRows));
-      batching.max_batch_size = static_cast<std::size_t>(rows);
-    } else if (key == "max_queue_delay_us") {
-      SLIPWAY_ASSIGN_OR_RETURN(auto delay, integer_value(key, text, 0, kMaxMicroseconds));
-      batching.max_queue_delay = std::chrono::microseconds(delay);
-    } else if (key == "preferred_batch_sizes") {
-      batching.preferred_batch_sizes.clear();
-      std::size_t start = 0;
-      while (start < text.size()) {
-        std::size_t comma = text.find(',', start);
-        std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-        while (!item.empty() && item.front() == ' ') item.erase(item.begin());
-        while (!item.empty() && item.back() == ' ') item.pop_back();
-        SLIPWAY_ASSIGN_OR_RETURN(auto size, integer_value(key, item, 1, kMaxRows));
-        batching.preferred_batch_sizes.push_back(static_cast<std::size_t>(size));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
-    } else if (key == "max_queue_size") {
-      SLIPWAY_ASSIGN_OR_RETURN(auto size, integer_value(key, text, 0, kMaxRows));
-      batching.max_queue_size = static_cast<std::size_t>(size);
-    } else if (key == "default_timeout_us") {
-      SLIPWAY_ASSIGN_OR_RETURN(auto timeout, integer_value(key, text, 0, kMaxMicroseconds));
-      batching.default_timeout = std::chrono::microseconds(timeout);
-    } else if (key == "priority_levels") {
-      SLIPWAY_ASSIGN_OR_RETURN(auto levels, integer_value(key, text, 1, 64));
-      batching.priority_levels = static_cast<int>(levels);
-    } else if (key == "default_priority") {
-      SLIPWAY_ASSIGN_OR_RETURN(auto priority, integer_value(key, text, 1, 64));
-      batching.default_priority = static_cast<int>(priority);
-    } else if (key == "instances") {
-      SLIPWAY_ASSIGN_OR_RETURN(auto instances, integer_value(key, text, 1, 64));
-      batching.instances = static_cast<int>(instances);
-    } else if (key == "cache") {
-      SLIPWAY_ASSIGN_OR_RETURN(config.cache, boolean_value(key, text));
-    } else if (key == "idle_unload_s") {
-      SLIPWAY_ASSIGN_OR_RETURN(auto seconds, integer_value(key, text, 0, std::int64_t{365} * 24 * 3600));
-      config.idle_unload = std::chrono::seconds(seconds);
-    } else if (key == "warmup_requests") {
-      SLIPWAY_ASSIGN_OR_RETURN(auto count, integer_value(key, text, 0, 10'000));
-      config.warmup_requests = static_cast<int>(count);
-    } else {
-      std::string known;
-      for (const auto& name : serving_config_keys()) known += (known.empty() ? "" : ", ") + name;
-      return invalid_argument("unknown serving config key '" + key + "'; the keys are: " + known);
-    }
-  }
+// What the keys alone cannot say: how they relate.
+Status validate(const ModelServingConfig& config) {
+  const BatchingConfig& batching = config.batching;
   if (batching.default_priority > batching.priority_levels) {
     return invalid_argument("serving config default_priority (" + std::to_string(batching.default_priority) +
                             ") must not exceed priority_levels (" + std::to_string(batching.priority_levels) + ")");
@@ -99,24 +111,39 @@ Result<ModelServingConfig> apply_serving_config(ModelServingConfig config,
                               " is larger than max_batch_size " + std::to_string(batching.max_batch_size));
     }
   }
+  return {};
+}
+
+}  // namespace
+
+const std::vector<ConfigKey>& serving_config_declarations() {
+  static const std::vector<ConfigKey> keys = schema().keys();
+  return keys;
+}
+
+const std::vector<std::string>& serving_config_keys() {
+  static const std::vector<std::string> names = schema().names();
+  return names;
+}
+
+Result<ModelServingConfig> apply_serving_config(ModelServingConfig config,
+                                                const std::map<std::string, std::string>& values) {
+  SLIPWAY_RETURN_IF_ERROR(schema().apply(config, values));
+  SLIPWAY_RETURN_IF_ERROR(validate(config));
   return config;
 }
 
 std::map<std::string, std::string> serving_config_values(const ModelServingConfig& config) {
-  const BatchingConfig& batching = config.batching;
-  std::string preferred;
-  for (std::size_t size : batching.preferred_batch_sizes) preferred += (preferred.empty() ? "" : ",") + std::to_string(size);
-  return {{"max_batch_size", std::to_string(batching.max_batch_size)},
-          {"max_queue_delay_us", std::to_string(batching.max_queue_delay.count())},
-          {"preferred_batch_sizes", preferred},
-          {"max_queue_size", std::to_string(batching.max_queue_size)},
-          {"default_timeout_us", std::to_string(batching.default_timeout.count())},
-          {"priority_levels", std::to_string(batching.priority_levels)},
-          {"default_priority", std::to_string(batching.default_priority)},
-          {"instances", std::to_string(batching.instances)},
-          {"cache", config.cache ? "true" : "false"},
-          {"idle_unload_s", std::to_string(config.idle_unload.count())},
-          {"warmup_requests", std::to_string(config.warmup_requests)}};
+  return schema().values(config);
+}
+
+std::string serving_config_markdown() {
+  return "# Serving configuration\n\n"
+         "Generated by `slipway serving-config --keys --markdown` from the declarations in\n"
+         "src/serve/serving_config.cpp; a test fails when this file and the code disagree. Set them per model with\n"
+         "`slipway serving-config NAME --KEY VALUE` (stored in the registry), for every model with\n"
+         "`slipway serve --KEY VALUE`, or in the `serve --config` YAML file (see docs/api.md).\n\n" +
+         schema().markdown_table();
 }
 
 namespace {

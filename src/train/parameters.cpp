@@ -1,9 +1,11 @@
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 
 #include "slipway/train.h"
 #include "train/gbdt_metric.h"
 #include "train/gbdt_objective.h"
+#include "train/training_params.h"
 
 namespace slipway::train {
 namespace {
@@ -24,46 +26,18 @@ bool applies_to(const ParamDeclaration& declaration, const std::string& family) 
   return false;
 }
 
-Status validate(const ParamDeclaration& declaration, const std::string& value) {
-  auto range_text = [&] {
-    auto format = [](double number) {
-      char buffer[32];
-      auto result = std::to_chars(buffer, buffer + sizeof buffer, number);
-      return std::string(buffer, result.ptr);
-    };
-    return "[" + format(declaration.minimum) + ", " + format(declaration.maximum) + "]";
-  };
-  switch (declaration.type) {
-    case ParamType::kChoice:
-      for (const auto& choice : declaration.choices) {
-        if (value == choice) return {};
-      }
-      return invalid_argument("parameter '" + declaration.name + "' must be one of " + join(declaration.choices, ", ") +
-                              ", got '" + value + "'");
-    case ParamType::kInt: {
-      long long number = 0;
-      auto result = std::from_chars(value.data(), value.data() + value.size(), number);
-      if (result.ec != std::errc() || result.ptr != value.data() + value.size()) {
-        return invalid_argument("parameter '" + declaration.name + "' must be an integer, got '" + value + "'");
-      }
-      if (static_cast<double>(number) < declaration.minimum || static_cast<double>(number) > declaration.maximum) {
-        return invalid_argument("parameter '" + declaration.name + "' must be in " + range_text() + ", got " + value);
-      }
-      return {};
-    }
-    case ParamType::kDouble: {
-      double number = 0;
-      auto result = std::from_chars(value.data(), value.data() + value.size(), number);
-      if (result.ec != std::errc() || result.ptr != value.data() + value.size() || !std::isfinite(number)) {
-        return invalid_argument("parameter '" + declaration.name + "' must be a number, got '" + value + "'");
-      }
-      if (number < declaration.minimum || number > declaration.maximum) {
-        return invalid_argument("parameter '" + declaration.name + "' must be in " + range_text() + ", got " + value);
-      }
-      return {};
-    }
-  }
-  return {};
+ConfigKey config_key(const ParamDeclaration& declaration) {
+  ConfigKey key;
+  key.name = declaration.name;
+  key.type = declaration.type == ParamType::kInt      ? ConfigType::kInt
+             : declaration.type == ParamType::kDouble ? ConfigType::kNumber
+                                                      : ConfigType::kChoice;
+  key.default_value = declaration.default_value;
+  key.minimum = declaration.minimum;
+  key.maximum = declaration.maximum;
+  key.choices = declaration.choices;
+  key.help = declaration.description;
+  return key;
 }
 
 // "auto" and then every name of an objective or metric table, in table order: a new objective
@@ -301,8 +275,8 @@ Result<std::map<std::string, std::string>> resolve_parameters(const std::string&
     if (!applies_to(*match, family)) {
       return invalid_argument("parameter '" + name + "' does not apply to model '" + family + "'");
     }
-    // positive_class names a label, which only the data can check.
-    if (name != "positive_class") SLIPWAY_RETURN_IF_ERROR(validate(*match, value));
+    // positive_class declares no choices (it names a label, which only the data can check).
+    SLIPWAY_RETURN_IF_ERROR(check_config_value("parameter", config_key(*match), value));
     resolved[name] = value;
   }
   return resolved;
@@ -341,6 +315,84 @@ std::string parameters_markdown() {
            declaration.default_value + "` | " + allowed + " | " + declaration.description + " |\n";
   }
   return out;
+}
+
+namespace {
+
+const ParamDeclaration& declaration_named(std::string_view name) {
+  for (const auto& declaration : parameter_declarations()) {
+    if (declaration.name == name) return declaration;
+  }
+  std::abort();  // a binding of an undeclared parameter: a programmer's mistake
+}
+
+// Binds the declared parameter `name` to `member` (of `inner`).
+template <typename Struct, typename Member>
+ConfigField<Struct> bound(std::string_view name, Member Struct::*member) {
+  return config_field(config_key(declaration_named(name)), member);
+}
+template <typename Struct, typename Inner, typename Member>
+ConfigField<Struct> bound(std::string_view name, Inner Struct::*inner, Member Inner::*member) {
+  return config_field(config_key(declaration_named(name)), inner, member);
+}
+
+}  // namespace
+
+const ConfigSchema<LinearParams>& linear_params_schema() {
+  using P = LinearParams;
+  static const ConfigSchema<P> kSchema("parameter", {
+                                                        bound("l2", &P::l2),
+                                                        bound("max_iterations", &P::max_iterations),
+                                                        bound("tolerance", &P::tolerance),
+                                                        bound("lbfgs_history", &P::lbfgs_history),
+                                                        bound("categorical_encoding", &P::categorical_encoding),
+                                                        bound("max_categories", &P::max_categories),
+                                                        bound("standardize", &P::standardize),
+                                                        bound("positive_class", &P::positive_class),
+                                                    });
+  return kSchema;
+}
+
+const ConfigSchema<GbdtParams>& gbdt_params_schema() {
+  using P = GbdtParams;
+  static const ConfigSchema<P> kSchema(
+      "parameter", {
+                       bound("max_categories", &P::max_categories),
+                       bound("positive_class", &P::positive_class),
+                       bound("objective", &P::objective),
+                       bound("eval_metric", &P::eval_metric),
+                       bound("rounds", &P::tree, &GbdtOptions::rounds),
+                       bound("learning_rate", &P::tree, &GbdtOptions::learning_rate),
+                       bound("grow_policy", &P::tree, &GbdtOptions::grow_policy),
+                       bound("max_depth", &P::tree, &GbdtOptions::max_depth),
+                       bound("max_leaves", &P::tree, &GbdtOptions::max_leaves),
+                       bound("lambda", &P::tree, &GbdtOptions::lambda),
+                       bound("alpha", &P::tree, &GbdtOptions::alpha),
+                       bound("gamma", &P::tree, &GbdtOptions::gamma),
+                       bound("min_child_weight", &P::tree, &GbdtOptions::min_child_weight),
+                       bound("subsample", &P::tree, &GbdtOptions::subsample),
+                       bound("colsample_bytree", &P::tree, &GbdtOptions::colsample_bytree),
+                       bound("huber_slope", &P::tree, &GbdtOptions::huber_slope),
+                       bound("max_bin", &P::tree, &GbdtOptions::max_bin),
+                       bound("categorical_splits", &P::categorical_splits),
+                       bound("cat_smooth", &P::tree, &GbdtOptions::cat_smooth),
+                       bound("cat_l2", &P::tree, &GbdtOptions::cat_l2),
+                       bound("early_stopping_rounds", &P::tree, &GbdtOptions::early_stopping_rounds),
+                       bound("validation_fraction", &P::validation_fraction),
+                   });
+  return kSchema;
+}
+
+Result<LinearParams> linear_params(const std::map<std::string, std::string>& resolved) {
+  LinearParams params = linear_params_schema().defaults();
+  SLIPWAY_RETURN_IF_ERROR(linear_params_schema().apply(params, resolved));
+  return params;
+}
+
+Result<GbdtParams> gbdt_params(const std::map<std::string, std::string>& resolved) {
+  GbdtParams params = gbdt_params_schema().defaults();
+  SLIPWAY_RETURN_IF_ERROR(gbdt_params_schema().apply(params, resolved));
+  return params;
 }
 
 }  // namespace slipway::train

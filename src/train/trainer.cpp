@@ -10,6 +10,7 @@
 #include "train/gbdt_objective.h"
 #include "train/gbdt_trainer.h"
 #include "train/linear_trainer.h"
+#include "train/training_params.h"
 
 namespace slipway::train {
 namespace {
@@ -200,28 +201,12 @@ struct TreeFit {
 
 Result<TreeFit> fit_trees(const data::Table& rows, const std::vector<float>& matrix,
                           const model::Preprocessor& preprocessor, const Labels& labels, GbdtObjective objective,
-                          const std::map<std::string, std::string>& params, const TrainRequest& request,
-                          const model::Manifest& manifest, int threads) {
-  GbdtOptions options;
+                          const GbdtParams& params, const TrainRequest& request, const model::Manifest& manifest,
+                          int threads) {
+  GbdtOptions options = params.tree;
   options.objective = objective;
   options.class_count = labels.class_labels.size();
-  options.metric = metric_of(params.at("eval_metric"), objective);
-  options.rounds = std::stoi(params.at("rounds"));
-  options.learning_rate = std::stod(params.at("learning_rate"));
-  options.grow_policy = params.at("grow_policy") == "lossguide" ? GrowPolicy::kLossguide : GrowPolicy::kDepthwise;
-  options.max_depth = std::stoi(params.at("max_depth"));
-  options.max_leaves = std::stoi(params.at("max_leaves"));
-  options.lambda = std::stod(params.at("lambda"));
-  options.alpha = std::stod(params.at("alpha"));
-  options.gamma = std::stod(params.at("gamma"));
-  options.min_child_weight = std::stod(params.at("min_child_weight"));
-  options.subsample = std::stod(params.at("subsample"));
-  options.colsample_bytree = std::stod(params.at("colsample_bytree"));
-  options.huber_slope = std::stod(params.at("huber_slope"));
-  options.cat_smooth = std::stod(params.at("cat_smooth"));
-  options.cat_l2 = std::stod(params.at("cat_l2"));
-  options.max_bin = std::stoi(params.at("max_bin"));
-  options.early_stopping_rounds = std::stoi(params.at("early_stopping_rounds"));
+  options.metric = metric_of(params.eval_metric, objective);
   options.checkpoint_every = request.checkpoint_every;
   options.seed = request.seed;
   options.thread_count = threads;
@@ -231,7 +216,7 @@ Result<TreeFit> fit_trees(const data::Table& rows, const std::vector<float>& mat
   if (options.max_depth == 0 && options.max_leaves == 0) {
     return invalid_argument("max_depth=0 and max_leaves=0 would grow trees without limit; set one of them");
   }
-  if (params.at("categorical_splits") == "partition") {
+  if (params.categorical_splits == CategoricalSplits::kPartition) {
     for (const auto& feature : preprocessor.features()) {
       options.categorical.push_back(feature.type == data::ColumnType::kCategorical);
     }
@@ -250,7 +235,7 @@ Result<TreeFit> fit_trees(const data::Table& rows, const std::vector<float>& mat
   GbdtMatrix validation;
   bool with_validation = options.early_stopping_rounds > 0;
   if (with_validation) {
-    double fraction = std::stod(params.at("validation_fraction"));
+    double fraction = params.validation_fraction;
     std::uint64_t state = request.seed ^ 0x76616c6964617465ULL;
     for (std::size_t row = 0; row < rows.row_count(); ++row) {
       std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
@@ -330,6 +315,15 @@ Result<std::string> choose_positive_label(const std::vector<std::string>& labels
 
 Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) {
   SLIPWAY_ASSIGN_OR_RETURN(auto params, resolve_parameters(request.model_family, request.params));
+  // The same values as typed structs: gbdt's or logistic/linear's (the other keeps its defaults).
+  bool gbdt = request.model_family == "gbdt";
+  GbdtParams tree_parameters;
+  LinearParams linear_parameters;
+  if (gbdt) {
+    SLIPWAY_ASSIGN_OR_RETURN(tree_parameters, gbdt_params(params));
+  } else {
+    SLIPWAY_ASSIGN_OR_RETURN(linear_parameters, linear_params(params));
+  }
   SLIPWAY_ASSIGN_OR_RETURN(std::size_t target_index, table.column_index(request.target));
   const data::Column& target = table.column(target_index);
 
@@ -343,11 +337,10 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
     return invalid_argument("the target '" + request.target + "' cannot also be a feature");
   }
 
-  bool gbdt = request.model_family == "gbdt";
   bool classification = request.model_family == "logistic";
   bool multiclass = false;
   if (gbdt) {
-    const std::string& objective = params.at("objective");
+    const std::string& objective = tree_parameters.objective;
     multiclass = objective == "multi:softmax" || (objective == "auto" && many_valued_text(target));
     classification = multiclass || objective == "binary:logistic" || (objective == "auto" && two_valued(target));
   } else if (request.init_model != nullptr || request.resume_from != nullptr) {
@@ -360,14 +353,15 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
   if (multiclass) {
     SLIPWAY_ASSIGN_OR_RETURN(labels, multiclass_labels(target));
   } else if (classification) {
-    SLIPWAY_ASSIGN_OR_RETURN(labels, binary_labels(target, params.at("positive_class")));
+    SLIPWAY_ASSIGN_OR_RETURN(
+        labels, binary_labels(target, gbdt ? tree_parameters.positive_class : linear_parameters.positive_class));
   } else {
     SLIPWAY_ASSIGN_OR_RETURN(labels, regression_labels(target));
   }
   data::Table rows = table.take_rows(labels.kept_rows);
 
   model::PreprocessOptions preprocess_options;
-  preprocess_options.max_categories = std::stoul(params.at("max_categories"));
+  preprocess_options.max_categories = gbdt ? tree_parameters.max_categories : linear_parameters.max_categories;
   if (gbdt) {
     // Trees take numbers as they are, route missing values themselves, and split categories on
     // their codes (natively, or as ordered numbers with categorical_splits=ordinal). A code
@@ -377,9 +371,8 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
     preprocess_options.impute_missing = false;
     preprocess_options.max_categories = std::min<std::size_t>(preprocess_options.max_categories, 253);
   } else {
-    preprocess_options.encoding = params.at("categorical_encoding") == "ordinal" ? model::CategoricalEncoding::kOrdinal
-                                                                                 : model::CategoricalEncoding::kOneHot;
-    preprocess_options.standardize = params.at("standardize") == "true";
+    preprocess_options.encoding = linear_parameters.categorical_encoding;
+    preprocess_options.standardize = linear_parameters.standardize;
   }
   model::Preprocessor preprocessor;
   if (request.init_model != nullptr) {
@@ -423,19 +416,19 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
   TreeFit trees;
   if (gbdt) {
     SLIPWAY_ASSIGN_OR_RETURN(trees, fit_trees(rows, matrix, preprocessor, labels,
-                                              objective_of(params.at("objective"), classification, multiclass), params,
-                                              request, manifest, threads));
+                                              objective_of(tree_parameters.objective, classification, multiclass),
+                                              tree_parameters, request, manifest, threads));
     fitted = trees.details.model;
     iterations = trees.details.rounds;
   } else {
     if (!request.weight_column.empty()) return invalid_argument("row weights apply to gbdt models only (for now)");
     LbfgsOptions lbfgs;
-    lbfgs.max_iterations = std::stoi(params.at("max_iterations"));
-    lbfgs.history = std::stoi(params.at("lbfgs_history"));
-    lbfgs.gradient_tolerance = std::stod(params.at("tolerance"));
-    LinearFit linear = fit_linear(matrix, rows.row_count(), preprocessor.output_width(), labels.values,
-                                  classification ? LinearLoss::kLogistic : LinearLoss::kSquared,
-                                  std::stod(params.at("l2")), lbfgs, threads);
+    lbfgs.max_iterations = linear_parameters.max_iterations;
+    lbfgs.history = linear_parameters.lbfgs_history;
+    lbfgs.gradient_tolerance = linear_parameters.tolerance;
+    LinearFit linear =
+        fit_linear(matrix, rows.row_count(), preprocessor.output_width(), labels.values,
+                   classification ? LinearLoss::kLogistic : LinearLoss::kSquared, linear_parameters.l2, lbfgs, threads);
     iterations = linear.iterations;
     converged = linear.converged;
     fitted = std::make_shared<model::LinearModel>(std::move(linear.weights), linear.bias);
@@ -450,7 +443,7 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
   if (gbdt) {
     summary.history = std::move(trees.details.history);
     summary.round_metric = std::string(metric_name(
-        metric_of(params.at("eval_metric"), objective_of(params.at("objective"), classification, multiclass))));
+        metric_of(tree_parameters.eval_metric, objective_of(tree_parameters.objective, classification, multiclass))));
     summary.best_round = trees.details.best_round;
     summary.stopped_early = trees.details.stopped_early;
     summary.validation_rows = trees.validation_rows;

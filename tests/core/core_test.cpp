@@ -88,3 +88,119 @@ TEST(RandomHex, HasRequestedLengthAndVaries) {
 
 }  // namespace
 }  // namespace slipway
+
+namespace slipway {
+namespace {
+
+enum class Shape { kRound, kSquare };
+
+struct Nested {
+  int depth = 3;
+};
+
+struct Example {
+  int count = 4;
+  double rate = 0.5;
+  bool enabled = false;
+  Shape shape = Shape::kRound;
+  std::string label = "x";
+  std::vector<std::size_t> sizes;
+  std::chrono::microseconds delay{250};
+  Nested nested;
+};
+
+const ConfigSchema<Example>& example_schema() {
+  static const ConfigSchema<Example> schema(
+      "example config",
+      {
+          config_field({"count", ConfigType::kInt, "", 0, 10, {}, "How many."}, &Example::count),
+          config_field({"rate", ConfigType::kNumber, "", 0, 1, {}, "How fast."}, &Example::rate),
+          config_field({"enabled", ConfigType::kBool, "", 0, 0, {}, "Whether."}, &Example::enabled),
+          config_field({"shape", ConfigType::kChoice, "", 0, 0, {"round", "square"}, "Which."}, &Example::shape),
+          config_field({"label", ConfigType::kText, "", 0, 0, {}, "Named."}, &Example::label),
+          config_field({"sizes", ConfigType::kIntList, "", 1, 64, {}, "Sizes."}, &Example::sizes),
+          config_field({"delay_us", ConfigType::kInt, "", 0, 1'000'000, {}, "Wait."}, &Example::delay),
+          config_field({"depth", ConfigType::kInt, "", 1, 8, {}, "Deep."}, &Example::nested, &Nested::depth),
+      });
+  return schema;
+}
+
+TEST(ConfigSchema, DefaultsComeFromTheStruct) {
+  const auto& schema = example_schema();
+  EXPECT_EQ(schema.find("count")->key.default_value, "4");
+  EXPECT_EQ(schema.find("rate")->key.default_value, "0.5");
+  EXPECT_EQ(schema.find("shape")->key.default_value, "round");
+  EXPECT_EQ(schema.find("delay_us")->key.default_value, "250");
+  Example defaults = schema.defaults();
+  EXPECT_EQ(schema.values(defaults), schema.values(Example{}));
+}
+
+TEST(ConfigSchema, AppliesAndRoundTrips) {
+  const auto& schema = example_schema();
+  Example example;
+  ASSERT_TRUE(schema
+                  .apply(example, {{"count", "7"},
+                                   {"rate", "0.125"},
+                                   {"enabled", "on"},
+                                   {"shape", "square"},
+                                   {"label", "hello world"},
+                                   {"sizes", "8, 16,32"},
+                                   {"delay_us", "1000"},
+                                   {"depth", "5"}})
+                  .ok());
+  EXPECT_EQ(example.count, 7);
+  EXPECT_EQ(example.rate, 0.125);
+  EXPECT_TRUE(example.enabled);
+  EXPECT_EQ(example.shape, Shape::kSquare);
+  EXPECT_EQ(example.label, "hello world");
+  EXPECT_EQ(example.sizes, (std::vector<std::size_t>{8, 16, 32}));
+  EXPECT_EQ(example.delay, std::chrono::microseconds(1000));
+  EXPECT_EQ(example.nested.depth, 5);
+  auto values = schema.values(example);
+  EXPECT_EQ(values.at("sizes"), "8,16,32");
+  EXPECT_EQ(values.at("enabled"), "true");
+  Example again;
+  ASSERT_TRUE(schema.apply(again, values).ok());
+  EXPECT_EQ(schema.values(again), values);
+}
+
+TEST(ConfigSchema, UnknownKeySuggestsTheClosest) {
+  Example example;
+  Status status = example_schema().apply(example, {{"cuont", "1"}});
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "unknown example config key 'cuont'; did you mean 'count'? the keys are: count, rate, enabled, shape, "
+            "label, sizes, delay_us, depth");
+  Status far = example_schema().apply(example, {{"zzzzzzzz", "1"}});
+  EXPECT_EQ(far.message().find("did you mean"), std::string::npos) << far.message();
+}
+
+TEST(ConfigSchema, RefusesMalformedAndOutOfRangeValuesWithoutChangingAnything) {
+  const auto& schema = example_schema();
+  Example example;
+  Status range = schema.apply(example, {{"count", "11"}, {"rate", "0.25"}});
+  EXPECT_EQ(range.message(), "example config 'count' must be an integer from 0 to 10, not '11'");
+  EXPECT_EQ(example.rate, 0.5);  // all or nothing
+  EXPECT_EQ(schema.apply(example, {{"rate", "fast"}}).message(),
+            "example config 'rate' must be a number from 0 to 1, not 'fast'");
+  EXPECT_EQ(schema.apply(example, {{"enabled", "maybe"}}).message(),
+            "example config 'enabled' must be true or false, not 'maybe'");
+  EXPECT_EQ(schema.apply(example, {{"shape", "oval"}}).message(),
+            "example config 'shape' must be one of round, square, not 'oval'");
+  EXPECT_EQ(schema.apply(example, {{"sizes", "8,0"}}).message(),
+            "example config 'sizes' must be a comma-separated list of integers from 1 to 64, not '8,0'");
+  EXPECT_FALSE(schema.apply(example, {{"count", "3.5"}}).ok());
+  EXPECT_FALSE(schema.apply(example, {{"rate", "nan"}}).ok());
+}
+
+TEST(ConfigSchema, MarkdownTableHasOneRowPerKey) {
+  std::string table = example_schema().markdown_table();
+  EXPECT_EQ(table.rfind("| key | type | default | allowed | description |\n|---|---|---|---|---|\n", 0), 0u);
+  EXPECT_NE(table.find("| `count` | integer | `4` | 0 to 10 | How many. |\n"), std::string::npos) << table;
+  EXPECT_NE(table.find("| `shape` | choice | `round` | round, square | Which. |\n"), std::string::npos);
+  EXPECT_NE(table.find("| `sizes` | integer list | (none) | integers from 1 to 64, comma-separated | Sizes. |\n"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace slipway

@@ -105,6 +105,8 @@ TEST(ServingConfig, ParsesValidatesAndRoundTrips) {
 
   auto unknown = apply_serving_config({}, {{"max_batch", "4"}});
   EXPECT_NE(unknown.status().message().find("unknown serving config key 'max_batch'"), std::string::npos);
+  EXPECT_NE(unknown.status().message().find("did you mean 'max_batch_size'?"), std::string::npos)
+      << unknown.status().message();
   auto negative = apply_serving_config({}, {{"max_queue_size", "-1"}});
   EXPECT_NE(negative.status().message().find("'max_queue_size' must be an integer from 0"), std::string::npos);
   auto preferred = apply_serving_config({}, {{"max_batch_size", "8"}, {"preferred_batch_sizes", "16"}});
@@ -133,8 +135,7 @@ TEST(ServingConfig, ReadsTheConfigFile) {
 TEST_F(LifecycleTest, RegistryServingConfigAppliesToARunningServer) {
   Service service(*store_, fast_refresh());
   ASSERT_EQ(infer(service).status, 200);
-  EXPECT_NE(service.handle("GET", "/v2/models/credit/config", "").body.find("\"max_batch_size\":0"),
-            std::string::npos);
+  EXPECT_NE(service.handle("GET", "/v2/models/credit/config", "").body.find("\"max_batch_size\":0"), std::string::npos);
   ASSERT_TRUE(
       store_->serving_configs().set("credit", {{"max_batch_size", "16"}, {"max_queue_delay_us", "300"}}, false).ok());
   // The new configuration loads beside the old one and takes over once ready.
@@ -230,11 +231,10 @@ TEST_F(LifecycleTest, IdleModelsUnloadAndComeBackOnTheNextRequest) {
   Service service(*store_, fast_refresh());
   ASSERT_EQ(infer(service).status, 200);
   EXPECT_EQ(metric_value(service.metrics_text(), "slipway_models_loaded"), 1);
-  ASSERT_TRUE(eventually([&] { return metric_value(service.metrics_text(), "slipway_models_loaded") == 0; }) ||
-              [&] {
-                std::this_thread::sleep_for(1500ms);
-                return metric_value(service.metrics_text(), "slipway_models_loaded") == 0;
-              }());
+  ASSERT_TRUE(eventually([&] { return metric_value(service.metrics_text(), "slipway_models_loaded") == 0; }) || [&] {
+    std::this_thread::sleep_for(1500ms);
+    return metric_value(service.metrics_text(), "slipway_models_loaded") == 0;
+  }());
   EXPECT_EQ(metric_value(service.metrics_text(), "slipway_model_unloads_total", "reason=\"idle\""), 1);
   std::string index = service.handle("POST", "/v2/repository/index", "").body;
   EXPECT_NE(index.find("\"state\":\"UNAVAILABLE\",\"reason\":\"not loaded; it loads on its first request\""),
@@ -272,8 +272,9 @@ TEST_F(LifecycleTest, MemoryBudgetUnloadsTheLeastRecentlyUsed) {
 TEST_F(LifecycleTest, RepositoryApiLoadsAndUnloads) {
   Service service(*store_, fast_refresh());
   std::string index = service.handle("POST", "/v2/repository/index", "{}").body;
-  EXPECT_EQ(index, "[{\"name\":\"credit\",\"state\":\"UNAVAILABLE\",\"reason\":\"not loaded; it loads on its first "
-                   "request\"}]");
+  EXPECT_EQ(index,
+            "[{\"name\":\"credit\",\"state\":\"UNAVAILABLE\",\"reason\":\"not loaded; it loads on its first "
+            "request\"}]");
   EXPECT_EQ(service.handle("POST", "/v2/repository/index", "{\"ready\":true}").body, "[]");
   EXPECT_EQ(service.handle("POST", "/v2/repository/models/credit/load", "").status, 200);
   EXPECT_EQ(service.handle("POST", "/v2/repository/index", "{\"ready\":true}").body,
@@ -331,6 +332,18 @@ TEST_F(LifecycleTest, BearerTokensWithRoles) {
     EXPECT_EQ(token.token_sha256.size(), 64u);
     EXPECT_NE(token.token_sha256, predict->secret);  // only the hash is stored
   }
+}
+
+TEST(ServingConfig, DeclarationsMatchTheStructDefaults) {
+  // The declared defaults are the struct's, so the docs table tells what an empty config does.
+  std::map<std::string, std::string> defaults;
+  for (const auto& key : serving_config_declarations()) defaults[key.name] = key.default_value;
+  EXPECT_EQ(defaults, serving_config_values(ModelServingConfig{}));
+  EXPECT_EQ(serving_config_keys().size(), serving_config_declarations().size());
+  EXPECT_NE(serving_config_markdown().find("| `max_batch_size` | integer | `0` | 0 to 1048576 |"), std::string::npos);
+  auto applied = apply_serving_config({}, defaults);
+  ASSERT_TRUE(applied.ok()) << applied.status().message();
+  EXPECT_EQ(*applied, ModelServingConfig{});
 }
 
 }  // namespace

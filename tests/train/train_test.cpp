@@ -5,10 +5,12 @@
 #include <fstream>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "slipway/eval.h"
 #include "slipway/train.h"
 #include "support/test_support.h"
+#include "train/training_params.h"
 
 namespace slipway::train {
 namespace {
@@ -44,6 +46,40 @@ TEST(Parameters, ValidateNamesTypesAndRanges) {
   EXPECT_FALSE(resolve_parameters("forest", {}).ok());
   EXPECT_EQ(resolve_parameters("linear", {{"max_iterations", "30"}})->at("max_iterations"), "30");
   EXPECT_NE(parameters_markdown().find("| `l2` |"), std::string::npos);
+  EXPECT_EQ(resolve_parameters("gbdt", {{"max_depth", "40"}}).status().message(),
+            "parameter 'max_depth' must be an integer from 0 to 32, not '40'");
+}
+
+// Every declared parameter of a family is bound to a member of that family's struct, and the
+// typed values are the resolved text's.
+TEST(Parameters, BindEveryDeclarationToTheFamilyStruct) {
+  auto bound_names = [](const std::vector<std::string>& names) {
+    return std::set<std::string>(names.begin(), names.end());
+  };
+  for (const std::string family : {"logistic", "linear", "gbdt"}) {
+    auto resolved = resolve_parameters(family, {});
+    ASSERT_TRUE(resolved.ok());
+    std::set<std::string> declared;
+    for (const auto& entry : *resolved) declared.insert(entry.first);
+    auto bound = bound_names(family == "gbdt" ? gbdt_params_schema().names() : linear_params_schema().names());
+    for (const auto& name : declared) EXPECT_TRUE(bound.count(name)) << family << " does not bind " << name;
+  }
+  auto gbdt = gbdt_params(*resolve_parameters(
+      "gbdt",
+      {{"max_depth", "4"}, {"subsample", "0.8"}, {"grow_policy", "lossguide"}, {"categorical_splits", "partition"}}));
+  ASSERT_TRUE(gbdt.ok());
+  EXPECT_EQ(gbdt->tree.max_depth, 4);
+  EXPECT_EQ(gbdt->tree.subsample, 0.8);
+  EXPECT_EQ(gbdt->tree.rounds, 100);
+  EXPECT_EQ(gbdt->tree.grow_policy, GrowPolicy::kLossguide);
+  EXPECT_EQ(gbdt->categorical_splits, CategoricalSplits::kPartition);
+  auto linear = linear_params(*resolve_parameters("logistic", {{"standardize", "false"}, {"tolerance", "1e-9"}}));
+  ASSERT_TRUE(linear.ok());
+  EXPECT_FALSE(linear->standardize);
+  EXPECT_EQ(linear->tolerance, 1e-9);
+  EXPECT_EQ(linear->l2, 1.0);
+  EXPECT_EQ(linear->categorical_encoding, model::CategoricalEncoding::kOneHot);
+  EXPECT_EQ(linear->max_categories, 100u);
 }
 
 TEST(PositiveLabel, PrefersConventionsThenTheRarerClass) {
