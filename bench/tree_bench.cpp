@@ -76,9 +76,10 @@ void BM_TreeBatch100k(benchmark::State& state) {
     slipway::parallel_for(tasks, threads, [&](std::size_t task) {
       std::size_t begin = task * kRowsPerTask;
       std::size_t rows = std::min(kRowsPerTask, f.row_count - begin);
-      auto predictions = f.bundle->predict_preprocessed(
-          std::span<const float>(f.rows).subspan(begin * width, rows * width), rows);
-      std::copy(predictions.scores.begin(), predictions.scores.end(), scores.begin() + static_cast<std::ptrdiff_t>(begin));
+      auto predictions =
+          f.bundle->predict_preprocessed(std::span<const float>(f.rows).subspan(begin * width, rows * width), rows);
+      std::copy(predictions.scores.begin(), predictions.scores.end(),
+                scores.begin() + static_cast<std::ptrdiff_t>(begin));
     });
     benchmark::DoNotOptimize(scores.data());
   }

@@ -101,6 +101,8 @@ class [[nodiscard]] Result {
     if (!slipway_status_.ok()) return slipway_status_; \
   } while (false)
 
+// `lhs` may be a declaration (`auto table`), so it cannot be parenthesized.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define SLIPWAY_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                                  \
   if (!tmp.ok()) return tmp.status();                 \
@@ -109,6 +111,7 @@ class [[nodiscard]] Result {
 // SLIPWAY_ASSIGN_OR_RETURN(auto table, read_csv(path));
 #define SLIPWAY_ASSIGN_OR_RETURN(lhs, expr) \
   SLIPWAY_ASSIGN_OR_RETURN_IMPL(SLIPWAY_CONCAT(slipway_result_, __LINE__), lhs, expr)
+// NOLINTEND(bugprone-macro-parentheses)
 
 // ---------------------------------------------------------------------------------------------
 // Build identity.

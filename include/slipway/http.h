@@ -93,9 +93,9 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   std::uint16_t port = 8080;  // 0 picks a free port; port() tells which
   int io_threads = 2;
-  int worker_threads = 0;                              // 0 = default_thread_count()
-  std::size_t max_body_bytes = std::size_t{64} << 20;  // larger bodies: 413
-  std::size_t max_header_bytes = 16 * 1024;            // larger request headers: 431
+  int worker_threads = 0;                                 // 0 = default_thread_count()
+  std::size_t max_body_bytes = std::size_t{64} << 20;     // larger bodies: 413
+  std::size_t max_header_bytes = std::size_t{16} * 1024;  // larger request headers: 431
   // The longest a connection may take to deliver a request (or stay idle between requests);
   // a client slower than that is disconnected, so slow clients cannot hold connections.
   std::chrono::seconds read_timeout{30};
@@ -134,7 +134,7 @@ class Server {
  public:
   // Binds and listens; InvalidArgument for a bad host or option, Io when the port is taken. The
   // routes are fixed from here on; the longest matching prefix wins.
-  static Result<std::unique_ptr<Server>> start(std::vector<Route> routes, ServerOptions options);
+  static Result<std::unique_ptr<Server>> start(std::vector<Route> routes, const ServerOptions& options);
   // Stops (as stop()) and joins the worker pool.
   ~Server();
   Server(const Server&) = delete;

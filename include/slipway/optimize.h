@@ -25,14 +25,14 @@ struct LoadTestOptions {
   // Request bodies, cycled in order; empty sends GETs.
   std::vector<std::string> bodies;
   std::vector<std::pair<std::string, std::string>> headers;
-  double rate = 0.0;      // open loop: requests per second (> 0), or
-  int concurrency = 0;    // closed loop: requests outstanding (> 0)
-  bool poisson = false;   // open loop: exponential gaps instead of constant ones
+  double rate = 0.0;     // open loop: requests per second (> 0), or
+  int concurrency = 0;   // closed loop: requests outstanding (> 0)
+  bool poisson = false;  // open loop: exponential gaps instead of constant ones
   std::chrono::milliseconds duration{10'000};
-  std::chrono::milliseconds warmup{0};    // sent, not recorded
+  std::chrono::milliseconds warmup{0};        // sent, not recorded
   std::chrono::milliseconds timeout{10'000};  // per request, from its intended send time
-  int max_connections = 512;              // open loop: connections opened as needed, up to this
-  int threads = 1;                        // event-loop threads of the generator
+  int max_connections = 512;                  // open loop: connections opened as needed, up to this
+  int threads = 1;                            // event-loop threads of the generator
   std::uint64_t seed = 1;
   // Called about once a second with the report so far.
   std::function<void(double elapsed_seconds, std::uint64_t completed, double current_rate)> on_progress;
@@ -42,8 +42,8 @@ struct LoadTestReport {
   double target_rate = 0.0;    // open loop; 0 for closed loop
   double achieved_rate = 0.0;  // completed (recorded) requests per second of the measured window
   double measured_seconds = 0.0;
-  std::uint64_t sent = 0;      // recorded requests
-  std::uint64_t succeeded = 0; // 2xx
+  std::uint64_t sent = 0;       // recorded requests
+  std::uint64_t succeeded = 0;  // 2xx
   // By HTTP status; 0 counts requests with no response (connection error or timeout).
   std::map<int, std::uint64_t> status_counts;
   std::uint64_t late_sends = 0;  // open loop: sent more than 1 ms after their intended time

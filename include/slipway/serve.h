@@ -127,7 +127,7 @@ struct ServiceOptions {
 // any number of threads may call handle() at once.
 class Service {
  public:
-  Service(registry::Registry& registry, ServiceOptions options);
+  Service(registry::Registry& registry, const ServiceOptions& options);
   ~Service();
   Service(const Service&) = delete;
   Service& operator=(const Service&) = delete;
@@ -170,9 +170,9 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   std::uint16_t port = 8080;  // 0 picks a free port; port() tells which
   int io_threads = 2;
-  int worker_threads = 0;                              // 0 = default_thread_count()
-  std::size_t max_body_bytes = std::size_t{64} << 20;  // larger bodies: 413
-  std::size_t max_header_bytes = 16 * 1024;            // larger request headers: 431
+  int worker_threads = 0;                                 // 0 = default_thread_count()
+  std::size_t max_body_bytes = std::size_t{64} << 20;     // larger bodies: 413
+  std::size_t max_header_bytes = std::size_t{16} * 1024;  // larger request headers: 431
   // The longest a connection may take to deliver a request (or stay idle between requests);
   // a client slower than that is disconnected, so slow clients cannot hold connections.
   std::chrono::seconds read_timeout{30};

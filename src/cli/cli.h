@@ -37,7 +37,7 @@ Result<std::unique_ptr<registry::Registry>> open_workspace(const GlobalOptions& 
 Result<pipeline::LoadedReference> load_reference(const GlobalOptions& global, const std::string& reference);
 
 int run_init(const GlobalOptions& global);
-int run_train(const GlobalOptions& global, TrainOptions options, const std::vector<std::string>& flags_given);
+int run_train(const GlobalOptions& global, const TrainOptions& flags, const std::vector<std::string>& flags_given);
 int run_eval(const GlobalOptions& global, const std::string& reference, const std::string& data,
              const std::string& slice);
 int run_predict(const GlobalOptions& global, const std::string& reference, const std::string& data,

@@ -59,7 +59,9 @@ std::string serving_config_flag(const slipway::ConfigKey& key) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+// CLI11 and the commands report errors as values; an exception reaching main is a bug, and
+// terminating with its message is the right end.
+int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   using namespace slipway::cli;
   CLI::App app{"Slipway: train, track, register and serve machine-learning models from one binary.", "slipway"};
   app.require_subcommand(1);

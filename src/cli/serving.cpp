@@ -15,7 +15,7 @@ namespace {
 
 std::string describe(const std::map<std::string, std::string>& values) {
   std::string text;
-  for (const auto& [key, value] : values) text += (text.empty() ? "" : " ") + key + "=" + value;
+  for (const auto& [key, value] : values) text.append(text.empty() ? "" : " ").append(key).append("=").append(value);
   return text;
 }
 
@@ -268,6 +268,7 @@ int run_serving_config_keys(const GlobalOptions& global, bool markdown) {
     return 0;
   }
   std::vector<std::vector<std::string>> rows;
+  rows.reserve(keys.size());
   for (const auto& key : keys) rows.push_back({key.name, key.default_value, config_allowed_text(key), key.help});
   print_table({"key", "default", "allowed", "description"}, rows);
   return 0;

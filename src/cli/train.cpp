@@ -92,7 +92,7 @@ struct TrainResult : CommandResult {
   }
 };
 
-Result<TrainResult> train(const GlobalOptions& global, TrainOptions flags,
+Result<TrainResult> train(const GlobalOptions& global, const TrainOptions& flags,
                           const std::vector<std::string>& flags_given) {
   auto given = [&](const char* name) {
     return std::find(flags_given.begin(), flags_given.end(), name) != flags_given.end();
@@ -124,8 +124,8 @@ Result<TrainResult> train(const GlobalOptions& global, TrainOptions flags,
 
 }  // namespace
 
-int run_train(const GlobalOptions& global, TrainOptions flags, const std::vector<std::string>& flags_given) {
-  return render(global, train(global, std::move(flags), flags_given));
+int run_train(const GlobalOptions& global, const TrainOptions& flags, const std::vector<std::string>& flags_given) {
+  return render(global, train(global, flags, flags_given));
 }
 
 }  // namespace slipway::cli

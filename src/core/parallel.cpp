@@ -79,7 +79,8 @@ int default_thread_count() {
 }
 
 void parallel_for(std::size_t task_count, int thread_count, const std::function<void(std::size_t)>& task) {
-  std::size_t workers = std::min<std::size_t>(task_count, thread_count < 1 ? 1 : static_cast<std::size_t>(thread_count));
+  std::size_t workers =
+      std::min<std::size_t>(task_count, thread_count < 1 ? 1 : static_cast<std::size_t>(thread_count));
   if (workers <= 1) {
     for (std::size_t index = 0; index < task_count; ++index) task(index);
     return;

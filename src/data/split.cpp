@@ -177,6 +177,7 @@ Result<Split> split_rows(const Table& table, const SplitSpec& spec, std::string_
                                 "' has a single group; a group split needs two or more");
       }
       std::vector<std::int64_t> groups;
+      groups.reserve(members_of.size());
       for (const auto& entry : members_of) groups.push_back(entry.first);
       shuffle(groups, rng);
       std::size_t wanted = test_count_for(rows, spec.test_fraction);

@@ -29,7 +29,8 @@ Result<Evaluation> evaluate(const model::Bundle& bundle, const data::Table& tabl
       auto found = std::find(manifest.class_labels.begin(), manifest.class_labels.end(), text);
       if (found == manifest.class_labels.end()) {
         std::string known;
-        for (const auto& label : manifest.class_labels) known += (known.empty() ? "'" : ", '") + label + "'";
+        for (const auto& label : manifest.class_labels)
+          known.append(known.empty() ? "'" : ", '").append(label).append("'");
         return invalid_argument("target '" + target.name + "' has the label '" + text +
                                 "', which the model never saw (it knows " + known + ")");
       }

@@ -130,7 +130,12 @@ struct ClientTimer::State {
 
 ClientTimer::ClientTimer(ClientLoop& loop) : state_(std::make_shared<State>(loop.state_->io)) {}
 
-ClientTimer::~ClientTimer() { cancel(); }
+ClientTimer::~ClientTimer() {
+  try {
+    cancel();
+  } catch (...) {  // a destructor must not throw; a timer that cannot be cancelled fires into nothing
+  }
+}
 
 void ClientTimer::wait_until(std::chrono::steady_clock::time_point when, std::function<void()> fire) {
   // A wait that already expired may have its handler queued with success; the generation keeps

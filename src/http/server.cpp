@@ -269,7 +269,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // `counted`: the request was counted in flight, so its end is counted too.
   void write(Response response, bool keep_alive, bool counted,
-             std::vector<std::pair<std::string, std::string>> extra_headers = {}) {
+             const std::vector<std::pair<std::string, std::string>>& extra_headers = {}) {
     auto message = std::make_shared<bhttp::response<bhttp::string_body>>(static_cast<bhttp::status>(response.status),
                                                                          request_.version());
     message->set(bhttp::field::server, "slipway");
@@ -432,7 +432,7 @@ struct Server::State {
   // Waits for requests in flight and open connections to finish until the deadline; then lets
   // owners answer what is left (on_drain_deadline) and gives those answers a second to be written
   // before the loop ends.
-  void drain(std::shared_ptr<asio::steady_timer> timer, SteadyClock::time_point deadline, bool past_deadline) {
+  void drain(const std::shared_ptr<asio::steady_timer>& timer, SteadyClock::time_point deadline, bool past_deadline) {
     auto now = SteadyClock::now();
     bool idle = shared.in_flight.load() <= 0;
     if (idle && shared.connection_count() == 0) {
@@ -484,7 +484,7 @@ Server::~Server() {
   state_->workers.join();
 }
 
-Result<std::unique_ptr<Server>> Server::start(std::vector<Route> routes, ServerOptions options) {
+Result<std::unique_ptr<Server>> Server::start(std::vector<Route> routes, const ServerOptions& options) {
   for (const auto& route : routes) {
     if (route.prefix.empty() || route.prefix.front() != '/' || !route.handle) {
       return invalid_argument("an HTTP route needs a prefix starting with '/' and a handler");

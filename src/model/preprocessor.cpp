@@ -219,7 +219,8 @@ std::size_t Preprocessor::memory_bytes() const {
   // A hash node per level: the key, the value and about two pointers of bookkeeping.
   for (const auto& index : level_index_) {
     bytes += index.bucket_count() * sizeof(void*);
-    for (const auto& [level, code] : index) bytes += sizeof(std::string) + level.capacity() + sizeof(code) + 2 * sizeof(void*);
+    for (const auto& [level, code] : index)
+      bytes += sizeof(std::string) + level.capacity() + sizeof(code) + 2 * sizeof(void*);
   }
   return bytes;
 }

@@ -128,7 +128,8 @@ Status TreeEnsembleModel::explain(std::span<const float> row, std::span<float> c
     path.assign(longest * (longest + 1) / 2, PathElement{});
     tree_shap(row, contributions.subspan(group * block, block), data_.roots[tree], 0, path.data(), 1, 1, -1);
   }
-  for (std::size_t group = 0; group < data_.group_count; ++group) contributions[group * block + block - 1] += bias[group];
+  for (std::size_t group = 0; group < data_.group_count; ++group)
+    contributions[group * block + block - 1] += bias[group];
   return {};
 }
 

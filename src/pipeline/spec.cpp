@@ -39,8 +39,8 @@ Status read_spec(const YAML::Node& spec, const std::string& path, const std::str
     for (const auto& entry : spec) {
       auto key = entry.first.as<std::string>();
       if (std::find(kKnownKeys.begin(), kKnownKeys.end(), key) == kKnownKeys.end()) {
-        return invalid_argument(path + ":" + std::to_string(entry.first.Mark().line + 1) + ": unknown key '" + key +
-                                "'");
+        std::string where = path + ":" + std::to_string(entry.first.Mark().line + 1);
+        return invalid_argument(where.append(": unknown key '").append(key).append("'"));
       }
     }
     if (spec["data"]) options.data = relative_to(folder, spec["data"].as<std::string>());

@@ -47,7 +47,7 @@ Role role_required(const std::vector<std::string_view>& segments) {
 
 std::optional<HttpResponse> Service::State::authorize(Role required, std::string_view authorization) {
   if (!options.require_auth || required == Role::kOpen) return std::nullopt;
-  auto unauthenticated = [](std::string message) {
+  auto unauthenticated = [](const std::string& message) {
     HttpResponse response = error_response(401, message);
     response.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"slipway\"");
     return response;

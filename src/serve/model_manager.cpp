@@ -28,7 +28,8 @@ ModelManager::~ModelManager() {
 
 std::string ModelManager::load_key(const registry::ModelVersion& version, const ModelServingConfig& config) {
   std::string key = version.bundle_sha256;
-  for (const auto& [name, value] : serving_config_values(config)) key += ";" + name + "=" + value;
+  for (const auto& [name, value] : serving_config_values(config))
+    key.append(";").append(name).append("=").append(value);
   return key;
 }
 

@@ -11,8 +11,7 @@ std::string ResponseCache::make_key(std::string_view model, std::int64_t version
   return key;
 }
 
-bool ResponseCache::lookup(std::string_view model, std::int64_t version, std::string_view body,
-                           std::string& response) {
+bool ResponseCache::lookup(std::string_view model, std::int64_t version, std::string_view body, std::string& response) {
   std::string key = make_key(model, version, body);
   std::lock_guard lock(mutex_);
   auto found = index_.find(key);
@@ -22,8 +21,7 @@ bool ResponseCache::lookup(std::string_view model, std::int64_t version, std::st
   return true;
 }
 
-void ResponseCache::insert(std::string_view model, std::int64_t version, std::string_view body,
-                           std::string response) {
+void ResponseCache::insert(std::string_view model, std::int64_t version, std::string_view body, std::string response) {
   std::string key = make_key(model, version, body);
   std::size_t size = key.size() + response.size();
   if (size > capacity_bytes_) return;

@@ -35,7 +35,7 @@ class ResponseCache {
 
   std::size_t capacity_bytes_;
   mutable std::mutex mutex_;
-  std::list<Entry> recency_;  // front: most recently used
+  std::list<Entry> recency_;                                                // front: most recently used
   std::unordered_map<std::string_view, std::list<Entry>::iterator> index_;  // views into the entries' keys
   std::size_t bytes_ = 0;
 };

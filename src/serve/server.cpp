@@ -72,7 +72,7 @@ Result<std::unique_ptr<Server>> Server::start(registry::Registry& registry, cons
   transport.on_refusal = [&service](const http::Request& request, http::Refusal refusal) {
     service.record_refusal(request.target, refusal);
   };
-  SLIPWAY_ASSIGN_OR_RETURN(state->http, http::Server::start(std::move(routes), std::move(transport)));
+  SLIPWAY_ASSIGN_OR_RETURN(state->http, http::Server::start(std::move(routes), transport));
   return std::unique_ptr<Server>(new Server(std::move(state)));
 }
 

@@ -162,19 +162,25 @@ void ServerMetrics::append_histogram(std::string& out, std::string_view name, st
   std::string metric(name);
   out += "# HELP " + metric + " " + std::string(help) + "\n";
   out += "# TYPE " + metric + " histogram\n";
-  for (const auto& [key, latency] : series) {
-    std::string labels = model_labels(key.first, key.second);
-    std::uint64_t cumulative = 0;
-    for (std::size_t bucket = 0; bucket < kLatencyBuckets.size(); ++bucket) {
-      cumulative += latency.buckets[bucket];
-      out += metric + "_bucket{" + labels + ",le=\"" + number_text(kLatencyBuckets[bucket]) + "\"} " +
-             std::to_string(cumulative) + "\n";
-    }
-    cumulative += latency.buckets.back();
-    out += metric + "_bucket{" + labels + ",le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
-    out += metric + "_sum{" + labels + "} " + number_text(latency.sum_seconds) + "\n";
-    out += metric + "_count{" + labels + "} " + std::to_string(latency.count) + "\n";
+  for (const auto& [key, latency] : series)
+    append_histogram_lines(out, metric, model_labels(key.first, key.second), latency);
+}
+
+void ServerMetrics::append_histogram_lines(std::string& out, std::string_view metric, std::string_view labels,
+                                           const Latency& latency) {
+  auto line = [&out](std::initializer_list<std::string_view> parts) {
+    for (std::string_view part : parts) out.append(part);
+  };
+  std::uint64_t cumulative = 0;
+  for (std::size_t bucket = 0; bucket < kLatencyBuckets.size(); ++bucket) {
+    cumulative += latency.buckets[bucket];
+    line({metric, "_bucket{", labels, ",le=\"", number_text(kLatencyBuckets[bucket]), "\"} ",
+          std::to_string(cumulative), "\n"});
   }
+  cumulative += latency.buckets.back();
+  line({metric, "_bucket{", labels, ",le=\"+Inf\"} ", std::to_string(cumulative), "\n"});
+  line({metric, "_sum{", labels, "} ", number_text(latency.sum_seconds), "\n"});
+  line({metric, "_count{", labels, "} ", std::to_string(latency.count), "\n"});
 }
 
 void ServerMetrics::Latency::add(double seconds) {
@@ -330,18 +336,8 @@ std::string ServerMetrics::prometheus_text() const {
   for (std::size_t index = 0; index < kRoutes.size(); ++index) {
     const Latency& latency = routes_[index].latency;
     if (latency.count == 0) continue;
-    std::string labels = "route=\"" + std::string(kRoutes[index]) + "\"";
-    std::uint64_t cumulative = 0;
-    for (std::size_t bucket = 0; bucket < kLatencyBuckets.size(); ++bucket) {
-      cumulative += latency.buckets[bucket];
-      out += "slipway_http_request_duration_seconds_bucket{" + labels + ",le=\"" +
-             number_text(kLatencyBuckets[bucket]) + "\"} " + std::to_string(cumulative) + "\n";
-    }
-    cumulative += latency.buckets.back();
-    out +=
-        "slipway_http_request_duration_seconds_bucket{" + labels + ",le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
-    out += "slipway_http_request_duration_seconds_sum{" + labels + "} " + number_text(latency.sum_seconds) + "\n";
-    out += "slipway_http_request_duration_seconds_count{" + labels + "} " + std::to_string(latency.count) + "\n";
+    append_histogram_lines(out, "slipway_http_request_duration_seconds",
+                           "route=\"" + std::string(kRoutes[index]) + "\"", latency);
   }
   out += "# HELP slipway_requests_total Inference requests by model, version and HTTP status code.\n";
   out += "# TYPE slipway_requests_total counter\n";

@@ -95,6 +95,8 @@ class ServerMetrics {
     }
   };
 
+  static void append_histogram_lines(std::string& out, std::string_view metric, std::string_view labels,
+                                     const Latency& latency);
   static void append_histogram(std::string& out, std::string_view name, std::string_view help,
                                const ByModel<Latency>& series);
 

@@ -87,8 +87,8 @@ std::vector<std::string_view> path_segments(std::string_view target) {
   return segments;
 }
 
-Service::Service(registry::Registry& registry, ServiceOptions options)
-    : state_(std::make_unique<State>(registry, std::move(options))) {}
+Service::Service(registry::Registry& registry, const ServiceOptions& options)
+    : state_(std::make_unique<State>(registry, options)) {}
 
 Service::~Service() = default;
 

@@ -54,7 +54,7 @@ struct PreparedInfer {
 };
 
 struct Service::State {
-  State(registry::Registry& registry, ServiceOptions options)
+  State(registry::Registry& registry, const ServiceOptions& options)
       : registry(registry),
         options(options),
         cache(options.response_cache_bytes),

@@ -117,13 +117,13 @@ Status validate(const ModelServingConfig& config) {
 }  // namespace
 
 const std::vector<ConfigKey>& serving_config_declarations() {
-  static const std::vector<ConfigKey> keys = schema().keys();
-  return keys;
+  static const std::vector<ConfigKey> kKeys = schema().keys();
+  return kKeys;
 }
 
 const std::vector<std::string>& serving_config_keys() {
-  static const std::vector<std::string> names = schema().names();
-  return names;
+  static const std::vector<std::string> kNames = schema().names();
+  return kNames;
 }
 
 Result<ModelServingConfig> apply_serving_config(ModelServingConfig config,

@@ -175,8 +175,8 @@ Result<PreparedInfer> Service::State::prepare_infer(const LoadedModel& loaded, s
   std::optional<simdjson::padded_string> padded;
   if (readable_after < simdjson::SIMDJSON_PADDING) padded.emplace(json_text);
   object request;
-  auto parse_error = (padded ? parser.parse(*padded) : parser.parse(json_text.data(), json_text.size(), false))
-                         .get(request);
+  auto parse_error =
+      (padded ? parser.parse(*padded) : parser.parse(json_text.data(), json_text.size(), false)).get(request);
   if (parse_error != simdjson::SUCCESS) {
     return invalid_argument(std::string("the request body is not a JSON object: ") +
                             simdjson::error_message(parse_error));

@@ -15,7 +15,22 @@
 
 namespace slipway::serve {
 
-enum class Datatype { kBool, kUint8, kUint16, kUint32, kUint64, kInt8, kInt16, kInt32, kInt64, kFp16, kBf16, kFp32, kFp64, kBytes };
+enum class Datatype {
+  kBool,
+  kUint8,
+  kUint16,
+  kUint32,
+  kUint64,
+  kInt8,
+  kInt16,
+  kInt32,
+  kInt64,
+  kFp16,
+  kBf16,
+  kFp32,
+  kFp64,
+  kBytes
+};
 
 // InvalidArgument listing the datatypes for a name that is none of them.
 Result<Datatype> parse_datatype(std::string_view name);

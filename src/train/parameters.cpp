@@ -268,6 +268,7 @@ Result<std::map<std::string, std::string>> resolve_parameters(const std::string&
     }
     if (match == nullptr) {
       std::vector<std::string> names;
+      names.reserve(resolved.size());
       for (const auto& entry : resolved) names.push_back(entry.first);
       return invalid_argument("unknown parameter '" + name + "' for model '" + family +
                               "'; known: " + join(names, ", "));

@@ -113,7 +113,8 @@ TEST_F(ServingOps, ServingConfigAndTokensFromTheCommandLine) {
       << config.body;
   EXPECT_EQ(http_request(port, "GET", "/metrics", "", with_token(predict_token)).status, 403);
   auto metrics = http_request(port, "GET", "/metrics", "", with_token(admin_token));
-  EXPECT_NE(metrics.body.find("slipway_request_failures_total{model=\"(unknown)\",version=\"\",reason=\"unauthenticated\"} 1"),
+  EXPECT_NE(metrics.body.find(
+                "slipway_request_failures_total{model=\"(unknown)\",version=\"\",reason=\"unauthenticated\"} 1"),
             std::string::npos)
       << metrics.body;
   EXPECT_NE(metrics.body.find("slipway_model_memory_bytes{model=\"lending\",version=\"1\"}"), std::string::npos);
@@ -188,7 +189,8 @@ TEST_F(ServingOps, WrongContentLengthAndIdleConnectionsDoNotHurtTheServer) {
   std::string short_body = "POST /v2/models/lending/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"in";
   EXPECT_EQ(raw_exchange(port, short_body, 2000, true).find("HTTP/1.1 200"), std::string::npos);
   // A body longer than its Content-Length: the rest is read as the next request, which is garbage.
-  std::string long_body = "POST /v2/models/lending/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}garbage\r\n\r\n";
+  std::string long_body =
+      "POST /v2/models/lending/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}garbage\r\n\r\n";
   std::string answer = raw_exchange(port, long_body, 2000, false);
   EXPECT_NE(answer.find("HTTP/1.1 400"), std::string::npos) << answer;
   EXPECT_NE(answer.find("non-empty 'inputs'"), std::string::npos) << answer;
@@ -199,8 +201,9 @@ TEST_F(ServingOps, WrongContentLengthAndIdleConnectionsDoNotHurtTheServer) {
   // A client that closes its sending side after its request is taken for gone (nginx's 499): the
   // request is not computed, and the server carries on.
   std::string one_row(kOneRow);
-  std::string half_closed = "POST /v2/models/lending/infer HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-                            std::to_string(one_row.size()) + "\r\n\r\n" + one_row;
+  std::string half_closed =
+      "POST /v2/models/lending/infer HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(one_row.size()) +
+      "\r\n\r\n" + one_row;
   EXPECT_EQ(raw_exchange(port, half_closed, 2000, true).find("HTTP/1.1 200"), std::string::npos);
   EXPECT_NE(http_request(port, "GET", "/metrics").body.find("reason=\"client_closed\""), std::string::npos);
   EXPECT_EQ(http_request(port, "POST", "/v2/models/lending/infer", kOneRow).status, 200);
@@ -239,20 +242,20 @@ TEST_F(ServingOps, WrongContentLengthAndIdleConnectionsDoNotHurtTheServer) {
 TEST_F(ServingOps, OverloadIsShedAndTheServerRecovers) {
   std::string request_path = home_.path() + "/one_row.json";
   std::ofstream(request_path) << kOneRow;
-  int port = start_server({"--threads", "1", "--max-batch-size", "8", "--max-queue-delay-us", "2000",
-                           "--max-queue-size", "32"});
+  int port = start_server(
+      {"--threads", "1", "--max-batch-size", "8", "--max-queue-delay-us", "2000", "--max-queue-size", "32"});
   ASSERT_GT(port, 0);
   std::string url = "http://127.0.0.1:" + std::to_string(port) + "/v2/models/lending/infer";
-  auto capacity_run = slipway({"--json", "loadtest", url, "--concurrency", "16", "--duration", "2s", "--body",
-                               request_path, "--no-progress"});
+  auto capacity_run = slipway(
+      {"--json", "loadtest", url, "--concurrency", "16", "--duration", "2s", "--body", request_path, "--no-progress"});
   ASSERT_EQ(capacity_run.exit_code, 0) << capacity_run.err;
   auto rate_at = capacity_run.out.find("\"achieved_rate\":") + 16;
   double capacity = std::stod(capacity_run.out.substr(rate_at));
   ASSERT_GT(capacity, 0);
   long resident_before = resident_kib(server_->pid());
-  auto overload = slipway({"--json", "loadtest", url, "--rate", std::to_string(static_cast<int>(capacity * 3)),
-                           "--duration", "30s", "--timeout", "2s", "--body", request_path, "--connections", "256",
-                           "--no-progress"});
+  auto overload =
+      slipway({"--json", "loadtest", url, "--rate", std::to_string(static_cast<int>(capacity * 3)), "--duration", "30s",
+               "--timeout", "2s", "--body", request_path, "--connections", "256", "--no-progress"});
   ASSERT_EQ(overload.exit_code, 0) << overload.err;
   std::cout << "capacity " << capacity << " req/s; at 3x: " << overload.out << "\n";
   EXPECT_NE(overload.out.find("\"200\":"), std::string::npos) << overload.out;
@@ -266,8 +269,8 @@ TEST_F(ServingOps, OverloadIsShedAndTheServerRecovers) {
 #endif
   // Normal service afterwards.
   int normal_rate = static_cast<int>(std::min(200.0, capacity / 4));
-  auto after = slipway({"--json", "loadtest", url, "--rate", std::to_string(normal_rate), "--duration", "2s", "--body", request_path,
-                        "--slo", "p99<=50ms", "--no-progress"});
+  auto after = slipway({"--json", "loadtest", url, "--rate", std::to_string(normal_rate), "--duration", "2s", "--body",
+                        request_path, "--slo", "p99<=50ms", "--no-progress"});
   EXPECT_EQ(after.exit_code, 0) << after.out << after.err;
   auto number_after = [&](const std::string& key) {
     auto at = after.out.find("\"" + key + "\":");
@@ -281,7 +284,6 @@ TEST_F(ServingOps, OverloadIsShedAndTheServerRecovers) {
   EXPECT_TRUE(counted) << metrics.body;
   stop_server();
 }
-
 
 int free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -309,10 +311,10 @@ TEST_F(ServingOps, PrometheusScrapesTheMetrics) {
   auto predict = slipway({"token", "create", "app"});
   std::string predict_token = predict.out.substr(0, predict.out.find('\n'));
   for (int request = 0; request < 5; ++request) {
-    EXPECT_EQ(http_request(port, "POST", "/v2/models/lending/infer", kOneRow,
-                           {{"Authorization", "Bearer " + predict_token}})
-                  .status,
-              200);
+    EXPECT_EQ(
+        http_request(port, "POST", "/v2/models/lending/infer", kOneRow, {{"Authorization", "Bearer " + predict_token}})
+            .status,
+        200);
   }
   int prometheus_port = free_port();
   std::string config_path = home_.path() + "/prometheus.yml";
@@ -327,8 +329,8 @@ TEST_F(ServingOps, PrometheusScrapesTheMetrics) {
   for (int attempt = 0; attempt < 60 && found.empty(); ++attempt) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     try {
-      auto answer = http_request(prometheus_port, "GET",
-                                 "/api/v1/query?query=slipway_requests_total%7Bmodel%3D%22lending%22%7D");
+      auto answer =
+          http_request(prometheus_port, "GET", "/api/v1/query?query=slipway_requests_total%7Bmodel%3D%22lending%22%7D");
       if (answer.status == 200 && answer.body.find("\"code\":\"200\"") != std::string::npos) found = answer.body;
     } catch (const std::exception&) {
       // Prometheus is still starting.

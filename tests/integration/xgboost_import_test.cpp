@@ -25,13 +25,11 @@ struct Reference {
 
 Reference make_reference(const TempDir& dir, const std::string& data, const std::string& target,
                          const std::string& positive, const std::string& objective, bool categorical = false) {
-  std::vector<std::string> command = {"/usr/bin/python3",
-                                      std::string(SLIPWAY_SOURCE_DIR) + "/tests/integration/xgboost_reference.py",
-                                      data_path(data),
-                                      target,
-                                      positive,
-                                      objective,
-                                      dir.path()};
+  std::vector<std::string> command = {
+      "/usr/bin/python3", std::string(SLIPWAY_SOURCE_DIR) + "/tests/integration/xgboost_reference.py",
+      data_path(data),    target,
+      positive,           objective,
+      dir.path()};
   if (categorical) command.push_back("categorical");
   auto result = run_command(command);
   EXPECT_EQ(result.exit_code, 0) << result.err;
@@ -74,8 +72,7 @@ TEST(XgboostImport, BinaryLogisticMatchesXgboostOnEveryRow) {
 TEST(XgboostImport, MulticlassSoftprobMatchesXgboostOnEveryRow) {
   if (!have_xgboost()) GTEST_SKIP() << "python3-xgboost is not installed";
   TempDir dir;
-  Reference reference =
-      make_reference(dir, "lending_club.csv", "verification_status", "@classes", "multi:softprob");
+  Reference reference = make_reference(dir, "lending_club.csv", "verification_status", "@classes", "multi:softprob");
   auto bundle = model::import_xgboost_json(*read_file(reference.model_path), {.target = "verification_status"});
   ASSERT_TRUE(bundle.ok()) << bundle.status().message();
   EXPECT_EQ((*bundle)->task(), model::Task::kMulticlassClassification);
@@ -134,8 +131,7 @@ void expect_same_contributions(const model::Bundle& bundle, const std::string& d
 
 TEST(XgboostImport, TreeShapMatchesXgboostPredContribs) {
   if (!have_xgboost()) GTEST_SKIP() << "python3-xgboost is not installed";
-  for (const auto& [data, target, positive, objective, categorical] :
-       std::vector<std::array<std::string, 5>>{
+  for (const auto& [data, target, positive, objective, categorical] : std::vector<std::array<std::string, 5>>{
            {"lending_club.csv", "Class", "bad", "binary:logistic", ""},
            {"chicago_ridership.csv", "ridership", "-", "reg:squarederror", ""},
            {"lending_club.csv", "verification_status", "@classes", "multi:softprob", ""},

@@ -103,8 +103,12 @@ TEST(TreeEnsemble, CategoricalSplitsAndMulticlassOutputs) {
     return node;
   };
   // Tree 0 (class 0): categorical on feature 0. Tree 1 (class 1): x1 < 0.5.
-  data.nodes = {split(0, 1, TreeNode::category_set_value(0), true), leaf(-1), leaf(1),
-                split(1, 4, 0.5f, false), leaf(10), leaf(20)};
+  data.nodes = {split(0, 1, TreeNode::category_set_value(0), true),
+                leaf(-1),
+                leaf(1),
+                split(1, 4, 0.5f, false),
+                leaf(10),
+                leaf(20)};
   data.roots = {0, 3};
   data.tree_groups = {0, 1};
   ASSERT_TRUE(TreeEnsembleModel::validate(data).ok());
@@ -148,8 +152,8 @@ TEST(TreeEnsemble, EveryKernelMatchesAPlainWalkBitForBit) {
       data.nodes.emplace_back();
       data.nodes.emplace_back();
       TreeNode& node = data.nodes[index];
-      node.feature_and_flags = static_cast<std::uint32_t>(random() % kWidth) |
-                               (uniform(random) < 0.5f ? TreeNode::kDefaultLeftFlag : 0U);
+      node.feature_and_flags =
+          static_cast<std::uint32_t>(random() % kWidth) | (uniform(random) < 0.5f ? TreeNode::kDefaultLeftFlag : 0U);
       node.value = uniform(random);
       node.left = left;
       node.right = left + 1;
@@ -211,7 +215,8 @@ TEST(XgboostImport, RejectsWhatItCannotImportWithOneSentence) {
 TEST(XgboostImport, HugeNumFeatureIsBoundedByTheFeaturesTheTreesUse) {
   auto model_json = [](const std::string& num_feature, const std::string& names) {
     return R"({"version":[1,7,4],"learner":{)" + names + R"("feature_types":[],
-      "learner_model_param":{"base_score":"5E-1","num_class":"0","num_feature":")" + num_feature + R"(","num_target":"1"},
+      "learner_model_param":{"base_score":"5E-1","num_class":"0","num_feature":")" +
+           num_feature + R"(","num_target":"1"},
       "objective":{"name":"reg:squarederror"},
       "gradient_booster":{"name":"gbtree","model":{"gbtree_model_param":{"num_trees":"1"},"tree_info":[0],
         "trees":[{"left_children":[1,-1,-1],"right_children":[2,-1,-1],"split_indices":[1,0,0],

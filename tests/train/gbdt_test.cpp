@@ -115,8 +115,8 @@ TEST(GbdtWeights, AWeightOfTwoEqualsTheRowTwice) {
   auto actual = with_weights->bundle->predict(probe)->scores;
   for (std::size_t index = 0; index < expected.size(); ++index) EXPECT_NEAR(actual[index], expected[index], 1e-4);
 
-  auto negative = fit(table_of("x,y,w\n1,2,1\n2,3,-1\n"), TrainRequest{.target = "y", .model_family = "gbdt",
-                                                                       .weight_column = "w"});
+  auto negative = fit(table_of("x,y,w\n1,2,1\n2,3,-1\n"),
+                      TrainRequest{.target = "y", .model_family = "gbdt", .weight_column = "w"});
   ASSERT_FALSE(negative.ok());
   EXPECT_NE(negative.status().message().find("weights must be finite and >= 0"), std::string::npos);
 }
@@ -148,12 +148,11 @@ TEST(GbdtGrowth, LossguideStopsAtMaxLeavesAndGrowsUnbalancedTrees) {
     csv += std::to_string(x) + "," + std::to_string(x < 0.5 ? 0.0 : 10 * std::sin(40 * x)) + "\n";
   }
   data::Table table = table_of(csv);
-  auto summary = fit(table, TrainRequest{.target = "y",
-                                         .model_family = "gbdt",
-                                         .params = {{"rounds", "10"},
-                                                    {"grow_policy", "lossguide"},
-                                                    {"max_depth", "0"},
-                                                    {"max_leaves", "8"}}});
+  auto summary = fit(
+      table, TrainRequest{
+                 .target = "y",
+                 .model_family = "gbdt",
+                 .params = {{"rounds", "10"}, {"grow_policy", "lossguide"}, {"max_depth", "0"}, {"max_leaves", "8"}}});
   ASSERT_TRUE(summary.ok()) << summary.status().message();
   const auto& trees = trees_of(*summary);
   std::size_t deepest = 0;
@@ -222,9 +221,10 @@ TEST(GbdtObjectives, AbsoluteAndHuberLossesResistOutliers) {
   data::Table table = table_of(csv);
   auto probe = *data::parse_csv("x\n0.25\n0.75\n", "p.csv");
   for (const char* objective : {"reg:absoluteerror", "reg:pseudohubererror"}) {
-    auto summary = fit(table, TrainRequest{.target = "y",
-                                           .model_family = "gbdt",
-                                           .params = {{"objective", objective}, {"rounds", "300"}, {"learning_rate", "0.3"}}});
+    auto summary =
+        fit(table, TrainRequest{.target = "y",
+                                .model_family = "gbdt",
+                                .params = {{"objective", objective}, {"rounds", "300"}, {"learning_rate", "0.3"}}});
     ASSERT_TRUE(summary.ok()) << summary.status().message();
     auto scores = summary->bundle->predict(probe)->scores;
     // Absolute error: the conditional median, x. Pseudo-Huber (slope 1): where 0.9 z/sqrt(1+z^2)
@@ -263,14 +263,12 @@ TEST(GbdtEarlyStopping, KeepsTheTreesUpToTheBestValidationRound) {
 // randomness or depends on history switched on.
 TEST(GbdtCheckpoints, ResumingFromACheckpointGivesTheSameBytes) {
   data::Table table = table_of(synthetic_csv(1200, true, 9, 0.2));
-  TrainRequest request{.target = "y",
-                       .model_family = "gbdt",
-                       .params = {{"rounds", "40"},
-                                  {"subsample", "0.7"},
-                                  {"colsample_bytree", "0.6"},
-                                  {"early_stopping_rounds", "30"}},
-                       .seed = 11,
-                       .thread_count = 2};
+  TrainRequest request{
+      .target = "y",
+      .model_family = "gbdt",
+      .params = {{"rounds", "40"}, {"subsample", "0.7"}, {"colsample_bytree", "0.6"}, {"early_stopping_rounds", "30"}},
+      .seed = 11,
+      .thread_count = 2};
   std::vector<std::pair<int, std::vector<std::byte>>> checkpoints;
   request.checkpoint_every = 10;
   request.on_checkpoint = [&](const model::Bundle& checkpoint, int rounds_done) {
@@ -317,7 +315,8 @@ TEST(GbdtWarmStart, ContinuesFromAnExistingModelsTrees) {
   // The new rounds start from the old model's error on the new data and lower it.
   EXPECT_LT(continued->history.back().train, continued->history.front().train);
 
-  auto wrong_family = fit(new_data, TrainRequest{.target = "y", .model_family = "linear", .init_model = initial->bundle});
+  auto wrong_family =
+      fit(new_data, TrainRequest{.target = "y", .model_family = "linear", .init_model = initial->bundle});
   EXPECT_FALSE(wrong_family.ok());
 }
 
