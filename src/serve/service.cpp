@@ -61,8 +61,36 @@ std::string_view failure_reason_of(const Status& status) {
 
 }  // namespace
 
+std::string without_server_paths(std::string_view message) {
+  // Slipway names files quoted ("cannot open '/srv/...'") or after a colon ("...: /srv/x: not a
+  // bundle"); such a path runs to the next quote, space, comma or ": ". API routes in sentences
+  // ("POST /v2/...") follow a plain word and stay.
+  std::string out;
+  out.reserve(message.size());
+  std::size_t at = 0;
+  while (at < message.size()) {
+    bool after_quote = at > 0 && (message[at - 1] == '\'' || message[at - 1] == '"');
+    bool after_colon = at > 1 && message[at - 1] == ' ' && message[at - 2] == ':';
+    if (message[at] == '/' && (at == 0 || after_quote || after_colon)) {
+      std::size_t end = std::min(message.find_first_of("'\" ,)", at), message.find(": ", at));
+      if (end == std::string_view::npos) end = message.size();
+      out += "<server path>";
+      at = end;
+      continue;
+    }
+    out += message[at++];
+  }
+  return out;
+}
+
 HttpResponse error_response(const Status& status) {
-  HttpResponse response = error_response(http_status_for(status), status.message());
+  // Messages from the operating system name files in the server's workspace; clients get the
+  // sentence without them (the server log keeps the whole one).
+  if (status.code() == StatusCode::kIo || status.code() == StatusCode::kDataLoss ||
+      status.code() == StatusCode::kInternal) {
+    log_warn(status.message());
+  }
+  HttpResponse response = error_response(http_status_for(status), without_server_paths(status.message()));
   response.failure_reason = std::string(failure_reason_of(status));
   return response;
 }

@@ -22,6 +22,9 @@ HttpResponse json_response(int status, std::string body);
 HttpResponse error_response(int status, std::string_view message);
 // The HTTP status and failure reason a Status maps to (InvalidArgument 400, NotFound 404, ...).
 HttpResponse error_response(const Status& status);
+// The message with absolute file paths replaced by "<server path>": error bodies and the
+// repository index never show where the server keeps its files.
+std::string without_server_paths(std::string_view message);
 // 405 with the Allow header naming the method the route takes.
 HttpResponse method_not_allowed(std::string_view allowed);
 

@@ -93,7 +93,7 @@ HttpResponse Service::State::handle_repository_route(std::string_view method,
     for (const auto& state : manager.index(ready_only)) {
       json.begin_object().key("name").value(state.name);
       if (!state.version.empty()) json.key("version").value(state.version);
-      json.key("state").value(state.state).key("reason").value(state.reason).end_object();
+      json.key("state").value(state.state).key("reason").value(without_server_paths(state.reason)).end_object();
     }
     json.end_array();
     return json_response(200, json.take());

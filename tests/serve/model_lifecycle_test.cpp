@@ -5,6 +5,7 @@
 #include <fstream>
 #include <thread>
 
+#include "serve/service_state.h"
 #include "slipway/serve.h"
 #include "slipway/train.h"
 #include "support/fixtures.h"
@@ -193,6 +194,16 @@ TEST_F(LifecycleTest, AFailedLoadLeavesTheOldVersionServing) {
   auto pinned = service.handle("POST", "/v2/models/credit/versions/2/infer", one_row_request());
   EXPECT_EQ(pinned.status, 500) << pinned.body;
   EXPECT_NE(pinned.body.find("cannot load model 'credit' version 2"), std::string::npos) << pinned.body;
+  // Error bodies and the index never show the server's file paths.
+  EXPECT_EQ(pinned.body.find(dir_.path()), std::string::npos) << pinned.body;
+  EXPECT_EQ(service.handle("POST", "/v2/repository/index", "").body.find(dir_.path()), std::string::npos);
+  EXPECT_EQ(without_server_paths("cannot open '/srv/ws/artifacts/sha256/ab/cd': No such file"),
+            "cannot open '<server path>': No such file");
+  EXPECT_EQ(without_server_paths("load it with POST /v2/repository/models/x/load"),
+            "load it with POST /v2/repository/models/x/load");
+  EXPECT_EQ(without_server_paths("use GET for this route"), "use GET for this route");
+  EXPECT_EQ(without_server_paths("cannot load model 'm' version 2: /srv/ws/ab: not a Slipway bundle"),
+            "cannot load model 'm' version 2: <server path>: not a Slipway bundle");
 }
 
 // Repeated swaps free what they replace: the loaded-model count and accounted memory return to
