@@ -162,6 +162,9 @@ double process_cpu_seconds() {
 TEST(HttpServer, OutOfDescriptorsTheAcceptLoopBacksOff) {
   RunningServer running({text_route("/v2", "v2")}, ServerOptions{});
   int port = running.port();
+  // The logger is created on first use; create it before descriptors run out, as a server does at
+  // start (its first log lines).
+  log_info("lowering the open-file limit");
   rlimit original{};
   getrlimit(RLIMIT_NOFILE, &original);
   rlimit lowered = original;
