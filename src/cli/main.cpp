@@ -18,36 +18,6 @@ std::string default_home() {
   return "./.slipway";
 }
 
-// Edit distance, for suggesting a subcommand after a typo.
-std::size_t edit_distance(std::string_view left, std::string_view right) {
-  std::vector<std::size_t> previous(right.size() + 1), current(right.size() + 1);
-  for (std::size_t column = 0; column <= right.size(); ++column) previous[column] = column;
-  for (std::size_t row = 1; row <= left.size(); ++row) {
-    current[0] = row;
-    for (std::size_t column = 1; column <= right.size(); ++column) {
-      std::size_t substitution = previous[column - 1] + (left[row - 1] == right[column - 1] ? 0 : 1);
-      current[column] = std::min({previous[column] + 1, current[column - 1] + 1, substitution});
-    }
-    std::swap(previous, current);
-  }
-  return previous[right.size()];
-}
-
-// The subcommand closest to `typed`, when `typed` is not one and is at most two edits away.
-std::optional<std::string> closest_subcommand(CLI::App& app, std::string_view typed) {
-  std::optional<std::string> best;
-  std::size_t best_distance = 3;
-  for (const auto* command : app.get_subcommands({})) {
-    if (command->get_name() == typed) return std::nullopt;
-    std::size_t distance = edit_distance(typed, command->get_name());
-    if (distance < best_distance) {
-      best_distance = distance;
-      best = command->get_name();
-    }
-  }
-  return best;
-}
-
 // The flag of a serving config key: --max-batch-size for max_batch_size; a list key's flag names
 // one item (--preferred-batch-size for preferred_batch_sizes).
 std::string serving_config_flag(const slipway::ConfigKey& key) {
@@ -296,7 +266,9 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
     // The first word CLI11 could not place is the would-be subcommand.
     for (const auto& word : app.remaining()) {
       if (word.empty() || word[0] == '-') continue;
-      if (auto suggestion = closest_subcommand(app, word)) {
+      std::vector<std::string> commands;
+      for (const auto* command : app.get_subcommands({})) commands.push_back(command->get_name());
+      if (auto suggestion = slipway::closest_name(word, commands); suggestion && *suggestion != word) {
         std::cerr << "unknown command '" << word << "'; did you mean '" << *suggestion << "'?\n";
       }
       break;
