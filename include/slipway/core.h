@@ -317,6 +317,8 @@ Status check_config_value(std::string_view subject, const ConfigKey& key, std::s
 Status unknown_config_key(std::string_view subject, std::string_view name, const std::vector<std::string>& known);
 // The name at the smallest edit distance from `typed` when it is at most a third of its length
 // (and at least 2) away; nullopt when none is that close.
+// The items with `separator` between them.
+std::string join(const std::vector<std::string>& items, std::string_view separator);
 std::optional<std::string> closest_name(std::string_view typed, const std::vector<std::string>& names);
 // A Markdown table of the keys: key, type, default, allowed, description; one row per key.
 std::string config_markdown_table(const std::vector<ConfigKey>& keys);

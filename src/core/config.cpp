@@ -27,15 +27,6 @@ std::string bound_text(const ConfigKey& key, double bound) {
 
 bool in_range(const ConfigKey& key, double number) { return number >= key.minimum && number <= key.maximum; }
 
-std::string join(const std::vector<std::string>& items, std::string_view separator) {
-  std::string out;
-  for (const auto& item : items) {
-    if (!out.empty()) out += separator;
-    out += item;
-  }
-  return out;
-}
-
 std::size_t edit_distance(std::string_view left, std::string_view right) {
   std::vector<std::size_t> previous(right.size() + 1), current(right.size() + 1);
   for (std::size_t column = 0; column <= right.size(); ++column) previous[column] = column;
@@ -136,6 +127,15 @@ Status check_config_value(std::string_view subject, const ConfigKey& key, std::s
       return {};
   }
   return {};
+}
+
+std::string join(const std::vector<std::string>& items, std::string_view separator) {
+  std::string out;
+  for (const auto& item : items) {
+    if (!out.empty()) out += separator;
+    out += item;
+  }
+  return out;
 }
 
 std::optional<std::string> closest_name(std::string_view typed, const std::vector<std::string>& names) {

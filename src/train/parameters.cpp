@@ -10,15 +10,6 @@
 namespace slipway::train {
 namespace {
 
-std::string join(const std::vector<std::string>& items, std::string_view separator) {
-  std::string out;
-  for (const auto& item : items) {
-    if (!out.empty()) out += separator;
-    out += item;
-  }
-  return out;
-}
-
 bool applies_to(const ParamDeclaration& declaration, const std::string& family) {
   for (const auto& name : declaration.families) {
     if (name == family) return true;
