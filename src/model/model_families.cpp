@@ -8,11 +8,11 @@ const ModelFamily& linear_family();         // linear_family.cpp
 const ModelFamily& tree_ensemble_family();  // tree_ensemble_family.cpp
 
 std::span<const ModelFamily* const> model_families() {
-  static const std::vector<const ModelFamily*> families = {
+  static const std::vector<const ModelFamily*> kFamilies = {
       &linear_family(),
       &tree_ensemble_family(),
   };
-  return families;
+  return kFamilies;
 }
 
 const ModelFamily* find_model_family(std::string_view name) {
