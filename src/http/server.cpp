@@ -146,6 +146,20 @@ class Session : public std::enable_shared_from_this<Session> {
         return;
       }
     }
+    // What has arrived with the headers is parsed here: a request without a body, or one whose
+    // body came in the same segments (most do), is answered without another trip through the
+    // event loop.
+    beast::error_code parse_error;
+    while (!parser_->is_done() && buffer_.size() > 0) {
+      std::size_t used = parser_->put(buffer_.data(), parse_error);
+      buffer_.consume(used);
+      if (parse_error == bhttp::error::need_more) {
+        parse_error = {};
+        break;
+      }
+      if (parse_error || used == 0) break;
+    }
+    if (parse_error || parser_->is_done()) return on_read(parse_error);
     bhttp::async_read(
         stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code read_error, std::size_t) { self->on_read(read_error); });
