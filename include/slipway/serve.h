@@ -167,24 +167,9 @@ class Service {
 };
 
 struct ServerOptions {
-  std::string host = "127.0.0.1";
-  std::uint16_t port = 8080;  // 0 picks a free port; port() tells which
-  int io_threads = 2;
-  int worker_threads = 0;                                 // 0 = default_thread_count()
-  std::size_t max_body_bytes = std::size_t{64} << 20;     // larger bodies: 413
-  std::size_t max_header_bytes = std::size_t{16} * 1024;  // larger request headers: 431
-  // The longest a connection may take to deliver a request (or stay idle between requests);
-  // a client slower than that is disconnected, so slow clients cannot hold connections.
-  std::chrono::seconds read_timeout{30};
-  // Inference and load requests waiting for a worker, at most; beyond it a request is answered
-  // 429 at once. 0 = 64 per worker thread.
-  int max_pending_requests = 0;
-  // Open connections, at most (http::ServerOptions::max_connections). 0 = from the fd limit.
-  int max_connections = 0;
-  // Request bodies in flight, in bytes, at most; past it 503. 0 = 4 x max_body_bytes.
-  std::size_t max_inflight_body_bytes = 0;
-  // How long a stop waits for requests in flight; batch requests still queued then get 503.
-  std::chrono::milliseconds drain_timeout{5000};
+  // The transport: address, threads, limits, timeouts, drain. Its callbacks (on_drain_deadline,
+  // on_hangup, on_refusal) are the serving process's own and are replaced by Server::start.
+  http::ServerOptions http;
   // Called on SIGHUP (e.g. to reload the --config file); without it SIGHUP is ignored.
   std::function<void(Service&)> on_hangup;
   ServiceOptions service;

@@ -52,20 +52,10 @@ Result<std::unique_ptr<Server>> Server::start(registry::Registry& registry, cons
                                handle});
   routes.push_back(http::Route{"/metrics", nullptr, handle});
 
-  http::ServerOptions transport;
-  transport.host = options.host;
-  transport.port = options.port;
-  transport.io_threads = options.io_threads;
-  transport.worker_threads = options.worker_threads;
-  transport.max_body_bytes = options.max_body_bytes;
-  transport.max_header_bytes = options.max_header_bytes;
-  transport.read_timeout = options.read_timeout;
-  transport.max_pending_requests = options.max_pending_requests;
-  transport.max_connections = options.max_connections;
-  transport.max_inflight_body_bytes = options.max_inflight_body_bytes;
-  transport.drain_timeout = options.drain_timeout;
+  http::ServerOptions transport = options.http;
   // Queued batch requests are answered 503 while the event loop that writes them still runs.
   transport.on_drain_deadline = [&service] { service.stop_batching(); };
+  transport.on_hangup = nullptr;
   if (options.on_hangup) {
     transport.on_hangup = [&service, on_hangup = options.on_hangup] { on_hangup(service); };
   }

@@ -20,7 +20,7 @@ class LoadGeneratorTest : public ::testing::Test {
   void SetUp() override {
     registry_ = std::move(registry::Registry::open(home_.path(), true)).value();
     serve::ServerOptions options;
-    options.port = 0;
+    options.http.port = 0;
     server_ = std::move(serve::Server::start(*registry_, options)).value();
     runner_ = std::jthread([this] { server_->run(); });
   }

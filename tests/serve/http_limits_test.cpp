@@ -19,10 +19,10 @@ TEST(HttpLimits, OversizedRequestsAndSlowClientsAreRefused) {
   testing::TempDir home;
   auto store = std::move(registry::Registry::open(home.path(), true)).value();
   ServerOptions options;
-  options.port = 0;
-  options.max_body_bytes = 1024;
-  options.max_header_bytes = 2048;
-  options.read_timeout = 1s;
+  options.http.port = 0;
+  options.http.max_body_bytes = 1024;
+  options.http.max_header_bytes = 2048;
+  options.http.read_timeout = 1s;
   auto server = std::move(Server::start(*store, options)).value();
   std::jthread runner([&] { server->run(); });
   int port = server->port();
