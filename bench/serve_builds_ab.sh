@@ -14,17 +14,17 @@ work=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 
-# start NAME BUILD: trains the model into $work/NAME and serves it; prints the base URL.
+# start NAME BUILD: trains the model into $work/NAME and serves it; sets url_NAME.
 start() {
   "$2/slipway" --home "$work/$1" -q train --data "$root/data/lending_club.csv" --target Class --model gbdt \
     --param rounds=200 --param max_depth=8 --register trees --no-progress > /dev/null
   "$2/slipway" --home "$work/$1" serve --port 0 > "$work/$1.out" 2> "$work/$1.log" &
   pids+=($!)
   for _ in $(seq 100); do grep -q 'serving on' "$work/$1.out" 2>/dev/null && break; sleep 0.1; done
-  echo "http://127.0.0.1:$(grep -o '127.0.0.1:[0-9]*' "$work/$1.out" | head -1 | cut -d: -f2)"
+  printf -v "url_$1" 'http://127.0.0.1:%s' "$(grep -o '127.0.0.1:[0-9]*' "$work/$1.out" | head -1 | cut -d: -f2)"
 }
-url_a=$(start a "$build_a")
-url_b=$(start b "$build_b")
+start a "$build_a"
+start b "$build_b"
 
 # One row of the data as a v2 JSON request (FP32 for numbers, BYTES for text), posted by wrk.
 /usr/bin/python3 - "$root/data/lending_club.csv" > "$work/body.json" <<'PY'

@@ -1,6 +1,7 @@
 // slipway/eval.h — quality metrics, overall and per slice.
 #pragma once
 
+#include <cstddef>
 #include <span>
 #include <string>
 #include <utility>
@@ -50,5 +51,67 @@ struct Evaluation {
 // Scores `table` with `bundle` and compares with the bundle's target column. InvalidArgument if
 // the target or slice column is missing or a label was never seen in training.
 Result<Evaluation> evaluate(const model::Bundle& bundle, const data::Table& table, const std::string& slice_column);
+
+// ---------------------------------------------------------------------------------------------
+// Golden comparison: two models (a baseline A and a candidate B) scored on the same rows.
+
+struct ComparisonOptions {
+  // A row differs when any of its outputs (probabilities, or predicted values) differs by more
+  // than this, in absolute terms. 0 asks for identical outputs.
+  double tolerance = 1e-6;
+  std::string slice_column;     // empty: no slices
+  std::size_t worst_rows = 10;  // rows listed, the largest difference first
+};
+
+struct OutputDifferences {
+  std::size_t rows = 0;
+  std::size_t rows_beyond_tolerance = 0;
+  std::size_t label_flips = 0;        // classification: the predicted label differs
+  double max_abs_difference = 0.0;    // over every output of every row
+  double mean_abs_difference = 0.0;   // of each row's largest output difference
+};
+
+struct DifferingRow {
+  std::size_t row = 0;  // 0-based data row: the file's line is row + 2 (after the header)
+  double abs_difference = 0.0;
+  std::vector<float> outputs_a, outputs_b;
+  std::string label_a, label_b;  // classification only
+  std::string slice;             // the slice value, when sliced
+};
+
+struct SliceComparison {
+  std::string value;  // "(missing)" for missing
+  OutputDifferences differences;
+  std::size_t labelled_rows = 0;
+  double quality_a = 0.0, quality_b = 0.0;  // in Comparison::quality_metric; NaN when undefined
+  double quality_drop = 0.0;                // positive: B is worse; NaN when undefined
+};
+
+struct Comparison {
+  double tolerance = 0.0;
+  OutputDifferences overall;
+  // Quality, when the table has the target column: every metric of both models, and the drop in
+  // the metric a team watches (auc for binary, log_loss for multiclass, rmse for regression).
+  bool labelled = false;
+  std::size_t rows_missing_target = 0;
+  std::string quality_metric;
+  Metrics metrics_a, metrics_b;
+  double quality_drop = 0.0;  // positive: B is worse
+  std::string slice_column;
+  std::vector<SliceComparison> slices;  // sorted by value
+  // The slice whose quality dropped most (empty when unlabelled or no slice has a defined drop).
+  std::string worst_slice;
+  double worst_slice_drop = 0.0;
+  std::vector<DifferingRow> worst_rows;  // only rows beyond the tolerance
+
+  bool within_tolerance() const { return overall.rows_beyond_tolerance == 0; }
+};
+
+// Scores `table` with both bundles and compares their outputs row by row, overall and per slice,
+// and their quality when the table holds A's target. InvalidArgument when the two models do not
+// answer the same question (task, class labels), a needed column is missing, or the tolerance is
+// negative or not finite. A NaN output differs from any number (infinitely) and equals a NaN.
+Result<Comparison> compare(const model::Bundle& a, const model::Bundle& b, const data::Table& table,
+                           const ComparisonOptions& options);
 
 }  // namespace slipway::eval

@@ -42,6 +42,15 @@ int run_eval(const GlobalOptions& global, const std::string& reference, const st
              const std::string& slice);
 int run_predict(const GlobalOptions& global, const std::string& reference, const std::string& data,
                 const std::string& out, const std::string& id_column);
+struct CompareOptions {
+  std::string reference_a, reference_b;
+  std::string data_path;
+  double tolerance = 1e-6;
+  std::string slice;
+  std::size_t worst_rows = 10;
+};
+// A golden comparison (eval::compare): exit 0 within the tolerance, 1 beyond it, 2 on error.
+int run_compare(const GlobalOptions& global, const CompareOptions& options);
 int run_models(const GlobalOptions& global);
 int run_versions(const GlobalOptions& global, const std::string& model);
 int run_runs(const GlobalOptions& global, std::size_t limit);

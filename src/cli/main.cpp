@@ -93,6 +93,22 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   eval_command->add_option("--data", data_path, "Labelled data (CSV)")->required();
   eval_command->add_option("--slice", slice, "Report metrics per value of this column");
 
+  CompareOptions compare;
+  auto* compare_command = app.add_subcommand(
+      "compare", "Compare two models on a golden set: outputs row by row, quality overall and per slice");
+  compare_command->add_option("REF_A", compare.reference_a, "The baseline (NAME@VERSION, NAME@ALIAS, NAME or a bundle file)")
+      ->required();
+  compare_command->add_option("REF_B", compare.reference_b, "The candidate")->required();
+  compare_command->add_option("--data", compare.data_path, "Golden rows (CSV); with the target column, quality is compared too")
+      ->required();
+  compare_command
+      ->add_option("--tolerance", compare.tolerance,
+                   "Largest |A - B| allowed on any output (probability or value); exit 1 beyond it, 0 within")
+      ->capture_default_str();
+  compare_command->add_option("--slice", compare.slice, "Also compare per value of this column");
+  compare_command->add_option("--worst", compare.worst_rows, "Rows listed, the largest difference first")
+      ->capture_default_str();
+
   std::string out;
   std::string id_column;
   auto* predict_command = app.add_subcommand("predict", "Score the rows of a file");
@@ -291,6 +307,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
     return run_train(global, train, given);
   }
   if (eval_command->parsed()) return run_eval(global, reference, data_path, slice);
+  if (compare_command->parsed()) return run_compare(global, compare);
   if (predict_command->parsed()) return run_predict(global, reference, data_path, out, id_column);
   if (models_command->parsed()) return run_models(global);
   if (versions_command->parsed()) return run_versions(global, model_name);

@@ -1,27 +1,16 @@
 #include <algorithm>
 #include <map>
 
-#include "slipway/eval.h"
+#include "eval/labelled_rows.h"
 
 namespace slipway::eval {
 
-Result<Evaluation> evaluate(const model::Bundle& bundle, const data::Table& table, const std::string& slice_column) {
-  const model::Manifest& manifest = bundle.manifest();
-  SLIPWAY_ASSIGN_OR_RETURN(std::size_t target_index, table.column_index(manifest.target));
-  const data::Column& target = table.column(target_index);
-  const data::Column* slice = nullptr;
-  if (!slice_column.empty()) {
-    SLIPWAY_ASSIGN_OR_RETURN(std::size_t slice_index, table.column_index(slice_column));
-    slice = &table.column(slice_index);
-  }
-
+Result<LabelledRows> labelled_rows(const model::Manifest& manifest, const data::Column& target) {
   bool classification = manifest.task != model::Task::kRegression;
-  bool multiclass = manifest.task == model::Task::kMulticlassClassification;
   if (!classification && target.type != data::ColumnType::kNumeric) {
     return invalid_argument("target '" + target.name + "' holds text, but the model is a regression");
   }
-  std::vector<std::uint32_t> kept_rows;
-  std::vector<double> labels;
+  LabelledRows labelled;
   for (std::size_t row = 0; row < target.size(); ++row) {
     if (target.is_missing(row)) continue;
     if (classification) {
@@ -34,20 +23,46 @@ Result<Evaluation> evaluate(const model::Bundle& bundle, const data::Table& tabl
         return invalid_argument("target '" + target.name + "' has the label '" + text +
                                 "', which the model never saw (it knows " + known + ")");
       }
-      labels.push_back(static_cast<double>(found - manifest.class_labels.begin()));
+      labelled.labels.push_back(static_cast<double>(found - manifest.class_labels.begin()));
     } else {
-      labels.push_back(target.numbers[row]);
+      labelled.labels.push_back(target.numbers[row]);
     }
-    kept_rows.push_back(static_cast<std::uint32_t>(row));
+    labelled.rows.push_back(static_cast<std::uint32_t>(row));
   }
-  if (kept_rows.empty()) return invalid_argument("no row has a value for the target '" + target.name + "'");
+  if (labelled.rows.empty()) return invalid_argument("no row has a value for the target '" + target.name + "'");
+  return labelled;
+}
+
+Metrics task_metrics(model::Task task, std::span<const float> scores, std::size_t columns,
+                     std::span<const double> labels) {
+  switch (task) {
+    case model::Task::kMulticlassClassification:
+      return multiclass_metrics(scores, columns, labels);
+    case model::Task::kBinaryClassification:
+      return binary_metrics(scores, labels);
+    case model::Task::kRegression:
+      break;
+  }
+  return regression_metrics(scores, labels);
+}
+
+Result<Evaluation> evaluate(const model::Bundle& bundle, const data::Table& table, const std::string& slice_column) {
+  const model::Manifest& manifest = bundle.manifest();
+  SLIPWAY_ASSIGN_OR_RETURN(std::size_t target_index, table.column_index(manifest.target));
+  const data::Column* slice = nullptr;
+  if (!slice_column.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(std::size_t slice_index, table.column_index(slice_column));
+    slice = &table.column(slice_index);
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(LabelledRows labelled, labelled_rows(manifest, table.column(target_index)));
+  const auto& kept_rows = labelled.rows;
+  const auto& labels = labelled.labels;
   data::Table rows = table.take_rows(kept_rows);
   SLIPWAY_ASSIGN_OR_RETURN(model::Predictions predictions, bundle.predict(rows));
 
   const std::size_t columns = predictions.columns;
   auto compute = [&](std::span<const float> scores, std::span<const double> truth) {
-    if (multiclass) return multiclass_metrics(scores, columns, truth);
-    return classification ? binary_metrics(scores, truth) : regression_metrics(scores, truth);
+    return task_metrics(manifest.task, scores, columns, truth);
   };
   Evaluation evaluation;
   evaluation.rows = kept_rows.size();

@@ -207,6 +207,13 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void dispatch_to_worker(const Route& route) {
+    // Under load, a request whose client has already gone is dropped here rather than taking a
+    // backlog slot: after an overload the accept queue can hold thousands of such requests from
+    // clients that timed out, and each would otherwise pass through a worker before live
+    // requests are served. (Checked only when the backlog is filling: it costs a system call.)
+    if (shared_.worker_backlog.load(std::memory_order_relaxed) >= shared_.max_worker_backlog / 2 && peer_closed()) {
+      return drop_for_closed_client();
+    }
     // Admission control: past the backlog bound the request is refused here, on the I/O thread,
     // without its body being looked at, so an overloaded server sheds load in microseconds and
     // its queue (and the latency it adds) stays bounded.
@@ -225,12 +232,7 @@ class Session : public std::enable_shared_from_this<Session> {
       // kernel's accept queue, would otherwise hold the server busy long after their clients
       // left. A client that only shut down its sending side looks the same and is dropped too.
       if (self->peer_closed()) {
-        if (self->shared_.options.on_refusal) self->shared_.options.on_refusal(self->view_, Refusal::kClientClosed);
-        asio::post(self->stream_.get_executor(), [self] {
-          self->shared_.in_flight.fetch_sub(1);
-          self->release_body_budget();
-          self->close();
-        });
+        asio::post(self->stream_.get_executor(), [self] { self->drop_for_closed_client(); });
         return;
       }
       self->call(route, [self](Response response) {
@@ -238,6 +240,14 @@ class Session : public std::enable_shared_from_this<Session> {
                    [self, response = std::move(response)]() mutable { self->answer(std::move(response)); });
       });
     });
+  }
+
+  // The client left before its request was served: counted as a refusal, never answered.
+  void drop_for_closed_client() {
+    if (shared_.options.on_refusal) shared_.options.on_refusal(view_, Refusal::kClientClosed);
+    shared_.in_flight.fetch_sub(1);
+    release_body_budget();
+    close();
   }
 
   void call(const Route& route, const Respond& respond) {

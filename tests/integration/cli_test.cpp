@@ -81,6 +81,54 @@ TEST_F(CliTest, TrainRegisterInspectEvaluatePredict) {
   EXPECT_EQ(as_json.out.rfind("{\"model\":\"lending@1\",\"rows\":9857,\"predictions\":[{\"probability\":", 0), 0u);
 }
 
+// `compare` exits like diff: 0 when two models agree within the tolerance, 1 when they do not,
+// 2 when the comparison cannot be made.
+TEST_F(CliTest, CompareExitsLikeDiff) {
+  ASSERT_EQ(slipway({"init"}).exit_code, 0);
+  ASSERT_EQ(train_lending({"--register", "lending"}).exit_code, 0);
+  auto trees = train_lending({"--register", "lending", "--model", "gbdt", "--param", "rounds=10", "--no-progress"});
+  ASSERT_EQ(trees.exit_code, 0) << trees.err;
+  std::string golden = data_path("lending_club.csv");
+
+  auto same = slipway({"compare", "lending@1", "lending@1", "--data", golden, "--tolerance", "0"});
+  EXPECT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_NE(same.out.find("ok: every output is within the tolerance"), std::string::npos) << same.out;
+
+  auto differ = slipway({"compare", "lending@1", "lending@2", "--data", golden, "--slice", "term", "--worst", "3"});
+  EXPECT_EQ(differ.exit_code, 1) << differ.err;
+  EXPECT_NE(differ.out.find("worst slice: term="), std::string::npos) << differ.out;
+  EXPECT_NE(differ.out.find("largest differences"), std::string::npos);
+  EXPECT_NE(differ.out.find("row(s) differ beyond the tolerance"), std::string::npos);
+
+  auto as_json = slipway({"--json", "compare", "lending@1", "lending@2", "--data", golden, "--tolerance", "0.5"});
+  EXPECT_EQ(as_json.out.front(), '{');
+  EXPECT_EQ(as_json.out.find('\n'), as_json.out.size() - 1);
+  EXPECT_NE(as_json.out.find("\"quality\":{\"metric\":\"auc\""), std::string::npos) << as_json.out;
+  EXPECT_NE(as_json.out.find(as_json.exit_code == 0 ? "\"within_tolerance\":true" : "\"within_tolerance\":false"),
+            std::string::npos);
+
+  ASSERT_EQ(slipway({"train", "--data", data_path("chicago_ridership.csv"), "--target", "ridership", "--model",
+                     "linear", "--out", home_.file("chicago.slip")})
+                .exit_code,
+            0);
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {{"compare", "lending@1", "lending@2", "--data", golden, "--tolerance", "-1"}, "tolerance"},
+      {{"compare", "lending@1", "lending@2", "--data", golden, "--tolerance", "nan"}, "tolerance"},
+      {{"compare", "lending@1", "ghost", "--data", golden}, "ghost"},
+      {{"compare", "lending@1", home_.file("chicago.slip"), "--data", golden}, "different questions"},
+      {{"compare", "lending@1", "lending@2", "--data", golden, "--slice", "state"}, "'state'"},
+  };
+  for (const auto& test_case : cases) {
+    auto result = slipway(test_case.args);
+    EXPECT_EQ(result.exit_code, 2) << test_case.message << ": " << result.err;
+    EXPECT_NE(result.err.find(test_case.message), std::string::npos) << result.err;
+  }
+}
+
 TEST_F(CliTest, TimeOrderedSplitOnChicago) {
   auto trained = slipway({"train", "--data", data_path("chicago_ridership.csv"), "--target", "ridership", "--model",
                           "linear", "--split", "time:date", "--out", home_.file("chicago.slip")});
