@@ -359,6 +359,10 @@ class Bundle {
   Result<Predictions> predict(const data::Table& batch) const;
   // Scores rows already preprocessed (rows x preprocessor().output_width()).
   Predictions predict_preprocessed(std::span<const float> features, std::size_t rows) const;
+  // predict_preprocessed in its two steps, for profiling: the model's margins, then the task's
+  // link applied in place (sigmoid for binary classification, softmax for multiclass).
+  Predictions predict_margins(std::span<const float> features, std::size_t rows) const;
+  void apply_link(Predictions& margins) const;
   // The predicted label of `row` (classification only): the positive label when its score is
   // >= 0.5, for multiclass the most probable class (the first on a tie).
   const std::string& predicted_label(const Predictions& predictions, std::size_t row) const;

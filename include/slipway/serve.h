@@ -19,6 +19,7 @@
 #include "slipway/core.h"
 #include "slipway/data.h"
 #include "slipway/http.h"
+#include "slipway/model.h"
 #include "slipway/registry.h"
 
 namespace slipway::serve {
@@ -125,6 +126,21 @@ struct ServiceOptions {
 
 // The protocol, independent of sockets: maps (method, target, body) to a response. Thread-safe;
 // any number of threads may call handle() at once.
+// One v2 JSON inference inside the server, stage by stage, for `bundle`: no HTTP, no batching,
+// no metrics. What `slipway profile` measures; seconds per stage.
+struct InferStageTimes {
+  double parse = 0;        // the request JSON into input columns
+  double preprocess = 0;   // the bundle's preprocessing: columns into features
+  double compute = 0;      // the model: features into margins
+  double postprocess = 0;  // margins into outputs (sigmoid, softmax)
+  double encode = 0;       // the response JSON
+  std::size_t rows = 0;
+  std::size_t response_bytes = 0;
+  double total() const { return parse + preprocess + compute + postprocess + encode; }
+};
+// InvalidArgument for a request the server would refuse (with the same message).
+Result<InferStageTimes> time_v2_infer(std::shared_ptr<const model::Bundle> bundle, std::string_view body);
+
 class Service {
  public:
   Service(registry::Registry& registry, const ServiceOptions& options);
@@ -162,6 +178,7 @@ class Service {
   std::string metrics_text() const;
 
  private:
+  friend Result<InferStageTimes> time_v2_infer(std::shared_ptr<const model::Bundle> bundle, std::string_view body);
   struct State;
   std::unique_ptr<State> state_;
 };

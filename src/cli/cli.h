@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <iosfwd>
 #include <map>
 #include <memory>
@@ -125,6 +126,17 @@ struct LoadTestFlags {
   std::uint64_t seed = 1;
   bool progress = true;
 };
+struct ProfileFlags {
+  std::string reference;
+  std::string data_path;
+  std::vector<std::string> rows_per_request = {"1,8,64"};
+  int threads = 1;
+  std::string duration = "2s";
+  bool progress = true;
+};
+// Where one model's serving time goes (optimize::profile_model), per request size.
+int run_profile(const GlobalOptions& global, const ProfileFlags& flags);
+
 // Open- or closed-loop HTTP load with latency percentiles; exit 1 when an --slo is missed.
 int run_loadtest(const GlobalOptions& global, const LoadTestFlags& flags);
 
@@ -180,6 +192,8 @@ class ProgressBar {
   bool drawn_ = false;
 };
 
+// "30s", "500ms", "2m", "1.5s" or a bare number of seconds; `flag` names it in the error.
+Result<std::chrono::milliseconds> parse_duration(const std::string& flag, const std::string& text);
 // A metric value for display: 4 significant decimals, "-" for NaN.
 std::string format_metric(double value);
 std::string format_time_ms(std::int64_t unix_ms);

@@ -10,30 +10,6 @@
 #include "slipway/serve.h"
 
 namespace slipway::cli {
-namespace {
-
-// "30s", "500ms", "2m", "1.5s" or a bare number of seconds.
-Result<std::chrono::milliseconds> parse_duration(const std::string& flag, const std::string& text) {
-  double scale = 1000.0;
-  std::string number = text;
-  if (text.ends_with("ms")) {
-    scale = 1.0;
-    number.resize(number.size() - 2);
-  } else if (text.ends_with("s")) {
-    number.resize(number.size() - 1);
-  } else if (text.ends_with("m")) {
-    scale = 60'000.0;
-    number.resize(number.size() - 1);
-  }
-  char* end = nullptr;
-  double value = std::strtod(number.c_str(), &end);
-  if (number.empty() || end != number.c_str() + number.size() || !(value >= 0) || !std::isfinite(value)) {
-    return invalid_argument(flag + " '" + text + "' is not a duration (examples: 30s, 500ms, 2m)");
-  }
-  return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(value * scale)));
-}
-
-}  // namespace
 
 int run_loadtest(const GlobalOptions& global, const LoadTestFlags& flags) {
   optimize::LoadTestOptions options;

@@ -230,6 +230,23 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   explain_command->add_option("--out", out, "Output CSV (default: stdout)");
   explain_command->add_flag("--importance", importance, "Print feature importance (splits, gain, cover) instead");
 
+  ProfileFlags profile;
+  auto* profile_command = app.add_subcommand(
+      "profile", "Where a model's serving time goes: request parsing, preprocessing, model, response, transport");
+  profile_command->add_option("REF", profile.reference, "NAME@VERSION, NAME@ALIAS, NAME (latest) or a bundle file")
+      ->required();
+  profile_command->add_option("--data", profile.data_path, "Rows to send (CSV; the target column is skipped)")
+      ->required();
+  profile_command->add_option("--rows-per-request", profile.rows_per_request, "Request sizes, e.g. 1,8,64")
+      ->capture_default_str();
+  profile_command->add_option("--threads", profile.threads, "The server's worker threads")->capture_default_str();
+  profile_command
+      ->add_option("--duration", profile.duration,
+                   "Per request size: the time measured through the server, for latency and again for throughput")
+      ->capture_default_str();
+  bool profile_no_progress = false;
+  profile_command->add_flag("--no-progress", profile_no_progress, "No progress bar");
+
   LoadTestFlags load;
   auto* loadtest_command = app.add_subcommand(
       "loadtest",
@@ -308,6 +325,10 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   }
   if (eval_command->parsed()) return run_eval(global, reference, data_path, slice);
   if (compare_command->parsed()) return run_compare(global, compare);
+  if (profile_command->parsed()) {
+    profile.progress = !profile_no_progress;
+    return run_profile(global, profile);
+  }
   if (predict_command->parsed()) return run_predict(global, reference, data_path, out, id_column);
   if (models_command->parsed()) return run_models(global);
   if (versions_command->parsed()) return run_versions(global, model_name);

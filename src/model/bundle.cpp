@@ -106,19 +106,27 @@ std::size_t Bundle::memory_bytes() const {
 }
 
 Predictions Bundle::predict_preprocessed(std::span<const float> features, std::size_t rows) const {
+  Predictions predictions = predict_margins(features, rows);
+  apply_link(predictions);
+  return predictions;
+}
+
+Predictions Bundle::predict_margins(std::span<const float> features, std::size_t rows) const {
   Predictions predictions;
   predictions.rows = rows;
   predictions.columns = model_->output_count();
   predictions.scores.resize(rows * predictions.columns);
   model_->predict_margin(features, rows, predictions.scores);
-  if (manifest_.task == Task::kBinaryClassification) {
-    for (float& score : predictions.scores)
-      score = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(score))));
-  } else if (manifest_.task == Task::kMulticlassClassification) {
-    for (std::size_t row = 0; row < rows; ++row)
-      softmax(std::span(predictions.scores).subspan(row * predictions.columns, predictions.columns));
-  }
   return predictions;
+}
+
+void Bundle::apply_link(Predictions& margins) const {
+  if (manifest_.task == Task::kBinaryClassification) {
+    for (float& score : margins.scores) score = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(score))));
+  } else if (manifest_.task == Task::kMulticlassClassification) {
+    for (std::size_t row = 0; row < margins.rows; ++row)
+      softmax(std::span(margins.scores).subspan(row * margins.columns, margins.columns));
+  }
 }
 
 void softmax(std::span<float> margins) {

@@ -85,8 +85,10 @@ struct Service::State {
   using Finish = std::function<void(HttpResponse response, std::size_t rows)>;
 
   // v2_infer.cpp.
-  Result<PreparedInfer> prepare_infer(const LoadedModel& loaded, std::string_view body,
-                                      const RequestHeaders& headers) const;
+  // `decoded_ns`, when given, receives the monotonic time at which the request was decoded into
+  // columns and preprocessing began (for profiling).
+  static Result<PreparedInfer> prepare_infer(const LoadedModel& loaded, std::string_view body,
+                                             const RequestHeaders& headers, std::int64_t* decoded_ns = nullptr);
   static HttpResponse infer_response(const LoadedModel& loaded, const PreparedInfer& prepared,
                                      const model::Predictions& predictions);
   void infer(const Servable& servable, std::string_view body, const RequestHeaders& headers, const Finish& finish);

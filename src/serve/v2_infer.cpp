@@ -136,7 +136,7 @@ std::vector<OutputSpec> outputs_of(const model::Bundle& bundle) {
 }
 
 Result<PreparedInfer> Service::State::prepare_infer(const LoadedModel& loaded, std::string_view body,
-                                                    const RequestHeaders& headers) const {
+                                                    const RequestHeaders& headers, std::int64_t* decoded_ns) {
   // Triton's binary tensor extension: the JSON is the first Inference-Header-Content-Length bytes.
   std::string_view json_text = body;
   std::string_view binary;
@@ -280,6 +280,7 @@ Result<PreparedInfer> Service::State::prepare_infer(const LoadedModel& loaded, s
   InputColumns columns;
   SLIPWAY_RETURN_IF_ERROR(matrix_form ? columns_from_matrix(inputs[0], schema, columns)
                                       : columns_from_named_inputs(inputs, schema, columns));
+  if (decoded_ns != nullptr) *decoded_ns = monotonic_ns();
   SLIPWAY_RETURN_IF_ERROR(schema.transform_columns(columns.columns, columns.rows, prepared.features));
   prepared.rows = columns.rows;
   return prepared;
@@ -418,6 +419,41 @@ void Service::State::infer(const Servable& servable, std::string_view body, cons
     if (submitted.code() == StatusCode::kResourceExhausted) response.headers.emplace_back("Retry-After", "1");
     finish(std::move(response), 0);
   }
+}
+
+Result<InferStageTimes> time_v2_infer(std::shared_ptr<const model::Bundle> bundle, std::string_view body) {
+  LoadedModel loaded;
+  loaded.name = "profile";
+  loaded.version = 1;
+  loaded.version_text = "1";
+  loaded.bundle = std::move(bundle);
+  // As the HTTP layer hands it over: padded, so the JSON is parsed in place.
+  std::string padded_body;
+  padded_body.reserve(body.size() + simdjson::SIMDJSON_PADDING);
+  padded_body.assign(body);
+  RequestHeaders headers;
+  headers.body_padding = padded_body.capacity() - padded_body.size();
+  auto seconds_between = [](std::int64_t from, std::int64_t to) { return static_cast<double>(to - from) * 1e-9; };
+
+  InferStageTimes times;
+  std::int64_t started = monotonic_ns();
+  std::int64_t decoded = 0;
+  SLIPWAY_ASSIGN_OR_RETURN(PreparedInfer prepared, Service::State::prepare_infer(loaded, padded_body, headers, &decoded));
+  std::int64_t preprocessed = monotonic_ns();
+  model::Predictions predictions = loaded.bundle->predict_margins(prepared.features, prepared.rows);
+  std::int64_t computed = monotonic_ns();
+  loaded.bundle->apply_link(predictions);
+  std::int64_t linked = monotonic_ns();
+  HttpResponse response = Service::State::infer_response(loaded, prepared, predictions);
+  std::int64_t encoded = monotonic_ns();
+  times.parse = seconds_between(started, decoded);
+  times.preprocess = seconds_between(decoded, preprocessed);
+  times.compute = seconds_between(preprocessed, computed);
+  times.postprocess = seconds_between(computed, linked);
+  times.encode = seconds_between(linked, encoded);
+  times.rows = prepared.rows;
+  times.response_bytes = response.body.size();
+  return times;
 }
 
 }  // namespace slipway::serve

@@ -129,6 +129,29 @@ TEST_F(CliTest, CompareExitsLikeDiff) {
   }
 }
 
+TEST_F(CliTest, ProfileReportsEveryStagePerRequestSize) {
+  ASSERT_EQ(train_lending({"--register", "lending"}).exit_code, 0);
+  auto profiled = slipway({"--json", "profile", "lending", "--data", data_path("lending_club.csv"),
+                           "--rows-per-request", "1,4", "--duration", "200ms", "--no-progress"});
+  ASSERT_EQ(profiled.exit_code, 0) << profiled.err;
+  EXPECT_EQ(profiled.out.find('\n'), profiled.out.size() - 1);
+  EXPECT_NE(profiled.out.find("\"model\":\"lending@1\""), std::string::npos) << profiled.out;
+  EXPECT_NE(profiled.out.find("\"rows_per_request\":4"), std::string::npos);
+  EXPECT_NE(profiled.out.find("\"stage\":\"transport\""), std::string::npos);
+  EXPECT_NE(profiled.out.find("\"bottleneck\":"), std::string::npos);
+  auto text = slipway({"profile", "lending", "--data", data_path("lending_club.csv"), "--rows-per-request", "2",
+                       "--duration", "100ms", "--no-progress"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("model compute"), std::string::npos) << text.out;
+  for (const char* bad : {"0", "1,,2", "-3", "x"}) {
+    auto refused = slipway({"profile", "lending", "--data", data_path("lending_club.csv"), "--rows-per-request", bad});
+    EXPECT_EQ(refused.exit_code, 1) << bad;
+    EXPECT_NE(refused.err.find("--rows-per-request"), std::string::npos) << refused.err;
+  }
+  auto too_short = slipway({"profile", "lending", "--data", data_path("lending_club.csv"), "--duration", "5ms"});
+  EXPECT_NE(too_short.err.find("--duration"), std::string::npos) << too_short.err;
+}
+
 TEST_F(CliTest, TimeOrderedSplitOnChicago) {
   auto trained = slipway({"train", "--data", data_path("chicago_ridership.csv"), "--target", "ridership", "--model",
                           "linear", "--split", "time:date", "--out", home_.file("chicago.slip")});
