@@ -13,7 +13,7 @@ SLIPWAY_TREE_BENCH_DIR="$out" "$build/bench/slipway_bench" --benchmark_repetitio
 # The tree kernels not picked by default (AVX2 is, where present), for the record: the scalar
 # pointer walk shows what the vector kernels bring.
 for kernel in scalar avx512; do
-  SLIPWAY_TREE_KERNEL=$kernel SLIPWAY_TREE_BENCH_DIR="$out" "$build/bench/slipway_bench" --benchmark_filter=BM_TreeBatch100k \
+  SLIPWAY_TREE_KERNEL=$kernel SLIPWAY_TREE_BENCH_DIR="$out" "$build/bench/slipway_bench" --benchmark_filter='BM_TreeBatch100k/[12]/0' \
     --benchmark_repetitions=5 --benchmark_report_aggregates_only=true --benchmark_format=json \
     --benchmark_out="$out/kernel_$kernel.json" --benchmark_out_format=json > /dev/null
 done
@@ -42,17 +42,21 @@ table = ns("BM_PredictOneRow_FromTable"); pre = ns("BM_PredictOneRow_Preprocesse
 print(f"  slipway bundle (preprocess + model)  {table/1e3:8.2f} us   scikit-learn pipeline    {peer['pipeline_one_row_ns']/1e3:8.2f} us   speed-up {peer['pipeline_one_row_ns']/table:6.1f}x")
 print(f"  slipway model only (preprocessed)    {pre/1e3:8.2f} us   scikit-learn classifier  {peer['classifier_one_row_ns']/1e3:8.2f} us   speed-up {peer['classifier_one_row_ns']/pre:6.1f}x")
 print("Tree ensemble, XGBoost model imported (200 trees, depth 8, 28 features, 5% missing), predictions checked equal (median)")
-for threads in (1, 2):
-    rate = ours[f"BM_TreeBatch100k/{threads}/real_time"]["rows_per_s"]
-    xgb = trees[f"batch_rows_per_s_{threads}t"]
-    print(f"  batch 100k rows, {threads} thread(s): slipway {rate/1e3:8.1f}k rows/s   xgboost inplace_predict {xgb/1e3:8.1f}k rows/s   ratio {rate/xgb:5.2f}x")
+# BM_TreeBatch100k/THREADS/LAYOUT and the single-row /LAYOUT: 0 the float layout, 1 the quantized one.
+for layout, label in ((0, ""), (1, ", quantized layout")):
+    for threads in (1, 2):
+        rate = ours[f"BM_TreeBatch100k/{threads}/{layout}/real_time"]["rows_per_s"]
+        xgb = trees[f"batch_rows_per_s_{threads}t"]
+        print(f"  batch 100k rows, {threads} thread(s){label}: slipway {rate/1e3:8.1f}k rows/s   xgboost inplace_predict {xgb/1e3:8.1f}k rows/s   ratio {rate/xgb:5.2f}x")
 for path, kernel in ((sys.argv[4], "scalar (pointer walk)"), (sys.argv[5], "avx512")):
     forced = {b["run_name"]: b for b in json.load(open(path))["benchmarks"] if b.get("aggregate_name") == "median"}
     for threads in (1, 2):
-        rate = forced[f"BM_TreeBatch100k/{threads}/real_time"]["rows_per_s"]
+        rate = forced[f"BM_TreeBatch100k/{threads}/0/real_time"]["rows_per_s"]
         print(f"  batch 100k rows, {threads} thread(s), {kernel} kernel forced: slipway {rate/1e3:8.1f}k rows/s   ratio {rate/trees[f'batch_rows_per_s_{threads}t']:5.2f}x")
-single = ns("BM_TreeSingleRow")
-percentiles = [b for b in json.load(open(sys.argv[1]))["benchmarks"] if b["run_name"].startswith("BM_TreeSingleRowPercentiles") and b.get("aggregate_name") == "median"][0]
-print(f"  single row: slipway {single/1e3:.2f} us mean, {percentiles['p50_us']:.2f} us median, {percentiles['p99_us']:.2f} us p99"
-      f"   xgboost inplace_predict {trees['single_row_median_us']:.1f} us median (p99 {trees['single_row_p99_us']:.1f} us)")
+runs = json.load(open(sys.argv[1]))["benchmarks"]
+for layout, label in ((0, ""), (1, ", quantized layout")):
+    single = ns(f"BM_TreeSingleRow/{layout}")
+    percentiles = [b for b in runs if b["run_name"].startswith(f"BM_TreeSingleRowPercentiles/{layout}/") and b.get("aggregate_name") == "median"][0]
+    print(f"  single row{label}: slipway {single/1e3:.2f} us mean, {percentiles['p50_us']:.2f} us median, {percentiles['p99_us']:.2f} us p99"
+          f"   xgboost inplace_predict {trees['single_row_median_us']:.1f} us median (p99 {trees['single_row_p99_us']:.1f} us)")
 PY

@@ -16,6 +16,8 @@ namespace {
 
 struct TreeFixture {
   std::shared_ptr<const slipway::model::Bundle> bundle;
+  // The same model through the quantized layout (TreeEnsembleModel::with_quantized_layout).
+  std::shared_ptr<const slipway::model::Bundle> quantized;
   std::vector<float> rows;  // row-major, 28 features
   std::size_t row_count = 0;
   std::string error;
@@ -56,6 +58,17 @@ const TreeFixture& fixture() {
         break;
       }
     }
+    const auto& trees = dynamic_cast<const slipway::model::TreeEnsembleModel&>(built.bundle->model());
+    auto quantized_model = trees.with_quantized_layout();
+    if (!quantized_model.ok()) {
+      built.error = quantized_model.status().message();
+      return built;
+    }
+    built.quantized = std::make_shared<const slipway::model::Bundle>(
+        built.bundle->manifest(), built.bundle->preprocessor(), *quantized_model);
+    // And the quantized layout gives the same floats, bit for bit.
+    auto quantized_scores = built.quantized->predict_preprocessed(built.rows, built.row_count);
+    if (quantized_scores.scores != ours.scores) built.error = "the quantized layout changed a prediction";
     return built;
   }();
   return instance;
@@ -68,7 +81,8 @@ void BM_TreeBatch100k(benchmark::State& state) {
     return;
   }
   auto threads = static_cast<int>(state.range(0));
-  std::size_t width = f.bundle->preprocessor().output_width();
+  const auto& bundle = state.range(1) != 0 ? f.quantized : f.bundle;
+  std::size_t width = bundle->preprocessor().output_width();
   constexpr std::size_t kRowsPerTask = 4096;
   std::size_t tasks = (f.row_count + kRowsPerTask - 1) / kRowsPerTask;
   std::vector<float> scores(f.row_count);
@@ -77,7 +91,7 @@ void BM_TreeBatch100k(benchmark::State& state) {
       std::size_t begin = task * kRowsPerTask;
       std::size_t rows = std::min(kRowsPerTask, f.row_count - begin);
       auto predictions =
-          f.bundle->predict_preprocessed(std::span<const float>(f.rows).subspan(begin * width, rows * width), rows);
+          bundle->predict_preprocessed(std::span<const float>(f.rows).subspan(begin * width, rows * width), rows);
       std::copy(predictions.scores.begin(), predictions.scores.end(),
                 scores.begin() + static_cast<std::ptrdiff_t>(begin));
     });
@@ -93,10 +107,11 @@ void BM_TreeSingleRow(benchmark::State& state) {
     state.SkipWithError(f.error.c_str());
     return;
   }
-  std::size_t width = f.bundle->preprocessor().output_width();
+  const auto& bundle = state.range(0) != 0 ? f.quantized : f.bundle;
+  std::size_t width = bundle->preprocessor().output_width();
   std::span<const float> row(f.rows.data(), width);
   for (auto _ : state) {
-    auto predictions = f.bundle->predict_preprocessed(row, 1);
+    auto predictions = bundle->predict_preprocessed(row, 1);
     benchmark::DoNotOptimize(predictions);
   }
 }
@@ -108,14 +123,15 @@ void BM_TreeSingleRowPercentiles(benchmark::State& state) {
     state.SkipWithError(f.error.c_str());
     return;
   }
-  std::size_t width = f.bundle->preprocessor().output_width();
+  const auto& bundle = state.range(0) != 0 ? f.quantized : f.bundle;
+  std::size_t width = bundle->preprocessor().output_width();
   constexpr std::size_t kCalls = 20000;
   std::vector<double> micros(kCalls);
   for (auto _ : state) {
     for (std::size_t call = 0; call < kCalls; ++call) {
       std::span<const float> row(f.rows.data() + (call % f.row_count) * width, width);
       auto start = std::chrono::steady_clock::now();
-      auto predictions = f.bundle->predict_preprocessed(row, 1);
+      auto predictions = bundle->predict_preprocessed(row, 1);
       benchmark::DoNotOptimize(predictions);
       micros[call] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
     }
@@ -127,6 +143,7 @@ void BM_TreeSingleRowPercentiles(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(BM_TreeSingleRowPercentiles)->Iterations(1)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_TreeBatch100k)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_TreeSingleRow)->Unit(benchmark::kMicrosecond);
+// The second argument (the only one of the single-row benchmarks): 1 for the quantized layout.
+BENCHMARK(BM_TreeSingleRowPercentiles)->Arg(0)->Arg(1)->Iterations(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TreeBatch100k)->Args({1, 0})->Args({2, 0})->Args({1, 1})->Args({2, 1})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_TreeSingleRow)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);

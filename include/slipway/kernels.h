@@ -101,4 +101,54 @@ const TreeKernelVariant& choose_tree_kernel(std::string_view requested);
 // the life of the process. Any thread may call it.
 const TreeKernelVariant& tree_kernel();
 
+// ---------------------------------------------------------------------------------------------
+// Quantized complete-tree traversal.
+//
+// The complete layout above with each internal node packed into one 32-bit word, and rows given
+// as bin indices instead of floats, so a level reads two things (the node, the row's bin) where
+// the float layout reads three, and the node arrays take half the memory.
+//   - nodes[o + p] holds the feature in bits 0-14, kQuantizedDefaultLeftBit (bit 15) when a
+//     missing value goes left, and the split bin q in bits 16-31.
+//   - A row's bin for a feature is the number of that feature's split thresholds <= its value,
+//     or kMissingBin for a missing value; the caller maps values to bins.
+//   - At a node a row with bin b goes left when b < q and right when b >= q; a missing value goes
+//     left exactly when the bit is set.
+// With q the index of the node's threshold among the feature's sorted thresholds, plus one,
+// b < q exactly when the value is below the threshold: the bins keep every comparison of the float
+// layout, so the leaves reached and the sums are the same, bit for bit. A node that sends every
+// row one way (a NaN threshold in the float layout) has q = kMissingBin with the bit (left) or
+// q = 0 without it (right).
+
+inline constexpr std::uint32_t kQuantizedMaxFeatures = 1U << 15;
+inline constexpr std::uint32_t kQuantizedDefaultLeftBit = 1U << 15;
+inline constexpr std::uint16_t kMissingBin = 0xFFFF;
+// A feature may have at most this many distinct thresholds (its bins are 0 to this count).
+inline constexpr std::uint32_t kQuantizedMaxThresholds = 0xFFFE;
+
+struct QuantizedTreesView {
+  std::span<const CompleteTree> trees;  // internal_offset indexes nodes
+  std::span<const std::uint32_t> nodes;
+  std::span<const float> leaves;
+};
+
+// As AddTreeLeaves, for rows of bins: row r's bins are bins[r * width, (r + 1) * width), and
+// bins.size() must exceed rows * width by at least one (vector gathers read four bytes at a time).
+// Same preconditions otherwise, with width <= kQuantizedMaxFeatures; every variant gives the
+// reference's floats.
+using AddQuantizedTreeLeaves = void (*)(const QuantizedTreesView& layout, std::span<const std::uint16_t> bins,
+                                        std::size_t rows, std::size_t width, std::span<float> margins,
+                                        std::size_t group_count);
+
+struct QuantizedTreeKernelVariant {
+  std::string_view name;  // "scalar" or "avx2"
+  bool (*supported)();
+  AddQuantizedTreeLeaves add_leaves;
+};
+
+// Every variant, the reference ("scalar") first.
+std::span<const QuantizedTreeKernelVariant> quantized_tree_kernel_variants();
+// AVX2 where the CPU has it and SLIPWAY_TREE_KERNEL is not "scalar", else the reference; chosen on
+// the first call and kept.
+const QuantizedTreeKernelVariant& quantized_tree_kernel();
+
 }  // namespace slipway::kernels

@@ -251,14 +251,17 @@ struct TreeEnsembleArrays {
   std::size_t group_count = 1;
 };
 
-class CompleteTrees;  // a prediction layout for shallow trees, private to model
+class CompleteTrees;   // a prediction layout for shallow trees, private to model
+class QuantizedTrees;  // its quantized form, private to model
 
 class TreeEnsembleModel final : public Model {
  public:
   // The caller guarantees the structure (children inside `nodes`, features < input_width, no
   // cycles, category sets inside category_sets); validate() checks it.
   explicit TreeEnsembleModel(TreeEnsembleData data);
-  explicit TreeEnsembleModel(TreeEnsembleArrays arrays);
+  // `quantized_layout`: predict through the quantized layout (see with_quantized_layout) when the
+  // ensemble fits it, else as usual; quantized_layout() tells which.
+  explicit TreeEnsembleModel(TreeEnsembleArrays arrays, bool quantized_layout = false);
   ~TreeEnsembleModel() override;
   // InvalidArgument naming the first node or tree that breaks the structure.
   static Status validate(const TreeEnsembleData& data);
@@ -269,6 +272,17 @@ class TreeEnsembleModel final : public Model {
   std::size_t output_count() const override { return data_.group_count; }
   void predict_margin(std::span<const float> features, std::size_t rows, std::span<float> out) const override;
   std::size_t memory_bytes() const override;
+
+  // The same ensemble predicting through the quantized layout (slipway/kernels.h): each input
+  // mapped to its bin among the thresholds its feature splits on, and nodes packed into one word,
+  // so a tree level reads half as much. Exact by construction: the same floats, bit for bit.
+  // FailedPrecondition, saying why, when the trees do not fit the layout (categorical splits,
+  // deeper than 10, over 32,768 inputs or 65,534 thresholds on one input).
+  Result<std::shared_ptr<const TreeEnsembleModel>> with_quantized_layout() const;
+  bool quantized_layout() const { return quantized_ != nullptr; }
+  // The most distinct split thresholds on one input (up to 254 would fit 8-bit bins); 0 when not
+  // quantized.
+  std::size_t quantized_max_thresholds() const;
 
   // The ensemble's arrays; a bundle loaded by Bundle::load views its file's sections through them.
   const TreeEnsembleArrays& arrays() const { return data_; }
@@ -313,6 +327,8 @@ class TreeEnsembleModel final : public Model {
   // Trees of depth <= 10 without categorical splits: the complete-tree layout and its vector
   // kernels; null otherwise.
   std::unique_ptr<const CompleteTrees> complete_;
+  // The quantized layout when asked for and possible; it then does every prediction.
+  std::unique_ptr<const QuantizedTrees> quantized_;
   std::vector<float> mean_value_;  // per node: cover-weighted mean of the leaves below (needs cover)
 };
 

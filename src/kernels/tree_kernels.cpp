@@ -33,6 +33,27 @@ void add_tree_leaves_reference(const CompleteTreesView& layout, std::span<const 
   }
 }
 
+// The quantized contract's walk: the same, with bins for values and packed nodes.
+void add_quantized_tree_leaves_reference(const QuantizedTreesView& layout, std::span<const std::uint16_t> bins,
+                                         std::size_t rows, std::size_t width, std::span<float> margins,
+                                         std::size_t group_count) {
+  for (std::size_t row = 0; row < rows; ++row) {
+    const std::uint16_t* x = bins.data() + row * width;
+    float* row_margins = margins.data() + row * group_count;
+    for (const CompleteTree& tree : layout.trees) {
+      std::uint32_t position = 0;
+      for (std::uint32_t level = 0; level < tree.depth; ++level) {
+        std::uint32_t node = layout.nodes[tree.internal_offset + position];
+        std::uint32_t bin = x[node & (kQuantizedMaxFeatures - 1)];
+        bool right = bin == kMissingBin ? (node & kQuantizedDefaultLeftBit) == 0 : bin >= (node >> 16);
+        position = 2 * position + (right ? 2 : 1);
+      }
+      std::uint32_t first_leaf = (1U << tree.depth) - 1;
+      row_margins[tree.group] += layout.leaves[tree.leaf_offset + position - first_leaf];
+    }
+  }
+}
+
 bool always_supported() { return true; }
 
 bool cpu_has_avx2() {
@@ -54,7 +75,23 @@ constexpr const TreeKernelVariant& kReference = kVariants[0];
 constexpr const TreeKernelVariant& kAvx2 = kVariants[1];
 constexpr const TreeKernelVariant& kAvx512 = kVariants[2];
 
+constexpr std::array<QuantizedTreeKernelVariant, 2> kQuantizedVariants = {{
+    {"scalar", always_supported, add_quantized_tree_leaves_reference},
+    {"avx2", cpu_has_avx2, add_quantized_tree_leaves_avx2},
+}};
+
 }  // namespace
+
+std::span<const QuantizedTreeKernelVariant> quantized_tree_kernel_variants() { return kQuantizedVariants; }
+
+const QuantizedTreeKernelVariant& quantized_tree_kernel() {
+  static const QuantizedTreeKernelVariant& chosen = []() -> const QuantizedTreeKernelVariant& {
+    const char* requested = std::getenv("SLIPWAY_TREE_KERNEL");
+    bool scalar = requested != nullptr && std::string_view(requested) == "scalar";
+    return !scalar && kQuantizedVariants[1].supported() ? kQuantizedVariants[1] : kQuantizedVariants[0];
+  }();
+  return chosen;
+}
 
 std::span<const TreeKernelVariant> tree_kernel_variants() { return kVariants; }
 

@@ -222,7 +222,146 @@ void add_tree_leaves_x86(bool use_avx512, const CompleteTreesView& layout, std::
   }
 }
 
+// The quantized layout (slipway/kernels.h), across rows: as add_leaves_avx2, but a level gathers
+// the packed node and the row's 16-bit bin (read as 32 bits at a byte offset, then masked), two
+// gathers where the float layout needs three. `rows` is a multiple of 8.
+__attribute__((target("avx2"))) void add_quantized_leaves_avx2(std::span<const CompleteTree> trees,
+                                                               const std::uint32_t* nodes, const float* leaves,
+                                                               const std::uint16_t* bins, std::size_t rows,
+                                                               std::size_t width, float* margins) {
+  constexpr std::size_t kLanes = 8;
+  constexpr std::size_t kMaxVectors = kRowsPerBlock / kLanes;
+  const __m256i lane = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+  const __m256i feature_mask = _mm256_set1_epi32(static_cast<int>(kQuantizedMaxFeatures - 1));
+  const __m256i default_left = _mm256_set1_epi32(static_cast<int>(kQuantizedDefaultLeftBit));
+  const __m256i bin_mask = _mm256_set1_epi32(0xFFFF);
+  const __m256i missing = _mm256_set1_epi32(kMissingBin);
+  const __m256i one = _mm256_set1_epi32(1);
+  const int* node_words = reinterpret_cast<const int*>(nodes);
+  for (std::size_t block_begin = 0; block_begin < rows; block_begin += kRowsPerBlock) {
+    const int* block = reinterpret_cast<const int*>(bins + block_begin * width);
+    float* block_margins = margins + block_begin;
+    const std::size_t vectors = std::min(kMaxVectors, (rows - block_begin) / kLanes);
+    __m256i row_base[kMaxVectors];  // byte offsets of each lane's row
+    __m256 sums[kMaxVectors];
+    for (std::size_t v = 0; v < vectors; ++v) {
+      row_base[v] = _mm256_mullo_epi32(_mm256_add_epi32(lane, _mm256_set1_epi32(static_cast<int>(v * kLanes))),
+                                       _mm256_set1_epi32(static_cast<int>(2 * width)));
+      sums[v] = _mm256_loadu_ps(block_margins + v * kLanes);
+    }
+    for (const CompleteTree& tree : trees) {
+      const int* tree_nodes = node_words + tree.internal_offset;
+      __m256i position[kMaxVectors];
+      for (std::size_t v = 0; v < vectors; ++v) position[v] = _mm256_setzero_si256();
+      for (std::uint32_t level = 0; level < tree.depth; ++level) {
+        for (std::size_t v = 0; v < vectors; ++v) {
+          __m256i node = _mm256_i32gather_epi32(tree_nodes, position[v], 4);
+          __m256i feature = _mm256_and_si256(node, feature_mask);
+          __m256i offset = _mm256_add_epi32(row_base[v], _mm256_add_epi32(feature, feature));
+          __m256i bin = _mm256_and_si256(_mm256_i32gather_epi32(block, offset, 1), bin_mask);
+          __m256i split = _mm256_srli_epi32(node, 16);
+          // bin >= split, as bin > split - 1 (both fit in 17 signed bits); a missing bin is the
+          // largest, so it compares right, and the default direction flips it when it is left.
+          __m256i right = _mm256_cmpgt_epi32(bin, _mm256_sub_epi32(split, one));
+          __m256i missing_left = _mm256_and_si256(_mm256_cmpeq_epi32(bin, missing),
+                                                  _mm256_cmpeq_epi32(_mm256_and_si256(node, default_left), default_left));
+          right = _mm256_xor_si256(right, missing_left);
+          __m256i child = _mm256_add_epi32(_mm256_add_epi32(position[v], position[v]), one);
+          position[v] = _mm256_sub_epi32(child, right);
+        }
+      }
+      const float* tree_leaves = leaves + tree.leaf_offset - ((1U << tree.depth) - 1);
+      for (std::size_t v = 0; v < vectors; ++v) {
+        sums[v] = _mm256_add_ps(sums[v], _mm256_i32gather_ps(tree_leaves, position[v], 4));
+      }
+    }
+    for (std::size_t v = 0; v < vectors; ++v) _mm256_storeu_ps(block_margins + v * kLanes, sums[v]);
+  }
+}
+
+// The quantized layout for one row, 32 trees at a time, as add_row_avx2.
+__attribute__((target("avx2"))) void add_quantized_row_avx2(std::span<const CompleteTree> trees,
+                                                            const std::uint32_t* nodes, const float* leaves,
+                                                            const std::uint16_t* row_bins, float* margins) {
+  constexpr std::size_t kLanes = 8;
+  constexpr std::size_t kVectors = 4;
+  constexpr std::size_t kTreesPerStep = kLanes * kVectors;
+  const __m256i feature_mask = _mm256_set1_epi32(static_cast<int>(kQuantizedMaxFeatures - 1));
+  const __m256i default_left = _mm256_set1_epi32(static_cast<int>(kQuantizedDefaultLeftBit));
+  const __m256i bin_mask = _mm256_set1_epi32(0xFFFF);
+  const __m256i missing = _mm256_set1_epi32(kMissingBin);
+  const __m256i one = _mm256_set1_epi32(1);
+  const int* node_words = reinterpret_cast<const int*>(nodes);
+  const int* row = reinterpret_cast<const int*>(row_bins);
+  alignas(32) std::int32_t internal[kTreesPerStep];
+  alignas(32) std::int32_t leaf_base[kTreesPerStep];
+  alignas(32) std::int32_t depth[kTreesPerStep];
+  alignas(32) float leaf_values[kTreesPerStep];
+  for (std::size_t first = 0; first < trees.size(); first += kTreesPerStep) {
+    std::size_t count = std::min(kTreesPerStep, trees.size() - first);
+    std::int32_t deepest = 0;
+    for (std::size_t lane = 0; lane < kTreesPerStep; ++lane) {
+      const CompleteTree& tree = trees[first + std::min(lane, count - 1)];
+      internal[lane] = static_cast<std::int32_t>(tree.internal_offset);
+      depth[lane] = lane < count ? static_cast<std::int32_t>(tree.depth) : 0;
+      leaf_base[lane] = static_cast<std::int32_t>(tree.leaf_offset) - ((1 << depth[lane]) - 1);
+      deepest = std::max(deepest, depth[lane]);
+    }
+    __m256i internal_offset[kVectors];
+    __m256i depths[kVectors];
+    __m256i position[kVectors];
+    for (std::size_t v = 0; v < kVectors; ++v) {
+      internal_offset[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(internal + v * kLanes));
+      depths[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(depth + v * kLanes));
+      position[v] = _mm256_setzero_si256();
+    }
+    for (std::int32_t level = 0; level < deepest; ++level) {
+      const __m256i current = _mm256_set1_epi32(level);
+      for (std::size_t v = 0; v < kVectors; ++v) {
+        __m256i active = _mm256_cmpgt_epi32(depths[v], current);
+        __m256i node = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), node_words,
+                                                   _mm256_add_epi32(internal_offset[v], position[v]), active, 4);
+        __m256i feature = _mm256_and_si256(node, feature_mask);
+        __m256i bin = _mm256_and_si256(
+            _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), row, _mm256_add_epi32(feature, feature), active, 1),
+            bin_mask);
+        __m256i right = _mm256_cmpgt_epi32(bin, _mm256_sub_epi32(_mm256_srli_epi32(node, 16), one));
+        __m256i missing_left = _mm256_and_si256(_mm256_cmpeq_epi32(bin, missing),
+                                                _mm256_cmpeq_epi32(_mm256_and_si256(node, default_left), default_left));
+        right = _mm256_xor_si256(right, missing_left);
+        __m256i child = _mm256_sub_epi32(_mm256_add_epi32(_mm256_add_epi32(position[v], position[v]), one), right);
+        position[v] = _mm256_blendv_epi8(position[v], child, active);
+      }
+    }
+    for (std::size_t v = 0; v < kVectors; ++v) {
+      __m256i leaf_index =
+          _mm256_add_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(leaf_base + v * kLanes)), position[v]);
+      _mm256_store_ps(leaf_values + v * kLanes,
+                      _mm256_mask_i32gather_ps(_mm256_setzero_ps(), leaves, leaf_index,
+                                               _mm256_castsi256_ps(_mm256_set1_epi32(-1)), 4));
+    }
+    for (std::size_t lane = 0; lane < count; ++lane) margins[trees[first + lane].group] += leaf_values[lane];
+  }
+}
+
 }  // namespace
+
+void add_quantized_tree_leaves_avx2(const QuantizedTreesView& layout, std::span<const std::uint16_t> bins,
+                                    std::size_t rows, std::size_t width, std::span<float> margins,
+                                    std::size_t group_count) {
+  std::size_t done = 0;
+  if (group_count == 1 && kRowsPerBlock * width * 2 < (std::size_t{1} << 31)) {
+    std::size_t vector_rows = rows / 8 * 8;
+    if (vector_rows < kMinRowsAcrossRows) vector_rows = 0;  // as in add_tree_leaves_x86
+    add_quantized_leaves_avx2(layout.trees, layout.nodes.data(), layout.leaves.data(), bins.data(), vector_rows, width,
+                              margins.data());
+    done = vector_rows;
+  }
+  for (std::size_t row = done; row < rows; ++row) {
+    add_quantized_row_avx2(layout.trees, layout.nodes.data(), layout.leaves.data(), bins.data() + row * width,
+                           margins.data() + row * group_count);
+  }
+}
 
 void add_tree_leaves_avx2(const CompleteTreesView& layout, std::span<const float> features, std::size_t rows,
                           std::size_t width, std::span<float> margins, std::size_t group_count) {

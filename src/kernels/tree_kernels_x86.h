@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
 #include "slipway/kernels.h"
@@ -17,5 +18,10 @@ void add_tree_leaves_avx2(const CompleteTreesView& layout, std::span<const float
 // Needs AVX-512F and AVX2 (the rows after the last whole 64-row block take the AVX2 kernels).
 void add_tree_leaves_avx512(const CompleteTreesView& layout, std::span<const float> features, std::size_t rows,
                             std::size_t width, std::span<float> margins, std::size_t group_count);
+
+// Needs AVX2.
+void add_quantized_tree_leaves_avx2(const QuantizedTreesView& layout, std::span<const std::uint16_t> bins,
+                                    std::size_t rows, std::size_t width, std::span<float> margins,
+                                    std::size_t group_count);
 
 }  // namespace slipway::kernels

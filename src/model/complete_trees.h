@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "slipway/kernels.h"
@@ -29,6 +30,8 @@ class CompleteTrees {
   std::size_t add_leaves(const float* features, std::size_t rows, std::size_t width, float* margins,
                          std::size_t group_count) const;
 
+  kernels::CompleteTreesView view() const { return {trees_, thresholds_, features_, leaves_}; }
+
   std::size_t memory_bytes() const {
     return trees_.capacity() * sizeof(kernels::CompleteTree) + thresholds_.capacity() * sizeof(float) +
            features_.capacity() * sizeof(std::uint32_t) + leaves_.capacity() * sizeof(float);
@@ -42,6 +45,38 @@ class CompleteTrees {
   // early leaf have a NaN threshold and the bit set: every row goes left, to the leaf's copy.
   std::vector<std::uint32_t> features_;
   std::vector<float> leaves_;
+};
+
+// The quantized complete layout (slipway/kernels.h): the same trees with each node packed into one
+// word and split on a bin index, and each feature's sorted split thresholds to map rows to bins.
+// Gives CompleteTrees' floats, bit for bit.
+class QuantizedTrees {
+ public:
+  // Empty (usable() false) when `complete` is not usable, the width exceeds
+  // kernels::kQuantizedMaxFeatures, or a feature has more than kernels::kQuantizedMaxThresholds
+  // distinct thresholds; `reason` then says which.
+  QuantizedTrees(const CompleteTrees& complete, std::size_t width);
+  bool usable() const { return usable_; }
+  const std::string& reason() const { return reason_; }
+
+  // The bin of every value: the number of the feature's thresholds <= it, kMissingBin for NaN.
+  void quantize(const float* features, std::size_t rows, std::uint16_t* bins) const;
+  // As CompleteTrees::add_leaves, quantizing the rows in blocks first; always does every row.
+  void add_leaves(const float* features, std::size_t rows, float* margins, std::size_t group_count) const;
+
+  // The most distinct thresholds of one feature: up to 254 fits in 8 bits.
+  std::size_t max_thresholds() const { return max_thresholds_; }
+  std::size_t memory_bytes() const;
+
+ private:
+  bool usable_ = false;
+  std::string reason_;
+  std::size_t width_ = 0;
+  std::size_t max_thresholds_ = 0;
+  std::vector<kernels::CompleteTree> trees_;
+  std::vector<std::uint32_t> nodes_;
+  std::vector<float> leaves_;
+  std::vector<std::vector<float>> thresholds_;  // per feature, sorted, distinct
 };
 
 }  // namespace slipway::model

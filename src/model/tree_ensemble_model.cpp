@@ -60,7 +60,7 @@ TreeEnsembleData TreeEnsembleArrays::to_data() const {
 
 TreeEnsembleModel::TreeEnsembleModel(TreeEnsembleData data) : TreeEnsembleModel(TreeEnsembleArrays(std::move(data))) {}
 
-TreeEnsembleModel::TreeEnsembleModel(TreeEnsembleArrays arrays) : data_(std::move(arrays)) {
+TreeEnsembleModel::TreeEnsembleModel(TreeEnsembleArrays arrays, bool quantized_layout) : data_(std::move(arrays)) {
   if (data_.cover.size() != data_.nodes.size() || data_.gain.size() != data_.nodes.size()) {
     data_.cover = {};
     data_.gain = {};
@@ -87,10 +87,15 @@ TreeEnsembleModel::TreeEnsembleModel(TreeEnsembleArrays arrays) : data_(std::mov
     depth_.push_back(deepest);
   }
   auto complete = std::make_unique<CompleteTrees>(data_, depth_);
-  if (complete->usable()) complete_ = std::move(complete);
-  // The stepping layout, unless the complete-tree kernel (chosen once per process) does every
-  // prediction: then the nodes are read only by explanations and serialization, from data_.
-  if (complete_ == nullptr || kernels::tree_kernel().is_reference) {
+  if (complete->usable() && quantized_layout) {
+    auto quantized = std::make_unique<QuantizedTrees>(*complete, data_.input_width);
+    if (quantized->usable()) quantized_ = std::move(quantized);
+  }
+  if (complete->usable() && quantized_ == nullptr) complete_ = std::move(complete);
+  // The stepping layout, unless the quantized layout or the complete-tree kernel (chosen once per
+  // process) does every prediction: then the nodes are read only by explanations and
+  // serialization, from data_.
+  if (quantized_ == nullptr && (complete_ == nullptr || kernels::tree_kernel().is_reference)) {
     stepping_nodes_.assign(data_.nodes.begin(), data_.nodes.end());
     for (std::uint32_t index = 0; index < stepping_nodes_.size(); ++index) {
       TreeNode& node = stepping_nodes_[index];
@@ -139,7 +144,20 @@ std::size_t TreeEnsembleModel::memory_bytes() const {
                       data_.tree_groups.memory_bytes() + bytes_of(stepping_nodes_) + bytes_of(depth_) +
                       bytes_of(mean_value_);
   if (complete_ != nullptr) bytes += complete_->memory_bytes();
+  if (quantized_ != nullptr) bytes += quantized_->memory_bytes();
   return bytes;
+}
+
+Result<std::shared_ptr<const TreeEnsembleModel>> TreeEnsembleModel::with_quantized_layout() const {
+  if (quantized_ != nullptr) return std::make_shared<const TreeEnsembleModel>(data_, true);
+  CompleteTrees complete(data_, depth_);
+  QuantizedTrees quantized(complete, data_.input_width);
+  if (!quantized.usable()) return failed_precondition("these trees cannot be quantized: " + quantized.reason());
+  return std::make_shared<const TreeEnsembleModel>(data_, true);
+}
+
+std::size_t TreeEnsembleModel::quantized_max_thresholds() const {
+  return quantized_ == nullptr ? 0 : quantized_->max_thresholds();
 }
 
 namespace {
@@ -221,6 +239,11 @@ void TreeEnsembleModel::predict_by_walking(std::span<const float> features, std:
 void TreeEnsembleModel::predict_margin(std::span<const float> features, std::size_t rows, std::span<float> out) const {
   const std::size_t width = data_.input_width;
   const std::size_t groups = data_.group_count;
+  if (quantized_ != nullptr) {
+    std::fill(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(rows * groups), data_.base_margin);
+    quantized_->add_leaves(features.data(), rows, out.data(), groups);
+    return;
+  }
   if (complete_ != nullptr) {
     std::fill(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(rows * groups), data_.base_margin);
     if (complete_->add_leaves(features.data(), rows, width, out.data(), groups) == rows) return;

@@ -250,5 +250,86 @@ TEST(TreeKernelChoice, HonoursARequestTheCpuCanRunAndFallsBackOtherwise) {
   EXPECT_EQ(&tree_kernel(), &choose_tree_kernel(requested == nullptr ? "" : requested));
 }
 
+// The quantized layout of a float layout, as its contract in slipway/kernels.h says: each
+// feature's distinct thresholds sorted, a node's split bin its threshold's index plus one, a
+// NaN threshold always-left (with the default-left bit) or always-right; and rows as bins.
+struct QuantizedLayout {
+  std::vector<CompleteTree> trees;
+  std::vector<std::uint32_t> nodes;
+  std::vector<float> leaves;
+  std::vector<std::vector<float>> thresholds;  // per feature
+
+  QuantizedTreesView view() const { return {trees, nodes, leaves}; }
+
+  std::vector<std::uint16_t> bins_of(const std::vector<float>& rows, std::size_t width) const {
+    std::vector<std::uint16_t> bins(rows.size() + 1, 0x5A5A);  // the extra one: the gathers' slack
+    for (std::size_t index = 0; index < rows.size(); ++index) {
+      const auto& values = thresholds[index % width];
+      bins[index] = std::isnan(rows[index])
+                        ? kMissingBin
+                        : static_cast<std::uint16_t>(std::upper_bound(values.begin(), values.end(), rows[index]) -
+                                                     values.begin());
+    }
+    return bins;
+  }
+};
+
+QuantizedLayout quantize(const Layout& layout, std::size_t width) {
+  QuantizedLayout quantized{layout.trees, {}, layout.leaves, std::vector<std::vector<float>>(width)};
+  for (std::size_t node = 0; node < layout.thresholds.size(); ++node) {
+    if (!std::isnan(layout.thresholds[node])) {
+      quantized.thresholds[layout.features[node] & ~kDefaultLeftBit].push_back(layout.thresholds[node]);
+    }
+  }
+  for (auto& values : quantized.thresholds) {
+    std::sort(values.begin(), values.end());
+    values.erase(std::unique(values.begin(), values.end()), values.end());
+  }
+  for (std::size_t node = 0; node < layout.thresholds.size(); ++node) {
+    std::uint32_t feature = layout.features[node] & ~kDefaultLeftBit;
+    bool left = (layout.features[node] & kDefaultLeftBit) != 0;
+    std::uint32_t default_left = left ? kQuantizedDefaultLeftBit : 0U;
+    if (std::isnan(layout.thresholds[node])) {
+      quantized.nodes.push_back(feature | (left ? default_left | (std::uint32_t{kMissingBin} << 16) : 0U));
+      continue;
+    }
+    const auto& values = quantized.thresholds[feature];
+    auto split = static_cast<std::uint32_t>(
+        std::lower_bound(values.begin(), values.end(), layout.thresholds[node]) - values.begin() + 1);
+    quantized.nodes.push_back(feature | default_left | (split << 16));
+  }
+  return quantized;
+}
+
+// Every quantized variant this CPU runs gives the float reference's margins on the same rows, bit
+// for bit: the bins keep every comparison, missing values and infinities included.
+TEST(QuantizedTreeKernels, EveryVariantMatchesTheFloatReferenceBitForBit) {
+  auto variants = quantized_tree_kernel_variants();
+  ASSERT_EQ(variants[0].name, "scalar");
+  std::mt19937 random(5);
+  for (const Shape& shape : shapes()) {
+    Layout layout = random_layout(shape.depths, shape.width, shape.group_count, shape.reversed, random);
+    QuantizedLayout quantized = quantize(layout, shape.width);
+    for (std::size_t row_count : kRowCounts) {
+      SCOPED_TRACE(shape.name + ", " + std::to_string(row_count) + " rows");
+      std::vector<float> rows = random_rows(row_count, shape.width, random);
+      std::vector<std::uint16_t> bins = quantized.bins_of(rows, shape.width);
+      std::vector<float> initial(row_count * shape.group_count);
+      for (float& margin : initial) margin = spread_value(random);
+      std::vector<float> expected =
+          run(tree_kernel_reference(), layout, rows, row_count, shape.width, initial, shape.group_count);
+      for (const QuantizedTreeKernelVariant& variant : variants) {
+        if (!variant.supported()) continue;
+        std::vector<float> margins = initial;
+        margins.resize(initial.size() + kGuardMargins, kGuardValue);
+        variant.add_leaves(quantized.view(), bins, row_count, shape.width, std::span(margins).first(initial.size()),
+                           shape.group_count);
+        ASSERT_EQ(first_difference(expected, margins, shape.group_count), "") << variant.name;
+      }
+    }
+  }
+  EXPECT_TRUE(quantized_tree_kernel().supported());
+}
+
 }  // namespace
 }  // namespace slipway::kernels

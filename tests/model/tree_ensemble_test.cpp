@@ -121,6 +121,10 @@ TEST(TreeEnsemble, CategoricalSplitsAndMulticlassOutputs) {
   model.predict_margin(rows, count, margins);
   std::vector<float> expected = {1, 10, 1, 20, -1, 10, -1, 20, 1, 10, -1, 20, -1, 10, -1, 20, 1, 10};
   EXPECT_EQ(margins, expected);  // NaN goes right: default_left is unset
+  auto quantized = model.with_quantized_layout();
+  ASSERT_FALSE(quantized.ok());
+  EXPECT_EQ(quantized.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(quantized.status().message().find("categories"), std::string::npos) << quantized.status().message();
 }
 
 // Every prediction path (vector kernels over blocks of rows, across trees for single rows, the
@@ -177,13 +181,23 @@ TEST(TreeEnsemble, EveryKernelMatchesAPlainWalkBitForBit) {
       expected[row] += node->value;
     }
   }
-  std::vector<float> batch(kRows);
-  model.predict_margin(rows, kRows, batch);
-  EXPECT_EQ(batch, expected);
-  for (std::size_t row = 0; row < kRows; ++row) {
-    float single = 0;
-    model.predict_margin(std::span<const float>(rows).subspan(row * kWidth, kWidth), 1, std::span(&single, 1));
-    ASSERT_EQ(single, expected[row]) << "row " << row;
+  // The quantized layout too: rows as bins, the same floats.
+  auto quantized = model.with_quantized_layout();
+  ASSERT_TRUE(quantized.ok()) << quantized.status().message();
+  ASSERT_TRUE((*quantized)->quantized_layout());
+  EXPECT_FALSE(model.quantized_layout());
+  EXPECT_GT((*quantized)->quantized_max_thresholds(), 0u);
+  for (const TreeEnsembleModel* under_test : {static_cast<const TreeEnsembleModel*>(&model), quantized->get()}) {
+    SCOPED_TRACE(under_test->quantized_layout() ? "quantized" : "float");
+    std::vector<float> batch(kRows);
+    under_test->predict_margin(rows, kRows, batch);
+    EXPECT_EQ(batch, expected);
+    for (std::size_t row = 0; row < kRows; ++row) {
+      float single = 0;
+      under_test->predict_margin(std::span<const float>(rows).subspan(row * kWidth, kWidth), 1,
+                                 std::span(&single, 1));
+      ASSERT_EQ(single, expected[row]) << "row " << row;
+    }
   }
 }
 
