@@ -349,6 +349,10 @@ struct Manifest {
   std::size_t train_rows = 0;
   std::map<std::string, std::string> params;
   std::map<std::string, double> metrics;
+  // How `slipway optimize` made this bundle from a baseline: the technique, its settings, the
+  // baseline, the measurements and the SLO, as flat keys ("technique", "baseline",
+  // "setting.rounds", "measured.p95_ms", ...). Empty for a bundle that was not optimized.
+  std::map<std::string, std::string> optimization;
 };
 
 struct Predictions {
@@ -394,6 +398,8 @@ class Bundle {
 
   // A copy with `metrics` recorded in the manifest, sharing this bundle's model.
   std::shared_ptr<const Bundle> with_metrics(std::map<std::string, double> metrics) const;
+  // A copy with `optimization` recorded in the manifest, sharing this bundle's model.
+  std::shared_ptr<const Bundle> with_optimization(std::map<std::string, std::string> optimization) const;
 
   // The bundle file's bytes. Deterministic: the same bundle gives the same bytes. The model's
   // family (src/model/model_families.cpp) writes its part.
@@ -415,6 +421,8 @@ class Bundle {
                                                     std::optional<std::string_view> expected_sha256 = {});
 
  private:
+  // A copy with another manifest, sharing this bundle's model (and mapping).
+  std::shared_ptr<const Bundle> with_manifest(Manifest manifest) const;
   static Result<std::shared_ptr<const Bundle>> parse_mapped(std::span<const std::byte> bytes,
                                                             std::shared_ptr<const MappedFile> mapping,
                                                             std::optional<std::string_view> expected_sha256);

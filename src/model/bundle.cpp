@@ -139,12 +139,22 @@ void softmax(std::span<float> margins) {
   for (float& margin : margins) margin = static_cast<float>(margin / total);
 }
 
-std::shared_ptr<const Bundle> Bundle::with_metrics(std::map<std::string, double> metrics) const {
-  Manifest manifest = manifest_;
-  manifest.metrics = std::move(metrics);
+std::shared_ptr<const Bundle> Bundle::with_manifest(Manifest manifest) const {
   auto copy = std::make_shared<Bundle>(std::move(manifest), preprocessor_, model_);
   copy->mapping_ = mapping_;
   return copy;
+}
+
+std::shared_ptr<const Bundle> Bundle::with_optimization(std::map<std::string, std::string> optimization) const {
+  Manifest manifest = manifest_;
+  manifest.optimization = std::move(optimization);
+  return with_manifest(std::move(manifest));
+}
+
+std::shared_ptr<const Bundle> Bundle::with_metrics(std::map<std::string, double> metrics) const {
+  Manifest manifest = manifest_;
+  manifest.metrics = std::move(metrics);
+  return with_manifest(std::move(manifest));
 }
 
 const std::string& Bundle::predicted_label(const Predictions& predictions, std::size_t row) const {
@@ -200,6 +210,12 @@ std::vector<std::byte> Bundle::serialize() const {
   json.key("metrics").begin_object();
   for (const auto& [name, value] : manifest_.metrics) json.key(name).value(value);
   json.end_object();
+  // Only optimized bundles carry it, so every other bundle keeps its bytes.
+  if (!manifest_.optimization.empty()) {
+    json.key("optimization").begin_object();
+    for (const auto& [name, value] : manifest_.optimization) json.key(name).value(value);
+    json.end_object();
+  }
   auto offsets = section_offsets(sections);
   json.key("sections").begin_array();
   for (std::size_t index = 0; index < sections.size(); ++index) {
@@ -271,6 +287,15 @@ Result<std::shared_ptr<const Bundle>> Bundle::parse_mapped(std::span<const std::
       return data_loss("bundle metric '" + std::string(field.key) + "' is not a number");
     }
     manifest.metrics.emplace(std::string(field.key), value);
+  }
+
+  object optimization;
+  if (root["optimization"].get(optimization) == simdjson::SUCCESS) {
+    for (auto field : optimization) {
+      std::string_view value;
+      if (field.value.get(value) != simdjson::SUCCESS) return data_loss("bundle optimization fields must be strings");
+      manifest.optimization.emplace(std::string(field.key), std::string(value));
+    }
   }
 
   object model_object;

@@ -23,6 +23,8 @@ void write_trees(const Model& model, FamilyWriter& out) {
   fields.key("nodes_section").value(kNodesSection);
   fields.key("roots_section").value(kRootsSection);
   fields.key("group_count").value(static_cast<std::uint64_t>(arrays.group_count));
+  // Only quantized models carry a layout, so every other bundle keeps its bytes.
+  if (trees.quantized_layout()) fields.key("layout").value("quantized");
   fields.key("decision")
       .value(
           "left if x < threshold (float32); at a categorical node right if x's code is in the node's set; NaN follows "
@@ -70,7 +72,18 @@ Result<std::shared_ptr<const Model>> read_trees(const FamilyReader& in) {
       (trees.group_count > 1 && trees.group_count != manifest.class_labels.size())) {
     return data_loss("the bundle's tree groups do not match its task and class labels");
   }
-  return std::shared_ptr<const Model>(std::make_shared<const TreeEnsembleModel>(std::move(trees)));
+  bool quantized = false;
+  if (in.fields()["layout"].error() == simdjson::SUCCESS) {
+    std::string layout;
+    SLIPWAY_RETURN_IF_ERROR(reader.string_field(in.fields(), "layout", layout));
+    if (layout != "quantized") return data_loss("unknown tree layout '" + layout + "' in the bundle");
+    quantized = true;
+  }
+  auto model = std::make_shared<const TreeEnsembleModel>(std::move(trees), quantized);
+  if (quantized && !model->quantized_layout()) {
+    return data_loss("the bundle asks for the quantized tree layout, but its trees do not fit it");
+  }
+  return std::shared_ptr<const Model>(std::move(model));
 }
 
 }  // namespace

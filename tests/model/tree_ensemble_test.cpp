@@ -57,6 +57,27 @@ TEST(TreeEnsemble, RoundTripsThroughTheBundleFile) {
   EXPECT_EQ((*parsed)->manifest().target, "y");
 }
 
+// A quantized model and its optimization record survive the file; the float bundle's bytes do
+// not change because the fields exist.
+TEST(TreeEnsemble, QuantizedLayoutAndOptimizationRoundTrip) {
+  auto bundle = import_xgboost_json(small_model(), {.feature_names = {"a", "b"}, .source = "m.json", .target = "y"});
+  ASSERT_TRUE(bundle.ok());
+  const auto& trees = dynamic_cast<const TreeEnsembleModel&>((*bundle)->model());
+  auto quantized_model = trees.with_quantized_layout();
+  ASSERT_TRUE(quantized_model.ok()) << quantized_model.status().message();
+  auto quantized = std::make_shared<const Bundle>((*bundle)->manifest(), (*bundle)->preprocessor(), *quantized_model)
+                       ->with_optimization({{"technique", "quantize"}, {"baseline", "m@1"}});
+  auto bytes = quantized->serialize();
+  EXPECT_NE(bytes, (*bundle)->serialize());
+  auto parsed = Bundle::parse(bytes);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_TRUE(dynamic_cast<const TreeEnsembleModel&>((*parsed)->model()).quantized_layout());
+  EXPECT_EQ((*parsed)->manifest().optimization.at("technique"), "quantize");
+  EXPECT_EQ((*parsed)->serialize(), bytes);
+  std::string rows = "a,b\n0.1,1\n0.1,5\n0.5,1\n,1\n0.1,\n9,\n";
+  EXPECT_EQ(predict(**parsed, rows), predict(**bundle, rows));
+}
+
 TEST(TreeEnsemble, ValidateRejectsBrokenStructure) {
   std::vector<TreeNode> nodes(3);
   nodes[0].feature_and_flags = 0;
