@@ -52,6 +52,14 @@ struct Evaluation {
 // the target or slice column is missing or a label was never seen in training.
 Result<Evaluation> evaluate(const model::Bundle& bundle, const data::Table& table, const std::string& slice_column);
 
+// The metric a quality drop is watched in for a task: auc for binary classification, log_loss for
+// multiclass, rmse for regression.
+std::string_view watched_metric(model::Task task);
+// True for metrics where larger is better (auc, accuracy, precision, recall, f1, macro_f1, r2).
+bool higher_is_better(std::string_view metric);
+// How much worse `candidate` is than `baseline` in `metric`: positive when worse.
+double quality_drop(std::string_view metric, double baseline, double candidate);
+
 // ---------------------------------------------------------------------------------------------
 // Golden comparison: two models (a baseline A and a candidate B) scored on the same rows.
 

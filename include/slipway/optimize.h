@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -121,5 +122,83 @@ struct ProfileReport {
 // InvalidArgument when a request size is 0 or larger than the rows given, or the rows do not fit
 // the model.
 Result<ProfileReport> profile_model(const ProfileOptions& options);
+
+// ---------------------------------------------------------------------------------------------
+// The candidate table: optimized versions of a model, each measured on this machine against the
+// service-level objectives, and the one to ship.
+
+// "p95<=5ms@2000rps,cost<=0.02/1k,auc_drop<=0.005": a latency statistic at a request rate, a cost
+// per 1,000 predictions (needs a price per hour), and the largest drops in quality metrics
+// (`<metric>_drop`, positive meaning worse, as eval::quality_drop).
+struct Slo {
+  std::string text;
+  std::optional<LatencySlo> latency;
+  double rate = 0.0;  // requests per second the latency must hold at (with latency)
+  std::optional<double> cost_per_1k;
+  std::vector<std::pair<std::string, double>> quality_drops;  // metric, largest drop allowed
+};
+Result<Slo> parse_slo(const std::string& text);
+
+struct CandidateResult {
+  std::string name;       // "baseline", "quantize", "prune:120"
+  std::string technique;  // baseline, quantize, prune
+  std::map<std::string, std::string> settings;
+  std::shared_ptr<const model::Bundle> bundle;  // with its optimization record; null on error
+  std::string error;                            // a candidate that could not be built or measured
+  // Quality on the golden rows, in `quality_metric`, and the drops from the baseline.
+  double quality = 0.0, quality_drop = 0.0;
+  std::string worst_slice;
+  double worst_slice_drop = 0.0;  // NaN without slices
+  std::size_t rows_beyond_tolerance = 0, label_flips = 0;
+  double max_abs_difference = 0.0;
+  // Through the server on loopback, open loop at the SLO's rate (or closed loop without one).
+  double p50_ms = 0.0, p95_ms = 0.0, p99_ms = 0.0, achieved_rate = 0.0;
+  std::uint64_t failed_requests = 0;
+  double max_rate = 0.0;     // the highest rate found whose latency SLO holds (throughput without one)
+  double cost_per_1k = 0.0;  // price per hour / (3600 x max_rate) x 1000; NaN without a price
+  std::size_t bundle_bytes = 0, loaded_bytes = 0;
+  bool meets_slo = false;
+  std::vector<std::string> failures;  // each SLO clause or guard it fails, in words
+  int changes = 0;
+  std::string version;  // what on_candidate registered it as; empty if not registered
+};
+
+struct OptimizeOptions {
+  std::shared_ptr<const model::Bundle> baseline;
+  std::string baseline_name;  // NAME@VERSION or the file, recorded in each candidate
+  const data::Table* golden = nullptr;  // labelled rows: quality, differences and request bodies
+  std::string slice_column;
+  Slo slo;
+  double price_per_hour = 0.0;  // 0: no cost
+  std::vector<std::string> techniques = {"quantize", "prune"};
+  // Golden-set differences beyond it keep a candidate from being recommended; unset: reported only.
+  std::optional<double> tolerance;
+  std::chrono::milliseconds measure_time{2000};  // per load test
+  // Load tests spent finding each candidate's highest rate within the latency SLO: doublings (or
+  // halvings) from the SLO's rate, then bisections, at most this many in all, half as long each.
+  int rate_search_steps = 9;
+  int threads = 1;                               // the server's worker threads
+  std::function<void(int step, int total, const std::string& what)> on_progress;
+  // Called for each candidate measured without error (to register it); returns its version.
+  std::function<Result<std::string>(const CandidateResult&)> on_candidate;
+};
+
+struct OptimizeReport {
+  std::string baseline_name;
+  std::string quality_metric;
+  std::string slo_text;
+  double price_per_hour = 0.0;
+  std::vector<CandidateResult> candidates;  // the baseline first
+  std::vector<std::pair<std::size_t, double>> prune_curve;  // rounds, quality on the golden rows
+  int recommended = -1;                                      // index into candidates; -1 when none meets the SLO
+  std::string reason;                                        // why that one, or why none
+};
+
+// Builds the candidates of `techniques` ("quantize", "prune"), measures each and the baseline,
+// and marks the recommended one: it meets every SLO clause and guard at the lowest cost (the
+// highest sustainable rate when there is no price), ties going to fewer changes. A candidate that
+// fails to build or measure is a row with its error. InvalidArgument for an unknown technique, a
+// cost SLO without a price, or golden rows without the target.
+Result<OptimizeReport> optimize_model(const OptimizeOptions& options);
 
 }  // namespace slipway::optimize

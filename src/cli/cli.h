@@ -137,6 +137,23 @@ struct ProfileFlags {
 // Where one model's serving time goes (optimize::profile_model), per request size.
 int run_profile(const GlobalOptions& global, const ProfileFlags& flags);
 
+struct OptimizeFlags {
+  std::string reference;
+  std::string data_path;
+  std::string slice;
+  std::string slo;  // "p95<=5ms@2000rps,cost<=0.02/1k,auc_drop<=0.005"
+  double price_per_hour = 0.0;
+  std::string candidates = "quantize,prune";
+  std::optional<double> tolerance;
+  std::string duration = "2s";
+  int threads = 1;
+  bool register_candidates = true;
+  std::string markdown_path;
+  bool progress = true;
+};
+// The candidate table (optimize::optimize_model); candidates are registered as versions.
+int run_optimize(const GlobalOptions& global, const OptimizeFlags& flags);
+
 // Open- or closed-loop HTTP load with latency percentiles; exit 1 when an --slo is missed.
 int run_loadtest(const GlobalOptions& global, const LoadTestFlags& flags);
 

@@ -247,6 +247,31 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   bool profile_no_progress = false;
   profile_command->add_flag("--no-progress", profile_no_progress, "No progress bar");
 
+  OptimizeFlags optimize_flags;
+  auto* optimize_command = app.add_subcommand(
+      "optimize", "Build optimized candidates of a model, measure each against an SLO, and recommend one");
+  optimize_command->add_option("REF", optimize_flags.reference, "NAME@VERSION, NAME@ALIAS, NAME (latest) or a bundle file")
+      ->required();
+  optimize_command->add_option("--data", optimize_flags.data_path, "Labelled golden rows (CSV): quality and requests")
+      ->required();
+  optimize_command->add_option("--slice", optimize_flags.slice, "Also hold each slice of this column to the quality SLO");
+  optimize_command->add_option("--slo", optimize_flags.slo,
+                               "Objectives, e.g. 'p95<=5ms@2000rps,cost<=0.02/1k,auc_drop<=0.005'");
+  optimize_command->add_option("--price-per-hour", optimize_flags.price_per_hour,
+                               "What the machine costs per hour, for cost per 1,000 predictions");
+  optimize_command->add_option("--candidates", optimize_flags.candidates, "Techniques to try: quantize, prune")
+      ->capture_default_str();
+  optimize_command->add_option("--tolerance", optimize_flags.tolerance,
+                               "Refuse to recommend a candidate whose outputs differ from the baseline's by more");
+  optimize_command->add_option("--duration", optimize_flags.duration, "Each load test's length")->capture_default_str();
+  optimize_command->add_option("--threads", optimize_flags.threads, "The measuring server's worker threads")
+      ->capture_default_str();
+  bool optimize_no_register = false;
+  optimize_command->add_flag("--no-register", optimize_no_register, "Measure only; register no candidate");
+  optimize_command->add_option("--markdown", optimize_flags.markdown_path, "Also write the table here as Markdown");
+  bool optimize_no_progress = false;
+  optimize_command->add_flag("--no-progress", optimize_no_progress, "No progress bar");
+
   LoadTestFlags load;
   auto* loadtest_command = app.add_subcommand(
       "loadtest",
@@ -325,6 +350,11 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   }
   if (eval_command->parsed()) return run_eval(global, reference, data_path, slice);
   if (compare_command->parsed()) return run_compare(global, compare);
+  if (optimize_command->parsed()) {
+    optimize_flags.register_candidates = !optimize_no_register;
+    optimize_flags.progress = !optimize_no_progress;
+    return run_optimize(global, optimize_flags);
+  }
   if (profile_command->parsed()) {
     profile.progress = !profile_no_progress;
     return run_profile(global, profile);

@@ -47,21 +47,6 @@ double row_difference(std::span<const float> a, std::span<const float> b) {
   return largest;
 }
 
-// The metric whose drop is reported, and its sign: higher is better for AUC only.
-std::pair<std::string, bool> watched_metric(model::Task task) {
-  switch (task) {
-    case model::Task::kBinaryClassification:
-      return {"auc", true};
-    case model::Task::kMulticlassClassification:
-      return {"log_loss", false};
-    case model::Task::kRegression:
-      break;
-  }
-  return {"rmse", false};
-}
-
-double drop_of(double a, double b, bool higher_is_better) { return higher_is_better ? a - b : b - a; }
-
 struct RowScores {
   const model::Predictions& a;
   const model::Predictions& b;
@@ -74,6 +59,29 @@ struct RowScores {
 };
 
 }  // namespace
+
+std::string_view watched_metric(model::Task task) {
+  switch (task) {
+    case model::Task::kBinaryClassification:
+      return "auc";
+    case model::Task::kMulticlassClassification:
+      return "log_loss";
+    case model::Task::kRegression:
+      break;
+  }
+  return "rmse";
+}
+
+bool higher_is_better(std::string_view metric) {
+  for (std::string_view better : {"auc", "accuracy", "precision", "recall", "f1", "macro_f1", "r2"}) {
+    if (metric == better) return true;
+  }
+  return false;
+}
+
+double quality_drop(std::string_view metric, double baseline, double candidate) {
+  return higher_is_better(metric) ? baseline - candidate : candidate - baseline;
+}
 
 Result<Comparison> compare(const model::Bundle& a, const model::Bundle& b, const data::Table& table,
                            const ComparisonOptions& options) {
@@ -126,7 +134,7 @@ Result<Comparison> compare(const model::Bundle& a, const model::Bundle& b, const
   const data::Column* target = table.find(a.manifest().target);
   std::vector<char> has_label(rows, 0);
   std::vector<double> label_of(rows, 0.0);
-  auto [metric, higher_is_better] = watched_metric(a.task());
+  const std::string metric(watched_metric(a.task()));
   auto quality = [&, columns = predicted_a->columns](std::span<const std::uint32_t> members, bool use_b) {
     std::vector<float> member_scores;
     std::vector<double> truth;
@@ -150,7 +158,7 @@ Result<Comparison> compare(const model::Bundle& a, const model::Bundle& b, const
     comparison.metrics_a = quality(all_rows, false);
     comparison.metrics_b = quality(all_rows, true);
     comparison.quality_drop =
-        drop_of(comparison.metrics_a.get(metric), comparison.metrics_b.get(metric), higher_is_better);
+        eval::quality_drop(metric, comparison.metrics_a.get(metric), comparison.metrics_b.get(metric));
   }
 
   std::vector<std::string> slice_of;
@@ -174,7 +182,7 @@ Result<Comparison> compare(const model::Bundle& a, const model::Bundle& b, const
         if (entry.labelled_rows > 0) {
           entry.quality_a = quality(member_rows, false).get(metric);
           entry.quality_b = quality(member_rows, true).get(metric);
-          entry.quality_drop = drop_of(entry.quality_a, entry.quality_b, higher_is_better);
+          entry.quality_drop = eval::quality_drop(metric, entry.quality_a, entry.quality_b);
         }
         // A slice without a defined drop (AUC of a one-class slice) cannot be the worst.
         if (!std::isnan(entry.quality_drop) &&

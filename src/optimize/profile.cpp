@@ -1,13 +1,9 @@
 // slipway profile: where one model's serving time goes, stage by stage and through the server.
 #include <fmt/format.h>
-#include <stdlib.h>
-
 #include <algorithm>
-#include <filesystem>
-#include <thread>
 
+#include "optimize/loopback.h"
 #include "slipway/optimize.h"
-#include "slipway/registry.h"
 #include "slipway/serve.h"
 
 namespace slipway::optimize {
@@ -23,61 +19,6 @@ double median_of(std::vector<double> values) {
   std::nth_element(values.begin(), middle, values.end());
   return *middle;
 }
-
-// A workspace in the temporary folder holding the one bundle, removed when this goes.
-class ScratchWorkspace {
- public:
-  static Result<std::unique_ptr<ScratchWorkspace>> create() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "slipway-profile-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      return io_error("cannot create a scratch workspace under " + std::filesystem::temp_directory_path().string());
-    }
-    auto scratch = std::unique_ptr<ScratchWorkspace>(new ScratchWorkspace(pattern));
-    SLIPWAY_ASSIGN_OR_RETURN(scratch->registry, registry::Registry::open(pattern, true));
-    return scratch;
-  }
-  ~ScratchWorkspace() {
-    registry.reset();
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScratchWorkspace(const ScratchWorkspace&) = delete;
-  ScratchWorkspace& operator=(const ScratchWorkspace&) = delete;
-
-  std::unique_ptr<registry::Registry> registry;
-
- private:
-  explicit ScratchWorkspace(std::string path) : path_(std::move(path)) {}
-  std::string path_;
-};
-
-// The real server on loopback, on its own thread, serving the scratch workspace.
-class LoopbackServer {
- public:
-  static Result<std::unique_ptr<LoopbackServer>> start(registry::Registry& registry, int threads) {
-    serve::ServerOptions options;
-    options.http.port = 0;
-    options.http.worker_threads = threads;
-    auto server = std::unique_ptr<LoopbackServer>(new LoopbackServer());
-    SLIPWAY_ASSIGN_OR_RETURN(server->server_, serve::Server::start(registry, options));
-    server->server_->service().warm_up();
-    server->runner_ = std::jthread([raw = server->server_.get()] { raw->run(); });
-    return server;
-  }
-  ~LoopbackServer() {
-    server_->stop();
-    runner_.join();
-  }
-  LoopbackServer(const LoopbackServer&) = delete;
-  LoopbackServer& operator=(const LoopbackServer&) = delete;
-
-  std::string url(std::string_view path) const { return fmt::format("http://127.0.0.1:{}{}", server_->port(), path); }
-
- private:
-  LoopbackServer() = default;
-  std::unique_ptr<serve::Server> server_;
-  std::jthread runner_;
-};
 
 struct InProcessTimes {
   std::vector<double> stages[5];  // microseconds per request, by stage
@@ -123,8 +64,7 @@ Result<ProfileReport> profile_model(const ProfileOptions& options) {
   ProfileReport report;
   report.model = options.model;
   report.family = std::string(bundle.model().family());
-  std::vector<std::byte> bytes = bundle.serialize();
-  report.bundle_bytes = bytes.size();
+  report.bundle_bytes = bundle.serialize().size();
   report.loaded_bytes = bundle.memory_bytes();
   report.threads = options.threads;
 
@@ -136,9 +76,8 @@ Result<ProfileReport> profile_model(const ProfileOptions& options) {
   };
   progress("starting a server on loopback");
   SLIPWAY_ASSIGN_OR_RETURN(auto scratch, ScratchWorkspace::create());
-  SLIPWAY_ASSIGN_OR_RETURN(std::string sha256, scratch->registry->artifacts().put(bytes));
-  SLIPWAY_RETURN_IF_ERROR(scratch->registry->models().register_version("profile", sha256, "").status());
-  SLIPWAY_ASSIGN_OR_RETURN(auto server, LoopbackServer::start(*scratch->registry, options.threads));
+  SLIPWAY_RETURN_IF_ERROR(scratch->add("profile", bundle));
+  SLIPWAY_ASSIGN_OR_RETURN(auto server, LoopbackServer::start(scratch->registry(), options.threads));
   std::string infer_url = server->url("/v2/models/profile/infer");
 
   for (std::size_t rows_per_request : options.rows_per_request) {

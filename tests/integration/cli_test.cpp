@@ -152,6 +152,53 @@ TEST_F(CliTest, ProfileReportsEveryStagePerRequestSize) {
   EXPECT_NE(too_short.err.find("--duration"), std::string::npos) << too_short.err;
 }
 
+// The candidate table end to end: candidates built, measured through the real server, registered
+// as versions with their optimization record, recommended; and the refusals.
+TEST_F(CliTest, OptimizeRegistersMeasuredCandidates) {
+  auto trained = train_lending({"--register", "trees", "--model", "gbdt", "--param", "rounds=24", "--no-progress"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  std::string markdown = home_.file("table.md");
+  auto optimized = slipway({"--json", "optimize", "trees", "--data", data_path("lending_club.csv"), "--slice", "term",
+                            "--slo", "p95<=100ms@100rps,auc_drop<=0.05", "--price-per-hour", "0.35", "--duration",
+                            "300ms", "--markdown", markdown, "--no-progress"});
+  ASSERT_EQ(optimized.exit_code, 0) << optimized.err;
+  EXPECT_EQ(optimized.out.find('\n'), optimized.out.size() - 1);
+  EXPECT_NE(optimized.out.find("\"name\":\"quantize\""), std::string::npos) << optimized.out;
+  EXPECT_NE(optimized.out.find("\"version\":\"trees@2\""), std::string::npos) << optimized.out;
+  EXPECT_NE(optimized.out.find("\"recommended\":\""), std::string::npos);
+  auto table = *slipway::read_file(markdown);
+  EXPECT_NE(table.find("| candidate |"), std::string::npos) << table;
+  EXPECT_NE(table.find("**Recommended:**"), std::string::npos);
+  auto versions = slipway({"--json", "versions", "trees"});
+  EXPECT_NE(versions.out.find("\"version\":3"), std::string::npos) << versions.out;
+
+  auto measured_only = slipway({"optimize", "trees@1", "--data", data_path("lending_club.csv"), "--candidates",
+                                "quantize", "--duration", "200ms", "--no-register", "--no-progress"});
+  ASSERT_EQ(measured_only.exit_code, 0) << measured_only.err;
+  EXPECT_NE(measured_only.out.find("recommended:"), std::string::npos) << measured_only.out;
+  EXPECT_EQ(slipway({"--json", "versions", "trees"}).out, versions.out);  // nothing new registered
+
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {{"--slo", "p95<=5ms"}, "p95<=5ms"},
+      {{"--slo", "cost<=0.01/1k"}, "--price-per-hour"},
+      {{"--candidates", "magic"}, "unknown candidate technique 'magic'"},
+      {{"--tolerance", "-1"}, "--tolerance"},
+      {{"--duration", "1ms"}, "--duration"},
+      {{"--slice", "nope"}, "'nope'"},
+  };
+  for (const auto& test_case : cases) {
+    std::vector<std::string> args = {"optimize", "trees", "--data", data_path("lending_club.csv"), "--no-progress"};
+    args.insert(args.end(), test_case.args.begin(), test_case.args.end());
+    auto result = slipway(args);
+    EXPECT_EQ(result.exit_code, 1) << test_case.message;
+    EXPECT_NE(result.err.find(test_case.message), std::string::npos) << result.err;
+  }
+}
+
 TEST_F(CliTest, TimeOrderedSplitOnChicago) {
   auto trained = slipway({"train", "--data", data_path("chicago_ridership.csv"), "--target", "ridership", "--model",
                           "linear", "--split", "time:date", "--out", home_.file("chicago.slip")});

@@ -1,0 +1,219 @@
+// slipway optimize: the candidate table against the SLO, each candidate registered as a version.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <ostream>
+#include <sstream>
+
+#include "cli/cli.h"
+#include "slipway/optimize.h"
+
+namespace slipway::cli {
+namespace {
+
+std::string format_bytes(std::size_t bytes) {
+  if (bytes >= (std::size_t{1} << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
+  if (bytes >= 1024) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / 1024);
+  return fmt::format("{} B", bytes);
+}
+
+std::string format_optional(double value, const char* format) {
+  if (std::isnan(value)) return "-";
+  if (std::isinf(value)) return "inf";
+  return fmt::format(fmt::runtime(format), value);
+}
+
+struct OptimizeResult : CommandResult {
+  optimize::OptimizeReport report;
+  std::string data_path;
+  std::string markdown_path;
+
+  std::vector<std::string> headers() const {
+    const std::string& metric = report.quality_metric;
+    return {"",      "candidate", metric,   metric + " drop", "worst slice drop", "rows differ", "p50 ms",
+            "p95 ms", "p99 ms",   "max rps", "cost/1k",       "bundle",           "memory",      "SLO",
+            "version"};
+  }
+
+  std::vector<std::vector<std::string>> rows() const {
+    std::vector<std::vector<std::string>> rows;
+    for (std::size_t index = 0; index < report.candidates.size(); ++index) {
+      const auto& c = report.candidates[index];
+      std::string mark = static_cast<int>(index) == report.recommended ? "*" : "";
+      if (!c.error.empty()) {
+        rows.push_back({mark, c.name, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "error: " + c.error, "-"});
+        continue;
+      }
+      std::string slo = c.meets_slo ? "meets" : "misses: " + c.failures.front();
+      for (std::size_t failure = 1; failure < c.failures.size(); ++failure) slo += "; " + c.failures[failure];
+      rows.push_back({mark, c.name, format_metric(c.quality), format_optional(c.quality_drop, "{:.4f}"),
+                      c.worst_slice.empty() ? "-" : fmt::format("{:.4f} ({})", c.worst_slice_drop, c.worst_slice),
+                      std::to_string(c.rows_beyond_tolerance), fmt::format("{:.3f}", c.p50_ms),
+                      fmt::format("{:.3f}", c.p95_ms), fmt::format("{:.3f}", c.p99_ms),
+                      fmt::format("{:.0f}", c.max_rate), format_optional(c.cost_per_1k, "{:.3g}"),
+                      format_bytes(c.bundle_bytes), format_bytes(c.loaded_bytes), slo,
+                      c.version.empty() ? "-" : c.version});
+    }
+    return rows;
+  }
+
+  std::string markdown() const {
+    std::ostringstream out;
+    out << "# slipway optimize " << report.baseline_name << "\n\nGolden rows: `" << data_path << "`. SLO: `"
+        << (report.slo_text.empty() ? "(none)" : report.slo_text) << "`";
+    if (report.price_per_hour > 0) out << ", price " << report.price_per_hour << " per hour";
+    out << ".\n\n";
+    auto head = headers();
+    out << "|";
+    for (const auto& cell : head) out << " " << cell << " |";
+    out << "\n|";
+    for (std::size_t index = 0; index < head.size(); ++index) out << "---|";
+    out << "\n";
+    for (const auto& row : rows()) {
+      out << "|";
+      for (const auto& cell : row) out << " " << cell << " |";
+      out << "\n";
+    }
+    out << "\n**Recommended:** " << report.reason << "\n";
+    return out.str();
+  }
+
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("baseline").value(report.baseline_name).key("data").value(data_path);
+    json.key("slo").value(report.slo_text).key("quality_metric").value(report.quality_metric);
+    if (report.price_per_hour > 0) json.key("price_per_hour").value(report.price_per_hour);
+    json.key("candidates").begin_array();
+    for (std::size_t index = 0; index < report.candidates.size(); ++index) {
+      const auto& c = report.candidates[index];
+      json.begin_object().key("name").value(c.name).key("technique").value(c.technique);
+      json.key("settings").begin_object();
+      for (const auto& [key, value] : c.settings) json.key(key).value(value);
+      json.end_object();
+      if (!c.error.empty()) {
+        json.key("error").value(c.error).end_object();
+        continue;
+      }
+      json.key("quality").value(c.quality).key("quality_drop").value(c.quality_drop);
+      if (!c.worst_slice.empty()) json.key("worst_slice").value(c.worst_slice).key("worst_slice_drop").value(c.worst_slice_drop);
+      json.key("rows_beyond_tolerance").value(static_cast<std::uint64_t>(c.rows_beyond_tolerance));
+      json.key("label_flips").value(static_cast<std::uint64_t>(c.label_flips));
+      json.key("max_abs_difference").value(c.max_abs_difference);
+      json.key("p50_ms").value(c.p50_ms).key("p95_ms").value(c.p95_ms).key("p99_ms").value(c.p99_ms);
+      json.key("achieved_rate").value(c.achieved_rate).key("failed_requests").value(c.failed_requests);
+      json.key("max_rate").value(c.max_rate).key("cost_per_1k").value(c.cost_per_1k);
+      json.key("bundle_bytes").value(static_cast<std::uint64_t>(c.bundle_bytes));
+      json.key("loaded_bytes").value(static_cast<std::uint64_t>(c.loaded_bytes));
+      json.key("meets_slo").value(c.meets_slo).key("failures").begin_array();
+      for (const auto& failure : c.failures) json.value(failure);
+      json.end_array();
+      json.key("recommended").value(static_cast<int>(index) == report.recommended);
+      if (!c.version.empty()) json.key("version").value(c.version);
+      json.end_object();
+    }
+    json.end_array();
+    json.key("recommended").value(report.recommended < 0 ? std::string()
+                                                          : report.candidates[static_cast<std::size_t>(report.recommended)].name);
+    json.key("reason").value(report.reason);
+    json.key("prune_curve").begin_array();
+    for (const auto& [rounds, quality] : report.prune_curve) {
+      json.begin_object().key("rounds").value(static_cast<std::uint64_t>(rounds)).key("quality").value(quality).end_object();
+    }
+    json.end_array().end_object();
+  }
+
+  void write_text(std::ostream& out) const override {
+    out << "optimize " << report.baseline_name << " on " << data_path << "; SLO "
+        << (report.slo_text.empty() ? "(none: throughput only)" : report.slo_text);
+    if (report.price_per_hour > 0) out << ", price " << report.price_per_hour << "/hour";
+    out << "\n\n";
+    print_table(out, headers(), rows());
+    if (!report.prune_curve.empty()) {
+      out << "\nprune curve (" << report.quality_metric << " on the golden rows by rounds kept):";
+      for (const auto& [rounds, quality] : report.prune_curve) out << " " << rounds << ":" << format_metric(quality);
+      out << "\n";
+    }
+    out << "\nrecommended: " << report.reason << "\n";
+    if (!markdown_path.empty()) out << "table written to " << markdown_path << "\n";
+  }
+};
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) items.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return items;
+}
+
+Result<OptimizeResult> optimize_command(const GlobalOptions& global, const OptimizeFlags& flags) {
+  optimize::OptimizeOptions options;
+  if (!flags.slo.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(options.slo, optimize::parse_slo(flags.slo));
+  }
+  if (flags.price_per_hour < 0 || !std::isfinite(flags.price_per_hour)) {
+    return invalid_argument("--price-per-hour must be a number >= 0");
+  }
+  options.price_per_hour = flags.price_per_hour;
+  options.techniques = split_list(flags.candidates);
+  if (options.techniques.empty()) return invalid_argument("--candidates needs at least one of: quantize, prune");
+  if (flags.tolerance) {
+    if (!(*flags.tolerance >= 0) || !std::isfinite(*flags.tolerance)) {
+      return invalid_argument("--tolerance must be a finite number >= 0");
+    }
+    options.tolerance = *flags.tolerance;
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(options.measure_time, parse_duration("--duration", flags.duration));
+  if (options.measure_time < std::chrono::milliseconds(200)) return invalid_argument("--duration must be at least 200ms");
+  if (flags.threads < 1 || flags.threads > 256) return invalid_argument("--threads must be from 1 to 256");
+  options.threads = flags.threads;
+  options.slice_column = flags.slice;
+
+  // Candidates become versions of a registered model; a bundle file's are measured only.
+  bool from_registry = !pipeline::names_bundle_file(flags.reference);
+  bool registering = from_registry && flags.register_candidates;
+  std::unique_ptr<registry::Registry> store;
+  if (registering) {
+    SLIPWAY_ASSIGN_OR_RETURN(store, open_workspace(global, WorkspaceAccess::kWrite));
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto loaded, store != nullptr ? pipeline::resolve_reference(store.get(), flags.reference)
+                                                         : load_reference(global, flags.reference));
+  SLIPWAY_ASSIGN_OR_RETURN(auto golden, pipeline::read_table(flags.data_path));
+  options.baseline = loaded.bundle;
+  options.baseline_name = loaded.description;
+  options.golden = &golden;
+  if (registering) {
+    std::string model = loaded.description.substr(0, loaded.description.find('@'));
+    options.on_candidate = [&store, model](const optimize::CandidateResult& candidate) -> Result<std::string> {
+      SLIPWAY_ASSIGN_OR_RETURN(std::string sha256, store->artifacts().put(candidate.bundle->serialize()));
+      SLIPWAY_ASSIGN_OR_RETURN(registry::ModelVersion version, store->models().register_version(model, sha256, ""));
+      return model + "@" + std::to_string(version.version);
+    };
+  }
+  ProgressBar bar("optimize", 1, flags.progress);
+  options.on_progress = [&bar](int step, int total, const std::string& what) {
+    bar.set_total(total);
+    bar.update(step, what);
+  };
+  OptimizeResult result;
+  result.data_path = flags.data_path;
+  SLIPWAY_ASSIGN_OR_RETURN(result.report, optimize::optimize_model(options));
+  bar.finish();
+  if (!flags.markdown_path.empty()) {
+    SLIPWAY_RETURN_IF_ERROR(write_file_atomic(flags.markdown_path, result.markdown()));
+    result.markdown_path = flags.markdown_path;
+  }
+  return result;
+}
+
+}  // namespace
+
+int run_optimize(const GlobalOptions& global, const OptimizeFlags& flags) {
+  return render(global, optimize_command(global, flags));
+}
+
+}  // namespace slipway::cli

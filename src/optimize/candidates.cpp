@@ -1,0 +1,141 @@
+#include "optimize/candidates.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "slipway/eval.h"
+
+namespace slipway::optimize {
+namespace {
+
+const model::TreeEnsembleModel* trees_of(const model::Bundle& bundle) {
+  return dynamic_cast<const model::TreeEnsembleModel*>(&bundle.model());
+}
+
+// The ensemble's first `tree_count` trees, with only their nodes (renumbered).
+model::TreeEnsembleData first_trees(const model::TreeEnsembleModel& trees, std::size_t tree_count) {
+  model::TreeEnsembleData all = trees.to_data();
+  model::TreeEnsembleData kept;
+  kept.input_width = all.input_width;
+  kept.base_margin = all.base_margin;
+  kept.category_sets = all.category_sets;
+  kept.group_count = all.group_count;
+  bool statistics = !all.cover.empty();
+  std::vector<std::uint32_t> renumbered(all.nodes.size(), 0);
+  for (std::size_t tree = 0; tree < tree_count; ++tree) {
+    if (!all.tree_groups.empty()) kept.tree_groups.push_back(all.tree_groups[tree]);
+    kept.roots.push_back(static_cast<std::uint32_t>(kept.nodes.size()));
+    // Breadth first, so children follow their parents and each index is known when it is set.
+    std::vector<std::uint32_t> order = {all.roots[tree]};
+    for (std::size_t at = 0; at < order.size(); ++at) {
+      const model::TreeNode& node = all.nodes[order[at]];
+      if (!node.is_leaf()) {
+        order.push_back(node.left);
+        order.push_back(node.right);
+      }
+    }
+    auto first = static_cast<std::uint32_t>(kept.nodes.size());
+    for (std::size_t at = 0; at < order.size(); ++at) renumbered[order[at]] = first + static_cast<std::uint32_t>(at);
+    for (std::uint32_t index : order) {
+      model::TreeNode node = all.nodes[index];
+      if (!node.is_leaf()) {
+        node.left = renumbered[node.left];
+        node.right = renumbered[node.right];
+      }
+      kept.nodes.push_back(node);
+      if (statistics) {
+        kept.cover.push_back(all.cover[index]);
+        kept.gain.push_back(all.gain[index]);
+      }
+    }
+  }
+  return kept;
+}
+
+std::shared_ptr<const model::Bundle> with_model(const model::Bundle& baseline,
+                                                std::shared_ptr<const model::Model> model) {
+  return std::make_shared<const model::Bundle>(baseline.manifest(), baseline.preprocessor(), std::move(model));
+}
+
+}  // namespace
+
+BuiltCandidate quantize_candidate(const model::Bundle& baseline) {
+  BuiltCandidate candidate{"quantize", "quantize", {{"layout", "quantized"}}, nullptr, "", 1};
+  const model::TreeEnsembleModel* trees = trees_of(baseline);
+  if (trees == nullptr) {
+    candidate.error = "not applicable: the model is not a tree ensemble";
+    return candidate;
+  }
+  auto quantized = trees->with_quantized_layout();
+  if (!quantized.ok()) {
+    candidate.error = quantized.status().message();
+    return candidate;
+  }
+  candidate.settings["max_thresholds_per_input"] = std::to_string((*quantized)->quantized_max_thresholds());
+  candidate.bundle = with_model(baseline, *quantized);
+  return candidate;
+}
+
+std::vector<BuiltCandidate> prune_candidates(const model::Bundle& baseline, const data::Table& golden,
+                                             std::optional<double> quality_budget, std::vector<PrunePoint>& curve) {
+  const model::TreeEnsembleModel* trees = trees_of(baseline);
+  if (trees == nullptr) {
+    return {BuiltCandidate{"prune", "prune", {}, nullptr, "not applicable: the model is not a tree ensemble", 2}};
+  }
+  const std::size_t groups = trees->output_count();
+  const std::size_t rounds = trees->roots().size() / groups;
+  const std::string metric(eval::watched_metric(baseline.task()));
+  // Up to 24 cut points, evenly spread, the whole model last.
+  std::vector<std::size_t> cuts;
+  std::size_t step = std::max<std::size_t>(1, rounds / 24);
+  for (std::size_t cut = step; cut < rounds; cut += step) cuts.push_back(cut);
+  cuts.push_back(rounds);
+  curve.clear();
+  std::vector<std::shared_ptr<const model::Bundle>> bundles;
+  for (std::size_t cut : cuts) {
+    auto model = std::make_shared<const model::TreeEnsembleModel>(first_trees(*trees, cut * groups));
+    auto bundle = with_model(baseline, model);
+    auto evaluation = eval::evaluate(*bundle, golden, "");
+    if (!evaluation.ok()) {
+      return {BuiltCandidate{"prune", "prune", {}, nullptr, evaluation.status().message(), 2}};
+    }
+    curve.push_back({cut, evaluation->overall.get(metric)});
+    bundles.push_back(std::move(bundle));
+  }
+  const double whole = curve.back().quality;
+  std::size_t best = curve.size() - 1;
+  for (std::size_t index = 0; index < curve.size(); ++index) {
+    if (eval::quality_drop(metric, curve[best].quality, curve[index].quality) < 0) best = index;
+  }
+  std::vector<BuiltCandidate> candidates;
+  auto add = [&](std::size_t index, const std::string& why) {
+    std::size_t cut = curve[index].rounds;
+    for (const auto& existing : candidates) {
+      if (existing.settings.at("rounds") == std::to_string(cut)) return;
+    }
+    candidates.push_back({"prune:" + std::to_string(cut),
+                          "prune",
+                          {{"rounds", std::to_string(cut)}, {"of_rounds", std::to_string(rounds)}, {"chosen", why}},
+                          bundles[index],
+                          "",
+                          2});
+  };
+  if (curve[best].rounds < rounds) add(best, "best " + metric + " on the golden rows");
+  if (quality_budget) {
+    for (std::size_t index = 0; index + 1 < curve.size(); ++index) {
+      if (eval::quality_drop(metric, whole, curve[index].quality) <= *quality_budget) {
+        add(index, "fewest rounds within the quality budget");
+        break;
+      }
+    }
+  }
+  if (candidates.empty()) {
+    candidates.push_back({"prune", "prune", {}, nullptr,
+                          "no cut earlier than the last round is better on the golden rows" +
+                              std::string(quality_budget ? " or within the quality budget" : ""),
+                          2});
+  }
+  return candidates;
+}
+
+}  // namespace slipway::optimize

@@ -1,0 +1,39 @@
+// The optimized versions `slipway optimize` builds from a baseline bundle. Private to optimize.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "slipway/data.h"
+#include "slipway/model.h"
+
+namespace slipway::optimize {
+
+struct BuiltCandidate {
+  std::string name;       // "quantize", "prune:120" ...
+  std::string technique;  // quantize, prune
+  std::map<std::string, std::string> settings;
+  std::shared_ptr<const model::Bundle> bundle;  // null when it could not be built
+  std::string error;                            // why not
+  int changes = 1;  // how far from the baseline (ties go to fewer changes)
+};
+
+// The quantized tree layout: exact, so the same outputs.
+BuiltCandidate quantize_candidate(const model::Bundle& baseline);
+
+// One point of the pruning curve: the model cut to its first `rounds` boosting rounds.
+struct PrunePoint {
+  std::size_t rounds = 0;
+  double quality = 0.0;  // in eval::watched_metric, on the golden rows
+};
+
+// A tree ensemble cut to its first rounds: at the best round on the golden rows (when earlier
+// than the last) and, with `quality_budget`, at the fewest rounds whose drop from the whole model
+// stays within it. `curve` receives the quality at each round tried.
+std::vector<BuiltCandidate> prune_candidates(const model::Bundle& baseline, const data::Table& golden,
+                                             std::optional<double> quality_budget, std::vector<PrunePoint>& curve);
+
+}  // namespace slipway::optimize

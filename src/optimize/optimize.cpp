@@ -1,0 +1,407 @@
+// slipway optimize: candidates built from a baseline, measured on this machine, and the one to ship.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "optimize/candidates.h"
+#include "optimize/loopback.h"
+#include "slipway/eval.h"
+#include "slipway/optimize.h"
+#include "slipway/serve.h"
+
+namespace slipway::optimize {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr std::size_t kMaxBodies = 256;
+
+Result<double> parse_number(const std::string& text, const std::string& clause) {
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value) || value < 0) {
+    return invalid_argument("SLO clause '" + clause + "': '" + text + "' is not a non-negative number");
+  }
+  return value;
+}
+
+std::string number_text(double value) { return fmt::format("{:.6g}", value); }
+
+}  // namespace
+
+Result<Slo> parse_slo(const std::string& text) {
+  Slo slo;
+  slo.text = text;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t comma = text.find(',', start);
+    std::string clause = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    start = comma == std::string::npos ? text.size() + 1 : comma + 1;
+    clause.erase(std::remove(clause.begin(), clause.end(), ' '), clause.end());
+    if (clause.empty()) continue;
+    std::size_t at = clause.find('@');
+    if (at != std::string::npos) {
+      if (slo.latency) return invalid_argument("the SLO has two latency clauses; give one");
+      SLIPWAY_ASSIGN_OR_RETURN(LatencySlo latency, parse_latency_slo(clause.substr(0, at)));
+      std::string rate = clause.substr(at + 1);
+      if (!rate.ends_with("rps")) {
+        return invalid_argument("SLO clause '" + clause + "': the rate after '@' needs 'rps', e.g. p95<=5ms@2000rps");
+      }
+      SLIPWAY_ASSIGN_OR_RETURN(slo.rate, parse_number(rate.substr(0, rate.size() - 3), clause));
+      if (slo.rate <= 0 || slo.rate > 1e6) {
+        return invalid_argument("SLO clause '" + clause + "': the rate must be from 1 to 1000000 rps");
+      }
+      slo.latency = latency;
+      continue;
+    }
+    std::size_t bound = clause.find("<=");
+    if (bound == std::string::npos) {
+      return invalid_argument("SLO clause '" + clause +
+                              "' is not one of: pNN<=Tms@Rrps, cost<=X/1k, <metric>_drop<=X (e.g. "
+                              "'p95<=5ms@2000rps,cost<=0.02/1k,auc_drop<=0.005')");
+    }
+    std::string name = clause.substr(0, bound);
+    std::string value = clause.substr(bound + 2);
+    if (name == "cost") {
+      if (!value.ends_with("/1k")) return invalid_argument("SLO clause '" + clause + "': write the cost as X/1k");
+      SLIPWAY_ASSIGN_OR_RETURN(double cost, parse_number(value.substr(0, value.size() - 3), clause));
+      slo.cost_per_1k = cost;
+    } else if (name.ends_with("_drop") && name.size() > 5) {
+      SLIPWAY_ASSIGN_OR_RETURN(double drop, parse_number(value, clause));
+      slo.quality_drops.emplace_back(name.substr(0, name.size() - 5), drop);
+    } else {
+      return invalid_argument("SLO clause '" + clause + "': unknown objective '" + name +
+                              "' (latency pNN@rate, cost, or <metric>_drop)");
+    }
+  }
+  return slo;
+}
+
+namespace {
+
+class Optimizer {
+ public:
+  explicit Optimizer(const OptimizeOptions& options) : options_(options) {}
+
+  Result<OptimizeReport> run();
+
+ private:
+  void progress(const std::string& what) {
+    if (options_.on_progress) options_.on_progress(step_, total_steps_, what);
+    ++step_;
+  }
+  Status measure_quality(CandidateResult& candidate);
+  Status measure_serving(CandidateResult& candidate, const std::string& url);
+  Result<LoadTestReport> load(const std::string& url, double rate, std::chrono::milliseconds duration);
+  bool latency_holds(const LoadTestReport& report) const;
+  void check_slo(CandidateResult& candidate, const eval::Comparison& comparison);
+  void recommend(OptimizeReport& report) const;
+
+  const OptimizeOptions& options_;
+  std::vector<std::string> bodies_;
+  std::string metric_;
+  int step_ = 0;
+  int total_steps_ = 1;
+  std::map<std::string, eval::Comparison> comparisons_;
+};
+
+Result<LoadTestReport> Optimizer::load(const std::string& url, double rate, std::chrono::milliseconds duration) {
+  LoadTestOptions test;
+  test.url = url;
+  test.bodies = bodies_;
+  test.duration = duration;
+  test.warmup = std::min(std::chrono::milliseconds(300), duration / 4);
+  test.timeout = std::chrono::milliseconds(2000);
+  if (rate > 0) {
+    test.rate = rate;
+  } else {
+    test.concurrency = 2 * options_.threads;
+  }
+  return run_load_test(test);
+}
+
+bool Optimizer::latency_holds(const LoadTestReport& report) const {
+  const auto& latency = *options_.slo.latency;
+  return report.sent > 0 && report.succeeded == report.sent &&
+         latency_statistic(report, latency.statistic) <= latency.limit_ms;
+}
+
+Status Optimizer::measure_quality(CandidateResult& candidate) {
+  eval::ComparisonOptions comparing;
+  comparing.tolerance = options_.tolerance.value_or(1e-6);
+  comparing.slice_column = options_.slice_column;
+  comparing.worst_rows = 0;
+  SLIPWAY_ASSIGN_OR_RETURN(eval::Comparison comparison,
+                           eval::compare(*options_.baseline, *candidate.bundle, *options_.golden, comparing));
+  candidate.quality = comparison.metrics_b.get(metric_);
+  candidate.quality_drop = comparison.quality_drop;
+  candidate.worst_slice = comparison.worst_slice;
+  candidate.worst_slice_drop = comparison.worst_slice.empty() ? kNaN : comparison.worst_slice_drop;
+  candidate.rows_beyond_tolerance = comparison.overall.rows_beyond_tolerance;
+  candidate.label_flips = comparison.overall.label_flips;
+  candidate.max_abs_difference = comparison.overall.max_abs_difference;
+  comparisons_[candidate.name] = std::move(comparison);
+  return {};
+}
+
+Status Optimizer::measure_serving(CandidateResult& candidate, const std::string& url) {
+  const Slo& slo = options_.slo;
+  SLIPWAY_ASSIGN_OR_RETURN(LoadTestReport at_target, load(url, slo.latency ? slo.rate : 0, options_.measure_time));
+  candidate.p50_ms = at_target.p50_ms;
+  candidate.p95_ms = at_target.p95_ms;
+  candidate.p99_ms = at_target.p99_ms;
+  candidate.achieved_rate = at_target.achieved_rate;
+  candidate.failed_requests = at_target.sent - at_target.succeeded;
+  if (!slo.latency) {
+    candidate.max_rate = at_target.achieved_rate;
+    return {};
+  }
+  // The highest rate whose latency SLO holds: doubling from the target while it holds (or
+  // halving while it does not), then bisections, within rate_search_steps probes of half a
+  // measurement each. Past the last doubling that held, the rate is "at least" that.
+  auto probe_time = std::max(std::chrono::milliseconds(100), options_.measure_time / 2);
+  int steps = std::max(0, options_.rate_search_steps);
+  auto holds = [&](double rate) -> Result<bool> {
+    --steps;
+    SLIPWAY_ASSIGN_OR_RETURN(LoadTestReport report, load(url, rate, probe_time));
+    return latency_holds(report);
+  };
+  const int bisections = std::min(3, steps / 3);
+  double low = 0.0, high = 0.0;
+  if (latency_holds(at_target)) {
+    low = slo.rate;
+    high = 2 * slo.rate;
+    while (steps > bisections) {
+      SLIPWAY_ASSIGN_OR_RETURN(bool ok, holds(high));
+      if (!ok) break;
+      low = high;
+      high *= 2;
+    }
+  } else {
+    high = slo.rate;
+    while (steps > bisections && low == 0.0) {
+      double rate = high / 2;
+      SLIPWAY_ASSIGN_OR_RETURN(bool ok, holds(rate));
+      if (ok) {
+        low = rate;
+      } else {
+        high = rate;
+      }
+    }
+  }
+  if (low > 0) {
+    while (steps > 0) {
+      double middle = (low + high) / 2;
+      SLIPWAY_ASSIGN_OR_RETURN(bool ok, holds(middle));
+      (ok ? low : high) = middle;
+    }
+  }
+  candidate.max_rate = low;
+  return {};
+}
+
+void Optimizer::check_slo(CandidateResult& candidate, const eval::Comparison& comparison) {
+  const Slo& slo = options_.slo;
+  if (slo.latency) {
+    if (candidate.failed_requests > 0) {
+      candidate.failures.push_back(fmt::format("{} requests failed at {} rps", candidate.failed_requests,
+                                               number_text(slo.rate)));
+    }
+    double value = slo.latency->statistic == "p50"   ? candidate.p50_ms
+                   : slo.latency->statistic == "p95" ? candidate.p95_ms
+                   : slo.latency->statistic == "p99" ? candidate.p99_ms
+                                                     : kNaN;
+    if (std::isnan(value) || candidate.max_rate < slo.rate) {
+      if (candidate.max_rate < slo.rate) {
+        candidate.failures.push_back(fmt::format("{} over {} ms at {} rps (it holds up to {:.0f} rps)",
+                                                 slo.latency->statistic, number_text(slo.latency->limit_ms),
+                                                 number_text(slo.rate), candidate.max_rate));
+      }
+    } else if (value > slo.latency->limit_ms) {
+      candidate.failures.push_back(fmt::format("{} {:.3f} ms > {} ms at {} rps", slo.latency->statistic, value,
+                                               number_text(slo.latency->limit_ms), number_text(slo.rate)));
+    }
+  }
+  if (slo.cost_per_1k && !(candidate.cost_per_1k <= *slo.cost_per_1k)) {
+    candidate.failures.push_back(
+        fmt::format("cost {:.4g}/1k > {}/1k", candidate.cost_per_1k, number_text(*slo.cost_per_1k)));
+  }
+  for (const auto& [metric, limit] : slo.quality_drops) {
+    double baseline = comparison.metrics_a.get(metric);
+    double value = comparison.metrics_b.get(metric);
+    if (std::isnan(baseline) || std::isnan(value)) {
+      candidate.failures.push_back("no " + metric + " for this model's task");
+      continue;
+    }
+    double drop = eval::quality_drop(metric, baseline, value);
+    if (drop > limit) {
+      candidate.failures.push_back(fmt::format("{} drop {:.4g} > {}", metric, drop, number_text(limit)));
+    }
+    // Quantization errors concentrate in rare segments: the worst slice is held to the same limit.
+    if (metric == metric_ && !comparison.worst_slice.empty() && comparison.worst_slice_drop > limit) {
+      candidate.failures.push_back(fmt::format("worst slice {}={} drops {} by {:.4g} > {}", comparison.slice_column,
+                                               comparison.worst_slice, metric, comparison.worst_slice_drop,
+                                               number_text(limit)));
+    }
+  }
+  if (options_.tolerance && candidate.rows_beyond_tolerance > 0) {
+    candidate.failures.push_back(fmt::format("{} golden rows differ by more than {}", candidate.rows_beyond_tolerance,
+                                             number_text(*options_.tolerance)));
+  }
+  candidate.meets_slo = candidate.failures.empty();
+}
+
+void Optimizer::recommend(OptimizeReport& report) const {
+  bool priced = options_.price_per_hour > 0;
+  for (std::size_t index = 0; index < report.candidates.size(); ++index) {
+    const CandidateResult& candidate = report.candidates[index];
+    if (!candidate.error.empty() || !candidate.meets_slo) continue;
+    if (report.recommended < 0) {
+      report.recommended = static_cast<int>(index);
+      continue;
+    }
+    const CandidateResult& best = report.candidates[static_cast<std::size_t>(report.recommended)];
+    // Lower cost is a higher sustainable rate at a fixed price; a rate within 2% is a tie.
+    bool clearly_better = candidate.max_rate > best.max_rate * 1.02;
+    bool tie = !clearly_better && candidate.max_rate >= best.max_rate * 0.98;
+    if (clearly_better || (tie && candidate.changes < best.changes)) report.recommended = static_cast<int>(index);
+  }
+  if (report.recommended < 0) {
+    report.reason = "no candidate meets every SLO clause; the table says which clause each misses";
+    return;
+  }
+  const CandidateResult& chosen = report.candidates[static_cast<std::size_t>(report.recommended)];
+  report.reason = fmt::format("{} meets every SLO clause at the {} ({:.0f} rps sustained{}){}", chosen.name,
+                              priced ? "lowest cost" : "highest sustainable rate", chosen.max_rate,
+                              priced ? fmt::format(", {:.4g}/1k", chosen.cost_per_1k) : "",
+                              chosen.changes == 0 ? "; no candidate does better than the baseline" : "");
+}
+
+Result<OptimizeReport> Optimizer::run() {
+  const model::Bundle& baseline = *options_.baseline;
+  const data::Table& golden = *options_.golden;
+  if (golden.find(baseline.manifest().target) == nullptr) {
+    return invalid_argument("the golden rows need the target column '" + baseline.manifest().target +
+                            "' to measure quality");
+  }
+  if (!options_.slice_column.empty()) SLIPWAY_RETURN_IF_ERROR(golden.column_index(options_.slice_column).status());
+  if (options_.slo.cost_per_1k && !(options_.price_per_hour > 0)) {
+    return invalid_argument("a cost SLO needs --price-per-hour");
+  }
+  if (options_.threads < 1) return invalid_argument("threads must be >= 1");
+  for (const auto& technique : options_.techniques) {
+    if (technique != "quantize" && technique != "prune") {
+      return invalid_argument("unknown candidate technique '" + technique + "' (this build has: quantize, prune)");
+    }
+  }
+  metric_ = std::string(eval::watched_metric(baseline.task()));
+  OptimizeReport report;
+  report.baseline_name = options_.baseline_name;
+  report.quality_metric = metric_;
+  report.slo_text = options_.slo.text;
+  report.price_per_hour = options_.price_per_hour;
+
+  // The candidates: the baseline first, then each technique's.
+  std::vector<BuiltCandidate> built = {{"baseline", "baseline", {}, options_.baseline, "", 0}};
+  std::optional<double> budget;
+  for (const auto& [metric, limit] : options_.slo.quality_drops) {
+    if (metric == metric_) budget = limit;
+  }
+  for (const auto& technique : options_.techniques) {
+    if (technique == "quantize") built.push_back(quantize_candidate(baseline));
+    if (technique == "prune") {
+      std::vector<PrunePoint> curve;
+      for (auto& candidate : prune_candidates(baseline, golden, budget, curve)) built.push_back(std::move(candidate));
+      for (const auto& point : curve) report.prune_curve.emplace_back(point.rounds, point.quality);
+    }
+  }
+  total_steps_ = 2 + 2 * static_cast<int>(built.size());
+  progress("starting a server on loopback");
+  bodies_ = serve::v2_requests_from_table(golden, 1, {baseline.manifest().target}, kMaxBodies);
+  if (bodies_.empty()) return invalid_argument("the golden rows are empty");
+  SLIPWAY_ASSIGN_OR_RETURN(auto scratch, ScratchWorkspace::create());
+  for (std::size_t index = 0; index < built.size(); ++index) {
+    if (built[index].bundle != nullptr) {
+      SLIPWAY_RETURN_IF_ERROR(scratch->add("candidate-" + std::to_string(index), *built[index].bundle));
+    }
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto server, LoopbackServer::start(scratch->registry(), options_.threads));
+
+  for (std::size_t index = 0; index < built.size(); ++index) {
+    BuiltCandidate& source = built[index];
+    CandidateResult candidate;
+    candidate.name = source.name;
+    candidate.technique = source.technique;
+    candidate.settings = source.settings;
+    candidate.bundle = source.bundle;
+    candidate.error = source.error;
+    candidate.changes = source.changes;
+    progress(candidate.name + ": quality on the golden rows");
+    Status measured = candidate.error.empty() ? measure_quality(candidate) : Status();
+    progress(candidate.name + ": latency and the highest rate through the server");
+    if (measured.ok() && candidate.error.empty()) {
+      measured = measure_serving(candidate, server->url("/v2/models/candidate-" + std::to_string(index) + "/infer"));
+    }
+    if (!measured.ok()) candidate.error = measured.message();
+    if (candidate.error.empty()) {
+      // Memory as a server holds it once loaded from the bytes, the same way for every candidate
+      // (one built here owns arrays that a loaded one would view).
+      std::vector<std::byte> bytes = candidate.bundle->serialize();
+      candidate.bundle_bytes = bytes.size();
+      auto reloaded = model::Bundle::parse(bytes);
+      candidate.loaded_bytes = reloaded.ok() ? (*reloaded)->memory_bytes() : candidate.bundle->memory_bytes();
+      candidate.cost_per_1k = options_.price_per_hour > 0 && candidate.max_rate > 0
+                                  ? options_.price_per_hour / (3600.0 * candidate.max_rate) * 1000.0
+                                  : (options_.price_per_hour > 0 ? std::numeric_limits<double>::infinity() : kNaN);
+      check_slo(candidate, comparisons_.at(candidate.name));
+    }
+    report.candidates.push_back(std::move(candidate));
+  }
+  recommend(report);
+
+  // Each candidate (never the baseline) carries how it was made and what was measured, and is
+  // handed over to be registered.
+  for (std::size_t index = 1; index < report.candidates.size(); ++index) {
+    CandidateResult& candidate = report.candidates[index];
+    if (!candidate.error.empty()) continue;
+    std::map<std::string, std::string> record = {
+        {"technique", candidate.technique},
+        {"baseline", options_.baseline_name},
+        {"slo", options_.slo.text},
+        {"measured.quality_metric", metric_},
+        {"measured.quality", number_text(candidate.quality)},
+        {"measured.quality_drop", number_text(candidate.quality_drop)},
+        {"measured.p50_ms", number_text(candidate.p50_ms)},
+        {"measured.p95_ms", number_text(candidate.p95_ms)},
+        {"measured.p99_ms", number_text(candidate.p99_ms)},
+        {"measured.max_rate", number_text(candidate.max_rate)},
+        {"measured.meets_slo", candidate.meets_slo ? "true" : "false"},
+        {"measured.recommended", static_cast<int>(index) == report.recommended ? "true" : "false"},
+    };
+    if (options_.price_per_hour > 0) record["measured.cost_per_1k"] = number_text(candidate.cost_per_1k);
+    for (const auto& [key, value] : candidate.settings) record["setting." + key] = value;
+    candidate.bundle = candidate.bundle->with_optimization(std::move(record));
+    if (options_.on_candidate) {
+      auto version = options_.on_candidate(candidate);
+      if (version.ok()) {
+        candidate.version = *version;
+      } else {
+        candidate.error = "measured, but not registered: " + version.status().message();
+      }
+    }
+  }
+  progress("done");
+  return report;
+}
+
+}  // namespace
+
+Result<OptimizeReport> optimize_model(const OptimizeOptions& options) {
+  if (options.baseline == nullptr || options.golden == nullptr) {
+    return invalid_argument("optimize needs a model and golden rows");
+  }
+  return Optimizer(options).run();
+}
+
+}  // namespace slipway::optimize

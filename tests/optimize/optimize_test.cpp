@@ -1,0 +1,155 @@
+// The candidate table on a small GBDT: candidates built, measured through the real server,
+// recorded and recommended; the SLO's grammar and the refusals.
+#include <gtest/gtest.h>
+
+#include "slipway/optimize.h"
+#include "slipway/train.h"
+#include "support/test_support.h"
+
+namespace slipway::optimize {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(Slo, ParsesEachKindOfClause) {
+  auto slo = parse_slo("p95<=5ms@2000rps, cost<=0.02/1k,auc_drop<=0.005");
+  ASSERT_TRUE(slo.ok()) << slo.status().message();
+  ASSERT_TRUE(slo->latency.has_value());
+  EXPECT_EQ(slo->latency->statistic, "p95");
+  EXPECT_DOUBLE_EQ(slo->latency->limit_ms, 5.0);
+  EXPECT_DOUBLE_EQ(slo->rate, 2000.0);
+  EXPECT_DOUBLE_EQ(*slo->cost_per_1k, 0.02);
+  ASSERT_EQ(slo->quality_drops.size(), 1u);
+  EXPECT_EQ(slo->quality_drops[0].first, "auc");
+  EXPECT_DOUBLE_EQ(slo->quality_drops[0].second, 0.005);
+  EXPECT_TRUE(parse_slo("rmse_drop<=0.1").ok());
+  for (const char* bad : {"p95<=5ms", "p95<=5ms@fast", "p95<=5ms@0rps", "cost<=0.02", "speed<=3", "auc_drop<=-1",
+                          "auc_drop<=nan", "p95<=5ms@10rps,p99<=9ms@10rps", "p95=5ms@10rps"}) {
+    EXPECT_FALSE(parse_slo(bad).ok()) << bad;
+  }
+}
+
+class OptimizeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto table = *data::read_csv(testing::data_path("lending_club.csv"));
+    std::vector<std::uint32_t> train_rows, golden_rows;
+    for (std::uint32_t row = 0; row < 2500; ++row) (row < 2000 ? train_rows : golden_rows).push_back(row);
+    golden_ = new data::Table(table.take_rows(golden_rows));
+    gbdt_ = train::fit(table.take_rows(train_rows), train::TrainRequest{.target = "Class",
+                                                                        .model_family = "gbdt",
+                                                                        .params = {{"rounds", "40"}, {"max_depth", "4"}}})
+                ->bundle;
+    linear_ = train::fit(table.take_rows(train_rows), train::TrainRequest{.target = "Class"})->bundle;
+  }
+  static void TearDownTestSuite() { delete golden_; }
+
+  static OptimizeOptions quick(std::shared_ptr<const model::Bundle> baseline) {
+    OptimizeOptions options;
+    options.baseline = std::move(baseline);
+    options.baseline_name = "lending@1";
+    options.golden = golden_;
+    options.slice_column = "term";
+    options.slo = *parse_slo("p95<=50ms@100rps,auc_drop<=0.02");
+    options.measure_time = 300ms;
+    options.rate_search_steps = 2;
+    return options;
+  }
+
+  static inline data::Table* golden_ = nullptr;
+  static inline std::shared_ptr<const model::Bundle> gbdt_, linear_;
+};
+
+TEST_F(OptimizeTest, BuildsMeasuresRecordsAndRecommends) {
+  OptimizeOptions options = quick(gbdt_);
+  options.price_per_hour = 0.35;
+  std::vector<std::string> registered;
+  options.on_candidate = [&](const CandidateResult& candidate) -> Result<std::string> {
+    EXPECT_EQ(candidate.bundle->manifest().optimization.at("technique"), candidate.technique);
+    EXPECT_EQ(candidate.bundle->manifest().optimization.at("baseline"), "lending@1");
+    registered.push_back(candidate.name);
+    return "lending@" + std::to_string(registered.size() + 1);
+  };
+  auto report = optimize_model(options);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  ASSERT_GE(report->candidates.size(), 3u);
+  EXPECT_EQ(report->quality_metric, "auc");
+  const CandidateResult& baseline = report->candidates[0];
+  EXPECT_EQ(baseline.name, "baseline");
+  EXPECT_TRUE(baseline.version.empty());  // the baseline is not registered again
+  for (const auto& candidate : report->candidates) {
+    SCOPED_TRACE(candidate.name);
+    ASSERT_EQ(candidate.error, "");
+    EXPECT_GT(candidate.p50_ms, 0.0);
+    EXPECT_GE(candidate.p99_ms, candidate.p50_ms);
+    EXPECT_EQ(candidate.failed_requests, 0u);
+    EXPECT_GE(candidate.max_rate, 100.0);  // 100 rps within 50 ms is easy
+    EXPECT_NEAR(candidate.cost_per_1k, 0.35 / (3600 * candidate.max_rate) * 1000, 1e-12);
+    EXPECT_GT(candidate.bundle_bytes, 0u);
+    EXPECT_GT(candidate.loaded_bytes, 0u);
+  }
+  // The quantized layout is exact: no difference, no drop.
+  auto quantized = std::find_if(report->candidates.begin(), report->candidates.end(),
+                                [](const auto& candidate) { return candidate.technique == "quantize"; });
+  ASSERT_NE(quantized, report->candidates.end());
+  EXPECT_EQ(quantized->rows_beyond_tolerance, 0u);
+  EXPECT_EQ(quantized->quality_drop, 0.0);
+  EXPECT_EQ(quantized->version, "lending@2");
+  EXPECT_EQ(registered.size(), report->candidates.size() - 1);
+  EXPECT_EQ(report->prune_curve.back().first, 40u);
+  ASSERT_GE(report->recommended, 0);
+  EXPECT_TRUE(report->candidates[static_cast<std::size_t>(report->recommended)].meets_slo);
+  EXPECT_FALSE(report->reason.empty());
+}
+
+TEST_F(OptimizeTest, GuardsKeepACandidateFromBeingRecommended) {
+  OptimizeOptions options = quick(gbdt_);
+  options.techniques = {"prune"};
+  options.tolerance = 0.0;  // any changed output is refused
+  options.slo = *parse_slo("p95<=50ms@100rps,auc_drop<=0.5");
+  auto report = optimize_model(options);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  for (const auto& candidate : report->candidates) {
+    if (candidate.technique != "prune" || !candidate.error.empty()) continue;
+    EXPECT_FALSE(candidate.meets_slo);
+    ASSERT_FALSE(candidate.failures.empty());
+    EXPECT_NE(candidate.failures.back().find("golden rows differ"), std::string::npos) << candidate.failures.back();
+  }
+  // An impossible latency: nothing meets it, and the table says why.
+  options.tolerance.reset();
+  options.techniques = {"quantize"};
+  options.slo = *parse_slo("p50<=0.000001ms@100rps");
+  report = optimize_model(options);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  EXPECT_EQ(report->recommended, -1);
+  EXPECT_NE(report->candidates[0].failures.at(0).find("p50"), std::string::npos) << report->candidates[0].failures[0];
+}
+
+TEST_F(OptimizeTest, InapplicableCandidatesAreRowsAndBadRequestsAreRefused) {
+  auto report = optimize_model(quick(linear_));
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  ASSERT_EQ(report->candidates.size(), 3u);  // baseline, quantize, prune
+  EXPECT_EQ(report->candidates[0].error, "");
+  EXPECT_NE(report->candidates[1].error.find("not applicable"), std::string::npos);
+  EXPECT_NE(report->candidates[2].error.find("not applicable"), std::string::npos);
+
+  OptimizeOptions options = quick(gbdt_);
+  options.techniques = {"distill-magic"};
+  EXPECT_FALSE(optimize_model(options).ok());
+  options = quick(gbdt_);
+  options.slo = *parse_slo("cost<=0.01/1k");
+  auto no_price = optimize_model(options);
+  ASSERT_FALSE(no_price.ok());
+  EXPECT_NE(no_price.status().message().find("price"), std::string::npos);
+  data::Table unlabelled;
+  for (const auto& column : golden_->columns()) {
+    if (column.name == "Class") continue;
+    ASSERT_TRUE(unlabelled.add_column(column).ok());
+  }
+  options = quick(gbdt_);
+  options.golden = &unlabelled;
+  EXPECT_FALSE(optimize_model(options).ok());
+}
+
+}  // namespace
+}  // namespace slipway::optimize
