@@ -64,8 +64,8 @@ const TreeFixture& fixture() {
       built.error = quantized_model.status().message();
       return built;
     }
-    built.quantized = std::make_shared<const slipway::model::Bundle>(
-        built.bundle->manifest(), built.bundle->preprocessor(), *quantized_model);
+    built.quantized = std::make_shared<const slipway::model::Bundle>(built.bundle->manifest(),
+                                                                     built.bundle->preprocessor(), *quantized_model);
     // And the quantized layout gives the same floats, bit for bit.
     auto quantized_scores = built.quantized->predict_preprocessed(built.rows, built.row_count);
     if (quantized_scores.scores != ours.scores) built.error = "the quantized layout changed a prediction";
@@ -145,5 +145,11 @@ void BM_TreeSingleRowPercentiles(benchmark::State& state) {
 
 // The second argument (the only one of the single-row benchmarks): 1 for the quantized layout.
 BENCHMARK(BM_TreeSingleRowPercentiles)->Arg(0)->Arg(1)->Iterations(1)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_TreeBatch100k)->Args({1, 0})->Args({2, 0})->Args({1, 1})->Args({2, 1})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_TreeBatch100k)
+    ->Args({1, 0})
+    ->Args({2, 0})
+    ->Args({1, 1})
+    ->Args({2, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_TreeSingleRow)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);

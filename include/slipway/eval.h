@@ -74,9 +74,9 @@ struct ComparisonOptions {
 struct OutputDifferences {
   std::size_t rows = 0;
   std::size_t rows_beyond_tolerance = 0;
-  std::size_t label_flips = 0;        // classification: the predicted label differs
-  double max_abs_difference = 0.0;    // over every output of every row
-  double mean_abs_difference = 0.0;   // of each row's largest output difference
+  std::size_t label_flips = 0;       // classification: the predicted label differs
+  double max_abs_difference = 0.0;   // over every output of every row
+  double mean_abs_difference = 0.0;  // of each row's largest output difference
 };
 
 struct DifferingRow {

@@ -116,6 +116,9 @@ struct ServerOptions {
   std::function<void()> on_drain_deadline;
   // Called on SIGHUP (on the event loop). Without it SIGHUP is logged and ignored.
   std::function<void()> on_hangup;
+  // Whether run() takes SIGINT/SIGTERM (drain and stop) and SIGHUP (on_hangup). A server run
+  // inside a command that has work of its own (optimize's, on loopback) leaves them alone.
+  bool handle_signals = true;
   // Called for every request the server refused or dropped itself (for metrics). Must be quick.
   std::function<void(const Request&, Refusal)> on_refusal;
 };

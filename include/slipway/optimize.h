@@ -78,7 +78,7 @@ struct ProfileOptions {
   std::string model;                  // how the user named it (NAME@VERSION or a file), for the report
   const data::Table* rows = nullptr;  // request rows; the model's target column is skipped if present
   std::vector<std::size_t> rows_per_request = {1, 8, 64};
-  int threads = 1;  // the server's worker threads
+  int threads = 1;                                 // the server's worker threads
   std::chrono::milliseconds in_process_time{500};  // per request size
   std::chrono::milliseconds server_time{2000};     // per request size, for latency and again for throughput
   // Called as each step starts: `step` of `total` (a progress bar).
@@ -86,7 +86,7 @@ struct ProfileOptions {
 };
 
 struct StageTime {
-  std::string name;     // parse, preprocess, compute, postprocess, encode, transport
+  std::string name;      // parse, preprocess, compute, postprocess, encode, transport
   double median_us = 0;  // per request
   double share = 0;      // of the server latency (p50)
 };
@@ -165,7 +165,7 @@ struct CandidateResult {
 
 struct OptimizeOptions {
   std::shared_ptr<const model::Bundle> baseline;
-  std::string baseline_name;  // NAME@VERSION or the file, recorded in each candidate
+  std::string baseline_name;            // NAME@VERSION or the file, recorded in each candidate
   const data::Table* golden = nullptr;  // labelled rows: quality, differences and request bodies
   std::string slice_column;
   Slo slo;
@@ -177,7 +177,7 @@ struct OptimizeOptions {
   // Load tests spent finding each candidate's highest rate within the latency SLO: doublings (or
   // halvings) from the SLO's rate, then bisections, at most this many in all, half as long each.
   int rate_search_steps = 9;
-  int threads = 1;                               // the server's worker threads
+  int threads = 1;  // the server's worker threads
   std::function<void(int step, int total, const std::string& what)> on_progress;
   // Called for each candidate measured without error (to register it); returns its version.
   std::function<Result<std::string>(const CandidateResult&)> on_candidate;
@@ -188,10 +188,10 @@ struct OptimizeReport {
   std::string quality_metric;
   std::string slo_text;
   double price_per_hour = 0.0;
-  std::vector<CandidateResult> candidates;  // the baseline first
+  std::vector<CandidateResult> candidates;                  // the baseline first
   std::vector<std::pair<std::size_t, double>> prune_curve;  // rounds, quality on the golden rows
-  int recommended = -1;                                      // index into candidates; -1 when none meets the SLO
-  std::string reason;                                        // why that one, or why none
+  int recommended = -1;                                     // index into candidates; -1 when none meets the SLO
+  std::string reason;                                       // why that one, or why none
 };
 
 // Builds the candidates of `techniques` ("quantize", "prune"), measures each and the baseline,

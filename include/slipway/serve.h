@@ -124,8 +124,6 @@ struct ServiceOptions {
   bool require_auth = false;
 };
 
-// The protocol, independent of sockets: maps (method, target, body) to a response. Thread-safe;
-// any number of threads may call handle() at once.
 // One v2 JSON inference inside the server, stage by stage, for `bundle`: no HTTP, no batching,
 // no metrics. What `slipway profile` measures; seconds per stage.
 struct InferStageTimes {
@@ -141,6 +139,8 @@ struct InferStageTimes {
 // InvalidArgument for a request the server would refuse (with the same message).
 Result<InferStageTimes> time_v2_infer(std::shared_ptr<const model::Bundle> bundle, std::string_view body);
 
+// The protocol, independent of sockets: maps (method, target, body) to a response. Thread-safe;
+// any number of threads may call handle() at once.
 class Service {
  public:
   Service(registry::Registry& registry, const ServiceOptions& options);

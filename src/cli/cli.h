@@ -147,11 +147,11 @@ struct OptimizeFlags {
   std::optional<double> tolerance;
   std::string duration = "2s";
   int threads = 1;
-  bool register_candidates = true;
+  bool register_candidates = false;
   std::string markdown_path;
   bool progress = true;
 };
-// The candidate table (optimize::optimize_model); candidates are registered as versions.
+// The candidate table (optimize::optimize_model); with --register each candidate becomes a version.
 int run_optimize(const GlobalOptions& global, const OptimizeFlags& flags);
 
 // Open- or closed-loop HTTP load with latency percentiles; exit 1 when an --slo is missed.

@@ -82,7 +82,8 @@ struct CompareResult : CommandResult {
         json.end_object();
       }
       json.end_array();
-      if (!c.worst_slice.empty()) json.key("worst_slice").value(c.worst_slice).key("worst_slice_drop").value(c.worst_slice_drop);
+      if (!c.worst_slice.empty())
+        json.key("worst_slice").value(c.worst_slice).key("worst_slice_drop").value(c.worst_slice_drop);
     }
     json.key("worst_rows").begin_array();
     for (const auto& row : c.worst_rows) {
@@ -94,7 +95,8 @@ struct CompareResult : CommandResult {
       json.end_array().key("outputs_b").begin_array();
       for (float output : row.outputs_b) json.value(output);
       json.end_array();
-      if (!row.label_a.empty() || !row.label_b.empty()) json.key("label_a").value(row.label_a).key("label_b").value(row.label_b);
+      if (!row.label_a.empty() || !row.label_b.empty())
+        json.key("label_a").value(row.label_a).key("label_b").value(row.label_b);
       if (!c.slice_column.empty()) json.key("slice").value(row.slice);
       json.end_object();
     }
@@ -104,8 +106,7 @@ struct CompareResult : CommandResult {
   void write_text(std::ostream& out) const override {
     const auto& c = comparison;
     out << "A " << model_a << "\nB " << model_b << "\non " << data_path << ", " << c.overall.rows
-        << " rows; an output differs beyond the tolerance when |A - B| > " << format_difference(c.tolerance)
-        << "\n\n";
+        << " rows; an output differs beyond the tolerance when |A - B| > " << format_difference(c.tolerance) << "\n\n";
     std::vector<std::string> headers = {"rows", "differ", "label flips", "max |A-B|", "mean |A-B|"};
     auto difference_cells = [](const eval::OutputDifferences& d) {
       return std::vector<std::string>{percent_of(d.rows_beyond_tolerance, d.rows), std::to_string(d.label_flips),
@@ -128,8 +129,8 @@ struct CompareResult : CommandResult {
       auto cells = difference_cells(slice.differences);
       row.insert(row.end(), cells.begin(), cells.end());
       if (c.labelled) {
-        row.insert(row.end(), {format_metric(slice.quality_a), format_metric(slice.quality_b),
-                               format_metric(slice.quality_drop)});
+        row.insert(row.end(),
+                   {format_metric(slice.quality_a), format_metric(slice.quality_b), format_metric(slice.quality_drop)});
       }
       rows.push_back(row);
     }
@@ -162,9 +163,9 @@ struct CompareResult : CommandResult {
       print_table(out, row_headers, listed);
     }
     out << "\n"
-        << (c.within_tolerance() ? "ok: every output is within the tolerance"
-                                 : std::to_string(c.overall.rows_beyond_tolerance) +
-                                       " row(s) differ beyond the tolerance")
+        << (c.within_tolerance()
+                ? "ok: every output is within the tolerance"
+                : std::to_string(c.overall.rows_beyond_tolerance) + " row(s) differ beyond the tolerance")
         << "\n";
   }
 };

@@ -96,10 +96,12 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   CompareOptions compare;
   auto* compare_command = app.add_subcommand(
       "compare", "Compare two models on a golden set: outputs row by row, quality overall and per slice");
-  compare_command->add_option("REF_A", compare.reference_a, "The baseline (NAME@VERSION, NAME@ALIAS, NAME or a bundle file)")
+  compare_command
+      ->add_option("REF_A", compare.reference_a, "The baseline (NAME@VERSION, NAME@ALIAS, NAME or a bundle file)")
       ->required();
   compare_command->add_option("REF_B", compare.reference_b, "The candidate")->required();
-  compare_command->add_option("--data", compare.data_path, "Golden rows (CSV); with the target column, quality is compared too")
+  compare_command
+      ->add_option("--data", compare.data_path, "Golden rows (CSV); with the target column, quality is compared too")
       ->required();
   compare_command
       ->add_option("--tolerance", compare.tolerance,
@@ -250,11 +252,13 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   OptimizeFlags optimize_flags;
   auto* optimize_command = app.add_subcommand(
       "optimize", "Build optimized candidates of a model, measure each against an SLO, and recommend one");
-  optimize_command->add_option("REF", optimize_flags.reference, "NAME@VERSION, NAME@ALIAS, NAME (latest) or a bundle file")
+  optimize_command
+      ->add_option("REF", optimize_flags.reference, "NAME@VERSION, NAME@ALIAS, NAME (latest) or a bundle file")
       ->required();
   optimize_command->add_option("--data", optimize_flags.data_path, "Labelled golden rows (CSV): quality and requests")
       ->required();
-  optimize_command->add_option("--slice", optimize_flags.slice, "Also hold each slice of this column to the quality SLO");
+  optimize_command->add_option("--slice", optimize_flags.slice,
+                               "Also hold each slice of this column to the quality SLO");
   optimize_command->add_option("--slo", optimize_flags.slo,
                                "Objectives, e.g. 'p95<=5ms@2000rps,cost<=0.02/1k,auc_drop<=0.005'");
   optimize_command->add_option("--price-per-hour", optimize_flags.price_per_hour,
@@ -266,8 +270,9 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   optimize_command->add_option("--duration", optimize_flags.duration, "Each load test's length")->capture_default_str();
   optimize_command->add_option("--threads", optimize_flags.threads, "The measuring server's worker threads")
       ->capture_default_str();
-  bool optimize_no_register = false;
-  optimize_command->add_flag("--no-register", optimize_no_register, "Measure only; register no candidate");
+  optimize_command->add_flag("--register", optimize_flags.register_candidates,
+                             "Register each candidate as a new version of the model (NAME then resolves to the "
+                             "last one; pin what is served with an alias first)");
   optimize_command->add_option("--markdown", optimize_flags.markdown_path, "Also write the table here as Markdown");
   bool optimize_no_progress = false;
   optimize_command->add_flag("--no-progress", optimize_no_progress, "No progress bar");
@@ -351,7 +356,6 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (eval_command->parsed()) return run_eval(global, reference, data_path, slice);
   if (compare_command->parsed()) return run_compare(global, compare);
   if (optimize_command->parsed()) {
-    optimize_flags.register_candidates = !optimize_no_register;
     optimize_flags.progress = !optimize_no_progress;
     return run_optimize(global, optimize_flags);
   }

@@ -30,9 +30,8 @@ struct OptimizeResult : CommandResult {
 
   std::vector<std::string> headers() const {
     const std::string& metric = report.quality_metric;
-    return {"",      "candidate", metric,   metric + " drop", "worst slice drop", "rows differ", "p50 ms",
-            "p95 ms", "p99 ms",   "max rps", "cost/1k",       "bundle",           "memory",      "SLO",
-            "version"};
+    return {"",       "candidate", metric,    metric + " drop", "worst slice drop", "rows differ", "p50 ms", "p95 ms",
+            "p99 ms", "max rps",   "cost/1k", "bundle",         "memory",           "SLO",         "version"};
   }
 
   std::vector<std::vector<std::string>> rows() const {
@@ -46,13 +45,12 @@ struct OptimizeResult : CommandResult {
       }
       std::string slo = c.meets_slo ? "meets" : "misses: " + c.failures.front();
       for (std::size_t failure = 1; failure < c.failures.size(); ++failure) slo += "; " + c.failures[failure];
-      rows.push_back({mark, c.name, format_metric(c.quality), format_optional(c.quality_drop, "{:.4f}"),
-                      c.worst_slice.empty() ? "-" : fmt::format("{:.4f} ({})", c.worst_slice_drop, c.worst_slice),
-                      std::to_string(c.rows_beyond_tolerance), fmt::format("{:.3f}", c.p50_ms),
-                      fmt::format("{:.3f}", c.p95_ms), fmt::format("{:.3f}", c.p99_ms),
-                      fmt::format("{:.0f}", c.max_rate), format_optional(c.cost_per_1k, "{:.3g}"),
-                      format_bytes(c.bundle_bytes), format_bytes(c.loaded_bytes), slo,
-                      c.version.empty() ? "-" : c.version});
+      rows.push_back(
+          {mark, c.name, format_metric(c.quality), format_optional(c.quality_drop, "{:.4f}"),
+           c.worst_slice.empty() ? "-" : fmt::format("{:.4f} ({})", c.worst_slice_drop, c.worst_slice),
+           std::to_string(c.rows_beyond_tolerance), fmt::format("{:.3f}", c.p50_ms), fmt::format("{:.3f}", c.p95_ms),
+           fmt::format("{:.3f}", c.p99_ms), fmt::format("{:.0f}", c.max_rate), format_optional(c.cost_per_1k, "{:.3g}"),
+           format_bytes(c.bundle_bytes), format_bytes(c.loaded_bytes), slo, c.version.empty() ? "-" : c.version});
     }
     return rows;
   }
@@ -94,7 +92,8 @@ struct OptimizeResult : CommandResult {
         continue;
       }
       json.key("quality").value(c.quality).key("quality_drop").value(c.quality_drop);
-      if (!c.worst_slice.empty()) json.key("worst_slice").value(c.worst_slice).key("worst_slice_drop").value(c.worst_slice_drop);
+      if (!c.worst_slice.empty())
+        json.key("worst_slice").value(c.worst_slice).key("worst_slice_drop").value(c.worst_slice_drop);
       json.key("rows_beyond_tolerance").value(static_cast<std::uint64_t>(c.rows_beyond_tolerance));
       json.key("label_flips").value(static_cast<std::uint64_t>(c.label_flips));
       json.key("max_abs_difference").value(c.max_abs_difference);
@@ -111,12 +110,18 @@ struct OptimizeResult : CommandResult {
       json.end_object();
     }
     json.end_array();
-    json.key("recommended").value(report.recommended < 0 ? std::string()
-                                                          : report.candidates[static_cast<std::size_t>(report.recommended)].name);
+    json.key("recommended")
+        .value(report.recommended < 0 ? std::string()
+                                      : report.candidates[static_cast<std::size_t>(report.recommended)].name);
     json.key("reason").value(report.reason);
     json.key("prune_curve").begin_array();
     for (const auto& [rounds, quality] : report.prune_curve) {
-      json.begin_object().key("rounds").value(static_cast<std::uint64_t>(rounds)).key("quality").value(quality).end_object();
+      json.begin_object()
+          .key("rounds")
+          .value(static_cast<std::uint64_t>(rounds))
+          .key("quality")
+          .value(quality)
+          .end_object();
     }
     json.end_array().end_object();
   }
@@ -168,7 +173,8 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
     options.tolerance = *flags.tolerance;
   }
   SLIPWAY_ASSIGN_OR_RETURN(options.measure_time, parse_duration("--duration", flags.duration));
-  if (options.measure_time < std::chrono::milliseconds(200)) return invalid_argument("--duration must be at least 200ms");
+  if (options.measure_time < std::chrono::milliseconds(200))
+    return invalid_argument("--duration must be at least 200ms");
   if (flags.threads < 1 || flags.threads > 256) return invalid_argument("--threads must be from 1 to 256");
   options.threads = flags.threads;
   options.slice_column = flags.slice;

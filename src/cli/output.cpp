@@ -177,6 +177,8 @@ Result<std::chrono::milliseconds> parse_duration(const std::string& flag, const 
   if (number.empty() || end != number.c_str() + number.size() || !(value >= 0) || !std::isfinite(value)) {
     return invalid_argument(flag + " '" + text + "' is not a duration (examples: 30s, 500ms, 2m)");
   }
+  // A day is beyond any measurement here, and keeps deadlines far from the clock's range.
+  if (value * scale > 86'400'000.0) return invalid_argument(flag + " '" + text + "' is longer than a day");
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(value * scale)));
 }
 

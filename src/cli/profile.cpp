@@ -94,9 +94,8 @@ struct ProfileResult : CommandResult {
     add("rows/s in-process, 1 thread", [](const auto& size) { return format_rate(size.in_process_rows_per_second); });
     add(fmt::format("rows/s via server, {} conn.", report.sizes.front().connections),
         [](const auto& size) { return format_rate(size.server_rows_per_second); });
-    add("request / response bytes", [](const auto& size) {
-      return format_bytes(size.request_bytes) + " / " + format_bytes(size.response_bytes);
-    });
+    add("request / response bytes",
+        [](const auto& size) { return format_bytes(size.request_bytes) + " / " + format_bytes(size.response_bytes); });
     add("bottleneck", [](const auto& size) { return size.bottleneck; });
     print_table(out, headers, rows);
   }
@@ -111,8 +110,7 @@ Result<std::vector<std::size_t>> parse_sizes(const std::vector<std::string>& tex
       std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       char* end = nullptr;
       unsigned long long value = std::strtoull(item.c_str(), &end, 10);
-      if (item.empty() || end != item.c_str() + item.size() || item.front() == '-' || value == 0 ||
-          value > 1'000'000) {
+      if (item.empty() || end != item.c_str() + item.size() || item.front() == '-' || value == 0 || value > 1'000'000) {
         return invalid_argument("--rows-per-request takes sizes from 1 to 1000000, e.g. 1,8,64 (got '" + item + "')");
       }
       sizes.push_back(static_cast<std::size_t>(value));
@@ -151,6 +149,8 @@ Result<ProfileResult> profile(const GlobalOptions& global, const ProfileFlags& f
 
 }  // namespace
 
-int run_profile(const GlobalOptions& global, const ProfileFlags& flags) { return render(global, profile(global, flags)); }
+int run_profile(const GlobalOptions& global, const ProfileFlags& flags) {
+  return render(global, profile(global, flags));
+}
 
 }  // namespace slipway::cli

@@ -131,7 +131,14 @@ Result<Comparison> compare(const model::Bundle& a, const model::Bundle& b, const
   comparison.overall = summarize(all_rows);
 
   // Quality, on the rows whose target is present, when the table has A's target.
+  // A target column without a single value (a golden set whose labels are still to come) is no
+  // target: the outputs are compared alone.
   const data::Column* target = table.find(a.manifest().target);
+  if (target != nullptr) {
+    bool any_value = false;
+    for (std::size_t row = 0; row < rows && !any_value; ++row) any_value = !target->is_missing(row);
+    if (!any_value) target = nullptr;
+  }
   std::vector<char> has_label(rows, 0);
   std::vector<double> label_of(rows, 0.0);
   const std::string metric(watched_metric(a.task()));

@@ -211,7 +211,8 @@ class Session : public std::enable_shared_from_this<Session> {
     // backlog slot: after an overload the accept queue can hold thousands of such requests from
     // clients that timed out, and each would otherwise pass through a worker before live
     // requests are served. (Checked only when the backlog is filling: it costs a system call.)
-    if (shared_.worker_backlog.load(std::memory_order_relaxed) >= shared_.max_worker_backlog / 2 && peer_closed()) {
+    if (shared_.worker_backlog.load(std::memory_order_relaxed) >= shared_.max_worker_backlog / 2 &&
+        buffer_.size() == 0 && peer_closed()) {
       return drop_for_closed_client();
     }
     // Admission control: past the backlog bound the request is refused here, on the I/O thread,
@@ -379,8 +380,8 @@ struct Server::State {
       : workers(worker_count(options)),
         shared{options, std::move(routes), workers},
         acceptor(io),
-        signals(io, SIGINT, SIGTERM),
-        hangup(io, SIGHUP),
+        signals(io),
+        hangup(io),
         accept_backoff(io) {
     std::stable_sort(shared.routes.begin(), shared.routes.end(),
                      [](const Route& left, const Route& right) { return left.prefix.size() > right.prefix.size(); });
@@ -534,10 +535,15 @@ std::uint16_t Server::port() const { return state_->acceptor.local_endpoint().po
 
 void Server::run() {
   State& state = *state_;
-  state.signals.async_wait([this](beast::error_code error, int) {
-    if (!error) stop();
-  });
-  state.wait_for_hangup();
+  if (state.shared.options.handle_signals) {
+    state.signals.add(SIGINT);
+    state.signals.add(SIGTERM);
+    state.hangup.add(SIGHUP);
+    state.signals.async_wait([this](beast::error_code error, int) {
+      if (!error) stop();
+    });
+    state.wait_for_hangup();
+  }
   state.accept();
   std::vector<std::jthread> threads;
   int io_threads = std::max(1, state.shared.options.io_threads);

@@ -263,8 +263,8 @@ __attribute__((target("avx2"))) void add_quantized_leaves_avx2(std::span<const C
           // bin >= split, as bin > split - 1 (both fit in 17 signed bits); a missing bin is the
           // largest, so it compares right, and the default direction flips it when it is left.
           __m256i right = _mm256_cmpgt_epi32(bin, _mm256_sub_epi32(split, one));
-          __m256i missing_left = _mm256_and_si256(_mm256_cmpeq_epi32(bin, missing),
-                                                  _mm256_cmpeq_epi32(_mm256_and_si256(node, default_left), default_left));
+          __m256i missing_left = _mm256_and_si256(
+              _mm256_cmpeq_epi32(bin, missing), _mm256_cmpeq_epi32(_mm256_and_si256(node, default_left), default_left));
           right = _mm256_xor_si256(right, missing_left);
           __m256i child = _mm256_add_epi32(_mm256_add_epi32(position[v], position[v]), one);
           position[v] = _mm256_sub_epi32(child, right);

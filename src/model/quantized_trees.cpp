@@ -55,7 +55,8 @@ QuantizedTrees::QuantizedTrees(const CompleteTrees& complete, std::size_t width)
     std::uint32_t feature = layout.features[node] & ~kernels::kDefaultLeftBit;
     const auto& values = thresholds_[feature];
     // x < threshold exactly when fewer than (index + 1) thresholds are <= x.
-    auto split = static_cast<std::uint32_t>(std::lower_bound(values.begin(), values.end(), threshold) - values.begin()) + 1;
+    auto split =
+        static_cast<std::uint32_t>(std::lower_bound(values.begin(), values.end(), threshold) - values.begin()) + 1;
     bool default_left = (layout.features[node] & kernels::kDefaultLeftBit) != 0;
     nodes_[node] = feature | (default_left ? kQuantizedDefaultLeftBit : 0U) | (split << 16);
   }
@@ -92,12 +93,13 @@ void QuantizedTrees::add_leaves(const float* features, std::size_t rows, float* 
                                 std::size_t group_count) const {
   // Blocks of rows keep the bins in cache between quantizing and walking; one buffer per thread
   // keeps a request from allocating.
-  constexpr std::size_t kBlockRows = 256;
+  // At most 64K bins (128 KiB) a block, however wide the rows.
+  const std::size_t block_rows_limit = std::clamp<std::size_t>(65'536 / std::max<std::size_t>(width_, 1), 1, 256);
   thread_local std::vector<std::uint16_t> bins;
   const kernels::QuantizedTreeKernelVariant& kernel = kernels::quantized_tree_kernel();
   kernels::QuantizedTreesView layout{trees_, nodes_, leaves_};
-  for (std::size_t first = 0; first < rows; first += kBlockRows) {
-    std::size_t block_rows = std::min(kBlockRows, rows - first);
+  for (std::size_t first = 0; first < rows; first += block_rows_limit) {
+    std::size_t block_rows = std::min(block_rows_limit, rows - first);
     bins.resize(block_rows * width_ + 1);
     quantize(features + first * width_, block_rows, bins.data());
     kernel.add_leaves(layout, bins, block_rows, width_, {margins + first * group_count, block_rows * group_count},

@@ -52,9 +52,13 @@ model::TreeEnsembleData first_trees(const model::TreeEnsembleModel& trees, std::
   return kept;
 }
 
+// The baseline's bundle around another model. Its lineage stays (the same training run made
+// both); its metrics go, being the baseline's: the candidate's own are in its optimization record.
 std::shared_ptr<const model::Bundle> with_model(const model::Bundle& baseline,
                                                 std::shared_ptr<const model::Model> model) {
-  return std::make_shared<const model::Bundle>(baseline.manifest(), baseline.preprocessor(), std::move(model));
+  model::Manifest manifest = baseline.manifest();
+  manifest.metrics.clear();
+  return std::make_shared<const model::Bundle>(std::move(manifest), baseline.preprocessor(), std::move(model));
 }
 
 }  // namespace
@@ -83,6 +87,16 @@ std::vector<BuiltCandidate> prune_candidates(const model::Bundle& baseline, cons
     return {BuiltCandidate{"prune", "prune", {}, nullptr, "not applicable: the model is not a tree ensemble", 2}};
   }
   const std::size_t groups = trees->output_count();
+  // Rounds of one tree per output, in output order, as Slipway and XGBoost (one parallel tree)
+  // write them; anything else has no round to cut at.
+  bool in_rounds = trees->roots().size() % groups == 0 && !trees->roots().empty();
+  for (std::size_t tree = 0; in_rounds && tree < trees->roots().size(); ++tree) {
+    in_rounds = trees->tree_group(tree) == tree % groups;
+  }
+  if (!in_rounds) {
+    return {BuiltCandidate{
+        "prune", "prune", {}, nullptr, "not applicable: the trees are not in rounds of one per output", 2}};
+  }
   const std::size_t rounds = trees->roots().size() / groups;
   const std::string metric(eval::watched_metric(baseline.task()));
   // Up to 24 cut points, evenly spread, the whole model last.
@@ -130,7 +144,10 @@ std::vector<BuiltCandidate> prune_candidates(const model::Bundle& baseline, cons
     }
   }
   if (candidates.empty()) {
-    candidates.push_back({"prune", "prune", {}, nullptr,
+    candidates.push_back({"prune",
+                          "prune",
+                          {},
+                          nullptr,
                           "no cut earlier than the last round is better on the golden rows" +
                               std::string(quality_budget ? " or within the quality budget" : ""),
                           2});

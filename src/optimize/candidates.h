@@ -18,7 +18,7 @@ struct BuiltCandidate {
   std::map<std::string, std::string> settings;
   std::shared_ptr<const model::Bundle> bundle;  // null when it could not be built
   std::string error;                            // why not
-  int changes = 1;  // how far from the baseline (ties go to fewer changes)
+  int changes = 1;                              // how far from the baseline (ties go to fewer changes)
 };
 
 // The quantized tree layout: exact, so the same outputs.

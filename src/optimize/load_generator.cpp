@@ -329,7 +329,7 @@ Result<LatencySlo> parse_latency_slo(const std::string& text) {
   }
   char* end = nullptr;
   double value = std::strtod(limit.c_str(), &end);
-  if (limit.empty() || end != limit.c_str() + limit.size() || !(value > 0)) return fail();
+  if (limit.empty() || end != limit.c_str() + limit.size() || !(value > 0) || !std::isfinite(value)) return fail();
   slo.limit_ms = value * scale;
   return slo;
 }

@@ -32,6 +32,7 @@ Result<std::unique_ptr<LoopbackServer>> LoopbackServer::start(registry::Registry
   serve::ServerOptions options;
   options.http.port = 0;
   options.http.worker_threads = threads;
+  options.http.handle_signals = false;  // Ctrl-C is the command's, not the measuring server's
   auto server = std::unique_ptr<LoopbackServer>(new LoopbackServer());
   SLIPWAY_ASSIGN_OR_RETURN(server->server_, serve::Server::start(registry, options));
   server->server_->service().warm_up();
@@ -40,8 +41,8 @@ Result<std::unique_ptr<LoopbackServer>> LoopbackServer::start(registry::Registry
 }
 
 LoopbackServer::~LoopbackServer() {
-  server_->stop();
-  runner_.join();
+  if (server_ != nullptr) server_->stop();
+  if (runner_.joinable()) runner_.join();
 }
 
 std::string LoopbackServer::url(std::string_view path) const {

@@ -49,7 +49,7 @@ Result<Slo> parse_slo(const std::string& text) {
         return invalid_argument("SLO clause '" + clause + "': the rate after '@' needs 'rps', e.g. p95<=5ms@2000rps");
       }
       SLIPWAY_ASSIGN_OR_RETURN(slo.rate, parse_number(rate.substr(0, rate.size() - 3), clause));
-      if (slo.rate <= 0 || slo.rate > 1e6) {
+      if (slo.rate < 1 || slo.rate > 1e6) {
         return invalid_argument("SLO clause '" + clause + "': the rate must be from 1 to 1000000 rps");
       }
       slo.latency = latency;
@@ -205,8 +205,8 @@ void Optimizer::check_slo(CandidateResult& candidate, const eval::Comparison& co
   const Slo& slo = options_.slo;
   if (slo.latency) {
     if (candidate.failed_requests > 0) {
-      candidate.failures.push_back(fmt::format("{} requests failed at {} rps", candidate.failed_requests,
-                                               number_text(slo.rate)));
+      candidate.failures.push_back(
+          fmt::format("{} requests failed at {} rps", candidate.failed_requests, number_text(slo.rate)));
     }
     double value = slo.latency->statistic == "p50"   ? candidate.p50_ms
                    : slo.latency->statistic == "p95" ? candidate.p95_ms
@@ -290,10 +290,12 @@ Result<OptimizeReport> Optimizer::run() {
     return invalid_argument("a cost SLO needs --price-per-hour");
   }
   if (options_.threads < 1) return invalid_argument("threads must be >= 1");
+  std::vector<std::string> techniques;
   for (const auto& technique : options_.techniques) {
     if (technique != "quantize" && technique != "prune") {
       return invalid_argument("unknown candidate technique '" + technique + "' (this build has: quantize, prune)");
     }
+    if (std::find(techniques.begin(), techniques.end(), technique) == techniques.end()) techniques.push_back(technique);
   }
   metric_ = std::string(eval::watched_metric(baseline.task()));
   OptimizeReport report;
@@ -308,7 +310,7 @@ Result<OptimizeReport> Optimizer::run() {
   for (const auto& [metric, limit] : options_.slo.quality_drops) {
     if (metric == metric_) budget = limit;
   }
-  for (const auto& technique : options_.techniques) {
+  for (const auto& technique : techniques) {
     if (technique == "quantize") built.push_back(quantize_candidate(baseline));
     if (technique == "prune") {
       std::vector<PrunePoint> curve;

@@ -85,6 +85,7 @@ Result<ProfileReport> profile_model(const ProfileOptions& options) {
     size.rows_per_request = rows_per_request;
     std::vector<std::string> bodies = serve::v2_requests_from_table(table, rows_per_request, skip, kMaxBodies);
     std::vector<double> body_sizes;
+    body_sizes.reserve(bodies.size());
     for (const auto& body : bodies) body_sizes.push_back(static_cast<double>(body.size()));
     size.request_bytes = static_cast<std::size_t>(median_of(body_sizes));
 

@@ -438,7 +438,8 @@ Result<InferStageTimes> time_v2_infer(std::shared_ptr<const model::Bundle> bundl
   InferStageTimes times;
   std::int64_t started = monotonic_ns();
   std::int64_t decoded = 0;
-  SLIPWAY_ASSIGN_OR_RETURN(PreparedInfer prepared, Service::State::prepare_infer(loaded, padded_body, headers, &decoded));
+  SLIPWAY_ASSIGN_OR_RETURN(PreparedInfer prepared,
+                           Service::State::prepare_infer(loaded, padded_body, headers, &decoded));
   std::int64_t preprocessed = monotonic_ns();
   model::Predictions predictions = loaded.bundle->predict_margins(prepared.features, prepared.rows);
   std::int64_t computed = monotonic_ns();

@@ -19,9 +19,9 @@ class CompareTest : public ::testing::Test {
     data::Table train = table.take_rows(train_rows);
     golden_ = new data::Table(table.take_rows(golden_rows));
     logistic_ = train::fit(train, train::TrainRequest{.target = "Class"})->bundle;
-    gbdt_ = train::fit(train, train::TrainRequest{.target = "Class",
-                                                  .model_family = "gbdt",
-                                                  .params = {{"rounds", "20"}, {"max_depth", "3"}}})
+    gbdt_ = train::fit(train,
+                       train::TrainRequest{
+                           .target = "Class", .model_family = "gbdt", .params = {{"rounds", "20"}, {"max_depth", "3"}}})
                 ->bundle;
   }
   static void TearDownTestSuite() { delete golden_; }
@@ -115,6 +115,27 @@ TEST_F(CompareTest, UnlabelledRowsCompareOutputsOnly) {
   EXPECT_FALSE(result->labelled);
   EXPECT_GT(result->overall.rows_beyond_tolerance, 0u);
   EXPECT_EQ(result->worst_rows.size(), 10u);
+}
+
+// A golden set whose labels are still to come: the target column is there, every value empty.
+TEST_F(CompareTest, AnEmptyTargetColumnComparesOutputsOnly) {
+  auto text = *slipway::read_file(testing::data_path("lending_club.csv"));
+  std::string csv;
+  std::size_t start = 0;
+  for (int line = 0; line < 30; ++line) {
+    std::size_t end = text.find('\n', start);
+    std::string row = text.substr(start, end - start);
+    csv += line == 0 ? row : row.substr(0, row.rfind(',') + 1);  // Class is the last column
+    csv += '\n';
+    start = end + 1;
+  }
+  auto table = data::parse_csv(csv, "blank.csv");
+  ASSERT_TRUE(table.ok()) << table.status().message();
+  ASSERT_NE(table->find("Class"), nullptr);
+  auto result = compare(*logistic_, *gbdt_, *table, {});
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  EXPECT_FALSE(result->labelled);
+  EXPECT_EQ(result->overall.rows, 29u);
 }
 
 TEST_F(CompareTest, IncomparableModelsAndBadOptionsAreRefused) {

@@ -144,6 +144,34 @@ TEST(HttpServer, BodiesInFlightStayWithinTheBudget) {
   EXPECT_EQ(running.server().stats().inflight_body_bytes, 0u);
 }
 
+// What arrives in one write is parsed at once, request after request: pipelined GETs, a body
+// with its headers, a chunked body, then Connection: close. Each is answered in order, and the
+// handler sees each body whole.
+TEST(HttpServer, PipelinedAndChunkedRequestsInOneWriteAreAnsweredInOrder) {
+  Route echo{"/v2", [](const Request&) { return Execution::kEventLoop; },
+             [](const Request& request, const Respond& respond) {
+               respond(Response{200, "text/plain", std::string(request.path) + "=" + std::string(request.body), {}});
+             }};
+  RunningServer running({echo}, ServerOptions{});
+  asio::io_context io;
+  asio::ip::tcp::socket socket(io);
+  socket.connect(local(running.port()));
+  asio::write(socket, asio::buffer(std::string("GET /v2/a HTTP/1.1\r\nHost: x\r\n\r\n"
+                                               "GET /v2/b HTTP/1.1\r\nHost: x\r\n\r\n"
+                                               "POST /v2/c HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+                                               "POST /v2/d HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                               "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+                                               "GET /v2/e HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")));
+  std::string answers = read_all(socket);
+  std::size_t at = 0;
+  for (const char* expected : {"/v2/a=", "/v2/b=", "/v2/c=hello", "/v2/d=abcde", "/v2/e="}) {
+    std::size_t found = answers.find(expected, at);
+    ASSERT_NE(found, std::string::npos) << expected << " missing or out of order in:\n" << answers;
+    at = found + 1;
+  }
+  EXPECT_EQ(running.server().stats().inflight_body_bytes, 0u);
+}
+
 std::size_t open_descriptors() {
   std::size_t count = 0;
   for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++count;

@@ -160,7 +160,7 @@ TEST_F(CliTest, OptimizeRegistersMeasuredCandidates) {
   std::string markdown = home_.file("table.md");
   auto optimized = slipway({"--json", "optimize", "trees", "--data", data_path("lending_club.csv"), "--slice", "term",
                             "--slo", "p95<=100ms@100rps,auc_drop<=0.05", "--price-per-hour", "0.35", "--duration",
-                            "300ms", "--markdown", markdown, "--no-progress"});
+                            "300ms", "--markdown", markdown, "--register", "--no-progress"});
   ASSERT_EQ(optimized.exit_code, 0) << optimized.err;
   EXPECT_EQ(optimized.out.find('\n'), optimized.out.size() - 1);
   EXPECT_NE(optimized.out.find("\"name\":\"quantize\""), std::string::npos) << optimized.out;
@@ -173,7 +173,7 @@ TEST_F(CliTest, OptimizeRegistersMeasuredCandidates) {
   EXPECT_NE(versions.out.find("\"version\":3"), std::string::npos) << versions.out;
 
   auto measured_only = slipway({"optimize", "trees@1", "--data", data_path("lending_club.csv"), "--candidates",
-                                "quantize", "--duration", "200ms", "--no-register", "--no-progress"});
+                                "quantize", "--duration", "200ms", "--no-progress"});
   ASSERT_EQ(measured_only.exit_code, 0) << measured_only.err;
   EXPECT_NE(measured_only.out.find("recommended:"), std::string::npos) << measured_only.out;
   EXPECT_EQ(slipway({"--json", "versions", "trees"}).out, versions.out);  // nothing new registered

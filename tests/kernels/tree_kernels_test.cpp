@@ -294,8 +294,8 @@ QuantizedLayout quantize(const Layout& layout, std::size_t width) {
       continue;
     }
     const auto& values = quantized.thresholds[feature];
-    auto split = static_cast<std::uint32_t>(
-        std::lower_bound(values.begin(), values.end(), layout.thresholds[node]) - values.begin() + 1);
+    auto split = static_cast<std::uint32_t>(std::lower_bound(values.begin(), values.end(), layout.thresholds[node]) -
+                                            values.begin() + 1);
     quantized.nodes.push_back(feature | default_left | (split << 16));
   }
   return quantized;

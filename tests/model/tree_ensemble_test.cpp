@@ -215,8 +215,7 @@ TEST(TreeEnsemble, EveryKernelMatchesAPlainWalkBitForBit) {
     EXPECT_EQ(batch, expected);
     for (std::size_t row = 0; row < kRows; ++row) {
       float single = 0;
-      under_test->predict_margin(std::span<const float>(rows).subspan(row * kWidth, kWidth), 1,
-                                 std::span(&single, 1));
+      under_test->predict_margin(std::span<const float>(rows).subspan(row * kWidth, kWidth), 1, std::span(&single, 1));
       ASSERT_EQ(single, expected[row]) << "row " << row;
     }
   }

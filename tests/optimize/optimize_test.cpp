@@ -36,9 +36,9 @@ class OptimizeTest : public ::testing::Test {
     std::vector<std::uint32_t> train_rows, golden_rows;
     for (std::uint32_t row = 0; row < 2500; ++row) (row < 2000 ? train_rows : golden_rows).push_back(row);
     golden_ = new data::Table(table.take_rows(golden_rows));
-    gbdt_ = train::fit(table.take_rows(train_rows), train::TrainRequest{.target = "Class",
-                                                                        .model_family = "gbdt",
-                                                                        .params = {{"rounds", "40"}, {"max_depth", "4"}}})
+    gbdt_ = train::fit(table.take_rows(train_rows),
+                       train::TrainRequest{
+                           .target = "Class", .model_family = "gbdt", .params = {{"rounds", "40"}, {"max_depth", "4"}}})
                 ->bundle;
     linear_ = train::fit(table.take_rows(train_rows), train::TrainRequest{.target = "Class"})->bundle;
   }

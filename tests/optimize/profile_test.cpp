@@ -61,7 +61,8 @@ TEST_F(ProfileTest, EveryStageIsMeasuredForEveryRequestSize) {
       EXPECT_LE(stage.share, 1.0 + 1e-9);
       if (stage.name != "transport") in_process += stage.median_us;
     }
-    EXPECT_EQ(names, (std::vector<std::string>{"parse", "preprocess", "compute", "postprocess", "encode", "transport"}));
+    EXPECT_EQ(names,
+              (std::vector<std::string>{"parse", "preprocess", "compute", "postprocess", "encode", "transport"}));
     EXPECT_DOUBLE_EQ(size.in_process_us, in_process);
     EXPECT_GT(size.stages[0].median_us, 0.0);  // parsing a JSON request is never free
     EXPECT_GE(size.requests_timed, 20u);
