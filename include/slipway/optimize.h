@@ -170,7 +170,7 @@ struct OptimizeOptions {
   std::string slice_column;
   Slo slo;
   double price_per_hour = 0.0;  // 0: no cost
-  std::vector<std::string> techniques = {"quantize", "prune"};
+  std::vector<std::string> techniques = {"quantize", "prune", "serving"};
   // Golden-set differences beyond it keep a candidate from being recommended; unset: reported only.
   std::optional<double> tolerance;
   std::chrono::milliseconds measure_time{2000};  // per load test
@@ -194,7 +194,8 @@ struct OptimizeReport {
   std::string reason;                                       // why that one, or why none
 };
 
-// Builds the candidates of `techniques` ("quantize", "prune"), measures each and the baseline,
+// Builds the candidates of `techniques` ("quantize", "prune", "serving": dynamic batching
+// configurations of the baseline, not registered), measures each and the baseline,
 // and marks the recommended one: it meets every SLO clause and guard at the lowest cost (the
 // highest sustainable rate when there is no price), ties going to fewer changes. A candidate that
 // fails to build or measure is a row with its error. InvalidArgument for an unknown technique, a

@@ -143,7 +143,7 @@ struct OptimizeFlags {
   std::string slice;
   std::string slo;  // "p95<=5ms@2000rps,cost<=0.02/1k,auc_drop<=0.005"
   double price_per_hour = 0.0;
-  std::string candidates = "quantize,prune";
+  std::string candidates = "quantize,prune,serving";
   std::optional<double> tolerance;
   std::string duration = "2s";
   int threads = 1;

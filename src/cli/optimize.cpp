@@ -165,7 +165,9 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
   }
   options.price_per_hour = flags.price_per_hour;
   options.techniques = split_list(flags.candidates);
-  if (options.techniques.empty()) return invalid_argument("--candidates needs at least one of: quantize, prune");
+  if (options.techniques.empty()) {
+    return invalid_argument("--candidates needs at least one of: quantize, prune, serving");
+  }
   if (flags.tolerance) {
     if (!(*flags.tolerance >= 0) || !std::isfinite(*flags.tolerance)) {
       return invalid_argument("--tolerance must be a finite number >= 0");

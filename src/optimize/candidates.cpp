@@ -1,5 +1,7 @@
 #include "optimize/candidates.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -62,6 +64,31 @@ std::shared_ptr<const model::Bundle> with_model(const model::Bundle& baseline,
 }
 
 }  // namespace
+
+std::vector<BuiltCandidate> serving_candidates(const std::shared_ptr<const model::Bundle>& baseline) {
+  struct Config {
+    const char* max_batch_size;
+    const char* max_queue_delay_us;
+    const char* instances;
+  };
+  static constexpr Config kConfigs[] = {{"8", "100", "1"}, {"32", "500", "1"}, {"64", "1000", "2"}};
+  std::vector<BuiltCandidate> candidates;
+  for (const Config& config : kConfigs) {
+    std::map<std::string, std::string> keys = {{"max_batch_size", config.max_batch_size},
+                                               {"max_queue_delay_us", config.max_queue_delay_us},
+                                               {"instances", config.instances}};
+    BuiltCandidate candidate{
+        fmt::format("serving:b{}/{}us/x{}", config.max_batch_size, config.max_queue_delay_us, config.instances),
+        "serving",
+        keys,
+        baseline,
+        "",
+        1};
+    candidate.serving_config = keys;
+    candidates.push_back(std::move(candidate));
+  }
+  return candidates;
+}
 
 BuiltCandidate quantize_candidate(const model::Bundle& baseline) {
   BuiltCandidate candidate{"quantize", "quantize", {{"layout", "quantized"}}, nullptr, "", 1};

@@ -19,7 +19,13 @@ struct BuiltCandidate {
   std::shared_ptr<const model::Bundle> bundle;  // null when it could not be built
   std::string error;                            // why not
   int changes = 1;                              // how far from the baseline (ties go to fewer changes)
+  // Serving configuration keys (serve::serving_config_keys()) to serve it with; empty: defaults.
+  std::map<std::string, std::string> serving_config;
 };
+
+// The baseline served with dynamic batching configurations (what Triton's Model Analyzer
+// sweeps): small batches with a short wait, larger ones with a longer wait, and two instances.
+std::vector<BuiltCandidate> serving_candidates(const std::shared_ptr<const model::Bundle>& baseline);
 
 // The quantized tree layout: exact, so the same outputs.
 BuiltCandidate quantize_candidate(const model::Bundle& baseline);

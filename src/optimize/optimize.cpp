@@ -276,6 +276,16 @@ void Optimizer::recommend(OptimizeReport& report) const {
                               priced ? "lowest cost" : "highest sustainable rate", chosen.max_rate,
                               priced ? fmt::format(", {:.4g}/1k", chosen.cost_per_1k) : "",
                               chosen.changes == 0 ? "; no candidate does better than the baseline" : "");
+  if (chosen.technique == "serving") {
+    std::string flags;
+    for (const auto& [key, value] : chosen.settings) {
+      std::string flag = key;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      flags += " --" + flag + " " + value;
+    }
+    std::string model = options_.baseline_name.substr(0, options_.baseline_name.find('@'));
+    report.reason += "; apply it with: slipway serving-config " + model + flags;
+  }
 }
 
 Result<OptimizeReport> Optimizer::run() {
@@ -292,8 +302,9 @@ Result<OptimizeReport> Optimizer::run() {
   if (options_.threads < 1) return invalid_argument("threads must be >= 1");
   std::vector<std::string> techniques;
   for (const auto& technique : options_.techniques) {
-    if (technique != "quantize" && technique != "prune") {
-      return invalid_argument("unknown candidate technique '" + technique + "' (this build has: quantize, prune)");
+    if (technique != "quantize" && technique != "prune" && technique != "serving") {
+      return invalid_argument("unknown candidate technique '" + technique +
+                              "' (this build has: quantize, prune, serving)");
     }
     if (std::find(techniques.begin(), techniques.end(), technique) == techniques.end()) techniques.push_back(technique);
   }
@@ -312,6 +323,9 @@ Result<OptimizeReport> Optimizer::run() {
   }
   for (const auto& technique : techniques) {
     if (technique == "quantize") built.push_back(quantize_candidate(baseline));
+    if (technique == "serving") {
+      for (auto& candidate : serving_candidates(options_.baseline)) built.push_back(std::move(candidate));
+    }
     if (technique == "prune") {
       std::vector<PrunePoint> curve;
       for (auto& candidate : prune_candidates(baseline, golden, budget, curve)) built.push_back(std::move(candidate));
@@ -324,8 +338,11 @@ Result<OptimizeReport> Optimizer::run() {
   if (bodies_.empty()) return invalid_argument("the golden rows are empty");
   SLIPWAY_ASSIGN_OR_RETURN(auto scratch, ScratchWorkspace::create());
   for (std::size_t index = 0; index < built.size(); ++index) {
-    if (built[index].bundle != nullptr) {
-      SLIPWAY_RETURN_IF_ERROR(scratch->add("candidate-" + std::to_string(index), *built[index].bundle));
+    if (built[index].bundle == nullptr) continue;
+    std::string name = "candidate-" + std::to_string(index);
+    SLIPWAY_RETURN_IF_ERROR(scratch->add(name, *built[index].bundle));
+    if (!built[index].serving_config.empty()) {
+      SLIPWAY_RETURN_IF_ERROR(scratch->registry().serving_configs().set(name, built[index].serving_config, true));
     }
   }
   SLIPWAY_ASSIGN_OR_RETURN(auto server, LoopbackServer::start(scratch->registry(), options_.threads));
@@ -363,10 +380,11 @@ Result<OptimizeReport> Optimizer::run() {
   recommend(report);
 
   // Each candidate (never the baseline) carries how it was made and what was measured, and is
-  // handed over to be registered.
+  // handed over to be registered; a serving configuration is not a new model, and is applied with
+  // `slipway serving-config` instead.
   for (std::size_t index = 1; index < report.candidates.size(); ++index) {
     CandidateResult& candidate = report.candidates[index];
-    if (!candidate.error.empty()) continue;
+    if (!candidate.error.empty() || candidate.technique == "serving") continue;
     std::map<std::string, std::string> record = {
         {"technique", candidate.technique},
         {"baseline", options_.baseline_name},

@@ -95,7 +95,17 @@ TEST_F(OptimizeTest, BuildsMeasuresRecordsAndRecommends) {
   EXPECT_EQ(quantized->rows_beyond_tolerance, 0u);
   EXPECT_EQ(quantized->quality_drop, 0.0);
   EXPECT_EQ(quantized->version, "lending@2");
-  EXPECT_EQ(registered.size(), report->candidates.size() - 1);
+  // Serving configurations are measured, not registered: they are the baseline's bytes.
+  std::size_t serving = 0;
+  for (const auto& candidate : report->candidates) {
+    if (candidate.technique != "serving") continue;
+    ++serving;
+    EXPECT_TRUE(candidate.version.empty());
+    EXPECT_EQ(candidate.quality_drop, 0.0);
+    EXPECT_EQ(candidate.settings.count("max_batch_size"), 1u);
+  }
+  EXPECT_EQ(serving, 3u);
+  EXPECT_EQ(registered.size(), report->candidates.size() - 1 - serving);
   EXPECT_EQ(report->prune_curve.back().first, 40u);
   ASSERT_GE(report->recommended, 0);
   EXPECT_TRUE(report->candidates[static_cast<std::size_t>(report->recommended)].meets_slo);
@@ -128,10 +138,11 @@ TEST_F(OptimizeTest, GuardsKeepACandidateFromBeingRecommended) {
 TEST_F(OptimizeTest, InapplicableCandidatesAreRowsAndBadRequestsAreRefused) {
   auto report = optimize_model(quick(linear_));
   ASSERT_TRUE(report.ok()) << report.status().message();
-  ASSERT_EQ(report->candidates.size(), 3u);  // baseline, quantize, prune
-  EXPECT_EQ(report->candidates[0].error, "");
-  EXPECT_NE(report->candidates[1].error.find("not applicable"), std::string::npos);
-  EXPECT_NE(report->candidates[2].error.find("not applicable"), std::string::npos);
+  ASSERT_EQ(report->candidates.size(), 6u);  // baseline, quantize, prune, three serving configurations
+  for (const auto& candidate : report->candidates) {
+    bool trees_only = candidate.technique == "quantize" || candidate.technique == "prune";
+    EXPECT_EQ(candidate.error.find("not applicable") != std::string::npos, trees_only) << candidate.name;
+  }
 
   OptimizeOptions options = quick(gbdt_);
   options.techniques = {"distill-magic"};
