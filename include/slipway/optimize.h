@@ -157,6 +157,7 @@ struct CandidateResult {
   double max_rate = 0.0;     // the highest rate found whose latency SLO holds (throughput without one)
   double cost_per_1k = 0.0;  // price per hour / (3600 x max_rate) x 1000; NaN without a price
   std::size_t bundle_bytes = 0, loaded_bytes = 0;
+  std::size_t request_bytes = 0;  // the median one-row v2 JSON request: its inputs only
   bool meets_slo = false;
   std::vector<std::string> failures;  // each SLO clause or guard it fails, in words
   int changes = 0;
@@ -167,10 +168,11 @@ struct OptimizeOptions {
   std::shared_ptr<const model::Bundle> baseline;
   std::string baseline_name;            // NAME@VERSION or the file, recorded in each candidate
   const data::Table* golden = nullptr;  // labelled rows: quality, differences and request bodies
+  const data::Table* train = nullptr;   // labelled rows to retrain on ("features"); may be null
   std::string slice_column;
   Slo slo;
   double price_per_hour = 0.0;  // 0: no cost
-  std::vector<std::string> techniques = {"quantize", "prune", "serving"};
+  std::vector<std::string> techniques = {"quantize", "prune", "features", "serving"};
   // Golden-set differences beyond it keep a candidate from being recommended; unset: reported only.
   std::optional<double> tolerance;
   std::chrono::milliseconds measure_time{2000};  // per load test
@@ -194,8 +196,9 @@ struct OptimizeReport {
   std::string reason;                                       // why that one, or why none
 };
 
-// Builds the candidates of `techniques` ("quantize", "prune", "serving": dynamic batching
-// configurations of the baseline, not registered), measures each and the baseline,
+// Builds the candidates of `techniques` ("quantize", "prune", "features": retrained without the
+// least important inputs, "serving": dynamic batching configurations of the baseline, not
+// registered), measures each and the baseline,
 // and marks the recommended one: it meets every SLO clause and guard at the lowest cost (the
 // highest sustainable rate when there is no price), ties going to fewer changes. A candidate that
 // fails to build or measure is a row with its error. InvalidArgument for an unknown technique, a

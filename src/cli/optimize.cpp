@@ -31,7 +31,7 @@ struct OptimizeResult : CommandResult {
   std::vector<std::string> headers() const {
     const std::string& metric = report.quality_metric;
     return {"",       "candidate", metric,    metric + " drop", "worst slice drop", "rows differ", "p50 ms", "p95 ms",
-            "p99 ms", "max rps",   "cost/1k", "bundle",         "memory",           "SLO",         "version"};
+            "p99 ms", "max rps",   "cost/1k", "bundle",         "memory",           "request",     "SLO",    "version"};
   }
 
   std::vector<std::vector<std::string>> rows() const {
@@ -40,17 +40,19 @@ struct OptimizeResult : CommandResult {
       const auto& c = report.candidates[index];
       std::string mark = static_cast<int>(index) == report.recommended ? "*" : "";
       if (!c.error.empty()) {
-        rows.push_back({mark, c.name, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "error: " + c.error, "-"});
+        rows.push_back(
+            {mark, c.name, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "error: " + c.error, "-"});
         continue;
       }
       std::string slo = c.meets_slo ? "meets" : "misses: " + c.failures.front();
       for (std::size_t failure = 1; failure < c.failures.size(); ++failure) slo += "; " + c.failures[failure];
-      rows.push_back(
-          {mark, c.name, format_metric(c.quality), format_optional(c.quality_drop, "{:.4f}"),
-           c.worst_slice.empty() ? "-" : fmt::format("{:.4f} ({})", c.worst_slice_drop, c.worst_slice),
-           std::to_string(c.rows_beyond_tolerance), fmt::format("{:.3f}", c.p50_ms), fmt::format("{:.3f}", c.p95_ms),
-           fmt::format("{:.3f}", c.p99_ms), fmt::format("{:.0f}", c.max_rate), format_optional(c.cost_per_1k, "{:.3g}"),
-           format_bytes(c.bundle_bytes), format_bytes(c.loaded_bytes), slo, c.version.empty() ? "-" : c.version});
+      rows.push_back({mark, c.name, format_metric(c.quality), format_optional(c.quality_drop, "{:.4f}"),
+                      c.worst_slice.empty() ? "-" : fmt::format("{:.4f} ({})", c.worst_slice_drop, c.worst_slice),
+                      std::to_string(c.rows_beyond_tolerance), fmt::format("{:.3f}", c.p50_ms),
+                      fmt::format("{:.3f}", c.p95_ms), fmt::format("{:.3f}", c.p99_ms),
+                      fmt::format("{:.0f}", c.max_rate), format_optional(c.cost_per_1k, "{:.3g}"),
+                      format_bytes(c.bundle_bytes), format_bytes(c.loaded_bytes), format_bytes(c.request_bytes), slo,
+                      c.version.empty() ? "-" : c.version});
     }
     return rows;
   }
@@ -102,6 +104,7 @@ struct OptimizeResult : CommandResult {
       json.key("max_rate").value(c.max_rate).key("cost_per_1k").value(c.cost_per_1k);
       json.key("bundle_bytes").value(static_cast<std::uint64_t>(c.bundle_bytes));
       json.key("loaded_bytes").value(static_cast<std::uint64_t>(c.loaded_bytes));
+      json.key("request_bytes").value(static_cast<std::uint64_t>(c.request_bytes));
       json.key("meets_slo").value(c.meets_slo).key("failures").begin_array();
       for (const auto& failure : c.failures) json.value(failure);
       json.end_array();
@@ -166,7 +169,7 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
   options.price_per_hour = flags.price_per_hour;
   options.techniques = split_list(flags.candidates);
   if (options.techniques.empty()) {
-    return invalid_argument("--candidates needs at least one of: quantize, prune, serving");
+    return invalid_argument("--candidates needs at least one of: quantize, prune, features, serving");
   }
   if (flags.tolerance) {
     if (!(*flags.tolerance >= 0) || !std::isfinite(*flags.tolerance)) {
@@ -191,6 +194,11 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
   SLIPWAY_ASSIGN_OR_RETURN(auto loaded, store != nullptr ? pipeline::resolve_reference(store.get(), flags.reference)
                                                          : load_reference(global, flags.reference));
   SLIPWAY_ASSIGN_OR_RETURN(auto golden, pipeline::read_table(flags.data_path));
+  std::optional<data::Table> train;
+  if (!flags.train_path.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(train, pipeline::read_table(flags.train_path));
+    options.train = &*train;
+  }
   options.baseline = loaded.bundle;
   options.baseline_name = loaded.description;
   options.golden = &golden;

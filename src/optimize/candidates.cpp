@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "slipway/eval.h"
+#include "slipway/train.h"
 
 namespace slipway::optimize {
 namespace {
@@ -85,6 +86,80 @@ std::vector<BuiltCandidate> serving_candidates(const std::shared_ptr<const model
         "",
         1};
     candidate.serving_config = keys;
+    candidates.push_back(std::move(candidate));
+  }
+  return candidates;
+}
+
+std::vector<BuiltCandidate> feature_candidates(const model::Bundle& baseline, const data::Table* train) {
+  auto refuse = [](std::string why) {
+    return std::vector<BuiltCandidate>{{"features", "features", {}, nullptr, std::move(why), 3}};
+  };
+  const model::TreeEnsembleModel* trees = trees_of(baseline);
+  if (trees == nullptr) return refuse("not applicable: the model is not a tree ensemble");
+  if (train == nullptr) return refuse("not applicable: feature reduction retrains the model; give --train FILE");
+  const model::Manifest& manifest = baseline.manifest();
+  auto family = manifest.params.find("model");
+  if (family == manifest.params.end()) {
+    return refuse("not applicable: the model was not trained by slipway (its manifest has no training parameters)");
+  }
+  const auto& inputs = baseline.preprocessor().features();
+  for (const auto& input : inputs) {
+    if (input.width() != 1) return refuse("not applicable: input '" + input.name + "' spans several features");
+  }
+  if (inputs.size() < 2) return refuse("not applicable: the model has a single input");
+  // The training parameters that apply to the family; the rest of `params` is lineage (split, ...).
+  std::map<std::string, std::string> params;
+  for (const auto& declaration : train::parameter_declarations()) {
+    auto given = manifest.params.find(declaration.name);
+    bool applies = std::find(declaration.families.begin(), declaration.families.end(), family->second) !=
+                   declaration.families.end();
+    if (given != manifest.params.end() && applies) params[declaration.name] = given->second;
+  }
+  model::TreeEnsembleModel::Importance importance = trees->importance();
+  std::vector<std::size_t> order(inputs.size());
+  for (std::size_t index = 0; index < order.size(); ++index) order[index] = index;
+  auto score = [&](std::size_t input) {
+    return importance.total_gain.empty() ? static_cast<double>(importance.splits[input]) : importance.total_gain[input];
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t left, std::size_t right) { return score(left) < score(right); });
+
+  std::vector<BuiltCandidate> candidates;
+  // The first retrains with every input: the control that shows what retraining on these rows
+  // alone changes (a baseline trained with a held-out split saw fewer of them).
+  std::optional<std::size_t> previous;
+  for (double fraction : {0.0, 0.25, 0.5}) {
+    std::size_t drop =
+        fraction == 0.0
+            ? 0
+            : std::max<std::size_t>(1, static_cast<std::size_t>(fraction * static_cast<double>(inputs.size())));
+    drop = std::min(drop, inputs.size() - 1);
+    if (drop == previous) continue;
+    previous = drop;
+    std::vector<std::string> kept, dropped;
+    for (std::size_t rank = 0; rank < order.size(); ++rank) {
+      (rank < drop ? dropped : kept).push_back(inputs[order[rank]].name);
+    }
+    std::string dropped_text;
+    for (const auto& name : dropped) dropped_text += (dropped_text.empty() ? "" : ",") + name;
+    BuiltCandidate candidate{drop == 0 ? std::string("features:all") : "features:-" + std::to_string(drop),
+                             "features",
+                             {{"dropped", dropped_text}, {"inputs", std::to_string(kept.size())}},
+                             nullptr,
+                             "",
+                             3};
+    train::TrainRequest request{.target = manifest.target,
+                                .model_family = family->second,
+                                .features = kept,
+                                .params = params,
+                                .seed = manifest.seed};
+    auto trained = train::fit(*train, request);
+    if (trained.ok()) {
+      candidate.bundle = trained->bundle;
+    } else {
+      candidate.error = "retraining failed: " + trained.status().message();
+    }
     candidates.push_back(std::move(candidate));
   }
   return candidates;

@@ -23,6 +23,13 @@ struct BuiltCandidate {
   std::map<std::string, std::string> serving_config;
 };
 
+// A tree ensemble retrained on `train` without its least important inputs (total gain, or split
+// count where the model has no statistics): the lowest quarter, and the lowest half, after a
+// control retrained on the same rows with every input ("features:all"). Only for
+// models Slipway trained (their training parameters are in the manifest) whose inputs are one
+// feature each; otherwise one row saying why.
+std::vector<BuiltCandidate> feature_candidates(const model::Bundle& baseline, const data::Table* train);
+
 // The baseline served with dynamic batching configurations (what Triton's Model Analyzer
 // sweeps): small batches with a short wait, larger ones with a longer wait, and two instances.
 std::vector<BuiltCandidate> serving_candidates(const std::shared_ptr<const model::Bundle>& baseline);

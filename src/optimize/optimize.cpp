@@ -302,9 +302,9 @@ Result<OptimizeReport> Optimizer::run() {
   if (options_.threads < 1) return invalid_argument("threads must be >= 1");
   std::vector<std::string> techniques;
   for (const auto& technique : options_.techniques) {
-    if (technique != "quantize" && technique != "prune" && technique != "serving") {
+    if (technique != "quantize" && technique != "prune" && technique != "features" && technique != "serving") {
       return invalid_argument("unknown candidate technique '" + technique +
-                              "' (this build has: quantize, prune, serving)");
+                              "' (this build has: quantize, prune, features, serving)");
     }
     if (std::find(techniques.begin(), techniques.end(), technique) == techniques.end()) techniques.push_back(technique);
   }
@@ -326,6 +326,9 @@ Result<OptimizeReport> Optimizer::run() {
     if (technique == "serving") {
       for (auto& candidate : serving_candidates(options_.baseline)) built.push_back(std::move(candidate));
     }
+    if (technique == "features") {
+      for (auto& candidate : feature_candidates(baseline, options_.train)) built.push_back(std::move(candidate));
+    }
     if (technique == "prune") {
       std::vector<PrunePoint> curve;
       for (auto& candidate : prune_candidates(baseline, golden, budget, curve)) built.push_back(std::move(candidate));
@@ -334,8 +337,7 @@ Result<OptimizeReport> Optimizer::run() {
   }
   total_steps_ = 2 + 2 * static_cast<int>(built.size());
   progress("starting a server on loopback");
-  bodies_ = serve::v2_requests_from_table(golden, 1, {baseline.manifest().target}, kMaxBodies);
-  if (bodies_.empty()) return invalid_argument("the golden rows are empty");
+  if (golden.row_count() == 0) return invalid_argument("the golden rows are empty");
   SLIPWAY_ASSIGN_OR_RETURN(auto scratch, ScratchWorkspace::create());
   for (std::size_t index = 0; index < built.size(); ++index) {
     if (built[index].bundle == nullptr) continue;
@@ -360,6 +362,17 @@ Result<OptimizeReport> Optimizer::run() {
     Status measured = candidate.error.empty() ? measure_quality(candidate) : Status();
     progress(candidate.name + ": latency and the highest rate through the server");
     if (measured.ok() && candidate.error.empty()) {
+      // Requests carry the candidate's inputs only: fewer inputs make smaller requests.
+      std::vector<std::string> skip;
+      for (const auto& column : golden.columns()) {
+        if (!candidate.bundle->preprocessor().feature_index(column.name)) skip.push_back(column.name);
+      }
+      bodies_ = serve::v2_requests_from_table(golden, 1, skip, kMaxBodies);
+      std::vector<std::size_t> sizes;
+      sizes.reserve(bodies_.size());
+      for (const auto& body : bodies_) sizes.push_back(body.size());
+      std::nth_element(sizes.begin(), sizes.begin() + static_cast<std::ptrdiff_t>(sizes.size() / 2), sizes.end());
+      candidate.request_bytes = sizes[sizes.size() / 2];
       measured = measure_serving(candidate, server->url("/v2/models/candidate-" + std::to_string(index) + "/infer"));
     }
     if (!measured.ok()) candidate.error = measured.message();

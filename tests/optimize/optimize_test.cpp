@@ -36,19 +36,24 @@ class OptimizeTest : public ::testing::Test {
     std::vector<std::uint32_t> train_rows, golden_rows;
     for (std::uint32_t row = 0; row < 2500; ++row) (row < 2000 ? train_rows : golden_rows).push_back(row);
     golden_ = new data::Table(table.take_rows(golden_rows));
+    train_ = new data::Table(table.take_rows(train_rows));
     gbdt_ = train::fit(table.take_rows(train_rows),
                        train::TrainRequest{
                            .target = "Class", .model_family = "gbdt", .params = {{"rounds", "40"}, {"max_depth", "4"}}})
                 ->bundle;
     linear_ = train::fit(table.take_rows(train_rows), train::TrainRequest{.target = "Class"})->bundle;
   }
-  static void TearDownTestSuite() { delete golden_; }
+  static void TearDownTestSuite() {
+    delete golden_;
+    delete train_;
+  }
 
   static OptimizeOptions quick(std::shared_ptr<const model::Bundle> baseline) {
     OptimizeOptions options;
     options.baseline = std::move(baseline);
     options.baseline_name = "lending@1";
     options.golden = golden_;
+    options.train = train_;
     options.slice_column = "term";
     options.slo = *parse_slo("p95<=50ms@100rps,auc_drop<=0.02");
     options.measure_time = 300ms;
@@ -57,6 +62,7 @@ class OptimizeTest : public ::testing::Test {
   }
 
   static inline data::Table* golden_ = nullptr;
+  static inline data::Table* train_ = nullptr;
   static inline std::shared_ptr<const model::Bundle> gbdt_, linear_;
 };
 
@@ -105,6 +111,17 @@ TEST_F(OptimizeTest, BuildsMeasuresRecordsAndRecommends) {
     EXPECT_EQ(candidate.settings.count("max_batch_size"), 1u);
   }
   EXPECT_EQ(serving, 3u);
+  // Feature reduction: a control retrained with every input, then fewer inputs, smaller requests.
+  std::vector<const CandidateResult*> features;
+  for (const auto& candidate : report->candidates) {
+    if (candidate.technique == "features") features.push_back(&candidate);
+  }
+  ASSERT_EQ(features.size(), 3u);
+  EXPECT_EQ(features[0]->name, "features:all");
+  EXPECT_EQ(features[0]->request_bytes, baseline.request_bytes);
+  EXPECT_LT(features[1]->request_bytes, features[0]->request_bytes);
+  EXPECT_LT(features[2]->request_bytes, features[1]->request_bytes);
+  EXPECT_EQ(features[2]->bundle->preprocessor().features().size(), 22u - 11u);
   EXPECT_EQ(registered.size(), report->candidates.size() - 1 - serving);
   EXPECT_EQ(report->prune_curve.back().first, 40u);
   ASSERT_GE(report->recommended, 0);
@@ -138,13 +155,21 @@ TEST_F(OptimizeTest, GuardsKeepACandidateFromBeingRecommended) {
 TEST_F(OptimizeTest, InapplicableCandidatesAreRowsAndBadRequestsAreRefused) {
   auto report = optimize_model(quick(linear_));
   ASSERT_TRUE(report.ok()) << report.status().message();
-  ASSERT_EQ(report->candidates.size(), 6u);  // baseline, quantize, prune, three serving configurations
+  ASSERT_EQ(report->candidates.size(), 7u);  // baseline, quantize, prune, features, three serving configurations
   for (const auto& candidate : report->candidates) {
-    bool trees_only = candidate.technique == "quantize" || candidate.technique == "prune";
+    bool trees_only =
+        candidate.technique == "quantize" || candidate.technique == "prune" || candidate.technique == "features";
     EXPECT_EQ(candidate.error.find("not applicable") != std::string::npos, trees_only) << candidate.name;
   }
 
   OptimizeOptions options = quick(gbdt_);
+  options.techniques = {"features"};
+  options.train = nullptr;
+  auto untrained = optimize_model(options);
+  ASSERT_TRUE(untrained.ok());
+  EXPECT_NE(untrained->candidates.at(1).error.find("--train"), std::string::npos) << untrained->candidates.at(1).error;
+
+  options = quick(gbdt_);
   options.techniques = {"distill-magic"};
   EXPECT_FALSE(optimize_model(options).ok());
   options = quick(gbdt_);
