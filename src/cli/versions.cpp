@@ -6,9 +6,24 @@
 namespace slipway::cli {
 namespace {
 
+// "prune (rounds=48) from lending@1": how `slipway optimize` made a version; empty otherwise.
+std::string optimization_summary(const std::map<std::string, std::string>& record) {
+  auto technique = record.find("technique");
+  if (technique == record.end()) return "";
+  std::string settings;
+  for (const auto& [key, value] : record) {
+    if (!key.starts_with("setting.") || key == "setting.dropped" || key == "setting.chosen") continue;
+    settings += (settings.empty() ? "" : ", ") + key.substr(8) + "=" + value;
+  }
+  auto baseline = record.find("baseline");
+  return technique->second + (settings.empty() ? "" : " (" + settings + ")") +
+         (baseline == record.end() ? "" : " from " + baseline->second);
+}
+
 struct VersionsResult : CommandResult {
   std::string model;
   std::vector<registry::ModelVersion> versions;
+  std::vector<std::map<std::string, std::string>> optimizations;  // per version; empty when not optimized
 
   void write_json(JsonWriter& json) const override {
     json.begin_object().key("model").value(model).key("versions").begin_array();
@@ -18,7 +33,14 @@ struct VersionsResult : CommandResult {
       json.key("created_ms").value(version.created_ms);
       json.key("aliases").begin_array();
       for (const auto& alias : version.aliases) json.value(alias);
-      json.end_array().end_object();
+      json.end_array();
+      const auto& record = optimizations[static_cast<std::size_t>(&version - versions.data())];
+      if (!record.empty()) {
+        json.key("optimization").begin_object();
+        for (const auto& [key, value] : record) json.key(key).value(value);
+        json.end_object();
+      }
+      json.end_object();
     }
     json.end_array().end_object();
   }
@@ -28,10 +50,11 @@ struct VersionsResult : CommandResult {
     for (const auto& version : versions) {
       std::string aliases;
       for (const auto& alias : version.aliases) aliases += (aliases.empty() ? "" : ",") + alias;
+      std::string optimized = optimization_summary(optimizations[static_cast<std::size_t>(&version - versions.data())]);
       rows.push_back({std::to_string(version.version), aliases, version.bundle_sha256.substr(0, 12), version.run_id,
-                      version.creator, format_time_ms(version.created_ms)});
+                      version.creator, format_time_ms(version.created_ms), optimized.empty() ? "-" : optimized});
     }
-    print_table(out, {"version", "aliases", "sha256", "run", "creator", "created (UTC)"}, rows);
+    print_table(out, {"version", "aliases", "sha256", "run", "creator", "created (UTC)", "optimization"}, rows);
   }
 };
 
@@ -40,6 +63,13 @@ Result<VersionsResult> list_versions(const GlobalOptions& global, const std::str
   VersionsResult result;
   result.model = model;
   SLIPWAY_ASSIGN_OR_RETURN(result.versions, store->models().list_versions(model));
+  // What optimize recorded lives in each bundle's manifest. A bundle that cannot be read is
+  // listed without it (`slipway verify` reports such artifacts).
+  for (const auto& version : result.versions) {
+    auto loaded = pipeline::resolve_reference(store.get(), model + "@" + std::to_string(version.version));
+    result.optimizations.push_back(loaded.ok() ? loaded->bundle->manifest().optimization
+                                               : std::map<std::string, std::string>());
+  }
   return result;
 }
 

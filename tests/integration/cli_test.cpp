@@ -171,6 +171,8 @@ TEST_F(CliTest, OptimizeRegistersMeasuredCandidates) {
   EXPECT_NE(table.find("**Recommended:**"), std::string::npos);
   auto versions = slipway({"--json", "versions", "trees"});
   EXPECT_NE(versions.out.find("\"version\":3"), std::string::npos) << versions.out;
+  EXPECT_NE(versions.out.find("\"optimization\":{\"baseline\":\"trees@1\""), std::string::npos) << versions.out;
+  EXPECT_NE(slipway({"versions", "trees"}).out.find("quantize (layout=quantized"), std::string::npos);
 
   auto measured_only = slipway({"optimize", "trees@1", "--data", data_path("lending_club.csv"), "--candidates",
                                 "quantize", "--duration", "200ms", "--no-progress"});
