@@ -373,6 +373,8 @@ class Bundle {
   const Manifest& manifest() const { return manifest_; }
   const Preprocessor& preprocessor() const { return preprocessor_; }
   const Model& model() const { return *model_; }
+  // The model, to build another bundle around it.
+  std::shared_ptr<const Model> shared_model() const { return model_; }
   Task task() const { return manifest_.task; }
 
   // Scores a batch whose columns are matched to the schema by name.

@@ -166,13 +166,16 @@ struct CandidateResult {
 
 struct OptimizeOptions {
   std::shared_ptr<const model::Bundle> baseline;
-  std::string baseline_name;            // NAME@VERSION or the file, recorded in each candidate
-  const data::Table* golden = nullptr;  // labelled rows: quality, differences and request bodies
-  const data::Table* train = nullptr;   // labelled rows to retrain on ("features"); may be null
+  std::string baseline_name;               // NAME@VERSION or the file, recorded in each candidate
+  const data::Table* golden = nullptr;     // labelled rows: quality, differences and request bodies
+  const data::Table* train = nullptr;      // labelled rows to retrain on ("features", "distill"); may be null
+  const data::Table* unlabeled = nullptr;  // more rows for "distill", labelled by the teacher; may be null
+  double distill_alpha = 0.7;              // the teacher's weight against the label
+  double distill_temperature = 1.0;        // softens the teacher's probabilities (binary classification)
   std::string slice_column;
   Slo slo;
   double price_per_hour = 0.0;  // 0: no cost
-  std::vector<std::string> techniques = {"quantize", "prune", "features", "serving"};
+  std::vector<std::string> techniques = {"quantize", "prune", "features", "distill", "serving"};
   // Golden-set differences beyond it keep a candidate from being recommended; unset: reported only.
   std::optional<double> tolerance;
   std::chrono::milliseconds measure_time{2000};  // per load test
@@ -197,8 +200,8 @@ struct OptimizeReport {
 };
 
 // Builds the candidates of `techniques` ("quantize", "prune", "features": retrained without the
-// least important inputs, "serving": dynamic batching configurations of the baseline, not
-// registered), measures each and the baseline,
+// least important inputs, "distill": smaller students of the baseline, "serving": dynamic batching
+// configurations of the baseline, not registered), measures each and the baseline,
 // and marks the recommended one: it meets every SLO clause and guard at the lowest cost (the
 // highest sustainable rate when there is no price), ties going to fewer changes. A candidate that
 // fails to build or measure is a row with its error. InvalidArgument for an unknown technique, a

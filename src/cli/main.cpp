@@ -260,13 +260,21 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   optimize_command->add_option("--slice", optimize_flags.slice,
                                "Also hold each slice of this column to the quality SLO");
   optimize_command->add_option("--train", optimize_flags.train_path,
-                               "Labelled rows to retrain on, for the features candidates (CSV)");
+                               "Labelled rows to retrain on, for the features and distill candidates (CSV)");
+  optimize_command->add_option("--unlabeled", optimize_flags.unlabeled_path,
+                               "More rows for distillation, labelled by the model itself (CSV)");
+  optimize_command->add_option("--alpha", optimize_flags.alpha, "Distillation: the teacher's weight against the label")
+      ->capture_default_str();
+  optimize_command
+      ->add_option("--temperature", optimize_flags.temperature, "Distillation: softens the teacher's probabilities")
+      ->capture_default_str();
   optimize_command->add_option("--slo", optimize_flags.slo,
                                "Objectives, e.g. 'p95<=5ms@2000rps,cost<=0.02/1k,auc_drop<=0.005'");
   optimize_command->add_option("--price-per-hour", optimize_flags.price_per_hour,
                                "What the machine costs per hour, for cost per 1,000 predictions");
   optimize_command
-      ->add_option("--candidates", optimize_flags.candidates, "Techniques to try: quantize, prune, features, serving")
+      ->add_option("--candidates", optimize_flags.candidates,
+                   "Techniques to try: quantize, prune, features, distill, serving")
       ->capture_default_str();
   optimize_command->add_option("--tolerance", optimize_flags.tolerance,
                                "Refuse to recommend a candidate whose outputs differ from the baseline's by more");

@@ -169,7 +169,7 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
   options.price_per_hour = flags.price_per_hour;
   options.techniques = split_list(flags.candidates);
   if (options.techniques.empty()) {
-    return invalid_argument("--candidates needs at least one of: quantize, prune, features, serving");
+    return invalid_argument("--candidates needs at least one of: quantize, prune, features, distill, serving");
   }
   if (flags.tolerance) {
     if (!(*flags.tolerance >= 0) || !std::isfinite(*flags.tolerance)) {
@@ -194,11 +194,21 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
   SLIPWAY_ASSIGN_OR_RETURN(auto loaded, store != nullptr ? pipeline::resolve_reference(store.get(), flags.reference)
                                                          : load_reference(global, flags.reference));
   SLIPWAY_ASSIGN_OR_RETURN(auto golden, pipeline::read_table(flags.data_path));
-  std::optional<data::Table> train;
+  std::optional<data::Table> train, unlabeled;
   if (!flags.train_path.empty()) {
     SLIPWAY_ASSIGN_OR_RETURN(train, pipeline::read_table(flags.train_path));
     options.train = &*train;
   }
+  if (!flags.unlabeled_path.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(unlabeled, pipeline::read_table(flags.unlabeled_path));
+    options.unlabeled = &*unlabeled;
+  }
+  if (!(flags.alpha >= 0 && flags.alpha <= 1)) return invalid_argument("--alpha must be from 0 to 1");
+  if (!(flags.temperature > 0 && flags.temperature <= 100)) {
+    return invalid_argument("--temperature must be above 0 and at most 100");
+  }
+  options.distill_alpha = flags.alpha;
+  options.distill_temperature = flags.temperature;
   options.baseline = loaded.bundle;
   options.baseline_name = loaded.description;
   options.golden = &golden;

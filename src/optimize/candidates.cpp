@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "slipway/eval.h"
 #include "slipway/train.h"
@@ -160,6 +161,183 @@ std::vector<BuiltCandidate> feature_candidates(const model::Bundle& baseline, co
     } else {
       candidate.error = "retraining failed: " + trained.status().message();
     }
+    candidates.push_back(std::move(candidate));
+  }
+  return candidates;
+}
+
+namespace {
+
+constexpr const char* kTeacherColumn = "__teacher_margin";
+
+double logit(double probability) {
+  double clipped = std::clamp(probability, 1e-6, 1.0 - 1e-6);
+  return std::log(clipped / (1.0 - clipped));
+}
+
+// `rows` without the target and with the student's target: the margin to regress. Labelled rows
+// mix the teacher with their label; unlabelled rows (no target column, or an empty value) take
+// the teacher's alone.
+Result<data::Table> student_rows(const model::Bundle& teacher, const data::Table& rows,
+                                 const DistillSettings& settings) {
+  const model::Manifest& manifest = teacher.manifest();
+  SLIPWAY_ASSIGN_OR_RETURN(model::Predictions predicted, teacher.predict(rows));
+  const data::Column* target = rows.find(manifest.target);
+  bool binary = manifest.task == model::Task::kBinaryClassification;
+  data::Column margins{kTeacherColumn, data::ColumnType::kNumeric, {}, {}, {}};
+  margins.numbers.resize(rows.row_count());
+  for (std::size_t row = 0; row < rows.row_count(); ++row) {
+    double teacher_value = predicted.scores[row];
+    if (binary) teacher_value = 1.0 / (1.0 + std::exp(-logit(teacher_value) / settings.temperature));
+    double mixed = teacher_value;
+    if (target != nullptr && !target->is_missing(row)) {
+      double label = 0.0;
+      if (binary) {
+        label = target->text_at(row) == manifest.class_labels[1] ? 1.0 : 0.0;
+      } else {
+        label = target->numbers[row];
+      }
+      mixed = settings.alpha * teacher_value + (1.0 - settings.alpha) * label;
+    }
+    margins.numbers[row] = static_cast<float>(binary ? logit(mixed) : mixed);
+  }
+  data::Table table;
+  for (const auto& column : rows.columns()) {
+    if (column.name != manifest.target) SLIPWAY_RETURN_IF_ERROR(table.add_column(column));
+  }
+  SLIPWAY_RETURN_IF_ERROR(table.add_column(std::move(margins)));
+  return table;
+}
+
+// The rows of `first` and then `second`, on `first`'s columns (matched by name). `second` may
+// lack the target (or hold it empty, which reads as another type): its rows are then unlabelled.
+Result<data::Table> concatenated(const data::Table& first, const data::Table& second, const std::string& target) {
+  data::Table joined;
+  for (const auto& column : first.columns()) {
+    const data::Column* other = second.find(column.name);
+    if (column.name == target && (other == nullptr || other->type != column.type)) {
+      data::Column both = column;
+      if (column.type == data::ColumnType::kNumeric) {
+        both.numbers.resize(both.numbers.size() + second.row_count(), std::numeric_limits<float>::quiet_NaN());
+      } else {
+        both.codes.resize(both.codes.size() + second.row_count(), data::Column::kMissingCode);
+      }
+      SLIPWAY_RETURN_IF_ERROR(joined.add_column(std::move(both)));
+      continue;
+    }
+    if (other == nullptr || other->type != column.type) {
+      return invalid_argument("the unlabeled rows need the column '" + column.name + "' (" +
+                              std::string(data::column_type_name(column.type)) + ")");
+    }
+    data::Column both = column;
+    if (column.type == data::ColumnType::kNumeric) {
+      both.numbers.insert(both.numbers.end(), other->numbers.begin(), other->numbers.end());
+    } else {
+      // Re-code the second table's categories into the first's dictionary.
+      for (std::size_t row = 0; row < other->size(); ++row) {
+        if (other->is_missing(row)) {
+          both.codes.push_back(data::Column::kMissingCode);
+          continue;
+        }
+        const std::string& text = other->dictionary[static_cast<std::size_t>(other->codes[row])];
+        auto found = std::find(both.dictionary.begin(), both.dictionary.end(), text);
+        if (found == both.dictionary.end()) {
+          both.dictionary.push_back(text);
+          found = both.dictionary.end() - 1;
+        }
+        both.codes.push_back(static_cast<std::int32_t>(found - both.dictionary.begin()));
+      }
+    }
+    SLIPWAY_RETURN_IF_ERROR(joined.add_column(std::move(both)));
+  }
+  return joined;
+}
+
+}  // namespace
+
+std::vector<BuiltCandidate> distill_candidates(const model::Bundle& baseline, const data::Table* train,
+                                               const data::Table* unlabeled, const DistillSettings& settings) {
+  auto refuse = [](std::string why) {
+    return std::vector<BuiltCandidate>{{"distill", "distill", {}, nullptr, std::move(why), 3}};
+  };
+  const model::Manifest& manifest = baseline.manifest();
+  if (manifest.task == model::Task::kMulticlassClassification) {
+    return refuse("not applicable: distillation takes binary classification and regression models");
+  }
+  if (train == nullptr && unlabeled == nullptr) {
+    return refuse("not applicable: distillation trains a student; give --train FILE (and --unlabeled FILE)");
+  }
+  if (!(settings.alpha >= 0 && settings.alpha <= 1) || !(settings.temperature > 0) ||
+      !std::isfinite(settings.temperature)) {
+    return refuse("alpha must be in [0, 1] and the temperature > 0");
+  }
+  // The student learns from the rows given, labelled and not; the teacher labels them all.
+  Result<data::Table> rows = invalid_argument("no rows");
+  if (train != nullptr && unlabeled != nullptr) {
+    auto joined = concatenated(*train, *unlabeled, manifest.target);
+    if (!joined.ok()) return refuse(joined.status().message());
+    rows = student_rows(baseline, *joined, settings);
+  } else {
+    rows = student_rows(baseline, train != nullptr ? *train : *unlabeled, settings);
+  }
+  if (!rows.ok()) return refuse("the teacher cannot score the rows: " + rows.status().message());
+  std::vector<std::string> inputs;
+  for (const auto& input : baseline.preprocessor().features()) inputs.push_back(input.name);
+  struct Student {
+    const char* name;
+    const char* family;
+    std::map<std::string, std::string> params;
+  };
+  const Student students[] = {{"distill:gbdt-50x4", "gbdt", {{"rounds", "50"}, {"max_depth", "4"}}},
+                              {"distill:linear", "linear", {}}};
+  std::vector<BuiltCandidate> candidates;
+  for (const Student& student : students) {
+    BuiltCandidate candidate{student.name,
+                             "distill",
+                             {{"student", student.family},
+                              {"alpha", fmt::format("{}", settings.alpha)},
+                              {"temperature", fmt::format("{}", settings.temperature)},
+                              {"rows", std::to_string(rows->row_count())}},
+                             nullptr,
+                             "",
+                             3};
+    for (const auto& [key, value] : student.params) candidate.settings["student." + key] = value;
+    train::TrainRequest request{.target = kTeacherColumn,
+                                .model_family = student.family,
+                                .features = inputs,
+                                .params = student.params,
+                                .seed = manifest.seed};
+    auto trained = train::fit(*rows, request);
+    if (!trained.ok()) {
+      candidate.error = "training the student failed: " + trained.status().message();
+      candidates.push_back(std::move(candidate));
+      continue;
+    }
+    // The student predicts the teacher's margin (softened by the temperature): scaled back, and
+    // wrapped as the teacher's task, the bundle's link turns it into the teacher's output.
+    std::shared_ptr<const model::Model> student_model = trained->bundle->shared_model();
+    if (settings.temperature != 1.0) {
+      if (const auto* trees = dynamic_cast<const model::TreeEnsembleModel*>(student_model.get())) {
+        model::TreeEnsembleData data = trees->to_data();
+        data.base_margin *= static_cast<float>(settings.temperature);
+        for (auto& node : data.nodes) {
+          if (node.is_leaf()) node.value *= static_cast<float>(settings.temperature);
+        }
+        student_model = std::make_shared<const model::TreeEnsembleModel>(std::move(data));
+      } else if (const auto* linear = dynamic_cast<const model::LinearModel*>(student_model.get())) {
+        std::vector<double> weights(linear->weights().begin(), linear->weights().end());
+        for (double& weight : weights) weight *= settings.temperature;
+        student_model =
+            std::make_shared<const model::LinearModel>(std::move(weights), linear->bias() * settings.temperature);
+      }
+    }
+    model::Manifest wrapped = trained->bundle->manifest();
+    wrapped.task = manifest.task;
+    wrapped.target = manifest.target;
+    wrapped.class_labels = manifest.class_labels;
+    wrapped.metrics.clear();
+    candidate.bundle =
+        std::make_shared<const model::Bundle>(std::move(wrapped), trained->bundle->preprocessor(), student_model);
     candidates.push_back(std::move(candidate));
   }
   return candidates;

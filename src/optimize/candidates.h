@@ -30,6 +30,18 @@ struct BuiltCandidate {
 // feature each; otherwise one row saying why.
 std::vector<BuiltCandidate> feature_candidates(const model::Bundle& baseline, const data::Table* train);
 
+// Students distilled from the baseline (binary classification or regression): trained to
+// regress the teacher's margin mixed with the labels, alpha * teacher + (1 - alpha) * label in
+// probability space (the teacher's probability softened by `temperature` first, and the student's
+// margin scaled back by it), on `train` and the `unlabeled` rows (teacher only). Two students: a
+// GBDT of 50 rounds of depth 4, and a linear model.
+struct DistillSettings {
+  double alpha = 0.7;
+  double temperature = 1.0;
+};
+std::vector<BuiltCandidate> distill_candidates(const model::Bundle& baseline, const data::Table* train,
+                                               const data::Table* unlabeled, const DistillSettings& settings);
+
 // The baseline served with dynamic batching configurations (what Triton's Model Analyzer
 // sweeps): small batches with a short wait, larger ones with a longer wait, and two instances.
 std::vector<BuiltCandidate> serving_candidates(const std::shared_ptr<const model::Bundle>& baseline);

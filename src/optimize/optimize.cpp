@@ -302,9 +302,10 @@ Result<OptimizeReport> Optimizer::run() {
   if (options_.threads < 1) return invalid_argument("threads must be >= 1");
   std::vector<std::string> techniques;
   for (const auto& technique : options_.techniques) {
-    if (technique != "quantize" && technique != "prune" && technique != "features" && technique != "serving") {
+    static constexpr std::string_view kKnown[] = {"quantize", "prune", "features", "distill", "serving"};
+    if (std::find(std::begin(kKnown), std::end(kKnown), technique) == std::end(kKnown)) {
       return invalid_argument("unknown candidate technique '" + technique +
-                              "' (this build has: quantize, prune, features, serving)");
+                              "' (this build has: quantize, prune, features, distill, serving)");
     }
     if (std::find(techniques.begin(), techniques.end(), technique) == techniques.end()) techniques.push_back(technique);
   }
@@ -328,6 +329,12 @@ Result<OptimizeReport> Optimizer::run() {
     }
     if (technique == "features") {
       for (auto& candidate : feature_candidates(baseline, options_.train)) built.push_back(std::move(candidate));
+    }
+    if (technique == "distill") {
+      DistillSettings settings{options_.distill_alpha, options_.distill_temperature};
+      for (auto& candidate : distill_candidates(baseline, options_.train, options_.unlabeled, settings)) {
+        built.push_back(std::move(candidate));
+      }
     }
     if (technique == "prune") {
       std::vector<PrunePoint> curve;

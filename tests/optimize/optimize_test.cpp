@@ -122,6 +122,19 @@ TEST_F(OptimizeTest, BuildsMeasuresRecordsAndRecommends) {
   EXPECT_LT(features[1]->request_bytes, features[0]->request_bytes);
   EXPECT_LT(features[2]->request_bytes, features[1]->request_bytes);
   EXPECT_EQ(features[2]->bundle->preprocessor().features().size(), 22u - 11u);
+  // Distilled students answer the teacher's question: probabilities of its classes.
+  std::size_t students = 0;
+  for (const auto& candidate : report->candidates) {
+    if (candidate.technique != "distill") continue;
+    ++students;
+    EXPECT_EQ(candidate.bundle->task(), model::Task::kBinaryClassification);
+    EXPECT_EQ(candidate.bundle->manifest().class_labels, gbdt_->manifest().class_labels);
+    auto scores = candidate.bundle->predict(*golden_);
+    ASSERT_TRUE(scores.ok());
+    for (float score : scores->scores) ASSERT_TRUE(score >= 0.0f && score <= 1.0f) << score;
+    EXPECT_GT(candidate.quality, 0.6) << candidate.name;  // it learned something
+  }
+  EXPECT_EQ(students, 2u);
   EXPECT_EQ(registered.size(), report->candidates.size() - 1 - serving);
   EXPECT_EQ(report->prune_curve.back().first, 40u);
   ASSERT_GE(report->recommended, 0);
@@ -155,7 +168,8 @@ TEST_F(OptimizeTest, GuardsKeepACandidateFromBeingRecommended) {
 TEST_F(OptimizeTest, InapplicableCandidatesAreRowsAndBadRequestsAreRefused) {
   auto report = optimize_model(quick(linear_));
   ASSERT_TRUE(report.ok()) << report.status().message();
-  ASSERT_EQ(report->candidates.size(), 7u);  // baseline, quantize, prune, features, three serving configurations
+  // baseline, quantize, prune, features, two distilled students, three serving configurations
+  ASSERT_EQ(report->candidates.size(), 9u);
   for (const auto& candidate : report->candidates) {
     bool trees_only =
         candidate.technique == "quantize" || candidate.technique == "prune" || candidate.technique == "features";
@@ -168,6 +182,23 @@ TEST_F(OptimizeTest, InapplicableCandidatesAreRowsAndBadRequestsAreRefused) {
   auto untrained = optimize_model(options);
   ASSERT_TRUE(untrained.ok());
   EXPECT_NE(untrained->candidates.at(1).error.find("--train"), std::string::npos) << untrained->candidates.at(1).error;
+
+  // Distillation from rows the teacher labels alone.
+  data::Table unlabelled_rows;
+  for (const auto& column : golden_->columns()) {
+    if (column.name == "Class") continue;
+    ASSERT_TRUE(unlabelled_rows.add_column(column).ok());
+  }
+  options = quick(gbdt_);
+  options.techniques = {"distill"};
+  options.train = nullptr;
+  options.unlabeled = &unlabelled_rows;
+  options.distill_temperature = 2.0;
+  auto distilled = optimize_model(options);
+  ASSERT_TRUE(distilled.ok()) << distilled.status().message();
+  ASSERT_EQ(distilled->candidates.size(), 3u);
+  EXPECT_EQ(distilled->candidates[1].error, "");
+  EXPECT_EQ(distilled->candidates[1].settings.at("rows"), "500");
 
   options = quick(gbdt_);
   options.techniques = {"distill-magic"};
