@@ -166,15 +166,30 @@ class LinearModel final : public Model {
   LinearModel(std::vector<double> weights, double bias);
   // The weights owned or viewed (a loaded bundle's "linear.weights" section).
   LinearModel(SharedArray<double> weights, double bias);
+  // Weights stored as int8 with one scale: weight i is int8_weights[i] x scale, and the score
+  // bias + scale x sum(int8_weights[i] x x[i]).
+  LinearModel(SharedArray<std::int8_t> int8_weights, double scale, double bias);
   std::string_view family() const override { return "linear"; }
-  std::size_t input_width() const override { return weights_.size(); }
+  std::size_t input_width() const override { return int8_ ? int8_weights_.size() : weights_.size(); }
   void predict_margin(std::span<const float> features, std::size_t rows, std::span<float> out) const override;
-  std::size_t memory_bytes() const override { return sizeof(*this) + weights_.memory_bytes(); }
+  std::size_t memory_bytes() const override {
+    return sizeof(*this) + weights_.memory_bytes() + int8_weights_.memory_bytes();
+  }
+  // The float64 weights; empty for an int8 model.
   std::span<const double> weights() const { return weights_; }
   double bias() const { return bias_; }
+  bool has_int8_weights() const { return int8_; }
+  std::span<const std::int8_t> int8_weights() const { return int8_weights_; }
+  double weight_scale() const { return scale_; }
+  // The same model with int8 weights: scale = max |weight| / 127, each weight rounded to the
+  // nearest multiple of it. Its error is measured, not promised (slipway optimize).
+  std::shared_ptr<const LinearModel> with_int8_weights() const;
 
  private:
   SharedArray<double> weights_;
+  SharedArray<std::int8_t> int8_weights_;
+  bool int8_ = false;
+  double scale_ = 1.0;
   double bias_;
 };
 

@@ -175,7 +175,7 @@ struct OptimizeOptions {
   std::string slice_column;
   Slo slo;
   double price_per_hour = 0.0;  // 0: no cost
-  std::vector<std::string> techniques = {"quantize", "prune", "features", "distill", "serving"};
+  std::vector<std::string> techniques = {"quantize", "prune", "features", "distill", "int8", "serving"};
   // Golden-set differences beyond it keep a candidate from being recommended; unset: reported only.
   std::optional<double> tolerance;
   std::chrono::milliseconds measure_time{2000};  // per load test
@@ -200,7 +200,8 @@ struct OptimizeReport {
 };
 
 // Builds the candidates of `techniques` ("quantize", "prune", "features": retrained without the
-// least important inputs, "distill": smaller students of the baseline, "serving": dynamic batching
+// least important inputs, "distill": smaller students of the baseline, "int8": a linear model's
+// weights in 8 bits, "serving": dynamic batching
 // configurations of the baseline, not registered), measures each and the baseline,
 // and marks the recommended one: it meets every SLO clause and guard at the lowest cost (the
 // highest sustainable rate when there is no price), ties going to fewer changes. A candidate that

@@ -169,7 +169,7 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
   options.price_per_hour = flags.price_per_hour;
   options.techniques = split_list(flags.candidates);
   if (options.techniques.empty()) {
-    return invalid_argument("--candidates needs at least one of: quantize, prune, features, distill, serving");
+    return invalid_argument("--candidates needs at least one of: quantize, prune, features, distill, int8, serving");
   }
   if (flags.tolerance) {
     if (!(*flags.tolerance >= 0) || !std::isfinite(*flags.tolerance)) {

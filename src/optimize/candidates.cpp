@@ -343,6 +343,19 @@ std::vector<BuiltCandidate> distill_candidates(const model::Bundle& baseline, co
   return candidates;
 }
 
+BuiltCandidate int8_candidate(const model::Bundle& baseline) {
+  BuiltCandidate candidate{"int8", "int8", {{"weights", "int8"}}, nullptr, "", 1};
+  const auto* linear = dynamic_cast<const model::LinearModel*>(&baseline.model());
+  if (linear == nullptr) {
+    candidate.error = "not applicable: the model is not linear";
+    return candidate;
+  }
+  auto quantized = linear->with_int8_weights();
+  candidate.settings["scale"] = fmt::format("{:.6g}", quantized->weight_scale());
+  candidate.bundle = with_model(baseline, quantized);
+  return candidate;
+}
+
 BuiltCandidate quantize_candidate(const model::Bundle& baseline) {
   BuiltCandidate candidate{"quantize", "quantize", {{"layout", "quantized"}}, nullptr, "", 1};
   const model::TreeEnsembleModel* trees = trees_of(baseline);

@@ -49,6 +49,9 @@ std::vector<BuiltCandidate> serving_candidates(const std::shared_ptr<const model
 // The quantized tree layout: exact, so the same outputs.
 BuiltCandidate quantize_candidate(const model::Bundle& baseline);
 
+// A linear model's weights as int8 with one scale: an eighth of the bytes; its error is measured.
+BuiltCandidate int8_candidate(const model::Bundle& baseline);
+
 // One point of the pruning curve: the model cut to its first `rounds` boosting rounds.
 struct PrunePoint {
   std::size_t rounds = 0;

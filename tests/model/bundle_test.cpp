@@ -113,6 +113,31 @@ TEST(Bundle, RoundTripsThroughBytes) {
   for (float score : actual->scores) EXPECT_TRUE(score > 0.0f && score < 1.0f);
 }
 
+// int8 weights: one byte a weight (optimize's test sees the smaller bundle on a real model), the
+// score within the rounding of each weight.
+TEST(Bundle, Int8LinearWeightsRoundTripAndStayClose) {
+  auto bundle = small_bundle();
+  const auto& linear = dynamic_cast<const LinearModel&>(bundle->model());
+  auto quantized = linear.with_int8_weights();
+  ASSERT_TRUE(quantized->has_int8_weights());
+  EXPECT_EQ(quantized->input_width(), linear.input_width());
+  double largest = 0.25 * static_cast<double>(linear.input_width());
+  EXPECT_DOUBLE_EQ(quantized->weight_scale(), largest / 127.0);
+  auto int8_bundle = std::make_shared<Bundle>(bundle->manifest(), bundle->preprocessor(), quantized);
+  auto bytes = int8_bundle->serialize();
+  auto parsed = Bundle::parse(bytes);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_TRUE(dynamic_cast<const LinearModel&>((*parsed)->model()).has_int8_weights());
+  EXPECT_EQ((*parsed)->serialize(), bytes);
+  data::Table table = small_table();
+  auto exact = bundle->predict(table);
+  auto approximate = (*parsed)->predict(table);
+  ASSERT_TRUE(exact.ok() && approximate.ok());
+  for (std::size_t row = 0; row < exact->scores.size(); ++row) {
+    EXPECT_NEAR(approximate->scores[row], exact->scores[row], 0.01) << row;
+  }
+}
+
 TEST(Bundle, RefusesDamagedOrForeignBytes) {
   auto bytes = small_bundle()->serialize();
   std::string sha256 = sha256_hex(bytes);

@@ -85,6 +85,10 @@ TEST_F(OptimizeTest, BuildsMeasuresRecordsAndRecommends) {
   EXPECT_TRUE(baseline.version.empty());  // the baseline is not registered again
   for (const auto& candidate : report->candidates) {
     SCOPED_TRACE(candidate.name);
+    if (candidate.technique == "int8") {  // linear models only
+      EXPECT_NE(candidate.error.find("not applicable"), std::string::npos);
+      continue;
+    }
     ASSERT_EQ(candidate.error, "");
     EXPECT_GT(candidate.p50_ms, 0.0);
     EXPECT_GE(candidate.p99_ms, candidate.p50_ms);
@@ -135,7 +139,7 @@ TEST_F(OptimizeTest, BuildsMeasuresRecordsAndRecommends) {
     EXPECT_GT(candidate.quality, 0.6) << candidate.name;  // it learned something
   }
   EXPECT_EQ(students, 2u);
-  EXPECT_EQ(registered.size(), report->candidates.size() - 1 - serving);
+  EXPECT_EQ(registered.size(), report->candidates.size() - 1 - serving - 1);  // not the int8 row either
   EXPECT_EQ(report->prune_curve.back().first, 40u);
   ASSERT_GE(report->recommended, 0);
   EXPECT_TRUE(report->candidates[static_cast<std::size_t>(report->recommended)].meets_slo);
@@ -168,9 +172,16 @@ TEST_F(OptimizeTest, GuardsKeepACandidateFromBeingRecommended) {
 TEST_F(OptimizeTest, InapplicableCandidatesAreRowsAndBadRequestsAreRefused) {
   auto report = optimize_model(quick(linear_));
   ASSERT_TRUE(report.ok()) << report.status().message();
-  // baseline, quantize, prune, features, two distilled students, three serving configurations
-  ASSERT_EQ(report->candidates.size(), 9u);
+  // baseline, quantize, prune, features, two distilled students, int8, three serving configurations
+  ASSERT_EQ(report->candidates.size(), 10u);
   for (const auto& candidate : report->candidates) {
+    if (candidate.technique == "int8") {
+      // 8-bit weights: close to the baseline, not equal.
+      EXPECT_EQ(candidate.error, "");
+      EXPECT_LT(std::abs(candidate.quality_drop), 0.01);
+      EXPECT_LT(candidate.max_abs_difference, 0.05);
+      EXPECT_LT(candidate.bundle_bytes, report->candidates[0].bundle_bytes);
+    }
     bool trees_only =
         candidate.technique == "quantize" || candidate.technique == "prune" || candidate.technique == "features";
     EXPECT_EQ(candidate.error.find("not applicable") != std::string::npos, trees_only) << candidate.name;
