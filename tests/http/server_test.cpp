@@ -172,6 +172,42 @@ TEST(HttpServer, PipelinedAndChunkedRequestsInOneWriteAreAnsweredInOrder) {
   EXPECT_EQ(running.server().stats().inflight_body_bytes, 0u);
 }
 
+// A request whose client has gone before a worker takes it is not handled (nginx's 499): the one
+// worker is held busy while a second client sends a request and closes; once released, the
+// worker drops that request and the server reports the refusal.
+TEST(HttpServer, ARequestWhoseClientLeftIsNotHandled) {
+  std::mutex gate;
+  std::unique_lock hold(gate);
+  std::atomic<int> handled{0};
+  std::atomic<int> client_closed{0};
+  Route slow{"/v2", [](const Request&) { return Execution::kWorker; },
+             [&](const Request&, const Respond& respond) {
+               std::lock_guard wait(gate);  // the first request waits here until released
+               ++handled;
+               respond(Response{200, "text/plain", "done", {}});
+             }};
+  ServerOptions options;
+  options.worker_threads = 1;
+  options.on_refusal = [&](const Request&, Refusal refusal) {
+    if (refusal == Refusal::kClientClosed) ++client_closed;
+  };
+  RunningServer running({slow}, options);
+  asio::io_context io;
+  asio::ip::tcp::socket busy(io), gone(io);
+  busy.connect(local(running.port()));
+  asio::write(busy, asio::buffer(std::string("GET /v2/first HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")));
+  std::this_thread::sleep_for(100ms);  // the worker is now inside the first request
+  gone.connect(local(running.port()));
+  asio::write(gone, asio::buffer(std::string("GET /v2/second HTTP/1.1\r\nHost: x\r\n\r\n")));
+  gone.close();
+  std::this_thread::sleep_for(100ms);  // the server has read the second request and seen the close
+  hold.unlock();
+  EXPECT_NE(read_all(busy, 1000ms).find("HTTP/1.1 200"), std::string::npos);
+  for (int attempt = 0; attempt < 100 && client_closed.load() == 0; ++attempt) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(client_closed.load(), 1);
+  EXPECT_EQ(handled.load(), 1);
+}
+
 std::size_t open_descriptors() {
   std::size_t count = 0;
   for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++count;

@@ -198,14 +198,15 @@ TEST_F(ServingOps, WrongContentLengthAndIdleConnectionsDoNotHurtTheServer) {
   std::string not_number = "POST /v2/models/lending/infer HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n";
   EXPECT_NE(raw_exchange(port, not_number, 2000, true).find("HTTP/1.1 400"), std::string::npos);
   EXPECT_EQ(http_request(port, "POST", "/v2/models/lending/infer", kOneRow).status, 200);
-  // A client that closes its sending side after its request is taken for gone (nginx's 499): the
-  // request is not computed, and the server carries on.
+  // A client that closes its sending side right after its request: whether the server sees the
+  // close before a worker takes the request (then it is dropped, nginx's 499, as
+  // HttpServer.ARequestWhoseClientLeftIsNotHandled checks deterministically) or after, the server
+  // carries on.
   std::string one_row(kOneRow);
   std::string half_closed =
       "POST /v2/models/lending/infer HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(one_row.size()) +
       "\r\n\r\n" + one_row;
-  EXPECT_EQ(raw_exchange(port, half_closed, 2000, true).find("HTTP/1.1 200"), std::string::npos);
-  EXPECT_NE(http_request(port, "GET", "/metrics").body.find("reason=\"client_closed\""), std::string::npos);
+  raw_exchange(port, half_closed, 2000, true);
   EXPECT_EQ(http_request(port, "POST", "/v2/models/lending/infer", kOneRow).status, 200);
 
   // 10,000 idle connections: the server keeps answering others, and memory stays bounded.
