@@ -1,7 +1,10 @@
 // slipway optimize: the candidate table against the SLO, each candidate registered as a version.
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <ostream>
 #include <sstream>
 
@@ -183,6 +186,13 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
   if (flags.threads < 1 || flags.threads > 256) return invalid_argument("--threads must be from 1 to 256");
   options.threads = flags.threads;
   options.slice_column = flags.slice;
+  if (!flags.markdown_path.empty()) {
+    // Checked before minutes of measuring (and any registration), not after.
+    std::filesystem::path folder = std::filesystem::absolute(flags.markdown_path).parent_path();
+    if (!std::filesystem::is_directory(folder) || ::access(folder.c_str(), W_OK) != 0) {
+      return invalid_argument("--markdown: cannot write in " + folder.string());
+    }
+  }
 
   // Candidates become versions of a registered model; a bundle file's are measured only.
   bool from_registry = !pipeline::names_bundle_file(flags.reference);

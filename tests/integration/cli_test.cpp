@@ -191,6 +191,7 @@ TEST_F(CliTest, OptimizeRegistersMeasuredCandidates) {
       {{"--tolerance", "-1"}, "--tolerance"},
       {{"--duration", "1ms"}, "--duration"},
       {{"--slice", "nope"}, "'nope'"},
+      {{"--markdown", "/nonexistent-folder/table.md"}, "--markdown"},
   };
   for (const auto& test_case : cases) {
     std::vector<std::string> args = {"optimize", "trees", "--data", data_path("lending_club.csv"), "--no-progress"};
