@@ -184,8 +184,13 @@ struct OptimizeOptions {
   int rate_search_steps = 9;
   int threads = 1;  // the server's worker threads
   std::function<void(int step, int total, const std::string& what)> on_progress;
-  // Called for each candidate measured without error (to register it); returns its version.
+  // Called for each candidate as soon as it is measured without error (to register it, so a run
+  // that stops keeps what it finished); returns its version.
   std::function<Result<std::string>(const CandidateResult&)> on_candidate;
+  // Resuming: the version and optimization record of a candidate of this name that an earlier run
+  // measured against the same baseline and SLO; nullopt to measure it. Null: measure all.
+  std::function<std::optional<std::pair<std::string, std::map<std::string, std::string>>>(const std::string& name)>
+      find_finished;
 };
 
 struct OptimizeReport {

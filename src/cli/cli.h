@@ -152,6 +152,7 @@ struct OptimizeFlags {
   std::string duration = "2s";
   int threads = 1;
   bool register_candidates = false;
+  bool resume = false;  // skip candidates an earlier --register run measured (same baseline and SLO)
   std::string markdown_path;
   bool progress = true;
 };

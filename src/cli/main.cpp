@@ -284,6 +284,9 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   optimize_command->add_flag("--register", optimize_flags.register_candidates,
                              "Register each candidate as a new version of the model (NAME then resolves to the "
                              "last one; pin what is served with an alias first)");
+  optimize_command->add_flag("--resume", optimize_flags.resume,
+                             "With --register: reuse the candidates an earlier run registered against the same "
+                             "baseline and SLO instead of measuring them again");
   optimize_command->add_option("--markdown", optimize_flags.markdown_path, "Also write the table here as Markdown");
   bool optimize_no_progress = false;
   optimize_command->add_flag("--no-progress", optimize_no_progress, "No progress bar");

@@ -222,12 +222,43 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
   options.baseline = loaded.bundle;
   options.baseline_name = loaded.description;
   options.golden = &golden;
+  if (flags.resume && !registering) {
+    return invalid_argument("--resume continues a --register run of a registered model; add --register");
+  }
+  std::string model = loaded.description.substr(0, loaded.description.find('@'));
   if (registering) {
-    std::string model = loaded.description.substr(0, loaded.description.find('@'));
     options.on_candidate = [&store, model](const optimize::CandidateResult& candidate) -> Result<std::string> {
       SLIPWAY_ASSIGN_OR_RETURN(std::string sha256, store->artifacts().put(candidate.bundle->serialize()));
       SLIPWAY_ASSIGN_OR_RETURN(registry::ModelVersion version, store->models().register_version(model, sha256, ""));
       return model + "@" + std::to_string(version.version);
+    };
+    log_info("each candidate is registered as a version of " + model +
+             " as soon as it is measured; if this run stops, the same command with --resume continues it");
+  }
+  // Versions an earlier run registered: (version, record) by candidate name, for the same
+  // baseline and SLO.
+  std::map<std::string, std::pair<std::string, std::map<std::string, std::string>>> finished;
+  if (flags.resume) {
+    SLIPWAY_ASSIGN_OR_RETURN(auto versions, store->models().list_versions(model));
+    for (const auto& version : versions) {
+      std::string reference = model + "@" + std::to_string(version.version);
+      auto bundle = pipeline::resolve_reference(store.get(), reference);
+      if (!bundle.ok()) continue;
+      const auto& record = bundle->bundle->manifest().optimization;
+      auto field = [&](const char* key) {
+        auto found = record.find(key);
+        return found == record.end() ? std::string() : found->second;
+      };
+      if (field("baseline") == loaded.description && field("slo") == flags.slo && !field("name").empty()) {
+        finished[field("name")] = {reference, record};
+      }
+    }
+    options.find_finished =
+        [&finished](
+            const std::string& name) -> std::optional<std::pair<std::string, std::map<std::string, std::string>>> {
+      auto found = finished.find(name);
+      if (found == finished.end()) return std::nullopt;
+      return found->second;
     };
   }
   ProgressBar bar("optimize", 1, flags.progress);

@@ -97,6 +97,7 @@ class Optimizer {
   bool latency_holds(const LoadTestReport& report) const;
   void check_slo(CandidateResult& candidate, const eval::Comparison& comparison);
   void recommend(OptimizeReport& report) const;
+  void register_candidate(CandidateResult& candidate);
 
   const OptimizeOptions& options_;
   std::vector<std::string> bodies_;
@@ -252,6 +253,96 @@ void Optimizer::check_slo(CandidateResult& candidate, const eval::Comparison& co
   candidate.meets_slo = candidate.failures.empty();
 }
 
+// The candidate's optimization record: how it was made and everything measured, so a resumed run
+// can show it without measuring again (restore reads it back).
+std::map<std::string, std::string> record_of(const CandidateResult& candidate, const OptimizeOptions& options,
+                                             const std::string& metric) {
+  std::string failures;
+  for (const auto& failure : candidate.failures) failures += (failures.empty() ? "" : "; ") + failure;
+  std::map<std::string, std::string> record = {
+      {"name", candidate.name},
+      {"technique", candidate.technique},
+      {"baseline", options.baseline_name},
+      {"slo", options.slo.text},
+      {"measured.quality_metric", metric},
+      {"measured.quality", number_text(candidate.quality)},
+      {"measured.quality_drop", number_text(candidate.quality_drop)},
+      {"measured.worst_slice", candidate.worst_slice},
+      {"measured.worst_slice_drop", number_text(candidate.worst_slice_drop)},
+      {"measured.rows_beyond_tolerance", std::to_string(candidate.rows_beyond_tolerance)},
+      {"measured.label_flips", std::to_string(candidate.label_flips)},
+      {"measured.max_abs_difference", number_text(candidate.max_abs_difference)},
+      {"measured.p50_ms", number_text(candidate.p50_ms)},
+      {"measured.p95_ms", number_text(candidate.p95_ms)},
+      {"measured.p99_ms", number_text(candidate.p99_ms)},
+      {"measured.achieved_rate", number_text(candidate.achieved_rate)},
+      {"measured.failed_requests", std::to_string(candidate.failed_requests)},
+      {"measured.max_rate", number_text(candidate.max_rate)},
+      {"measured.bundle_bytes", std::to_string(candidate.bundle_bytes)},
+      {"measured.loaded_bytes", std::to_string(candidate.loaded_bytes)},
+      {"measured.request_bytes", std::to_string(candidate.request_bytes)},
+      {"measured.meets_slo", candidate.meets_slo ? "true" : "false"},
+      {"measured.failures", failures},
+  };
+  if (options.price_per_hour > 0) record["measured.cost_per_1k"] = number_text(candidate.cost_per_1k);
+  for (const auto& [key, value] : candidate.settings) record["setting." + key] = value;
+  return record;
+}
+
+void restore(CandidateResult& candidate, const std::map<std::string, std::string>& record) {
+  auto text = [&](const std::string& key) {
+    auto found = record.find("measured." + key);
+    return found == record.end() ? std::string() : found->second;
+  };
+  auto number = [&](const std::string& key) {
+    std::string value = text(key);
+    return value.empty() ? kNaN : std::strtod(value.c_str(), nullptr);
+  };
+  auto count = [&](const std::string& key) {
+    return static_cast<std::size_t>(std::strtoull(text(key).c_str(), nullptr, 10));
+  };
+  candidate.quality = number("quality");
+  candidate.quality_drop = number("quality_drop");
+  candidate.worst_slice = text("worst_slice");
+  candidate.worst_slice_drop = number("worst_slice_drop");
+  candidate.rows_beyond_tolerance = count("rows_beyond_tolerance");
+  candidate.label_flips = count("label_flips");
+  candidate.max_abs_difference = number("max_abs_difference");
+  candidate.p50_ms = number("p50_ms");
+  candidate.p95_ms = number("p95_ms");
+  candidate.p99_ms = number("p99_ms");
+  candidate.achieved_rate = number("achieved_rate");
+  candidate.failed_requests = count("failed_requests");
+  candidate.max_rate = number("max_rate");
+  candidate.cost_per_1k = number("cost_per_1k");
+  candidate.bundle_bytes = count("bundle_bytes");
+  candidate.loaded_bytes = count("loaded_bytes");
+  candidate.request_bytes = count("request_bytes");
+  candidate.meets_slo = text("meets_slo") == "true";
+  candidate.failures.clear();
+  std::string failures = text("failures");
+  for (std::size_t start = 0; start < failures.size();) {
+    std::size_t end = failures.find("; ", start);
+    candidate.failures.push_back(failures.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    start = end == std::string::npos ? failures.size() : end + 2;
+  }
+}
+
+// Registers a measured candidate at once (not at the end), so a run that stops keeps what it
+// measured; serving configurations are the baseline's bytes and are applied with
+// `slipway serving-config` instead.
+void Optimizer::register_candidate(CandidateResult& candidate) {
+  if (candidate.technique == "serving") return;
+  candidate.bundle = candidate.bundle->with_optimization(record_of(candidate, options_, metric_));
+  if (!options_.on_candidate) return;
+  auto version = options_.on_candidate(candidate);
+  if (version.ok()) {
+    candidate.version = *version;
+  } else {
+    candidate.error = "measured, but not registered: " + version.status().message();
+  }
+}
+
 void Optimizer::recommend(OptimizeReport& report) const {
   bool priced = options_.price_per_hour > 0;
   for (std::size_t index = 0; index < report.candidates.size(); ++index) {
@@ -366,6 +457,17 @@ Result<OptimizeReport> Optimizer::run() {
     candidate.bundle = source.bundle;
     candidate.error = source.error;
     candidate.changes = source.changes;
+    if (index > 0 && candidate.error.empty() && options_.find_finished) {
+      // Measured and registered by an earlier run of the same comparison: its record stands.
+      if (auto finished = options_.find_finished(candidate.name)) {
+        progress(candidate.name + ": measured earlier (" + finished->first + ")");
+        progress(candidate.name + ": measured earlier");
+        restore(candidate, finished->second);
+        candidate.version = finished->first;
+        report.candidates.push_back(std::move(candidate));
+        continue;
+      }
+    }
     progress(candidate.name + ": quality on the golden rows");
     Status measured = candidate.error.empty() ? measure_quality(candidate) : Status();
     progress(candidate.name + ": latency and the highest rate through the server");
@@ -395,43 +497,12 @@ Result<OptimizeReport> Optimizer::run() {
                                   ? options_.price_per_hour / (3600.0 * candidate.max_rate) * 1000.0
                                   : (options_.price_per_hour > 0 ? std::numeric_limits<double>::infinity() : kNaN);
       check_slo(candidate, comparisons_.at(candidate.name));
+      if (index > 0) register_candidate(candidate);
     }
     report.candidates.push_back(std::move(candidate));
   }
   recommend(report);
 
-  // Each candidate (never the baseline) carries how it was made and what was measured, and is
-  // handed over to be registered; a serving configuration is not a new model, and is applied with
-  // `slipway serving-config` instead.
-  for (std::size_t index = 1; index < report.candidates.size(); ++index) {
-    CandidateResult& candidate = report.candidates[index];
-    if (!candidate.error.empty() || candidate.technique == "serving") continue;
-    std::map<std::string, std::string> record = {
-        {"technique", candidate.technique},
-        {"baseline", options_.baseline_name},
-        {"slo", options_.slo.text},
-        {"measured.quality_metric", metric_},
-        {"measured.quality", number_text(candidate.quality)},
-        {"measured.quality_drop", number_text(candidate.quality_drop)},
-        {"measured.p50_ms", number_text(candidate.p50_ms)},
-        {"measured.p95_ms", number_text(candidate.p95_ms)},
-        {"measured.p99_ms", number_text(candidate.p99_ms)},
-        {"measured.max_rate", number_text(candidate.max_rate)},
-        {"measured.meets_slo", candidate.meets_slo ? "true" : "false"},
-        {"measured.recommended", static_cast<int>(index) == report.recommended ? "true" : "false"},
-    };
-    if (options_.price_per_hour > 0) record["measured.cost_per_1k"] = number_text(candidate.cost_per_1k);
-    for (const auto& [key, value] : candidate.settings) record["setting." + key] = value;
-    candidate.bundle = candidate.bundle->with_optimization(std::move(record));
-    if (options_.on_candidate) {
-      auto version = options_.on_candidate(candidate);
-      if (version.ok()) {
-        candidate.version = *version;
-      } else {
-        candidate.error = "measured, but not registered: " + version.status().message();
-      }
-    }
-  }
   progress("done");
   return report;
 }

@@ -158,9 +158,26 @@ TEST_F(CliTest, OptimizeRegistersMeasuredCandidates) {
   auto trained = train_lending({"--register", "trees", "--model", "gbdt", "--param", "rounds=24", "--no-progress"});
   ASSERT_EQ(trained.exit_code, 0) << trained.err;
   std::string markdown = home_.file("table.md");
-  auto optimized = slipway({"--json", "optimize", "trees", "--data", data_path("lending_club.csv"), "--slice", "term",
-                            "--slo", "p95<=100ms@100rps,auc_drop<=0.05", "--price-per-hour", "0.35", "--duration",
-                            "300ms", "--markdown", markdown, "--register", "--no-progress"});
+  std::vector<std::string> command = {"--json",
+                                      "optimize",
+                                      "trees@1",
+                                      "--data",
+                                      data_path("lending_club.csv"),
+                                      "--slice",
+                                      "term",
+                                      "--slo",
+                                      "p95<=100ms@100rps,auc_drop<=0.05",
+                                      "--price-per-hour",
+                                      "0.35",
+                                      "--duration",
+                                      "300ms",
+                                      "--candidates",
+                                      "quantize,prune,serving",
+                                      "--register",
+                                      "--no-progress"};
+  std::vector<std::string> with_markdown = command;
+  with_markdown.insert(with_markdown.end(), {"--markdown", markdown});
+  auto optimized = slipway(with_markdown);
   ASSERT_EQ(optimized.exit_code, 0) << optimized.err;
   EXPECT_EQ(optimized.out.find('\n'), optimized.out.size() - 1);
   EXPECT_NE(optimized.out.find("\"name\":\"quantize\""), std::string::npos) << optimized.out;
@@ -173,6 +190,19 @@ TEST_F(CliTest, OptimizeRegistersMeasuredCandidates) {
   EXPECT_NE(versions.out.find("\"version\":3"), std::string::npos) << versions.out;
   EXPECT_NE(versions.out.find("\"optimization\":{\"baseline\":\"trees@1\""), std::string::npos) << versions.out;
   EXPECT_NE(slipway({"versions", "trees"}).out.find("quantize (layout=quantized"), std::string::npos);
+
+  // The same run resumed: every candidate was registered by the first, so none is measured or
+  // registered again, and the table is the one the records hold.
+  std::vector<std::string> resumed_command = command;
+  resumed_command.push_back("--resume");
+  auto resumed = slipway(resumed_command);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_NE(resumed.out.find("\"version\":\"trees@2\""), std::string::npos) << resumed.out;
+  EXPECT_EQ(slipway({"--json", "versions", "trees"}).out, versions.out);
+  std::vector<std::string> resume_only = command;
+  resume_only.erase(std::find(resume_only.begin(), resume_only.end(), "--register"));
+  resume_only.push_back("--resume");
+  EXPECT_NE(slipway(resume_only).err.find("add --register"), std::string::npos);
 
   auto measured_only = slipway({"optimize", "trees@1", "--data", data_path("lending_club.csv"), "--candidates",
                                 "quantize", "--duration", "200ms", "--no-progress"});
