@@ -187,8 +187,12 @@ struct OptimizeOptions {
   // Called for each candidate as soon as it is measured without error (to register it, so a run
   // that stops keeps what it finished); returns its version.
   std::function<Result<std::string>(const CandidateResult&)> on_candidate;
+  // What else the measurements depend on (the golden file, slice, tolerance, price, training
+  // rows), recorded with each candidate so a resumed run only reuses records made the same way.
+  std::string context;
   // Resuming: the version and optimization record of a candidate of this name that an earlier run
-  // measured against the same baseline and SLO; nullopt to measure it. Null: measure all.
+  // measured against the same baseline, SLO and context; nullopt to measure it. A record whose
+  // settings differ from the candidate built now is measured again. Null: measure all.
   std::function<std::optional<std::pair<std::string, std::map<std::string, std::string>>>(const std::string& name)>
       find_finished;
 };

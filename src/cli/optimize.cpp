@@ -189,7 +189,9 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
   if (!flags.markdown_path.empty()) {
     // Checked before minutes of measuring (and any registration), not after.
     std::filesystem::path folder = std::filesystem::absolute(flags.markdown_path).parent_path();
-    if (!std::filesystem::is_directory(folder) || ::access(folder.c_str(), W_OK) != 0) {
+    std::error_code error;
+    if (!std::filesystem::is_directory(folder, error) || ::access(folder.c_str(), W_OK) != 0 ||
+        std::filesystem::is_directory(flags.markdown_path, error)) {
       return invalid_argument("--markdown: cannot write in " + folder.string());
     }
   }
@@ -225,6 +227,13 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
   if (flags.resume && !registering) {
     return invalid_argument("--resume continues a --register run of a registered model; add --register");
   }
+  if (flags.resume && flags.reference.find('@') == std::string::npos) {
+    // A bare NAME is the newest version: after a --register run, one of its candidates.
+    return invalid_argument("--resume needs the baseline pinned as NAME@VERSION (the run being resumed printed it)");
+  }
+  options.context = fmt::format("data={};slice={};tolerance={};price={};train={};unlabeled={}", flags.data_path,
+                                flags.slice, flags.tolerance ? fmt::format("{}", *flags.tolerance) : "",
+                                flags.price_per_hour, flags.train_path, flags.unlabeled_path);
   std::string model = loaded.description.substr(0, loaded.description.find('@'));
   if (registering) {
     options.on_candidate = [&store, model](const optimize::CandidateResult& candidate) -> Result<std::string> {
@@ -233,7 +242,8 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
       return model + "@" + std::to_string(version.version);
     };
     log_info("each candidate is registered as a version of " + model +
-             " as soon as it is measured; if this run stops, the same command with --resume continues it");
+             " as soon as it is measured; if this run stops, " + "the same command with " + loaded.description +
+             " as the model and --resume continues it");
   }
   // Versions an earlier run registered: (version, record) by candidate name, for the same
   // baseline and SLO.
@@ -249,7 +259,8 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
         auto found = record.find(key);
         return found == record.end() ? std::string() : found->second;
       };
-      if (field("baseline") == loaded.description && field("slo") == flags.slo && !field("name").empty()) {
+      if (field("baseline") == loaded.description && field("slo") == flags.slo && field("context") == options.context &&
+          !field("name").empty()) {
         finished[field("name")] = {reference, record};
       }
     }

@@ -16,11 +16,16 @@ LinearModel::LinearModel(SharedArray<std::int8_t> int8_weights, double scale, do
 std::shared_ptr<const LinearModel> LinearModel::with_int8_weights() const {
   if (int8_) return std::make_shared<const LinearModel>(int8_weights_, scale_, bias_);
   double largest = 0.0;
-  for (double weight : weights_) largest = std::max(largest, std::abs(weight));
+  // A non-finite weight (no trainer makes one) does not set the scale, or every other weight would
+  // round to 0: an infinity clamps to the largest step, NaN becomes 0, and the error is measured.
+  for (double weight : weights_) {
+    if (std::isfinite(weight)) largest = std::max(largest, std::abs(weight));
+  }
   double scale = largest > 0 ? largest / 127.0 : 1.0;
   std::vector<std::int8_t> quantized(weights_.size());
   for (std::size_t index = 0; index < quantized.size(); ++index) {
-    quantized[index] = static_cast<std::int8_t>(std::clamp(std::lround(weights_[index] / scale), -127L, 127L));
+    double weight = std::isnan(weights_[index]) ? 0.0 : std::clamp(weights_[index] / scale, -127.0, 127.0);
+    quantized[index] = static_cast<std::int8_t>(std::lround(weight));
   }
   return std::make_shared<const LinearModel>(SharedArray<std::int8_t>(std::move(quantized)), scale, bias_);
 }

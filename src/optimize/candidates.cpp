@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "slipway/eval.h"
 #include "slipway/train.h"
@@ -184,16 +185,28 @@ Result<data::Table> student_rows(const model::Bundle& teacher, const data::Table
   SLIPWAY_ASSIGN_OR_RETURN(model::Predictions predicted, teacher.predict(rows));
   const data::Column* target = rows.find(manifest.target);
   bool binary = manifest.task == model::Task::kBinaryClassification;
+  if (target != nullptr && !binary && target->type != data::ColumnType::kNumeric) {
+    return invalid_argument("the target '" + manifest.target + "' holds text, but the model is a regression");
+  }
+  // Both the teacher and the labels are softened by the temperature, so the student's margin,
+  // scaled back by it, is the mix the temperature was applied to.
+  auto soften = [&](double probability) { return 1.0 / (1.0 + std::exp(-logit(probability) / settings.temperature)); };
   data::Column margins{kTeacherColumn, data::ColumnType::kNumeric, {}, {}, {}};
   margins.numbers.resize(rows.row_count());
   for (std::size_t row = 0; row < rows.row_count(); ++row) {
     double teacher_value = predicted.scores[row];
-    if (binary) teacher_value = 1.0 / (1.0 + std::exp(-logit(teacher_value) / settings.temperature));
+    if (binary) teacher_value = soften(teacher_value);
     double mixed = teacher_value;
     if (target != nullptr && !target->is_missing(row)) {
       double label = 0.0;
       if (binary) {
-        label = target->text_at(row) == manifest.class_labels[1] ? 1.0 : 0.0;
+        std::string text = target->text_at(row);
+        if (text != manifest.class_labels[0] && text != manifest.class_labels[1]) {
+          return invalid_argument("the target '" + manifest.target + "' has the label '" + text +
+                                  "', which the model does not know (it knows '" + manifest.class_labels[0] +
+                                  "' and '" + manifest.class_labels[1] + "')");
+        }
+        label = soften(text == manifest.class_labels[1] ? 1.0 : 0.0);
       } else {
         label = target->numbers[row];
       }
@@ -209,11 +222,14 @@ Result<data::Table> student_rows(const model::Bundle& teacher, const data::Table
   return table;
 }
 
-// The rows of `first` and then `second`, on `first`'s columns (matched by name). `second` may
-// lack the target (or hold it empty, which reads as another type): its rows are then unlabelled.
-Result<data::Table> concatenated(const data::Table& first, const data::Table& second, const std::string& target) {
+// The rows of `first` and then `second`, on the teacher's inputs and the target (matched by
+// name; other columns are left out). `second` may lack the target (or hold it empty, which reads
+// as another type): its rows are then unlabelled.
+Result<data::Table> concatenated(const data::Table& first, const data::Table& second, const model::Bundle& teacher) {
+  const std::string& target = teacher.manifest().target;
   data::Table joined;
   for (const auto& column : first.columns()) {
+    if (column.name != target && !teacher.preprocessor().feature_index(column.name)) continue;
     const data::Column* other = second.find(column.name);
     if (column.name == target && (other == nullptr || other->type != column.type)) {
       data::Column both = column;
@@ -233,19 +249,21 @@ Result<data::Table> concatenated(const data::Table& first, const data::Table& se
     if (column.type == data::ColumnType::kNumeric) {
       both.numbers.insert(both.numbers.end(), other->numbers.begin(), other->numbers.end());
     } else {
-      // Re-code the second table's categories into the first's dictionary.
+      // Re-code the second table's categories into the first's dictionary, once per category.
+      std::map<std::string, std::int32_t> code_of;
+      for (std::size_t code = 0; code < both.dictionary.size(); ++code) {
+        code_of.emplace(both.dictionary[code], static_cast<std::int32_t>(code));
+      }
+      std::vector<std::int32_t> recoded(other->dictionary.size());
+      for (std::size_t code = 0; code < other->dictionary.size(); ++code) {
+        auto [found, added] =
+            code_of.emplace(other->dictionary[code], static_cast<std::int32_t>(both.dictionary.size()));
+        if (added) both.dictionary.push_back(other->dictionary[code]);
+        recoded[code] = found->second;
+      }
       for (std::size_t row = 0; row < other->size(); ++row) {
-        if (other->is_missing(row)) {
-          both.codes.push_back(data::Column::kMissingCode);
-          continue;
-        }
-        const std::string& text = other->dictionary[static_cast<std::size_t>(other->codes[row])];
-        auto found = std::find(both.dictionary.begin(), both.dictionary.end(), text);
-        if (found == both.dictionary.end()) {
-          both.dictionary.push_back(text);
-          found = both.dictionary.end() - 1;
-        }
-        both.codes.push_back(static_cast<std::int32_t>(found - both.dictionary.begin()));
+        both.codes.push_back(other->is_missing(row) ? data::Column::kMissingCode
+                                                    : recoded[static_cast<std::size_t>(other->codes[row])]);
       }
     }
     SLIPWAY_RETURN_IF_ERROR(joined.add_column(std::move(both)));
@@ -274,7 +292,7 @@ std::vector<BuiltCandidate> distill_candidates(const model::Bundle& baseline, co
   // The student learns from the rows given, labelled and not; the teacher labels them all.
   Result<data::Table> rows = invalid_argument("no rows");
   if (train != nullptr && unlabeled != nullptr) {
-    auto joined = concatenated(*train, *unlabeled, manifest.target);
+    auto joined = concatenated(*train, *unlabeled, baseline);
     if (!joined.ok()) return refuse(joined.status().message());
     rows = student_rows(baseline, *joined, settings);
   } else {
@@ -288,8 +306,11 @@ std::vector<BuiltCandidate> distill_candidates(const model::Bundle& baseline, co
     const char* family;
     std::map<std::string, std::string> params;
   };
-  const Student students[] = {{"distill:gbdt-50x4", "gbdt", {{"rounds", "50"}, {"max_depth", "4"}}},
-                              {"distill:linear", "linear", {}}};
+  // A regression objective, said outright: a margin column with two distinct values would
+  // otherwise be taken for a binary target.
+  const Student students[] = {
+      {"distill:gbdt-50x4", "gbdt", {{"rounds", "50"}, {"max_depth", "4"}, {"objective", "reg:squarederror"}}},
+      {"distill:linear", "linear", {}}};
   std::vector<BuiltCandidate> candidates;
   for (const Student& student : students) {
     BuiltCandidate candidate{student.name,
@@ -316,7 +337,7 @@ std::vector<BuiltCandidate> distill_candidates(const model::Bundle& baseline, co
     // The student predicts the teacher's margin (softened by the temperature): scaled back, and
     // wrapped as the teacher's task, the bundle's link turns it into the teacher's output.
     std::shared_ptr<const model::Model> student_model = trained->bundle->shared_model();
-    if (settings.temperature != 1.0) {
+    if (manifest.task == model::Task::kBinaryClassification && settings.temperature != 1.0) {
       if (const auto* trees = dynamic_cast<const model::TreeEnsembleModel*>(student_model.get())) {
         model::TreeEnsembleData data = trees->to_data();
         data.base_margin *= static_cast<float>(settings.temperature);

@@ -264,6 +264,7 @@ std::map<std::string, std::string> record_of(const CandidateResult& candidate, c
       {"technique", candidate.technique},
       {"baseline", options.baseline_name},
       {"slo", options.slo.text},
+      {"context", options.context},
       {"measured.quality_metric", metric},
       {"measured.quality", number_text(candidate.quality)},
       {"measured.quality_drop", number_text(candidate.quality_drop)},
@@ -375,7 +376,10 @@ void Optimizer::recommend(OptimizeReport& report) const {
       flags += " --" + flag + " " + value;
     }
     std::string model = options_.baseline_name.substr(0, options_.baseline_name.find('@'));
-    report.reason += "; apply it with: slipway serving-config " + model + flags;
+    report.reason += "; apply it with: slipway serving-config " + model + flags +
+                     (model.find('/') != std::string::npos || model.ends_with(".slip")
+                          ? " (to the name the bundle is registered under)"
+                          : "");
   }
 }
 
@@ -459,7 +463,15 @@ Result<OptimizeReport> Optimizer::run() {
     candidate.changes = source.changes;
     if (index > 0 && candidate.error.empty() && options_.find_finished) {
       // Measured and registered by an earlier run of the same comparison: its record stands.
-      if (auto finished = options_.find_finished(candidate.name)) {
+      auto finished = options_.find_finished(candidate.name);
+      if (finished) {
+        for (const auto& [key, value] : candidate.settings) {
+          auto recorded = finished->second.find("setting." + key);
+          if (recorded == finished->second.end() || recorded->second != value) finished.reset();
+          if (!finished) break;
+        }
+      }
+      if (finished) {
         progress(candidate.name + ": measured earlier (" + finished->first + ")");
         progress(candidate.name + ": measured earlier");
         restore(candidate, finished->second);

@@ -169,6 +169,37 @@ TEST_F(OptimizeTest, GuardsKeepACandidateFromBeingRecommended) {
   EXPECT_NE(report->candidates[0].failures.at(0).find("p50"), std::string::npos) << report->candidates[0].failures[0];
 }
 
+// A regression teacher's students regress its predictions: no temperature applies (it would
+// scale their outputs), and with alpha 1 they track the teacher.
+TEST_F(OptimizeTest, RegressionStudentsTrackTheirTeacher) {
+  auto chicago = *data::read_csv(testing::data_path("chicago_ridership.csv"));
+  std::vector<std::uint32_t> train_rows, golden_rows;
+  for (std::uint32_t row = 0; row < 3000; ++row) (row < 2500 ? train_rows : golden_rows).push_back(row);
+  data::Table train = chicago.take_rows(train_rows), golden = chicago.take_rows(golden_rows);
+  auto teacher = train::fit(
+      train,
+      train::TrainRequest{
+          .target = "ridership", .model_family = "gbdt", .excluded_columns = {"date"}, .params = {{"rounds", "30"}}});
+  ASSERT_TRUE(teacher.ok()) << teacher.status().message();
+  OptimizeOptions options = quick(teacher->bundle);
+  options.golden = &golden;
+  options.train = &train;
+  options.slice_column = "";
+  options.slo = *parse_slo("p95<=50ms@100rps");
+  options.techniques = {"distill"};
+  options.distill_alpha = 1.0;
+  options.distill_temperature = 3.0;
+  auto report = optimize_model(options);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  EXPECT_EQ(report->quality_metric, "rmse");
+  double teacher_rmse = report->candidates[0].quality;
+  for (std::size_t index = 1; index < report->candidates.size(); ++index) {
+    const auto& student = report->candidates[index];
+    ASSERT_EQ(student.error, "") << student.name;
+    EXPECT_LT(student.quality, 2 * teacher_rmse + 1.0) << student.name;  // ~3x off with the temperature applied
+  }
+}
+
 TEST_F(OptimizeTest, InapplicableCandidatesAreRowsAndBadRequestsAreRefused) {
   auto report = optimize_model(quick(linear_));
   ASSERT_TRUE(report.ok()) << report.status().message();
