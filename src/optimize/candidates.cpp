@@ -93,7 +93,8 @@ std::vector<BuiltCandidate> serving_candidates(const std::shared_ptr<const model
   return candidates;
 }
 
-std::vector<BuiltCandidate> feature_candidates(const model::Bundle& baseline, const data::Table* train) {
+std::vector<BuiltCandidate> feature_candidates(const model::Bundle& baseline, const data::Table* train,
+                                               const AlreadyMeasured& already_measured) {
   auto refuse = [](std::string why) {
     return std::vector<BuiltCandidate>{{"features", "features", {}, nullptr, std::move(why), 3}};
   };
@@ -151,6 +152,11 @@ std::vector<BuiltCandidate> feature_candidates(const model::Bundle& baseline, co
                              nullptr,
                              "",
                              3};
+    if (already_measured && already_measured(candidate)) {
+      candidate.resumed = true;
+      candidates.push_back(std::move(candidate));
+      continue;
+    }
     train::TrainRequest request{.target = manifest.target,
                                 .model_family = family->second,
                                 .features = kept,
@@ -274,7 +280,8 @@ Result<data::Table> concatenated(const data::Table& first, const data::Table& se
 }  // namespace
 
 std::vector<BuiltCandidate> distill_candidates(const model::Bundle& baseline, const data::Table* train,
-                                               const data::Table* unlabeled, const DistillSettings& settings) {
+                                               const data::Table* unlabeled, const DistillSettings& settings,
+                                               const AlreadyMeasured& already_measured) {
   auto refuse = [](std::string why) {
     return std::vector<BuiltCandidate>{{"distill", "distill", {}, nullptr, std::move(why), 3}};
   };
@@ -323,6 +330,11 @@ std::vector<BuiltCandidate> distill_candidates(const model::Bundle& baseline, co
                              "",
                              3};
     for (const auto& [key, value] : student.params) candidate.settings["student." + key] = value;
+    if (already_measured && already_measured(candidate)) {
+      candidate.resumed = true;
+      candidates.push_back(std::move(candidate));
+      continue;
+    }
     train::TrainRequest request{.target = kTeacherColumn,
                                 .model_family = student.family,
                                 .features = inputs,

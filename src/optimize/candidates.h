@@ -1,6 +1,7 @@
 // The optimized versions `slipway optimize` builds from a baseline bundle. Private to optimize.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -21,14 +22,21 @@ struct BuiltCandidate {
   int changes = 1;                              // how far from the baseline (ties go to fewer changes)
   // Serving configuration keys (serve::serving_config_keys()) to serve it with; empty: defaults.
   std::map<std::string, std::string> serving_config;
+  // Not built: an earlier run measured it (AlreadyMeasured said so), and its record stands.
+  bool resumed = false;
 };
+
+// Whether an earlier run measured this candidate (its name and settings), so that a builder need
+// not train it again. Null: build everything.
+using AlreadyMeasured = std::function<bool(const BuiltCandidate&)>;
 
 // A tree ensemble retrained on `train` without its least important inputs (total gain, or split
 // count where the model has no statistics): the lowest quarter, and the lowest half, after a
 // control retrained on the same rows with every input ("features:all"). Only for
 // models Slipway trained (their training parameters are in the manifest) whose inputs are one
 // feature each; otherwise one row saying why.
-std::vector<BuiltCandidate> feature_candidates(const model::Bundle& baseline, const data::Table* train);
+std::vector<BuiltCandidate> feature_candidates(const model::Bundle& baseline, const data::Table* train,
+                                               const AlreadyMeasured& already_measured = nullptr);
 
 // Students distilled from the baseline (binary classification or regression): trained to
 // regress the teacher's margin mixed with the labels, alpha * teacher + (1 - alpha) * label in
@@ -40,7 +48,8 @@ struct DistillSettings {
   double temperature = 1.0;
 };
 std::vector<BuiltCandidate> distill_candidates(const model::Bundle& baseline, const data::Table* train,
-                                               const data::Table* unlabeled, const DistillSettings& settings);
+                                               const data::Table* unlabeled, const DistillSettings& settings,
+                                               const AlreadyMeasured& already_measured = nullptr);
 
 // The baseline served with dynamic batching configurations (what Triton's Model Analyzer
 // sweeps): small batches with a short wait, larger ones with a longer wait, and two instances.

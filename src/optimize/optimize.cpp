@@ -98,6 +98,9 @@ class Optimizer {
   void check_slo(CandidateResult& candidate, const eval::Comparison& comparison);
   void recommend(OptimizeReport& report) const;
   void register_candidate(CandidateResult& candidate);
+  // The version and record an earlier run registered for a candidate of this name and settings.
+  std::optional<std::pair<std::string, std::map<std::string, std::string>>> finished_record(
+      const std::string& name, const std::map<std::string, std::string>& settings) const;
 
   const OptimizeOptions& options_;
   std::vector<std::string> bodies_;
@@ -344,6 +347,18 @@ void Optimizer::register_candidate(CandidateResult& candidate) {
   }
 }
 
+std::optional<std::pair<std::string, std::map<std::string, std::string>>> Optimizer::finished_record(
+    const std::string& name, const std::map<std::string, std::string>& settings) const {
+  if (!options_.find_finished) return std::nullopt;
+  auto finished = options_.find_finished(name);
+  if (!finished) return std::nullopt;
+  for (const auto& [key, value] : settings) {
+    auto recorded = finished->second.find("setting." + key);
+    if (recorded == finished->second.end() || recorded->second != value) return std::nullopt;
+  }
+  return finished;
+}
+
 void Optimizer::recommend(OptimizeReport& report) const {
   bool priced = options_.price_per_hour > 0;
   for (std::size_t index = 0; index < report.candidates.size(); ++index) {
@@ -423,12 +438,19 @@ Result<OptimizeReport> Optimizer::run() {
     if (technique == "serving") {
       for (auto& candidate : serving_candidates(options_.baseline)) built.push_back(std::move(candidate));
     }
+    // Retraining takes the longest: a candidate an earlier run measured is not trained again.
+    AlreadyMeasured already_measured = [this](const BuiltCandidate& candidate) {
+      return finished_record(candidate.name, candidate.settings).has_value();
+    };
     if (technique == "features") {
-      for (auto& candidate : feature_candidates(baseline, options_.train)) built.push_back(std::move(candidate));
+      for (auto& candidate : feature_candidates(baseline, options_.train, already_measured)) {
+        built.push_back(std::move(candidate));
+      }
     }
     if (technique == "distill") {
       DistillSettings settings{options_.distill_alpha, options_.distill_temperature};
-      for (auto& candidate : distill_candidates(baseline, options_.train, options_.unlabeled, settings)) {
+      for (auto& candidate :
+           distill_candidates(baseline, options_.train, options_.unlabeled, settings, already_measured)) {
         built.push_back(std::move(candidate));
       }
     }
@@ -461,16 +483,10 @@ Result<OptimizeReport> Optimizer::run() {
     candidate.bundle = source.bundle;
     candidate.error = source.error;
     candidate.changes = source.changes;
-    if (index > 0 && candidate.error.empty() && options_.find_finished) {
+    if (index > 0 && candidate.error.empty()) {
       // Measured and registered by an earlier run of the same comparison: its record stands.
-      auto finished = options_.find_finished(candidate.name);
-      if (finished) {
-        for (const auto& [key, value] : candidate.settings) {
-          auto recorded = finished->second.find("setting." + key);
-          if (recorded == finished->second.end() || recorded->second != value) finished.reset();
-          if (!finished) break;
-        }
-      }
+      auto finished = finished_record(candidate.name, candidate.settings);
+      if (!finished && source.resumed) candidate.error = "an earlier run's record of it is gone; run without --resume";
       if (finished) {
         progress(candidate.name + ": measured earlier (" + finished->first + ")");
         progress(candidate.name + ": measured earlier");

@@ -200,6 +200,52 @@ TEST_F(OptimizeTest, RegressionStudentsTrackTheirTeacher) {
   }
 }
 
+// A resumed run takes the records of what an earlier run measured (retrained candidates are not
+// trained again), and measures what changed.
+TEST_F(OptimizeTest, AResumedRunReusesWhatWasMeasured) {
+  std::map<std::string, std::pair<std::string, std::map<std::string, std::string>>> registered;
+  OptimizeOptions options = quick(gbdt_);
+  options.techniques = {"features"};
+  options.on_candidate = [&](const CandidateResult& candidate) -> Result<std::string> {
+    std::string version = "lending@" + std::to_string(registered.size() + 2);
+    registered[candidate.name] = {version, candidate.bundle->manifest().optimization};
+    return version;
+  };
+  auto first = optimize_model(options);
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  ASSERT_EQ(registered.size(), 3u);
+
+  int registrations = 0;
+  options.on_candidate = [&](const CandidateResult&) -> Result<std::string> {
+    return "lending@" + std::to_string(100 + ++registrations);
+  };
+  options.find_finished =
+      [&](const std::string& name) -> std::optional<std::pair<std::string, std::map<std::string, std::string>>> {
+    auto found = registered.find(name);
+    if (found == registered.end()) return std::nullopt;
+    return found->second;
+  };
+  auto resumed = optimize_model(options);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().message();
+  EXPECT_EQ(registrations, 0);
+  ASSERT_EQ(resumed->candidates.size(), first->candidates.size());
+  for (std::size_t index = 1; index < resumed->candidates.size(); ++index) {
+    const auto& again = resumed->candidates[index];
+    const auto& before = first->candidates[index];
+    EXPECT_EQ(again.error, "");
+    EXPECT_EQ(again.version, before.version);
+    EXPECT_EQ(again.bundle, nullptr);  // not trained again
+    EXPECT_NEAR(again.quality, before.quality, 1e-5);
+    EXPECT_EQ(again.meets_slo, before.meets_slo);
+  }
+
+  // Other settings: measured again.
+  registered.begin()->second.second["setting.inputs"] = "999";
+  auto changed = optimize_model(options);
+  ASSERT_TRUE(changed.ok());
+  EXPECT_EQ(registrations, 1);
+}
+
 TEST_F(OptimizeTest, InapplicableCandidatesAreRowsAndBadRequestsAreRefused) {
   auto report = optimize_model(quick(linear_));
   ASSERT_TRUE(report.ok()) << report.status().message();
