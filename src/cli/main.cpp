@@ -13,6 +13,9 @@
 
 namespace {
 
+// The help of every REF argument.
+constexpr const char* kReferenceHelp = "NAME@VERSION, NAME@ALIAS, NAME (latest) or a bundle file";
+
 std::string default_home() {
   if (const char* home = std::getenv("SLIPWAY_HOME"); home != nullptr && *home != '\0') return home;
   return "./.slipway";
@@ -89,7 +92,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   std::string data_path;
   std::string slice;
   auto* eval_command = app.add_subcommand("eval", "Evaluate a model on a labelled file, overall and per slice");
-  eval_command->add_option("REF", reference, "NAME@VERSION, NAME@ALIAS, NAME (latest) or a bundle file")->required();
+  eval_command->add_option("REF", reference, kReferenceHelp)->required();
   eval_command->add_option("--data", data_path, "Labelled data (CSV)")->required();
   eval_command->add_option("--slice", slice, "Report metrics per value of this column");
 
@@ -114,7 +117,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   std::string out;
   std::string id_column;
   auto* predict_command = app.add_subcommand("predict", "Score the rows of a file");
-  predict_command->add_option("REF", reference, "NAME@VERSION, NAME@ALIAS, NAME (latest) or a bundle file")->required();
+  predict_command->add_option("REF", reference, kReferenceHelp)->required();
   predict_command->add_option("--data", data_path, "Rows to score (CSV)")->required();
   predict_command->add_option("--out", out, "Output CSV (default: stdout)");
   predict_command->add_option("--id", id_column,
@@ -227,7 +230,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   bool importance = false;
   auto* explain_command =
       app.add_subcommand("explain", "Explain a tree model: TreeSHAP contributions per row, or feature importance");
-  explain_command->add_option("REF", reference, "NAME@VERSION, NAME@ALIAS, NAME (latest) or a bundle file")->required();
+  explain_command->add_option("REF", reference, kReferenceHelp)->required();
   explain_command->add_option("--data", data_path, "Rows to explain (CSV)");
   explain_command->add_option("--out", out, "Output CSV (default: stdout)");
   explain_command->add_flag("--importance", importance, "Print feature importance (splits, gain, cover) instead");
@@ -235,8 +238,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   ProfileFlags profile;
   auto* profile_command = app.add_subcommand(
       "profile", "Where a model's serving time goes: request parsing, preprocessing, model, response, transport");
-  profile_command->add_option("REF", profile.reference, "NAME@VERSION, NAME@ALIAS, NAME (latest) or a bundle file")
-      ->required();
+  profile_command->add_option("REF", profile.reference, kReferenceHelp)->required();
   profile_command->add_option("--data", profile.data_path, "Rows to send (CSV; the target column is skipped)")
       ->required();
   profile_command->add_option("--rows-per-request", profile.rows_per_request, "Request sizes, e.g. 1,8,64")
@@ -252,9 +254,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   OptimizeFlags optimize_flags;
   auto* optimize_command = app.add_subcommand(
       "optimize", "Build optimized candidates of a model, measure each against an SLO, and recommend one");
-  optimize_command
-      ->add_option("REF", optimize_flags.reference, "NAME@VERSION, NAME@ALIAS, NAME (latest) or a bundle file")
-      ->required();
+  optimize_command->add_option("REF", optimize_flags.reference, kReferenceHelp)->required();
   optimize_command->add_option("--data", optimize_flags.data_path, "Labelled golden rows (CSV): quality and requests")
       ->required();
   optimize_command->add_option("--slice", optimize_flags.slice,

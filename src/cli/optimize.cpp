@@ -14,12 +14,6 @@
 namespace slipway::cli {
 namespace {
 
-std::string format_bytes(std::size_t bytes) {
-  if (bytes >= (std::size_t{1} << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
-  if (bytes >= 1024) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / 1024);
-  return fmt::format("{} B", bytes);
-}
-
 std::string format_optional(double value, const char* format) {
   if (std::isnan(value)) return "-";
   if (std::isinf(value)) return "inf";
@@ -148,19 +142,6 @@ struct OptimizeResult : CommandResult {
   }
 };
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> items;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    std::size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (!item.empty()) items.push_back(item);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return items;
-}
-
 Result<OptimizeResult> optimize_command(const GlobalOptions& global, const OptimizeFlags& flags) {
   optimize::OptimizeOptions options;
   if (!flags.slo.empty()) {
@@ -170,7 +151,10 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
     return invalid_argument("--price-per-hour must be a number >= 0");
   }
   options.price_per_hour = flags.price_per_hour;
-  options.techniques = split_list(flags.candidates);
+  options.techniques.clear();
+  for (auto& technique : config_detail::split_list(flags.candidates)) {
+    if (!technique.empty()) options.techniques.push_back(std::move(technique));
+  }
   if (options.techniques.empty()) {
     return invalid_argument("--candidates needs at least one of: quantize, prune, features, distill, int8, serving");
   }
@@ -250,11 +234,10 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
   std::map<std::string, std::pair<std::string, std::map<std::string, std::string>>> finished;
   if (flags.resume) {
     SLIPWAY_ASSIGN_OR_RETURN(auto versions, store->models().list_versions(model));
-    for (const auto& version : versions) {
-      std::string reference = model + "@" + std::to_string(version.version);
-      auto bundle = pipeline::resolve_reference(store.get(), reference);
-      if (!bundle.ok()) continue;
-      const auto& record = bundle->bundle->manifest().optimization;
+    auto records = optimization_records(*store, model, versions);
+    for (std::size_t index = 0; index < versions.size(); ++index) {
+      std::string reference = model + "@" + std::to_string(versions[index].version);
+      const auto& record = records[index];
       auto field = [&](const char* key) {
         auto found = record.find(key);
         return found == record.end() ? std::string() : found->second;

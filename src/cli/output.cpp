@@ -94,6 +94,12 @@ void ProgressBar::finish() {
   enabled_ = false;
 }
 
+std::string format_bytes(std::size_t bytes) {
+  if (bytes >= (std::size_t{1} << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
+  if (bytes >= 1024) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / 1024);
+  return fmt::format("{} B", bytes);
+}
+
 std::string format_metric(double value) {
   if (std::isnan(value)) return "-";
   if (std::abs(value) >= 1000) return fmt::format("{:.1f}", value);

@@ -15,12 +15,6 @@ std::string format_us(double microseconds) {
   return fmt::format("{:.2f} us", microseconds);
 }
 
-std::string format_bytes(std::size_t bytes) {
-  if (bytes >= (std::size_t{1} << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20));
-  if (bytes >= 1024) return fmt::format("{:.1f} KiB", static_cast<double>(bytes) / 1024);
-  return fmt::format("{} B", bytes);
-}
-
 std::string format_rate(double rows_per_second) {
   if (rows_per_second >= 1e6) return fmt::format("{:.2f}M", rows_per_second / 1e6);
   if (rows_per_second >= 1e3) return fmt::format("{:.1f}k", rows_per_second / 1e3);
@@ -104,18 +98,15 @@ struct ProfileResult : CommandResult {
 Result<std::vector<std::size_t>> parse_sizes(const std::vector<std::string>& texts) {
   std::vector<std::size_t> sizes;
   for (const auto& text : texts) {
-    std::size_t start = 0;
-    while (start <= text.size()) {
-      std::size_t comma = text.find(',', start);
-      std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    auto items = config_detail::split_list(text);
+    if (text.empty() || text.back() == ',') items.emplace_back();  // an empty size, refused below
+    for (const auto& item : items) {
       char* end = nullptr;
       unsigned long long value = std::strtoull(item.c_str(), &end, 10);
       if (item.empty() || end != item.c_str() + item.size() || item.front() == '-' || value == 0 || value > 1'000'000) {
         return invalid_argument("--rows-per-request takes sizes from 1 to 1000000, e.g. 1,8,64 (got '" + item + "')");
       }
       sizes.push_back(static_cast<std::size_t>(value));
-      if (comma == std::string::npos) break;
-      start = comma + 1;
     }
   }
   return sizes;

@@ -63,13 +63,7 @@ Result<VersionsResult> list_versions(const GlobalOptions& global, const std::str
   VersionsResult result;
   result.model = model;
   SLIPWAY_ASSIGN_OR_RETURN(result.versions, store->models().list_versions(model));
-  // What optimize recorded lives in each bundle's manifest. A bundle that cannot be read is
-  // listed without it (`slipway verify` reports such artifacts).
-  for (const auto& version : result.versions) {
-    auto loaded = pipeline::resolve_reference(store.get(), model + "@" + std::to_string(version.version));
-    result.optimizations.push_back(loaded.ok() ? loaded->bundle->manifest().optimization
-                                               : std::map<std::string, std::string>());
-  }
+  result.optimizations = optimization_records(*store, model, result.versions);
   return result;
 }
 

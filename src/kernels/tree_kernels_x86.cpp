@@ -123,6 +123,45 @@ __attribute__((target("avx2"))) void add_leaves_avx2(std::span<const CompleteTre
   }
 }
 
+// The trees of one step of the across-trees kernels, one a lane: where each one's nodes and leaves
+// start and how deep it is. Unused lanes repeat the last tree with depth 0: they read its first
+// leaf and are ignored.
+struct TreeLanes {
+  static constexpr std::size_t kLanes = 32;  // 4 vectors of 8
+  alignas(32) std::int32_t internal[kLanes];
+  alignas(32) std::int32_t leaf_base[kLanes];  // the index in `leaves` of the tree's leaf at position 0
+  alignas(32) std::int32_t depth[kLanes];
+  std::size_t count = 0;  // lanes holding a tree
+  std::int32_t deepest = 0;
+
+  void load(std::span<const CompleteTree> trees, std::size_t first) {
+    count = std::min(kLanes, trees.size() - first);
+    deepest = 0;
+    for (std::size_t lane = 0; lane < kLanes; ++lane) {
+      const CompleteTree& tree = trees[first + std::min(lane, count - 1)];
+      internal[lane] = static_cast<std::int32_t>(tree.internal_offset);
+      depth[lane] = lane < count ? static_cast<std::int32_t>(tree.depth) : 0;
+      leaf_base[lane] = static_cast<std::int32_t>(tree.leaf_offset) - ((1 << depth[lane]) - 1);
+      deepest = std::max(deepest, depth[lane]);
+    }
+  }
+};
+
+// The leaves the lanes reached (`position`: each lane's position in its complete tree), added to
+// the row's margins one by one in tree order.
+__attribute__((target("avx2"))) void add_lane_leaves(const TreeLanes& lanes, const __m256i* position,
+                                                     const float* leaves, std::span<const CompleteTree> trees,
+                                                     std::size_t first, float* margins) {
+  alignas(32) float leaf_values[TreeLanes::kLanes];
+  for (std::size_t v = 0; v < TreeLanes::kLanes / 8; ++v) {
+    __m256i leaf_index =
+        _mm256_add_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(lanes.leaf_base + v * 8)), position[v]);
+    _mm256_store_ps(leaf_values + v * 8, _mm256_mask_i32gather_ps(_mm256_setzero_ps(), leaves, leaf_index,
+                                                                  _mm256_castsi256_ps(_mm256_set1_epi32(-1)), 4));
+  }
+  for (std::size_t lane = 0; lane < lanes.count; ++lane) margins[trees[first + lane].group] += leaf_values[lane];
+}
+
 // One row, 32 trees at a time: four vectors of eight lanes, one tree a lane. A single row has no
 // other rows to overlap, but its trees are independent, and four vectors keep four gather chains
 // in flight. Lanes whose tree is shallower than the deepest stop at their leaf. The leaves are
@@ -132,35 +171,23 @@ __attribute__((target("avx2"))) void add_row_avx2(std::span<const CompleteTree> 
                                                   const float* row, float* margins) {
   constexpr std::size_t kLanes = 8;
   constexpr std::size_t kVectors = 4;
-  constexpr std::size_t kTreesPerStep = kLanes * kVectors;
+  static_assert(kLanes * kVectors == TreeLanes::kLanes);
   const __m256i feature_mask = _mm256_set1_epi32(static_cast<int>(~kDefaultLeftBit));
   const __m256i default_left = _mm256_set1_epi32(static_cast<int>(kDefaultLeftBit));
   const __m256i one = _mm256_set1_epi32(1);
   const int* features_base = reinterpret_cast<const int*>(tree_features);
-  alignas(32) std::int32_t internal[kTreesPerStep];
-  alignas(32) std::int32_t leaf_base[kTreesPerStep];
-  alignas(32) std::int32_t depth[kTreesPerStep];
-  alignas(32) float leaf_values[kTreesPerStep];
-  for (std::size_t first = 0; first < trees.size(); first += kTreesPerStep) {
-    std::size_t count = std::min(kTreesPerStep, trees.size() - first);
-    std::int32_t deepest = 0;
-    for (std::size_t lane = 0; lane < kTreesPerStep; ++lane) {
-      // Unused lanes repeat the last tree with depth 0: they read its first leaf and are ignored.
-      const CompleteTree& tree = trees[first + std::min(lane, count - 1)];
-      internal[lane] = static_cast<std::int32_t>(tree.internal_offset);
-      depth[lane] = lane < count ? static_cast<std::int32_t>(tree.depth) : 0;
-      leaf_base[lane] = static_cast<std::int32_t>(tree.leaf_offset) - ((1 << depth[lane]) - 1);
-      deepest = std::max(deepest, depth[lane]);
-    }
+  TreeLanes lanes;
+  for (std::size_t first = 0; first < trees.size(); first += TreeLanes::kLanes) {
+    lanes.load(trees, first);
     __m256i internal_offset[kVectors];
     __m256i depths[kVectors];
     __m256i position[kVectors];
     for (std::size_t v = 0; v < kVectors; ++v) {
-      internal_offset[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(internal + v * kLanes));
-      depths[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(depth + v * kLanes));
+      internal_offset[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes.internal + v * kLanes));
+      depths[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes.depth + v * kLanes));
       position[v] = _mm256_setzero_si256();
     }
-    for (std::int32_t level = 0; level < deepest; ++level) {
+    for (std::int32_t level = 0; level < lanes.deepest; ++level) {
       const __m256i current = _mm256_set1_epi32(level);
       for (std::size_t v = 0; v < kVectors; ++v) {
         __m256i active = _mm256_cmpgt_epi32(depths[v], current);
@@ -179,14 +206,7 @@ __attribute__((target("avx2"))) void add_row_avx2(std::span<const CompleteTree> 
         position[v] = _mm256_blendv_epi8(position[v], child, active);
       }
     }
-    for (std::size_t v = 0; v < kVectors; ++v) {
-      __m256i leaf_index =
-          _mm256_add_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(leaf_base + v * kLanes)), position[v]);
-      _mm256_store_ps(leaf_values + v * kLanes,
-                      _mm256_mask_i32gather_ps(_mm256_setzero_ps(), leaves, leaf_index,
-                                               _mm256_castsi256_ps(_mm256_set1_epi32(-1)), 4));
-    }
-    for (std::size_t lane = 0; lane < count; ++lane) margins[trees[first + lane].group] += leaf_values[lane];
+    add_lane_leaves(lanes, position, leaves, trees, first, margins);
   }
 }
 
@@ -285,7 +305,7 @@ __attribute__((target("avx2"))) void add_quantized_row_avx2(std::span<const Comp
                                                             const std::uint16_t* row_bins, float* margins) {
   constexpr std::size_t kLanes = 8;
   constexpr std::size_t kVectors = 4;
-  constexpr std::size_t kTreesPerStep = kLanes * kVectors;
+  static_assert(kLanes * kVectors == TreeLanes::kLanes);
   const __m256i feature_mask = _mm256_set1_epi32(static_cast<int>(kQuantizedMaxFeatures - 1));
   const __m256i default_left = _mm256_set1_epi32(static_cast<int>(kQuantizedDefaultLeftBit));
   const __m256i bin_mask = _mm256_set1_epi32(0xFFFF);
@@ -293,29 +313,18 @@ __attribute__((target("avx2"))) void add_quantized_row_avx2(std::span<const Comp
   const __m256i one = _mm256_set1_epi32(1);
   const int* node_words = reinterpret_cast<const int*>(nodes);
   const int* row = reinterpret_cast<const int*>(row_bins);
-  alignas(32) std::int32_t internal[kTreesPerStep];
-  alignas(32) std::int32_t leaf_base[kTreesPerStep];
-  alignas(32) std::int32_t depth[kTreesPerStep];
-  alignas(32) float leaf_values[kTreesPerStep];
-  for (std::size_t first = 0; first < trees.size(); first += kTreesPerStep) {
-    std::size_t count = std::min(kTreesPerStep, trees.size() - first);
-    std::int32_t deepest = 0;
-    for (std::size_t lane = 0; lane < kTreesPerStep; ++lane) {
-      const CompleteTree& tree = trees[first + std::min(lane, count - 1)];
-      internal[lane] = static_cast<std::int32_t>(tree.internal_offset);
-      depth[lane] = lane < count ? static_cast<std::int32_t>(tree.depth) : 0;
-      leaf_base[lane] = static_cast<std::int32_t>(tree.leaf_offset) - ((1 << depth[lane]) - 1);
-      deepest = std::max(deepest, depth[lane]);
-    }
+  TreeLanes lanes;
+  for (std::size_t first = 0; first < trees.size(); first += TreeLanes::kLanes) {
+    lanes.load(trees, first);
     __m256i internal_offset[kVectors];
     __m256i depths[kVectors];
     __m256i position[kVectors];
     for (std::size_t v = 0; v < kVectors; ++v) {
-      internal_offset[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(internal + v * kLanes));
-      depths[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(depth + v * kLanes));
+      internal_offset[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes.internal + v * kLanes));
+      depths[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes.depth + v * kLanes));
       position[v] = _mm256_setzero_si256();
     }
-    for (std::int32_t level = 0; level < deepest; ++level) {
+    for (std::int32_t level = 0; level < lanes.deepest; ++level) {
       const __m256i current = _mm256_set1_epi32(level);
       for (std::size_t v = 0; v < kVectors; ++v) {
         __m256i active = _mm256_cmpgt_epi32(depths[v], current);
@@ -333,14 +342,7 @@ __attribute__((target("avx2"))) void add_quantized_row_avx2(std::span<const Comp
         position[v] = _mm256_blendv_epi8(position[v], child, active);
       }
     }
-    for (std::size_t v = 0; v < kVectors; ++v) {
-      __m256i leaf_index =
-          _mm256_add_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(leaf_base + v * kLanes)), position[v]);
-      _mm256_store_ps(leaf_values + v * kLanes,
-                      _mm256_mask_i32gather_ps(_mm256_setzero_ps(), leaves, leaf_index,
-                                               _mm256_castsi256_ps(_mm256_set1_epi32(-1)), 4));
-    }
-    for (std::size_t lane = 0; lane < count; ++lane) margins[trees[first + lane].group] += leaf_values[lane];
+    add_lane_leaves(lanes, position, leaves, trees, first, margins);
   }
 }
 

@@ -149,11 +149,12 @@ std::size_t TreeEnsembleModel::memory_bytes() const {
 }
 
 Result<std::shared_ptr<const TreeEnsembleModel>> TreeEnsembleModel::with_quantized_layout() const {
-  if (quantized_ != nullptr) return std::make_shared<const TreeEnsembleModel>(data_, true);
+  auto model = std::make_shared<const TreeEnsembleModel>(data_, true);
+  if (model->quantized_layout()) return model;
+  // Only to say why: the layouts are built again.
   CompleteTrees complete(data_, depth_);
-  QuantizedTrees quantized(complete, data_.input_width);
-  if (!quantized.usable()) return failed_precondition("these trees cannot be quantized: " + quantized.reason());
-  return std::make_shared<const TreeEnsembleModel>(data_, true);
+  return failed_precondition("these trees cannot be quantized: " +
+                             QuantizedTrees(complete, data_.input_width).reason());
 }
 
 std::size_t TreeEnsembleModel::quantized_max_thresholds() const {

@@ -26,18 +26,12 @@ Result<double> parse_number(const std::string& text, const std::string& clause) 
   return value;
 }
 
-std::string number_text(double value) { return fmt::format("{:.6g}", value); }
-
 }  // namespace
 
 Result<Slo> parse_slo(const std::string& text) {
   Slo slo;
   slo.text = text;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    std::size_t comma = text.find(',', start);
-    std::string clause = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    start = comma == std::string::npos ? text.size() + 1 : comma + 1;
+  for (std::string clause : config_detail::split_list(text)) {
     clause.erase(std::remove(clause.begin(), clause.end(), ' '), clause.end());
     if (clause.empty()) continue;
     std::size_t at = clause.find('@');
@@ -210,7 +204,7 @@ void Optimizer::check_slo(CandidateResult& candidate, const eval::Comparison& co
   if (slo.latency) {
     if (candidate.failed_requests > 0) {
       candidate.failures.push_back(
-          fmt::format("{} requests failed at {} rps", candidate.failed_requests, number_text(slo.rate)));
+          fmt::format("{} requests failed at {} rps", candidate.failed_requests, format_config_number(slo.rate)));
     }
     double value = slo.latency->statistic == "p50"   ? candidate.p50_ms
                    : slo.latency->statistic == "p95" ? candidate.p95_ms
@@ -219,17 +213,18 @@ void Optimizer::check_slo(CandidateResult& candidate, const eval::Comparison& co
     if (std::isnan(value) || candidate.max_rate < slo.rate) {
       if (candidate.max_rate < slo.rate) {
         candidate.failures.push_back(fmt::format("{} over {} ms at {} rps (it holds up to {:.0f} rps)",
-                                                 slo.latency->statistic, number_text(slo.latency->limit_ms),
-                                                 number_text(slo.rate), candidate.max_rate));
+                                                 slo.latency->statistic, format_config_number(slo.latency->limit_ms),
+                                                 format_config_number(slo.rate), candidate.max_rate));
       }
     } else if (value > slo.latency->limit_ms) {
       candidate.failures.push_back(fmt::format("{} {:.3f} ms > {} ms at {} rps", slo.latency->statistic, value,
-                                               number_text(slo.latency->limit_ms), number_text(slo.rate)));
+                                               format_config_number(slo.latency->limit_ms),
+                                               format_config_number(slo.rate)));
     }
   }
   if (slo.cost_per_1k && !(candidate.cost_per_1k <= *slo.cost_per_1k)) {
     candidate.failures.push_back(
-        fmt::format("cost {:.4g}/1k > {}/1k", candidate.cost_per_1k, number_text(*slo.cost_per_1k)));
+        fmt::format("cost {:.4g}/1k > {}/1k", candidate.cost_per_1k, format_config_number(*slo.cost_per_1k)));
   }
   for (const auto& [metric, limit] : slo.quality_drops) {
     double baseline = comparison.metrics_a.get(metric);
@@ -240,18 +235,18 @@ void Optimizer::check_slo(CandidateResult& candidate, const eval::Comparison& co
     }
     double drop = eval::quality_drop(metric, baseline, value);
     if (drop > limit) {
-      candidate.failures.push_back(fmt::format("{} drop {:.4g} > {}", metric, drop, number_text(limit)));
+      candidate.failures.push_back(fmt::format("{} drop {:.4g} > {}", metric, drop, format_config_number(limit)));
     }
     // Quantization errors concentrate in rare segments: the worst slice is held to the same limit.
     if (metric == metric_ && !comparison.worst_slice.empty() && comparison.worst_slice_drop > limit) {
       candidate.failures.push_back(fmt::format("worst slice {}={} drops {} by {:.4g} > {}", comparison.slice_column,
                                                comparison.worst_slice, metric, comparison.worst_slice_drop,
-                                               number_text(limit)));
+                                               format_config_number(limit)));
     }
   }
   if (options_.tolerance && candidate.rows_beyond_tolerance > 0) {
     candidate.failures.push_back(fmt::format("{} golden rows differ by more than {}", candidate.rows_beyond_tolerance,
-                                             number_text(*options_.tolerance)));
+                                             format_config_number(*options_.tolerance)));
   }
   candidate.meets_slo = candidate.failures.empty();
 }
@@ -269,26 +264,26 @@ std::map<std::string, std::string> record_of(const CandidateResult& candidate, c
       {"slo", options.slo.text},
       {"context", options.context},
       {"measured.quality_metric", metric},
-      {"measured.quality", number_text(candidate.quality)},
-      {"measured.quality_drop", number_text(candidate.quality_drop)},
+      {"measured.quality", format_config_number(candidate.quality)},
+      {"measured.quality_drop", format_config_number(candidate.quality_drop)},
       {"measured.worst_slice", candidate.worst_slice},
-      {"measured.worst_slice_drop", number_text(candidate.worst_slice_drop)},
+      {"measured.worst_slice_drop", format_config_number(candidate.worst_slice_drop)},
       {"measured.rows_beyond_tolerance", std::to_string(candidate.rows_beyond_tolerance)},
       {"measured.label_flips", std::to_string(candidate.label_flips)},
-      {"measured.max_abs_difference", number_text(candidate.max_abs_difference)},
-      {"measured.p50_ms", number_text(candidate.p50_ms)},
-      {"measured.p95_ms", number_text(candidate.p95_ms)},
-      {"measured.p99_ms", number_text(candidate.p99_ms)},
-      {"measured.achieved_rate", number_text(candidate.achieved_rate)},
+      {"measured.max_abs_difference", format_config_number(candidate.max_abs_difference)},
+      {"measured.p50_ms", format_config_number(candidate.p50_ms)},
+      {"measured.p95_ms", format_config_number(candidate.p95_ms)},
+      {"measured.p99_ms", format_config_number(candidate.p99_ms)},
+      {"measured.achieved_rate", format_config_number(candidate.achieved_rate)},
       {"measured.failed_requests", std::to_string(candidate.failed_requests)},
-      {"measured.max_rate", number_text(candidate.max_rate)},
+      {"measured.max_rate", format_config_number(candidate.max_rate)},
       {"measured.bundle_bytes", std::to_string(candidate.bundle_bytes)},
       {"measured.loaded_bytes", std::to_string(candidate.loaded_bytes)},
       {"measured.request_bytes", std::to_string(candidate.request_bytes)},
       {"measured.meets_slo", candidate.meets_slo ? "true" : "false"},
       {"measured.failures", failures},
   };
-  if (options.price_per_hour > 0) record["measured.cost_per_1k"] = number_text(candidate.cost_per_1k);
+  if (options.price_per_hour > 0) record["measured.cost_per_1k"] = format_config_number(candidate.cost_per_1k);
   for (const auto& [key, value] : candidate.settings) record["setting." + key] = value;
   return record;
 }

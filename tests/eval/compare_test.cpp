@@ -5,7 +5,7 @@
 
 #include "slipway/eval.h"
 #include "slipway/train.h"
-#include "support/test_support.h"
+#include "support/fixtures.h"
 
 namespace slipway::eval {
 namespace {
@@ -13,11 +13,8 @@ namespace {
 class CompareTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto table = *data::read_csv(testing::data_path("lending_club.csv"));
-    std::vector<std::uint32_t> train_rows, golden_rows;
-    for (std::uint32_t row = 0; row < 3000; ++row) (row < 2000 ? train_rows : golden_rows).push_back(row);
-    data::Table train = table.take_rows(train_rows);
-    golden_ = new data::Table(table.take_rows(golden_rows));
+    data::Table train = testing::lending_rows(0, 2000);
+    golden_ = new data::Table(testing::lending_rows(2000, 1000));
     logistic_ = train::fit(train, train::TrainRequest{.target = "Class"})->bundle;
     gbdt_ = train::fit(train,
                        train::TrainRequest{

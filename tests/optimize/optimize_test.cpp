@@ -4,7 +4,7 @@
 
 #include "slipway/optimize.h"
 #include "slipway/train.h"
-#include "support/test_support.h"
+#include "support/fixtures.h"
 
 namespace slipway::optimize {
 namespace {
@@ -32,16 +32,13 @@ TEST(Slo, ParsesEachKindOfClause) {
 class OptimizeTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto table = *data::read_csv(testing::data_path("lending_club.csv"));
-    std::vector<std::uint32_t> train_rows, golden_rows;
-    for (std::uint32_t row = 0; row < 2500; ++row) (row < 2000 ? train_rows : golden_rows).push_back(row);
-    golden_ = new data::Table(table.take_rows(golden_rows));
-    train_ = new data::Table(table.take_rows(train_rows));
-    gbdt_ = train::fit(table.take_rows(train_rows),
+    golden_ = new data::Table(testing::lending_rows(2000, 500));
+    train_ = new data::Table(testing::lending_rows(0, 2000));
+    gbdt_ = train::fit(*train_,
                        train::TrainRequest{
                            .target = "Class", .model_family = "gbdt", .params = {{"rounds", "40"}, {"max_depth", "4"}}})
                 ->bundle;
-    linear_ = train::fit(table.take_rows(train_rows), train::TrainRequest{.target = "Class"})->bundle;
+    linear_ = train::fit(*train_, train::TrainRequest{.target = "Class"})->bundle;
   }
   static void TearDownTestSuite() {
     delete golden_;

@@ -3,7 +3,7 @@
 
 #include "slipway/optimize.h"
 #include "slipway/train.h"
-#include "support/test_support.h"
+#include "support/fixtures.h"
 
 namespace slipway::optimize {
 namespace {
@@ -13,10 +13,7 @@ using namespace std::chrono_literals;
 class ProfileTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto table = *data::read_csv(testing::data_path("lending_club.csv"));
-    std::vector<std::uint32_t> rows(500);
-    for (std::uint32_t row = 0; row < rows.size(); ++row) rows[row] = row;
-    rows_ = new data::Table(table.take_rows(rows));
+    rows_ = new data::Table(testing::lending_rows(0, 500));
     bundle_ = train::fit(*rows_, train::TrainRequest{.target = "Class"})->bundle;
   }
   static void TearDownTestSuite() { delete rows_; }
