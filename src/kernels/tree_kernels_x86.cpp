@@ -242,9 +242,20 @@ void add_tree_leaves_x86(bool use_avx512, const CompleteTreesView& layout, std::
   }
 }
 
+// The 16-bit bins at byte offsets `offset` from `base` (lanes outside `active` read nothing and
+// give 0), zero-extended. Each lane reads the aligned 32-bit word holding its bin and shifts: a
+// 4-byte read at a 2-byte offset crosses a cache line once in 32, and on the Intel Xeon of
+// docs/benchmarks.md a gather with one such lane ran the whole quantized kernel at less than half
+// speed.
+__attribute__((target("avx2"))) inline __m256i gather_bins(const int* base, __m256i offset, __m256i active) {
+  __m256i word = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), base,
+                                             _mm256_and_si256(offset, _mm256_set1_epi32(~3)), active, 1);
+  __m256i shift = _mm256_slli_epi32(_mm256_and_si256(offset, _mm256_set1_epi32(2)), 3);
+  return _mm256_and_si256(_mm256_srlv_epi32(word, shift), _mm256_set1_epi32(0xFFFF));
+}
+
 // The quantized layout (slipway/kernels.h), across rows: as add_leaves_avx2, but a level gathers
-// the packed node and the row's 16-bit bin (read as 32 bits at a byte offset, then masked), two
-// gathers where the float layout needs three. `rows` is a multiple of 8.
+// the packed node and the row's 16-bit bin, two gathers where the float layout needs three. `rows` is a multiple of 8.
 __attribute__((target("avx2"))) void add_quantized_leaves_avx2(std::span<const CompleteTree> trees,
                                                                const std::uint32_t* nodes, const float* leaves,
                                                                const std::uint16_t* bins, std::size_t rows,
@@ -254,7 +265,6 @@ __attribute__((target("avx2"))) void add_quantized_leaves_avx2(std::span<const C
   const __m256i lane = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
   const __m256i feature_mask = _mm256_set1_epi32(static_cast<int>(kQuantizedMaxFeatures - 1));
   const __m256i default_left = _mm256_set1_epi32(static_cast<int>(kQuantizedDefaultLeftBit));
-  const __m256i bin_mask = _mm256_set1_epi32(0xFFFF);
   const __m256i missing = _mm256_set1_epi32(kMissingBin);
   const __m256i one = _mm256_set1_epi32(1);
   const int* node_words = reinterpret_cast<const int*>(nodes);
@@ -278,7 +288,7 @@ __attribute__((target("avx2"))) void add_quantized_leaves_avx2(std::span<const C
           __m256i node = _mm256_i32gather_epi32(tree_nodes, position[v], 4);
           __m256i feature = _mm256_and_si256(node, feature_mask);
           __m256i offset = _mm256_add_epi32(row_base[v], _mm256_add_epi32(feature, feature));
-          __m256i bin = _mm256_and_si256(_mm256_i32gather_epi32(block, offset, 1), bin_mask);
+          __m256i bin = gather_bins(block, offset, _mm256_set1_epi32(-1));
           __m256i split = _mm256_srli_epi32(node, 16);
           // bin >= split, as bin > split - 1 (both fit in 17 signed bits); a missing bin is the
           // largest, so it compares right, and the default direction flips it when it is left.
@@ -302,17 +312,19 @@ __attribute__((target("avx2"))) void add_quantized_leaves_avx2(std::span<const C
 // The quantized layout for one row, 32 trees at a time, as add_row_avx2.
 __attribute__((target("avx2"))) void add_quantized_row_avx2(std::span<const CompleteTree> trees,
                                                             const std::uint32_t* nodes, const float* leaves,
-                                                            const std::uint16_t* row_bins, float* margins) {
+                                                            const std::uint16_t* bins, std::size_t row_offset,
+                                                            float* margins) {
   constexpr std::size_t kLanes = 8;
   constexpr std::size_t kVectors = 4;
   static_assert(kLanes * kVectors == TreeLanes::kLanes);
   const __m256i feature_mask = _mm256_set1_epi32(static_cast<int>(kQuantizedMaxFeatures - 1));
   const __m256i default_left = _mm256_set1_epi32(static_cast<int>(kQuantizedDefaultLeftBit));
-  const __m256i bin_mask = _mm256_set1_epi32(0xFFFF);
   const __m256i missing = _mm256_set1_epi32(kMissingBin);
   const __m256i one = _mm256_set1_epi32(1);
   const int* node_words = reinterpret_cast<const int*>(nodes);
-  const int* row = reinterpret_cast<const int*>(row_bins);
+  // The row's bins start row_offset (0 or 1) elements after `bins`.
+  const int* words = reinterpret_cast<const int*>(bins);
+  const __m256i row_start = _mm256_set1_epi32(static_cast<int>(2 * row_offset));
   TreeLanes lanes;
   for (std::size_t first = 0; first < trees.size(); first += TreeLanes::kLanes) {
     lanes.load(trees, first);
@@ -331,9 +343,7 @@ __attribute__((target("avx2"))) void add_quantized_row_avx2(std::span<const Comp
         __m256i node = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), node_words,
                                                    _mm256_add_epi32(internal_offset[v], position[v]), active, 4);
         __m256i feature = _mm256_and_si256(node, feature_mask);
-        __m256i bin = _mm256_and_si256(
-            _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), row, _mm256_add_epi32(feature, feature), active, 1),
-            bin_mask);
+        __m256i bin = gather_bins(words, _mm256_add_epi32(row_start, _mm256_add_epi32(feature, feature)), active);
         __m256i right = _mm256_cmpgt_epi32(bin, _mm256_sub_epi32(_mm256_srli_epi32(node, 16), one));
         __m256i missing_left = _mm256_and_si256(_mm256_cmpeq_epi32(bin, missing),
                                                 _mm256_cmpeq_epi32(_mm256_and_si256(node, default_left), default_left));
@@ -360,8 +370,10 @@ void add_quantized_tree_leaves_avx2(const QuantizedTreesView& layout, std::span<
     done = vector_rows;
   }
   for (std::size_t row = done; row < rows; ++row) {
-    add_quantized_row_avx2(layout.trees, layout.nodes.data(), layout.leaves.data(), bins.data() + row * width,
-                           margins.data() + row * group_count);
+    // From an even element, so the 32-bit words read stay aligned when the width is odd.
+    std::size_t first_bin = row * width;
+    add_quantized_row_avx2(layout.trees, layout.nodes.data(), layout.leaves.data(), bins.data() + (first_bin & ~1U),
+                           first_bin & 1U, margins.data() + row * group_count);
   }
 }
 
