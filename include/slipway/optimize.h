@@ -39,6 +39,11 @@ struct LoadTestOptions {
   int max_connections = 512;                  // open loop: connections opened as needed, up to this
   int threads = 1;                            // event-loop threads of the generator
   std::uint64_t seed = 1;
+  // JSON-object bodies only: the share of requests that repeat, byte for byte, one of the last 256
+  // requests their generator thread sent (which a response cache can answer); every other request
+  // is the next body with a KServe v2 request "id" no request had before, so none can. Unset:
+  // the bodies exactly as given, which repeat once they are cycled through.
+  std::optional<double> repeat_rate;
   // Called about once a second with the report so far.
   std::function<void(double elapsed_seconds, std::uint64_t completed, double current_rate)> on_progress;
 };
@@ -178,6 +183,9 @@ struct OptimizeOptions {
   std::vector<std::string> techniques = {"quantize", "prune", "features", "distill", "int8", "serving"};
   // Golden-set differences beyond it keep a candidate from being recommended; unset: reported only.
   std::optional<double> tolerance;
+  // The share of load-test requests that repeat an earlier request byte for byte; the others are
+  // made unique (LoadTestOptions::repeat_rate). Above 0 the serving sweep adds the response cache.
+  double repeat_rate = 0.0;
   std::chrono::milliseconds measure_time{2000};  // per load test
   // Load tests spent finding each candidate's highest rate within the latency SLO: doublings (or
   // halvings) from the SLO's rate, then bisections, at most this many in all, half as long each.
@@ -202,6 +210,7 @@ struct OptimizeReport {
   std::string quality_metric;
   std::string slo_text;
   double price_per_hour = 0.0;
+  double repeat_rate = 0.0;
   std::vector<CandidateResult> candidates;                  // the baseline first
   std::vector<std::pair<std::size_t, double>> prune_curve;  // rounds, quality on the golden rows
   int recommended = -1;                                     // index into candidates; -1 when none meets the SLO

@@ -130,6 +130,7 @@ struct LoadTestFlags {
   int threads = 1;
   std::vector<std::string> slos;
   std::uint64_t seed = 1;
+  std::optional<double> repeat_rate;  // --repeat-rate: share of requests sent as given; the others unique
   bool progress = true;
 };
 struct ProfileFlags {
@@ -155,6 +156,7 @@ struct OptimizeFlags {
   double alpha = 0.7;
   double temperature = 1.0;
   std::optional<double> tolerance;
+  double repeat_rate = 0.0;  // share of the load test's requests that repeat an earlier one
   std::string duration = "2s";
   int threads = 1;
   bool register_candidates = false;

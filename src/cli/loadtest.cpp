@@ -20,6 +20,7 @@ int run_loadtest(const GlobalOptions& global, const LoadTestFlags& flags) {
   options.max_connections = flags.connections;
   options.threads = flags.threads;
   options.seed = flags.seed;
+  options.repeat_rate = flags.repeat_rate;
   if (options.rate < 0 || options.concurrency < 0)
     return fail(invalid_argument("--rate and --concurrency must be positive"));
   if (options.rate == 0 && options.concurrency == 0) {

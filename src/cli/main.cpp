@@ -278,6 +278,11 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       ->capture_default_str();
   optimize_command->add_option("--tolerance", optimize_flags.tolerance,
                                "Refuse to recommend a candidate whose outputs differ from the baseline's by more");
+  optimize_command
+      ->add_option("--repeat-rate", optimize_flags.repeat_rate,
+                   "Share of requests that repeat an earlier one byte for byte (the others are unique); above 0 "
+                   "the serving sweep adds the response cache")
+      ->capture_default_str();
   optimize_command->add_option("--duration", optimize_flags.duration, "Each load test's length")->capture_default_str();
   optimize_command->add_option("--threads", optimize_flags.threads, "The measuring server's worker threads")
       ->capture_default_str();
@@ -317,7 +322,11 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   loadtest_command->add_option("--threads", load.threads, "Generator threads")->capture_default_str();
   loadtest_command->add_option("--slo", load.slos,
                                "Latency objective such as 'p95<=50ms'; exit 1 when missed (repeatable)");
-  loadtest_command->add_option("--seed", load.seed, "Seed of Poisson arrivals")->capture_default_str();
+  loadtest_command->add_option("--seed", load.seed, "Seed of Poisson arrivals and of repeats")->capture_default_str();
+  loadtest_command->add_option("--repeat-rate", load.repeat_rate,
+                               "Share of requests that repeat one of the last 256 sent, byte for byte (a response "
+                               "cache can answer them); each other gets a unique KServe v2 \"id\" (JSON bodies only; "
+                               "default: the bodies as given, in turn)");
   bool load_no_progress = false;
   loadtest_command->add_flag("--no-progress", load_no_progress, "No progress line");
 

@@ -59,6 +59,7 @@ struct OptimizeResult : CommandResult {
     out << "# slipway optimize " << report.baseline_name << "\n\nGolden rows: `" << data_path << "`. SLO: `"
         << (report.slo_text.empty() ? "(none)" : report.slo_text) << "`";
     if (report.price_per_hour > 0) out << ", price " << report.price_per_hour << " per hour";
+    if (report.repeat_rate > 0) out << ", " << report.repeat_rate << " of requests repeated";
     out << ".\n\n";
     auto head = headers();
     out << "|";
@@ -79,6 +80,7 @@ struct OptimizeResult : CommandResult {
     json.begin_object().key("baseline").value(report.baseline_name).key("data").value(data_path);
     json.key("slo").value(report.slo_text).key("quality_metric").value(report.quality_metric);
     if (report.price_per_hour > 0) json.key("price_per_hour").value(report.price_per_hour);
+    json.key("repeat_rate").value(report.repeat_rate);
     json.key("candidates").begin_array();
     for (std::size_t index = 0; index < report.candidates.size(); ++index) {
       const auto& c = report.candidates[index];
@@ -130,6 +132,7 @@ struct OptimizeResult : CommandResult {
     out << "optimize " << report.baseline_name << " on " << data_path << "; SLO "
         << (report.slo_text.empty() ? "(none: throughput only)" : report.slo_text);
     if (report.price_per_hour > 0) out << ", price " << report.price_per_hour << "/hour";
+    if (report.repeat_rate > 0) out << ", " << report.repeat_rate << " of requests repeated";
     out << "\n\n";
     print_table(out, headers(), rows());
     if (!report.prune_curve.empty()) {
@@ -169,6 +172,8 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
     return invalid_argument("--duration must be at least 200ms");
   if (flags.threads < 1 || flags.threads > 256) return invalid_argument("--threads must be from 1 to 256");
   options.threads = flags.threads;
+  if (!(flags.repeat_rate >= 0 && flags.repeat_rate <= 1)) return invalid_argument("--repeat-rate must be from 0 to 1");
+  options.repeat_rate = flags.repeat_rate;
   options.slice_column = flags.slice;
   if (!flags.markdown_path.empty()) {
     // Checked before minutes of measuring (and any registration), not after.
@@ -215,9 +220,10 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
     // A bare NAME is the newest version: after a --register run, one of its candidates.
     return invalid_argument("--resume needs the baseline pinned as NAME@VERSION (the run being resumed printed it)");
   }
-  options.context = fmt::format("data={};slice={};tolerance={};price={};train={};unlabeled={}", flags.data_path,
-                                flags.slice, flags.tolerance ? fmt::format("{}", *flags.tolerance) : "",
-                                flags.price_per_hour, flags.train_path, flags.unlabeled_path);
+  options.context =
+      fmt::format("data={};slice={};tolerance={};price={};train={};unlabeled={};repeat={}", flags.data_path,
+                  flags.slice, flags.tolerance ? fmt::format("{}", *flags.tolerance) : "", flags.price_per_hour,
+                  flags.train_path, flags.unlabeled_path, flags.repeat_rate);
   std::string model = loaded.description.substr(0, loaded.description.find('@'));
   if (registering) {
     options.on_candidate = [&store, model](const optimize::CandidateResult& candidate) -> Result<std::string> {

@@ -52,8 +52,10 @@ std::vector<BuiltCandidate> distill_candidates(const model::Bundle& baseline, co
                                                const AlreadyMeasured& already_measured = nullptr);
 
 // The baseline served with dynamic batching configurations (what Triton's Model Analyzer
-// sweeps): small batches with a short wait, larger ones with a longer wait, and two instances.
-std::vector<BuiltCandidate> serving_candidates(const std::shared_ptr<const model::Bundle>& baseline);
+// sweeps): small batches with a short wait, larger ones with a longer wait, and two instances;
+// and, when some requests repeat (`repeat_rate` > 0), with the response cache.
+std::vector<BuiltCandidate> serving_candidates(const std::shared_ptr<const model::Bundle>& baseline,
+                                               double repeat_rate);
 
 // The quantized tree layout: exact, so the same outputs.
 BuiltCandidate quantize_candidate(const model::Bundle& baseline);

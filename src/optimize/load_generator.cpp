@@ -11,6 +11,8 @@
 #include <random>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "slipway/http.h"
 #include "slipway/optimize.h"
 
@@ -57,6 +59,7 @@ class Generator {
         request_(std::move(request)),
         rate_(rate),
         concurrency_(concurrency),
+        seed_(seed),
         random_(seed),
         completed_(completed) {}
 
@@ -86,6 +89,7 @@ class Generator {
   struct Connection {
     std::unique_ptr<http::ClientConnection> client;
     Request current;
+    std::string body;  // the body in flight under a repeat rate (the client views it)
   };
 
   bool recorded(const Request& request) const { return request.intended >= window_start_; }
@@ -147,9 +151,33 @@ class Generator {
     }
     std::string_view body;
     if (!options_.bodies.empty()) body = options_.bodies[request.body_index % options_.bodies.size()];
+    if (options_.repeat_rate) {
+      connection.body = repeat_or_make_unique(body);
+      body = connection.body;
+    }
     // The client closes the connection after an error, a timeout or a response without
     // keep-alive, and reconnects on the next send.
     connection.client->send(body, request.intended + options_.timeout);
+  }
+
+  // With the repeat rate's probability one of the last kRecentBodies bodies sent, byte for byte;
+  // otherwise `body` with {"id":"u<seed>-<n>" in front of its members: a KServe v2 request id no
+  // earlier request had, so nothing cached can answer it.
+  std::string repeat_or_make_unique(std::string_view body) {
+    constexpr std::size_t kRecentBodies = 256;
+    if (!recent_.empty() && std::uniform_real_distribution<double>(0.0, 1.0)(random_) < *options_.repeat_rate) {
+      return recent_[std::uniform_int_distribution<std::size_t>(0, recent_.size() - 1)(random_)];
+    }
+    std::string_view members = body.substr(1);
+    std::size_t first = members.find_first_not_of(" \t\r\n");
+    const char* separator = first == std::string_view::npos || members[first] == '}' ? "" : ",";
+    std::string unique = fmt::format(R"({{"id":"u{}-{}"{}{})", seed_, ++unique_bodies_, separator, members);
+    if (recent_.size() < kRecentBodies) {
+      recent_.push_back(unique);
+    } else {
+      recent_[unique_bodies_ % kRecentBodies] = unique;
+    }
+    return unique;
   }
 
   void complete(Connection& connection, int status) {
@@ -196,6 +224,7 @@ class Generator {
   http::ClientRequest request_;
   double rate_;
   int concurrency_;
+  std::uint64_t seed_;
   std::mt19937_64 random_;
   std::atomic<std::uint64_t>& completed_;
   // Declared before the timer and the connections, so it outlives them.
@@ -204,6 +233,8 @@ class Generator {
   Clock::time_point start_, window_start_, end_, next_intended_;
   bool schedule_done_ = false;
   std::size_t body_counter_ = 0;
+  std::uint64_t unique_bodies_ = 0;
+  std::vector<std::string> recent_;  // under a repeat rate: the last unique bodies sent
   int outstanding_ = 0;
   int open_connections_ = 0;
   std::vector<std::unique_ptr<Connection>> connections_;  // every connection opened
@@ -221,6 +252,17 @@ double percentile(const std::vector<double>& sorted, double share) {
 }  // namespace
 
 Result<LoadTestReport> run_load_test(const LoadTestOptions& options) {
+  if (options.repeat_rate) {
+    if (!(*options.repeat_rate >= 0.0 && *options.repeat_rate <= 1.0)) {
+      return invalid_argument("the repeat rate must be from 0 to 1");
+    }
+    if (options.bodies.empty()) return invalid_argument("a repeat rate needs request bodies");
+    for (const auto& body : options.bodies) {
+      if (body.empty() || body.front() != '{') {
+        return invalid_argument("a repeat rate needs JSON object bodies (each starting with '{')");
+      }
+    }
+  }
   if ((options.rate > 0) == (options.concurrency > 0)) {
     return invalid_argument("give either a rate (open loop) or a concurrency (closed loop), not both or neither");
   }

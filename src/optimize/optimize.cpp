@@ -108,6 +108,7 @@ Result<LoadTestReport> Optimizer::load(const std::string& url, double rate, std:
   LoadTestOptions test;
   test.url = url;
   test.bodies = bodies_;
+  test.repeat_rate = options_.repeat_rate;
   test.duration = duration;
   test.warmup = std::min(std::chrono::milliseconds(300), duration / 4);
   test.timeout = std::chrono::milliseconds(2000);
@@ -420,6 +421,7 @@ Result<OptimizeReport> Optimizer::run() {
   report.quality_metric = metric_;
   report.slo_text = options_.slo.text;
   report.price_per_hour = options_.price_per_hour;
+  report.repeat_rate = options_.repeat_rate;
 
   // The candidates: the baseline first, then each technique's.
   std::vector<BuiltCandidate> built = {{"baseline", "baseline", {}, options_.baseline, "", 0}};
@@ -431,7 +433,9 @@ Result<OptimizeReport> Optimizer::run() {
     if (technique == "quantize") built.push_back(quantize_candidate(baseline));
     if (technique == "int8") built.push_back(int8_candidate(baseline));
     if (technique == "serving") {
-      for (auto& candidate : serving_candidates(options_.baseline)) built.push_back(std::move(candidate));
+      for (auto& candidate : serving_candidates(options_.baseline, options_.repeat_rate)) {
+        built.push_back(std::move(candidate));
+      }
     }
     // Retraining takes the longest: a candidate an earlier run measured is not trained again.
     AlreadyMeasured already_measured = [this](const BuiltCandidate& candidate) {

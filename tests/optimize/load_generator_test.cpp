@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <mutex>
+#include <set>
 #include <thread>
 
+#include "slipway/http.h"
 #include "slipway/registry.h"
 #include "slipway/serve.h"
 #include "support/test_support.h"
@@ -82,6 +85,57 @@ TEST(LoadGenerator, RefusedConnectionsAreCountedAndOptionsChecked) {
   EXPECT_EQ(run_load_test(options).status().code(), StatusCode::kInvalidArgument);
   options.concurrency = 0;
   options.url = "ftp://host/";
+  EXPECT_EQ(run_load_test(options).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A response cache is measured at a chosen repeat rate: that share of requests repeats an earlier
+// one byte for byte, and every other one is new (a unique v2 request id), however few the bodies.
+TEST(LoadGenerator, RepeatRateRepeatsEarlierRequestsAndMakesTheRestUnique) {
+  std::mutex mutex;
+  std::vector<std::string> received;
+  http::Route record{"/", [](const http::Request&) { return http::Execution::kEventLoop; },
+                     [&](const http::Request& request, const http::Respond& respond) {
+                       {
+                         std::lock_guard lock(mutex);
+                         received.emplace_back(request.body);
+                       }
+                       respond(http::Response{200, "application/json", "{}", {}});
+                     }};
+  http::ServerOptions server_options;
+  server_options.port = 0;
+  auto server = std::move(http::Server::start({record}, server_options)).value();
+  std::jthread runner([&] { server->run(); });
+
+  LoadTestOptions options;
+  options.url = "http://127.0.0.1:" + std::to_string(server->port()) + "/";
+  const std::vector<std::string> members = {R"("inputs":[1]})", " }"};
+  options.bodies = {"{" + members[0], "{" + members[1]};
+  options.rate = 2000;
+  options.duration = 500ms;
+  options.repeat_rate = 0.5;
+  auto report = run_load_test(options);
+  server->stop();
+  runner.join();
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  ASSERT_EQ(received.size(), 1000u);
+  std::set<std::string> distinct(received.begin(), received.end());
+  std::size_t repeats = received.size() - distinct.size();
+  EXPECT_GT(repeats, 400u);  // 500 expected; the binomial's deviation is 16
+  EXPECT_LT(repeats, 600u);
+  for (const std::string& body : distinct) {
+    // {"id":"u1-N", then the given body's members ("," between, unless there are none).
+    ASSERT_TRUE(body.starts_with(R"({"id":"u1-)")) << body;
+    std::size_t end = body.find('"', 8);
+    std::string rest = body.substr(end + 1);
+    EXPECT_TRUE(rest == "," + members[0] || rest == members[1]) << body;
+  }
+
+  options.repeat_rate = 1.5;
+  EXPECT_EQ(run_load_test(options).status().code(), StatusCode::kInvalidArgument);
+  options.repeat_rate = 0.5;
+  options.bodies = {"[1]"};
+  EXPECT_EQ(run_load_test(options).status().code(), StatusCode::kInvalidArgument);
+  options.bodies.clear();
   EXPECT_EQ(run_load_test(options).status().code(), StatusCode::kInvalidArgument);
 }
 

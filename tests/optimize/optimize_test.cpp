@@ -66,6 +66,7 @@ class OptimizeTest : public ::testing::Test {
 TEST_F(OptimizeTest, BuildsMeasuresRecordsAndRecommends) {
   OptimizeOptions options = quick(gbdt_);
   options.price_per_hour = 0.35;
+  options.repeat_rate = 0.5;  // adds the response cache to the serving sweep
   std::vector<std::string> registered;
   options.on_candidate = [&](const CandidateResult& candidate) -> Result<std::string> {
     EXPECT_EQ(candidate.bundle->manifest().optimization.at("technique"), candidate.technique);
@@ -109,9 +110,9 @@ TEST_F(OptimizeTest, BuildsMeasuresRecordsAndRecommends) {
     ++serving;
     EXPECT_TRUE(candidate.version.empty());
     EXPECT_EQ(candidate.quality_drop, 0.0);
-    EXPECT_EQ(candidate.settings.count("max_batch_size"), 1u);
+    EXPECT_EQ(candidate.settings.count(candidate.name == "serving:cache" ? "cache" : "max_batch_size"), 1u);
   }
-  EXPECT_EQ(serving, 3u);
+  EXPECT_EQ(serving, 4u);  // three batching configurations and the cache
   // Feature reduction: a control retrained with every input, then fewer inputs, smaller requests.
   std::vector<const CandidateResult*> features;
   for (const auto& candidate : report->candidates) {
