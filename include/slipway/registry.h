@@ -31,6 +31,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "slipway/core.h"
@@ -262,6 +263,58 @@ class TokenStore {
   StoreContext* context_;
 };
 
+// An endpoint: a name clients call (/v2/models/{endpoint}/infer) that routes to pinned model
+// versions by weight. Deploying keeps the configuration it replaces, so one rollback returns to it.
+struct EndpointRoute {
+  std::string model;
+  std::int64_t version = 0;
+  double percent = 0.0;  // of requests; an endpoint's routes sum to 100
+  std::string reference() const { return model + "@" + std::to_string(version); }
+};
+
+struct Endpoint {
+  std::string name;
+  // The routes, the newest deployment first (a canary, then the version it is tested against):
+  // routing gives each route a fixed slice of the key space in this order, so raising a canary's
+  // share only moves keys onto it.
+  std::vector<EndpointRoute> routes;
+  std::vector<EndpointRoute> previous;  // what rollback returns to; empty when there is none
+  std::int64_t revision = 0;            // +1 per change
+  std::string updated_by;
+  std::int64_t updated_ms = 0;
+};
+
+// Endpoint names: as model names (an endpoint may share its name with a model; the endpoint then
+// answers that name's unversioned routes).
+// Every change is one transaction, recorded in the audit log; errors as RunStore's, plus
+// NotFound for an unknown endpoint or model version and FailedPrecondition for a change the
+// endpoint's state does not allow.
+class EndpointStore {
+ public:
+  // Routes `endpoint` to `version` of `model`: all of its traffic, or with `canary_percent`
+  // (0 < p < 100) that share, the rest staying on the endpoint's current main route (its largest
+  // share). A canary needs the endpoint to exist; a plain deploy creates it.
+  Result<Endpoint> deploy(const std::string& endpoint, const std::string& model, std::int64_t version,
+                          std::optional<double> canary_percent = std::nullopt);
+  // Sends all traffic to the canary (the first route). FailedPrecondition when there is none.
+  Result<Endpoint> promote(const std::string& endpoint);
+  // Returns to the configuration the last change replaced (which becomes the one to return to).
+  // FailedPrecondition when there is none.
+  Result<Endpoint> rollback(const std::string& endpoint);
+  Result<std::optional<Endpoint>> get(const std::string& endpoint);
+  // By name.
+  Result<std::vector<Endpoint>> list();
+
+ private:
+  friend class Registry;
+  explicit EndpointStore(StoreContext& context) : context_(&context) {}
+  StoreContext* context_;
+};
+
+// "churn@3=90,churn@4=10": how endpoint routes are stored and printed.
+std::string format_routes(const std::vector<EndpointRoute>& routes);
+Result<std::vector<EndpointRoute>> parse_routes(std::string_view text);
+
 // The audit log: one entry per mutation, appended in the mutation's own transaction.
 class AuditLog {
  public:
@@ -316,6 +369,7 @@ class Registry {
   ModelStore& models() { return models_; }
   ServingConfigStore& serving_configs() { return serving_configs_; }
   TokenStore& tokens() { return tokens_; }
+  EndpointStore& endpoints() { return endpoints_; }
   AuditLog& audit() { return audit_; }
 
   // Deprecated: the single-class API, forwarding to the stores; kept for one release so code
@@ -395,6 +449,7 @@ class Registry {
   ModelStore models_;
   ServingConfigStore serving_configs_;
   TokenStore tokens_;
+  EndpointStore endpoints_;
   AuditLog audit_;
 };
 

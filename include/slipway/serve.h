@@ -43,6 +43,8 @@ struct RequestHeaders {
   // Readable bytes past the body's end (http::Request::body_padding): with 64 the JSON is parsed
   // in place, without a padded copy.
   std::size_t body_padding = 0;
+  // X-Slipway-Route-Key: requests to an endpoint with the same key reach the same version.
+  std::string_view route_key;
 };
 
 // Dynamic batching of one model version (Triton's semantics; see src/serve/batcher.h). With

@@ -63,6 +63,19 @@ int run_versions(const GlobalOptions& global, const std::string& model);
 int run_runs(const GlobalOptions& global, std::size_t limit);
 int run_show(const GlobalOptions& global, const std::string& run_id);
 int run_alias(const GlobalOptions& global, const std::string& reference, const std::string& alias);
+
+struct DeployFlags {
+  std::string endpoint;
+  std::string reference;         // NAME@VERSION (or NAME@ALIAS, NAME), resolved to a version now
+  std::optional<double> canary;  // --canary PERCENT: that share to the new version
+  bool promote = false;          // --promote: the canary takes all traffic
+};
+// Routes an endpoint to a model version (all traffic, or a canary share), or promotes its canary.
+int run_deploy(const GlobalOptions& global, const DeployFlags& flags);
+// Returns an endpoint to the configuration its last change replaced.
+int run_rollback(const GlobalOptions& global, const std::string& endpoint);
+// Every endpoint with its routes and rollback target.
+int run_endpoints(const GlobalOptions& global);
 // Serving configuration flags shared by `serve` (server-wide defaults) and `serving-config`
 // (one model): the keys of serve::serving_config_keys() given on the command line.
 // The flags are generated from serve::serving_config_declarations().

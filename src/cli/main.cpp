@@ -138,6 +138,22 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   alias_command->add_option("REF", reference, "NAME@VERSION (or NAME@ALIAS, NAME)")->required();
   alias_command->add_option("ALIAS", alias, "Alias name")->required();
 
+  DeployFlags deploy;
+  auto* deploy_command = app.add_subcommand(
+      "deploy",
+      "Route an endpoint (the name clients call: /v2/models/ENDPOINT/infer) to a model version, all of its "
+      "traffic or a canary share; running servers follow within a second");
+  deploy_command->add_option("ENDPOINT", deploy.endpoint, "Endpoint name (created on its first deploy)")->required();
+  deploy_command->add_option("REF", deploy.reference, "NAME@VERSION (or NAME@ALIAS, NAME), pinned to its version now");
+  deploy_command->add_option("--canary", deploy.canary,
+                             "Send this percentage of requests to REF, the rest to the endpoint's current version");
+  deploy_command->add_flag("--promote", deploy.promote, "Send all traffic to the canary");
+  std::string endpoint_name;
+  auto* rollback_command =
+      app.add_subcommand("rollback", "Return an endpoint to the configuration its last change replaced");
+  rollback_command->add_option("ENDPOINT", endpoint_name, "Endpoint name")->required();
+  auto* endpoints_command = app.add_subcommand("endpoints", "List endpoints: routes, rollback target, revision");
+
   ServeOptions serve_options;
   auto* serve_command = app.add_subcommand("serve", "Serve every registered model over KServe v2 HTTP");
   serve_command->add_option("--host", serve_options.host, "Address to listen on")->capture_default_str();
@@ -392,6 +408,9 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (runs_command->parsed()) return run_runs(global, limit);
   if (show_command->parsed()) return run_show(global, run_id);
   if (alias_command->parsed()) return run_alias(global, reference, alias);
+  if (deploy_command->parsed()) return run_deploy(global, deploy);
+  if (rollback_command->parsed()) return run_rollback(global, endpoint_name);
+  if (endpoints_command->parsed()) return run_endpoints(global);
   // The serving config keys given on a command line.
   auto given_keys = [](CLI::App* command, ServingConfigFlags& flags) {
     for (const auto& key : slipway::serve::serving_config_declarations()) {

@@ -104,6 +104,7 @@ Registry::Registry(std::string home, std::unique_ptr<StoreContext> context, std:
       models_(*context_),
       serving_configs_(*context_),
       tokens_(*context_),
+      endpoints_(*context_),
       audit_(*context_) {}
 
 Registry::~Registry() = default;

@@ -54,9 +54,18 @@ ALTER TABLE runs ADD COLUMN owner_boot_id TEXT;
 ALTER TABLE runs ADD COLUMN owner_pid_namespace TEXT;
 )sql";
 
+// Endpoints and their routes ("model@version=percent,..."), with the configuration the last
+// change replaced, for one-step rollback.
+constexpr std::string_view kEndpoints = R"sql(
+CREATE TABLE endpoints(
+  name TEXT PRIMARY KEY, routes TEXT NOT NULL, previous_routes TEXT NOT NULL,
+  revision INTEGER NOT NULL, updated_by TEXT NOT NULL, updated_ms INTEGER NOT NULL);
+)sql";
+
 constexpr std::array kMigrations = {
     Migration{1, "initial_schema", kInitialSchema},
     Migration{2, "run_owner", kRunOwner},
+    Migration{3, "endpoints", kEndpoints},
 };
 
 }  // namespace

@@ -15,6 +15,7 @@ RequestHeaders headers_of(const http::Request& request) {
   headers.inference_header_length = request.header("Inference-Header-Content-Length");
   headers.inference_header_length_repeated = request.header_count("Inference-Header-Content-Length") > 1;
   headers.body_padding = request.body_padding;
+  headers.route_key = request.header("X-Slipway-Route-Key");
   return headers;
 }
 

@@ -264,6 +264,11 @@ void ServerMetrics::record_cache(std::string_view model, std::string_view versio
   ++entry(cache_lookups_, model, version)[hit ? 0 : 1];
 }
 
+void ServerMetrics::record_endpoint(std::string_view endpoint, std::string_view route) {
+  std::lock_guard lock(mutex_);
+  ++entry(endpoint_requests_, endpoint, route);
+}
+
 void ServerMetrics::set_cache_bytes(std::size_t bytes) {
   std::lock_guard lock(mutex_);
   cache_enabled_ = true;
@@ -424,6 +429,15 @@ std::string ServerMetrics::prometheus_text() const {
       if (latencies[stage].count > 0) series[key] = latencies[stage];
     }
     append_histogram(out, kStages[stage].first, kStages[stage].second, series);
+  }
+  if (!endpoint_requests_.empty()) {
+    out +=
+        "# HELP slipway_endpoint_requests_total Infer requests to an endpoint, by the version they were routed to.\n";
+    out += "# TYPE slipway_endpoint_requests_total counter\n";
+    for (const auto& [key, count] : endpoint_requests_) {
+      out += "slipway_endpoint_requests_total{endpoint=\"" + label_value(key.first) + "\",route=\"" +
+             label_value(key.second) + "\"} " + std::to_string(count) + "\n";
+    }
   }
   if (cache_enabled_) {
     out += "# HELP slipway_cache_hits_total Infer requests answered from the response cache.\n";

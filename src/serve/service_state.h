@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -56,6 +58,14 @@ struct PreparedInfer {
   std::chrono::microseconds timeout{0};
 };
 
+// The route of an endpoint a request takes. With a route key, the route whose slice of the key
+// space holds the key's hash: the same key reaches the same route while the shares stay, and
+// raising the first route's share (a canary's) only moves keys onto it. Without one, a random
+// route by share.
+const registry::EndpointRoute& pick_route(const registry::Endpoint& endpoint, std::string_view route_key);
+// The route with the largest share: the one metadata, readiness and config describe.
+const registry::EndpointRoute& main_route(const registry::Endpoint& endpoint);
+
 struct Service::State {
   State(registry::Registry& registry, const ServiceOptions& options)
       : registry(registry),
@@ -71,6 +81,15 @@ struct Service::State {
   ServerMetrics metrics;  // declared before the manager, whose batchers report to it
   ResponseCache cache;
   ModelManager manager;
+
+  // Endpoints, re-read from the registry every registry_refresh; requests use the last snapshot.
+  using EndpointMap = std::map<std::string, registry::Endpoint, std::less<>>;
+  std::mutex endpoints_mutex;
+  std::shared_ptr<const EndpointMap> endpoints;
+  std::chrono::steady_clock::time_point endpoints_fetched;
+
+  // endpoints.cpp: the endpoint named `name`, if there is one (null otherwise).
+  std::shared_ptr<const registry::Endpoint> endpoint_named(std::string_view name);
 
   // API tokens, re-read from the registry every registry_refresh so revocations take effect.
   std::mutex tokens_mutex;

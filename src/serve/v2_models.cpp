@@ -108,12 +108,25 @@ void Service::State::handle_model_route(std::string_view method, const std::vect
     json.begin_object().key("name").value(name).key("ready").value(ready).end_object();
     return answer(json_response(200, json.take()));
   };
-  auto servable = manager.acquire(name, version);
+  // An endpoint answers its name's unversioned routes (a model of the same name keeps its
+  // versioned ones): infer by the request's route, the rest by the main route.
+  std::string model_name = name;
+  std::string route_reference;
+  if (!version) {
+    if (auto endpoint = endpoint_named(name); endpoint != nullptr) {
+      const registry::EndpointRoute& route =
+          action == "infer" ? pick_route(*endpoint, headers.route_key) : main_route(*endpoint);
+      model_name = route.model;
+      version = route.version;
+      route_reference = route.reference();
+    }
+  }
+  auto servable = manager.acquire(model_name, version);
   if (!servable.ok()) {
     // Only models that exist become labels (a version that does not exist is NotFound).
-    bool known = manager.knows(name) && servable.status().code() != StatusCode::kNotFound;
+    bool known = manager.knows(model_name) && servable.status().code() != StatusCode::kNotFound;
     if (known) {
-      metric_model = name;
+      metric_model = model_name;
       metric_version = version ? std::to_string(*version) : "";
       // A model that exists but cannot serve now (unloaded, over the memory budget, a failed
       // load) is not ready: that is an answer, not an error.
@@ -121,9 +134,17 @@ void Service::State::handle_model_route(std::string_view method, const std::vect
     }
     return answer(error_response(servable.status()));
   }
-  metric_model = name;
+  metric_model = model_name;
   metric_version = servable->model->version_text;
   if (action == "ready") return ready_answer(true);
+  if (action == "infer" && !route_reference.empty()) {
+    metrics.record_endpoint(name, route_reference);
+    // Every answer says which version gave it.
+    return infer(*servable, body, headers, [finish, route_reference](HttpResponse response, std::size_t rows) {
+      response.headers.emplace_back("X-Slipway-Version", route_reference);
+      finish(std::move(response), rows);
+    });
+  }
   if (action == "infer") return infer(*servable, body, headers, finish);
   if (action == "config") return answer(json_response(200, config_json(*servable->model)));
   answer(json_response(200, model_metadata(*servable, version.has_value())));

@@ -10,7 +10,9 @@
 
 #include <csignal>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <map>
 #include <thread>
 
 #include "support/test_support.h"
@@ -351,6 +353,94 @@ TEST_F(ServingOps, PrometheusScrapesTheMetrics) {
   EXPECT_NE(up.body.find("\"1\"]"), std::string::npos) << up.body;
   prometheus.signal(SIGTERM);
   prometheus.wait();
+  stop_server();
+}
+
+// The count of infer requests /metrics shows routed from `endpoint` to each route.
+std::map<std::string, long> endpoint_counts(int port, const std::string& endpoint) {
+  std::map<std::string, long> counts;
+  std::string metrics = http_request(port, "GET", "/metrics").body;
+  std::string prefix = "slipway_endpoint_requests_total{endpoint=\"" + endpoint + "\",route=\"";
+  for (std::size_t at = metrics.find(prefix); at != std::string::npos; at = metrics.find(prefix, at + 1)) {
+    std::size_t route_begin = at + prefix.size();
+    std::size_t route_end = metrics.find('"', route_begin);
+    counts[metrics.substr(route_begin, route_end - route_begin)] =
+        std::stol(metrics.substr(metrics.find("} ", route_end) + 2));
+  }
+  return counts;
+}
+
+// Rollouts lose no request: steady load on an endpoint while a canary takes 10% (measured over at
+// least 5,000 requests), is promoted, rolled back, and the endpoint is switched outright.
+TEST_F(ServingOps, CanaryPromoteRollbackAndSwitchUnderSteadyLoadLoseNoRequest) {
+  auto second = slipway({"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--model", "gbdt",
+                         "--param", "rounds=20", "--register", "lending"});
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  auto deployed = slipway({"deploy", "web", "lending@1"});
+  ASSERT_EQ(deployed.exit_code, 0) << deployed.err;
+  int port = start_server({});
+  ASSERT_GT(port, 0);
+  std::string url = "http://127.0.0.1:" + std::to_string(port) + "/v2/models/web/infer";
+  ChildProcess load({slipway_binary(), "--json", "loadtest", url, "--rate", "700", "--duration", "16s", "--csv",
+                     data_path("lending_club.csv"), "--skip", "Class", "--no-progress"});
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+
+  auto canary = slipway({"deploy", "web", "lending@2", "--canary", "10"});
+  ASSERT_EQ(canary.exit_code, 0) << canary.err;
+  auto poll = [&](const std::function<bool(const std::map<std::string, long>&)>& done, int seconds) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    std::map<std::string, long> counts = endpoint_counts(port, "web");
+    while (!done(counts) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      counts = endpoint_counts(port, "web");
+    }
+    return counts;
+  };
+  // Running servers pick the change up within a second.
+  auto start = poll([](const auto& counts) { return counts.count("lending@2") > 0; }, 3);
+  ASSERT_GT(start.count("lending@2"), 0u) << "the canary got no request";
+  auto total = [](const std::map<std::string, long>& counts) {
+    long sum = 0;
+    for (const auto& [route, count] : counts) sum += count;
+    return sum;
+  };
+  auto end = poll([&](const auto& counts) { return total(counts) - total(start) >= 5000; }, 15);
+  long measured = total(end) - total(start);
+  ASSERT_GE(measured, 5000);
+  double share = static_cast<double>(end["lending@2"] - start["lending@2"]) / static_cast<double>(measured);
+  EXPECT_NEAR(share, 0.10, 0.02) << measured << " requests";
+  // A route key always reaches the same version.
+  std::string one_row = kOneRow;
+  for (int key = 0; key < 20; ++key) {
+    std::vector<std::pair<std::string, std::string>> headers = {{"X-Slipway-Route-Key", "user-" + std::to_string(key)}};
+    std::string first = http_request(port, "POST", "/v2/models/web/infer", one_row, headers).body;
+    std::string version = first.substr(first.find("\"model_version\""), 20);
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      std::string again = http_request(port, "POST", "/v2/models/web/infer", one_row, headers).body;
+      EXPECT_EQ(again.substr(again.find("\"model_version\""), 20), version) << "key " << key;
+    }
+  }
+
+  EXPECT_EQ(slipway({"deploy", "web", "--promote"}).exit_code, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(slipway({"rollback", "web"}).exit_code, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(slipway({"deploy", "web", "lending@1"}).exit_code, 0);  // the switch back, outright
+
+  std::string report = load.read_line(30000);
+  EXPECT_EQ(load.wait(), 0);
+  // Every answer a 200: the status counts hold that one status alone.
+  auto statuses = report.find("\"status\":{");
+  ASSERT_NE(statuses, std::string::npos) << report;
+  std::string counts = report.substr(statuses, report.find('}', statuses) - statuses);
+  EXPECT_TRUE(counts.starts_with("\"status\":{\"200\":") && counts.find(',') == std::string::npos) << report;
+  auto succeeded = report.find("\"succeeded\":");
+  auto requests = report.find("\"requests\":");
+  ASSERT_NE(succeeded, std::string::npos) << report;
+  EXPECT_EQ(std::stol(report.substr(succeeded + 12)), std::stol(report.substr(requests + 11))) << report;
+  auto listed = slipway({"--json", "endpoints"});
+  EXPECT_NE(listed.out.find("\"routes\":[{\"model\":\"lending\",\"version\":1,\"percent\":100}]"), std::string::npos)
+      << listed.out;
   stop_server();
 }
 
