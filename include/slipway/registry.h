@@ -311,6 +311,10 @@ class EndpointStore {
   StoreContext* context_;
 };
 
+// {"name", "revision", "routes": [{"model", "version", "percent"}], "previous": [...], "updated_by",
+// "updated_ms"}: what `slipway --json endpoints` and the management API print.
+void write_endpoint_json(JsonWriter& json, const Endpoint& endpoint);
+
 // "churn@3=90,churn@4=10": how endpoint routes are stored and printed.
 std::string format_routes(const std::vector<EndpointRoute>& routes);
 Result<std::vector<EndpointRoute>> parse_routes(std::string_view text);

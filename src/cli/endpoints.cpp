@@ -9,24 +9,6 @@
 namespace slipway::cli {
 namespace {
 
-void write_routes(JsonWriter& json, const std::vector<registry::EndpointRoute>& routes) {
-  json.begin_array();
-  for (const auto& route : routes) {
-    json.begin_object().key("model").value(route.model).key("version").value(route.version);
-    json.key("percent").value(route.percent).end_object();
-  }
-  json.end_array();
-}
-
-void write_endpoint(JsonWriter& json, const registry::Endpoint& endpoint) {
-  json.begin_object().key("name").value(endpoint.name).key("revision").value(endpoint.revision);
-  json.key("routes");
-  write_routes(json, endpoint.routes);
-  json.key("previous");
-  write_routes(json, endpoint.previous);
-  json.key("updated_by").value(endpoint.updated_by).key("updated_ms").value(endpoint.updated_ms).end_object();
-}
-
 std::string routes_text(const std::vector<registry::EndpointRoute>& routes) {
   if (routes.empty()) return "-";
   std::string text;
@@ -39,7 +21,7 @@ std::string routes_text(const std::vector<registry::EndpointRoute>& routes) {
 
 struct EndpointResult : CommandResult {
   registry::Endpoint endpoint;
-  void write_json(JsonWriter& json) const override { write_endpoint(json, endpoint); }
+  void write_json(JsonWriter& json) const override { registry::write_endpoint_json(json, endpoint); }
   void write_text(std::ostream& out) const override {
     out << "endpoint " << endpoint.name << " (revision " << endpoint.revision << "): " << routes_text(endpoint.routes)
         << "\n";
@@ -55,7 +37,7 @@ struct EndpointListResult : CommandResult {
   std::vector<registry::Endpoint> endpoints;
   void write_json(JsonWriter& json) const override {
     json.begin_array();
-    for (const auto& endpoint : endpoints) write_endpoint(json, endpoint);
+    for (const auto& endpoint : endpoints) registry::write_endpoint_json(json, endpoint);
     json.end_array();
   }
   void write_text(std::ostream& out) const override {

@@ -34,11 +34,11 @@ Result<std::optional<Endpoint>> read_endpoint(SqlTransaction& sql, const std::st
 }
 
 Status check_version_exists(SqlTransaction& sql, const std::string& model, std::int64_t version) {
-  SLIPWAY_ASSIGN_OR_RETURN(auto row, sql.query_row("SELECT 1 FROM model_versions WHERE model = ? AND version = ?",
-                                                   {model, version}));
+  SLIPWAY_ASSIGN_OR_RETURN(
+      auto row, sql.query_row("SELECT 1 FROM model_versions WHERE model = ? AND version = ?", {model, version}));
   if (!row) {
-    return not_found("no version " + std::to_string(version) + " of model '" + model +
-                     "'; `slipway versions " + model + "` lists them");
+    return not_found("no version " + std::to_string(version) + " of model '" + model + "'; `slipway versions " + model +
+                     "` lists them");
   }
   return {};
 }
@@ -52,6 +52,23 @@ std::string format_routes(const std::vector<EndpointRoute>& routes) {
     text += route.reference() + "=" + format_config_number(route.percent);
   }
   return text;
+}
+
+void write_endpoint_json(JsonWriter& json, const Endpoint& endpoint) {
+  auto write_routes = [&json](const std::vector<EndpointRoute>& routes) {
+    json.begin_array();
+    for (const auto& route : routes) {
+      json.begin_object().key("model").value(route.model).key("version").value(route.version);
+      json.key("percent").value(route.percent).end_object();
+    }
+    json.end_array();
+  };
+  json.begin_object().key("name").value(endpoint.name).key("revision").value(endpoint.revision);
+  json.key("routes");
+  write_routes(endpoint.routes);
+  json.key("previous");
+  write_routes(endpoint.previous);
+  json.key("updated_by").value(endpoint.updated_by).key("updated_ms").value(endpoint.updated_ms).end_object();
 }
 
 Result<std::vector<EndpointRoute>> parse_routes(std::string_view text) {
@@ -111,17 +128,17 @@ Result<Endpoint> change_endpoint(StoreContext& context, const std::string& endpo
     changed.updated_ms = unix_time_ms();
     std::string routes_text = format_routes(changed.routes);
     std::string previous_text = format_routes(changed.previous);
-    SLIPWAY_RETURN_IF_ERROR(sql.execute("INSERT INTO endpoints(name, routes, previous_routes, revision, updated_by, "
-                                        "updated_ms) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
-                                        "routes = excluded.routes, previous_routes = excluded.previous_routes, "
-                                        "revision = excluded.revision, updated_by = excluded.updated_by, "
-                                        "updated_ms = excluded.updated_ms",
-                                        {endpoint, routes_text, previous_text, changed.revision, changed.updated_by,
-                                         changed.updated_ms})
-                                .status());
-    SLIPWAY_RETURN_IF_ERROR(append_audit(
-        sql, context, action,
-        endpoint + " " + routes_text + (previous_text.empty() ? "" : " (was " + previous_text + ")")));
+    SLIPWAY_RETURN_IF_ERROR(
+        sql.execute("INSERT INTO endpoints(name, routes, previous_routes, revision, updated_by, "
+                    "updated_ms) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+                    "routes = excluded.routes, previous_routes = excluded.previous_routes, "
+                    "revision = excluded.revision, updated_by = excluded.updated_by, "
+                    "updated_ms = excluded.updated_ms",
+                    {endpoint, routes_text, previous_text, changed.revision, changed.updated_by, changed.updated_ms})
+            .status());
+    SLIPWAY_RETURN_IF_ERROR(
+        append_audit(sql, context, action,
+                     endpoint + " " + routes_text + (previous_text.empty() ? "" : " (was " + previous_text + ")")));
     crash_point("registry.before_commit");
     return {};
   }));

@@ -52,6 +52,7 @@ Result<std::unique_ptr<Server>> Server::start(registry::Registry& registry, cons
                                },
                                handle});
   routes.push_back(http::Route{"/metrics", nullptr, handle});
+  routes.push_back(http::Route{"/api", [](const http::Request&) { return http::Execution::kWorker; }, handle});
 
   http::ServerOptions transport = options.http;
   // Queued batch requests are answered 503 while the event loop that writes them still runs.

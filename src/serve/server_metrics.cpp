@@ -90,9 +90,9 @@ typename Map::mapped_type& entry(Map& map, std::string_view model, std::string_v
 }
 
 // The routes counted by record_route; anything else counts as "other".
-constexpr std::array<std::string_view, 11> kRoutes = {
+constexpr std::array<std::string_view, 12> kRoutes = {
     "infer",       "health", "server_metadata", "model_metadata", "model_ready", "model_config",
-    "model_stats", "stats",  "repository",      "metrics",        "other"};
+    "model_stats", "stats",  "repository",      "management",     "metrics",     "other"};
 
 std::size_t route_index(std::string_view route) {
   for (std::size_t index = 0; index < kRoutes.size(); ++index) {

@@ -123,7 +123,7 @@ class ServerMetrics {
     std::map<int, std::uint64_t> statuses;
     Latency latency;
   };
-  std::array<RouteSeries, 11> routes_;
+  std::array<RouteSeries, 12> routes_;
   std::size_t cache_bytes_ = 0;
   bool cache_enabled_ = false;
 };

@@ -126,7 +126,8 @@ bool Service::needs_worker(std::string_view target) {
   auto ends_with = [&](std::string_view suffix) {
     return path.size() >= suffix.size() && path.substr(path.size() - suffix.size()) == suffix;
   };
-  return ends_with("/infer") || ends_with("/load") || ends_with("/unload");
+  // Management calls write to the registry.
+  return ends_with("/infer") || ends_with("/load") || ends_with("/unload") || path.starts_with("/api/");
 }
 
 std::vector<std::string> Service::warm_up() { return state_->manager.load_all(); }
@@ -139,6 +140,7 @@ namespace {
 // client can grow the metrics.
 std::string_view route_name(const std::vector<std::string_view>& segments) {
   if (segments.size() == 1 && segments[0] == "metrics") return "metrics";
+  if (!segments.empty() && segments[0] == "api") return "management";
   if (segments.empty() || segments[0] != "v2") return "other";
   if (segments.size() == 1) return "server_metadata";
   if (segments[1] == "health") return "health";
@@ -251,6 +253,7 @@ void Service::handle_async(std::string_view method, std::string_view target, std
     }));
   }
   if (route == "repository") return answer(state->handle_repository_route(method, segments, body));
+  if (route == "management") return answer(state->handle_management_route(method, segments, body));
   if (route == "stats") return answer(get_only([&] { return json_response(200, state->metrics.stats_json("", "")); }));
   if (segments.size() >= 3 && segments[0] == "v2" && segments[1] == "models") {
     // The labels are known once the route resolves (and only for models that exist); the

@@ -114,6 +114,17 @@ TEST_F(ServingOps, ServingConfigAndTokensFromTheCommandLine) {
             std::string::npos)
       << config.body;
   EXPECT_EQ(http_request(port, "GET", "/metrics", "", with_token(predict_token)).status, 403);
+  // The management API needs the deploy role.
+  EXPECT_EQ(http_request(port, "GET", "/api/endpoints").status, 401);
+  EXPECT_EQ(
+      http_request(port, "POST", "/api/endpoints/web/deploy", R"({"model":"lending@1"})", with_token(predict_token))
+          .status,
+      403);
+  auto api_deploy =
+      http_request(port, "POST", "/api/endpoints/web/deploy", R"({"model":"lending@1"})", with_token(admin_token));
+  EXPECT_EQ(api_deploy.status, 200) << api_deploy.body;
+  auto routed = http_request(port, "POST", "/v2/models/web/infer", kOneRow, with_token(predict_token));
+  EXPECT_EQ(routed.status, 200) << routed.body;  // this server follows its own API change at once
   auto metrics = http_request(port, "GET", "/metrics", "", with_token(admin_token));
   EXPECT_NE(metrics.body.find(
                 "slipway_request_failures_total{model=\"(unknown)\",version=\"\",reason=\"unauthenticated\"} 1"),
@@ -421,7 +432,12 @@ TEST_F(ServingOps, CanaryPromoteRollbackAndSwitchUnderSteadyLoadLoseNoRequest) {
     }
   }
 
-  EXPECT_EQ(slipway({"deploy", "web", "--promote"}).exit_code, 0);
+  // The management API does what the CLI does.
+  auto promoted = http_request(port, "POST", "/api/endpoints/web/promote");
+  EXPECT_EQ(promoted.status, 200) << promoted.body;
+  EXPECT_NE(promoted.body.find("\"routes\":[{\"model\":\"lending\",\"version\":2,\"percent\":100}]"), std::string::npos)
+      << promoted.body;
+  EXPECT_EQ(http_request(port, "POST", "/api/endpoints/web/promote").status, 409);  // nothing left to promote
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   EXPECT_EQ(slipway({"rollback", "web"}).exit_code, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));

@@ -16,7 +16,8 @@ class EndpointStoreTest : public ::testing::Test {
     registry_ = std::move(Registry::open(dir_.path(), true)).value();
     std::string text = "bundle";
     auto sha256 = registry_->artifacts().put(std::as_bytes(std::span(text.data(), text.size())));
-    for (int version = 0; version < 3; ++version) ASSERT_TRUE(registry_->models().register_version("churn", *sha256, "").ok());
+    for (int version = 0; version < 3; ++version)
+      ASSERT_TRUE(registry_->models().register_version("churn", *sha256, "").ok());
   }
   EndpointStore& endpoints() { return registry_->endpoints(); }
 
@@ -65,7 +66,8 @@ TEST_F(EndpointStoreTest, DeployCanaryPromoteAndRollBack) {
 TEST_F(EndpointStoreTest, BadRequestsChangeNothing) {
   EXPECT_EQ(endpoints().deploy("web", "churn", 9).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(endpoints().deploy("web", "ghost", 1).status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(endpoints().deploy("web", "churn", 1, 5.0).status().code(), StatusCode::kFailedPrecondition);  // no endpoint
+  EXPECT_EQ(endpoints().deploy("web", "churn", 1, 5.0).status().code(),
+            StatusCode::kFailedPrecondition);  // no endpoint
   EXPECT_EQ(endpoints().deploy("../web", "churn", 1).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(endpoints().rollback("web").status().code(), StatusCode::kNotFound);
   ASSERT_TRUE(endpoints().deploy("web", "churn", 1).ok());
@@ -84,7 +86,8 @@ TEST(EndpointRoutes, ParseWhatFormatWritesAndRefuseTheRest) {
   auto parsed = parse_routes(format_routes(routes));
   ASSERT_TRUE(parsed.ok());
   EXPECT_EQ(format_routes(*parsed), "churn@4=12.5,churn-v2.b@3=87.5");
-  for (const char* bad : {"churn", "churn@x=10", "churn@1", "churn@1=abc", "churn@0=100", "churn@1=-3", "churn@1=101"}) {
+  for (const char* bad :
+       {"churn", "churn@x=10", "churn@1", "churn@1=abc", "churn@0=100", "churn@1=-3", "churn@1=101"}) {
     EXPECT_FALSE(parse_routes(bad).ok()) << bad;
   }
 }
