@@ -282,6 +282,38 @@ struct Endpoint {
   std::int64_t revision = 0;            // +1 per change
   std::string updated_by;
   std::int64_t updated_ms = 0;
+  // When a route other than the main one fails a request: "main" answers it with the main route
+  // (marked degraded), "none" returns the failure.
+  std::string fallback = "none";
+};
+
+// When a canary step passes: each limit compares the canary with the stable version over the
+// step's interval, once both have min_requests requests in it.
+struct RolloutCriteria {
+  double max_error_rate_increase = 0.01;  // canary's share of failed requests minus stable's
+  double max_p99_ratio = 2.0;             // canary p99 / stable p99 (a difference under 1 ms passes)
+  double max_divergence = 0.3;            // Jensen-Shannon distance of their score distributions
+  std::int64_t min_requests = 50;
+};
+std::string format_criteria(const RolloutCriteria& criteria);
+Result<RolloutCriteria> parse_criteria(std::string_view text);
+
+// A canary rollout in steps: the canary's share goes through `steps` (ending at 100), one step
+// an interval, while a server's analysis passes it; a failed check rolls back to the stable
+// version. A server drives it (and picks it up again after a restart, from the stored step).
+struct Rollout {
+  std::string endpoint;
+  EndpointRoute canary;  // percent: its share now
+  EndpointRoute stable;
+  std::vector<double> steps;
+  std::int64_t interval_ms = 0;
+  std::size_t step = 0;  // index into steps
+  std::int64_t step_started_ms = 0;
+  std::string state;       // running, promoted, rolled_back, stopped (a manual change ended it)
+  std::string reason;      // why it ended
+  std::string last_check;  // the last analysis, in words
+  RolloutCriteria criteria;
+  std::int64_t updated_ms = 0;
 };
 
 // Endpoint names: as model names (an endpoint may share its name with a model; the endpoint then
@@ -301,6 +333,26 @@ class EndpointStore {
   // Returns to the configuration the last change replaced (which becomes the one to return to).
   // FailedPrecondition when there is none.
   Result<Endpoint> rollback(const std::string& endpoint);
+  // deploy, promote and rollback stop a running rollout of the endpoint (state "stopped").
+
+  // "main" or "none" (Endpoint::fallback). NotFound for an unknown endpoint.
+  Status set_fallback(const std::string& endpoint, const std::string& fallback);
+
+  // Starts a rollout of `version` of `model` on an existing endpoint: the canary at steps[0]
+  // against the endpoint's main route. `steps` rise strictly and end at 100; the interval is at
+  // least a second. Replaces an ended rollout; FailedPrecondition while one is running.
+  Result<Rollout> start_rollout(const std::string& endpoint, const std::string& model, std::int64_t version,
+                                const std::vector<double>& steps, std::int64_t interval_ms,
+                                const RolloutCriteria& criteria);
+  // The analysis of step `step` passed (`check` says how): the next step, or at the last the
+  // canary takes all traffic (promoted). FailedPrecondition, changing nothing, unless the rollout
+  // is running at that step (another server moved it first).
+  Result<Rollout> advance_rollout(const std::string& endpoint, std::size_t step, const std::string& check);
+  // The analysis of step `step` failed: all traffic back to the stable version (rolled_back),
+  // with `reason`. FailedPrecondition as advance_rollout's.
+  Result<Rollout> fail_rollout(const std::string& endpoint, std::size_t step, const std::string& reason);
+  Result<std::optional<Rollout>> rollout(const std::string& endpoint);
+  Result<std::vector<Rollout>> running_rollouts();
   Result<std::optional<Endpoint>> get(const std::string& endpoint);
   // By name.
   Result<std::vector<Endpoint>> list();

@@ -69,6 +69,10 @@ struct DeployFlags {
   std::string reference;         // NAME@VERSION (or NAME@ALIAS, NAME), resolved to a version now
   std::optional<double> canary;  // --canary PERCENT: that share to the new version
   bool promote = false;          // --promote: the canary takes all traffic
+  std::string steps;             // --steps 10,50,100: a rollout in steps, with analysis
+  std::string interval = "2m";   // --interval: each step's length
+  registry::RolloutCriteria criteria;
+  std::string fallback;  // --fallback main|none
 };
 // Routes an endpoint to a model version (all traffic, or a canary share), or promotes its canary.
 int run_deploy(const GlobalOptions& global, const DeployFlags& flags);
@@ -76,6 +80,8 @@ int run_deploy(const GlobalOptions& global, const DeployFlags& flags);
 int run_rollback(const GlobalOptions& global, const std::string& endpoint);
 // Every endpoint with its routes and rollback target.
 int run_endpoints(const GlobalOptions& global);
+// The endpoint's rollout: step, shares, the last analysis, the verdict.
+int run_rollout_status(const GlobalOptions& global, const std::string& endpoint);
 // Serving configuration flags shared by `serve` (server-wide defaults) and `serving-config`
 // (one model): the keys of serve::serving_config_keys() given on the command line.
 // The flags are generated from serve::serving_config_declarations().

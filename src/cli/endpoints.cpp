@@ -1,5 +1,7 @@
 // slipway deploy, rollback and endpoints: names clients call, routed to pinned model versions.
 #include <cmath>
+#include <cstdlib>
+#include <memory>
 #include <ostream>
 
 #include <fmt/format.h>
@@ -24,7 +26,7 @@ struct EndpointResult : CommandResult {
   void write_json(JsonWriter& json) const override { registry::write_endpoint_json(json, endpoint); }
   void write_text(std::ostream& out) const override {
     out << "endpoint " << endpoint.name << " (revision " << endpoint.revision << "): " << routes_text(endpoint.routes)
-        << "\n";
+        << (endpoint.fallback == "main" ? "; falls back to its main route" : "") << "\n";
     if (!endpoint.previous.empty()) {
       out << "was: " << routes_text(endpoint.previous) << "; `slipway rollback " << endpoint.name
           << "` returns to it\n";
@@ -43,30 +45,116 @@ struct EndpointListResult : CommandResult {
   void write_text(std::ostream& out) const override {
     std::vector<std::vector<std::string>> rows;
     for (const auto& endpoint : endpoints) {
-      rows.push_back({endpoint.name, routes_text(endpoint.routes), routes_text(endpoint.previous),
+      rows.push_back({endpoint.name, routes_text(endpoint.routes), routes_text(endpoint.previous), endpoint.fallback,
                       std::to_string(endpoint.revision), endpoint.updated_by, format_time_ms(endpoint.updated_ms)});
     }
-    print_table(out, {"endpoint", "routes", "rollback to", "revision", "by", "updated"}, rows);
+    print_table(out, {"endpoint", "routes", "rollback to", "fallback", "revision", "by", "updated"}, rows);
   }
 };
 
-Result<EndpointResult> deploy(const GlobalOptions& global, const DeployFlags& flags) {
-  if (flags.promote != flags.reference.empty()) {
-    return invalid_argument("give the version to deploy (NAME@VERSION), or --promote to promote the canary");
+std::string rollout_state(const registry::Rollout& rollout) {
+  if (rollout.state == "running") {
+    return fmt::format("running: step {} of {}, canary at {}%", rollout.step + 1, rollout.steps.size(),
+                       format_config_number(rollout.steps[rollout.step]));
+  }
+  return rollout.state + (rollout.reason.empty() ? "" : ": " + rollout.reason);
+}
+
+struct RolloutResult : CommandResult {
+  registry::Rollout rollout;
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("endpoint").value(rollout.endpoint);
+    json.key("canary").value(rollout.canary.reference()).key("stable").value(rollout.stable.reference());
+    json.key("steps").begin_array();
+    for (double step : rollout.steps) json.value(step);
+    json.end_array();
+    json.key("step").value(static_cast<std::uint64_t>(rollout.step)).key("interval_ms").value(rollout.interval_ms);
+    json.key("canary_percent").value(rollout.canary.percent).key("state").value(rollout.state);
+    json.key("reason").value(rollout.reason).key("last_check").value(rollout.last_check);
+    json.key("criteria").value(registry::format_criteria(rollout.criteria));
+    json.key("step_started_ms").value(rollout.step_started_ms).key("updated_ms").value(rollout.updated_ms);
+    json.end_object();
+  }
+  void write_text(std::ostream& out) const override {
+    out << "rollout of " << rollout.canary.reference() << " on endpoint " << rollout.endpoint << " against "
+        << rollout.stable.reference() << "\n";
+    std::string steps;
+    for (std::size_t index = 0; index < rollout.steps.size(); ++index) {
+      std::string step = format_config_number(rollout.steps[index]) + "%";
+      steps +=
+          (index == 0 ? "" : " -> ") + (index == rollout.step && rollout.state == "running" ? "[" + step + "]" : step);
+    }
+    out << "steps      " << steps << ", " << rollout.interval_ms / 1000.0 << " s each\n";
+    out << "state      " << rollout_state(rollout) << "\n";
+    out << "criteria   " << registry::format_criteria(rollout.criteria) << "\n";
+    if (!rollout.last_check.empty()) out << "last check " << rollout.last_check << "\n";
+    if (rollout.state == "running") {
+      out << "a running `slipway serve` on this workspace moves it on; `slipway rollback " << rollout.endpoint
+          << "` stops it and returns to the routes before\n";
+    }
+  }
+};
+
+Result<std::unique_ptr<CommandResult>> deploy(const GlobalOptions& global, const DeployFlags& flags) {
+  bool only_fallback = flags.reference.empty() && !flags.promote && !flags.fallback.empty();
+  if (!only_fallback && flags.promote != flags.reference.empty()) {
+    return invalid_argument(
+        "give the version to deploy (NAME@VERSION), --promote to promote the canary, or "
+        "--fallback alone to change the fallback");
   }
   if (flags.canary && flags.promote) return invalid_argument("--canary and --promote do not go together");
+  if (!flags.steps.empty() && (flags.canary || flags.promote)) {
+    return invalid_argument("--steps starts a rollout of REF; it does not go with --canary or --promote");
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto interval, parse_duration("--interval", flags.interval));
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kWrite));
-  EndpointResult result;
+  auto endpoint_result = [&]() -> Result<std::unique_ptr<CommandResult>> {
+    if (!flags.fallback.empty())
+      SLIPWAY_RETURN_IF_ERROR(store->endpoints().set_fallback(flags.endpoint, flags.fallback));
+    SLIPWAY_ASSIGN_OR_RETURN(auto endpoint, store->endpoints().get(flags.endpoint));
+    if (!endpoint) return not_found("no endpoint named '" + flags.endpoint + "'");
+    auto result = std::make_unique<EndpointResult>();
+    result->endpoint = std::move(*endpoint);
+    return std::unique_ptr<CommandResult>(std::move(result));
+  };
+  if (only_fallback) return endpoint_result();
   if (flags.promote) {
-    SLIPWAY_ASSIGN_OR_RETURN(result.endpoint, store->endpoints().promote(flags.endpoint));
-    return result;
+    SLIPWAY_RETURN_IF_ERROR(store->endpoints().promote(flags.endpoint).status());
+    return endpoint_result();
   }
   SLIPWAY_ASSIGN_OR_RETURN(auto parsed, registry::parse_model_reference(flags.reference));
   // Aliases and "latest" are resolved now: an endpoint routes to pinned versions, so moving an
   // alias later does not change what it serves.
   SLIPWAY_ASSIGN_OR_RETURN(auto version, store->models().resolve(parsed.first, parsed.second));
-  SLIPWAY_ASSIGN_OR_RETURN(result.endpoint,
-                           store->endpoints().deploy(flags.endpoint, version.model, version.version, flags.canary));
+  if (!flags.steps.empty()) {
+    std::vector<double> steps;
+    for (const auto& item : config_detail::split_list(flags.steps)) {
+      char* end = nullptr;
+      double step = std::strtod(item.c_str(), &end);
+      if (item.empty() || end != item.c_str() + item.size()) {
+        return invalid_argument("--steps takes percentages such as 10,50,100; '" + item + "' is not one");
+      }
+      steps.push_back(step);
+    }
+    if (!flags.fallback.empty())
+      SLIPWAY_RETURN_IF_ERROR(store->endpoints().set_fallback(flags.endpoint, flags.fallback));
+    auto result = std::make_unique<RolloutResult>();
+    SLIPWAY_ASSIGN_OR_RETURN(result->rollout,
+                             store->endpoints().start_rollout(flags.endpoint, version.model, version.version, steps,
+                                                              interval.count(), flags.criteria));
+    return std::unique_ptr<CommandResult>(std::move(result));
+  }
+  SLIPWAY_RETURN_IF_ERROR(
+      store->endpoints().deploy(flags.endpoint, version.model, version.version, flags.canary).status());
+  return endpoint_result();
+}
+
+Result<RolloutResult> rollout_status(const GlobalOptions& global, const std::string& endpoint) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kReadOnly));
+  SLIPWAY_ASSIGN_OR_RETURN(auto rollout, store->endpoints().rollout(endpoint));
+  if (!rollout) return not_found("endpoint '" + endpoint + "' has had no rollout; start one with deploy --steps");
+  RolloutResult result;
+  result.rollout = std::move(*rollout);
   return result;
 }
 
@@ -86,7 +174,15 @@ Result<EndpointListResult> list_endpoints(const GlobalOptions& global) {
 
 }  // namespace
 
-int run_deploy(const GlobalOptions& global, const DeployFlags& flags) { return render(global, deploy(global, flags)); }
+int run_deploy(const GlobalOptions& global, const DeployFlags& flags) {
+  auto result = deploy(global, flags);
+  if (!result.ok()) return fail(result.status());
+  return render(global, **result);
+}
+
+int run_rollout_status(const GlobalOptions& global, const std::string& endpoint) {
+  return render(global, rollout_status(global, endpoint));
+}
 
 int run_rollback(const GlobalOptions& global, const std::string& endpoint) {
   return render(global, rollback(global, endpoint));

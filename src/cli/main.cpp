@@ -148,11 +148,41 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   deploy_command->add_option("--canary", deploy.canary,
                              "Send this percentage of requests to REF, the rest to the endpoint's current version");
   deploy_command->add_flag("--promote", deploy.promote, "Send all traffic to the canary");
+  deploy_command->add_option("--steps", deploy.steps,
+                             "A rollout: the canary's share step by step, e.g. 10,50,100; a running server moves it "
+                             "on when a step's analysis passes and rolls back when one fails");
+  deploy_command->add_option("--interval", deploy.interval, "With --steps: each step's length")->capture_default_str();
+  deploy_command
+      ->add_option("--max-error-rate-increase", deploy.criteria.max_error_rate_increase,
+                   "With --steps: the canary's error rate may exceed the stable version's by this much")
+      ->capture_default_str();
+  deploy_command
+      ->add_option("--max-p99-ratio", deploy.criteria.max_p99_ratio,
+                   "With --steps: the canary's p99 may be this many times the stable version's (or within 1 ms)")
+      ->capture_default_str();
+  deploy_command
+      ->add_option("--max-divergence", deploy.criteria.max_divergence,
+                   "With --steps: the largest Jensen-Shannon distance between their score distributions")
+      ->capture_default_str();
+  deploy_command
+      ->add_option("--min-requests", deploy.criteria.min_requests,
+                   "With --steps: requests each version needs in a step before it is judged")
+      ->capture_default_str();
+  deploy_command
+      ->add_option("--fallback", deploy.fallback,
+                   "main: a request another route fails is answered by the main route (marked degraded); "
+                   "none: the failure is returned")
+      ->check(CLI::IsMember({"main", "none"}));
   std::string endpoint_name;
   auto* rollback_command =
       app.add_subcommand("rollback", "Return an endpoint to the configuration its last change replaced");
   rollback_command->add_option("ENDPOINT", endpoint_name, "Endpoint name")->required();
   auto* endpoints_command = app.add_subcommand("endpoints", "List endpoints: routes, rollback target, revision");
+  auto* rollout_command = app.add_subcommand("rollout", "Rollouts in steps");
+  rollout_command->require_subcommand(1);
+  auto* rollout_status_command =
+      rollout_command->add_subcommand("status", "The endpoint's rollout: step, shares, last analysis, verdict");
+  rollout_status_command->add_option("ENDPOINT", endpoint_name, "Endpoint name")->required();
 
   ServeOptions serve_options;
   auto* serve_command = app.add_subcommand("serve", "Serve every registered model over KServe v2 HTTP");
@@ -411,6 +441,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (deploy_command->parsed()) return run_deploy(global, deploy);
   if (rollback_command->parsed()) return run_rollback(global, endpoint_name);
   if (endpoints_command->parsed()) return run_endpoints(global);
+  if (rollout_status_command->parsed()) return run_rollout_status(global, endpoint_name);
   // The serving config keys given on a command line.
   auto given_keys = [](CLI::App* command, ServingConfigFlags& flags) {
     for (const auto& key : slipway::serve::serving_config_declarations()) {

@@ -19,9 +19,10 @@ bool routes_sum_to_100(const std::vector<EndpointRoute>& routes) {
 }
 
 Result<std::optional<Endpoint>> read_endpoint(SqlTransaction& sql, const std::string& name) {
-  SLIPWAY_ASSIGN_OR_RETURN(auto row, sql.query_row("SELECT routes, previous_routes, revision, updated_by, updated_ms "
-                                                   "FROM endpoints WHERE name = ?",
-                                                   {name}));
+  SLIPWAY_ASSIGN_OR_RETURN(auto row,
+                           sql.query_row("SELECT routes, previous_routes, revision, updated_by, updated_ms, fallback "
+                                         "FROM endpoints WHERE name = ?",
+                                         {name}));
   if (!row) return std::optional<Endpoint>();
   Endpoint endpoint;
   endpoint.name = name;
@@ -30,6 +31,7 @@ Result<std::optional<Endpoint>> read_endpoint(SqlTransaction& sql, const std::st
   endpoint.revision = row->integer(2);
   endpoint.updated_by = row->text(3);
   endpoint.updated_ms = row->integer(4);
+  endpoint.fallback = row->text(5);
   return std::optional<Endpoint>(std::move(endpoint));
 }
 
@@ -102,9 +104,9 @@ namespace {
 using NextRoutes = std::function<Result<std::vector<EndpointRoute>>(SqlTransaction&, const std::optional<Endpoint>&)>;
 
 // One change of an endpoint, in one transaction with its audit entry: the current routes become
-// the previous ones, the revision goes up.
+// the previous ones, the revision goes up. A change made by hand stops a running rollout.
 Result<Endpoint> change_endpoint(StoreContext& context, const std::string& endpoint, std::string_view action,
-                                 const NextRoutes& next) {
+                                 const NextRoutes& next, bool stops_rollout = true) {
   if (Status valid = validate_model_name(endpoint); !valid.ok()) {
     return invalid_argument("invalid endpoint name '" + endpoint + "': endpoint names follow the rules of model names");
   }
@@ -112,6 +114,13 @@ Result<Endpoint> change_endpoint(StoreContext& context, const std::string& endpo
   SLIPWAY_RETURN_IF_ERROR(context.backend->write([&](SqlTransaction& sql) -> Status {
     SLIPWAY_ASSIGN_OR_RETURN(std::optional<Endpoint> current, read_endpoint(sql, endpoint));
     SLIPWAY_ASSIGN_OR_RETURN(std::vector<EndpointRoute> routes, next(sql, current));
+    if (stops_rollout) {
+      SLIPWAY_RETURN_IF_ERROR(
+          sql.execute("UPDATE rollouts SET state = 'stopped', reason = ?, updated_ms = ? "
+                      "WHERE endpoint = ? AND state = 'running'",
+                      {"stopped by " + std::string(action) + " (" + context.actor + ")", unix_time_ms(), endpoint})
+              .status());
+    }
     if (routes.empty() || !routes_sum_to_100(routes)) {
       return internal_error("endpoint routes must sum to 100%: " + format_routes(routes));
     }
@@ -143,6 +152,113 @@ Result<Endpoint> change_endpoint(StoreContext& context, const std::string& endpo
     return {};
   }));
   return changed;
+}
+
+Result<EndpointRoute> parse_reference(std::string_view text) {
+  auto at = text.find('@');
+  EndpointRoute route;
+  route.model = std::string(text.substr(0, at));
+  if (at == std::string_view::npos)
+    return data_loss("rollout version '" + std::string(text) + "' is not MODEL@VERSION");
+  auto parsed = std::from_chars(text.data() + at + 1, text.data() + text.size(), route.version);
+  if (parsed.ptr != text.data() + text.size() || route.version < 1) {
+    return data_loss("rollout version '" + std::string(text) + "' is not MODEL@VERSION");
+  }
+  return route;
+}
+
+std::string format_steps(const std::vector<double>& steps) {
+  std::string text;
+  for (double step : steps) text += (text.empty() ? "" : ",") + format_config_number(step);
+  return text;
+}
+
+Result<std::vector<double>> parse_steps(std::string_view text) {
+  std::vector<double> steps;
+  for (const std::string& item : config_detail::split_list(std::string(text))) {
+    double value = 0.0;
+    auto parsed = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (parsed.ptr != item.data() + item.size()) return invalid_argument("rollout step '" + item + "' is not a number");
+    steps.push_back(value);
+  }
+  return steps;
+}
+
+Status check_steps(const std::vector<double>& steps) {
+  if (steps.empty() || steps.back() != 100.0) return invalid_argument("rollout steps must end at 100 (e.g. 10,50,100)");
+  double before = 0.0;
+  for (double step : steps) {
+    if (!(step > before && step <= 100)) {
+      return invalid_argument("rollout steps must rise strictly from above 0 to 100, e.g. 10,50,100; got " +
+                              format_steps(steps));
+    }
+    before = step;
+  }
+  return {};
+}
+
+Result<std::optional<Rollout>> read_rollout(SqlTransaction& sql, const std::string& endpoint) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto row, sql.query_row("SELECT canary, stable, steps, interval_ms, step, step_started_ms, "
+                                                   "state, reason, last_check, criteria, updated_ms FROM rollouts "
+                                                   "WHERE endpoint = ?",
+                                                   {endpoint}));
+  if (!row) return std::optional<Rollout>();
+  Rollout rollout;
+  rollout.endpoint = endpoint;
+  SLIPWAY_ASSIGN_OR_RETURN(rollout.canary, parse_reference(row->text(0)));
+  SLIPWAY_ASSIGN_OR_RETURN(rollout.stable, parse_reference(row->text(1)));
+  SLIPWAY_ASSIGN_OR_RETURN(rollout.steps, parse_steps(row->text(2)));
+  rollout.interval_ms = row->integer(3);
+  rollout.step = static_cast<std::size_t>(row->integer(4));
+  if (!check_steps(rollout.steps).ok() || rollout.step >= rollout.steps.size()) {
+    return data_loss("the rollout of endpoint '" + endpoint + "' is damaged (steps " + row->text(2) + ")");
+  }
+  rollout.step_started_ms = row->integer(5);
+  rollout.state = row->text(6);
+  rollout.reason = row->text(7);
+  rollout.last_check = row->text(8);
+  SLIPWAY_ASSIGN_OR_RETURN(rollout.criteria, parse_criteria(row->text(9)));
+  rollout.updated_ms = row->integer(10);
+  bool promoted = rollout.state == "promoted";
+  bool rolled_back = rollout.state == "rolled_back";
+  rollout.canary.percent = rolled_back ? 0.0 : promoted ? 100.0 : rollout.steps[rollout.step];
+  rollout.stable.percent = 100.0 - rollout.canary.percent;
+  return std::optional<Rollout>(std::move(rollout));
+}
+
+// The routes at a canary share: the canary first, the stable version with the rest.
+std::vector<EndpointRoute> split(const Rollout& rollout, double canary_percent) {
+  EndpointRoute canary = rollout.canary;
+  EndpointRoute stable = rollout.stable;
+  canary.percent = canary_percent;
+  stable.percent = 100.0 - canary_percent;
+  if (canary_percent >= 100.0) return {canary};
+  if (canary_percent <= 0.0) return {stable};
+  return {canary, stable};
+}
+
+// The running rollout of `endpoint` at `step`; FailedPrecondition otherwise.
+Result<Rollout> running_at(SqlTransaction& sql, const std::string& endpoint, std::size_t step) {
+  SLIPWAY_ASSIGN_OR_RETURN(std::optional<Rollout> rollout, read_rollout(sql, endpoint));
+  if (!rollout || rollout->state != "running" || rollout->step != step) {
+    return failed_precondition("endpoint '" + endpoint + "' has no rollout running at step " + std::to_string(step));
+  }
+  return std::move(*rollout);
+}
+
+Status write_rollout(SqlTransaction& sql, const Rollout& rollout) {
+  return sql
+      .execute(
+          "INSERT INTO rollouts(endpoint, canary, stable, steps, interval_ms, step, step_started_ms, state, "
+          "reason, last_check, criteria, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+          "ON CONFLICT(endpoint) DO UPDATE SET canary = excluded.canary, stable = excluded.stable, "
+          "steps = excluded.steps, interval_ms = excluded.interval_ms, step = excluded.step, "
+          "step_started_ms = excluded.step_started_ms, state = excluded.state, reason = excluded.reason, "
+          "last_check = excluded.last_check, criteria = excluded.criteria, updated_ms = excluded.updated_ms",
+          {rollout.endpoint, rollout.canary.reference(), rollout.stable.reference(), format_steps(rollout.steps),
+           rollout.interval_ms, static_cast<std::int64_t>(rollout.step), rollout.step_started_ms, rollout.state,
+           rollout.reason, rollout.last_check, format_criteria(rollout.criteria), rollout.updated_ms})
+      .status();
 }
 
 Status no_endpoint(const std::string& endpoint) {
@@ -230,6 +346,159 @@ Result<std::vector<Endpoint>> EndpointStore::list() {
     return {};
   }));
   return endpoints;
+}
+
+std::string format_criteria(const RolloutCriteria& criteria) {
+  return "max_error_rate_increase=" + format_config_number(criteria.max_error_rate_increase) +
+         ",max_p99_ratio=" + format_config_number(criteria.max_p99_ratio) +
+         ",max_divergence=" + format_config_number(criteria.max_divergence) +
+         ",min_requests=" + std::to_string(criteria.min_requests);
+}
+
+Result<RolloutCriteria> parse_criteria(std::string_view text) {
+  RolloutCriteria criteria;
+  for (const std::string& item : config_detail::split_list(std::string(text))) {
+    auto equals = item.find('=');
+    std::string key = item.substr(0, equals);
+    double value = 0.0;
+    const char* end = item.data() + item.size();
+    if (equals == std::string::npos || std::from_chars(item.data() + equals + 1, end, value).ptr != end ||
+        !std::isfinite(value) || value < 0) {
+      return invalid_argument("rollout criterion '" + item + "' is not NAME=NUMBER (a number >= 0)");
+    }
+    if (key == "max_error_rate_increase") {
+      criteria.max_error_rate_increase = value;
+    } else if (key == "max_p99_ratio") {
+      criteria.max_p99_ratio = value;
+    } else if (key == "max_divergence") {
+      criteria.max_divergence = value;
+    } else if (key == "min_requests") {
+      criteria.min_requests = static_cast<std::int64_t>(value);
+    } else {
+      return invalid_argument("unknown rollout criterion '" + key +
+                              "'; there are max_error_rate_increase, max_p99_ratio, max_divergence, min_requests");
+    }
+  }
+  return criteria;
+}
+
+Status EndpointStore::set_fallback(const std::string& endpoint, const std::string& fallback) {
+  if (fallback != "main" && fallback != "none") {
+    return invalid_argument("fallback must be 'main' (answer with the main route when another fails) or 'none'");
+  }
+  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(std::int64_t changed,
+                             sql.execute("UPDATE endpoints SET fallback = ? WHERE name = ?", {fallback, endpoint}));
+    if (changed == 0) return no_endpoint(endpoint);
+    return append_audit(sql, *context_, "endpoint.fallback", endpoint + " " + fallback);
+  });
+}
+
+Result<Rollout> EndpointStore::start_rollout(const std::string& endpoint, const std::string& model,
+                                             std::int64_t version, const std::vector<double>& steps,
+                                             std::int64_t interval_ms, const RolloutCriteria& criteria) {
+  SLIPWAY_RETURN_IF_ERROR(validate_model_name(model));
+  SLIPWAY_RETURN_IF_ERROR(check_steps(steps));
+  if (interval_ms < 1000) return invalid_argument("the rollout interval must be at least 1s");
+  Rollout started;
+  auto next = [&](SqlTransaction& sql, const std::optional<Endpoint>& current) -> Result<std::vector<EndpointRoute>> {
+    SLIPWAY_RETURN_IF_ERROR(check_version_exists(sql, model, version));
+    if (!current) {
+      return failed_precondition("endpoint '" + endpoint + "' does not exist yet: deploy a version to it first, to " +
+                                 "have something to roll the canary out against");
+    }
+    SLIPWAY_ASSIGN_OR_RETURN(std::optional<Rollout> earlier, read_rollout(sql, endpoint));
+    if (earlier && earlier->state == "running") {
+      return failed_precondition("endpoint '" + endpoint + "' has a rollout running (of " +
+                                 earlier->canary.reference() + "); stop it with deploy, promote or rollback first");
+    }
+    const EndpointRoute* main = &current->routes.front();
+    for (const auto& route : current->routes) {
+      if (route.percent > main->percent) main = &route;
+    }
+    if (main->model == model && main->version == version) {
+      return failed_precondition("endpoint '" + endpoint + "' already sends most of its traffic to " +
+                                 main->reference());
+    }
+    started = Rollout{endpoint,
+                      {model, version, 0.0},
+                      *main,
+                      steps,
+                      interval_ms,
+                      0,
+                      unix_time_ms(),
+                      steps.front() >= 100.0 ? "promoted" : "running",
+                      "",
+                      "",
+                      criteria,
+                      unix_time_ms()};
+    SLIPWAY_RETURN_IF_ERROR(write_rollout(sql, started));
+    return split(started, steps.front());
+  };
+  SLIPWAY_RETURN_IF_ERROR(change_endpoint(*context_, endpoint, "endpoint.rollout", next, false).status());
+  SLIPWAY_ASSIGN_OR_RETURN(std::optional<Rollout> changed, rollout(endpoint));
+  if (!changed) return internal_error("the rollout of endpoint '" + endpoint + "' vanished");
+  return std::move(*changed);
+}
+
+Result<Rollout> EndpointStore::advance_rollout(const std::string& endpoint, std::size_t step,
+                                               const std::string& check) {
+  auto next = [&](SqlTransaction& sql, const std::optional<Endpoint>&) -> Result<std::vector<EndpointRoute>> {
+    SLIPWAY_ASSIGN_OR_RETURN(Rollout rollout, running_at(sql, endpoint, step));
+    rollout.step = step + 1;
+    rollout.step_started_ms = unix_time_ms();
+    rollout.updated_ms = rollout.step_started_ms;
+    rollout.last_check = check;
+    if (rollout.steps[rollout.step] >= 100.0) {
+      rollout.state = "promoted";
+      rollout.reason = "every step passed its analysis";
+    }
+    SLIPWAY_RETURN_IF_ERROR(write_rollout(sql, rollout));
+    return split(rollout, rollout.steps[rollout.step]);
+  };
+  SLIPWAY_RETURN_IF_ERROR(change_endpoint(*context_, endpoint, "rollout.advance", next, false).status());
+  SLIPWAY_ASSIGN_OR_RETURN(std::optional<Rollout> changed, rollout(endpoint));
+  if (!changed) return internal_error("the rollout of endpoint '" + endpoint + "' vanished");
+  return std::move(*changed);
+}
+
+Result<Rollout> EndpointStore::fail_rollout(const std::string& endpoint, std::size_t step, const std::string& reason) {
+  auto next = [&](SqlTransaction& sql, const std::optional<Endpoint>&) -> Result<std::vector<EndpointRoute>> {
+    SLIPWAY_ASSIGN_OR_RETURN(Rollout rollout, running_at(sql, endpoint, step));
+    rollout.state = "rolled_back";
+    rollout.reason = reason;
+    rollout.last_check = reason;
+    rollout.updated_ms = unix_time_ms();
+    SLIPWAY_RETURN_IF_ERROR(write_rollout(sql, rollout));
+    return split(rollout, 0.0);
+  };
+  SLIPWAY_RETURN_IF_ERROR(change_endpoint(*context_, endpoint, "rollout.rollback", next, false).status());
+  SLIPWAY_ASSIGN_OR_RETURN(std::optional<Rollout> changed, rollout(endpoint));
+  if (!changed) return internal_error("the rollout of endpoint '" + endpoint + "' vanished");
+  return std::move(*changed);
+}
+
+Result<std::optional<Rollout>> EndpointStore::rollout(const std::string& endpoint) {
+  std::optional<Rollout> found;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->read([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(found, read_rollout(sql, endpoint));
+    return {};
+  }));
+  return found;
+}
+
+Result<std::vector<Rollout>> EndpointStore::running_rollouts() {
+  std::vector<Rollout> running;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->read([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(auto rows, sql.query("SELECT endpoint FROM rollouts WHERE state = 'running' "
+                                                  "ORDER BY endpoint"));
+    for (const auto& row : rows) {
+      SLIPWAY_ASSIGN_OR_RETURN(std::optional<Rollout> rollout, read_rollout(sql, row.text(0)));
+      if (rollout) running.push_back(std::move(*rollout));
+    }
+    return {};
+  }));
+  return running;
 }
 
 }  // namespace slipway::registry

@@ -62,10 +62,21 @@ CREATE TABLE endpoints(
   revision INTEGER NOT NULL, updated_by TEXT NOT NULL, updated_ms INTEGER NOT NULL);
 )sql";
 
+// Canary rollouts in steps, driven by a server, and each endpoint's fallback.
+constexpr std::string_view kRollouts = R"sql(
+CREATE TABLE rollouts(
+  endpoint TEXT PRIMARY KEY, canary TEXT NOT NULL, stable TEXT NOT NULL, steps TEXT NOT NULL,
+  interval_ms INTEGER NOT NULL, step INTEGER NOT NULL, step_started_ms INTEGER NOT NULL,
+  state TEXT NOT NULL, reason TEXT NOT NULL, last_check TEXT NOT NULL, criteria TEXT NOT NULL,
+  updated_ms INTEGER NOT NULL);
+ALTER TABLE endpoints ADD COLUMN fallback TEXT NOT NULL DEFAULT 'none';
+)sql";
+
 constexpr std::array kMigrations = {
     Migration{1, "initial_schema", kInitialSchema},
     Migration{2, "run_owner", kRunOwner},
     Migration{3, "endpoints", kEndpoints},
+    Migration{4, "rollouts", kRollouts},
 };
 
 }  // namespace

@@ -269,6 +269,11 @@ void ServerMetrics::record_endpoint(std::string_view endpoint, std::string_view 
   ++entry(endpoint_requests_, endpoint, route);
 }
 
+void ServerMetrics::record_fallback(std::string_view endpoint, std::string_view route) {
+  std::lock_guard lock(mutex_);
+  ++entry(endpoint_fallbacks_, endpoint, route);
+}
+
 void ServerMetrics::set_cache_bytes(std::size_t bytes) {
   std::lock_guard lock(mutex_);
   cache_enabled_ = true;
@@ -436,6 +441,16 @@ std::string ServerMetrics::prometheus_text() const {
     out += "# TYPE slipway_endpoint_requests_total counter\n";
     for (const auto& [key, count] : endpoint_requests_) {
       out += "slipway_endpoint_requests_total{endpoint=\"" + label_value(key.first) + "\",route=\"" +
+             label_value(key.second) + "\"} " + std::to_string(count) + "\n";
+    }
+  }
+  if (!endpoint_fallbacks_.empty()) {
+    out +=
+        "# HELP slipway_endpoint_fallbacks_total Requests a route failed that the endpoint's main route answered "
+        "(degraded).\n";
+    out += "# TYPE slipway_endpoint_fallbacks_total counter\n";
+    for (const auto& [key, count] : endpoint_fallbacks_) {
+      out += "slipway_endpoint_fallbacks_total{endpoint=\"" + label_value(key.first) + "\",route=\"" +
              label_value(key.second) + "\"} " + std::to_string(count) + "\n";
     }
   }

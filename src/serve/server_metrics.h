@@ -43,6 +43,8 @@ class ServerMetrics {
   // An infer request to `endpoint`, routed to `route` ("model@version"). Endpoints and their
   // routes come from the registry, never from a client, so the series stay bounded.
   void record_endpoint(std::string_view endpoint, std::string_view route);
+  // A request that `route` of `endpoint` failed, answered by the endpoint's main route instead.
+  void record_fallback(std::string_view endpoint, std::string_view route);
   // Triton's statistics extension: {"model_stats": [...]} for every model, or only `model`
   // (and `version`) when given.
   std::string stats_json(std::string_view model, std::string_view version) const;
@@ -112,6 +114,7 @@ class ServerMetrics {
   ByModel<std::int64_t> last_inference_ms_;
   ByModel<std::array<std::uint64_t, 2>> cache_lookups_;  // [hits, misses]
   ByModel<std::uint64_t> endpoint_requests_;             // (endpoint, model@version)
+  ByModel<std::uint64_t> endpoint_fallbacks_;            // (endpoint, the route that failed)
   // (model, version, reason)
   std::map<std::tuple<std::string, std::string, std::string>, std::uint64_t, TripleLess<std::string_view>> failures_;
   ByModel<std::int64_t> pending_;

@@ -116,9 +116,19 @@ std::vector<std::string_view> path_segments(std::string_view target) {
 }
 
 Service::Service(registry::Registry& registry, const ServiceOptions& options)
-    : state_(std::make_unique<State>(registry, options)) {}
+    : state_(std::make_unique<State>(registry, options)) {
+  State* state = state_.get();
+  state_->rollouts = std::make_unique<RolloutController>(registry, options.registry_refresh, [state] {
+    // This server follows the rollout's change at once.
+    std::lock_guard lock(state->endpoints_mutex);
+    state->endpoints = nullptr;
+  });
+}
 
-Service::~Service() = default;
+Service::~Service() {
+  // The controller's thread calls into the state: stopped before anything else goes.
+  state_->rollouts.reset();
+}
 
 bool Service::needs_worker(std::string_view target) {
   auto query = target.find('?');

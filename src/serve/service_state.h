@@ -15,6 +15,7 @@
 
 #include "serve/model_manager.h"
 #include "serve/response_cache.h"
+#include "serve/rollouts.h"
 #include "serve/server_metrics.h"
 #include "slipway/serve.h"
 
@@ -81,6 +82,8 @@ struct Service::State {
   ServerMetrics metrics;  // declared before the manager, whose batchers report to it
   ResponseCache cache;
   ModelManager manager;
+  // Drives rollouts in steps; created by Service and destroyed first (its thread calls back).
+  std::unique_ptr<RolloutController> rollouts;
 
   // Endpoints, re-read from the registry every registry_refresh; requests use the last snapshot.
   using EndpointMap = std::map<std::string, registry::Endpoint, std::less<>>;
@@ -110,7 +113,14 @@ struct Service::State {
                                              const RequestHeaders& headers, std::int64_t* decoded_ns = nullptr);
   static HttpResponse infer_response(const LoadedModel& loaded, const PreparedInfer& prepared,
                                      const model::Predictions& predictions);
-  void infer(const Servable& servable, std::string_view body, const RequestHeaders& headers, const Finish& finish);
+  // `observe`, when given, sees the predictions before the response is written.
+  void infer(const Servable& servable, std::string_view body, const RequestHeaders& headers, const Finish& finish,
+             std::function<void(const model::Predictions&)> observe = nullptr);
+
+  // v2_models.cpp: inference through an endpoint: the route's answer (recorded for any rollout's
+  // analysis), or the main route's when it fails and the endpoint falls back.
+  void infer_endpoint(const registry::Endpoint& endpoint, const Servable& servable, std::string_view body,
+                      const RequestHeaders& headers, const Finish& finish);
 
   // v2_models.cpp: metadata, ready, infer, stats and config of one model. The metric labels are
   // set only for models that exist, so unknown names cannot grow the metrics.

@@ -345,7 +345,7 @@ HttpResponse Service::State::infer_response(const LoadedModel& loaded, const Pre
 }
 
 void Service::State::infer(const Servable& servable, std::string_view body, const RequestHeaders& headers,
-                           const Finish& finish) {
+                           const Finish& finish, std::function<void(const model::Predictions&)> observe) {
   using Stage = ServerMetrics::Stage;
   std::shared_ptr<const LoadedModel> loaded = servable.model;
   const std::string& name = loaded->name;
@@ -373,8 +373,9 @@ void Service::State::infer(const Servable& servable, std::string_view body, cons
   // copied for the cache key only when the model is cached. Only the bundle and names travel with
   // a queued request, so a retired model's memory is freed once its queue drains.
   auto cache_key = cacheable ? std::make_shared<std::string>(body) : nullptr;
-  auto respond = [this, loaded, seconds_since, finish, cacheable, cache_key](const PreparedInfer& request,
-                                                                             const model::Predictions& predictions) {
+  auto respond = [this, loaded, seconds_since, finish, cacheable, cache_key, observe = std::move(observe)](
+                     const PreparedInfer& request, const model::Predictions& predictions) {
+    if (observe) observe(predictions);
     std::int64_t writing = monotonic_ns();
     HttpResponse response = infer_response(*loaded, request, predictions);
     metrics.record_stage(loaded->name, loaded->version_text, Stage::kOutput, seconds_since(writing));

@@ -74,6 +74,49 @@ std::string model_metadata(const Servable& servable, bool single_version) {
 
 }  // namespace
 
+void Service::State::infer_endpoint(const registry::Endpoint& endpoint, const Servable& servable, std::string_view body,
+                                    const RequestHeaders& headers, const Finish& finish) {
+  const LoadedModel& loaded = *servable.model;
+  std::string route = loaded.name + "@" + loaded.version_text;
+  metrics.record_endpoint(endpoint.name, route);
+  const registry::EndpointRoute& main = main_route(endpoint);
+  // A failure of another route is answered by the main one when the endpoint says so: the request
+  // is kept for that (only then, and only for those routes).
+  bool may_fall_back = endpoint.fallback == "main" && main.reference() != route;
+  auto kept = may_fall_back ? std::make_shared<std::pair<std::string, std::string>>(
+                                  std::string(body), std::string(headers.inference_header_length))
+                            : nullptr;
+  auto scores = std::make_shared<std::vector<float>>();
+  auto observe = [scores](const model::Predictions& predictions) {
+    scores->assign(
+        predictions.scores.begin(),
+        predictions.scores.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(predictions.scores.size(), 16)));
+  };
+  std::int64_t started = monotonic_ns();
+  auto answered = [this, name = endpoint.name, route, main = main.reference(), main_model = main.model,
+                   main_version = main.version, kept, scores, started,
+                   finish](HttpResponse response, std::size_t rows) {
+    bool failed = response.status >= 400;
+    // The canary analysis sees the route's own answer, before any fallback.
+    rollouts->record(name, route, failed, static_cast<double>(monotonic_ns() - started) * 1e-6, *scores);
+    // Every answer says which version gave it.
+    response.headers.emplace_back("X-Slipway-Version", route);
+    if (!failed || kept == nullptr) return finish(std::move(response), rows);
+    auto fallback = manager.acquire(main_model, main_version);
+    if (!fallback.ok()) return finish(std::move(response), rows);
+    metrics.record_fallback(name, route);
+    RequestHeaders kept_headers;
+    kept_headers.inference_header_length = kept->second;
+    infer(*fallback, kept->first, kept_headers,
+          [finish, route, main](HttpResponse degraded, std::size_t degraded_rows) {
+            degraded.headers.emplace_back("X-Slipway-Version", main);
+            degraded.headers.emplace_back("X-Slipway-Degraded", "fallback: " + route + " failed");
+            finish(std::move(degraded), degraded_rows);
+          });
+  };
+  infer(servable, body, headers, answered, observe);
+}
+
 void Service::State::handle_model_route(std::string_view method, const std::vector<std::string_view>& segments,
                                         std::string_view body, const RequestHeaders& headers, std::string& metric_model,
                                         std::string& metric_version, const Finish& finish) {
@@ -112,14 +155,13 @@ void Service::State::handle_model_route(std::string_view method, const std::vect
   // versioned ones): infer by the request's route, the rest by the main route.
   std::string model_name = name;
   std::string route_reference;
-  if (!version) {
-    if (auto endpoint = endpoint_named(name); endpoint != nullptr) {
-      const registry::EndpointRoute& route =
-          action == "infer" ? pick_route(*endpoint, headers.route_key) : main_route(*endpoint);
-      model_name = route.model;
-      version = route.version;
-      route_reference = route.reference();
-    }
+  std::shared_ptr<const registry::Endpoint> endpoint = version ? nullptr : endpoint_named(name);
+  if (endpoint != nullptr) {
+    const registry::EndpointRoute& route =
+        action == "infer" ? pick_route(*endpoint, headers.route_key) : main_route(*endpoint);
+    model_name = route.model;
+    version = route.version;
+    route_reference = route.reference();
   }
   auto servable = manager.acquire(model_name, version);
   if (!servable.ok()) {
@@ -137,14 +179,7 @@ void Service::State::handle_model_route(std::string_view method, const std::vect
   metric_model = model_name;
   metric_version = servable->model->version_text;
   if (action == "ready") return ready_answer(true);
-  if (action == "infer" && !route_reference.empty()) {
-    metrics.record_endpoint(name, route_reference);
-    // Every answer says which version gave it.
-    return infer(*servable, body, headers, [finish, route_reference](HttpResponse response, std::size_t rows) {
-      response.headers.emplace_back("X-Slipway-Version", route_reference);
-      finish(std::move(response), rows);
-    });
-  }
+  if (action == "infer" && endpoint != nullptr) return infer_endpoint(*endpoint, *servable, body, headers, finish);
   if (action == "infer") return infer(*servable, body, headers, finish);
   if (action == "config") return answer(json_response(200, config_json(*servable->model)));
   answer(json_response(200, model_metadata(*servable, version.has_value())));

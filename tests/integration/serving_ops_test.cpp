@@ -460,5 +460,105 @@ TEST_F(ServingOps, CanaryPromoteRollbackAndSwitchUnderSteadyLoadLoseNoRequest) {
   stop_server();
 }
 
+// A canary that fails the traffic it gets (it needs an input the clients do not send) is rolled
+// back by the analysis on its own, with the reason recorded, while the fallback answers every
+// client from the stable version.
+TEST_F(ServingOps, ABadCanaryIsRolledBackOnItsOwnWhileFallbackAnswersEveryone) {
+  auto stable = slipway({"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--ignore",
+                         "annual_inc", "--register", "lending"});
+  ASSERT_EQ(stable.exit_code, 0) << stable.err;  // lending@2: works without annual_inc; lending@1 needs it
+  ASSERT_EQ(slipway({"deploy", "web", "lending@2", "--fallback", "main"}).exit_code, 0);
+  int port = start_server({});
+  ASSERT_GT(port, 0);
+  std::string url = "http://127.0.0.1:" + std::to_string(port) + "/v2/models/web/infer";
+  ChildProcess load({slipway_binary(), "--json", "loadtest", url, "--rate", "300", "--duration", "8s", "--csv",
+                     data_path("lending_club.csv"), "--skip", "Class", "--skip", "annual_inc", "--no-progress"});
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  auto started =
+      slipway({"deploy", "web", "lending@1", "--steps", "20,100", "--interval", "30s", "--min-requests", "30"});
+  ASSERT_EQ(started.exit_code, 0) << started.err;
+  EXPECT_NE(started.out.find("running: step 1 of 2, canary at 20%"), std::string::npos) << started.out;
+
+  std::string status;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(6);
+  while (std::chrono::steady_clock::now() < deadline) {
+    status = slipway({"rollout", "status", "web"}).out;
+    if (status.find("rolled_back") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_NE(
+      status.find("state      rolled_back: step 20% failed: error rate 1.0000 against the stable version's 0.0000"),
+      std::string::npos)
+      << status;
+  auto listed = slipway({"--json", "endpoints"});
+  EXPECT_NE(listed.out.find("\"routes\":[{\"model\":\"lending\",\"version\":2,\"percent\":100}]"), std::string::npos)
+      << listed.out;
+
+  std::string report = load.read_line(30000);
+  EXPECT_EQ(load.wait(), 0);
+  auto succeeded = report.find("\"succeeded\":");
+  auto requests = report.find("\"requests\":");
+  ASSERT_NE(succeeded, std::string::npos) << report;
+  EXPECT_EQ(std::stol(report.substr(succeeded + 12)), std::stol(report.substr(requests + 11))) << report;
+  std::string metrics = http_request(port, "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("slipway_endpoint_fallbacks_total{endpoint=\"web\",route=\"lending@1\"}"), std::string::npos)
+      << metrics;
+  auto shown = slipway({"--json", "rollout", "status", "web"});
+  EXPECT_NE(shown.out.find("\"state\":\"rolled_back\""), std::string::npos) << shown.out;
+  stop_server();
+}
+
+// SIGKILL in the middle of a rollout: the registry holds one configuration or the next, never a
+// mix, and a restarted server carries the rollout on from its stored step.
+TEST_F(ServingOps, ARolloutSurvivesTheServerBeingKilled) {
+  auto second = slipway({"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--model", "gbdt",
+                         "--param", "rounds=10", "--register", "lending"});
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  ASSERT_EQ(slipway({"deploy", "web", "lending@1"}).exit_code, 0);
+  int port = start_server({});
+  std::string url = "http://127.0.0.1:" + std::to_string(port) + "/v2/models/web/infer";
+  auto start_load = [&](int server_port) {
+    return std::make_unique<ChildProcess>(std::vector<std::string>{
+        slipway_binary(), "loadtest", "http://127.0.0.1:" + std::to_string(server_port) + "/v2/models/web/infer",
+        "--rate", "200", "--duration", "6s", "--csv", data_path("lending_club.csv"), "--skip", "Class",
+        "--no-progress"});
+  };
+  auto load = start_load(port);
+  // Loose criteria: the two models differ in scores and speed, and this test is about the steps.
+  ASSERT_EQ(slipway({"deploy", "web", "lending@2", "--steps", "50,100", "--interval", "2s", "--min-requests", "20",
+                     "--max-divergence", "1", "--max-p99-ratio", "100"})
+                .exit_code,
+            0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  server_->signal(SIGKILL);
+  server_->wait();
+  load->signal(SIGKILL);
+  load->wait();
+  auto listed = slipway({"--json", "endpoints"});
+  EXPECT_NE(listed.out.find("\"routes\":[{\"model\":\"lending\",\"version\":2,\"percent\":50},{\"model\":\"lending\","
+                            "\"version\":1,\"percent\":50}]"),
+            std::string::npos)
+      << listed.out;
+  EXPECT_NE(slipway({"rollout", "status", "web"}).out.find("running: step 1 of 2"), std::string::npos);
+
+  port = start_server({});
+  ASSERT_GT(port, 0);
+  load = start_load(port);
+  std::string status;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(8);
+  while (std::chrono::steady_clock::now() < deadline) {
+    status = slipway({"rollout", "status", "web"}).out;
+    if (status.find("promoted") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  EXPECT_NE(status.find("state      promoted: every step passed its analysis"), std::string::npos) << status;
+  EXPECT_NE(
+      slipway({"--json", "endpoints"}).out.find("\"routes\":[{\"model\":\"lending\",\"version\":2,\"percent\":100}]"),
+      std::string::npos);
+  load->signal(SIGKILL);
+  load->wait();
+  stop_server();
+}
+
 }  // namespace
 }  // namespace slipway::testing

@@ -81,6 +81,66 @@ TEST_F(EndpointStoreTest, BadRequestsChangeNothing) {
   EXPECT_EQ((*endpoints().get("web"))->revision, 1);
 }
 
+TEST_F(EndpointStoreTest, RolloutsAdvanceStepByStepOrRollBackAndAManualChangeStopsThem) {
+  ASSERT_TRUE(endpoints().deploy("web", "churn", 1).ok());
+  RolloutCriteria criteria;
+  criteria.min_requests = 10;
+  auto started = endpoints().start_rollout("web", "churn", 2, {10, 50, 100}, 1000, criteria);
+  ASSERT_TRUE(started.ok()) << started.status().message();
+  EXPECT_EQ(started->state, "running");
+  EXPECT_EQ(started->canary.percent, 10.0);
+  EXPECT_EQ(started->criteria.min_requests, 10);
+  EXPECT_EQ(format_routes((*endpoints().get("web"))->routes), "churn@2=10,churn@1=90");
+  EXPECT_EQ(endpoints().start_rollout("web", "churn", 3, {50, 100}, 1000, criteria).status().code(),
+            StatusCode::kFailedPrecondition);  // one at a time
+  EXPECT_EQ(endpoints().running_rollouts()->size(), 1u);
+
+  auto second = endpoints().advance_rollout("web", 0, "fine");
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->step, 1u);
+  EXPECT_EQ(format_routes((*endpoints().get("web"))->routes), "churn@2=50,churn@1=50");
+  // A server that saw step 0 too late changes nothing.
+  EXPECT_EQ(endpoints().advance_rollout("web", 0, "late").status().code(), StatusCode::kFailedPrecondition);
+  auto promoted = endpoints().advance_rollout("web", 1, "fine again");
+  ASSERT_TRUE(promoted.ok());
+  EXPECT_EQ(promoted->state, "promoted");
+  EXPECT_EQ(format_routes((*endpoints().get("web"))->routes), "churn@2=100");
+  EXPECT_TRUE(endpoints().running_rollouts()->empty());
+
+  // A failed step sends everything back to the stable version, with the reason kept.
+  ASSERT_TRUE(endpoints().start_rollout("web", "churn", 3, {25, 100}, 1000, criteria).ok());
+  auto failed = endpoints().fail_rollout("web", 0, "error rate 0.5");
+  ASSERT_TRUE(failed.ok());
+  EXPECT_EQ(failed->state, "rolled_back");
+  EXPECT_EQ(failed->reason, "error rate 0.5");
+  EXPECT_EQ(format_routes((*endpoints().get("web"))->routes), "churn@2=100");
+
+  // A change by hand stops a running rollout.
+  ASSERT_TRUE(endpoints().start_rollout("web", "churn", 3, {25, 100}, 1000, criteria).ok());
+  ASSERT_TRUE(endpoints().rollback("web").ok());
+  auto stopped = endpoints().rollout("web");
+  EXPECT_EQ((*stopped)->state, "stopped");
+  EXPECT_NE((*stopped)->reason.find("endpoint.rollback"), std::string::npos) << (*stopped)->reason;
+  EXPECT_EQ(endpoints().advance_rollout("web", 0, "too late").status().code(), StatusCode::kFailedPrecondition);
+
+  for (const std::vector<double>& steps :
+       std::vector<std::vector<double>>{{}, {10, 50}, {50, 10, 100}, {0, 100}, {10, 10, 100}}) {
+    EXPECT_EQ(endpoints().start_rollout("web", "churn", 3, steps, 1000, criteria).status().code(),
+              StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(endpoints().start_rollout("web", "churn", 3, {100}, 10, criteria).status().code(),
+            StatusCode::kInvalidArgument);  // under a second
+  EXPECT_EQ(endpoints().start_rollout("nowhere", "churn", 3, {50, 100}, 1000, criteria).status().code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(endpoints().set_fallback("web", "main").ok());
+  EXPECT_EQ((*endpoints().get("web"))->fallback, "main");
+  EXPECT_EQ(endpoints().set_fallback("web", "constant").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(endpoints().set_fallback("nowhere", "main").code(), StatusCode::kNotFound);
+  EXPECT_FALSE(parse_criteria("max_p99_ratio=-1").ok());
+  EXPECT_FALSE(parse_criteria("speed=3").ok());
+  EXPECT_EQ(parse_criteria(format_criteria(criteria))->min_requests, 10);
+}
+
 TEST(EndpointRoutes, ParseWhatFormatWritesAndRefuseTheRest) {
   std::vector<EndpointRoute> routes = {{"churn", 4, 12.5}, {"churn-v2.b", 3, 87.5}};
   auto parsed = parse_routes(format_routes(routes));
