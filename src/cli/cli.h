@@ -80,6 +80,9 @@ int run_deploy(const GlobalOptions& global, const DeployFlags& flags);
 int run_rollback(const GlobalOptions& global, const std::string& endpoint);
 // Every endpoint with its routes and rollback target.
 int run_endpoints(const GlobalOptions& global);
+// What an on-call engineer needs about an endpoint (versions and shares, inputs, evaluation,
+// rollout, how to roll back), as Markdown; also written to `markdown_path` when given.
+int run_describe(const GlobalOptions& global, const std::string& endpoint, const std::string& markdown_path);
 // The endpoint's rollout: step, shares, the last analysis, the verdict.
 int run_rollout_status(const GlobalOptions& global, const std::string& endpoint);
 // Serving configuration flags shared by `serve` (server-wide defaults) and `serving-config`

@@ -172,12 +172,130 @@ Result<EndpointListResult> list_endpoints(const GlobalOptions& global) {
   return result;
 }
 
+// What an on-call engineer needs about an endpoint, as a Markdown page (which reads as text too).
+struct DescribeResult : CommandResult {
+  registry::Endpoint endpoint;
+  std::optional<registry::Rollout> rollout;
+  struct Version {
+    registry::EndpointRoute route;
+    registry::ModelVersion record;
+    std::shared_ptr<const model::Bundle> bundle;  // null when it could not be loaded
+    std::string load_error;
+  };
+  std::vector<Version> versions;
+
+  std::string markdown() const {
+    std::string out = "# Endpoint " + endpoint.name + "\n\n";
+    out += "Clients call `POST /v2/models/" + endpoint.name + "/infer`. Revision " + std::to_string(endpoint.revision) +
+           ", changed by " + endpoint.updated_by + " at " + format_time_ms(endpoint.updated_ms) + ".\n\n";
+    out += "## Traffic\n\n| version | share | task | target | registered | by | run |\n|---|---|---|---|---|---|---|\n";
+    for (const auto& version : versions) {
+      std::string task = version.bundle ? std::string(model::task_name(version.bundle->task())) : "-";
+      std::string target = version.bundle ? version.bundle->manifest().target : "-";
+      out += "| " + version.route.reference() + " | " + format_config_number(version.route.percent) + "% | " + task +
+             " | " + target + " | " + format_time_ms(version.record.created_ms) + " | " + version.record.creator +
+             " | " + (version.record.run_id.empty() ? "-" : version.record.run_id.substr(0, 8)) + " |\n";
+    }
+    out += "\nFallback: " +
+           std::string(
+               endpoint.fallback == "main"
+                   ? "a request another version fails is answered by the main version (falls back, marked degraded)."
+                   : "none: a version's failure is returned to the client.") +
+           "\n";
+    if (rollout) {
+      out += "\n## Rollout\n\n" + rollout->canary.reference() + " against " + rollout->stable.reference() + ": " +
+             rollout_state(*rollout) + ".\n";
+      if (!rollout->last_check.empty()) out += "Last analysis: " + rollout->last_check + "\n";
+    }
+    for (const auto& version : versions) {
+      out += "\n## " + version.route.reference() + "\n\n";
+      if (!version.bundle) {
+        out += "The bundle could not be loaded: " + version.load_error + "\n";
+        continue;
+      }
+      const model::Manifest& manifest = version.bundle->manifest();
+      out += "Bundle `sha256:" + version.record.bundle_sha256 + "`, code " + manifest.code_version + ", data " +
+             (manifest.data_fingerprint.empty() ? "-" : manifest.data_fingerprint.substr(0, 16)) + ".\n\n";
+      if (!manifest.metrics.empty()) {
+        out += "Evaluation:";
+        for (const auto& [metric, value] : manifest.metrics) out += " " + metric + " " + format_metric(value) + ";";
+        out.back() = '\n';
+      }
+      out += "Inputs:";
+      for (const auto& feature : version.bundle->preprocessor().features()) {
+        out += " " + feature.name + (feature.type == data::ColumnType::kNumeric ? "" : " (text)") + ",";
+      }
+      out.back() = '\n';
+    }
+    out += "\n## Rolling back\n\n";
+    if (endpoint.previous.empty()) {
+      out += "No earlier configuration: deploy a version to change what it serves.\n";
+    } else {
+      out += "`slipway rollback " + endpoint.name + "` returns, in one step, to: " + routes_text(endpoint.previous) +
+             ". Running servers follow within a second; `slipway endpoints` shows the result.\n";
+    }
+    return out;
+  }
+
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("endpoint");
+    registry::write_endpoint_json(json, endpoint);
+    json.key("versions").begin_array();
+    for (const auto& version : versions) {
+      json.begin_object().key("reference").value(version.route.reference()).key("percent").value(version.route.percent);
+      json.key("bundle_sha256").value(version.record.bundle_sha256).key("run_id").value(version.record.run_id);
+      if (version.bundle) {
+        json.key("task").value(model::task_name(version.bundle->task()));
+        json.key("inputs").begin_array();
+        for (const auto& feature : version.bundle->preprocessor().features()) json.value(feature.name);
+        json.end_array();
+      } else {
+        json.key("load_error").value(version.load_error);
+      }
+      json.end_object();
+    }
+    json.end_array();
+    if (rollout) json.key("rollout_state").value(rollout->state).key("rollout_last_check").value(rollout->last_check);
+    json.key("rollback_command").value(endpoint.previous.empty() ? "" : "slipway rollback " + endpoint.name);
+    json.end_object();
+  }
+  void write_text(std::ostream& out) const override { out << markdown(); }
+};
+
+Result<DescribeResult> describe(const GlobalOptions& global, const std::string& name,
+                                const std::string& markdown_path) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kReadOnly));
+  SLIPWAY_ASSIGN_OR_RETURN(auto endpoint, store->endpoints().get(name));
+  if (!endpoint) return not_found("no endpoint named '" + name + "'; `slipway endpoints` lists them");
+  DescribeResult result;
+  result.endpoint = std::move(*endpoint);
+  SLIPWAY_ASSIGN_OR_RETURN(result.rollout, store->endpoints().rollout(name));
+  for (const auto& route : result.endpoint.routes) {
+    DescribeResult::Version version;
+    version.route = route;
+    SLIPWAY_ASSIGN_OR_RETURN(version.record, store->models().resolve(route.model, {route.version, ""}));
+    auto loaded = pipeline::resolve_reference(store.get(), route.reference());
+    if (loaded.ok()) {
+      version.bundle = loaded->bundle;
+    } else {
+      version.load_error = loaded.status().message();
+    }
+    result.versions.push_back(std::move(version));
+  }
+  if (!markdown_path.empty()) SLIPWAY_RETURN_IF_ERROR(write_file_atomic(markdown_path, result.markdown()));
+  return result;
+}
+
 }  // namespace
 
 int run_deploy(const GlobalOptions& global, const DeployFlags& flags) {
   auto result = deploy(global, flags);
   if (!result.ok()) return fail(result.status());
   return render(global, **result);
+}
+
+int run_describe(const GlobalOptions& global, const std::string& endpoint, const std::string& markdown_path) {
+  return render(global, describe(global, endpoint, markdown_path));
 }
 
 int run_rollout_status(const GlobalOptions& global, const std::string& endpoint) {

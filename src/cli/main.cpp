@@ -178,6 +178,13 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       app.add_subcommand("rollback", "Return an endpoint to the configuration its last change replaced");
   rollback_command->add_option("ENDPOINT", endpoint_name, "Endpoint name")->required();
   auto* endpoints_command = app.add_subcommand("endpoints", "List endpoints: routes, rollback target, revision");
+  std::string describe_markdown;
+  auto* describe_command = app.add_subcommand(
+      "describe",
+      "What an on-call engineer needs about an endpoint: versions and shares, inputs, evaluation, rollout, "
+      "how to roll back");
+  describe_command->add_option("ENDPOINT", endpoint_name, "Endpoint name")->required();
+  describe_command->add_option("--markdown", describe_markdown, "Also write it to this file as a Markdown page");
   auto* rollout_command = app.add_subcommand("rollout", "Rollouts in steps");
   rollout_command->require_subcommand(1);
   auto* rollout_status_command =
@@ -442,6 +449,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (rollback_command->parsed()) return run_rollback(global, endpoint_name);
   if (endpoints_command->parsed()) return run_endpoints(global);
   if (rollout_status_command->parsed()) return run_rollout_status(global, endpoint_name);
+  if (describe_command->parsed()) return run_describe(global, endpoint_name, describe_markdown);
   // The serving config keys given on a command line.
   auto given_keys = [](CLI::App* command, ServingConfigFlags& flags) {
     for (const auto& key : slipway::serve::serving_config_declarations()) {

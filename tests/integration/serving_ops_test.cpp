@@ -505,6 +505,16 @@ TEST_F(ServingOps, ABadCanaryIsRolledBackOnItsOwnWhileFallbackAnswersEveryone) {
       << metrics;
   auto shown = slipway({"--json", "rollout", "status", "web"});
   EXPECT_NE(shown.out.find("\"state\":\"rolled_back\""), std::string::npos) << shown.out;
+  // The on-call page says what serves, what happened and how to go back.
+  std::string page = home_.path() + "/web.md";
+  auto described = slipway({"describe", "web", "--markdown", page});
+  ASSERT_EQ(described.exit_code, 0) << described.err;
+  for (const char* expected : {"| lending@2 | 100% | binary_classification | Class |", "falls back", "rolled_back",
+                               "`slipway rollback web` returns, in one step, to: lending@1 20%, lending@2 80%"}) {
+    EXPECT_NE(described.out.find(expected), std::string::npos) << expected << "\n" << described.out;
+  }
+  std::ifstream written(page);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(written), {}), described.out);
   stop_server();
 }
 
