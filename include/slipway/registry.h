@@ -285,6 +285,9 @@ struct Endpoint {
   // When a route other than the main one fails a request: "main" answers it with the main route
   // (marked degraded), "none" returns the failure.
   std::string fallback = "none";
+  // A version that sees a copy of shadow_percent of the requests; its answers are compared with
+  // the live ones and never returned. Empty model: no shadow.
+  EndpointRoute shadow;
 };
 
 // When a canary step passes: each limit compares the canary with the stable version over the
@@ -337,6 +340,9 @@ class EndpointStore {
 
   // "main" or "none" (Endpoint::fallback). NotFound for an unknown endpoint.
   Status set_fallback(const std::string& endpoint, const std::string& fallback);
+  // Mirrors `percent` (above 0, at most 100) of the endpoint's requests to `version` of `model`;
+  // an empty model stops mirroring. NotFound for an unknown endpoint or version.
+  Status set_shadow(const std::string& endpoint, const std::string& model, std::int64_t version, double percent);
 
   // Starts a rollout of `version` of `model` on an existing endpoint: the canary at steps[0]
   // against the endpoint's main route. `steps` rise strictly and end at 100; the interval is at
@@ -364,7 +370,8 @@ class EndpointStore {
 };
 
 // {"name", "revision", "routes": [{"model", "version", "percent"}], "previous": [...], "updated_by",
-// "updated_ms"}: what `slipway --json endpoints` and the management API print.
+// "updated_ms", "fallback", "shadow": {"model", "version", "percent"} or null}: what
+// `slipway --json endpoints` and the management API print.
 void write_endpoint_json(JsonWriter& json, const Endpoint& endpoint);
 
 // "churn@3=90,churn@4=10": how endpoint routes are stored and printed.

@@ -73,6 +73,9 @@ struct DeployFlags {
   std::string interval = "2m";   // --interval: each step's length
   registry::RolloutCriteria criteria;
   std::string fallback;  // --fallback main|none
+  std::string shadow;    // --shadow REF: mirror requests to it
+  double shadow_percent = 100.0;
+  bool no_shadow = false;
 };
 // Routes an endpoint to a model version (all traffic, or a canary share), or promotes its canary.
 int run_deploy(const GlobalOptions& global, const DeployFlags& flags);

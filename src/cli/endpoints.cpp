@@ -26,7 +26,11 @@ struct EndpointResult : CommandResult {
   void write_json(JsonWriter& json) const override { registry::write_endpoint_json(json, endpoint); }
   void write_text(std::ostream& out) const override {
     out << "endpoint " << endpoint.name << " (revision " << endpoint.revision << "): " << routes_text(endpoint.routes)
-        << (endpoint.fallback == "main" ? "; falls back to its main route" : "") << "\n";
+        << (endpoint.fallback == "main" ? "; falls back to its main route" : "")
+        << (endpoint.shadow.model.empty() ? ""
+                                          : "; shadow " + endpoint.shadow.reference() + " on " +
+                                                format_config_number(endpoint.shadow.percent) + "% of requests")
+        << "\n";
     if (!endpoint.previous.empty()) {
       out << "was: " << routes_text(endpoint.previous) << "; `slipway rollback " << endpoint.name
           << "` returns to it\n";
@@ -96,28 +100,41 @@ struct RolloutResult : CommandResult {
 };
 
 Result<std::unique_ptr<CommandResult>> deploy(const GlobalOptions& global, const DeployFlags& flags) {
-  bool only_fallback = flags.reference.empty() && !flags.promote && !flags.fallback.empty();
-  if (!only_fallback && flags.promote != flags.reference.empty()) {
+  bool changes_settings = !flags.fallback.empty() || !flags.shadow.empty() || flags.no_shadow;
+  bool only_settings = flags.reference.empty() && !flags.promote && changes_settings;
+  if (!only_settings && flags.promote != flags.reference.empty()) {
     return invalid_argument(
-        "give the version to deploy (NAME@VERSION), --promote to promote the canary, or "
-        "--fallback alone to change the fallback");
+        "give the version to deploy (NAME@VERSION), --promote to promote the canary, or --fallback, --shadow or "
+        "--no-shadow alone to change those");
   }
   if (flags.canary && flags.promote) return invalid_argument("--canary and --promote do not go together");
   if (!flags.steps.empty() && (flags.canary || flags.promote)) {
     return invalid_argument("--steps starts a rollout of REF; it does not go with --canary or --promote");
   }
+  if (!flags.shadow.empty() && flags.no_shadow) return invalid_argument("--shadow and --no-shadow do not go together");
   SLIPWAY_ASSIGN_OR_RETURN(auto interval, parse_duration("--interval", flags.interval));
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kWrite));
-  auto endpoint_result = [&]() -> Result<std::unique_ptr<CommandResult>> {
+  auto apply_settings = [&]() -> Status {
     if (!flags.fallback.empty())
       SLIPWAY_RETURN_IF_ERROR(store->endpoints().set_fallback(flags.endpoint, flags.fallback));
+    if (flags.no_shadow) SLIPWAY_RETURN_IF_ERROR(store->endpoints().set_shadow(flags.endpoint, "", 0, 0));
+    if (!flags.shadow.empty()) {
+      SLIPWAY_ASSIGN_OR_RETURN(auto shadow_reference, registry::parse_model_reference(flags.shadow));
+      SLIPWAY_ASSIGN_OR_RETURN(auto shadow, store->models().resolve(shadow_reference.first, shadow_reference.second));
+      SLIPWAY_RETURN_IF_ERROR(
+          store->endpoints().set_shadow(flags.endpoint, shadow.model, shadow.version, flags.shadow_percent));
+    }
+    return {};
+  };
+  auto endpoint_result = [&]() -> Result<std::unique_ptr<CommandResult>> {
+    SLIPWAY_RETURN_IF_ERROR(apply_settings());
     SLIPWAY_ASSIGN_OR_RETURN(auto endpoint, store->endpoints().get(flags.endpoint));
     if (!endpoint) return not_found("no endpoint named '" + flags.endpoint + "'");
     auto result = std::make_unique<EndpointResult>();
     result->endpoint = std::move(*endpoint);
     return std::unique_ptr<CommandResult>(std::move(result));
   };
-  if (only_fallback) return endpoint_result();
+  if (only_settings) return endpoint_result();
   if (flags.promote) {
     SLIPWAY_RETURN_IF_ERROR(store->endpoints().promote(flags.endpoint).status());
     return endpoint_result();
@@ -136,12 +153,11 @@ Result<std::unique_ptr<CommandResult>> deploy(const GlobalOptions& global, const
       }
       steps.push_back(step);
     }
-    if (!flags.fallback.empty())
-      SLIPWAY_RETURN_IF_ERROR(store->endpoints().set_fallback(flags.endpoint, flags.fallback));
     auto result = std::make_unique<RolloutResult>();
     SLIPWAY_ASSIGN_OR_RETURN(result->rollout,
                              store->endpoints().start_rollout(flags.endpoint, version.model, version.version, steps,
                                                               interval.count(), flags.criteria));
+    SLIPWAY_RETURN_IF_ERROR(apply_settings());
     return std::unique_ptr<CommandResult>(std::move(result));
   }
   SLIPWAY_RETURN_IF_ERROR(
@@ -202,6 +218,12 @@ struct DescribeResult : CommandResult {
                    ? "a request another version fails is answered by the main version (falls back, marked degraded)."
                    : "none: a version's failure is returned to the client.") +
            "\n";
+    if (!endpoint.shadow.model.empty()) {
+      out += "Shadow: " + endpoint.shadow.reference() + " sees a copy of " +
+             format_config_number(endpoint.shadow.percent) +
+             "% of requests; its answers are compared with the live ones (slipway_shadow_* in /metrics) and never "
+             "returned.\n";
+    }
     if (rollout) {
       out += "\n## Rollout\n\n" + rollout->canary.reference() + " against " + rollout->stable.reference() + ": " +
              rollout_state(*rollout) + ".\n";

@@ -173,6 +173,12 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
                    "main: a request another route fails is answered by the main route (marked degraded); "
                    "none: the failure is returned")
       ->check(CLI::IsMember({"main", "none"}));
+  deploy_command->add_option("--shadow", deploy.shadow,
+                             "Mirror requests to this version (NAME@VERSION): its answers are compared with the live "
+                             "ones in /metrics and never returned");
+  deploy_command->add_option("--shadow-percent", deploy.shadow_percent, "With --shadow: the share of requests mirrored")
+      ->capture_default_str();
+  deploy_command->add_flag("--no-shadow", deploy.no_shadow, "Stop mirroring requests");
   std::string endpoint_name;
   auto* rollback_command =
       app.add_subcommand("rollback", "Return an endpoint to the configuration its last change replaced");

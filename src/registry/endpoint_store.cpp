@@ -18,10 +18,22 @@ bool routes_sum_to_100(const std::vector<EndpointRoute>& routes) {
   return std::abs(total - 100.0) < kPercentStep / 2;
 }
 
+Result<EndpointRoute> parse_reference(std::string_view text) {
+  auto at = text.find('@');
+  EndpointRoute route;
+  route.model = std::string(text.substr(0, at));
+  if (at == std::string_view::npos) return data_loss("stored version '" + std::string(text) + "' is not MODEL@VERSION");
+  auto parsed = std::from_chars(text.data() + at + 1, text.data() + text.size(), route.version);
+  if (parsed.ptr != text.data() + text.size() || route.version < 1) {
+    return data_loss("stored version '" + std::string(text) + "' is not MODEL@VERSION");
+  }
+  return route;
+}
+
 Result<std::optional<Endpoint>> read_endpoint(SqlTransaction& sql, const std::string& name) {
   SLIPWAY_ASSIGN_OR_RETURN(auto row,
-                           sql.query_row("SELECT routes, previous_routes, revision, updated_by, updated_ms, fallback "
-                                         "FROM endpoints WHERE name = ?",
+                           sql.query_row("SELECT routes, previous_routes, revision, updated_by, updated_ms, fallback, "
+                                         "shadow, shadow_percent FROM endpoints WHERE name = ?",
                                          {name}));
   if (!row) return std::optional<Endpoint>();
   Endpoint endpoint;
@@ -32,6 +44,10 @@ Result<std::optional<Endpoint>> read_endpoint(SqlTransaction& sql, const std::st
   endpoint.updated_by = row->text(3);
   endpoint.updated_ms = row->integer(4);
   endpoint.fallback = row->text(5);
+  if (!row->text(6).empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(endpoint.shadow, parse_reference(row->text(6)));
+    endpoint.shadow.percent = row->real(7);
+  }
   return std::optional<Endpoint>(std::move(endpoint));
 }
 
@@ -70,7 +86,15 @@ void write_endpoint_json(JsonWriter& json, const Endpoint& endpoint) {
   write_routes(endpoint.routes);
   json.key("previous");
   write_routes(endpoint.previous);
-  json.key("updated_by").value(endpoint.updated_by).key("updated_ms").value(endpoint.updated_ms).end_object();
+  json.key("updated_by").value(endpoint.updated_by).key("updated_ms").value(endpoint.updated_ms);
+  json.key("fallback").value(endpoint.fallback).key("shadow");
+  if (endpoint.shadow.model.empty()) {
+    json.null();
+  } else {
+    json.begin_object().key("model").value(endpoint.shadow.model).key("version").value(endpoint.shadow.version);
+    json.key("percent").value(endpoint.shadow.percent).end_object();
+  }
+  json.end_object();
 }
 
 Result<std::vector<EndpointRoute>> parse_routes(std::string_view text) {
@@ -152,19 +176,6 @@ Result<Endpoint> change_endpoint(StoreContext& context, const std::string& endpo
     return {};
   }));
   return changed;
-}
-
-Result<EndpointRoute> parse_reference(std::string_view text) {
-  auto at = text.find('@');
-  EndpointRoute route;
-  route.model = std::string(text.substr(0, at));
-  if (at == std::string_view::npos)
-    return data_loss("rollout version '" + std::string(text) + "' is not MODEL@VERSION");
-  auto parsed = std::from_chars(text.data() + at + 1, text.data() + text.size(), route.version);
-  if (parsed.ptr != text.data() + text.size() || route.version < 1) {
-    return data_loss("rollout version '" + std::string(text) + "' is not MODEL@VERSION");
-  }
-  return route;
 }
 
 std::string format_steps(const std::vector<double>& steps) {
@@ -391,6 +402,24 @@ Status EndpointStore::set_fallback(const std::string& endpoint, const std::strin
                              sql.execute("UPDATE endpoints SET fallback = ? WHERE name = ?", {fallback, endpoint}));
     if (changed == 0) return no_endpoint(endpoint);
     return append_audit(sql, *context_, "endpoint.fallback", endpoint + " " + fallback);
+  });
+}
+
+Status EndpointStore::set_shadow(const std::string& endpoint, const std::string& model, std::int64_t version,
+                                 double percent) {
+  if (!model.empty() && !(percent > 0 && percent <= 100)) {
+    return invalid_argument("a shadow's share must be above 0 and at most 100 percent");
+  }
+  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+    if (!model.empty()) SLIPWAY_RETURN_IF_ERROR(check_version_exists(sql, model, version));
+    std::string reference = model.empty() ? "" : EndpointRoute{model, version, percent}.reference();
+    SLIPWAY_ASSIGN_OR_RETURN(std::int64_t changed,
+                             sql.execute("UPDATE endpoints SET shadow = ?, shadow_percent = ? WHERE name = ?",
+                                         {reference, model.empty() ? 0.0 : percent, endpoint}));
+    if (changed == 0) return no_endpoint(endpoint);
+    return append_audit(
+        sql, *context_, "endpoint.shadow",
+        endpoint + " " + (model.empty() ? "off" : reference + " " + format_config_number(percent) + "%"));
   });
 }
 

@@ -72,11 +72,18 @@ CREATE TABLE rollouts(
 ALTER TABLE endpoints ADD COLUMN fallback TEXT NOT NULL DEFAULT 'none';
 )sql";
 
+// The version an endpoint mirrors requests to, and the share mirrored.
+constexpr std::string_view kEndpointShadow = R"sql(
+ALTER TABLE endpoints ADD COLUMN shadow TEXT NOT NULL DEFAULT '';
+ALTER TABLE endpoints ADD COLUMN shadow_percent REAL NOT NULL DEFAULT 0;
+)sql";
+
 constexpr std::array kMigrations = {
     Migration{1, "initial_schema", kInitialSchema},
     Migration{2, "run_owner", kRunOwner},
     Migration{3, "endpoints", kEndpoints},
     Migration{4, "rollouts", kRollouts},
+    Migration{5, "endpoint_shadow", kEndpointShadow},
 };
 
 }  // namespace

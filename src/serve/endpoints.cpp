@@ -50,6 +50,10 @@ const registry::EndpointRoute& pick_route(const registry::Endpoint& endpoint, st
   return endpoint.routes.back();
 }
 
+bool sampled(double percent) {
+  return static_cast<double>(random_point()) < percent * static_cast<double>(kPoints) / 100.0;
+}
+
 const registry::EndpointRoute& main_route(const registry::Endpoint& endpoint) {
   const registry::EndpointRoute* main = &endpoint.routes.front();
   for (const auto& route : endpoint.routes) {

@@ -274,6 +274,19 @@ void ServerMetrics::record_fallback(std::string_view endpoint, std::string_view 
   ++entry(endpoint_fallbacks_, endpoint, route);
 }
 
+void ServerMetrics::record_shadow(std::string_view endpoint, std::string_view route, ShadowOutcome outcome,
+                                  double seconds, std::size_t rows, std::size_t agreeing,
+                                  std::span<const double> differences) {
+  std::lock_guard lock(mutex_);
+  ShadowSeries& series = entry(shadows_, endpoint, route);
+  ++series.outcomes[static_cast<std::size_t>(outcome)];
+  if (outcome != ShadowOutcome::kAnswered) return;
+  series.latency.add(seconds);
+  series.rows += rows;
+  series.agreeing += agreeing;
+  for (double difference : differences) series.differences.add(difference);
+}
+
 void ServerMetrics::set_cache_bytes(std::size_t bytes) {
   std::lock_guard lock(mutex_);
   cache_enabled_ = true;
@@ -442,6 +455,40 @@ std::string ServerMetrics::prometheus_text() const {
     for (const auto& [key, count] : endpoint_requests_) {
       out += "slipway_endpoint_requests_total{endpoint=\"" + label_value(key.first) + "\",route=\"" +
              label_value(key.second) + "\"} " + std::to_string(count) + "\n";
+    }
+  }
+  if (!shadows_.empty()) {
+    auto labels = [](const ModelKey& key) {
+      return "endpoint=\"" + label_value(key.first) + "\",route=\"" + label_value(key.second) + "\"";
+    };
+    out += "# HELP slipway_shadow_requests_total Copies of endpoint requests sent to its shadow version, by outcome.\n";
+    out += "# TYPE slipway_shadow_requests_total counter\n";
+    static constexpr std::array<std::string_view, 3> kOutcomes = {"answered", "failed", "dropped"};
+    for (const auto& [key, series] : shadows_) {
+      for (std::size_t outcome = 0; outcome < kOutcomes.size(); ++outcome) {
+        out += "slipway_shadow_requests_total{" + labels(key) + ",outcome=\"" + std::string(kOutcomes[outcome]) +
+               "\"} " + std::to_string(series.outcomes[outcome]) + "\n";
+      }
+    }
+    out += "# HELP slipway_shadow_rows_compared_total Rows whose live and shadow labels were compared.\n";
+    out += "# TYPE slipway_shadow_rows_compared_total counter\n";
+    for (const auto& [key, series] : shadows_) {
+      out += "slipway_shadow_rows_compared_total{" + labels(key) + "} " + std::to_string(series.rows) + "\n";
+    }
+    out += "# HELP slipway_shadow_rows_agreeing_total Compared rows where the shadow gave the live label.\n";
+    out += "# TYPE slipway_shadow_rows_agreeing_total counter\n";
+    for (const auto& [key, series] : shadows_) {
+      out += "slipway_shadow_rows_agreeing_total{" + labels(key) + "} " + std::to_string(series.agreeing) + "\n";
+    }
+    out += "# HELP slipway_shadow_score_difference Absolute difference between each live and shadow score.\n";
+    out += "# TYPE slipway_shadow_score_difference histogram\n";
+    for (const auto& [key, series] : shadows_) {
+      append_histogram_lines(out, "slipway_shadow_score_difference", labels(key), series.differences);
+    }
+    out += "# HELP slipway_shadow_latency_seconds Time the shadow version took to answer a copy.\n";
+    out += "# TYPE slipway_shadow_latency_seconds histogram\n";
+    for (const auto& [key, series] : shadows_) {
+      append_histogram_lines(out, "slipway_shadow_latency_seconds", labels(key), series.latency);
     }
   }
   if (!endpoint_fallbacks_.empty()) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -45,6 +46,13 @@ class ServerMetrics {
   void record_endpoint(std::string_view endpoint, std::string_view route);
   // A request that `route` of `endpoint` failed, answered by the endpoint's main route instead.
   void record_fallback(std::string_view endpoint, std::string_view route);
+  // A copy of a request to `endpoint` sent to its shadow version `route`: dropped (the shadow
+  // queue was full), failed, or answered in `seconds`, with its scores compared to the live ones
+  // (`rows` rows whose label could be compared, `agreeing` of them the same; each score's
+  // absolute difference).
+  enum class ShadowOutcome { kAnswered, kFailed, kDropped };
+  void record_shadow(std::string_view endpoint, std::string_view route, ShadowOutcome outcome, double seconds = 0,
+                     std::size_t rows = 0, std::size_t agreeing = 0, std::span<const double> differences = {});
   // Triton's statistics extension: {"model_stats": [...]} for every model, or only `model`
   // (and `version`) when given.
   std::string stats_json(std::string_view model, std::string_view version) const;
@@ -115,6 +123,14 @@ class ServerMetrics {
   ByModel<std::array<std::uint64_t, 2>> cache_lookups_;  // [hits, misses]
   ByModel<std::uint64_t> endpoint_requests_;             // (endpoint, model@version)
   ByModel<std::uint64_t> endpoint_fallbacks_;            // (endpoint, the route that failed)
+  struct ShadowSeries {
+    std::array<std::uint64_t, 3> outcomes{};  // by ShadowOutcome
+    std::uint64_t rows = 0;
+    std::uint64_t agreeing = 0;
+    Latency latency;
+    Latency differences;  // |live - shadow| per score, in the same buckets
+  };
+  ByModel<ShadowSeries> shadows_;  // (endpoint, shadow route)
   // (model, version, reason)
   std::map<std::tuple<std::string, std::string, std::string>, std::uint64_t, TripleLess<std::string_view>> failures_;
   ByModel<std::int64_t> pending_;

@@ -17,6 +17,7 @@
 #include "serve/response_cache.h"
 #include "serve/rollouts.h"
 #include "serve/server_metrics.h"
+#include "serve/shadow_queue.h"
 #include "slipway/serve.h"
 
 namespace slipway::serve {
@@ -66,6 +67,8 @@ struct PreparedInfer {
 const registry::EndpointRoute& pick_route(const registry::Endpoint& endpoint, std::string_view route_key);
 // The route with the largest share: the one metadata, readiness and config describe.
 const registry::EndpointRoute& main_route(const registry::Endpoint& endpoint);
+// True for about `percent` of the calls (at random).
+bool sampled(double percent);
 
 struct Service::State {
   State(registry::Registry& registry, const ServiceOptions& options)
@@ -82,6 +85,8 @@ struct Service::State {
   ServerMetrics metrics;  // declared before the manager, whose batchers report to it
   ResponseCache cache;
   ModelManager manager;
+  // Shadow copies of endpoint requests, run after the live answer (64 waiting at most).
+  ShadowQueue shadows{64};
   // Drives rollouts in steps; created by Service and destroyed first (its thread calls back).
   std::unique_ptr<RolloutController> rollouts;
 
@@ -121,6 +126,11 @@ struct Service::State {
   // analysis), or the main route's when it fails and the endpoint falls back.
   void infer_endpoint(const registry::Endpoint& endpoint, const Servable& servable, std::string_view body,
                       const RequestHeaders& headers, const Finish& finish);
+  // Queues a copy of `request` (body, Inference-Header-Content-Length) for the endpoint's shadow
+  // version, whose answer is compared with `live_scores` in the metrics and dropped.
+  void mirror_to_shadow(const std::string& endpoint, const registry::EndpointRoute& shadow,
+                        std::shared_ptr<const std::pair<std::string, std::string>> request,
+                        std::shared_ptr<const std::vector<float>> live_scores);
 
   // v2_models.cpp: metadata, ready, infer, stats and config of one model. The metric labels are
   // set only for models that exist, so unknown names cannot grow the metrics.

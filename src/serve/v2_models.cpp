@@ -1,5 +1,7 @@
 // One model's routes: metadata, readiness, inference, statistics and configuration.
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 
 #include "serve/service_state.h"
 
@@ -74,6 +76,58 @@ std::string model_metadata(const Servable& servable, bool single_version) {
 
 }  // namespace
 
+void Service::State::mirror_to_shadow(const std::string& endpoint, const registry::EndpointRoute& shadow,
+                                      std::shared_ptr<const std::pair<std::string, std::string>> request,
+                                      std::shared_ptr<const std::vector<float>> live_scores) {
+  using Outcome = ServerMetrics::ShadowOutcome;
+  std::string route = shadow.reference();
+  bool posted = shadows.try_post([this, endpoint, route, shadow, request, live_scores] {
+    std::int64_t started = monotonic_ns();
+    auto servable = manager.acquire(shadow.model, shadow.version);
+    if (!servable.ok()) return metrics.record_shadow(endpoint, route, Outcome::kFailed);
+    const model::Bundle& bundle = *servable->model->bundle;
+    bool binary = bundle.task() == model::Task::kBinaryClassification;
+    std::size_t columns = bundle.task() == model::Task::kMulticlassClassification ? bundle.model().output_count() : 0;
+    auto shadow_scores = std::make_shared<std::vector<float>>();
+    RequestHeaders headers;
+    headers.inference_header_length = request->second;
+    auto compare = [this, endpoint, route, started, live_scores, shadow_scores, binary, columns](
+                       const HttpResponse& response, std::size_t) mutable {
+      const std::vector<float>& live = *live_scores;
+      const std::vector<float>& mirrored = *shadow_scores;
+      if (response.status >= 400 || (!live.empty() && mirrored.size() != live.size())) {
+        return metrics.record_shadow(endpoint, route, Outcome::kFailed);
+      }
+      // A live answer from the response cache brought no scores: nothing to compare.
+      std::vector<double> differences(live.size());
+      if (live.empty()) binary = false;
+      for (std::size_t index = 0; index < live.size(); ++index) {
+        differences[index] = std::abs(static_cast<double>(live[index]) - mirrored[index]);
+      }
+      // Labels compare for classifiers: the same side of 0.5, or the same most probable class.
+      std::size_t rows = 0, agreeing = 0;
+      if (binary) {
+        rows = live.size();
+        for (std::size_t row = 0; row < rows; ++row) agreeing += (live[row] >= 0.5f) == (mirrored[row] >= 0.5f);
+      } else if (columns > 0 && !live.empty()) {
+        rows = live.size() / columns;
+        auto width = static_cast<std::ptrdiff_t>(columns);
+        for (std::size_t row = 0; row < rows; ++row) {
+          auto live_row = live.begin() + static_cast<std::ptrdiff_t>(row) * width;
+          auto mirrored_row = mirrored.begin() + static_cast<std::ptrdiff_t>(row) * width;
+          agreeing += std::max_element(live_row, live_row + width) - live_row ==
+                      std::max_element(mirrored_row, mirrored_row + width) - mirrored_row;
+        }
+      }
+      metrics.record_shadow(endpoint, route, Outcome::kAnswered, static_cast<double>(monotonic_ns() - started) * 1e-9,
+                            rows, agreeing, differences);
+    };
+    infer(*servable, request->first, headers, compare,
+          [shadow_scores](const model::Predictions& predictions) { *shadow_scores = predictions.scores; });
+  });
+  if (!posted) metrics.record_shadow(endpoint, route, Outcome::kDropped);
+}
+
 void Service::State::infer_endpoint(const registry::Endpoint& endpoint, const Servable& servable, std::string_view body,
                                     const RequestHeaders& headers, const Finish& finish) {
   const LoadedModel& loaded = *servable.model;
@@ -83,25 +137,33 @@ void Service::State::infer_endpoint(const registry::Endpoint& endpoint, const Se
   // A failure of another route is answered by the main one when the endpoint says so: the request
   // is kept for that (only then, and only for those routes).
   bool may_fall_back = endpoint.fallback == "main" && main.reference() != route;
-  auto kept = may_fall_back ? std::make_shared<std::pair<std::string, std::string>>(
-                                  std::string(body), std::string(headers.inference_header_length))
-                            : nullptr;
+  bool mirror = !endpoint.shadow.model.empty() && sampled(endpoint.shadow.percent);
+  auto kept = may_fall_back || mirror ? std::make_shared<std::pair<std::string, std::string>>(
+                                            std::string(body), std::string(headers.inference_header_length))
+                                      : nullptr;
   auto scores = std::make_shared<std::vector<float>>();
-  auto observe = [scores](const model::Predictions& predictions) {
-    scores->assign(
-        predictions.scores.begin(),
-        predictions.scores.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(predictions.scores.size(), 16)));
+  auto observe = [scores, mirror](const model::Predictions& predictions) {
+    // The analysis samples a few scores; a shadow compares all of them.
+    std::size_t count = mirror ? predictions.scores.size() : std::min<std::size_t>(predictions.scores.size(), 16);
+    scores->assign(predictions.scores.begin(), predictions.scores.begin() + static_cast<std::ptrdiff_t>(count));
   };
   std::int64_t started = monotonic_ns();
   auto answered = [this, name = endpoint.name, route, main = main.reference(), main_model = main.model,
-                   main_version = main.version, kept, scores, started,
+                   main_version = main.version, kept, scores, started, may_fall_back,
+                   shadow = mirror ? endpoint.shadow : registry::EndpointRoute{},
                    finish](HttpResponse response, std::size_t rows) {
     bool failed = response.status >= 400;
     // The canary analysis sees the route's own answer, before any fallback.
     rollouts->record(name, route, failed, static_cast<double>(monotonic_ns() - started) * 1e-6, *scores);
     // Every answer says which version gave it.
     response.headers.emplace_back("X-Slipway-Version", route);
-    if (!failed || kept == nullptr) return finish(std::move(response), rows);
+    if (!failed && !shadow.model.empty()) {
+      finish(std::move(response), rows);
+      // After the live answer is on its way, never before it.
+      mirror_to_shadow(name, shadow, kept, scores);
+      return;
+    }
+    if (!failed || !may_fall_back) return finish(std::move(response), rows);
     auto fallback = manager.acquire(main_model, main_version);
     if (!fallback.ok()) return finish(std::move(response), rows);
     metrics.record_fallback(name, route);

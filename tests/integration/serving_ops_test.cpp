@@ -570,5 +570,37 @@ TEST_F(ServingOps, ARolloutSurvivesTheServerBeingKilled) {
   stop_server();
 }
 
+// A shadow sees copies of the requests; its answers are compared in /metrics and never returned.
+TEST_F(ServingOps, AShadowIsComparedAndNeverAnswers) {
+  auto second = slipway({"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--model", "gbdt",
+                         "--param", "rounds=10", "--register", "lending"});
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  auto deployed = slipway({"deploy", "web", "lending@1", "--shadow", "lending@2"});
+  ASSERT_EQ(deployed.exit_code, 0) << deployed.err;
+  EXPECT_NE(deployed.out.find("shadow lending@2 on 100% of requests"), std::string::npos) << deployed.out;
+  int port = start_server({});
+  ASSERT_GT(port, 0);
+  for (int request = 0; request < 40; ++request) {
+    auto answer = http_request(port, "POST", "/v2/models/web/infer", kOneRow);
+    ASSERT_EQ(answer.status, 200) << answer.body;
+    EXPECT_NE(answer.body.find("\"model_version\":\"1\""), std::string::npos) << answer.body;
+  }
+  std::string metrics;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  const std::string answered =
+      "slipway_shadow_requests_total{endpoint=\"web\",route=\"lending@2\",outcome=\"answered\"} 40";
+  while (std::chrono::steady_clock::now() < deadline && metrics.find(answered) == std::string::npos) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    metrics = http_request(port, "GET", "/metrics").body;
+  }
+  EXPECT_NE(metrics.find(answered), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("slipway_shadow_rows_compared_total{endpoint=\"web\",route=\"lending@2\"} 40"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("slipway_shadow_score_difference_count{endpoint=\"web\",route=\"lending@2\"} 40"),
+            std::string::npos);
+  EXPECT_EQ(slipway({"deploy", "web", "--no-shadow"}).exit_code, 0);
+  stop_server();
+}
+
 }  // namespace
 }  // namespace slipway::testing

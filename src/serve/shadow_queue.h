@@ -1,0 +1,36 @@
+// The work of shadow versions, on a thread of its own behind a bounded queue: a shadow copy is
+// posted after the live answer is sent, and a full queue drops it (and says so) rather than let
+// shadows queue up behind each other. Private to serve.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace slipway::serve {
+
+class ShadowQueue {
+ public:
+  explicit ShadowQueue(std::size_t capacity);
+  ~ShadowQueue();  // drops what is still queued and joins the thread
+  ShadowQueue(const ShadowQueue&) = delete;
+  ShadowQueue& operator=(const ShadowQueue&) = delete;
+
+  // False, running nothing, when `capacity` tasks are already waiting. Thread-safe.
+  bool try_post(std::function<void()> task);
+
+ private:
+  void run();
+
+  std::size_t capacity_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> tasks_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace slipway::serve
