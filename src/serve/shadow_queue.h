@@ -1,6 +1,8 @@
 // The work of shadow versions, on a thread of its own behind a bounded queue: a shadow copy is
 // posted after the live answer is sent, and a full queue drops it (and says so) rather than let
-// shadows queue up behind each other. Private to serve.
+// shadows queue up behind each other. The thread runs at SCHED_IDLE, so it takes only CPU time
+// the live requests leave; while copies keep coming it looks every 5 ms rather than being woken
+// for each, and with nothing to do it sleeps until a post. Private to serve.
 #pragma once
 
 #include <condition_variable>
@@ -30,6 +32,7 @@ class ShadowQueue {
   std::condition_variable wake_;
   std::deque<std::function<void()>> tasks_;
   bool stopping_ = false;
+  bool sleeping_ = false;  // waiting for a post, not just for the next look
   std::thread thread_;
 };
 
