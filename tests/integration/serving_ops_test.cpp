@@ -420,6 +420,7 @@ TEST_F(ServingOps, CanaryPromoteRollbackAndSwitchUnderSteadyLoadLoseNoRequest) {
   ASSERT_GE(measured, 5000);
   double share = static_cast<double>(end["lending@2"] - start["lending@2"]) / static_cast<double>(measured);
   EXPECT_NEAR(share, 0.10, 0.02) << measured << " requests";
+  std::cout << "canary share " << share << " over " << measured << " requests\n";
   // A route key always reaches the same version.
   std::string one_row = kOneRow;
   for (int key = 0; key < 20; ++key) {
