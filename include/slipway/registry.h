@@ -79,6 +79,13 @@ struct CheckpointRecord {
   std::int64_t created_ms = 0;
 };
 
+// Who approved a version for production, when, and why.
+struct Approval {
+  std::string approver;  // the OS user of the command, or the API token's name
+  std::string note;
+  std::int64_t approved_ms = 0;
+};
+
 struct ModelVersion {
   std::string model;
   std::int64_t version = 0;
@@ -87,6 +94,9 @@ struct ModelVersion {
   std::string creator;
   std::int64_t created_ms = 0;
   std::vector<std::string> aliases;
+  std::string description;
+  std::map<std::string, std::string> tags;
+  std::optional<Approval> approval;
 };
 
 struct ModelSummary {
@@ -95,6 +105,17 @@ struct ModelSummary {
   std::int64_t latest_version = 0;
   std::int64_t version_count = 0;
   std::map<std::string, std::int64_t> aliases;
+  std::string description;
+  std::string owner;
+  std::map<std::string, std::string> tags;
+};
+
+// A change to a model's or a version's annotations; unset fields stay as they are.
+struct Annotations {
+  std::optional<std::string> description;
+  std::optional<std::string> owner;  // models only
+  std::map<std::string, std::string> set_tags;
+  std::vector<std::string> remove_tags;
 };
 
 struct NewRun {
@@ -129,6 +150,21 @@ struct TokenRecord {
   std::int64_t created_ms = 0;
   std::int64_t revoked_ms = 0;  // 0 while active
 };
+struct AuditEntry {
+  std::int64_t time_ms = 0;
+  std::string actor;
+  std::string action;  // model.register, alias.set, endpoint.deploy, rollout.rollback, ...
+  std::string detail;
+};
+
+// Which entries: those about `model` (its versions, aliases, approvals, and endpoint changes
+// that route to it), from `since_ms`, the newest `limit`.
+struct AuditFilter {
+  std::string model;
+  std::int64_t since_ms = 0;
+  std::size_t limit = 0;  // 0: all
+};
+
 struct NewToken {
   std::string id;
   std::string secret;  // "slw_<id>_<64 hex>"
@@ -224,6 +260,13 @@ class ModelStore {
   Result<ModelVersion> resolve(const std::string& model, const VersionSelector& selector);
   // Points `alias` at `version` (moving it if it pointed elsewhere).
   Status set_alias(const std::string& model, const std::string& alias, std::int64_t version);
+  // Description, owner and tags of a model (`version` nullopt) or of one version. Tag keys: 1 to
+  // 128 letters, digits, '_', '-', '.', '/'; values and descriptions at most 8 KiB of text.
+  Status annotate(const std::string& model, std::optional<std::int64_t> version, const Annotations& annotations);
+  // Records that the acting user approves `version` (replacing an earlier approval of it), with a
+  // note; `revoke` withdraws it. Endpoints that require approval refuse unapproved versions.
+  Status approve(const std::string& model, std::int64_t version, const std::string& note);
+  Status revoke_approval(const std::string& model, std::int64_t version);
   // The bundle of every version.
   Result<std::vector<ArtifactReference>> artifact_references();
 
@@ -288,6 +331,8 @@ struct Endpoint {
   // A version that sees a copy of shadow_percent of the requests; its answers are compared with
   // the live ones and never returned. Empty model: no shadow.
   EndpointRoute shadow;
+  std::string owner;
+  bool require_approval = false;  // deploys of unapproved versions are refused
 };
 
 // When a canary step passes: each limit compares the canary with the stable version over the
@@ -326,6 +371,10 @@ struct Rollout {
 // endpoint's state does not allow.
 class EndpointStore {
  public:
+  // Owner and whether only approved versions may be deployed (deploy, canaries, rollouts).
+  // NotFound for an unknown endpoint.
+  Status configure(const std::string& endpoint, std::optional<std::string> owner, std::optional<bool> require_approval);
+
   // Routes `endpoint` to `version` of `model`: all of its traffic, or with `canary_percent`
   // (0 < p < 100) that share, the rest staying on the endpoint's current main route (its largest
   // share). A canary needs the endpoint to exist; a plain deploy creates it.
@@ -383,6 +432,8 @@ class AuditLog {
  public:
   // Oldest first: "time_ms actor action detail".
   Result<std::vector<std::string>> entries();
+  // Oldest first.
+  Result<std::vector<AuditEntry>> query(const AuditFilter& filter);
 
  private:
   friend class Registry;

@@ -64,6 +64,25 @@ int run_runs(const GlobalOptions& global, std::size_t limit);
 int run_show(const GlobalOptions& global, const std::string& run_id);
 int run_alias(const GlobalOptions& global, const std::string& reference, const std::string& alias);
 
+struct AnnotateFlags {
+  std::string reference;  // NAME (the model) or NAME@VERSION
+  std::optional<std::string> description;
+  std::optional<std::string> owner;
+  std::vector<std::string> tags;    // KEY=VALUE
+  std::vector<std::string> untags;  // KEY
+};
+// Description, owner and tags of a model or a version.
+int run_annotate(const GlobalOptions& global, const AnnotateFlags& flags);
+// Records (or with `revoke` withdraws) the acting user's approval of a version.
+int run_approve(const GlobalOptions& global, const std::string& reference, const std::string& note, bool revoke);
+struct AuditFlags {
+  std::string model;
+  std::string since;
+  int limit = 0;
+};
+// The audit log, optionally about one model and from a time.
+int run_audit(const GlobalOptions& global, const AuditFlags& flags);
+
 struct DeployFlags {
   std::string endpoint;
   std::string reference;         // NAME@VERSION (or NAME@ALIAS, NAME), resolved to a version now
@@ -76,6 +95,8 @@ struct DeployFlags {
   std::string shadow;    // --shadow REF: mirror requests to it
   double shadow_percent = 100.0;
   bool no_shadow = false;
+  std::optional<std::string> owner;
+  std::string require_approval;  // --require-approval yes|no
 };
 // Routes an endpoint to a model version (all traffic, or a canary share), or promotes its canary.
 int run_deploy(const GlobalOptions& global, const DeployFlags& flags);

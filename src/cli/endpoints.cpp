@@ -100,12 +100,13 @@ struct RolloutResult : CommandResult {
 };
 
 Result<std::unique_ptr<CommandResult>> deploy(const GlobalOptions& global, const DeployFlags& flags) {
-  bool changes_settings = !flags.fallback.empty() || !flags.shadow.empty() || flags.no_shadow;
+  bool changes_settings = !flags.fallback.empty() || !flags.shadow.empty() || flags.no_shadow || flags.owner ||
+                          !flags.require_approval.empty();
   bool only_settings = flags.reference.empty() && !flags.promote && changes_settings;
   if (!only_settings && flags.promote != flags.reference.empty()) {
     return invalid_argument(
-        "give the version to deploy (NAME@VERSION), --promote to promote the canary, or --fallback, --shadow or "
-        "--no-shadow alone to change those");
+        "give the version to deploy (NAME@VERSION), --promote to promote the canary, or settings alone (--fallback, "
+        "--shadow, --no-shadow, --owner, --require-approval)");
   }
   if (flags.canary && flags.promote) return invalid_argument("--canary and --promote do not go together");
   if (!flags.steps.empty() && (flags.canary || flags.promote)) {
@@ -115,6 +116,11 @@ Result<std::unique_ptr<CommandResult>> deploy(const GlobalOptions& global, const
   SLIPWAY_ASSIGN_OR_RETURN(auto interval, parse_duration("--interval", flags.interval));
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kWrite));
   auto apply_settings = [&]() -> Status {
+    if (flags.owner || !flags.require_approval.empty()) {
+      std::optional<bool> require;
+      if (!flags.require_approval.empty()) require = flags.require_approval == "yes";
+      SLIPWAY_RETURN_IF_ERROR(store->endpoints().configure(flags.endpoint, flags.owner, require));
+    }
     if (!flags.fallback.empty())
       SLIPWAY_RETURN_IF_ERROR(store->endpoints().set_fallback(flags.endpoint, flags.fallback));
     if (flags.no_shadow) SLIPWAY_RETURN_IF_ERROR(store->endpoints().set_shadow(flags.endpoint, "", 0, 0));
@@ -126,8 +132,16 @@ Result<std::unique_ptr<CommandResult>> deploy(const GlobalOptions& global, const
     }
     return {};
   };
-  auto endpoint_result = [&]() -> Result<std::unique_ptr<CommandResult>> {
+  // Settings go first on an endpoint that exists (so --require-approval holds for this deploy),
+  // and after the deploy that creates one.
+  SLIPWAY_ASSIGN_OR_RETURN(auto existing, store->endpoints().get(flags.endpoint));
+  bool settings_applied = false;
+  if (existing.has_value() || only_settings) {
     SLIPWAY_RETURN_IF_ERROR(apply_settings());
+    settings_applied = true;
+  }
+  auto endpoint_result = [&]() -> Result<std::unique_ptr<CommandResult>> {
+    if (!settings_applied) SLIPWAY_RETURN_IF_ERROR(apply_settings());
     SLIPWAY_ASSIGN_OR_RETURN(auto endpoint, store->endpoints().get(flags.endpoint));
     if (!endpoint) return not_found("no endpoint named '" + flags.endpoint + "'");
     auto result = std::make_unique<EndpointResult>();
@@ -157,7 +171,7 @@ Result<std::unique_ptr<CommandResult>> deploy(const GlobalOptions& global, const
     SLIPWAY_ASSIGN_OR_RETURN(result->rollout,
                              store->endpoints().start_rollout(flags.endpoint, version.model, version.version, steps,
                                                               interval.count(), flags.criteria));
-    SLIPWAY_RETURN_IF_ERROR(apply_settings());
+    if (!settings_applied) SLIPWAY_RETURN_IF_ERROR(apply_settings());
     return std::unique_ptr<CommandResult>(std::move(result));
   }
   SLIPWAY_RETURN_IF_ERROR(
@@ -203,7 +217,11 @@ struct DescribeResult : CommandResult {
   std::string markdown() const {
     std::string out = "# Endpoint " + endpoint.name + "\n\n";
     out += "Clients call `POST /v2/models/" + endpoint.name + "/infer`. Revision " + std::to_string(endpoint.revision) +
-           ", changed by " + endpoint.updated_by + " at " + format_time_ms(endpoint.updated_ms) + ".\n\n";
+           ", changed by " + endpoint.updated_by + " at " + format_time_ms(endpoint.updated_ms) + ".\n";
+    out += "Owner: " +
+           (endpoint.owner.empty() ? std::string("not set (slipway deploy ... --owner NAME)") : endpoint.owner) + ". " +
+           (endpoint.require_approval ? "Takes approved versions only." : "Takes any version (no approval required).") +
+           "\n\n";
     out += "## Traffic\n\n| version | share | task | target | registered | by | run |\n|---|---|---|---|---|---|---|\n";
     for (const auto& version : versions) {
       std::string task = version.bundle ? std::string(model::task_name(version.bundle->task())) : "-";
@@ -235,6 +253,11 @@ struct DescribeResult : CommandResult {
         out += "The bundle could not be loaded: " + version.load_error + "\n";
         continue;
       }
+      out += version.record.approval ? "Approved by " + version.record.approval->approver + " at " +
+                                           format_time_ms(version.record.approval->approved_ms) + ": " +
+                                           version.record.approval->note + "\n"
+                                     : std::string("Not approved.\n");
+      if (!version.record.description.empty()) out += version.record.description + "\n";
       const model::Manifest& manifest = version.bundle->manifest();
       out += "Bundle `sha256:" + version.record.bundle_sha256 + "`, code " + manifest.code_version + ", data " +
              (manifest.data_fingerprint.empty() ? "-" : manifest.data_fingerprint.substr(0, 16)) + ".\n\n";

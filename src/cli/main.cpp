@@ -138,6 +138,27 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   alias_command->add_option("REF", reference, "NAME@VERSION (or NAME@ALIAS, NAME)")->required();
   alias_command->add_option("ALIAS", alias, "Alias name")->required();
 
+  AnnotateFlags annotate;
+  auto* annotate_command = app.add_subcommand(
+      "annotate", "Set the description, owner or tags of a model (NAME) or a version (NAME@VERSION)");
+  annotate_command->add_option("REF", annotate.reference, "NAME or NAME@VERSION (NAME@ALIAS)")->required();
+  annotate_command->add_option("--description", annotate.description, "What it is, for people (UTF-8, at most 8 KiB)");
+  annotate_command->add_option("--owner", annotate.owner, "Who answers for the model (models only)");
+  annotate_command->add_option("--tag", annotate.tags, "KEY=VALUE (repeatable)");
+  annotate_command->add_option("--untag", annotate.untags, "Remove tag KEY (repeatable)");
+  std::string approve_note;
+  bool revoke_approval = false;
+  auto* approve_command = app.add_subcommand(
+      "approve", "Record your approval of a version for production (endpoints with --require-approval need one)");
+  approve_command->add_option("REF", reference, "NAME@VERSION (or NAME@ALIAS, NAME)")->required();
+  approve_command->add_option("--note", approve_note, "Why (kept with the approval and in the audit log)");
+  approve_command->add_flag("--revoke", revoke_approval, "Withdraw the approval");
+  AuditFlags audit;
+  auto* audit_command = app.add_subcommand("audit", "The audit log: who changed what, when");
+  audit_command->add_option("--model", audit.model, "Only entries about this model (its versions, aliases, endpoints)");
+  audit_command->add_option("--since", audit.since, "From a date (2026-12-01, UTC) or a duration back (24h, 7d)");
+  audit_command->add_option("--limit", audit.limit, "Only the newest N entries");
+
   DeployFlags deploy;
   auto* deploy_command = app.add_subcommand(
       "deploy",
@@ -179,6 +200,11 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   deploy_command->add_option("--shadow-percent", deploy.shadow_percent, "With --shadow: the share of requests mirrored")
       ->capture_default_str();
   deploy_command->add_flag("--no-shadow", deploy.no_shadow, "Stop mirroring requests");
+  deploy_command->add_option("--owner", deploy.owner, "Who answers for the endpoint");
+  deploy_command
+      ->add_option("--require-approval", deploy.require_approval,
+                   "yes: only approved versions may be deployed to it (slipway approve); no: any")
+      ->check(CLI::IsMember({"yes", "no"}));
   std::string endpoint_name;
   auto* rollback_command =
       app.add_subcommand("rollback", "Return an endpoint to the configuration its last change replaced");
@@ -452,6 +478,9 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (show_command->parsed()) return run_show(global, run_id);
   if (alias_command->parsed()) return run_alias(global, reference, alias);
   if (deploy_command->parsed()) return run_deploy(global, deploy);
+  if (annotate_command->parsed()) return run_annotate(global, annotate);
+  if (approve_command->parsed()) return run_approve(global, reference, approve_note, revoke_approval);
+  if (audit_command->parsed()) return run_audit(global, audit);
   if (rollback_command->parsed()) return run_rollback(global, endpoint_name);
   if (endpoints_command->parsed()) return run_endpoints(global);
   if (rollout_status_command->parsed()) return run_rollout_status(global, endpoint_name);

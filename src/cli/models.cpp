@@ -16,6 +16,9 @@ struct ModelsResult : CommandResult {
       json.key("versions").value(model.version_count).key("created_ms").value(model.created_ms);
       json.key("aliases").begin_object();
       for (const auto& [alias, version] : model.aliases) json.key(alias).value(version);
+      json.end_object().key("description").value(model.description).key("owner").value(model.owner);
+      json.key("tags").begin_object();
+      for (const auto& [key, value] : model.tags) json.key(key).value(value);
       json.end_object().end_object();
     }
     json.end_array().end_object();
@@ -27,10 +30,16 @@ struct ModelsResult : CommandResult {
       std::string aliases;
       for (const auto& [alias, version] : model.aliases)
         aliases += (aliases.empty() ? "" : " ") + alias + "=" + std::to_string(version);
+      std::string tags;
+      for (const auto& [key, value] : model.tags) tags += (tags.empty() ? "" : ",") + key + "=" + value;
+      // The first line of the description: a table cell is one line.
+      std::string description = model.description.substr(0, model.description.find('\n'));
+      if (description.size() > 60) description = description.substr(0, 57) + "...";
       rows.push_back({model.name, std::to_string(model.latest_version), std::to_string(model.version_count), aliases,
-                      format_time_ms(model.created_ms)});
+                      format_time_ms(model.created_ms), model.owner.empty() ? "-" : model.owner,
+                      tags.empty() ? "-" : tags, description.empty() ? "-" : description});
     }
-    print_table(out, {"model", "latest", "versions", "aliases", "created (UTC)"}, rows);
+    print_table(out, {"model", "latest", "versions", "aliases", "created (UTC)", "owner", "tags", "description"}, rows);
   }
 };
 

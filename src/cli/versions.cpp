@@ -34,6 +34,14 @@ struct VersionsResult : CommandResult {
       json.key("aliases").begin_array();
       for (const auto& alias : version.aliases) json.value(alias);
       json.end_array();
+      json.key("description").value(version.description).key("tags").begin_object();
+      for (const auto& [key, value] : version.tags) json.key(key).value(value);
+      json.end_object();
+      if (version.approval) {
+        json.key("approval").begin_object().key("approver").value(version.approval->approver);
+        json.key("note").value(version.approval->note).key("approved_ms").value(version.approval->approved_ms);
+        json.end_object();
+      }
       const auto& record = optimizations[static_cast<std::size_t>(&version - versions.data())];
       if (!record.empty()) {
         json.key("optimization").begin_object();
@@ -51,10 +59,16 @@ struct VersionsResult : CommandResult {
       std::string aliases;
       for (const auto& alias : version.aliases) aliases += (aliases.empty() ? "" : ",") + alias;
       std::string optimized = optimization_summary(optimizations[static_cast<std::size_t>(&version - versions.data())]);
+      std::string tags;
+      for (const auto& [key, value] : version.tags) tags += (tags.empty() ? "" : ",") + key + "=" + value;
       rows.push_back({std::to_string(version.version), aliases, version.bundle_sha256.substr(0, 12), version.run_id,
-                      version.creator, format_time_ms(version.created_ms), optimized.empty() ? "-" : optimized});
+                      version.creator, format_time_ms(version.created_ms),
+                      version.approval ? "by " + version.approval->approver : "-", tags.empty() ? "-" : tags,
+                      optimized.empty() ? "-" : optimized});
     }
-    print_table(out, {"version", "aliases", "sha256", "run", "creator", "created (UTC)", "optimization"}, rows);
+    print_table(out,
+                {"version", "aliases", "sha256", "run", "creator", "created (UTC)", "approved", "tags", "optimization"},
+                rows);
   }
 };
 

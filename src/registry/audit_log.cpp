@@ -23,4 +23,34 @@ Result<std::vector<std::string>> AuditLog::entries() {
   return entries;
 }
 
+Result<std::vector<AuditEntry>> AuditLog::query(const AuditFilter& filter) {
+  std::vector<AuditEntry> entries;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->read([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(auto rows, sql.query("SELECT time_ms, actor, action, detail FROM audit_log WHERE "
+                                                  "time_ms >= ? ORDER BY id",
+                                                  {filter.since_ms}));
+    for (auto& row : rows) {
+      AuditEntry entry{row.integer(0), row.text(1), row.text(2), row.text(3)};
+      if (!filter.model.empty()) {
+        // About the model: it names the model (NAME, NAME@..., "NAME "), or routes to it.
+        const std::string& detail = entry.detail;
+        bool about =
+            detail == filter.model || detail.starts_with(filter.model + "@") || detail.starts_with(filter.model + " ");
+        for (std::size_t at = detail.find(filter.model + "@"); !about && at != std::string::npos;
+             at = detail.find(filter.model + "@", at + 1)) {
+          char before = at == 0 ? ' ' : detail[at - 1];
+          about = before == ' ' || before == ',' || before == '(';
+        }
+        if (!about) continue;
+      }
+      entries.push_back(std::move(entry));
+    }
+    return {};
+  }));
+  if (filter.limit > 0 && entries.size() > filter.limit) {
+    entries.erase(entries.begin(), entries.end() - static_cast<std::ptrdiff_t>(filter.limit));
+  }
+  return entries;
+}
+
 }  // namespace slipway::registry

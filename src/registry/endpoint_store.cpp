@@ -33,7 +33,8 @@ Result<EndpointRoute> parse_reference(std::string_view text) {
 Result<std::optional<Endpoint>> read_endpoint(SqlTransaction& sql, const std::string& name) {
   SLIPWAY_ASSIGN_OR_RETURN(auto row,
                            sql.query_row("SELECT routes, previous_routes, revision, updated_by, updated_ms, fallback, "
-                                         "shadow, shadow_percent FROM endpoints WHERE name = ?",
+                                         "shadow, shadow_percent, owner, require_approval FROM endpoints WHERE "
+                                         "name = ?",
                                          {name}));
   if (!row) return std::optional<Endpoint>();
   Endpoint endpoint;
@@ -48,7 +49,21 @@ Result<std::optional<Endpoint>> read_endpoint(SqlTransaction& sql, const std::st
     SLIPWAY_ASSIGN_OR_RETURN(endpoint.shadow, parse_reference(row->text(6)));
     endpoint.shadow.percent = row->real(7);
   }
+  endpoint.owner = row->text(8);
+  endpoint.require_approval = row->integer(9) != 0;
   return std::optional<Endpoint>(std::move(endpoint));
+}
+
+// Refuses an unapproved version for an endpoint that takes approved versions only.
+Status check_approval(SqlTransaction& sql, const std::optional<Endpoint>& endpoint, const std::string& model,
+                      std::int64_t version) {
+  if (!endpoint || !endpoint->require_approval) return {};
+  SLIPWAY_ASSIGN_OR_RETURN(auto row,
+                           sql.query_row("SELECT 1 FROM approvals WHERE model = ? AND version = ?", {model, version}));
+  if (row) return {};
+  std::string reference = model + "@" + std::to_string(version);
+  return failed_precondition("endpoint '" + endpoint->name + "' takes approved versions only, and " + reference +
+                             " is not approved; `slipway approve " + reference + " --note ...` records an approval");
 }
 
 Status check_version_exists(SqlTransaction& sql, const std::string& model, std::int64_t version) {
@@ -87,6 +102,7 @@ void write_endpoint_json(JsonWriter& json, const Endpoint& endpoint) {
   json.key("previous");
   write_routes(endpoint.previous);
   json.key("updated_by").value(endpoint.updated_by).key("updated_ms").value(endpoint.updated_ms);
+  json.key("owner").value(endpoint.owner).key("require_approval").value(endpoint.require_approval);
   json.key("fallback").value(endpoint.fallback).key("shadow");
   if (endpoint.shadow.model.empty()) {
     json.null();
@@ -288,6 +304,7 @@ Result<Endpoint> EndpointStore::deploy(const std::string& endpoint, const std::s
   auto next = [&](SqlTransaction& sql, const std::optional<Endpoint>& current) -> Result<std::vector<EndpointRoute>> {
     // Inside the transaction, so the version cannot vanish between the check and the write.
     SLIPWAY_RETURN_IF_ERROR(check_version_exists(sql, model, version));
+    SLIPWAY_RETURN_IF_ERROR(check_approval(sql, current, model, version));
     if (!canary_percent) return std::vector<EndpointRoute>{fresh};
     if (!current) {
       return failed_precondition("endpoint '" + endpoint + "' does not exist yet: deploy a version to it without " +
@@ -393,6 +410,30 @@ Result<RolloutCriteria> parse_criteria(std::string_view text) {
   return criteria;
 }
 
+Status EndpointStore::configure(const std::string& endpoint, std::optional<std::string> owner,
+                                std::optional<bool> require_approval) {
+  if (owner && (owner->size() > 256 || !valid_utf8(*owner))) {
+    return invalid_argument("the owner must be UTF-8 text of at most 256 bytes");
+  }
+  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(std::optional<Endpoint> current, read_endpoint(sql, endpoint));
+    if (!current) return no_endpoint(endpoint);
+    std::string detail = endpoint;
+    if (owner) {
+      SLIPWAY_RETURN_IF_ERROR(
+          sql.execute("UPDATE endpoints SET owner = ? WHERE name = ?", {*owner, endpoint}).status());
+      detail += " owner=" + *owner;
+    }
+    if (require_approval) {
+      SLIPWAY_RETURN_IF_ERROR(
+          sql.execute("UPDATE endpoints SET require_approval = ? WHERE name = ?", {*require_approval ? 1 : 0, endpoint})
+              .status());
+      detail += std::string(" require_approval=") + (*require_approval ? "yes" : "no");
+    }
+    return append_audit(sql, *context_, "endpoint.configure", detail);
+  });
+}
+
 Status EndpointStore::set_fallback(const std::string& endpoint, const std::string& fallback) {
   if (fallback != "main" && fallback != "none") {
     return invalid_argument("fallback must be 'main' (answer with the main route when another fails) or 'none'");
@@ -432,6 +473,7 @@ Result<Rollout> EndpointStore::start_rollout(const std::string& endpoint, const 
   Rollout started;
   auto next = [&](SqlTransaction& sql, const std::optional<Endpoint>& current) -> Result<std::vector<EndpointRoute>> {
     SLIPWAY_RETURN_IF_ERROR(check_version_exists(sql, model, version));
+    SLIPWAY_RETURN_IF_ERROR(check_approval(sql, current, model, version));
     if (!current) {
       return failed_precondition("endpoint '" + endpoint + "' does not exist yet: deploy a version to it first, to " +
                                  "have something to roll the canary out against");

@@ -11,12 +11,34 @@ Result<std::vector<ModelVersion>> read_versions(SqlTransaction& sql, const std::
   SLIPWAY_ASSIGN_OR_RETURN(auto exists, sql.query_row("SELECT 1 FROM models WHERE name = ?", {model}));
   if (!exists) return not_found("no model named '" + model + "'; `slipway models` lists them");
   SLIPWAY_ASSIGN_OR_RETURN(auto rows, sql.query("SELECT version, bundle_sha256, COALESCE(run_id, ''), creator, "
-                                                "created_ms FROM model_versions WHERE model = ? ORDER BY version",
+                                                "created_ms, description FROM model_versions WHERE model = ? "
+                                                "ORDER BY version",
                                                 {model}));
   std::vector<ModelVersion> versions;
   versions.reserve(rows.size());
   for (const auto& row : rows) {
-    versions.push_back({model, row.integer(0), row.text(1), row.text(2), row.text(3), row.integer(4), {}});
+    ModelVersion version{model, row.integer(0), row.text(1), row.text(2), row.text(3), row.integer(4), {}};
+    version.description = row.text(5);
+    versions.push_back(std::move(version));
+  }
+  auto find = [&versions](std::int64_t number) -> ModelVersion* {
+    for (auto& version : versions) {
+      if (version.version == number) return &version;
+    }
+    return nullptr;
+  };
+  SLIPWAY_ASSIGN_OR_RETURN(auto tags, sql.query("SELECT version, key, value FROM model_tags WHERE model = ? AND "
+                                                "version > 0 ORDER BY version, key",
+                                                {model}));
+  for (const auto& row : tags) {
+    if (ModelVersion* version = find(row.integer(0))) version->tags[row.text(1)] = row.text(2);
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto approvals, sql.query("SELECT version, approver, note, approved_ms FROM approvals "
+                                                     "WHERE model = ?",
+                                                     {model}));
+  for (const auto& row : approvals) {
+    if (ModelVersion* version = find(row.integer(0)))
+      version->approval = Approval{row.text(1), row.text(2), row.integer(3)};
   }
   SLIPWAY_ASSIGN_OR_RETURN(auto aliases,
                            sql.query("SELECT alias, version FROM aliases WHERE model = ? ORDER BY alias", {model}));
@@ -65,9 +87,22 @@ Result<std::vector<ModelSummary>> ModelStore::list() {
   std::vector<ModelSummary> models;
   SLIPWAY_RETURN_IF_ERROR(context_->backend->read([&](SqlTransaction& sql) -> Status {
     SLIPWAY_ASSIGN_OR_RETURN(auto rows, sql.query("SELECT m.name, m.created_ms, COALESCE(MAX(v.version), 0), "
-                                                  "COUNT(v.version) FROM models m LEFT JOIN model_versions v "
-                                                  "ON v.model = m.name GROUP BY m.name, m.created_ms ORDER BY m.name"));
-    for (const auto& row : rows) models.push_back({row.text(0), row.integer(1), row.integer(2), row.integer(3), {}});
+                                                  "COUNT(v.version), m.description, m.owner FROM models m "
+                                                  "LEFT JOIN model_versions v ON v.model = m.name "
+                                                  "GROUP BY m.name, m.created_ms, m.description, m.owner "
+                                                  "ORDER BY m.name"));
+    for (const auto& row : rows) {
+      ModelSummary summary{row.text(0), row.integer(1), row.integer(2), row.integer(3), {}};
+      summary.description = row.text(4);
+      summary.owner = row.text(5);
+      models.push_back(std::move(summary));
+    }
+    SLIPWAY_ASSIGN_OR_RETURN(auto tags, sql.query("SELECT model, key, value FROM model_tags WHERE version = 0"));
+    for (const auto& row : tags) {
+      for (auto& summary : models) {
+        if (summary.name == row.text(0)) summary.tags[row.text(1)] = row.text(2);
+      }
+    }
     SLIPWAY_ASSIGN_OR_RETURN(auto aliases,
                              sql.query("SELECT model, alias, version FROM aliases ORDER BY model, alias"));
     for (const auto& row : aliases) {

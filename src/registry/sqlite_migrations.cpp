@@ -78,12 +78,29 @@ ALTER TABLE endpoints ADD COLUMN shadow TEXT NOT NULL DEFAULT '';
 ALTER TABLE endpoints ADD COLUMN shadow_percent REAL NOT NULL DEFAULT 0;
 )sql";
 
+// Descriptions, owners and tags on models and versions; approvals of versions; endpoints that
+// take approved versions only, and their owners.
+constexpr std::string_view kAnnotations = R"sql(
+ALTER TABLE models ADD COLUMN description TEXT NOT NULL DEFAULT '';
+ALTER TABLE models ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+ALTER TABLE model_versions ADD COLUMN description TEXT NOT NULL DEFAULT '';
+CREATE TABLE model_tags(
+  model TEXT NOT NULL, version INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+  PRIMARY KEY(model, version, key));
+CREATE TABLE approvals(
+  model TEXT NOT NULL, version INTEGER NOT NULL, approver TEXT NOT NULL, note TEXT NOT NULL,
+  approved_ms INTEGER NOT NULL, PRIMARY KEY(model, version));
+ALTER TABLE endpoints ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+ALTER TABLE endpoints ADD COLUMN require_approval INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 constexpr std::array kMigrations = {
     Migration{1, "initial_schema", kInitialSchema},
     Migration{2, "run_owner", kRunOwner},
     Migration{3, "endpoints", kEndpoints},
     Migration{4, "rollouts", kRollouts},
     Migration{5, "endpoint_shadow", kEndpointShadow},
+    Migration{6, "annotations_and_approvals", kAnnotations},
 };
 
 }  // namespace

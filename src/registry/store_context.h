@@ -16,6 +16,9 @@ struct StoreContext {
   std::string actor;  // who the audit log names: $USER, else the account name, else "uid:N"
 };
 
+// Whether `text` is well-formed UTF-8.
+bool valid_utf8(std::string_view text);
+
 // Appends an audit log entry inside the caller's write transaction, so the entry commits (or
 // not) with the mutation it describes.
 Status append_audit(SqlTransaction& sql, const StoreContext& context, std::string_view action, std::string_view detail);

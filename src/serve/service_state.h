@@ -129,8 +129,8 @@ struct Service::State {
   // Queues a copy of `request` (body, Inference-Header-Content-Length) for the endpoint's shadow
   // version, whose answer is compared with `live_scores` in the metrics and dropped.
   void mirror_to_shadow(const std::string& endpoint, const registry::EndpointRoute& shadow,
-                        std::shared_ptr<const std::pair<std::string, std::string>> request,
-                        std::shared_ptr<const std::vector<float>> live_scores);
+                        const std::shared_ptr<const std::pair<std::string, std::string>>& request,
+                        const std::shared_ptr<const std::vector<float>>& live_scores);
 
   // v2_models.cpp: metadata, ready, infer, stats and config of one model. The metric labels are
   // set only for models that exist, so unknown names cannot grow the metrics.

@@ -77,8 +77,8 @@ std::string model_metadata(const Servable& servable, bool single_version) {
 }  // namespace
 
 void Service::State::mirror_to_shadow(const std::string& endpoint, const registry::EndpointRoute& shadow,
-                                      std::shared_ptr<const std::pair<std::string, std::string>> request,
-                                      std::shared_ptr<const std::vector<float>> live_scores) {
+                                      const std::shared_ptr<const std::pair<std::string, std::string>>& request,
+                                      const std::shared_ptr<const std::vector<float>>& live_scores) {
   using Outcome = ServerMetrics::ShadowOutcome;
   std::string route = shadow.reference();
   bool posted = shadows.try_post([this, endpoint, route, shadow, request, live_scores] {

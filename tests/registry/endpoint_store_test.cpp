@@ -141,6 +141,84 @@ TEST_F(EndpointStoreTest, RolloutsAdvanceStepByStepOrRollBackAndAManualChangeSto
   EXPECT_EQ(parse_criteria(format_criteria(criteria))->min_requests, 10);
 }
 
+TEST_F(EndpointStoreTest, AnEndpointThatRequiresApprovalTakesApprovedVersionsOnly) {
+  ASSERT_TRUE(endpoints().deploy("web", "churn", 1).ok());
+  ASSERT_TRUE(endpoints().configure("web", std::string("risk-oncall"), true).ok());
+  auto endpoint = *endpoints().get("web");
+  EXPECT_EQ(endpoint->owner, "risk-oncall");
+  EXPECT_TRUE(endpoint->require_approval);
+  auto refused = endpoints().deploy("web", "churn", 2, 10.0);
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("churn@2 is not approved"), std::string::npos);
+  EXPECT_EQ(endpoints().start_rollout("web", "churn", 2, {50, 100}, 1000, {}).status().code(),
+            StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(registry_->models().approve("churn", 2, "AUC +0.01 on the November holdout").ok());
+  auto versions = registry_->models().list_versions("churn");
+  ASSERT_TRUE(versions->at(1).approval.has_value());
+  EXPECT_EQ(versions->at(1).approval->note, "AUC +0.01 on the November holdout");
+  EXPECT_FALSE(versions->at(0).approval.has_value());
+  EXPECT_TRUE(endpoints().deploy("web", "churn", 2, 10.0).ok());
+  ASSERT_TRUE(registry_->models().revoke_approval("churn", 2).ok());
+  EXPECT_EQ(registry_->models().revoke_approval("churn", 2).code(), StatusCode::kNotFound);
+  EXPECT_EQ(endpoints().deploy("web", "churn", 2).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(registry_->models().approve("churn", 9, "no such version").code(), StatusCode::kNotFound);
+  EXPECT_EQ(endpoints().configure("nowhere", std::nullopt, true).code(), StatusCode::kNotFound);
+
+  // Each of those is in the audit log, and the model's filter finds them.
+  registry::AuditFilter about;
+  about.model = "churn";
+  auto entries = registry_->audit().query(about);
+  ASSERT_TRUE(entries.ok());
+  std::vector<std::string> actions;
+  for (const auto& entry : *entries) actions.push_back(entry.action);
+  EXPECT_EQ(actions, (std::vector<std::string>{"model.register", "model.register", "model.register", "endpoint.deploy",
+                                               "model.approve", "endpoint.canary", "model.revoke_approval"}));
+  about.limit = 2;
+  EXPECT_EQ(registry_->audit().query(about)->front().action, "endpoint.canary");
+  about.model = "chur";  // a prefix of a name is another name
+  about.limit = 0;
+  EXPECT_TRUE(registry_->audit().query(about)->empty());
+  about.model.clear();
+  about.since_ms = unix_time_ms() + 60'000;
+  EXPECT_TRUE(registry_->audit().query(about)->empty());
+}
+
+TEST_F(EndpointStoreTest, AnnotationsOnModelsAndVersions) {
+  Annotations model_notes;
+  model_notes.description = "Churn model\nsecond line";
+  model_notes.owner = "growth";
+  model_notes.set_tags = {{"domain", "retention"}, {"team/area", "growth"}};
+  ASSERT_TRUE(registry_->models().annotate("churn", std::nullopt, model_notes).ok());
+  Annotations version_notes;
+  version_notes.description = "retrained on November";
+  version_notes.set_tags = {{"stage", "candidate"}};
+  ASSERT_TRUE(registry_->models().annotate("churn", 2, version_notes).ok());
+  auto models = registry_->models().list();
+  EXPECT_EQ(models->front().owner, "growth");
+  EXPECT_EQ(models->front().tags.at("team/area"), "growth");
+  auto versions = registry_->models().list_versions("churn");
+  EXPECT_EQ(versions->at(1).tags.at("stage"), "candidate");
+  EXPECT_EQ(versions->at(1).description, "retrained on November");
+  EXPECT_TRUE(versions->at(0).tags.empty());  // the model's tags are not a version's
+  Annotations untag;
+  untag.remove_tags = {"stage"};
+  ASSERT_TRUE(registry_->models().annotate("churn", 2, untag).ok());
+  EXPECT_TRUE(registry_->models().list_versions("churn")->at(1).tags.empty());
+
+  Annotations bad;
+  bad.set_tags = {{"bad key", "x"}};
+  EXPECT_EQ(registry_->models().annotate("churn", std::nullopt, bad).code(), StatusCode::kInvalidArgument);
+  bad.set_tags.clear();
+  bad.description = std::string("\xff\xfe");
+  EXPECT_EQ(registry_->models().annotate("churn", std::nullopt, bad).code(), StatusCode::kInvalidArgument);
+  bad.description = std::string(9000, 'x');
+  EXPECT_EQ(registry_->models().annotate("churn", std::nullopt, bad).code(), StatusCode::kInvalidArgument);
+  Annotations owner_of_version;
+  owner_of_version.owner = "someone";
+  EXPECT_EQ(registry_->models().annotate("churn", 1, owner_of_version).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry_->models().annotate("ghost", std::nullopt, model_notes).code(), StatusCode::kNotFound);
+}
+
 TEST(EndpointRoutes, ParseWhatFormatWritesAndRefuseTheRest) {
   std::vector<EndpointRoute> routes = {{"churn", 4, 12.5}, {"churn-v2.b", 3, 87.5}};
   auto parsed = parse_routes(format_routes(routes));

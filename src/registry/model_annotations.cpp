@@ -1,0 +1,106 @@
+// What people add to models and versions: descriptions, owners, tags, approvals.
+#include "registry/store_context.h"
+
+namespace slipway::registry {
+namespace {
+
+constexpr std::size_t kMaxText = 8192;
+
+Status check_tag_key(const std::string& key) {
+  bool valid = !key.empty() && key.size() <= 128;
+  for (char c : key) {
+    valid = valid && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == '/');
+  }
+  if (!valid)
+    return invalid_argument("invalid tag key '" + key + "': use 1 to 128 letters, digits, '_', '-', '.', '/'");
+  return {};
+}
+
+Status check_text(std::string_view what, const std::string& text) {
+  if (text.size() > kMaxText) return invalid_argument(std::string(what) + " is over 8 KiB");
+  if (!valid_utf8(text)) return invalid_argument(std::string(what) + " is not UTF-8 text");
+  return {};
+}
+
+Status check_exists(SqlTransaction& sql, const std::string& model, std::optional<std::int64_t> version) {
+  SLIPWAY_ASSIGN_OR_RETURN(
+      auto row, version
+                    ? sql.query_row("SELECT 1 FROM model_versions WHERE model = ? AND version = ?", {model, *version})
+                    : sql.query_row("SELECT 1 FROM models WHERE name = ?", {model}));
+  if (!row) {
+    return not_found(version ? "model '" + model + "' has no version " + std::to_string(*version)
+                             : "no model named '" + model + "'; `slipway models` lists them");
+  }
+  return {};
+}
+
+}  // namespace
+
+Status ModelStore::annotate(const std::string& model, std::optional<std::int64_t> version,
+                            const Annotations& annotations) {
+  if (annotations.owner && version) return invalid_argument("an owner is set on a model, not on one version");
+  if (annotations.description) SLIPWAY_RETURN_IF_ERROR(check_text("the description", *annotations.description));
+  if (annotations.owner) SLIPWAY_RETURN_IF_ERROR(check_text("the owner", *annotations.owner));
+  for (const auto& [key, value] : annotations.set_tags) {
+    SLIPWAY_RETURN_IF_ERROR(check_tag_key(key));
+    SLIPWAY_RETURN_IF_ERROR(check_text("tag '" + key + "'", value));
+  }
+  std::string target = version ? model + "@" + std::to_string(*version) : model;
+  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_RETURN_IF_ERROR(check_exists(sql, model, version));
+    std::string detail = target;
+    if (annotations.description) {
+      SLIPWAY_RETURN_IF_ERROR(
+          (version ? sql.execute("UPDATE model_versions SET description = ? WHERE model = ? AND "
+                                 "version = ?",
+                                 {*annotations.description, model, *version})
+                   : sql.execute("UPDATE models SET description = ? WHERE name = ?", {*annotations.description, model}))
+              .status());
+      detail += " description";
+    }
+    if (annotations.owner) {
+      SLIPWAY_RETURN_IF_ERROR(
+          sql.execute("UPDATE models SET owner = ? WHERE name = ?", {*annotations.owner, model}).status());
+      detail += " owner=" + *annotations.owner;
+    }
+    std::int64_t tag_version = version.value_or(0);
+    for (const auto& [key, value] : annotations.set_tags) {
+      SLIPWAY_RETURN_IF_ERROR(sql.execute("INSERT INTO model_tags(model, version, key, value) VALUES (?, ?, ?, ?) "
+                                          "ON CONFLICT(model, version, key) DO UPDATE SET value = excluded.value",
+                                          {model, tag_version, key, value})
+                                  .status());
+      detail += " " + key + "=" + value;
+    }
+    for (const auto& key : annotations.remove_tags) {
+      SLIPWAY_RETURN_IF_ERROR(
+          sql.execute("DELETE FROM model_tags WHERE model = ? AND version = ? AND key = ?", {model, tag_version, key})
+              .status());
+      detail += " -" + key;
+    }
+    return append_audit(sql, *context_, "model.annotate", detail);
+  });
+}
+
+Status ModelStore::approve(const std::string& model, std::int64_t version, const std::string& note) {
+  SLIPWAY_RETURN_IF_ERROR(check_text("the note", note));
+  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_RETURN_IF_ERROR(check_exists(sql, model, version));
+    SLIPWAY_RETURN_IF_ERROR(sql.execute("INSERT INTO approvals(model, version, approver, note, approved_ms) VALUES "
+                                        "(?, ?, ?, ?, ?) ON CONFLICT(model, version) DO UPDATE SET approver = "
+                                        "excluded.approver, note = excluded.note, approved_ms = excluded.approved_ms",
+                                        {model, version, context_->actor, note, unix_time_ms()})
+                                .status());
+    return append_audit(sql, *context_, "model.approve", model + "@" + std::to_string(version) + " " + note);
+  });
+}
+
+Status ModelStore::revoke_approval(const std::string& model, std::int64_t version) {
+  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(std::int64_t removed,
+                             sql.execute("DELETE FROM approvals WHERE model = ? AND version = ?", {model, version}));
+    if (removed == 0) return not_found(model + "@" + std::to_string(version) + " is not approved");
+    return append_audit(sql, *context_, "model.revoke_approval", model + "@" + std::to_string(version));
+  });
+}
+
+}  // namespace slipway::registry
