@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -121,5 +122,42 @@ struct Comparison {
 // negative or not finite. A NaN output differs from any number (infinitely) and equals a NaN.
 Result<Comparison> compare(const model::Bundle& a, const model::Bundle& b, const data::Table& table,
                            const ComparisonOptions& options);
+
+// ---------------------------------------------------------------------------------------------
+// Evaluation gates: a candidate held to thresholds on a metric, against a baseline, overall and
+// per slice (MLflow's MetricThreshold semantics: an absolute threshold, an absolute change and a
+// relative change, each in the metric's direction).
+
+struct GateCriteria {
+  std::string metric;                       // any metric of the task (auc, log_loss, rmse, ...)
+  std::optional<double> min;                // the candidate's value must be at least this
+  std::optional<double> max;                // ... at most this
+  std::optional<double> max_drop;           // worse than the baseline by at most this
+  std::optional<double> max_relative_drop;  // ... by at most this share of the baseline's value
+};
+
+struct GateCheck {
+  std::string scope;  // "overall", or the slice's value
+  std::size_t rows = 0;
+  double baseline = 0.0, candidate = 0.0;  // NaN when undefined (AUC on one class)
+  double drop = 0.0;                       // positive: the candidate is worse
+  double relative_drop = 0.0;
+  bool passed = true;
+  std::string failure;  // which threshold, when not passed; "undefined" checks pass with a note
+};
+
+struct GateReport {
+  GateCriteria criteria;
+  bool higher_is_better = true;
+  std::string slice_column;
+  std::vector<GateCheck> checks;  // overall first, then the slices by value
+  bool passed() const;
+};
+
+// Evaluates both bundles on `table` (labelled) and checks the candidate overall and, with a slice
+// column, in every slice. InvalidArgument for a metric the task does not have, criteria that
+// check nothing or are not finite, or models that do not answer the same question.
+Result<GateReport> gate(const model::Bundle& baseline, const model::Bundle& candidate, const data::Table& table,
+                        const GateCriteria& criteria, const std::string& slice_column);
 
 }  // namespace slipway::eval

@@ -110,6 +110,22 @@ struct ModelSummary {
   std::map<std::string, std::string> tags;
 };
 
+// An evaluation gate's result (`slipway gate`): a candidate version held to thresholds against a
+// baseline version on a data set; the full report is an artifact (JSON).
+struct GateRecord {
+  std::string model;
+  std::int64_t version = 0;
+  std::string baseline_model;
+  std::int64_t baseline_version = 0;
+  std::string data_fingerprint;
+  std::string metric;
+  std::string criteria;  // "min=0.8,max_drop=0.005", as given
+  bool passed = false;
+  std::string report_sha256;
+  std::int64_t created_ms = 0;
+  std::string actor;
+};
+
 // A change to a model's or a version's annotations; unset fields stay as they are.
 struct Annotations {
   std::optional<std::string> description;
@@ -267,6 +283,11 @@ class ModelStore {
   // note; `revoke` withdraws it. Endpoints that require approval refuse unapproved versions.
   Status approve(const std::string& model, std::int64_t version, const std::string& note);
   Status revoke_approval(const std::string& model, std::int64_t version);
+  // Records a gate's result (created_ms and actor are filled in); both versions must exist and the
+  // report must be in the artifact store.
+  Status record_gate(const GateRecord& record);
+  // The gate results of one version, as candidate, newest first.
+  Result<std::vector<GateRecord>> gate_results(const std::string& model, std::int64_t version);
   // The bundle of every version.
   Result<std::vector<ArtifactReference>> artifact_references();
 

@@ -83,6 +83,24 @@ struct AuditFlags {
 // The audit log, optionally about one model and from a time.
 int run_audit(const GlobalOptions& global, const AuditFlags& flags);
 
+class CommandResult;
+
+struct GateFlags {
+  std::string reference;  // the candidate
+  std::string baseline;
+  std::string data_path;
+  std::string slice;
+  eval::GateCriteria criteria;
+};
+struct GateOutcome {
+  bool passed = false;
+  std::unique_ptr<CommandResult> result;
+};
+// Runs a gate and, for registered versions, records its result with them.
+Result<GateOutcome> run_gate_check(const GlobalOptions& global, const GateFlags& flags);
+// `slipway gate`: exit 0 passed, 1 failed, 2 could not run.
+int run_gate(const GlobalOptions& global, const GateFlags& flags);
+
 struct DeployFlags {
   std::string endpoint;
   std::string reference;         // NAME@VERSION (or NAME@ALIAS, NAME), resolved to a version now
@@ -97,6 +115,7 @@ struct DeployFlags {
   bool no_shadow = false;
   std::optional<std::string> owner;
   std::string require_approval;  // --require-approval yes|no
+  GateFlags gate;                // --gate-data ...: a gate against the endpoint's main version first
 };
 // Routes an endpoint to a model version (all traffic, or a canary share), or promotes its canary.
 int run_deploy(const GlobalOptions& global, const DeployFlags& flags);

@@ -157,6 +157,27 @@ Result<std::unique_ptr<CommandResult>> deploy(const GlobalOptions& global, const
   // Aliases and "latest" are resolved now: an endpoint routes to pinned versions, so moving an
   // alias later does not change what it serves.
   SLIPWAY_ASSIGN_OR_RETURN(auto version, store->models().resolve(parsed.first, parsed.second));
+  if (!flags.gate.data_path.empty()) {
+    // The gate first, against what the endpoint mostly serves now.
+    if (!existing) {
+      return failed_precondition("--gate-data compares with the version endpoint '" + flags.endpoint +
+                                 "' serves, and it serves none yet");
+    }
+    const registry::EndpointRoute* main = &existing->routes.front();
+    for (const auto& route : existing->routes) {
+      if (route.percent > main->percent) main = &route;
+    }
+    GateFlags gate = flags.gate;
+    gate.reference = version.model + "@" + std::to_string(version.version);
+    gate.baseline = main->reference();
+    SLIPWAY_ASSIGN_OR_RETURN(GateOutcome outcome, run_gate_check(global, gate));
+    if (!outcome.passed) {
+      return failed_precondition("the gate failed, so " + gate.reference + " was not deployed; `slipway gate " +
+                                 gate.reference + " --baseline " + gate.baseline + " --data " + gate.data_path +
+                                 " ...` shows each check");
+    }
+    log_info("gate passed: " + gate.reference + " against " + gate.baseline);
+  }
   if (!flags.steps.empty()) {
     std::vector<double> steps;
     for (const auto& item : config_detail::split_list(flags.steps)) {
@@ -211,6 +232,7 @@ struct DescribeResult : CommandResult {
     registry::ModelVersion record;
     std::shared_ptr<const model::Bundle> bundle;  // null when it could not be loaded
     std::string load_error;
+    std::vector<registry::GateRecord> gates;  // newest first
   };
   std::vector<Version> versions;
 
@@ -258,6 +280,12 @@ struct DescribeResult : CommandResult {
                                            version.record.approval->note + "\n"
                                      : std::string("Not approved.\n");
       if (!version.record.description.empty()) out += version.record.description + "\n";
+      for (std::size_t index = 0; index < std::min<std::size_t>(version.gates.size(), 3); ++index) {
+        const registry::GateRecord& gate = version.gates[index];
+        out += "Gate " + std::string(gate.passed ? "passed" : "FAILED") + " against " + gate.baseline_model + "@" +
+               std::to_string(gate.baseline_version) + " (" + gate.metric + " " + gate.criteria + ", " +
+               format_time_ms(gate.created_ms) + ")\n";
+      }
       const model::Manifest& manifest = version.bundle->manifest();
       out += "Bundle `sha256:" + version.record.bundle_sha256 + "`, code " + manifest.code_version + ", data " +
              (manifest.data_fingerprint.empty() ? "-" : manifest.data_fingerprint.substr(0, 16)) + ".\n\n";
@@ -319,6 +347,7 @@ Result<DescribeResult> describe(const GlobalOptions& global, const std::string& 
     DescribeResult::Version version;
     version.route = route;
     SLIPWAY_ASSIGN_OR_RETURN(version.record, store->models().resolve(route.model, {route.version, ""}));
+    SLIPWAY_ASSIGN_OR_RETURN(version.gates, store->models().gate_results(route.model, route.version));
     auto loaded = pipeline::resolve_reference(store.get(), route.reference());
     if (loaded.ok()) {
       version.bundle = loaded->bundle;

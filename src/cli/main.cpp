@@ -159,6 +159,23 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   audit_command->add_option("--since", audit.since, "From a date (2026-12-01, UTC) or a duration back (24h, 7d)");
   audit_command->add_option("--limit", audit.limit, "Only the newest N entries");
 
+  GateFlags gate;
+  auto* gate_command = app.add_subcommand(
+      "gate",
+      "Hold a candidate version to thresholds on a metric against a baseline, overall and per slice; exit 0 "
+      "passed, 1 failed, 2 could not run; recorded with both versions");
+  gate_command->add_option("REF", gate.reference, "The candidate: NAME@VERSION (or a bundle file)")->required();
+  gate_command->add_option("--baseline", gate.baseline, "What it must not fall behind: NAME@VERSION")->required();
+  gate_command->add_option("--data", gate.data_path, "Labelled rows (CSV)")->required();
+  gate_command->add_option("--metric", gate.criteria.metric, "auc, log_loss, accuracy, f1, rmse, r2, ...")->required();
+  gate_command->add_option("--min", gate.criteria.min, "The candidate's value must be at least this");
+  gate_command->add_option("--max", gate.criteria.max, "... at most this");
+  gate_command->add_option("--max-drop", gate.criteria.max_drop,
+                           "Worse than the baseline by at most this (in the metric's direction)");
+  gate_command->add_option("--max-relative-drop", gate.criteria.max_relative_drop,
+                           "Worse by at most this share of the baseline's value (0.01 = 1%)");
+  gate_command->add_option("--slice", gate.slice, "Check every value of this column too");
+
   DeployFlags deploy;
   auto* deploy_command = app.add_subcommand(
       "deploy",
@@ -201,6 +218,16 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       ->capture_default_str();
   deploy_command->add_flag("--no-shadow", deploy.no_shadow, "Stop mirroring requests");
   deploy_command->add_option("--owner", deploy.owner, "Who answers for the endpoint");
+  deploy_command->add_option("--gate-data", deploy.gate.data_path,
+                             "Run a gate first: REF against the endpoint's main version on these labelled rows; a "
+                             "failed gate refuses the deploy");
+  deploy_command->add_option("--gate-metric", deploy.gate.criteria.metric, "With --gate-data: the metric");
+  deploy_command->add_option("--gate-min", deploy.gate.criteria.min, "With --gate-data: as gate --min");
+  deploy_command->add_option("--gate-max", deploy.gate.criteria.max, "With --gate-data: as gate --max");
+  deploy_command->add_option("--gate-max-drop", deploy.gate.criteria.max_drop, "With --gate-data: as gate --max-drop");
+  deploy_command->add_option("--gate-max-relative-drop", deploy.gate.criteria.max_relative_drop,
+                             "With --gate-data: as gate --max-relative-drop");
+  deploy_command->add_option("--gate-slice", deploy.gate.slice, "With --gate-data: as gate --slice");
   deploy_command
       ->add_option("--require-approval", deploy.require_approval,
                    "yes: only approved versions may be deployed to it (slipway approve); no: any")
@@ -479,6 +506,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (alias_command->parsed()) return run_alias(global, reference, alias);
   if (deploy_command->parsed()) return run_deploy(global, deploy);
   if (annotate_command->parsed()) return run_annotate(global, annotate);
+  if (gate_command->parsed()) return run_gate(global, gate);
   if (approve_command->parsed()) return run_approve(global, reference, approve_note, revoke_approval);
   if (audit_command->parsed()) return run_audit(global, audit);
   if (rollback_command->parsed()) return run_rollback(global, endpoint_name);

@@ -103,4 +103,41 @@ Status ModelStore::revoke_approval(const std::string& model, std::int64_t versio
   });
 }
 
+Status ModelStore::record_gate(const GateRecord& record) {
+  if (!context_->artifacts.contains(record.report_sha256)) {
+    return failed_precondition("the gate report " + record.report_sha256 + " is not in the artifact store");
+  }
+  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_RETURN_IF_ERROR(check_exists(sql, record.model, record.version));
+    SLIPWAY_RETURN_IF_ERROR(check_exists(sql, record.baseline_model, record.baseline_version));
+    SLIPWAY_RETURN_IF_ERROR(sql.execute("INSERT INTO gate_results(model, version, baseline_model, baseline_version, "
+                                        "data_fingerprint, metric, criteria, passed, report_sha256, created_ms, actor) "
+                                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                        {record.model, record.version, record.baseline_model, record.baseline_version,
+                                         record.data_fingerprint, record.metric, record.criteria, record.passed ? 1 : 0,
+                                         record.report_sha256, unix_time_ms(), context_->actor})
+                                .status());
+    return append_audit(sql, *context_, record.passed ? "gate.pass" : "gate.fail",
+                        record.model + "@" + std::to_string(record.version) + " against " + record.baseline_model +
+                            "@" + std::to_string(record.baseline_version) + " " + record.metric + " " +
+                            record.criteria);
+  });
+}
+
+Result<std::vector<GateRecord>> ModelStore::gate_results(const std::string& model, std::int64_t version) {
+  std::vector<GateRecord> records;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->read([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(auto rows, sql.query("SELECT baseline_model, baseline_version, data_fingerprint, metric, "
+                                                  "criteria, passed, report_sha256, created_ms, actor FROM "
+                                                  "gate_results WHERE model = ? AND version = ? ORDER BY id DESC",
+                                                  {model, version}));
+    for (const auto& row : rows) {
+      records.push_back({model, version, row.text(0), row.integer(1), row.text(2), row.text(3), row.text(4),
+                         row.integer(5) != 0, row.text(6), row.integer(7), row.text(8)});
+    }
+    return {};
+  }));
+  return records;
+}
+
 }  // namespace slipway::registry

@@ -166,6 +166,11 @@ Result<std::vector<ArtifactReference>> ModelStore::artifact_references() {
     for (const auto& row : rows) {
       references.push_back({row.text(2), "model " + row.text(0) + "@" + std::to_string(row.integer(1))});
     }
+    SLIPWAY_ASSIGN_OR_RETURN(auto gates,
+                             sql.query("SELECT model, version, report_sha256 FROM gate_results ORDER BY id"));
+    for (const auto& row : gates) {
+      references.push_back({row.text(2), "gate report of " + row.text(0) + "@" + std::to_string(row.integer(1))});
+    }
     return {};
   }));
   return references;

@@ -94,6 +94,17 @@ ALTER TABLE endpoints ADD COLUMN owner TEXT NOT NULL DEFAULT '';
 ALTER TABLE endpoints ADD COLUMN require_approval INTEGER NOT NULL DEFAULT 0;
 )sql";
 
+// Evaluation gates' results, each linking a candidate version to its baseline, with the report
+// kept as an artifact.
+constexpr std::string_view kGateResults = R"sql(
+CREATE TABLE gate_results(
+  id INTEGER PRIMARY KEY AUTOINCREMENT, model TEXT NOT NULL, version INTEGER NOT NULL,
+  baseline_model TEXT NOT NULL, baseline_version INTEGER NOT NULL, data_fingerprint TEXT NOT NULL,
+  metric TEXT NOT NULL, criteria TEXT NOT NULL, passed INTEGER NOT NULL, report_sha256 TEXT NOT NULL,
+  created_ms INTEGER NOT NULL, actor TEXT NOT NULL);
+CREATE INDEX gate_results_by_version ON gate_results(model, version);
+)sql";
+
 constexpr std::array kMigrations = {
     Migration{1, "initial_schema", kInitialSchema},
     Migration{2, "run_owner", kRunOwner},
@@ -101,6 +112,7 @@ constexpr std::array kMigrations = {
     Migration{4, "rollouts", kRollouts},
     Migration{5, "endpoint_shadow", kEndpointShadow},
     Migration{6, "annotations_and_approvals", kAnnotations},
+    Migration{7, "gate_results", kGateResults},
 };
 
 }  // namespace

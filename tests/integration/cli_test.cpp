@@ -129,6 +129,67 @@ TEST_F(CliTest, CompareExitsLikeDiff) {
   }
 }
 
+// Gates: pass, fail per slice, could-not-run; results recorded with the versions; deploy --gate
+// refuses a version that fails; approvals and the audit log.
+TEST_F(CliTest, GatesApprovalsAndTheAuditLog) {
+  ASSERT_EQ(train_lending({"--register", "lending"}).exit_code, 0);
+  auto trees = train_lending({"--register", "lending", "--model", "gbdt", "--param", "rounds=10", "--no-progress"});
+  ASSERT_EQ(trees.exit_code, 0) << trees.err;
+  std::string golden = data_path("lending_club.csv");
+  auto same = slipway({"gate", "lending@1", "--baseline", "lending@1", "--data", golden, "--metric", "auc",
+                       "--max-drop", "0", "--slice", "term"});
+  EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
+  EXPECT_NE(same.out.find("passed"), std::string::npos) << same.out;
+  EXPECT_NE(same.out.find("term_60"), std::string::npos) << same.out;
+  auto impossible =
+      slipway({"gate", "lending@2", "--baseline", "lending@1", "--data", golden, "--metric", "auc", "--min", "0.99"});
+  EXPECT_EQ(impossible.exit_code, 1) << impossible.err;
+  EXPECT_NE(impossible.out.find("FAIL: "), std::string::npos) << impossible.out;
+  EXPECT_NE(impossible.out.find("below the minimum 0.99"), std::string::npos) << impossible.out;
+  EXPECT_EQ(
+      slipway({"gate", "lending@2", "--baseline", "lending@1", "--data", golden, "--metric", "rmse", "--max-drop", "1"})
+          .exit_code,
+      2);  // not a classifier's metric
+  EXPECT_EQ(slipway({"gate", "lending@2", "--baseline", "lending@1", "--data", golden, "--metric", "auc"}).exit_code,
+            2);  // no threshold
+
+  ASSERT_EQ(slipway({"deploy", "web", "lending@1", "--require-approval", "no"}).exit_code, 0);
+  auto gated =
+      slipway({"deploy", "web", "lending@2", "--gate-data", golden, "--gate-metric", "auc", "--gate-min", "0.99"});
+  EXPECT_EQ(gated.exit_code, 1);
+  EXPECT_NE(gated.err.find("the gate failed, so lending@2 was not deployed"), std::string::npos) << gated.err;
+  EXPECT_NE(slipway({"--json", "endpoints"}).out.find("\"version\":1,\"percent\":100"), std::string::npos);
+
+  ASSERT_EQ(slipway({"deploy", "web", "--require-approval", "yes", "--owner", "risk-oncall"}).exit_code, 0);
+  auto unapproved = slipway({"deploy", "web", "lending@2"});
+  EXPECT_EQ(unapproved.exit_code, 1);
+  EXPECT_NE(unapproved.err.find("lending@2 is not approved"), std::string::npos) << unapproved.err;
+  EXPECT_NE(slipway({"approve", "lending@2"}).exit_code, 0);  // a note is required
+  ASSERT_EQ(slipway({"approve", "lending@2", "--note", "better on the holdout"}).exit_code, 0);
+  auto passed =
+      slipway({"deploy", "web", "lending@2", "--gate-data", golden, "--gate-metric", "auc", "--gate-max-drop", "0.5"});
+  EXPECT_EQ(passed.exit_code, 0) << passed.err;
+
+  auto described = slipway({"describe", "web"});
+  EXPECT_NE(described.out.find("Owner: risk-oncall. Takes approved versions only."), std::string::npos)
+      << described.out;
+  EXPECT_NE(described.out.find("Approved by "), std::string::npos);
+  EXPECT_NE(described.out.find("Gate passed against lending@1 (auc max_drop=0.5"), std::string::npos) << described.out;
+  ASSERT_EQ(
+      slipway({"annotate", "lending@2", "--tag", "stage=production", "--description", "GBDT, 10 rounds"}).exit_code, 0);
+  EXPECT_NE(slipway({"versions", "lending"}).out.find("stage=production"), std::string::npos);
+
+  auto audit = slipway({"audit", "--model", "lending", "--since", "1h"});
+  ASSERT_EQ(audit.exit_code, 0) << audit.err;
+  for (const char* action :
+       {"model.register", "gate.pass", "gate.fail", "model.approve", "endpoint.deploy", "model.annotate"}) {
+    EXPECT_NE(audit.out.find(action), std::string::npos) << action << "\n" << audit.out;
+  }
+  EXPECT_EQ(slipway({"audit", "--since", "last week"}).exit_code, 1);
+  auto verified = slipway({"verify"});
+  EXPECT_EQ(verified.exit_code, 0) << verified.out;  // gate reports are referenced artifacts, not orphans
+}
+
 TEST_F(CliTest, ProfileReportsEveryStagePerRequestSize) {
   ASSERT_EQ(train_lending({"--register", "lending"}).exit_code, 0);
   auto profiled = slipway({"--json", "profile", "lending", "--data", data_path("lending_club.csv"),
