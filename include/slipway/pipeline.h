@@ -153,4 +153,34 @@ struct ScoringOptions {
 Result<ScoredRows> score_file(const LoadedReference& reference, const std::string& data_path,
                               const ScoringOptions& options);
 
+// ---------------------------------------------------------------------------------------------
+// Lineage: the workspace as a graph in the ML Metadata model's terms. Artifacts (data sets by
+// content fingerprint, bundles, model versions, gate reports), executions (train and import runs,
+// optimize), contexts (experiments, aliases, endpoints), and edges for the events between them
+// (an execution's inputs and outputs, a version's bundle, what points or routes to a version).
+
+struct LineageNode {
+  std::string id;    // "data:<fingerprint>", "run:<id>", "bundle:<sha256>", "version:<model>@<n>",
+                     // "alias:<model>@<alias>", "endpoint:<name>", "gate:<sha256>", "experiment:<name>"
+  std::string type;  // data, run, bundle, version, alias, endpoint, gate, experiment
+  std::string label;
+  std::map<std::string, std::string> properties;
+};
+
+struct LineageEdge {
+  std::string from, to;
+  std::string kind;  // input, output, registered, points_to, routes (percent), baseline, candidate, optimized, in
+};
+
+struct LineageGraph {
+  std::vector<LineageNode> nodes;  // the start first
+  std::vector<LineageEdge> edges;
+};
+
+// The lineage of `reference`: a model version (NAME@VERSION, NAME@ALIAS, NAME), a run id, or a
+// data file (by its content fingerprint). Upstream (default): what it was built from, back to
+// the data, and what exposes it (aliases, endpoints). Downstream: everything built from it.
+// NotFound when the reference names nothing the workspace knows.
+Result<LineageGraph> lineage(registry::Registry& registry, const std::string& reference, bool downstream);
+
 }  // namespace slipway::pipeline

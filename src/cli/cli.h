@@ -83,6 +83,10 @@ struct AuditFlags {
 // The audit log, optionally about one model and from a time.
 int run_audit(const GlobalOptions& global, const AuditFlags& flags);
 
+// What REF (a version, run id or data file) came from, or with `downstream` what was built from
+// it: a tree, --json, or Graphviz with `dot`.
+int run_lineage(const GlobalOptions& global, const std::string& reference, bool downstream, bool dot);
+
 class CommandResult;
 
 struct GateFlags {

@@ -159,6 +159,17 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   audit_command->add_option("--since", audit.since, "From a date (2026-12-01, UTC) or a duration back (24h, 7d)");
   audit_command->add_option("--limit", audit.limit, "Only the newest N entries");
 
+  bool lineage_downstream = false;
+  bool lineage_dot = false;
+  auto* lineage_command = app.add_subcommand(
+      "lineage",
+      "What a version, run or data set came from (data -> run -> bundle -> version -> aliases, endpoints), or with "
+      "--downstream everything built from it");
+  lineage_command->add_option("REF", reference, "NAME@VERSION (or NAME@ALIAS, NAME), a run id, or a data file")
+      ->required();
+  lineage_command->add_flag("--downstream", lineage_downstream, "What was built from REF instead");
+  lineage_command->add_flag("--dot", lineage_dot, "Graphviz DOT instead of the tree");
+
   GateFlags gate;
   auto* gate_command = app.add_subcommand(
       "gate",
@@ -507,6 +518,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (deploy_command->parsed()) return run_deploy(global, deploy);
   if (annotate_command->parsed()) return run_annotate(global, annotate);
   if (gate_command->parsed()) return run_gate(global, gate);
+  if (lineage_command->parsed()) return run_lineage(global, reference, lineage_downstream, lineage_dot);
   if (approve_command->parsed()) return run_approve(global, reference, approve_note, revoke_approval);
   if (audit_command->parsed()) return run_audit(global, audit);
   if (rollback_command->parsed()) return run_rollback(global, endpoint_name);

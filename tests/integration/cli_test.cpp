@@ -188,6 +188,23 @@ TEST_F(CliTest, GatesApprovalsAndTheAuditLog) {
   EXPECT_EQ(slipway({"audit", "--since", "last week"}).exit_code, 1);
   auto verified = slipway({"verify"});
   EXPECT_EQ(verified.exit_code, 0) << verified.out;  // gate reports are referenced artifacts, not orphans
+
+  // Lineage: data -> run -> bundle -> version -> what exposes it, and back down from the data.
+  auto upstream = slipway({"lineage", "lending@2"});
+  ASSERT_EQ(upstream.exit_code, 0) << upstream.err;
+  for (const char* expected :
+       {"data ", "-> (input) train run ", "-> (output) bundle ", "-> (registered) lending@2   <== this",
+        "-> (routes 100%) endpoint web", "-> (candidate) gate passed (auc max_drop=0.5)"}) {
+    EXPECT_NE(upstream.out.find(expected), std::string::npos) << expected << "\n" << upstream.out;
+  }
+  EXPECT_EQ(upstream.out.find("(registered) lending@1"), std::string::npos) << upstream.out;  // a sibling, not a source
+  auto downstream = slipway({"lineage", golden, "--downstream"});
+  ASSERT_EQ(downstream.exit_code, 0) << downstream.err;
+  EXPECT_NE(downstream.out.find("(registered) lending@1"), std::string::npos) << downstream.out;
+  EXPECT_NE(downstream.out.find("(registered) lending@2"), std::string::npos) << downstream.out;
+  EXPECT_EQ(slipway({"lineage", "lending@1", "--dot"}).out.rfind("digraph lineage {", 0), 0u);
+  EXPECT_NE(slipway({"--json", "lineage", "lending@1"}).out.find("\"start\":\"version:lending@1\""), std::string::npos);
+  EXPECT_NE(slipway({"lineage", "ghost@1"}).exit_code, 0);
 }
 
 TEST_F(CliTest, ProfileReportsEveryStagePerRequestSize) {

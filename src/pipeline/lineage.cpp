@@ -1,0 +1,188 @@
+// Lineage: the workspace's runs, bundles, versions, aliases, endpoints and gate results as one
+// graph, and the part of it upstream or downstream of a reference.
+#include <deque>
+#include <filesystem>
+#include <limits>
+#include <set>
+
+#include "slipway/pipeline.h"
+
+namespace slipway::pipeline {
+namespace {
+
+struct GraphBuilder {
+  std::map<std::string, LineageNode> nodes;
+  std::vector<LineageEdge> edges;
+
+  LineageNode& node(const std::string& id, const std::string& type, const std::string& label) {
+    auto [at, inserted] = nodes.try_emplace(id);
+    if (inserted) at->second = LineageNode{id, type, label, {}};
+    return at->second;
+  }
+  void edge(const std::string& from, const std::string& to, const std::string& kind) {
+    edges.push_back({from, to, kind});
+  }
+};
+
+std::string short_hash(const std::string& hash) { return hash.substr(0, 12); }
+
+std::string version_id(const std::string& model, std::int64_t version) {
+  return "version:" + model + "@" + std::to_string(version);
+}
+
+Result<GraphBuilder> whole_graph(registry::Registry& registry) {
+  GraphBuilder graph;
+  SLIPWAY_ASSIGN_OR_RETURN(auto runs, registry.runs().list(std::numeric_limits<std::size_t>::max()));
+  for (const auto& run : runs) {
+    std::string id = "run:" + run.run_id;
+    bool imported = run.params.count("source") != 0 || run.spec.find("import") == 0;
+    LineageNode& node =
+        graph.node(id, "run", std::string(imported ? "import" : "train") + " run " + run.run_id.substr(0, 8));
+    node.properties = {{"status", run.status},
+                       {"code_version", run.code_version},
+                       {"experiment", run.experiment},
+                       {"started_ms", std::to_string(run.start_ms)}};
+    for (const char* key : {"seed", "model", "init_model"}) {
+      if (auto found = run.params.find(key); found != run.params.end()) node.properties[key] = found->second;
+    }
+    graph.node("experiment:" + run.experiment, "experiment", "experiment " + run.experiment);
+    graph.edge(id, "experiment:" + run.experiment, "in");
+    if (!run.data_fingerprint.empty()) {
+      graph.node("data:" + run.data_fingerprint, "data", "data " + short_hash(run.data_fingerprint))
+          .properties["fingerprint"] = run.data_fingerprint;
+      graph.edge("data:" + run.data_fingerprint, id, "input");
+    }
+    if (!run.bundle_sha256.empty()) {
+      graph.node("bundle:" + run.bundle_sha256, "bundle", "bundle " + short_hash(run.bundle_sha256))
+          .properties["sha256"] = run.bundle_sha256;
+      graph.edge(id, "bundle:" + run.bundle_sha256, "output");
+    }
+    if (auto init = run.params.find("init_model"); init != run.params.end()) {
+      // "NAME@VERSION sha256:...": the version a warm start continued from.
+      std::string reference = init->second.substr(0, init->second.find(' '));
+      auto parsed = registry::parse_model_reference(reference);
+      if (parsed.ok() && parsed->second.version) {
+        graph.edge(version_id(parsed->first, *parsed->second.version), id, "input (warm start)");
+      }
+    }
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto models, registry.models().list());
+  for (const auto& model : models) {
+    SLIPWAY_ASSIGN_OR_RETURN(auto versions, registry.models().list_versions(model.name));
+    for (const auto& version : versions) {
+      std::string id = version_id(model.name, version.version);
+      LineageNode& node = graph.node(id, "version", model.name + "@" + std::to_string(version.version));
+      node.properties = {{"registered_ms", std::to_string(version.created_ms)}, {"creator", version.creator}};
+      if (version.approval) node.properties["approved_by"] = version.approval->approver;
+      graph.node("bundle:" + version.bundle_sha256, "bundle", "bundle " + short_hash(version.bundle_sha256))
+          .properties["sha256"] = version.bundle_sha256;
+      graph.edge("bundle:" + version.bundle_sha256, id, "registered");
+      for (const auto& alias : version.aliases) {
+        std::string alias_id = "alias:" + model.name + "@" + alias;
+        graph.node(alias_id, "alias", model.name + "@" + alias);
+        graph.edge(id, alias_id, "points_to");
+      }
+      // A version `slipway optimize` made names its baseline in its manifest.
+      auto loaded = resolve_reference(&registry, model.name + "@" + std::to_string(version.version));
+      if (loaded.ok()) {
+        const auto& optimization = loaded->bundle->manifest().optimization;
+        auto baseline = optimization.find("baseline");
+        auto technique = optimization.find("technique");
+        if (baseline != optimization.end()) {
+          auto parsed = registry::parse_model_reference(baseline->second);
+          if (parsed.ok() && parsed->second.version) {
+            graph.edge(version_id(parsed->first, *parsed->second.version), id,
+                       "optimized (" + (technique == optimization.end() ? std::string("?") : technique->second) + ")");
+          }
+        }
+      }
+      SLIPWAY_ASSIGN_OR_RETURN(auto gates, registry.models().gate_results(model.name, version.version));
+      for (const auto& gate : gates) {
+        std::string gate_id = "gate:" + gate.report_sha256;
+        LineageNode& gate_node = graph.node(gate_id, "gate",
+                                            std::string("gate ") + (gate.passed ? "passed" : "FAILED") + " (" +
+                                                gate.metric + " " + gate.criteria + ")");
+        gate_node.properties = {{"report_sha256", gate.report_sha256}, {"data_fingerprint", gate.data_fingerprint}};
+        graph.edge(id, gate_id, "candidate");
+        graph.edge(version_id(gate.baseline_model, gate.baseline_version), gate_id, "baseline");
+      }
+    }
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto endpoints, registry.endpoints().list());
+  for (const auto& endpoint : endpoints) {
+    std::string id = "endpoint:" + endpoint.name;
+    graph.node(id, "endpoint", "endpoint " + endpoint.name);
+    for (const auto& route : endpoint.routes) {
+      graph.edge(version_id(route.model, route.version), id, "routes " + format_config_number(route.percent) + "%");
+    }
+    if (!endpoint.shadow.model.empty()) {
+      graph.edge(version_id(endpoint.shadow.model, endpoint.shadow.version), id, "shadow");
+    }
+  }
+  return graph;
+}
+
+// Edges along which something is made from something else (not where it is exposed).
+bool made_from(const LineageEdge& edge) {
+  return edge.kind == "input" || edge.kind == "output" || edge.kind == "registered" ||
+         edge.kind.starts_with("optimized") || edge.kind.starts_with("input (");
+}
+
+}  // namespace
+
+Result<LineageGraph> lineage(registry::Registry& registry, const std::string& reference, bool downstream) {
+  SLIPWAY_ASSIGN_OR_RETURN(GraphBuilder graph, whole_graph(registry));
+  std::string start;
+  if (graph.nodes.count("run:" + reference) != 0) {
+    start = "run:" + reference;
+  } else if (std::error_code error; std::filesystem::is_regular_file(reference, error)) {
+    SLIPWAY_ASSIGN_OR_RETURN(auto table, read_table(reference));
+    start = "data:" + data::fingerprint(table);
+    if (graph.nodes.count(start) == 0) {
+      return not_found("no run in this workspace used the data in " + reference + " (fingerprint " +
+                       data::fingerprint(table).substr(0, 12) + ")");
+    }
+  } else {
+    SLIPWAY_ASSIGN_OR_RETURN(auto parsed, registry::parse_model_reference(reference));
+    SLIPWAY_ASSIGN_OR_RETURN(auto version, registry.models().resolve(parsed.first, parsed.second));
+    start = version_id(version.model, version.version);
+  }
+  std::set<std::string> kept = {start};
+  std::deque<std::string> frontier = {start};
+  while (!frontier.empty()) {
+    std::string at = frontier.front();
+    frontier.pop_front();
+    for (const auto& edge : graph.edges) {
+      // Downstream follows every edge forward; upstream follows "made from" edges back, and from
+      // the start also forward to what exposes it (aliases, endpoints, gates).
+      std::string next;
+      if (downstream && edge.from == at) {
+        next = edge.to;
+      } else if (!downstream && edge.to == at && made_from(edge)) {
+        next = edge.from;
+      } else if (!downstream && edge.from == at && at == start && !made_from(edge)) {
+        next = edge.to;
+      } else if (!downstream && edge.from == at && edge.kind == "in") {
+        next = edge.to;  // a run's experiment
+      }
+      if (!next.empty() && kept.insert(next).second) {
+        // Exposure is one hop: what else routes to an endpoint is not the start's lineage.
+        bool exposure = !downstream && edge.from == at && edge.kind != "in";
+        if (!exposure) frontier.push_back(next);
+      }
+    }
+  }
+  LineageGraph result;
+  result.nodes.push_back(graph.nodes.at(start));
+  for (const auto& id : kept) {
+    if (id != start && graph.nodes.count(id) != 0) result.nodes.push_back(graph.nodes.at(id));
+  }
+  std::set<std::string> present;
+  for (const auto& node : result.nodes) present.insert(node.id);
+  for (const auto& edge : graph.edges) {
+    if (present.count(edge.from) != 0 && present.count(edge.to) != 0) result.edges.push_back(edge);
+  }
+  return result;
+}
+
+}  // namespace slipway::pipeline
