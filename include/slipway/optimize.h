@@ -180,7 +180,7 @@ struct OptimizeOptions {
   std::string slice_column;
   Slo slo;
   double price_per_hour = 0.0;  // 0: no cost
-  std::vector<std::string> techniques = {"quantize", "prune", "features", "distill", "int8", "serving"};
+  std::vector<std::string> techniques = {"quantize", "prune", "features", "distill", "int8", "sparse", "serving"};
   // Golden-set differences beyond it keep a candidate from being recommended; unset: reported only.
   std::optional<double> tolerance;
   // The share of load-test requests that repeat an earlier request byte for byte; the others are

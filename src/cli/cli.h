@@ -219,7 +219,7 @@ struct OptimizeFlags {
   std::string slice;
   std::string slo;  // "p95<=5ms@2000rps,cost<=0.02/1k,auc_drop<=0.005"
   double price_per_hour = 0.0;
-  std::string candidates = "quantize,prune,features,distill,int8,serving";
+  std::string candidates = "quantize,prune,features,distill,int8,sparse,serving";
   std::string train_path;      // --train: rows to retrain on (features, distill)
   std::string unlabeled_path;  // --unlabeled: more rows for distill, labelled by the teacher
   double alpha = 0.7;

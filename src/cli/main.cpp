@@ -397,7 +397,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
                                "What the machine costs per hour, for cost per 1,000 predictions");
   optimize_command
       ->add_option("--candidates", optimize_flags.candidates,
-                   "Techniques to try: quantize, prune, features, distill, int8, serving")
+                   "Techniques to try: quantize, prune, features, distill, int8, sparse, serving")
       ->capture_default_str();
   optimize_command->add_option("--tolerance", optimize_flags.tolerance,
                                "Refuse to recommend a candidate whose outputs differ from the baseline's by more");

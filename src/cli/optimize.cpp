@@ -159,7 +159,8 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
     if (!technique.empty()) options.techniques.push_back(std::move(technique));
   }
   if (options.techniques.empty()) {
-    return invalid_argument("--candidates needs at least one of: quantize, prune, features, distill, int8, serving");
+    return invalid_argument(
+        "--candidates needs at least one of: quantize, prune, features, distill, int8, sparse, serving");
   }
   if (flags.tolerance) {
     if (!(*flags.tolerance >= 0) || !std::isfinite(*flags.tolerance)) {

@@ -397,6 +397,56 @@ BuiltCandidate int8_candidate(const model::Bundle& baseline) {
   return candidate;
 }
 
+std::vector<BuiltCandidate> sparse_candidates(const model::Bundle& baseline) {
+  const auto* linear = dynamic_cast<const model::LinearModel*>(&baseline.model());
+  if (linear == nullptr || linear->has_int8_weights()) {
+    return {{"sparse",
+             "sparse",
+             {},
+             nullptr,
+             linear == nullptr ? "not applicable: the model is not linear"
+                               : "not applicable: the weights are int8; sparsify the float model",
+             1}};
+  }
+  std::span<const double> weights = linear->weights();
+  double largest = 0.0;
+  for (double weight : weights) {
+    if (std::isfinite(weight)) largest = std::max(largest, std::abs(weight));
+  }
+  std::vector<BuiltCandidate> candidates;
+  for (double share : {0.01, 0.05}) {
+    std::string percent = format_config_number(100 * share) + "%";
+    BuiltCandidate candidate{
+        "sparse:" + percent, "sparse", {{"threshold", percent + " of the largest |weight|"}}, nullptr, "", 1};
+    std::vector<double> kept(weights.begin(), weights.end());
+    std::size_t dropped = 0;
+    for (double& weight : kept) {
+      if (std::abs(weight) < share * largest) {
+        weight = 0.0;
+        ++dropped;
+      }
+    }
+    candidate.settings["kept"] = std::to_string(kept.size() - dropped) + " of " + std::to_string(kept.size());
+    // Inputs whose every preprocessed column now has weight 0.
+    std::string unused;
+    std::size_t column = 0;
+    for (const auto& feature : baseline.preprocessor().features()) {
+      std::size_t width = feature.width();
+      bool read = false;
+      for (std::size_t offset = 0; offset < width && column + offset < kept.size(); ++offset) {
+        read = read || kept[column + offset] != 0.0;
+      }
+      if (!read) unused += (unused.empty() ? "" : ",") + feature.name;
+      column += width;
+    }
+    candidate.settings["unused_inputs"] = unused.empty() ? "none" : unused;
+    candidate.bundle =
+        with_model(baseline, std::make_shared<const model::LinearModel>(std::move(kept), linear->bias()));
+    candidates.push_back(std::move(candidate));
+  }
+  return candidates;
+}
+
 BuiltCandidate quantize_candidate(const model::Bundle& baseline) {
   BuiltCandidate candidate{"quantize", "quantize", {{"layout", "quantized"}}, nullptr, "", 1};
   const model::TreeEnsembleModel* trees = trees_of(baseline);

@@ -63,6 +63,12 @@ BuiltCandidate quantize_candidate(const model::Bundle& baseline);
 // A linear model's weights as int8 with one scale: an eighth of the bytes; its error is measured.
 BuiltCandidate int8_candidate(const model::Bundle& baseline);
 
+// A linear model with its near-zero coefficients dropped (set to 0): those below 1% and below 5%
+// of the largest |weight| (on standardized inputs, so the sizes compare). Each says how many
+// weights it kept and which inputs no weight reads any more (inputs a client could stop sending
+// once the model is retrained without them).
+std::vector<BuiltCandidate> sparse_candidates(const model::Bundle& baseline);
+
 // One point of the pruning curve: the model cut to its first `rounds` boosting rounds.
 struct PrunePoint {
   std::size_t rounds = 0;

@@ -408,10 +408,11 @@ Result<OptimizeReport> Optimizer::run() {
   if (options_.threads < 1) return invalid_argument("threads must be >= 1");
   std::vector<std::string> techniques;
   for (const auto& technique : options_.techniques) {
-    static constexpr std::string_view kKnown[] = {"quantize", "prune", "features", "distill", "int8", "serving"};
+    static constexpr std::string_view kKnown[] = {"quantize", "prune",  "features", "distill",
+                                                  "int8",     "sparse", "serving"};
     if (std::find(std::begin(kKnown), std::end(kKnown), technique) == std::end(kKnown)) {
       return invalid_argument("unknown candidate technique '" + technique +
-                              "' (this build has: quantize, prune, features, distill, int8, serving)");
+                              "' (this build has: quantize, prune, features, distill, int8, sparse, serving)");
     }
     if (std::find(techniques.begin(), techniques.end(), technique) == techniques.end()) techniques.push_back(technique);
   }
@@ -432,6 +433,9 @@ Result<OptimizeReport> Optimizer::run() {
   for (const auto& technique : techniques) {
     if (technique == "quantize") built.push_back(quantize_candidate(baseline));
     if (technique == "int8") built.push_back(int8_candidate(baseline));
+    if (technique == "sparse") {
+      for (auto& candidate : sparse_candidates(baseline)) built.push_back(std::move(candidate));
+    }
     if (technique == "serving") {
       for (auto& candidate : serving_candidates(options_.baseline, options_.repeat_rate)) {
         built.push_back(std::move(candidate));

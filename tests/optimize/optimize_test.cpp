@@ -83,7 +83,7 @@ TEST_F(OptimizeTest, BuildsMeasuresRecordsAndRecommends) {
   EXPECT_TRUE(baseline.version.empty());  // the baseline is not registered again
   for (const auto& candidate : report->candidates) {
     SCOPED_TRACE(candidate.name);
-    if (candidate.technique == "int8") {  // linear models only
+    if (candidate.technique == "int8" || candidate.technique == "sparse") {  // linear models only
       EXPECT_NE(candidate.error.find("not applicable"), std::string::npos);
       continue;
     }
@@ -137,7 +137,8 @@ TEST_F(OptimizeTest, BuildsMeasuresRecordsAndRecommends) {
     EXPECT_GT(candidate.quality, 0.6) << candidate.name;  // it learned something
   }
   EXPECT_EQ(students, 2u);
-  EXPECT_EQ(registered.size(), report->candidates.size() - 1 - serving - 1);  // not the int8 row either
+  // Not the int8 and sparse rows either (not applicable to trees).
+  EXPECT_EQ(registered.size(), report->candidates.size() - 1 - serving - 2);
   EXPECT_EQ(report->prune_curve.back().first, 40u);
   ASSERT_GE(report->recommended, 0);
   EXPECT_TRUE(report->candidates[static_cast<std::size_t>(report->recommended)].meets_slo);
@@ -247,9 +248,17 @@ TEST_F(OptimizeTest, AResumedRunReusesWhatWasMeasured) {
 TEST_F(OptimizeTest, InapplicableCandidatesAreRowsAndBadRequestsAreRefused) {
   auto report = optimize_model(quick(linear_));
   ASSERT_TRUE(report.ok()) << report.status().message();
-  // baseline, quantize, prune, features, two distilled students, int8, three serving configurations
-  ASSERT_EQ(report->candidates.size(), 10u);
+  // baseline, quantize, prune, features, two distilled students, int8, two sparse, three serving
+  // configurations
+  ASSERT_EQ(report->candidates.size(), 12u);
   for (const auto& candidate : report->candidates) {
+    if (candidate.technique == "sparse") {
+      // Fewer weights, each kept one exact: a small, measured drop.
+      EXPECT_EQ(candidate.error, "");
+      EXPECT_LT(std::abs(candidate.quality_drop), 0.05) << candidate.name;
+      EXPECT_NE(candidate.settings.at("kept").find(" of "), std::string::npos);
+      EXPECT_EQ(candidate.bundle->manifest().optimization.at("setting.kept"), candidate.settings.at("kept"));
+    }
     if (candidate.technique == "int8") {
       // 8-bit weights: close to the baseline, not equal.
       EXPECT_EQ(candidate.error, "");
