@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string_view>
 
@@ -129,6 +130,28 @@ struct QuantizedTreesView {
   std::span<const CompleteTree> trees;  // internal_offset indexes nodes
   std::span<const std::uint32_t> nodes;
   std::span<const float> leaves;
+  // When not empty, the leaves as bfloat16 (a float's high 16 bits), read instead of `leaves`:
+  // half the bytes, each leaf within 2^-8 of its float relatively. It holds one element more than
+  // there are leaves, and its data() is 4-byte aligned (the gathers read aligned 32-bit words).
+  std::span<const std::uint16_t> bf16_leaves;
+  float leaf(std::size_t index) const {
+    return bf16_leaves.empty() ? leaves[index] : bf16_to_float(bf16_leaves[index]);
+  }
+
+  static float bf16_to_float(std::uint16_t bits) {
+    std::uint32_t word = std::uint32_t{bits} << 16;
+    float value = 0.0f;
+    std::memcpy(&value, &word, sizeof(value));
+    return value;
+  }
+  // Round to nearest, ties to even; a NaN stays a NaN.
+  static std::uint16_t float_to_bf16(float value) {
+    std::uint32_t word = 0;
+    std::memcpy(&word, &value, sizeof(word));
+    if ((word & 0x7FFFFFFFU) > 0x7F800000U) return static_cast<std::uint16_t>((word >> 16) | 0x40U);
+    word += 0x7FFFU + ((word >> 16) & 1U);
+    return static_cast<std::uint16_t>(word >> 16);
+  }
 };
 
 // As AddTreeLeaves, for rows of bins: row r's bins are bins[r * width, (r + 1) * width), and
@@ -136,7 +159,7 @@ struct QuantizedTreesView {
 // and bins.data() should be 4-byte aligned (as any std::vector's is): the gathers read aligned
 // words, and a misaligned array makes some of them cross cache lines, at twice the time.
 // Same preconditions otherwise, with width <= kQuantizedMaxFeatures; every variant gives the
-// reference's floats.
+// reference's floats. With bf16_leaves, fewer than 2^30 leaves (their byte offsets are 32-bit).
 using AddQuantizedTreeLeaves = void (*)(const QuantizedTreesView& layout, std::span<const std::uint16_t> bins,
                                         std::size_t rows, std::size_t width, std::span<float> margins,
                                         std::size_t group_count);

@@ -276,7 +276,9 @@ class TreeEnsembleModel final : public Model {
   explicit TreeEnsembleModel(TreeEnsembleData data);
   // `quantized_layout`: predict through the quantized layout (see with_quantized_layout) when the
   // ensemble fits it, else as usual; quantized_layout() tells which.
-  explicit TreeEnsembleModel(TreeEnsembleArrays arrays, bool quantized_layout = false);
+  // `bf16_leaves` (with the quantized layout): leaves as bfloat16, half their bytes, outputs
+  // changed slightly (measured by `slipway compare`).
+  explicit TreeEnsembleModel(TreeEnsembleArrays arrays, bool quantized_layout = false, bool bf16_leaves = false);
   ~TreeEnsembleModel() override;
   // InvalidArgument naming the first node or tree that breaks the structure.
   static Status validate(const TreeEnsembleData& data);
@@ -293,8 +295,9 @@ class TreeEnsembleModel final : public Model {
   // so a tree level reads half as much. Exact by construction: the same floats, bit for bit.
   // FailedPrecondition, saying why, when the trees do not fit the layout (categorical splits,
   // deeper than 10, over 32,768 inputs or 65,534 thresholds on one input).
-  Result<std::shared_ptr<const TreeEnsembleModel>> with_quantized_layout() const;
+  Result<std::shared_ptr<const TreeEnsembleModel>> with_quantized_layout(bool bf16_leaves = false) const;
   bool quantized_layout() const { return quantized_ != nullptr; }
+  bool bf16_leaves() const;
   // The most distinct split thresholds on one input (up to 254 would fit 8-bit bins); 0 when not
   // quantized.
   std::size_t quantized_max_thresholds() const;

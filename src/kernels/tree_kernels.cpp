@@ -49,7 +49,7 @@ void add_quantized_tree_leaves_reference(const QuantizedTreesView& layout, std::
         position = 2 * position + (right ? 2 : 1);
       }
       std::uint32_t first_leaf = (1U << tree.depth) - 1;
-      row_margins[tree.group] += layout.leaves[tree.leaf_offset + position - first_leaf];
+      row_margins[tree.group] += layout.leaf(tree.leaf_offset + position - first_leaf);
     }
   }
 }

@@ -258,6 +258,7 @@ __attribute__((target("avx2"))) inline __m256i gather_bins(const int* base, __m2
 // the packed node and the row's 16-bit bin, two gathers where the float layout needs three. `rows` is a multiple of 8.
 __attribute__((target("avx2"))) void add_quantized_leaves_avx2(std::span<const CompleteTree> trees,
                                                                const std::uint32_t* nodes, const float* leaves,
+                                                               const std::uint16_t* bf16_leaves,
                                                                const std::uint16_t* bins, std::size_t rows,
                                                                std::size_t width, float* margins) {
   constexpr std::size_t kLanes = 8;
@@ -300,6 +301,17 @@ __attribute__((target("avx2"))) void add_quantized_leaves_avx2(std::span<const C
           position[v] = _mm256_sub_epi32(child, right);
         }
       }
+      if (bf16_leaves != nullptr) {
+        // Byte offsets of the leaves from the array's start; a bfloat16 is a float's high half.
+        const __m256i leaf_base = _mm256_set1_epi32(2 * (static_cast<int>(tree.leaf_offset) - ((1 << tree.depth) - 1)));
+        for (std::size_t v = 0; v < vectors; ++v) {
+          __m256i bits = gather_bins(reinterpret_cast<const int*>(bf16_leaves),
+                                     _mm256_add_epi32(leaf_base, _mm256_add_epi32(position[v], position[v])),
+                                     _mm256_set1_epi32(-1));
+          sums[v] = _mm256_add_ps(sums[v], _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16)));
+        }
+        continue;
+      }
       const float* tree_leaves = leaves + tree.leaf_offset - ((1U << tree.depth) - 1);
       for (std::size_t v = 0; v < vectors; ++v) {
         sums[v] = _mm256_add_ps(sums[v], _mm256_i32gather_ps(tree_leaves, position[v], 4));
@@ -309,11 +321,27 @@ __attribute__((target("avx2"))) void add_quantized_leaves_avx2(std::span<const C
   }
 }
 
+// As add_lane_leaves, for bfloat16 leaves.
+__attribute__((target("avx2"))) void add_lane_bf16_leaves(const TreeLanes& lanes, const __m256i* position,
+                                                          const std::uint16_t* leaves,
+                                                          std::span<const CompleteTree> trees, std::size_t first,
+                                                          float* margins) {
+  alignas(32) float leaf_values[TreeLanes::kLanes];
+  for (std::size_t v = 0; v < TreeLanes::kLanes / 8; ++v) {
+    __m256i leaf_index =
+        _mm256_add_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(lanes.leaf_base + v * 8)), position[v]);
+    __m256i bits = gather_bins(reinterpret_cast<const int*>(leaves), _mm256_add_epi32(leaf_index, leaf_index),
+                               _mm256_set1_epi32(-1));
+    _mm256_store_ps(leaf_values + v * 8, _mm256_castsi256_ps(_mm256_slli_epi32(bits, 16)));
+  }
+  for (std::size_t lane = 0; lane < lanes.count; ++lane) margins[trees[first + lane].group] += leaf_values[lane];
+}
+
 // The quantized layout for one row, 32 trees at a time, as add_row_avx2.
 __attribute__((target("avx2"))) void add_quantized_row_avx2(std::span<const CompleteTree> trees,
                                                             const std::uint32_t* nodes, const float* leaves,
-                                                            const std::uint16_t* bins, std::size_t row_offset,
-                                                            float* margins) {
+                                                            const std::uint16_t* bf16_leaves, const std::uint16_t* bins,
+                                                            std::size_t row_offset, float* margins) {
   constexpr std::size_t kLanes = 8;
   constexpr std::size_t kVectors = 4;
   static_assert(kLanes * kVectors == TreeLanes::kLanes);
@@ -352,7 +380,11 @@ __attribute__((target("avx2"))) void add_quantized_row_avx2(std::span<const Comp
         position[v] = _mm256_blendv_epi8(position[v], child, active);
       }
     }
-    add_lane_leaves(lanes, position, leaves, trees, first, margins);
+    if (bf16_leaves != nullptr) {
+      add_lane_bf16_leaves(lanes, position, bf16_leaves, trees, first, margins);
+    } else {
+      add_lane_leaves(lanes, position, leaves, trees, first, margins);
+    }
   }
 }
 
@@ -361,19 +393,20 @@ __attribute__((target("avx2"))) void add_quantized_row_avx2(std::span<const Comp
 void add_quantized_tree_leaves_avx2(const QuantizedTreesView& layout, std::span<const std::uint16_t> bins,
                                     std::size_t rows, std::size_t width, std::span<float> margins,
                                     std::size_t group_count) {
+  const std::uint16_t* bf16_leaves = layout.bf16_leaves.empty() ? nullptr : layout.bf16_leaves.data();
   std::size_t done = 0;
   if (group_count == 1 && kRowsPerBlock * width * 2 < (std::size_t{1} << 31)) {
     std::size_t vector_rows = rows / 8 * 8;
     if (vector_rows < kMinRowsAcrossRows) vector_rows = 0;  // as in add_tree_leaves_x86
-    add_quantized_leaves_avx2(layout.trees, layout.nodes.data(), layout.leaves.data(), bins.data(), vector_rows, width,
-                              margins.data());
+    add_quantized_leaves_avx2(layout.trees, layout.nodes.data(), layout.leaves.data(), bf16_leaves, bins.data(),
+                              vector_rows, width, margins.data());
     done = vector_rows;
   }
   for (std::size_t row = done; row < rows; ++row) {
     // From an even element, so the 32-bit words read stay aligned when the width is odd.
     std::size_t first_bin = row * width;
-    add_quantized_row_avx2(layout.trees, layout.nodes.data(), layout.leaves.data(), bins.data() + (first_bin & ~1U),
-                           first_bin & 1U, margins.data() + row * group_count);
+    add_quantized_row_avx2(layout.trees, layout.nodes.data(), layout.leaves.data(), bf16_leaves,
+                           bins.data() + (first_bin & ~1U), first_bin & 1U, margins.data() + row * group_count);
   }
 }
 

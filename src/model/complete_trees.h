@@ -55,7 +55,10 @@ class QuantizedTrees {
   // Empty (usable() false) when `complete` is not usable, the width exceeds
   // kernels::kQuantizedMaxFeatures, or a feature has more than kernels::kQuantizedMaxThresholds
   // distinct thresholds; `reason` then says which.
-  QuantizedTrees(const CompleteTrees& complete, std::size_t width);
+  // `bf16_leaves`: the leaves kept as bfloat16 (half the bytes; each within 2^-8 relatively), so
+  // predictions change slightly; otherwise exact.
+  QuantizedTrees(const CompleteTrees& complete, std::size_t width, bool bf16_leaves = false);
+  bool bf16_leaves() const { return !bf16_leaves_.empty(); }
   bool usable() const { return usable_; }
   const std::string& reason() const { return reason_; }
 
@@ -75,7 +78,8 @@ class QuantizedTrees {
   std::size_t max_thresholds_ = 0;
   std::vector<kernels::CompleteTree> trees_;
   std::vector<std::uint32_t> nodes_;
-  std::vector<float> leaves_;
+  std::vector<float> leaves_;                   // empty with bf16 leaves
+  std::vector<std::uint16_t> bf16_leaves_;      // one more than the leaves (gathers read 4 bytes)
   std::vector<std::vector<float>> thresholds_;  // per feature, sorted, distinct
 };
 

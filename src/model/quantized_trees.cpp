@@ -10,7 +10,7 @@ namespace slipway::model {
 using kernels::kMissingBin;
 using kernels::kQuantizedDefaultLeftBit;
 
-QuantizedTrees::QuantizedTrees(const CompleteTrees& complete, std::size_t width) : width_(width) {
+QuantizedTrees::QuantizedTrees(const CompleteTrees& complete, std::size_t width, bool bf16_leaves) : width_(width) {
   if (!complete.usable()) {
     reason_ = "the trees are deeper than the complete layout takes, or split on categories";
     return;
@@ -40,7 +40,14 @@ QuantizedTrees::QuantizedTrees(const CompleteTrees& complete, std::size_t width)
     }
   }
   trees_.assign(layout.trees.begin(), layout.trees.end());
-  leaves_.assign(layout.leaves.begin(), layout.leaves.end());
+  if (bf16_leaves) {
+    bf16_leaves_.resize(layout.leaves.size() + 1, 0);
+    for (std::size_t leaf = 0; leaf < layout.leaves.size(); ++leaf) {
+      bf16_leaves_[leaf] = kernels::QuantizedTreesView::float_to_bf16(layout.leaves[leaf]);
+    }
+  } else {
+    leaves_.assign(layout.leaves.begin(), layout.leaves.end());
+  }
   nodes_.resize(layout.features.size());
   for (std::size_t node = 0; node < nodes_.size(); ++node) {
     float threshold = layout.thresholds[node];
@@ -97,7 +104,7 @@ void QuantizedTrees::add_leaves(const float* features, std::size_t rows, float* 
   const std::size_t block_rows_limit = std::clamp<std::size_t>(65'536 / std::max<std::size_t>(width_, 1), 1, 256);
   thread_local std::vector<std::uint16_t> bins;
   const kernels::QuantizedTreeKernelVariant& kernel = kernels::quantized_tree_kernel();
-  kernels::QuantizedTreesView layout{trees_, nodes_, leaves_};
+  kernels::QuantizedTreesView layout{trees_, nodes_, leaves_, bf16_leaves_};
   for (std::size_t first = 0; first < rows; first += block_rows_limit) {
     std::size_t block_rows = std::min(block_rows_limit, rows - first);
     bins.resize(block_rows * width_ + 1);
@@ -109,7 +116,7 @@ void QuantizedTrees::add_leaves(const float* features, std::size_t rows, float* 
 
 std::size_t QuantizedTrees::memory_bytes() const {
   std::size_t bytes = trees_.capacity() * sizeof(kernels::CompleteTree) + nodes_.capacity() * sizeof(std::uint32_t) +
-                      leaves_.capacity() * sizeof(float);
+                      leaves_.capacity() * sizeof(float) + bf16_leaves_.capacity() * sizeof(std::uint16_t);
   for (const auto& values : thresholds_) bytes += values.capacity() * sizeof(float);
   return bytes;
 }

@@ -25,6 +25,7 @@ void write_trees(const Model& model, FamilyWriter& out) {
   fields.key("group_count").value(static_cast<std::uint64_t>(arrays.group_count));
   // Only quantized models carry a layout, so every other bundle keeps its bytes.
   if (trees.quantized_layout()) fields.key("layout").value("quantized");
+  if (trees.bf16_leaves()) fields.key("leaves").value("bf16");
   fields.key("decision")
       .value(
           "left if x < threshold (float32); at a categorical node right if x's code is in the node's set; NaN follows "
@@ -79,7 +80,14 @@ Result<std::shared_ptr<const Model>> read_trees(const FamilyReader& in) {
     if (layout != "quantized") return data_loss("unknown tree layout '" + layout + "' in the bundle");
     quantized = true;
   }
-  auto model = std::make_shared<const TreeEnsembleModel>(std::move(trees), quantized);
+  bool bf16_leaves = false;
+  if (in.fields()["leaves"].error() == simdjson::SUCCESS) {
+    std::string leaves;
+    SLIPWAY_RETURN_IF_ERROR(reader.string_field(in.fields(), "leaves", leaves));
+    if (leaves != "bf16" || !quantized) return data_loss("unknown leaf format '" + leaves + "' in the bundle");
+    bf16_leaves = true;
+  }
+  auto model = std::make_shared<const TreeEnsembleModel>(std::move(trees), quantized, bf16_leaves);
   if (quantized && !model->quantized_layout()) {
     return data_loss("the bundle asks for the quantized tree layout, but its trees do not fit it");
   }

@@ -60,7 +60,8 @@ TreeEnsembleData TreeEnsembleArrays::to_data() const {
 
 TreeEnsembleModel::TreeEnsembleModel(TreeEnsembleData data) : TreeEnsembleModel(TreeEnsembleArrays(std::move(data))) {}
 
-TreeEnsembleModel::TreeEnsembleModel(TreeEnsembleArrays arrays, bool quantized_layout) : data_(std::move(arrays)) {
+TreeEnsembleModel::TreeEnsembleModel(TreeEnsembleArrays arrays, bool quantized_layout, bool bf16_leaves)
+    : data_(std::move(arrays)) {
   if (data_.cover.size() != data_.nodes.size() || data_.gain.size() != data_.nodes.size()) {
     data_.cover = {};
     data_.gain = {};
@@ -88,7 +89,7 @@ TreeEnsembleModel::TreeEnsembleModel(TreeEnsembleArrays arrays, bool quantized_l
   }
   auto complete = std::make_unique<CompleteTrees>(data_, depth_);
   if (complete->usable() && quantized_layout) {
-    auto quantized = std::make_unique<QuantizedTrees>(*complete, data_.input_width);
+    auto quantized = std::make_unique<QuantizedTrees>(*complete, data_.input_width, bf16_leaves);
     if (quantized->usable()) quantized_ = std::move(quantized);
   }
   if (complete->usable() && quantized_ == nullptr) complete_ = std::move(complete);
@@ -148,8 +149,10 @@ std::size_t TreeEnsembleModel::memory_bytes() const {
   return bytes;
 }
 
-Result<std::shared_ptr<const TreeEnsembleModel>> TreeEnsembleModel::with_quantized_layout() const {
-  auto model = std::make_shared<const TreeEnsembleModel>(data_, true);
+bool TreeEnsembleModel::bf16_leaves() const { return quantized_ != nullptr && quantized_->bf16_leaves(); }
+
+Result<std::shared_ptr<const TreeEnsembleModel>> TreeEnsembleModel::with_quantized_layout(bool bf16_leaves) const {
+  auto model = std::make_shared<const TreeEnsembleModel>(data_, true, bf16_leaves);
   if (model->quantized_layout()) return model;
   // Only to say why: the layouts are built again.
   CompleteTrees complete(data_, depth_);

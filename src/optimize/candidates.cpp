@@ -447,14 +447,20 @@ std::vector<BuiltCandidate> sparse_candidates(const model::Bundle& baseline) {
   return candidates;
 }
 
-BuiltCandidate quantize_candidate(const model::Bundle& baseline) {
-  BuiltCandidate candidate{"quantize", "quantize", {{"layout", "quantized"}}, nullptr, "", 1};
+BuiltCandidate quantize_candidate(const model::Bundle& baseline, bool bf16_leaves) {
+  BuiltCandidate candidate{bf16_leaves ? "quantize:bf16-leaves" : "quantize",
+                           "quantize",
+                           {{"layout", "quantized"}},
+                           nullptr,
+                           "",
+                           bf16_leaves ? 2 : 1};
+  if (bf16_leaves) candidate.settings["leaves"] = "bf16";
   const model::TreeEnsembleModel* trees = trees_of(baseline);
   if (trees == nullptr) {
     candidate.error = "not applicable: the model is not a tree ensemble";
     return candidate;
   }
-  auto quantized = trees->with_quantized_layout();
+  auto quantized = trees->with_quantized_layout(bf16_leaves);
   if (!quantized.ok()) {
     candidate.error = quantized.status().message();
     return candidate;

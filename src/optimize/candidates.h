@@ -57,8 +57,9 @@ std::vector<BuiltCandidate> distill_candidates(const model::Bundle& baseline, co
 std::vector<BuiltCandidate> serving_candidates(const std::shared_ptr<const model::Bundle>& baseline,
                                                double repeat_rate);
 
-// The quantized tree layout: exact, so the same outputs.
-BuiltCandidate quantize_candidate(const model::Bundle& baseline);
+// The quantized tree layout: exact, so the same outputs; with `bf16_leaves` its leaves in
+// bfloat16 too (half their memory), whose error is measured.
+BuiltCandidate quantize_candidate(const model::Bundle& baseline, bool bf16_leaves);
 
 // A linear model's weights as int8 with one scale: an eighth of the bytes; its error is measured.
 BuiltCandidate int8_candidate(const model::Bundle& baseline);

@@ -431,7 +431,11 @@ Result<OptimizeReport> Optimizer::run() {
     if (metric == metric_) budget = limit;
   }
   for (const auto& technique : techniques) {
-    if (technique == "quantize") built.push_back(quantize_candidate(baseline));
+    if (technique == "quantize") {
+      built.push_back(quantize_candidate(baseline, false));
+      // bfloat16 leaves only where the layout itself applies (one row says why when not).
+      if (built.back().error.empty()) built.push_back(quantize_candidate(baseline, true));
+    }
     if (technique == "int8") built.push_back(int8_candidate(baseline));
     if (technique == "sparse") {
       for (auto& candidate : sparse_candidates(baseline)) built.push_back(std::move(candidate));

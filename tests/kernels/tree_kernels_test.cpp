@@ -259,7 +259,7 @@ struct QuantizedLayout {
   std::vector<float> leaves;
   std::vector<std::vector<float>> thresholds;  // per feature
 
-  QuantizedTreesView view() const { return {trees, nodes, leaves}; }
+  QuantizedTreesView view() const { return {trees, nodes, leaves, {}}; }
 
   std::vector<std::uint16_t> bins_of(const std::vector<float>& rows, std::size_t width) const {
     std::vector<std::uint16_t> bins(rows.size() + 1, 0x5A5A);  // the extra one: the gathers' slack
@@ -329,6 +329,44 @@ TEST(QuantizedTreeKernels, EveryVariantMatchesTheFloatReferenceBitForBit) {
     }
   }
   EXPECT_TRUE(quantized_tree_kernel().supported());
+}
+
+// With bfloat16 leaves every variant gives what the float reference gives when its leaves are the
+// same values rounded to bfloat16, bit for bit.
+TEST(QuantizedTreeKernels, Bfloat16LeavesMatchTheReferenceOnRoundedLeaves) {
+  EXPECT_EQ(QuantizedTreesView::float_to_bf16(1.0f), 0x3F80);
+  EXPECT_EQ(QuantizedTreesView::bf16_to_float(0x3F80), 1.0f);
+  EXPECT_EQ(QuantizedTreesView::float_to_bf16(1.00390625f), 0x3F80);  // a tie rounds to even
+  EXPECT_EQ(QuantizedTreesView::float_to_bf16(1.01171875f), 0x3F82);  // ... up to even
+  EXPECT_TRUE(std::isnan(QuantizedTreesView::bf16_to_float(QuantizedTreesView::float_to_bf16(std::nanf("")))));
+  std::mt19937 random(9);
+  for (const Shape& shape : shapes()) {
+    Layout layout = random_layout(shape.depths, shape.width, shape.group_count, shape.reversed, random);
+    QuantizedLayout quantized = quantize(layout, shape.width);
+    std::vector<std::uint16_t> bf16(layout.leaves.size() + 1, 0);
+    for (std::size_t leaf = 0; leaf < layout.leaves.size(); ++leaf) {
+      bf16[leaf] = QuantizedTreesView::float_to_bf16(layout.leaves[leaf]);
+      layout.leaves[leaf] = QuantizedTreesView::bf16_to_float(bf16[leaf]);
+    }
+    QuantizedTreesView view{quantized.trees, quantized.nodes, {}, bf16};
+    for (std::size_t row_count : kRowCounts) {
+      SCOPED_TRACE(shape.name + ", " + std::to_string(row_count) + " rows");
+      std::vector<float> rows = random_rows(row_count, shape.width, random);
+      std::vector<std::uint16_t> bins = quantized.bins_of(rows, shape.width);
+      std::vector<float> initial(row_count * shape.group_count);
+      for (float& margin : initial) margin = spread_value(random);
+      std::vector<float> expected =
+          run(tree_kernel_reference(), layout, rows, row_count, shape.width, initial, shape.group_count);
+      for (const QuantizedTreeKernelVariant& variant : quantized_tree_kernel_variants()) {
+        if (!variant.supported()) continue;
+        std::vector<float> margins = initial;
+        margins.resize(initial.size() + kGuardMargins, kGuardValue);
+        variant.add_leaves(view, bins, row_count, shape.width, std::span(margins).first(initial.size()),
+                           shape.group_count);
+        ASSERT_EQ(first_difference(expected, margins, shape.group_count), "") << variant.name;
+      }
+    }
+  }
 }
 
 }  // namespace

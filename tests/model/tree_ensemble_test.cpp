@@ -76,6 +76,20 @@ TEST(TreeEnsemble, QuantizedLayoutAndOptimizationRoundTrip) {
   EXPECT_EQ((*parsed)->serialize(), bytes);
   std::string rows = "a,b\n0.1,1\n0.1,5\n0.5,1\n,1\n0.1,\n9,\n";
   EXPECT_EQ(predict(**parsed, rows), predict(**bundle, rows));
+
+  // bfloat16 leaves: recorded in the bundle, close to the float outputs, not equal by promise.
+  auto bf16_model = trees.with_quantized_layout(true);
+  ASSERT_TRUE(bf16_model.ok());
+  EXPECT_TRUE((*bf16_model)->bf16_leaves());
+  auto bf16 = std::make_shared<const Bundle>((*bundle)->manifest(), (*bundle)->preprocessor(), *bf16_model);
+  auto bf16_parsed = Bundle::parse(bf16->serialize());
+  ASSERT_TRUE(bf16_parsed.ok()) << bf16_parsed.status().message();
+  EXPECT_TRUE(dynamic_cast<const TreeEnsembleModel&>((*bf16_parsed)->model()).bf16_leaves());
+  std::vector<float> exact = predict(**bundle, rows);
+  std::vector<float> rounded = predict(**bf16_parsed, rows);
+  ASSERT_EQ(rounded.size(), exact.size());
+  for (std::size_t row = 0; row < exact.size(); ++row) EXPECT_NEAR(rounded[row], exact[row], 0.01) << row;
+  EXPECT_FALSE(trees.bf16_leaves());
 }
 
 TEST(TreeEnsemble, ValidateRejectsBrokenStructure) {

@@ -103,6 +103,14 @@ TEST_F(OptimizeTest, BuildsMeasuresRecordsAndRecommends) {
   EXPECT_EQ(quantized->rows_beyond_tolerance, 0u);
   EXPECT_EQ(quantized->quality_drop, 0.0);
   EXPECT_EQ(quantized->version, "lending@2");
+  // bfloat16 leaves: less memory, a small measured difference.
+  auto bf16 = std::find_if(report->candidates.begin(), report->candidates.end(),
+                           [](const auto& candidate) { return candidate.name == "quantize:bf16-leaves"; });
+  ASSERT_NE(bf16, report->candidates.end());
+  EXPECT_LT(bf16->loaded_bytes, quantized->loaded_bytes);
+  EXPECT_GT(bf16->max_abs_difference, 0.0);
+  EXPECT_LT(bf16->max_abs_difference, 0.01);
+  EXPECT_EQ(bf16->bundle->manifest().optimization.at("setting.leaves"), "bf16");
   // Serving configurations are measured, not registered: they are the baseline's bytes.
   std::size_t serving = 0;
   for (const auto& candidate : report->candidates) {
