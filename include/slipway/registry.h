@@ -444,6 +444,11 @@ class EndpointStore {
 // `slipway --json endpoints` and the management API print.
 void write_endpoint_json(JsonWriter& json, const Endpoint& endpoint);
 
+// The route with the largest share: what the endpoint mostly serves, the one a canary is tested
+// against. A tie goes to the older route (the later one: the newest deployment comes first), so a
+// canary at 50% is still the canary.
+const EndpointRoute& main_route(const std::vector<EndpointRoute>& routes);
+
 // "churn@3=90,churn@4=10": how endpoint routes are stored and printed.
 std::string format_routes(const std::vector<EndpointRoute>& routes);
 Result<std::vector<EndpointRoute>> parse_routes(std::string_view text);

@@ -113,6 +113,12 @@ Result<std::unique_ptr<CommandResult>> deploy(const GlobalOptions& global, const
     return invalid_argument("--steps starts a rollout of REF; it does not go with --canary or --promote");
   }
   if (!flags.shadow.empty() && flags.no_shadow) return invalid_argument("--shadow and --no-shadow do not go together");
+  if (!flags.gate.data_path.empty() && flags.reference.empty()) {
+    return invalid_argument("--gate-data checks the version being deployed: give REF (a promotion is not gated)");
+  }
+  if (!flags.gate.data_path.empty() && flags.gate.criteria.metric.empty()) {
+    return invalid_argument("--gate-data needs --gate-metric (auc, log_loss, rmse, ...) and a threshold");
+  }
   SLIPWAY_ASSIGN_OR_RETURN(auto interval, parse_duration("--interval", flags.interval));
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kWrite));
   auto apply_settings = [&]() -> Status {
@@ -163,10 +169,7 @@ Result<std::unique_ptr<CommandResult>> deploy(const GlobalOptions& global, const
       return failed_precondition("--gate-data compares with the version endpoint '" + flags.endpoint +
                                  "' serves, and it serves none yet");
     }
-    const registry::EndpointRoute* main = &existing->routes.front();
-    for (const auto& route : existing->routes) {
-      if (route.percent > main->percent) main = &route;
-    }
+    const registry::EndpointRoute* main = &registry::main_route(existing->routes);
     GateFlags gate = flags.gate;
     gate.reference = version.model + "@" + std::to_string(version.version);
     gate.baseline = main->reference();

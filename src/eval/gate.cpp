@@ -14,10 +14,18 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 GateCheck check(const GateCriteria& criteria, std::string scope, std::size_t rows, double baseline, double candidate) {
   GateCheck result{std::move(scope), rows, baseline, candidate, kNaN, kNaN, true, ""};
   if (std::isnan(candidate)) {
-    result.failure = "undefined here (too few rows or one class)";
+    // Undefined for both (one class in a slice) says nothing; undefined for the candidate alone
+    // (NaN outputs) is a failure.
+    result.passed = std::isnan(baseline);
+    result.failure = result.passed ? "undefined here for both (too few rows or one class)"
+                                   : "undefined for the candidate, " + fmt::format("{:.4f}", baseline) +
+                                         " for the baseline (does it output NaN?)";
     return result;
   }
   std::vector<std::string> failures;
+  if (std::isnan(baseline) && (criteria.max_drop || criteria.max_relative_drop)) {
+    result.failure = "no baseline value here, so only the absolute thresholds apply";
+  }
   if (criteria.min && candidate < *criteria.min) {
     failures.push_back(fmt::format("{:.4f} below the minimum {}", candidate, format_config_number(*criteria.min)));
   }
@@ -39,6 +47,7 @@ GateCheck check(const GateCriteria& criteria, std::string scope, std::size_t row
     }
   }
   result.passed = failures.empty();
+  if (!result.passed) result.failure.clear();
   for (const auto& failure : failures) result.failure += (result.failure.empty() ? "" : "; ") + failure;
   return result;
 }

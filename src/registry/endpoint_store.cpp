@@ -78,6 +78,14 @@ Status check_version_exists(SqlTransaction& sql, const std::string& model, std::
 
 }  // namespace
 
+const EndpointRoute& main_route(const std::vector<EndpointRoute>& routes) {
+  const EndpointRoute* main = &routes.front();
+  for (const auto& route : routes) {
+    if (route.percent >= main->percent) main = &route;
+  }
+  return *main;
+}
+
 std::string format_routes(const std::vector<EndpointRoute>& routes) {
   std::string text;
   for (const auto& route : routes) {
@@ -154,20 +162,32 @@ Result<Endpoint> change_endpoint(StoreContext& context, const std::string& endpo
   SLIPWAY_RETURN_IF_ERROR(context.backend->write([&](SqlTransaction& sql) -> Status {
     SLIPWAY_ASSIGN_OR_RETURN(std::optional<Endpoint> current, read_endpoint(sql, endpoint));
     SLIPWAY_ASSIGN_OR_RETURN(std::vector<EndpointRoute> routes, next(sql, current));
+    if (routes.empty() || !routes_sum_to_100(routes)) {
+      return internal_error("endpoint routes must sum to 100%: " + format_routes(routes));
+    }
+    // A version that takes traffic it did not have must be approved where the endpoint says so
+    // (a promotion, a rollout's next step; a rollback returns to what was served).
+    if (action != "endpoint.rollback" && action != "rollout.rollback") {
+      for (const auto& route : routes) {
+        bool served = false;
+        for (const auto& old : current ? current->routes : std::vector<EndpointRoute>{}) {
+          served = served || (old.model == route.model && old.version == route.version && old.percent >= route.percent);
+        }
+        if (!served) SLIPWAY_RETURN_IF_ERROR(check_approval(sql, current, route.model, route.version));
+      }
+    }
+    // The same routes again by hand change nothing (the rollback target stays, a rollout runs on).
+    // A rollout's own writes always land, with their audit entry.
+    if (stops_rollout && current && format_routes(routes) == format_routes(current->routes)) {
+      changed = *current;
+      return {};
+    }
     if (stops_rollout) {
       SLIPWAY_RETURN_IF_ERROR(
           sql.execute("UPDATE rollouts SET state = 'stopped', reason = ?, updated_ms = ? "
                       "WHERE endpoint = ? AND state = 'running'",
                       {"stopped by " + std::string(action) + " (" + context.actor + ")", unix_time_ms(), endpoint})
               .status());
-    }
-    if (routes.empty() || !routes_sum_to_100(routes)) {
-      return internal_error("endpoint routes must sum to 100%: " + format_routes(routes));
-    }
-    if (current && format_routes(routes) == format_routes(current->routes)) {
-      // The same routes again: no change, so the rollback target stays what it was.
-      changed = *current;
-      return {};
     }
     changed.name = endpoint;
     changed.previous = current ? current->routes : std::vector<EndpointRoute>{};
@@ -304,17 +324,13 @@ Result<Endpoint> EndpointStore::deploy(const std::string& endpoint, const std::s
   auto next = [&](SqlTransaction& sql, const std::optional<Endpoint>& current) -> Result<std::vector<EndpointRoute>> {
     // Inside the transaction, so the version cannot vanish between the check and the write.
     SLIPWAY_RETURN_IF_ERROR(check_version_exists(sql, model, version));
-    SLIPWAY_RETURN_IF_ERROR(check_approval(sql, current, model, version));
     if (!canary_percent) return std::vector<EndpointRoute>{fresh};
     if (!current) {
       return failed_precondition("endpoint '" + endpoint + "' does not exist yet: deploy a version to it without " +
                                  "--canary first, to have something to test the canary against");
     }
     // Against the main route: the one with the largest share.
-    const EndpointRoute* main = &current->routes.front();
-    for (const auto& route : current->routes) {
-      if (route.percent > main->percent) main = &route;
-    }
+    const EndpointRoute* main = &main_route(current->routes);
     if (main->model == model && main->version == version) {
       return failed_precondition("endpoint '" + endpoint + "' already sends most of its traffic to " +
                                  main->reference());
@@ -391,8 +407,8 @@ Result<RolloutCriteria> parse_criteria(std::string_view text) {
     double value = 0.0;
     const char* end = item.data() + item.size();
     if (equals == std::string::npos || std::from_chars(item.data() + equals + 1, end, value).ptr != end ||
-        !std::isfinite(value) || value < 0) {
-      return invalid_argument("rollout criterion '" + item + "' is not NAME=NUMBER (a number >= 0)");
+        !std::isfinite(value) || value < 0 || value > 1e9) {
+      return invalid_argument("rollout criterion '" + item + "' is not NAME=NUMBER (a number from 0 to 1e9)");
     }
     if (key == "max_error_rate_increase") {
       criteria.max_error_rate_increase = value;
@@ -470,10 +486,14 @@ Result<Rollout> EndpointStore::start_rollout(const std::string& endpoint, const 
   SLIPWAY_RETURN_IF_ERROR(validate_model_name(model));
   SLIPWAY_RETURN_IF_ERROR(check_steps(steps));
   if (interval_ms < 1000) return invalid_argument("the rollout interval must be at least 1s");
+  // Checked as they are read back, so a rollout never stores what it cannot read.
+  SLIPWAY_RETURN_IF_ERROR(parse_criteria(format_criteria(criteria)).status());
+  if (criteria.min_requests < 1 || criteria.min_requests > 1'000'000'000) {
+    return invalid_argument("--min-requests must be from 1 to 1e9");
+  }
   Rollout started;
   auto next = [&](SqlTransaction& sql, const std::optional<Endpoint>& current) -> Result<std::vector<EndpointRoute>> {
     SLIPWAY_RETURN_IF_ERROR(check_version_exists(sql, model, version));
-    SLIPWAY_RETURN_IF_ERROR(check_approval(sql, current, model, version));
     if (!current) {
       return failed_precondition("endpoint '" + endpoint + "' does not exist yet: deploy a version to it first, to " +
                                  "have something to roll the canary out against");
@@ -483,10 +503,7 @@ Result<Rollout> EndpointStore::start_rollout(const std::string& endpoint, const 
       return failed_precondition("endpoint '" + endpoint + "' has a rollout running (of " +
                                  earlier->canary.reference() + "); stop it with deploy, promote or rollback first");
     }
-    const EndpointRoute* main = &current->routes.front();
-    for (const auto& route : current->routes) {
-      if (route.percent > main->percent) main = &route;
-    }
+    const EndpointRoute* main = &main_route(current->routes);
     if (main->model == model && main->version == version) {
       return failed_precondition("endpoint '" + endpoint + "' already sends most of its traffic to " +
                                  main->reference());
@@ -564,8 +581,13 @@ Result<std::vector<Rollout>> EndpointStore::running_rollouts() {
     SLIPWAY_ASSIGN_OR_RETURN(auto rows, sql.query("SELECT endpoint FROM rollouts WHERE state = 'running' "
                                                   "ORDER BY endpoint"));
     for (const auto& row : rows) {
-      SLIPWAY_ASSIGN_OR_RETURN(std::optional<Rollout> rollout, read_rollout(sql, row.text(0)));
-      if (rollout) running.push_back(std::move(*rollout));
+      // One damaged row must not stop every other rollout.
+      auto rollout = read_rollout(sql, row.text(0));
+      if (!rollout.ok()) {
+        log_warn("skipping the rollout of endpoint '" + row.text(0) + "': " + rollout.status().message());
+        continue;
+      }
+      if (*rollout) running.push_back(std::move(**rollout));
     }
     return {};
   }));

@@ -55,11 +55,7 @@ bool sampled(double percent) {
 }
 
 const registry::EndpointRoute& main_route(const registry::Endpoint& endpoint) {
-  const registry::EndpointRoute* main = &endpoint.routes.front();
-  for (const auto& route : endpoint.routes) {
-    if (route.percent > main->percent) main = &route;
-  }
-  return *main;
+  return registry::main_route(endpoint.routes);
 }
 
 std::shared_ptr<const registry::Endpoint> Service::State::endpoint_named(std::string_view name) {

@@ -86,7 +86,7 @@ HttpResponse Service::State::handle_management_route(std::string_view method,
   {
     // This server follows at once; others within their refresh period.
     std::lock_guard lock(endpoints_mutex);
-    endpoints = nullptr;
+    endpoints_fetched = {};
   }
   return endpoint_response(*changed);
 }

@@ -72,8 +72,10 @@ Verdict analyse(const RouteSample& canary, const RouteSample& stable, const regi
   }
   double canary_p99 = p99(canary.latencies_ms);
   double stable_p99 = p99(stable.latencies_ms);
-  // A difference under a millisecond is noise at these latencies, whatever the ratio.
-  if (canary_p99 > criteria.max_p99_ratio * stable_p99 && canary_p99 - stable_p99 > 1.0) {
+  // A difference under a millisecond is noise at these latencies, whatever the ratio; and a p99
+  // of fewer than 200 latencies is their maximum, so before the interval ends it needs as many.
+  bool enough_for_p99 = interval_over || (canary.latencies_ms.size() >= 200 && stable.latencies_ms.size() >= 200);
+  if (enough_for_p99 && canary_p99 > criteria.max_p99_ratio * stable_p99 && canary_p99 - stable_p99 > 1.0) {
     failures.push_back(fmt::format("p99 {:.2f} ms against the stable version's {:.2f} ms (limit {}x)", canary_p99,
                                    stable_p99, format_config_number(criteria.max_p99_ratio)));
   }

@@ -119,14 +119,16 @@ Service::Service(registry::Registry& registry, const ServiceOptions& options)
     : state_(std::make_unique<State>(registry, options)) {
   State* state = state_.get();
   state_->rollouts = std::make_unique<RolloutController>(registry, options.registry_refresh, [state] {
-    // This server follows the rollout's change at once.
+    // This server follows the rollout's change at once (a failed read keeps the old routes).
     std::lock_guard lock(state->endpoints_mutex);
-    state->endpoints = nullptr;
+    state->endpoints_fetched = {};
   });
 }
 
 Service::~Service() {
-  // The controller's thread calls into the state: stopped before anything else goes.
+  // Queued requests are answered first (their callbacks record into the controller and the shadow
+  // queue), then the controller's thread, which calls into the state, stops.
+  state_->manager.stop_batching();
   state_->rollouts.reset();
 }
 

@@ -85,8 +85,8 @@ struct Service::State {
   ServerMetrics metrics;  // declared before the manager, whose batchers report to it
   ResponseCache cache;
   ModelManager manager;
-  // Shadow copies of endpoint requests, run after the live answer (64 waiting at most).
-  ShadowQueue shadows{64};
+  // Shadow copies of endpoint requests, run after the live answer: 64 and 16 MiB waiting at most.
+  ShadowQueue shadows{64, std::size_t{16} << 20};
   // Drives rollouts in steps; created by Service and destroyed first (its thread calls back).
   std::unique_ptr<RolloutController> rollouts;
 

@@ -1,13 +1,14 @@
 #include "serve/shadow_queue.h"
 
-#include <pthread.h>
-#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 
 namespace slipway::serve {
 
-ShadowQueue::ShadowQueue(std::size_t capacity) : capacity_(capacity), thread_([this] { run(); }) {}
+ShadowQueue::ShadowQueue(std::size_t capacity, std::size_t byte_budget)
+    : capacity_(capacity), byte_budget_(byte_budget), thread_([this] { run(); }) {}
 
 ShadowQueue::~ShadowQueue() {
   {
@@ -19,12 +20,13 @@ ShadowQueue::~ShadowQueue() {
   thread_.join();
 }
 
-bool ShadowQueue::try_post(std::function<void()> task) {
+bool ShadowQueue::try_post(std::function<void()> task, std::size_t bytes) {
   bool wake = false;
   {
     std::lock_guard lock(mutex_);
-    if (stopping_ || tasks_.size() >= capacity_) return false;
-    tasks_.push_back(std::move(task));
+    if (stopping_ || tasks_.size() >= capacity_ || bytes > byte_budget_ - bytes_) return false;
+    tasks_.emplace_back(std::move(task), bytes);
+    bytes_ += bytes;
     // Under steady traffic the thread looks every few milliseconds by itself, so a live request
     // pays for a wake-up only when the shadow had gone to sleep.
     wake = sleeping_;
@@ -34,9 +36,8 @@ bool ShadowQueue::try_post(std::function<void()> task) {
 }
 
 void ShadowQueue::run() {
-  // SCHED_IDLE: the shadow runs on CPU time the live requests leave over, and never preempts them.
-  sched_param idle{};
-  pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
+  // The lowest priority of the normal policy: this thread only (Linux applies nice per thread).
+  setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
   std::unique_lock lock(mutex_);
   while (!stopping_) {
     if (tasks_.empty()) {
@@ -49,8 +50,9 @@ void ShadowQueue::run() {
       }
       continue;
     }
-    std::function<void()> task = std::move(tasks_.front());
+    auto [task, bytes] = std::move(tasks_.front());
     tasks_.pop_front();
+    bytes_ -= bytes;
     lock.unlock();
     task();
     lock.lock();

@@ -81,50 +81,54 @@ void Service::State::mirror_to_shadow(const std::string& endpoint, const registr
                                       const std::shared_ptr<const std::vector<float>>& live_scores) {
   using Outcome = ServerMetrics::ShadowOutcome;
   std::string route = shadow.reference();
-  bool posted = shadows.try_post([this, endpoint, route, shadow, request, live_scores] {
-    std::int64_t started = monotonic_ns();
-    auto servable = manager.acquire(shadow.model, shadow.version);
-    if (!servable.ok()) return metrics.record_shadow(endpoint, route, Outcome::kFailed);
-    const model::Bundle& bundle = *servable->model->bundle;
-    bool binary = bundle.task() == model::Task::kBinaryClassification;
-    std::size_t columns = bundle.task() == model::Task::kMulticlassClassification ? bundle.model().output_count() : 0;
-    auto shadow_scores = std::make_shared<std::vector<float>>();
-    RequestHeaders headers;
-    headers.inference_header_length = request->second;
-    auto compare = [this, endpoint, route, started, live_scores, shadow_scores, binary, columns](
-                       const HttpResponse& response, std::size_t) mutable {
-      const std::vector<float>& live = *live_scores;
-      const std::vector<float>& mirrored = *shadow_scores;
-      if (response.status >= 400 || (!live.empty() && mirrored.size() != live.size())) {
-        return metrics.record_shadow(endpoint, route, Outcome::kFailed);
-      }
-      // A live answer from the response cache brought no scores: nothing to compare.
-      std::vector<double> differences(live.size());
-      if (live.empty()) binary = false;
-      for (std::size_t index = 0; index < live.size(); ++index) {
-        differences[index] = std::abs(static_cast<double>(live[index]) - mirrored[index]);
-      }
-      // Labels compare for classifiers: the same side of 0.5, or the same most probable class.
-      std::size_t rows = 0, agreeing = 0;
-      if (binary) {
-        rows = live.size();
-        for (std::size_t row = 0; row < rows; ++row) agreeing += (live[row] >= 0.5f) == (mirrored[row] >= 0.5f);
-      } else if (columns > 0 && !live.empty()) {
-        rows = live.size() / columns;
-        auto width = static_cast<std::ptrdiff_t>(columns);
-        for (std::size_t row = 0; row < rows; ++row) {
-          auto live_row = live.begin() + static_cast<std::ptrdiff_t>(row) * width;
-          auto mirrored_row = mirrored.begin() + static_cast<std::ptrdiff_t>(row) * width;
-          agreeing += std::max_element(live_row, live_row + width) - live_row ==
-                      std::max_element(mirrored_row, mirrored_row + width) - mirrored_row;
-        }
-      }
-      metrics.record_shadow(endpoint, route, Outcome::kAnswered, static_cast<double>(monotonic_ns() - started) * 1e-9,
-                            rows, agreeing, differences);
-    };
-    infer(*servable, request->first, headers, compare,
-          [shadow_scores](const model::Predictions& predictions) { *shadow_scores = predictions.scores; });
-  });
+  std::size_t bytes = request->first.size() + live_scores->size() * sizeof(float);
+  bool posted = shadows.try_post(
+      [this, endpoint, route, shadow, request, live_scores] {
+        std::int64_t started = monotonic_ns();
+        auto servable = manager.acquire(shadow.model, shadow.version);
+        if (!servable.ok()) return metrics.record_shadow(endpoint, route, Outcome::kFailed);
+        const model::Bundle& bundle = *servable->model->bundle;
+        bool binary = bundle.task() == model::Task::kBinaryClassification;
+        std::size_t columns =
+            bundle.task() == model::Task::kMulticlassClassification ? bundle.model().output_count() : 0;
+        auto shadow_scores = std::make_shared<std::vector<float>>();
+        RequestHeaders headers;
+        headers.inference_header_length = request->second;
+        auto compare = [this, endpoint, route, started, live_scores, shadow_scores, binary, columns](
+                           const HttpResponse& response, std::size_t) mutable {
+          const std::vector<float>& live = *live_scores;
+          const std::vector<float>& mirrored = *shadow_scores;
+          if (response.status >= 400 || (!live.empty() && mirrored.size() != live.size())) {
+            return metrics.record_shadow(endpoint, route, Outcome::kFailed);
+          }
+          // A live answer from the response cache brought no scores: nothing to compare.
+          std::vector<double> differences(live.size());
+          if (live.empty()) binary = false;
+          for (std::size_t index = 0; index < live.size(); ++index) {
+            differences[index] = std::abs(static_cast<double>(live[index]) - mirrored[index]);
+          }
+          // Labels compare for classifiers: the same side of 0.5, or the same most probable class.
+          std::size_t rows = 0, agreeing = 0;
+          if (binary) {
+            rows = live.size();
+            for (std::size_t row = 0; row < rows; ++row) agreeing += (live[row] >= 0.5f) == (mirrored[row] >= 0.5f);
+          } else if (columns > 0 && !live.empty()) {
+            rows = live.size() / columns;
+            auto width = static_cast<std::ptrdiff_t>(columns);
+            for (std::size_t row = 0; row < rows; ++row) {
+              auto live_row = live.begin() + static_cast<std::ptrdiff_t>(row) * width;
+              auto mirrored_row = mirrored.begin() + static_cast<std::ptrdiff_t>(row) * width;
+              agreeing += std::max_element(live_row, live_row + width) - live_row ==
+                          std::max_element(mirrored_row, mirrored_row + width) - mirrored_row;
+            }
+          }
+          metrics.record_shadow(endpoint, route, Outcome::kAnswered,
+                                static_cast<double>(monotonic_ns() - started) * 1e-9, rows, agreeing, differences);
+        };
+        infer(*servable, request->first, headers, compare,
+              [shadow_scores](const model::Predictions& predictions) { *shadow_scores = predictions.scores; });
+      },
+      bytes);
   if (!posted) metrics.record_shadow(endpoint, route, Outcome::kDropped);
 }
 
@@ -148,34 +152,35 @@ void Service::State::infer_endpoint(const registry::Endpoint& endpoint, const Se
     scores->assign(predictions.scores.begin(), predictions.scores.begin() + static_cast<std::ptrdiff_t>(count));
   };
   std::int64_t started = monotonic_ns();
-  auto answered = [this, name = endpoint.name, route, main = main.reference(), main_model = main.model,
-                   main_version = main.version, kept, scores, started, may_fall_back,
-                   shadow = mirror ? endpoint.shadow : registry::EndpointRoute{},
-                   finish](HttpResponse response, std::size_t rows) {
-    bool failed = response.status >= 400;
-    // The canary analysis sees the route's own answer, before any fallback.
-    rollouts->record(name, route, failed, static_cast<double>(monotonic_ns() - started) * 1e-6, *scores);
-    // Every answer says which version gave it.
-    response.headers.emplace_back("X-Slipway-Version", route);
-    if (!failed && !shadow.model.empty()) {
-      finish(std::move(response), rows);
-      // After the live answer is on its way, never before it.
-      mirror_to_shadow(name, shadow, kept, scores);
-      return;
-    }
-    if (!failed || !may_fall_back) return finish(std::move(response), rows);
-    auto fallback = manager.acquire(main_model, main_version);
-    if (!fallback.ok()) return finish(std::move(response), rows);
-    metrics.record_fallback(name, route);
-    RequestHeaders kept_headers;
-    kept_headers.inference_header_length = kept->second;
-    infer(*fallback, kept->first, kept_headers,
-          [finish, route, main](HttpResponse degraded, std::size_t degraded_rows) {
-            degraded.headers.emplace_back("X-Slipway-Version", main);
-            degraded.headers.emplace_back("X-Slipway-Degraded", "fallback: " + route + " failed");
-            finish(std::move(degraded), degraded_rows);
-          });
-  };
+  auto answered =
+      [this, name = endpoint.name, route, main = main.reference(), main_model = main.model, main_version = main.version,
+       kept, scores, started, may_fall_back, repeated_header = headers.inference_header_length_repeated,
+       shadow = mirror ? endpoint.shadow : registry::EndpointRoute{}, finish](HttpResponse response, std::size_t rows) {
+        bool failed = response.status >= 400;
+        // The canary analysis sees the route's own answer, before any fallback.
+        rollouts->record(name, route, failed, static_cast<double>(monotonic_ns() - started) * 1e-6, *scores);
+        // Every answer says which version gave it.
+        response.headers.emplace_back("X-Slipway-Version", route);
+        if (!failed && !shadow.model.empty()) {
+          finish(std::move(response), rows);
+          // After the live answer is on its way, never before it.
+          mirror_to_shadow(name, shadow, kept, scores);
+          return;
+        }
+        if (!failed || !may_fall_back) return finish(std::move(response), rows);
+        auto fallback = manager.acquire(main_model, main_version);
+        if (!fallback.ok()) return finish(std::move(response), rows);
+        metrics.record_fallback(name, route);
+        RequestHeaders kept_headers;
+        kept_headers.inference_header_length = kept->second;
+        kept_headers.inference_header_length_repeated = repeated_header;
+        infer(*fallback, kept->first, kept_headers,
+              [finish, route, main](HttpResponse degraded, std::size_t degraded_rows) {
+                degraded.headers.emplace_back("X-Slipway-Version", main);
+                degraded.headers.emplace_back("X-Slipway-Degraded", "fallback: " + route + " failed");
+                finish(std::move(degraded), degraded_rows);
+              });
+      };
   infer(servable, body, headers, answered, observe);
 }
 
@@ -226,6 +231,27 @@ void Service::State::handle_model_route(std::string_view method, const std::vect
     route_reference = route.reference();
   }
   auto servable = manager.acquire(model_name, version);
+  if (!servable.ok() && endpoint != nullptr && action == "infer") {
+    // A route that cannot serve (a failed load, over the memory budget) fails the request like a
+    // model error: the analysis sees it, and the main route answers where the endpoint falls back.
+    metrics.record_endpoint(name, route_reference);
+    rollouts->record(name, route_reference, true, 0.0, {});
+    const registry::EndpointRoute& main = main_route(*endpoint);
+    if (endpoint->fallback == "main" && main.reference() != route_reference) {
+      if (auto fallback = manager.acquire(main.model, main.version); fallback.ok()) {
+        metrics.record_fallback(name, route_reference);
+        metric_model = main.model;
+        metric_version = fallback->model->version_text;
+        std::string main_reference = main.reference();
+        return infer(*fallback, body, headers,
+                     [finish, route_reference, main_reference](HttpResponse degraded, std::size_t rows) {
+                       degraded.headers.emplace_back("X-Slipway-Version", main_reference);
+                       degraded.headers.emplace_back("X-Slipway-Degraded", "fallback: " + route_reference + " failed");
+                       finish(std::move(degraded), rows);
+                     });
+      }
+    }
+  }
   if (!servable.ok()) {
     // Only models that exist become labels (a version that does not exist is NotFound).
     bool known = manager.knows(model_name) && servable.status().code() != StatusCode::kNotFound;

@@ -95,10 +95,15 @@ TEST_F(EndpointStoreTest, RolloutsAdvanceStepByStepOrRollBackAndAManualChangeSto
             StatusCode::kFailedPrecondition);  // one at a time
   EXPECT_EQ(endpoints().running_rollouts()->size(), 1u);
 
+  // The same canary again by hand changes nothing and leaves the rollout running.
+  ASSERT_TRUE(endpoints().deploy("web", "churn", 2, 10.0).ok());
+  EXPECT_EQ((*endpoints().rollout("web"))->state, "running");
   auto second = endpoints().advance_rollout("web", 0, "fine");
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(second->step, 1u);
   EXPECT_EQ(format_routes((*endpoints().get("web"))->routes), "churn@2=50,churn@1=50");
+  // At 50/50 the main route is still the stable version.
+  EXPECT_EQ(main_route((*endpoints().get("web"))->routes).reference(), "churn@1");
   // A server that saw step 0 too late changes nothing.
   EXPECT_EQ(endpoints().advance_rollout("web", 0, "late").status().code(), StatusCode::kFailedPrecondition);
   auto promoted = endpoints().advance_rollout("web", 1, "fine again");
@@ -130,6 +135,14 @@ TEST_F(EndpointStoreTest, RolloutsAdvanceStepByStepOrRollBackAndAManualChangeSto
   }
   EXPECT_EQ(endpoints().start_rollout("web", "churn", 3, {100}, 10, criteria).status().code(),
             StatusCode::kInvalidArgument);  // under a second
+  RolloutCriteria negative = criteria;
+  negative.max_error_rate_increase = -0.01;
+  EXPECT_EQ(endpoints().start_rollout("web", "churn", 3, {50, 100}, 1000, negative).status().code(),
+            StatusCode::kInvalidArgument);
+  negative = criteria;
+  negative.min_requests = 0;
+  EXPECT_EQ(endpoints().start_rollout("web", "churn", 3, {50, 100}, 1000, negative).status().code(),
+            StatusCode::kInvalidArgument);
   EXPECT_EQ(endpoints().start_rollout("nowhere", "churn", 3, {50, 100}, 1000, criteria).status().code(),
             StatusCode::kFailedPrecondition);
   EXPECT_TRUE(endpoints().set_fallback("web", "main").ok());
@@ -159,6 +172,9 @@ TEST_F(EndpointStoreTest, AnEndpointThatRequiresApprovalTakesApprovedVersionsOnl
   EXPECT_FALSE(versions->at(0).approval.has_value());
   EXPECT_TRUE(endpoints().deploy("web", "churn", 2, 10.0).ok());
   ASSERT_TRUE(registry_->models().revoke_approval("churn", 2).ok());
+  // Promoting a canary whose approval was revoked is refused too; rolling back is not.
+  EXPECT_EQ(endpoints().promote("web").status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(endpoints().rollback("web").ok());
   EXPECT_EQ(registry_->models().revoke_approval("churn", 2).code(), StatusCode::kNotFound);
   EXPECT_EQ(endpoints().deploy("web", "churn", 2).status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(registry_->models().approve("churn", 9, "no such version").code(), StatusCode::kNotFound);
@@ -172,9 +188,10 @@ TEST_F(EndpointStoreTest, AnEndpointThatRequiresApprovalTakesApprovedVersionsOnl
   std::vector<std::string> actions;
   for (const auto& entry : *entries) actions.push_back(entry.action);
   EXPECT_EQ(actions, (std::vector<std::string>{"model.register", "model.register", "model.register", "endpoint.deploy",
-                                               "model.approve", "endpoint.canary", "model.revoke_approval"}));
+                                               "model.approve", "endpoint.canary", "model.revoke_approval",
+                                               "endpoint.rollback"}));
   about.limit = 2;
-  EXPECT_EQ(registry_->audit().query(about)->front().action, "endpoint.canary");
+  EXPECT_EQ(registry_->audit().query(about)->front().action, "model.revoke_approval");
   about.model = "chur";  // a prefix of a name is another name
   about.limit = 0;
   EXPECT_TRUE(registry_->audit().query(about)->empty());
