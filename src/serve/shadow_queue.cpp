@@ -1,7 +1,7 @@
 #include "serve/shadow_queue.h"
 
-#include <sys/resource.h>
-#include <unistd.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <chrono>
 
@@ -36,8 +36,11 @@ bool ShadowQueue::try_post(std::function<void()> task, std::size_t bytes) {
 }
 
 void ShadowQueue::run() {
-  // The lowest priority of the normal policy: this thread only (Linux applies nice per thread).
-  setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+  // SCHED_IDLE: CPU time the live requests leave over, without preempting them. The thread holds
+  // no lock for long (the shadow version is loaded before its copies are posted; the metrics and
+  // cache locks are held for microseconds), so the low priority cannot stall a live request.
+  sched_param idle{};
+  pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
   std::unique_lock lock(mutex_);
   while (!stopping_) {
     if (tasks_.empty()) {

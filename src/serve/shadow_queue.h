@@ -1,10 +1,9 @@
 // The work of shadow versions, on a thread of its own behind a bounded queue: a shadow copy is
 // posted after the live answer is sent, and a full queue drops it (and says so) rather than let
-// shadows queue up behind each other. The thread runs at the lowest priority (nice 19), so it
-// takes little CPU time from the live requests (SCHED_IDLE would take less, but a starved thread
-// holding a lock the live requests need, such as a model load's, would stall them); while copies
-// keep coming it looks every 5 ms rather than being woken for each, and with nothing to do it
-// sleeps until a post. Private to serve.
+// shadows queue up behind each other. The thread runs at SCHED_IDLE, so it takes only CPU time the
+// live requests leave (its tasks must not hold a lock live requests need for long: the shadow
+// version is loaded before a copy is posted); while copies keep coming it looks every 5 ms rather
+// than being woken for each, and with nothing to do it sleeps until a post. Private to serve.
 #pragma once
 
 #include <condition_variable>

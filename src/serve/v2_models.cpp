@@ -82,12 +82,14 @@ void Service::State::mirror_to_shadow(const std::string& endpoint, const registr
   using Outcome = ServerMetrics::ShadowOutcome;
   std::string route = shadow.reference();
   std::size_t bytes = request->first.size() + live_scores->size() * sizeof(float);
+  // Acquired here, at normal priority: a first load of the shadow version takes the model's load
+  // lock, which the low-priority shadow thread must never hold.
+  std::int64_t started = monotonic_ns();
+  auto acquired = manager.acquire(shadow.model, shadow.version);
+  if (!acquired.ok()) return metrics.record_shadow(endpoint, route, Outcome::kFailed);
   bool posted = shadows.try_post(
-      [this, endpoint, route, shadow, request, live_scores] {
-        std::int64_t started = monotonic_ns();
-        auto servable = manager.acquire(shadow.model, shadow.version);
-        if (!servable.ok()) return metrics.record_shadow(endpoint, route, Outcome::kFailed);
-        const model::Bundle& bundle = *servable->model->bundle;
+      [this, endpoint, route, request, live_scores, servable = std::move(acquired).value(), started] {
+        const model::Bundle& bundle = *servable.model->bundle;
         bool binary = bundle.task() == model::Task::kBinaryClassification;
         std::size_t columns =
             bundle.task() == model::Task::kMulticlassClassification ? bundle.model().output_count() : 0;
@@ -125,7 +127,7 @@ void Service::State::mirror_to_shadow(const std::string& endpoint, const registr
           metrics.record_shadow(endpoint, route, Outcome::kAnswered,
                                 static_cast<double>(monotonic_ns() - started) * 1e-9, rows, agreeing, differences);
         };
-        infer(*servable, request->first, headers, compare,
+        infer(servable, request->first, headers, compare,
               [shadow_scores](const model::Predictions& predictions) { *shadow_scores = predictions.scores; });
       },
       bytes);
