@@ -101,6 +101,74 @@ std::vector<BuiltCandidate> serving_candidates(const std::shared_ptr<const model
   return candidates;
 }
 
+namespace {
+
+// The training parameters of `family` the manifest records; the rest of its params are lineage
+// (split, ...).
+std::map<std::string, std::string> training_params(const model::Manifest& manifest, const std::string& family) {
+  std::map<std::string, std::string> params;
+  for (const auto& declaration : train::parameter_declarations()) {
+    auto given = manifest.params.find(declaration.name);
+    bool applies =
+        std::find(declaration.families.begin(), declaration.families.end(), family) != declaration.families.end();
+    if (given != manifest.params.end() && applies) params[declaration.name] = given->second;
+  }
+  return params;
+}
+
+}  // namespace
+
+std::vector<BuiltCandidate> depth_candidates(const model::Bundle& baseline, const data::Table* train,
+                                             const AlreadyMeasured& already_measured) {
+  auto refuse = [](std::string why) {
+    return std::vector<BuiltCandidate>{{"prune:depth", "prune", {}, nullptr, std::move(why), 3}};
+  };
+  const model::Manifest& manifest = baseline.manifest();
+  auto family = manifest.params.find("model");
+  if (trees_of(baseline) == nullptr || family == manifest.params.end() || family->second != "gbdt") {
+    return refuse("not applicable: refitting with a depth cap needs a GBDT slipway trained");
+  }
+  if (train == nullptr) return refuse("not applicable: refitting with a depth cap retrains the model; give --train");
+  std::map<std::string, std::string> params = training_params(manifest, family->second);
+  int depth = 6;  // max_depth's default
+  if (auto given = params.find("max_depth"); given != params.end()) depth = std::atoi(given->second.c_str());
+  if (depth <= 1) return refuse("not applicable: the trees are at most " + std::to_string(depth) + " deep already");
+  std::vector<std::string> inputs;
+  for (const auto& input : baseline.preprocessor().features()) inputs.push_back(input.name);
+  std::vector<BuiltCandidate> candidates;
+  for (int cap : {std::max(1, depth - 2), std::max(1, depth / 2)}) {
+    if (cap >= depth || (!candidates.empty() && candidates.back().settings.at("max_depth") == std::to_string(cap))) {
+      continue;
+    }
+    BuiltCandidate candidate{"prune:depth-" + std::to_string(cap),
+                             "prune",
+                             {{"max_depth", std::to_string(cap)}, {"was", std::to_string(depth)}},
+                             nullptr,
+                             "",
+                             3};
+    if (already_measured && already_measured(candidate)) {
+      candidate.resumed = true;
+      candidates.push_back(std::move(candidate));
+      continue;
+    }
+    std::map<std::string, std::string> capped = params;
+    capped["max_depth"] = std::to_string(cap);
+    train::TrainRequest request{.target = manifest.target,
+                                .model_family = family->second,
+                                .features = inputs,
+                                .params = capped,
+                                .seed = manifest.seed};
+    auto trained = train::fit(*train, request);
+    if (trained.ok()) {
+      candidate.bundle = trained->bundle;
+    } else {
+      candidate.error = "retraining failed: " + trained.status().message();
+    }
+    candidates.push_back(std::move(candidate));
+  }
+  return candidates;
+}
+
 std::vector<BuiltCandidate> feature_candidates(const model::Bundle& baseline, const data::Table* train,
                                                const AlreadyMeasured& already_measured) {
   auto refuse = [](std::string why) {
@@ -119,14 +187,7 @@ std::vector<BuiltCandidate> feature_candidates(const model::Bundle& baseline, co
     if (input.width() != 1) return refuse("not applicable: input '" + input.name + "' spans several features");
   }
   if (inputs.size() < 2) return refuse("not applicable: the model has a single input");
-  // The training parameters that apply to the family; the rest of `params` is lineage (split, ...).
-  std::map<std::string, std::string> params;
-  for (const auto& declaration : train::parameter_declarations()) {
-    auto given = manifest.params.find(declaration.name);
-    bool applies = std::find(declaration.families.begin(), declaration.families.end(), family->second) !=
-                   declaration.families.end();
-    if (given != manifest.params.end() && applies) params[declaration.name] = given->second;
-  }
+  std::map<std::string, std::string> params = training_params(manifest, family->second);
   model::TreeEnsembleModel::Importance importance = trees->importance();
   std::vector<std::size_t> order(inputs.size());
   for (std::size_t index = 0; index < order.size(); ++index) order[index] = index;

@@ -70,6 +70,11 @@ BuiltCandidate int8_candidate(const model::Bundle& baseline);
 // once the model is retrained without them).
 std::vector<BuiltCandidate> sparse_candidates(const model::Bundle& baseline);
 
+// A GBDT Slipway trained, refitted on `train` with its parameters and a depth cap: two less than
+// its max_depth, and half of it (distinct, at least 1). One row saying why when not applicable.
+std::vector<BuiltCandidate> depth_candidates(const model::Bundle& baseline, const data::Table* train,
+                                             const AlreadyMeasured& already_measured = nullptr);
+
 // One point of the pruning curve: the model cut to its first `rounds` boosting rounds.
 struct PrunePoint {
   std::size_t rounds = 0;

@@ -464,6 +464,9 @@ Result<OptimizeReport> Optimizer::run() {
     if (technique == "prune") {
       std::vector<PrunePoint> curve;
       for (auto& candidate : prune_candidates(baseline, golden, budget, curve)) built.push_back(std::move(candidate));
+      for (auto& candidate : depth_candidates(baseline, options_.train, already_measured)) {
+        built.push_back(std::move(candidate));
+      }
       for (const auto& point : curve) report.prune_curve.emplace_back(point.rounds, point.quality);
     }
   }

@@ -111,6 +111,15 @@ TEST_F(OptimizeTest, BuildsMeasuresRecordsAndRecommends) {
   EXPECT_GT(bf16->max_abs_difference, 0.0);
   EXPECT_LT(bf16->max_abs_difference, 0.01);
   EXPECT_EQ(bf16->bundle->manifest().optimization.at("setting.leaves"), "bf16");
+  // Refits with a depth cap: shallower trees, retrained on the training rows.
+  std::size_t capped = 0;
+  for (const auto& candidate : report->candidates) {
+    if (!candidate.name.starts_with("prune:depth-")) continue;
+    ++capped;
+    EXPECT_LT(std::stoi(candidate.settings.at("max_depth")), std::stoi(candidate.settings.at("was")));
+    EXPECT_EQ(candidate.bundle->manifest().params.at("max_depth"), candidate.settings.at("max_depth"));
+  }
+  EXPECT_GE(capped, 1u);
   // Serving configurations are measured, not registered: they are the baseline's bytes.
   std::size_t serving = 0;
   for (const auto& candidate : report->candidates) {
@@ -256,9 +265,9 @@ TEST_F(OptimizeTest, AResumedRunReusesWhatWasMeasured) {
 TEST_F(OptimizeTest, InapplicableCandidatesAreRowsAndBadRequestsAreRefused) {
   auto report = optimize_model(quick(linear_));
   ASSERT_TRUE(report.ok()) << report.status().message();
-  // baseline, quantize, prune, features, two distilled students, int8, two sparse, three serving
-  // configurations
-  ASSERT_EQ(report->candidates.size(), 12u);
+  // baseline, quantize, prune, prune:depth, features, two distilled students, int8, two sparse,
+  // three serving configurations
+  ASSERT_EQ(report->candidates.size(), 13u);
   for (const auto& candidate : report->candidates) {
     if (candidate.technique == "sparse") {
       // Fewer weights, each kept one exact: a small, measured drop.
