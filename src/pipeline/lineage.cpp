@@ -153,18 +153,12 @@ Result<LineageGraph> lineage(registry::Registry& registry, const std::string& re
     std::string at = frontier.front();
     frontier.pop_front();
     for (const auto& edge : graph.edges) {
-      // Downstream follows every edge forward; upstream follows "made from" edges back, and from
-      // the start also forward to what exposes it (aliases, endpoints, gates).
-      std::string next;
-      if (downstream && edge.from == at) {
-        next = edge.to;
-      } else if (!downstream && edge.to == at && made_from(edge)) {
-        next = edge.from;
-      } else if (!downstream && edge.from == at && at == start && !made_from(edge)) {
-        next = edge.to;
-      } else if (!downstream && edge.from == at && edge.kind == "in") {
-        next = edge.to;  // a run's experiment
-      }
+      // Downstream follows every edge forward; upstream follows "made from" edges back, from the
+      // start also forward to what exposes it (aliases, endpoints, gates), and from a run to its
+      // experiment.
+      bool forward = edge.from == at && (downstream || (at == start && !made_from(edge)) || edge.kind == "in");
+      bool back = !downstream && edge.to == at && made_from(edge);
+      std::string next = forward ? edge.to : back ? edge.from : std::string();
       if (!next.empty() && kept.insert(next).second) {
         // Exposure is one hop: what else routes to an endpoint is not the start's lineage.
         bool exposure = !downstream && edge.from == at && edge.kind != "in";
