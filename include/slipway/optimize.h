@@ -187,6 +187,9 @@ struct OptimizeOptions {
   // made unique (LoadTestOptions::repeat_rate). Above 0 the serving sweep adds the response cache.
   double repeat_rate = 0.0;
   std::chrono::milliseconds measure_time{2000};  // per load test
+  // The whole run's time: once it is spent, the candidates not yet built or measured are rows
+  // saying so (the baseline is always measured). Unset: no limit.
+  std::optional<std::chrono::milliseconds> budget;
   // Load tests spent finding each candidate's highest rate within the latency SLO: doublings (or
   // halvings) from the SLO's rate, then bisections, at most this many in all, half as long each.
   int rate_search_steps = 9;

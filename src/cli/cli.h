@@ -227,6 +227,7 @@ struct OptimizeFlags {
   std::optional<double> tolerance;
   double repeat_rate = 0.0;  // share of the load test's requests that repeat an earlier one
   std::string duration = "2s";
+  std::string budget;  // --budget 10m: the whole run's time
   int threads = 1;
   bool register_candidates = false;
   bool resume = false;  // skip candidates an earlier --register run measured (same baseline and SLO)

@@ -407,6 +407,9 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
                    "the serving sweep adds the response cache")
       ->capture_default_str();
   optimize_command->add_option("--duration", optimize_flags.duration, "Each load test's length")->capture_default_str();
+  optimize_command->add_option("--budget", optimize_flags.budget,
+                               "The whole run's time (10m, 90s): candidates not built or measured by then are rows "
+                               "saying so");
   optimize_command->add_option("--threads", optimize_flags.threads, "The measuring server's worker threads")
       ->capture_default_str();
   optimize_command->add_flag("--register", optimize_flags.register_candidates,

@@ -171,6 +171,10 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
   SLIPWAY_ASSIGN_OR_RETURN(options.measure_time, parse_duration("--duration", flags.duration));
   if (options.measure_time < std::chrono::milliseconds(200))
     return invalid_argument("--duration must be at least 200ms");
+  if (!flags.budget.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(options.budget, parse_duration("--budget", flags.budget));
+    if (*options.budget <= std::chrono::milliseconds(0)) return invalid_argument("--budget must be positive");
+  }
   if (flags.threads < 1 || flags.threads > 256) return invalid_argument("--threads must be from 1 to 256");
   options.threads = flags.threads;
   if (!(flags.repeat_rate >= 0 && flags.repeat_rate <= 1)) return invalid_argument("--repeat-rate must be from 0 to 1");

@@ -395,6 +395,12 @@ void Optimizer::recommend(OptimizeReport& report) const {
 }
 
 Result<OptimizeReport> Optimizer::run() {
+  const auto started = std::chrono::steady_clock::now();
+  auto over_budget = [&] { return options_.budget && std::chrono::steady_clock::now() - started > *options_.budget; };
+  auto budget_spent = [&](std::string_view what) {
+    return fmt::format("not {}: the --budget of {} s ran out; raise it or narrow --candidates", what,
+                       format_config_number(static_cast<double>(options_.budget->count()) / 1000.0));
+  };
   const model::Bundle& baseline = *options_.baseline;
   const data::Table& golden = *options_.golden;
   if (golden.find(baseline.manifest().target) == nullptr) {
@@ -431,6 +437,10 @@ Result<OptimizeReport> Optimizer::run() {
     if (metric == metric_) budget = limit;
   }
   for (const auto& technique : techniques) {
+    if (over_budget()) {
+      built.push_back({technique, technique, {}, nullptr, budget_spent("built"), 1});
+      continue;
+    }
     if (technique == "quantize") {
       built.push_back(quantize_candidate(baseline, false));
       // bfloat16 leaves only where the layout itself applies (one row says why when not).
@@ -493,6 +503,7 @@ Result<OptimizeReport> Optimizer::run() {
     candidate.bundle = source.bundle;
     candidate.error = source.error;
     candidate.changes = source.changes;
+    if (index > 0 && candidate.error.empty() && over_budget()) candidate.error = budget_spent("measured");
     if (index > 0 && candidate.error.empty()) {
       // Measured and registered by an earlier run of the same comparison: its record stands.
       auto finished = finished_record(candidate.name, candidate.settings);

@@ -288,6 +288,19 @@ TEST_F(OptimizeTest, InapplicableCandidatesAreRowsAndBadRequestsAreRefused) {
     EXPECT_EQ(candidate.error.find("not applicable") != std::string::npos, trees_only) << candidate.name;
   }
 
+  // A spent budget leaves rows that say so; the baseline is always measured.
+  OptimizeOptions budgeted = quick(gbdt_);
+  budgeted.techniques = {"quantize", "serving"};
+  budgeted.budget = std::chrono::milliseconds(1);
+  auto out_of_time = optimize_model(budgeted);
+  ASSERT_TRUE(out_of_time.ok()) << out_of_time.status().message();
+  EXPECT_EQ(out_of_time->candidates[0].error, "");
+  EXPECT_GT(out_of_time->candidates[0].p50_ms, 0.0);
+  for (std::size_t index = 1; index < out_of_time->candidates.size(); ++index) {
+    EXPECT_NE(out_of_time->candidates[index].error.find("--budget"), std::string::npos)
+        << out_of_time->candidates[index].name << ": " << out_of_time->candidates[index].error;
+  }
+
   OptimizeOptions options = quick(gbdt_);
   options.techniques = {"features"};
   options.train = nullptr;
