@@ -97,6 +97,7 @@ struct ModelVersion {
   std::string description;
   std::map<std::string, std::string> tags;
   std::optional<Approval> approval;
+  std::int64_t retired_ms = 0;  // 0 while in service
 };
 
 struct ModelSummary {
@@ -283,6 +284,11 @@ class ModelStore {
   // note; `revoke` withdraws it. Endpoints that require approval refuse unapproved versions.
   Status approve(const std::string& model, std::int64_t version, const std::string& note);
   Status revoke_approval(const std::string& model, std::int64_t version);
+  // Takes a version out of service, keeping it (and its bundle) for lineage: servers no longer
+  // serve it, deploys refuse it, and NAME alone resolves to the newest version still in service.
+  // FailedPrecondition, naming it, while an alias points to it or an endpoint routes, mirrors or
+  // rolls out to it.
+  Status retire(const std::string& model, std::int64_t version);
   // Records a gate's result (created_ms and actor are filled in); both versions must exist and the
   // report must be in the artifact store.
   Status record_gate(const GateRecord& record);
@@ -481,6 +487,8 @@ struct OpenOptions {
 
 struct VerifyReport;
 struct VerifyOptions;
+struct GcReport;
+struct GcOptions;
 
 class Registry {
  public:
@@ -580,6 +588,7 @@ class Registry {
 
  private:
   friend Result<VerifyReport> verify_workspace(Registry& registry, const VerifyOptions& options);
+  friend Result<GcReport> collect_garbage(Registry& registry, const GcOptions& options);
   Registry(std::string home, std::unique_ptr<StoreContext> context, std::int64_t schema_version);
 
   std::string home_;
@@ -635,6 +644,32 @@ struct VerifyReport {
   // marked. Orphans and unchecked runs are reported but are not problems.
   std::size_t problem_count() const;
 };
+
+// ---------------------------------------------------------------------------------------------
+// Garbage collection (`slipway gc`): artifacts that no version, run, checkpoint or gate result
+// names.
+
+struct GcOptions {
+  bool apply = false;  // delete them; otherwise only list them
+  // Only artifacts at least this old: a training run stores its bundle before it registers it.
+  std::int64_t min_age_ms = 3'600'000;
+};
+
+struct GcReport {
+  struct Artifact {
+    std::string sha256;
+    std::uint64_t bytes = 0;
+    std::int64_t age_ms = 0;
+  };
+  std::vector<Artifact> unreferenced;  // old enough to collect
+  std::size_t too_young = 0;           // unreferenced, but younger than min_age_ms
+  bool applied = false;
+  std::uint64_t bytes_freed = 0;
+};
+
+// Lists (and with apply deletes, in a write transaction so that nothing registers meanwhile) the
+// unreferenced artifacts. FailedPrecondition for apply on a read-only registry.
+Result<GcReport> collect_garbage(Registry& registry, const GcOptions& options);
 
 // Checks the workspace: the metadata store's integrity, every artifact's bytes against its
 // name, every row's artifact present, orphan artifacts, and RUNNING runs whose process is gone

@@ -82,6 +82,10 @@ struct AuditFlags {
 };
 // The audit log, optionally about one model and from a time.
 int run_audit(const GlobalOptions& global, const AuditFlags& flags);
+// Takes a version out of service (kept for lineage).
+int run_retire(const GlobalOptions& global, const std::string& reference);
+// Lists, or with `apply` deletes, artifacts nothing names that are older than `min_age`.
+int run_gc(const GlobalOptions& global, bool apply, const std::string& min_age);
 
 // What REF (a version, run id or data file) came from, or with `downstream` what was built from
 // it: a tree, --json, or Graphviz with `dot`.

@@ -125,6 +125,60 @@ Result<AuditResult> audit(const GlobalOptions& global, const AuditFlags& flags) 
   return result;
 }
 
+Result<MessageResult> retire(const GlobalOptions& global, const std::string& reference) {
+  if (reference.find('@') == std::string::npos) {
+    return invalid_argument("name the version to retire: NAME@VERSION (or NAME@ALIAS)");
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kWrite));
+  SLIPWAY_ASSIGN_OR_RETURN(auto target, target_of(*store, reference, true));
+  SLIPWAY_RETURN_IF_ERROR(store->models().retire(target.first, *target.second));
+  MessageResult result;
+  result.target = target.first + "@" + std::to_string(*target.second);
+  result.message = result.target + " retired: servers stop serving it within a second; it stays for lineage, and " +
+                   "`slipway gc` keeps its bundle";
+  return result;
+}
+
+struct GcResult : CommandResult {
+  registry::GcReport report;
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("applied").value(report.applied).key("artifacts").begin_array();
+    for (const auto& artifact : report.unreferenced) {
+      json.begin_object().key("sha256").value(artifact.sha256).key("bytes").value(artifact.bytes);
+      json.key("age_ms").value(artifact.age_ms).end_object();
+    }
+    json.end_array().key("too_young").value(static_cast<std::uint64_t>(report.too_young));
+    json.key("bytes_freed").value(report.bytes_freed).end_object();
+  }
+  void write_text(std::ostream& out) const override {
+    std::uint64_t total = 0;
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& artifact : report.unreferenced) {
+      total += artifact.bytes;
+      rows.push_back({artifact.sha256.substr(0, 16), format_bytes(artifact.bytes),
+                      std::to_string(artifact.age_ms / 3'600'000) + " h"});
+    }
+    if (!rows.empty()) print_table(out, {"artifact (sha256)", "size", "age"}, rows);
+    out << report.unreferenced.size() << " unreferenced artifact(s), " << format_bytes(total)
+        << (report.applied ? " deleted" : ": a dry run; `slipway gc --apply` deletes them") << "\n";
+    if (report.too_young > 0) {
+      out << report.too_young << " more younger than --min-age are kept (a run may be about to register them)\n";
+    }
+  }
+};
+
+Result<GcResult> gc(const GlobalOptions& global, bool apply, const std::string& min_age) {
+  registry::GcOptions options;
+  options.apply = apply;
+  SLIPWAY_ASSIGN_OR_RETURN(auto age, since_ms(min_age));
+  options.min_age_ms = unix_time_ms() - age;
+  SLIPWAY_ASSIGN_OR_RETURN(auto store,
+                           open_workspace(global, apply ? WorkspaceAccess::kWrite : WorkspaceAccess::kReadOnly));
+  GcResult result;
+  SLIPWAY_ASSIGN_OR_RETURN(result.report, registry::collect_garbage(*store, options));
+  return result;
+}
+
 }  // namespace
 
 int run_annotate(const GlobalOptions& global, const AnnotateFlags& flags) {
@@ -136,5 +190,13 @@ int run_approve(const GlobalOptions& global, const std::string& reference, const
 }
 
 int run_audit(const GlobalOptions& global, const AuditFlags& flags) { return render(global, audit(global, flags)); }
+
+int run_retire(const GlobalOptions& global, const std::string& reference) {
+  return render(global, retire(global, reference));
+}
+
+int run_gc(const GlobalOptions& global, bool apply, const std::string& min_age) {
+  return render(global, gc(global, apply, min_age));
+}
 
 }  // namespace slipway::cli

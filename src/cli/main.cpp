@@ -153,6 +153,16 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   approve_command->add_option("REF", reference, "NAME@VERSION (or NAME@ALIAS, NAME)")->required();
   approve_command->add_option("--note", approve_note, "Why (kept with the approval and in the audit log)");
   approve_command->add_flag("--revoke", revoke_approval, "Withdraw the approval");
+  auto* retire_command = app.add_subcommand(
+      "retire", "Take a version out of service, keeping it for lineage (refused while an alias or endpoint uses it)");
+  retire_command->add_option("REF", reference, "NAME@VERSION (or NAME@ALIAS)")->required();
+  bool gc_apply = false;
+  std::string gc_min_age = "1h";
+  auto* gc_command = app.add_subcommand(
+      "gc", "List artifacts that no version, run, checkpoint or gate result names, with sizes; --apply deletes them");
+  gc_command->add_flag("--apply", gc_apply, "Delete them (default: a dry run)");
+  gc_command->add_option("--min-age", gc_min_age, "Keep younger ones (a run may be about to register them)")
+      ->capture_default_str();
   AuditFlags audit;
   auto* audit_command = app.add_subcommand("audit", "The audit log: who changed what, when");
   audit_command->add_option("--model", audit.model, "Only entries about this model (its versions, aliases, endpoints)");
@@ -524,6 +534,8 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (lineage_command->parsed()) return run_lineage(global, reference, lineage_downstream, lineage_dot);
   if (approve_command->parsed()) return run_approve(global, reference, approve_note, revoke_approval);
   if (audit_command->parsed()) return run_audit(global, audit);
+  if (retire_command->parsed()) return run_retire(global, reference);
+  if (gc_command->parsed()) return run_gc(global, gc_apply, gc_min_age);
   if (rollback_command->parsed()) return run_rollback(global, endpoint_name);
   if (endpoints_command->parsed()) return run_endpoints(global);
   if (rollout_status_command->parsed()) return run_rollout_status(global, endpoint_name);

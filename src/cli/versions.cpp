@@ -34,6 +34,7 @@ struct VersionsResult : CommandResult {
       json.key("aliases").begin_array();
       for (const auto& alias : version.aliases) json.value(alias);
       json.end_array();
+      json.key("retired_ms").value(version.retired_ms);
       json.key("description").value(version.description).key("tags").begin_object();
       for (const auto& [key, value] : version.tags) json.key(key).value(value);
       json.end_object();
@@ -63,8 +64,10 @@ struct VersionsResult : CommandResult {
       for (const auto& [key, value] : version.tags) tags += (tags.empty() ? "" : ",") + key + "=" + value;
       rows.push_back({std::to_string(version.version), aliases, version.bundle_sha256.substr(0, 12), version.run_id,
                       version.creator, format_time_ms(version.created_ms),
-                      version.approval ? "by " + version.approval->approver : "-", tags.empty() ? "-" : tags,
-                      optimized.empty() ? "-" : optimized});
+                      version.retired_ms > 0 ? "retired"
+                      : version.approval     ? "by " + version.approval->approver
+                                             : "-",
+                      tags.empty() ? "-" : tags, optimized.empty() ? "-" : optimized});
     }
     print_table(out,
                 {"version", "aliases", "sha256", "run", "creator", "created (UTC)", "approved", "tags", "optimization"},

@@ -67,12 +67,14 @@ Status check_approval(SqlTransaction& sql, const std::optional<Endpoint>& endpoi
 }
 
 Status check_version_exists(SqlTransaction& sql, const std::string& model, std::int64_t version) {
-  SLIPWAY_ASSIGN_OR_RETURN(
-      auto row, sql.query_row("SELECT 1 FROM model_versions WHERE model = ? AND version = ?", {model, version}));
+  SLIPWAY_ASSIGN_OR_RETURN(auto row, sql.query_row("SELECT retired_ms FROM model_versions WHERE model = ? AND "
+                                                   "version = ?",
+                                                   {model, version}));
   if (!row) {
     return not_found("no version " + std::to_string(version) + " of model '" + model + "'; `slipway versions " + model +
                      "` lists them");
   }
+  if (row->integer(0) > 0) return failed_precondition(model + "@" + std::to_string(version) + " is retired");
   return {};
 }
 

@@ -140,4 +140,42 @@ Result<std::vector<GateRecord>> ModelStore::gate_results(const std::string& mode
   return records;
 }
 
+Status ModelStore::retire(const std::string& model, std::int64_t version) {
+  std::string reference = model + "@" + std::to_string(version);
+  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_RETURN_IF_ERROR(check_exists(sql, model, version));
+    SLIPWAY_ASSIGN_OR_RETURN(auto retired, sql.query_row("SELECT retired_ms FROM model_versions WHERE model = ? AND "
+                                                         "version = ?",
+                                                         {model, version}));
+    if (retired && retired->integer(0) > 0) return failed_precondition(reference + " is retired already");
+    SLIPWAY_ASSIGN_OR_RETURN(auto aliases,
+                             sql.query("SELECT alias FROM aliases WHERE model = ? AND version = ?", {model, version}));
+    if (!aliases.empty()) {
+      return failed_precondition("alias " + model + "@" + aliases.front().text(0) + " points to " + reference +
+                                 "; move it first (slipway alias)");
+    }
+    // Endpoints: a route, the shadow, or a running rollout's two versions.
+    SLIPWAY_ASSIGN_OR_RETURN(auto endpoints, sql.query("SELECT name, routes, shadow FROM endpoints"));
+    for (const auto& row : endpoints) {
+      SLIPWAY_ASSIGN_OR_RETURN(auto routes, parse_routes(row.text(1)));
+      bool routed = row.text(2) == reference;
+      for (const auto& route : routes) routed = routed || route.reference() == reference;
+      if (routed) {
+        return failed_precondition("endpoint '" + row.text(0) + "' routes to " + reference +
+                                   "; deploy another version to it first");
+      }
+    }
+    SLIPWAY_ASSIGN_OR_RETURN(auto rollouts, sql.query("SELECT endpoint FROM rollouts WHERE state = 'running' AND "
+                                                      "(canary = ? OR stable = ?)",
+                                                      {reference, reference}));
+    if (!rollouts.empty()) {
+      return failed_precondition("a rollout on endpoint '" + rollouts.front().text(0) + "' uses " + reference);
+    }
+    SLIPWAY_RETURN_IF_ERROR(sql.execute("UPDATE model_versions SET retired_ms = ? WHERE model = ? AND version = ?",
+                                        {unix_time_ms(), model, version})
+                                .status());
+    return append_audit(sql, *context_, "model.retire", reference);
+  });
+}
+
 }  // namespace slipway::registry

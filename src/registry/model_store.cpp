@@ -11,7 +11,8 @@ Result<std::vector<ModelVersion>> read_versions(SqlTransaction& sql, const std::
   SLIPWAY_ASSIGN_OR_RETURN(auto exists, sql.query_row("SELECT 1 FROM models WHERE name = ?", {model}));
   if (!exists) return not_found("no model named '" + model + "'; `slipway models` lists them");
   SLIPWAY_ASSIGN_OR_RETURN(auto rows, sql.query("SELECT version, bundle_sha256, COALESCE(run_id, ''), creator, "
-                                                "created_ms, description FROM model_versions WHERE model = ? "
+                                                "created_ms, description, retired_ms FROM model_versions WHERE "
+                                                "model = ? "
                                                 "ORDER BY version",
                                                 {model}));
   std::vector<ModelVersion> versions;
@@ -19,6 +20,7 @@ Result<std::vector<ModelVersion>> read_versions(SqlTransaction& sql, const std::
   for (const auto& row : rows) {
     ModelVersion version{model, row.integer(0), row.text(1), row.text(2), row.text(3), row.integer(4), {}};
     version.description = row.text(5);
+    version.retired_ms = row.integer(6);
     versions.push_back(std::move(version));
   }
   auto find = [&versions](std::int64_t number) -> ModelVersion* {
@@ -141,15 +143,21 @@ Result<ModelVersion> ModelStore::resolve(const std::string& model, const Version
     }
     return not_found("model '" + model + "' has no alias '" + selector.alias + "'");
   }
-  return versions.back();
+  // The newest version still in service.
+  for (auto version = versions.rbegin(); version != versions.rend(); ++version) {
+    if (version->retired_ms == 0) return *version;
+  }
+  return failed_precondition("every version of model '" + model + "' is retired; name one as " + model + "@N");
 }
 
 Status ModelStore::set_alias(const std::string& model, const std::string& alias, std::int64_t version) {
   SLIPWAY_RETURN_IF_ERROR(validate_alias_name(alias));
   return context_->backend->write([&](SqlTransaction& sql) -> Status {
-    SLIPWAY_ASSIGN_OR_RETURN(
-        auto exists, sql.query_row("SELECT 1 FROM model_versions WHERE model = ? AND version = ?", {model, version}));
+    SLIPWAY_ASSIGN_OR_RETURN(auto exists, sql.query_row("SELECT retired_ms FROM model_versions WHERE model = ? AND "
+                                                        "version = ?",
+                                                        {model, version}));
     if (!exists) return not_found("model '" + model + "' has no version " + std::to_string(version));
+    if (exists->integer(0) > 0) return failed_precondition(model + "@" + std::to_string(version) + " is retired");
     SLIPWAY_RETURN_IF_ERROR(sql.execute("INSERT INTO aliases(model, alias, version) VALUES (?, ?, ?) "
                                         "ON CONFLICT(model, alias) DO UPDATE SET version = excluded.version",
                                         {model, alias, version})

@@ -105,6 +105,11 @@ CREATE TABLE gate_results(
 CREATE INDEX gate_results_by_version ON gate_results(model, version);
 )sql";
 
+// Versions taken out of service (kept for lineage).
+constexpr std::string_view kRetiredVersions = R"sql(
+ALTER TABLE model_versions ADD COLUMN retired_ms INTEGER NOT NULL DEFAULT 0;
+)sql";
+
 constexpr std::array kMigrations = {
     Migration{1, "initial_schema", kInitialSchema},
     Migration{2, "run_owner", kRunOwner},
@@ -113,6 +118,7 @@ constexpr std::array kMigrations = {
     Migration{5, "endpoint_shadow", kEndpointShadow},
     Migration{6, "annotations_and_approvals", kAnnotations},
     Migration{7, "gate_results", kGateResults},
+    Migration{8, "retired_versions", kRetiredVersions},
 };
 
 }  // namespace

@@ -119,7 +119,11 @@ Result<ModelManager::Target> ModelManager::target_of(const std::string& name, st
     for (const auto& entry : versions) {
       if (std::find(entry.aliases.begin(), entry.aliases.end(), "production") != entry.aliases.end()) return &entry;
     }
-    return versions.empty() ? nullptr : &versions.back();
+    // The newest version still in service.
+    for (auto entry = versions.rbegin(); entry != versions.rend(); ++entry) {
+      if (entry->retired_ms == 0) return &*entry;
+    }
+    return static_cast<const registry::ModelVersion*>(nullptr);
   };
   Target target;
   // `fresh_only`: take the resolution only if it is younger than the refresh period.
@@ -145,6 +149,10 @@ Result<ModelManager::Target> ModelManager::target_of(const std::string& name, st
   if (!found) {
     return not_found(version ? "model '" + name + "' has no version " + std::to_string(*version)
                              : "model '" + name + "' has no versions");
+  }
+  if (target.version->retired_ms > 0) {
+    return failed_precondition("model '" + name + "' version " + std::to_string(target.version->version) +
+                               " is retired");
   }
   if (!target.resolution->config_error.ok()) return target.resolution->config_error;
   return target;

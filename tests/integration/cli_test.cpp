@@ -205,6 +205,17 @@ TEST_F(CliTest, GatesApprovalsAndTheAuditLog) {
   EXPECT_EQ(slipway({"lineage", "lending@1", "--dot"}).out.rfind("digraph lineage {", 0), 0u);
   EXPECT_NE(slipway({"--json", "lineage", "lending@1"}).out.find("\"start\":\"version:lending@1\""), std::string::npos);
   EXPECT_NE(slipway({"lineage", "ghost@1"}).exit_code, 0);
+
+  // Retire: refused while an endpoint routes to the version; then kept, but not deployable.
+  auto in_use = slipway({"retire", "lending@2"});
+  EXPECT_EQ(in_use.exit_code, 1);
+  EXPECT_NE(in_use.err.find("endpoint 'web' routes to lending@2"), std::string::npos) << in_use.err;
+  ASSERT_EQ(slipway({"retire", "lending@1"}).exit_code, 0);
+  EXPECT_NE(slipway({"versions", "lending"}).out.find("retired"), std::string::npos);
+  EXPECT_NE(slipway({"deploy", "web", "lending@1"}).err.find("is retired"), std::string::npos);
+  auto collected = slipway({"gc"});
+  EXPECT_EQ(collected.exit_code, 0) << collected.err;
+  EXPECT_NE(collected.out.find("a dry run"), std::string::npos) << collected.out;
 }
 
 TEST_F(CliTest, ProfileReportsEveryStagePerRequestSize) {

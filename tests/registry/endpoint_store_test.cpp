@@ -236,6 +236,42 @@ TEST_F(EndpointStoreTest, AnnotationsOnModelsAndVersions) {
   EXPECT_EQ(registry_->models().annotate("ghost", std::nullopt, model_notes).code(), StatusCode::kNotFound);
 }
 
+// A version in use cannot be retired; a retired one is kept but no longer resolved by NAME nor
+// deployable; gc collects only what nothing names, and only when old enough.
+TEST_F(EndpointStoreTest, RetireAndCollectGarbage) {
+  ASSERT_TRUE(endpoints().deploy("web", "churn", 3).ok());
+  ASSERT_TRUE(registry_->models().set_alias("churn", "production", 2).ok());
+  EXPECT_EQ(registry_->models().retire("churn", 3).code(), StatusCode::kFailedPrecondition);  // routed
+  EXPECT_EQ(registry_->models().retire("churn", 2).code(), StatusCode::kFailedPrecondition);  // aliased
+  ASSERT_TRUE(endpoints().deploy("web", "churn", 2).ok());
+  ASSERT_TRUE(registry_->models().retire("churn", 3).ok());
+  EXPECT_EQ(registry_->models().retire("churn", 3).code(), StatusCode::kFailedPrecondition);  // already
+  EXPECT_EQ(registry_->models().resolve("churn", {})->version, 2);          // NAME: the newest in service
+  EXPECT_GT(registry_->models().resolve("churn", {3, ""})->retired_ms, 0);  // still there, by number
+  EXPECT_EQ(endpoints().deploy("web", "churn", 3).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(registry_->models().set_alias("churn", "old", 3).code(), StatusCode::kFailedPrecondition);
+
+  std::string text = "an orphan";
+  auto orphan = registry_->artifacts().put(std::as_bytes(std::span(text.data(), text.size())));
+  ASSERT_TRUE(orphan.ok());
+  GcOptions options;
+  auto young = collect_garbage(*registry_, options);  // just stored: younger than an hour
+  ASSERT_TRUE(young.ok());
+  EXPECT_TRUE(young->unreferenced.empty());
+  EXPECT_EQ(young->too_young, 1u);
+  options.min_age_ms = 0;
+  auto listed = collect_garbage(*registry_, options);
+  ASSERT_EQ(listed->unreferenced.size(), 1u);
+  EXPECT_EQ(listed->unreferenced[0].sha256, *orphan);
+  EXPECT_TRUE(registry_->artifacts().contains(*orphan));  // a dry run
+  options.apply = true;
+  auto applied = collect_garbage(*registry_, options);
+  ASSERT_TRUE(applied.ok());
+  EXPECT_EQ(applied->bytes_freed, text.size());
+  EXPECT_FALSE(registry_->artifacts().contains(*orphan));
+  EXPECT_EQ(registry_->artifacts().list().size(), 1u);  // the versions' bundle stays
+}
+
 TEST(EndpointRoutes, ParseWhatFormatWritesAndRefuseTheRest) {
   std::vector<EndpointRoute> routes = {{"churn", 4, 12.5}, {"churn-v2.b", 3, 87.5}};
   auto parsed = parse_routes(format_routes(routes));
