@@ -153,6 +153,26 @@ struct ScoringOptions {
 Result<ScoredRows> score_file(const LoadedReference& reference, const std::string& data_path,
                               const ScoringOptions& options);
 
+// The data fingerprint a training run of `spec` records (of the data file, and the test file when
+// it has one).
+Result<std::string> data_fingerprint(const TrainSpec& spec);
+
+// A run trained again from what it recorded, to see whether the same bundle comes out.
+struct Reproduction {
+  std::string run_id;
+  std::string recorded_sha256;
+  std::string reproduced_sha256;
+  bool identical() const { return recorded_sha256 == reproduced_sha256; }
+  double seconds = 0;
+};
+
+// Trains FINISHED run `run_id` again from its stored spec and seed, in a scratch workspace (the
+// registry gains nothing), and compares the bundle's hash with the one it recorded. Refuses with
+// FailedPrecondition, naming the difference, when the code version differs from this binary's,
+// the data no longer matches the recorded fingerprint, the run is not a finished training run, or
+// it warm-started from another model (not reproducible yet). NotFound for an unknown run.
+Result<Reproduction> reproduce_run(registry::Registry& registry, const std::string& run_id);
+
 // ---------------------------------------------------------------------------------------------
 // Lineage: the workspace as a graph in the ML Metadata model's terms. Artifacts (data sets by
 // content fingerprint, bundles, model versions, gate reports), executions (train and import runs,

@@ -82,6 +82,8 @@ struct AuditFlags {
 };
 // The audit log, optionally about one model and from a time.
 int run_audit(const GlobalOptions& global, const AuditFlags& flags);
+// Trains a finished run again from its record; exit 0 identical bundle, 1 different, 2 refused.
+int run_reproduce(const GlobalOptions& global, const std::string& run_id);
 // Takes a version out of service (kept for lineage).
 int run_retire(const GlobalOptions& global, const std::string& reference);
 // Lists, or with `apply` deletes, artifacts nothing names that are older than `min_age`.

@@ -5,6 +5,8 @@
 #include <ctime>
 #include <ostream>
 
+#include <fmt/format.h>
+
 #include "cli/cli.h"
 
 namespace slipway::cli {
@@ -179,6 +181,23 @@ Result<GcResult> gc(const GlobalOptions& global, bool apply, const std::string& 
   return result;
 }
 
+struct ReproduceResult : CommandResult {
+  pipeline::Reproduction reproduction;
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("run_id").value(reproduction.run_id);
+    json.key("recorded_sha256").value(reproduction.recorded_sha256);
+    json.key("reproduced_sha256").value(reproduction.reproduced_sha256);
+    json.key("identical").value(reproduction.identical()).key("seconds").value(reproduction.seconds).end_object();
+  }
+  void write_text(std::ostream& out) const override {
+    out << "run         " << reproduction.run_id << "\nrecorded    sha256:" << reproduction.recorded_sha256
+        << "\nreproduced  sha256:" << reproduction.reproduced_sha256 << "\n"
+        << (reproduction.identical() ? "identical: the same spec, data, code and seed gave the same bundle"
+                                     : "DIFFERENT: the same spec, data, code and seed gave another bundle")
+        << " (" << fmt::format("{:.1f}", reproduction.seconds) << " s)\n";
+  }
+};
+
 }  // namespace
 
 int run_annotate(const GlobalOptions& global, const AnnotateFlags& flags) {
@@ -193,6 +212,24 @@ int run_audit(const GlobalOptions& global, const AuditFlags& flags) { return ren
 
 int run_retire(const GlobalOptions& global, const std::string& reference) {
   return render(global, retire(global, reference));
+}
+
+int run_reproduce(const GlobalOptions& global, const std::string& run_id) {
+  // 0 identical, 1 different, 2 refused (code version, data, not a finished training run).
+  auto store = open_workspace(global, WorkspaceAccess::kReadOnly);
+  if (!store.ok()) {
+    fail(store.status());
+    return 2;
+  }
+  auto reproduction = pipeline::reproduce_run(**store, run_id);
+  if (!reproduction.ok()) {
+    fail(reproduction.status());
+    return 2;
+  }
+  ReproduceResult result;
+  result.reproduction = *reproduction;
+  render(global, result);
+  return reproduction->identical() ? 0 : 1;
 }
 
 int run_gc(const GlobalOptions& global, bool apply, const std::string& min_age) {

@@ -156,6 +156,12 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   auto* retire_command = app.add_subcommand(
       "retire", "Take a version out of service, keeping it for lineage (refused while an alias or endpoint uses it)");
   retire_command->add_option("REF", reference, "NAME@VERSION (or NAME@ALIAS)")->required();
+  std::string reproduce_run_id;
+  auto* reproduce_command = app.add_subcommand(
+      "reproduce",
+      "Train a finished run again from its recorded spec, data and seed (in a scratch workspace) and say whether "
+      "the bundle is identical; exit 0 identical, 1 different, 2 refused");
+  reproduce_command->add_option("RUN", reproduce_run_id, "Run id (slipway runs)")->required();
   bool gc_apply = false;
   std::string gc_min_age = "1h";
   auto* gc_command = app.add_subcommand(
@@ -536,6 +542,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (audit_command->parsed()) return run_audit(global, audit);
   if (retire_command->parsed()) return run_retire(global, reference);
   if (gc_command->parsed()) return run_gc(global, gc_apply, gc_min_age);
+  if (reproduce_command->parsed()) return run_reproduce(global, reproduce_run_id);
   if (rollback_command->parsed()) return run_rollback(global, endpoint_name);
   if (endpoints_command->parsed()) return run_endpoints(global);
   if (rollout_status_command->parsed()) return run_rollout_status(global, endpoint_name);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "slipway/core.h"
 #include "support/test_support.h"
@@ -216,6 +217,28 @@ TEST_F(CliTest, GatesApprovalsAndTheAuditLog) {
   auto collected = slipway({"gc"});
   EXPECT_EQ(collected.exit_code, 0) << collected.err;
   EXPECT_NE(collected.out.find("a dry run"), std::string::npos) << collected.out;
+}
+
+// A finished run trained again from its record gives the same bundle; changed data is refused.
+TEST_F(CliTest, ReproduceGivesTheSameBundleAndRefusesChangedData) {
+  std::string data = home_.file("loans.csv");
+  std::filesystem::copy_file(data_path("lending_club.csv"), data);
+  auto trained = slipway({"--json", "train", "--data", data, "--target", "Class", "--model", "gbdt", "--param",
+                          "rounds=15", "--no-progress"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.err;
+  std::string run = json_string(trained.out, "run_id");
+  ASSERT_FALSE(run.empty()) << trained.out;
+  auto same = slipway({"reproduce", run});
+  EXPECT_EQ(same.exit_code, 0) << same.out << same.err;
+  EXPECT_NE(same.out.find("identical"), std::string::npos) << same.out;
+  EXPECT_EQ(slipway({"runs"}).out.find(run), slipway({"runs"}).out.rfind(run));  // no new run recorded here
+
+  std::ofstream(data, std::ios::app)
+      << "1000,term_36,10.0,B1,CA,Verified,50000,emp_3,0,0,10.0,0,0,0,0,0,10,0,0,0,0,0,good\n";
+  auto changed = slipway({"reproduce", run});
+  EXPECT_EQ(changed.exit_code, 2);
+  EXPECT_NE(changed.err.find("has changed"), std::string::npos) << changed.err;
+  EXPECT_EQ(slipway({"reproduce", "0123456789abcdef0123456789abcdef"}).exit_code, 2);
 }
 
 TEST_F(CliTest, ProfileReportsEveryStagePerRequestSize) {
