@@ -507,6 +507,9 @@ class Registry {
 
   const std::string& home() const { return home_; }
   bool read_only() const;
+  // Who the audit log names for this registry's changes (by default the OS user), e.g. the API
+  // token a server acts for.
+  void set_actor(std::string actor);
   // The schema version of the open workspace (the highest migration applied).
   std::int64_t schema_version() const { return schema_version_; }
   // The newest schema version this build knows.

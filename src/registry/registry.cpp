@@ -119,6 +119,8 @@ Registry::~Registry() = default;
 
 bool Registry::read_only() const { return context_->backend->read_only(); }
 
+void Registry::set_actor(std::string actor) { context_->actor = std::move(actor); }
+
 ArtifactStore& Registry::artifacts() { return context_->artifacts; }
 
 std::int64_t Registry::latest_schema_version() { return sqlite_migrations().back().version; }

@@ -46,7 +46,8 @@ Role role_required(const std::vector<std::string_view>& segments) {
   return Role::kPredict;
 }
 
-std::optional<HttpResponse> Service::State::authorize(Role required, std::string_view authorization) {
+std::optional<HttpResponse> Service::State::authorize(Role required, std::string_view authorization,
+                                                      std::string* token_name) {
   if (!options.require_auth || required == Role::kOpen) return std::nullopt;
   auto unauthenticated = [](const std::string& message) {
     HttpResponse response = error_response(401, message);
@@ -81,7 +82,10 @@ std::optional<HttpResponse> Service::State::authorize(Role required, std::string
     // Every active token is compared, matching or not, so the time taken says nothing about them.
     for (const auto& token : tokens) {
       bool match = constant_time_equal(digest, token.token_sha256);
-      if (match && token.revoked_ms == 0) granted = role_named(token.role);
+      if (match && token.revoked_ms == 0) {
+        granted = role_named(token.role);
+        if (token_name != nullptr) *token_name = token.name;
+      }
     }
   }
   if (!granted) return unauthenticated("the bearer token is not valid (unknown or revoked)");

@@ -46,7 +46,7 @@ Result<registry::Endpoint> deploy(registry::Registry& registry, const std::strin
 
 HttpResponse Service::State::handle_management_route(std::string_view method,
                                                      const std::vector<std::string_view>& segments,
-                                                     std::string_view body) {
+                                                     std::string_view body, const std::string& token_name) {
   // segments: api endpoints [NAME [deploy|promote|rollback]]
   if (segments.size() < 2 || segments[1] != "endpoints" || segments.size() > 4) {
     return error_response(404, "no such management route; the API has /api/endpoints");
@@ -79,6 +79,7 @@ HttpResponse Service::State::handle_management_route(std::string_view method,
   auto writable = registry::Registry::open(registry.home(), false);
   if (!writable.ok()) return error_response(writable.status());
   registry::Registry& store = **writable;
+  if (!token_name.empty()) store.set_actor("token:" + token_name);
   Result<registry::Endpoint> changed = action == "deploy"    ? deploy(store, name, body)
                                        : action == "promote" ? store.endpoints().promote(name)
                                                              : store.endpoints().rollback(name);

@@ -238,7 +238,8 @@ void Service::handle_async(std::string_view method, std::string_view target, std
   };
   auto get_only = [&](auto make) { return method == "GET" ? make() : method_not_allowed("GET"); };
 
-  if (auto refused = state->authorize(role_required(segments), headers.authorization)) {
+  std::string token_name;
+  if (auto refused = state->authorize(role_required(segments), headers.authorization, &token_name)) {
     // Nothing from an unauthenticated request becomes a label.
     if (route == "infer") state->metrics.record("(unknown)", "", refused->status, 0.0, 0, false);
     return answer(std::move(*refused));
@@ -265,7 +266,7 @@ void Service::handle_async(std::string_view method, std::string_view target, std
     }));
   }
   if (route == "repository") return answer(state->handle_repository_route(method, segments, body));
-  if (route == "management") return answer(state->handle_management_route(method, segments, body));
+  if (route == "management") return answer(state->handle_management_route(method, segments, body, token_name));
   if (route == "stats") return answer(get_only([&] { return json_response(200, state->metrics.stats_json("", "")); }));
   if (segments.size() >= 3 && segments[0] == "v2" && segments[1] == "models") {
     // The labels are known once the route resolves (and only for models that exist); the

@@ -106,7 +106,9 @@ struct Service::State {
   bool tokens_loaded = false;
 
   // auth.cpp: null when the request may proceed; otherwise the 401 or 403 to send.
-  std::optional<HttpResponse> authorize(Role required, std::string_view authorization);
+  // `token_name`, when given, receives the name of the token that was granted (empty without auth).
+  std::optional<HttpResponse> authorize(Role required, std::string_view authorization,
+                                        std::string* token_name = nullptr);
 
   // The completion of a model route: the response and what the metrics need.
   using Finish = std::function<void(HttpResponse response, std::size_t rows)>;
@@ -144,8 +146,9 @@ struct Service::State {
                                        std::string_view body);
 
   // management_api.cpp: /api/endpoints.
+  // `token_name`: who the audit log names for a change (the server's OS user without auth).
   HttpResponse handle_management_route(std::string_view method, const std::vector<std::string_view>& segments,
-                                       std::string_view body);
+                                       std::string_view body, const std::string& token_name);
 
   // The label a request for `name` is counted under: the name when the model exists, else
   // "(unknown)", so no client can grow the metrics with names.

@@ -125,6 +125,9 @@ TEST_F(ServingOps, ServingConfigAndTokensFromTheCommandLine) {
   EXPECT_EQ(api_deploy.status, 200) << api_deploy.body;
   auto routed = http_request(port, "POST", "/v2/models/web/infer", kOneRow, with_token(predict_token));
   EXPECT_EQ(routed.status, 200) << routed.body;  // this server follows its own API change at once
+  // The audit log names the token the change came through.
+  auto audited = slipway({"audit", "--limit", "1"});
+  EXPECT_NE(audited.out.find("token:ops  endpoint.deploy"), std::string::npos) << audited.out;
   auto metrics = http_request(port, "GET", "/metrics", "", with_token(admin_token));
   EXPECT_NE(metrics.body.find(
                 "slipway_request_failures_total{model=\"(unknown)\",version=\"\",reason=\"unauthenticated\"} 1"),
