@@ -116,6 +116,22 @@ std::map<std::string, std::string> training_params(const model::Manifest& manife
   return params;
 }
 
+// Trains `candidate` from `request` on `rows`, unless an earlier run measured it (then it is
+// marked resumed and not trained again); a failure becomes its error.
+void retrain(BuiltCandidate& candidate, const data::Table& rows, const train::TrainRequest& request,
+             const AlreadyMeasured& already_measured) {
+  if (already_measured && already_measured(candidate)) {
+    candidate.resumed = true;
+    return;
+  }
+  auto trained = train::fit(rows, request);
+  if (trained.ok()) {
+    candidate.bundle = trained->bundle;
+  } else {
+    candidate.error = "retraining failed: " + trained.status().message();
+  }
+}
+
 }  // namespace
 
 std::vector<BuiltCandidate> depth_candidates(const model::Bundle& baseline, const data::Table* train,
@@ -146,24 +162,15 @@ std::vector<BuiltCandidate> depth_candidates(const model::Bundle& baseline, cons
                              nullptr,
                              "",
                              3};
-    if (already_measured && already_measured(candidate)) {
-      candidate.resumed = true;
-      candidates.push_back(std::move(candidate));
-      continue;
-    }
     std::map<std::string, std::string> capped = params;
     capped["max_depth"] = std::to_string(cap);
-    train::TrainRequest request{.target = manifest.target,
-                                .model_family = family->second,
-                                .features = inputs,
-                                .params = capped,
-                                .seed = manifest.seed};
-    auto trained = train::fit(*train, request);
-    if (trained.ok()) {
-      candidate.bundle = trained->bundle;
-    } else {
-      candidate.error = "retraining failed: " + trained.status().message();
-    }
+    retrain(candidate, *train,
+            {.target = manifest.target,
+             .model_family = family->second,
+             .features = inputs,
+             .params = capped,
+             .seed = manifest.seed},
+            already_measured);
     candidates.push_back(std::move(candidate));
   }
   return candidates;
@@ -221,22 +228,13 @@ std::vector<BuiltCandidate> feature_candidates(const model::Bundle& baseline, co
                              nullptr,
                              "",
                              3};
-    if (already_measured && already_measured(candidate)) {
-      candidate.resumed = true;
-      candidates.push_back(std::move(candidate));
-      continue;
-    }
-    train::TrainRequest request{.target = manifest.target,
-                                .model_family = family->second,
-                                .features = kept,
-                                .params = params,
-                                .seed = manifest.seed};
-    auto trained = train::fit(*train, request);
-    if (trained.ok()) {
-      candidate.bundle = trained->bundle;
-    } else {
-      candidate.error = "retraining failed: " + trained.status().message();
-    }
+    retrain(candidate, *train,
+            {.target = manifest.target,
+             .model_family = family->second,
+             .features = kept,
+             .params = params,
+             .seed = manifest.seed},
+            already_measured);
     candidates.push_back(std::move(candidate));
   }
   return candidates;

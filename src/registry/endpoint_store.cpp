@@ -246,6 +246,14 @@ Status check_steps(const std::vector<double>& steps) {
   return {};
 }
 
+// The canary's and the stable version's shares, from the rollout's state and step.
+void set_shares(Rollout& rollout) {
+  bool promoted = rollout.state == "promoted";
+  bool rolled_back = rollout.state == "rolled_back";
+  rollout.canary.percent = rolled_back ? 0.0 : promoted ? 100.0 : rollout.steps[rollout.step];
+  rollout.stable.percent = 100.0 - rollout.canary.percent;
+}
+
 Result<std::optional<Rollout>> read_rollout(SqlTransaction& sql, const std::string& endpoint) {
   SLIPWAY_ASSIGN_OR_RETURN(auto row, sql.query_row("SELECT canary, stable, steps, interval_ms, step, step_started_ms, "
                                                    "state, reason, last_check, criteria, updated_ms FROM rollouts "
@@ -268,10 +276,7 @@ Result<std::optional<Rollout>> read_rollout(SqlTransaction& sql, const std::stri
   rollout.last_check = row->text(8);
   SLIPWAY_ASSIGN_OR_RETURN(rollout.criteria, parse_criteria(row->text(9)));
   rollout.updated_ms = row->integer(10);
-  bool promoted = rollout.state == "promoted";
-  bool rolled_back = rollout.state == "rolled_back";
-  rollout.canary.percent = rolled_back ? 0.0 : promoted ? 100.0 : rollout.steps[rollout.step];
-  rollout.stable.percent = 100.0 - rollout.canary.percent;
+  set_shares(rollout);
   return std::optional<Rollout>(std::move(rollout));
 }
 
@@ -295,7 +300,9 @@ Result<Rollout> running_at(SqlTransaction& sql, const std::string& endpoint, std
   return std::move(*rollout);
 }
 
-Status write_rollout(SqlTransaction& sql, const Rollout& rollout) {
+// Stores `rollout` and sets its shares to what its state and step now say.
+Status write_rollout(SqlTransaction& sql, Rollout& rollout) {
+  set_shares(rollout);
   return sql
       .execute(
           "INSERT INTO rollouts(endpoint, canary, stable, steps, interval_ms, step, step_started_ms, state, "
@@ -526,15 +533,14 @@ Result<Rollout> EndpointStore::start_rollout(const std::string& endpoint, const 
     return split(started, steps.front());
   };
   SLIPWAY_RETURN_IF_ERROR(change_endpoint(*context_, endpoint, "endpoint.rollout", next, false).status());
-  SLIPWAY_ASSIGN_OR_RETURN(std::optional<Rollout> changed, rollout(endpoint));
-  if (!changed) return internal_error("the rollout of endpoint '" + endpoint + "' vanished");
-  return std::move(*changed);
+  return started;
 }
 
 Result<Rollout> EndpointStore::advance_rollout(const std::string& endpoint, std::size_t step,
                                                const std::string& check) {
+  Rollout rollout;
   auto next = [&](SqlTransaction& sql, const std::optional<Endpoint>&) -> Result<std::vector<EndpointRoute>> {
-    SLIPWAY_ASSIGN_OR_RETURN(Rollout rollout, running_at(sql, endpoint, step));
+    SLIPWAY_ASSIGN_OR_RETURN(rollout, running_at(sql, endpoint, step));
     rollout.step = step + 1;
     rollout.step_started_ms = unix_time_ms();
     rollout.updated_ms = rollout.step_started_ms;
@@ -547,14 +553,13 @@ Result<Rollout> EndpointStore::advance_rollout(const std::string& endpoint, std:
     return split(rollout, rollout.steps[rollout.step]);
   };
   SLIPWAY_RETURN_IF_ERROR(change_endpoint(*context_, endpoint, "rollout.advance", next, false).status());
-  SLIPWAY_ASSIGN_OR_RETURN(std::optional<Rollout> changed, rollout(endpoint));
-  if (!changed) return internal_error("the rollout of endpoint '" + endpoint + "' vanished");
-  return std::move(*changed);
+  return rollout;
 }
 
 Result<Rollout> EndpointStore::fail_rollout(const std::string& endpoint, std::size_t step, const std::string& reason) {
+  Rollout rollout;
   auto next = [&](SqlTransaction& sql, const std::optional<Endpoint>&) -> Result<std::vector<EndpointRoute>> {
-    SLIPWAY_ASSIGN_OR_RETURN(Rollout rollout, running_at(sql, endpoint, step));
+    SLIPWAY_ASSIGN_OR_RETURN(rollout, running_at(sql, endpoint, step));
     rollout.state = "rolled_back";
     rollout.reason = reason;
     rollout.last_check = reason;
@@ -563,9 +568,7 @@ Result<Rollout> EndpointStore::fail_rollout(const std::string& endpoint, std::si
     return split(rollout, 0.0);
   };
   SLIPWAY_RETURN_IF_ERROR(change_endpoint(*context_, endpoint, "rollout.rollback", next, false).status());
-  SLIPWAY_ASSIGN_OR_RETURN(std::optional<Rollout> changed, rollout(endpoint));
-  if (!changed) return internal_error("the rollout of endpoint '" + endpoint + "' vanished");
-  return std::move(*changed);
+  return rollout;
 }
 
 Result<std::optional<Rollout>> EndpointStore::rollout(const std::string& endpoint) {

@@ -76,6 +76,21 @@ std::string model_metadata(const Servable& servable, bool single_version) {
 
 }  // namespace
 
+namespace {
+
+using Finish = std::function<void(HttpResponse response, std::size_t rows)>;
+
+// The completion of a request `failed_route` failed and `main_route` answered instead.
+Finish degraded_finish(const Finish& finish, const std::string& failed_route, const std::string& main_route) {
+  return [finish, failed_route, main_route](HttpResponse degraded, std::size_t rows) {
+    degraded.headers.emplace_back("X-Slipway-Version", main_route);
+    degraded.headers.emplace_back("X-Slipway-Degraded", "fallback: " + failed_route + " failed");
+    finish(std::move(degraded), rows);
+  };
+}
+
+}  // namespace
+
 void Service::State::mirror_to_shadow(const std::string& endpoint, const registry::EndpointRoute& shadow,
                                       const std::shared_ptr<const std::pair<std::string, std::string>>& request,
                                       const std::shared_ptr<const std::vector<float>>& live_scores) {
@@ -176,12 +191,7 @@ void Service::State::infer_endpoint(const registry::Endpoint& endpoint, const Se
         RequestHeaders kept_headers;
         kept_headers.inference_header_length = kept->second;
         kept_headers.inference_header_length_repeated = repeated_header;
-        infer(*fallback, kept->first, kept_headers,
-              [finish, route, main](HttpResponse degraded, std::size_t degraded_rows) {
-                degraded.headers.emplace_back("X-Slipway-Version", main);
-                degraded.headers.emplace_back("X-Slipway-Degraded", "fallback: " + route + " failed");
-                finish(std::move(degraded), degraded_rows);
-              });
+        infer(*fallback, kept->first, kept_headers, degraded_finish(finish, route, main));
       };
   infer(servable, body, headers, answered, observe);
 }
@@ -244,13 +254,7 @@ void Service::State::handle_model_route(std::string_view method, const std::vect
         metrics.record_fallback(name, route_reference);
         metric_model = main.model;
         metric_version = fallback->model->version_text;
-        std::string main_reference = main.reference();
-        return infer(*fallback, body, headers,
-                     [finish, route_reference, main_reference](HttpResponse degraded, std::size_t rows) {
-                       degraded.headers.emplace_back("X-Slipway-Version", main_reference);
-                       degraded.headers.emplace_back("X-Slipway-Degraded", "fallback: " + route_reference + " failed");
-                       finish(std::move(degraded), rows);
-                     });
+        return infer(*fallback, body, headers, degraded_finish(finish, route_reference, main.reference()));
       }
     }
   }
