@@ -143,6 +143,15 @@ struct NewRun {
   std::map<std::string, std::string> params;
 };
 
+// A step (a train or an eval) that may be reused instead of run again.
+struct CachedStep {
+  std::string kind;    // "train" or "eval"
+  std::string key;     // sha256 of the step's inputs
+  std::string run_id;  // the run that produced it (train); empty for eval
+  std::string result;  // what the step returned, serialized by its caller
+  std::int64_t created_ms = 0;
+};
+
 // A row that names an artifact. `verify_workspace` checks each is stored; a stored artifact that
 // no row names is an orphan.
 struct ArtifactReference {
@@ -257,6 +266,11 @@ class RunStore {
   // The bundle of every run that has one, and every checkpoint.
   Result<std::vector<ArtifactReference>> artifact_references();
 
+  // The step cache: a step's result under a key made of everything its output depends on. A
+  // later record under the same key replaces the earlier one.
+  Status record_cached_step(const CachedStep& step);
+  Result<std::optional<CachedStep>> cached_step(const std::string& kind, const std::string& key);
+
  private:
   friend class Registry;
   explicit RunStore(StoreContext& context) : context_(&context) {}
@@ -352,15 +366,33 @@ struct Endpoint {
   std::int64_t revision = 0;            // +1 per change
   std::string updated_by;
   std::int64_t updated_ms = 0;
-  // When a route other than the main one fails a request: "main" answers it with the main route
-  // (marked degraded), "none" returns the failure.
+  // What answers a request whose route fails or misses the deadline (marked degraded): "none"
+  // (the failure is returned), "main" (the main route, for another route's failure), "previous"
+  // (the main route of `previous`, the rollback target, else the main route), "cached" (the
+  // last answer this endpoint gave to the same request bytes) or "constant:VALUE" (VALUE for
+  // every row: a number, or a class label).
   std::string fallback = "none";
+  // A route that has not answered within this many milliseconds is answered by the fallback (or
+  // with 504 when there is none); 0: no deadline.
+  std::int64_t deadline_ms = 0;
+  std::string slo;  // the service-level objective, as `slipway optimize --slo` reads it; shown by describe
   // A version that sees a copy of shadow_percent of the requests; its answers are compared with
   // the live ones and never returned. Empty model: no shadow.
   EndpointRoute shadow;
   std::string owner;
   bool require_approval = false;  // deploys of unapproved versions are refused
 };
+
+// Settings of an endpoint that EndpointStore::configure changes: those given.
+struct EndpointSettings {
+  std::optional<std::string> owner;
+  std::optional<bool> require_approval;
+  std::optional<std::int64_t> deadline_ms;  // 0 removes the deadline; at most an hour
+  std::optional<std::string> slo;           // checked by the caller (optimize::parse_slo); "" removes it
+};
+
+// InvalidArgument unless `fallback` is one of Endpoint::fallback's kinds.
+Status validate_fallback(std::string_view fallback);
 
 // When a canary step passes: each limit compares the canary with the stable version over the
 // step's interval, once both have min_requests requests in it.
@@ -398,9 +430,9 @@ struct Rollout {
 // endpoint's state does not allow.
 class EndpointStore {
  public:
-  // Owner and whether only approved versions may be deployed (deploy, canaries, rollouts).
-  // NotFound for an unknown endpoint.
-  Status configure(const std::string& endpoint, std::optional<std::string> owner, std::optional<bool> require_approval);
+  // Sets each setting given (owner, whether only approved versions may be deployed, deadline,
+  // SLO), in one change. NotFound for an unknown endpoint.
+  Status configure(const std::string& endpoint, const EndpointSettings& settings);
 
   // Routes `endpoint` to `version` of `model`: all of its traffic, or with `canary_percent`
   // (0 < p < 100) that share, the rest staying on the endpoint's current main route (its largest
@@ -414,7 +446,7 @@ class EndpointStore {
   Result<Endpoint> rollback(const std::string& endpoint);
   // deploy, promote and rollback stop a running rollout of the endpoint (state "stopped").
 
-  // "main" or "none" (Endpoint::fallback). NotFound for an unknown endpoint.
+  // Endpoint::fallback; InvalidArgument for another kind. NotFound for an unknown endpoint.
   Status set_fallback(const std::string& endpoint, const std::string& fallback);
   // Mirrors `percent` (above 0, at most 100) of the endpoint's requests to `version` of `model`;
   // an empty model stops mirroring. NotFound for an unknown endpoint or version.

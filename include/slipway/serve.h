@@ -117,6 +117,9 @@ struct ServiceOptions {
   std::map<std::string, std::map<std::string, std::string>> model_overrides;
   // The response cache shared by the models whose configuration has cache on.
   std::size_t response_cache_bytes = std::size_t{64} << 20;
+  // The answers kept for endpoints whose fallback is "cached" (the last answer to each request's
+  // bytes), least recently used out first.
+  std::size_t fallback_cache_bytes = std::size_t{64} << 20;
   // Loaded models may take at most this many bytes (estimated from their arrays); loading one
   // more unloads the least recently used first. 0 = no budget.
   std::size_t memory_budget_bytes = 0;
@@ -125,6 +128,12 @@ struct ServiceOptions {
   // Health endpoints stay open for probes.
   bool require_auth = false;
 };
+
+// The scores an endpoint's "constant:VALUE" fallback gives every row of `bundle`'s task:
+// regression, VALUE as a number; binary classification, P(positive): a number in [0, 1], or a
+// class label (1 for the positive one, 0 for the other); multiclass, a class label (probability
+// 1). InvalidArgument, saying what fits, when VALUE does not.
+Result<std::vector<float>> constant_fallback_scores(const model::Bundle& bundle, std::string_view value);
 
 // One v2 JSON inference inside the server, stage by stage, for `bundle`: no HTTP, no batching,
 // no metrics. What `slipway profile` measures; seconds per stage.

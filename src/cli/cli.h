@@ -119,8 +119,10 @@ struct DeployFlags {
   std::string steps;             // --steps 10,50,100: a rollout in steps, with analysis
   std::string interval = "2m";   // --interval: each step's length
   registry::RolloutCriteria criteria;
-  std::string fallback;  // --fallback main|none
-  std::string shadow;    // --shadow REF: mirror requests to it
+  std::string fallback;  // --fallback none|main|previous|cached|constant:VALUE
+  std::string deadline;  // --deadline 200ms: a route slower than that is answered by the fallback; 0 removes it
+  std::optional<std::string> slo;  // --slo "p99<=20ms@500rps": what the endpoint promises; "" removes it
+  std::string shadow;              // --shadow REF: mirror requests to it
   double shadow_percent = 100.0;
   bool no_shadow = false;
   std::optional<std::string> owner;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "cli/cli.h"
+#include "slipway/optimize.h"
 
 namespace slipway::cli {
 namespace {
@@ -21,12 +22,39 @@ std::string routes_text(const std::vector<registry::EndpointRoute>& routes) {
   return text;
 }
 
+// What answers when a version fails or is late, in a sentence.
+std::string fallback_text(const registry::Endpoint& endpoint) {
+  const std::string& fallback = endpoint.fallback;
+  std::string text;
+  if (fallback == "main") {
+    text = "a request another version fails is answered by the main version (marked degraded).";
+  } else if (fallback == "previous") {
+    text = "a failed request is answered by the rollback target (" +
+           (endpoint.previous.empty() ? std::string("none yet") : registry::main_route(endpoint.previous).reference()) +
+           "), else by the main version (marked degraded).";
+  } else if (fallback == "cached") {
+    text =
+        "a failed request is answered with the endpoint's last answer to the same request, when it has one "
+        "(marked degraded).";
+  } else if (fallback.starts_with("constant:")) {
+    text = "a failed request is answered with the constant " + fallback.substr(9) + " for every row (marked degraded).";
+  } else {
+    text = "none: a version's failure is returned to the client.";
+  }
+  if (endpoint.deadline_ms > 0) {
+    text += " A version that has not answered within " + std::to_string(endpoint.deadline_ms) + " ms " +
+            (fallback == "none" ? "is answered with 504." : "counts as failed.");
+  }
+  return text;
+}
+
 struct EndpointResult : CommandResult {
   registry::Endpoint endpoint;
   void write_json(JsonWriter& json) const override { registry::write_endpoint_json(json, endpoint); }
   void write_text(std::ostream& out) const override {
     out << "endpoint " << endpoint.name << " (revision " << endpoint.revision << "): " << routes_text(endpoint.routes)
-        << (endpoint.fallback == "main" ? "; falls back to its main route" : "")
+        << (endpoint.fallback == "none" ? "" : "; fallback " + endpoint.fallback)
+        << (endpoint.deadline_ms > 0 ? "; deadline " + std::to_string(endpoint.deadline_ms) + " ms" : "")
         << (endpoint.shadow.model.empty() ? ""
                                           : "; shadow " + endpoint.shadow.reference() + " on " +
                                                 format_config_number(endpoint.shadow.percent) + "% of requests")
@@ -101,12 +129,12 @@ struct RolloutResult : CommandResult {
 
 Result<std::unique_ptr<CommandResult>> deploy(const GlobalOptions& global, const DeployFlags& flags) {
   bool changes_settings = !flags.fallback.empty() || !flags.shadow.empty() || flags.no_shadow || flags.owner ||
-                          !flags.require_approval.empty();
+                          !flags.require_approval.empty() || !flags.deadline.empty() || flags.slo;
   bool only_settings = flags.reference.empty() && !flags.promote && changes_settings;
   if (!only_settings && flags.promote != flags.reference.empty()) {
     return invalid_argument(
         "give the version to deploy (NAME@VERSION), --promote to promote the canary, or settings alone (--fallback, "
-        "--shadow, --no-shadow, --owner, --require-approval)");
+        "--deadline, --slo, --shadow, --no-shadow, --owner, --require-approval)");
   }
   if (flags.canary && flags.promote) return invalid_argument("--canary and --promote do not go together");
   if (!flags.steps.empty() && (flags.canary || flags.promote)) {
@@ -120,12 +148,29 @@ Result<std::unique_ptr<CommandResult>> deploy(const GlobalOptions& global, const
     return invalid_argument("--gate-data needs --gate-metric (auc, log_loss, rmse, ...) and a threshold");
   }
   SLIPWAY_ASSIGN_OR_RETURN(auto interval, parse_duration("--interval", flags.interval));
+  registry::EndpointSettings settings;
+  settings.owner = flags.owner;
+  if (!flags.require_approval.empty()) settings.require_approval = flags.require_approval == "yes";
+  if (!flags.deadline.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(auto deadline, parse_duration("--deadline", flags.deadline));
+    settings.deadline_ms = deadline.count();
+  }
+  if (flags.slo && !flags.slo->empty()) SLIPWAY_RETURN_IF_ERROR(optimize::parse_slo(*flags.slo).status());
+  settings.slo = flags.slo;
+  if (!flags.fallback.empty()) SLIPWAY_RETURN_IF_ERROR(registry::validate_fallback(flags.fallback));
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kWrite));
   auto apply_settings = [&]() -> Status {
-    if (flags.owner || !flags.require_approval.empty()) {
-      std::optional<bool> require;
-      if (!flags.require_approval.empty()) require = flags.require_approval == "yes";
-      SLIPWAY_RETURN_IF_ERROR(store->endpoints().configure(flags.endpoint, flags.owner, require));
+    if (settings.owner || settings.require_approval || settings.deadline_ms || settings.slo) {
+      SLIPWAY_RETURN_IF_ERROR(store->endpoints().configure(flags.endpoint, settings));
+    }
+    if (flags.fallback.starts_with("constant:")) {
+      // The constant must fit what the endpoint serves: checked against its main version.
+      SLIPWAY_ASSIGN_OR_RETURN(auto endpoint, store->endpoints().get(flags.endpoint));
+      if (endpoint && !endpoint->routes.empty()) {
+        SLIPWAY_ASSIGN_OR_RETURN(
+            auto main, pipeline::resolve_reference(store.get(), registry::main_route(endpoint->routes).reference()));
+        SLIPWAY_RETURN_IF_ERROR(serve::constant_fallback_scores(*main.bundle, flags.fallback.substr(9)).status());
+      }
     }
     if (!flags.fallback.empty())
       SLIPWAY_RETURN_IF_ERROR(store->endpoints().set_fallback(flags.endpoint, flags.fallback));
@@ -255,12 +300,12 @@ struct DescribeResult : CommandResult {
              " | " + target + " | " + format_time_ms(version.record.created_ms) + " | " + version.record.creator +
              " | " + (version.record.run_id.empty() ? "-" : version.record.run_id.substr(0, 8)) + " |\n";
     }
-    out += "\nFallback: " +
-           std::string(
-               endpoint.fallback == "main"
-                   ? "a request another version fails is answered by the main version (falls back, marked degraded)."
-                   : "none: a version's failure is returned to the client.") +
-           "\n";
+    out += "\nFallback: " + fallback_text(endpoint) + "\n";
+    out +=
+        "SLO: " +
+        (endpoint.slo.empty() ? std::string("not set (slipway deploy " + endpoint.name + " --slo \"p99<=20ms@500rps\")")
+                              : endpoint.slo) +
+        "\n";
     if (!endpoint.shadow.model.empty()) {
       out += "Shadow: " + endpoint.shadow.reference() + " sees a copy of " +
              format_config_number(endpoint.shadow.percent) +

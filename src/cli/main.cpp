@@ -233,11 +233,17 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       ->add_option("--min-requests", deploy.criteria.min_requests,
                    "With --steps: requests each version needs in a step before it is judged")
       ->capture_default_str();
-  deploy_command
-      ->add_option("--fallback", deploy.fallback,
-                   "main: a request another route fails is answered by the main route (marked degraded); "
-                   "none: the failure is returned")
-      ->check(CLI::IsMember({"main", "none"}));
+  deploy_command->add_option(
+      "--fallback", deploy.fallback,
+      "What answers a request a version fails or does not answer within --deadline (marked degraded): "
+      "main (the main version, for another version's failure), previous (the rollback target), cached "
+      "(the last answer to the same request), constant:VALUE (a number, or a class label), or none");
+  deploy_command->add_option("--deadline", deploy.deadline,
+                             "A version that has not answered within this (e.g. 200ms) is answered by the fallback, "
+                             "or with 504 without one; 0 removes the deadline");
+  deploy_command->add_option("--slo", deploy.slo,
+                             "The endpoint's service-level objective, as optimize --slo reads it (e.g. "
+                             "\"p99<=20ms@500rps\"); shown by describe; \"\" removes it");
   deploy_command->add_option("--shadow", deploy.shadow,
                              "Mirror requests to this version (NAME@VERSION): its answers are compared with the live "
                              "ones in /metrics and never returned");

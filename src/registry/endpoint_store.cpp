@@ -33,8 +33,8 @@ Result<EndpointRoute> parse_reference(std::string_view text) {
 Result<std::optional<Endpoint>> read_endpoint(SqlTransaction& sql, const std::string& name) {
   SLIPWAY_ASSIGN_OR_RETURN(auto row,
                            sql.query_row("SELECT routes, previous_routes, revision, updated_by, updated_ms, fallback, "
-                                         "shadow, shadow_percent, owner, require_approval FROM endpoints WHERE "
-                                         "name = ?",
+                                         "shadow, shadow_percent, owner, require_approval, deadline_ms, slo FROM "
+                                         "endpoints WHERE name = ?",
                                          {name}));
   if (!row) return std::optional<Endpoint>();
   Endpoint endpoint;
@@ -51,6 +51,8 @@ Result<std::optional<Endpoint>> read_endpoint(SqlTransaction& sql, const std::st
   }
   endpoint.owner = row->text(8);
   endpoint.require_approval = row->integer(9) != 0;
+  endpoint.deadline_ms = row->integer(10);
+  endpoint.slo = row->text(11);
   return std::optional<Endpoint>(std::move(endpoint));
 }
 
@@ -113,7 +115,8 @@ void write_endpoint_json(JsonWriter& json, const Endpoint& endpoint) {
   write_routes(endpoint.previous);
   json.key("updated_by").value(endpoint.updated_by).key("updated_ms").value(endpoint.updated_ms);
   json.key("owner").value(endpoint.owner).key("require_approval").value(endpoint.require_approval);
-  json.key("fallback").value(endpoint.fallback).key("shadow");
+  json.key("fallback").value(endpoint.fallback).key("deadline_ms").value(endpoint.deadline_ms);
+  json.key("slo").value(endpoint.slo).key("shadow");
   if (endpoint.shadow.model.empty()) {
     json.null();
   } else {
@@ -435,34 +438,56 @@ Result<RolloutCriteria> parse_criteria(std::string_view text) {
   return criteria;
 }
 
-Status EndpointStore::configure(const std::string& endpoint, std::optional<std::string> owner,
-                                std::optional<bool> require_approval) {
-  if (owner && (owner->size() > 256 || !valid_utf8(*owner))) {
-    return invalid_argument("the owner must be UTF-8 text of at most 256 bytes");
+Status EndpointStore::configure(const std::string& endpoint, const EndpointSettings& settings) {
+  auto short_text = [](const std::optional<std::string>& text) {
+    return !text || (text->size() <= 256 && valid_utf8(*text));
+  };
+  if (!short_text(settings.owner)) return invalid_argument("the owner must be UTF-8 text of at most 256 bytes");
+  if (!short_text(settings.slo)) return invalid_argument("the SLO must be UTF-8 text of at most 256 bytes");
+  constexpr std::int64_t kHourMs = 3'600'000;
+  if (settings.deadline_ms && (*settings.deadline_ms < 0 || *settings.deadline_ms > kHourMs)) {
+    return invalid_argument("the deadline must be between 0 (none) and an hour");
   }
   return context_->backend->write([&](SqlTransaction& sql) -> Status {
     SLIPWAY_ASSIGN_OR_RETURN(std::optional<Endpoint> current, read_endpoint(sql, endpoint));
     if (!current) return no_endpoint(endpoint);
     std::string detail = endpoint;
-    if (owner) {
+    auto set = [&](const char* column, SqlValue value, const std::string& shown) -> Status {
+      SLIPWAY_RETURN_IF_ERROR(sql.execute(std::string("UPDATE endpoints SET ") + column + " = ? WHERE name = ?",
+                                          {std::move(value), endpoint})
+                                  .status());
+      detail += std::string(" ") + column + "=" + shown;
+      return {};
+    };
+    if (settings.owner) SLIPWAY_RETURN_IF_ERROR(set("owner", *settings.owner, *settings.owner));
+    if (settings.require_approval) {
       SLIPWAY_RETURN_IF_ERROR(
-          sql.execute("UPDATE endpoints SET owner = ? WHERE name = ?", {*owner, endpoint}).status());
-      detail += " owner=" + *owner;
+          set("require_approval", *settings.require_approval ? 1 : 0, *settings.require_approval ? "yes" : "no"));
     }
-    if (require_approval) {
-      SLIPWAY_RETURN_IF_ERROR(
-          sql.execute("UPDATE endpoints SET require_approval = ? WHERE name = ?", {*require_approval ? 1 : 0, endpoint})
-              .status());
-      detail += std::string(" require_approval=") + (*require_approval ? "yes" : "no");
+    if (settings.deadline_ms) {
+      SLIPWAY_RETURN_IF_ERROR(set("deadline_ms", *settings.deadline_ms, std::to_string(*settings.deadline_ms)));
     }
+    if (settings.slo) SLIPWAY_RETURN_IF_ERROR(set("slo", *settings.slo, *settings.slo));
     return append_audit(sql, *context_, "endpoint.configure", detail);
   });
 }
 
-Status EndpointStore::set_fallback(const std::string& endpoint, const std::string& fallback) {
-  if (fallback != "main" && fallback != "none") {
-    return invalid_argument("fallback must be 'main' (answer with the main route when another fails) or 'none'");
+Status validate_fallback(std::string_view fallback) {
+  if (fallback == "none" || fallback == "main" || fallback == "previous" || fallback == "cached") return {};
+  if (fallback.starts_with("constant:")) {
+    std::string_view value = fallback.substr(9);
+    if (!value.empty() && value.size() <= 256 && valid_utf8(value)) return {};
+    return invalid_argument("a constant fallback needs a value of at most 256 bytes: constant:0.5, constant:LABEL");
   }
+  return invalid_argument(
+      "fallback must be none, main (the main route answers another route's failure), previous "
+      "(the rollback target answers), cached (the last answer to the same request) or "
+      "constant:VALUE, not '" +
+      std::string(fallback.substr(0, 64)) + "'");
+}
+
+Status EndpointStore::set_fallback(const std::string& endpoint, const std::string& fallback) {
+  SLIPWAY_RETURN_IF_ERROR(validate_fallback(fallback));
   return context_->backend->write([&](SqlTransaction& sql) -> Status {
     SLIPWAY_ASSIGN_OR_RETURN(std::int64_t changed,
                              sql.execute("UPDATE endpoints SET fallback = ? WHERE name = ?", {fallback, endpoint}));

@@ -247,4 +247,28 @@ Result<std::vector<ArtifactReference>> RunStore::artifact_references() {
   return references;
 }
 
+Status RunStore::record_cached_step(const CachedStep& step) {
+  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+    return sql
+        .execute(
+            "INSERT INTO step_cache(kind, key, run_id, result, created_ms) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT(kind, key) DO UPDATE SET run_id = excluded.run_id, result = excluded.result, "
+            "created_ms = excluded.created_ms",
+            {step.kind, step.key, step.run_id, step.result, unix_time_ms()})
+        .status();
+  });
+}
+
+Result<std::optional<CachedStep>> RunStore::cached_step(const std::string& kind, const std::string& key) {
+  std::optional<CachedStep> found;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->read([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(
+        auto row,
+        sql.query_row("SELECT run_id, result, created_ms FROM step_cache WHERE kind = ? AND key = ?", {kind, key}));
+    if (row) found = CachedStep{kind, key, row->text(0), row->text(1), row->integer(2)};
+    return {};
+  }));
+  return found;
+}
+
 }  // namespace slipway::registry

@@ -110,6 +110,16 @@ constexpr std::string_view kRetiredVersions = R"sql(
 ALTER TABLE model_versions ADD COLUMN retired_ms INTEGER NOT NULL DEFAULT 0;
 )sql";
 
+// Endpoint deadlines and service-level objectives; the step cache (train and eval results reused
+// when their inputs match an earlier successful one).
+constexpr std::string_view kDeadlinesAndStepCache = R"sql(
+ALTER TABLE endpoints ADD COLUMN deadline_ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE endpoints ADD COLUMN slo TEXT NOT NULL DEFAULT '';
+CREATE TABLE step_cache(
+  kind TEXT NOT NULL, key TEXT NOT NULL, run_id TEXT NOT NULL, result TEXT NOT NULL,
+  created_ms INTEGER NOT NULL, PRIMARY KEY(kind, key));
+)sql";
+
 constexpr std::array kMigrations = {
     Migration{1, "initial_schema", kInitialSchema},
     Migration{2, "run_owner", kRunOwner},
@@ -119,6 +129,7 @@ constexpr std::array kMigrations = {
     Migration{6, "annotations_and_approvals", kAnnotations},
     Migration{7, "gate_results", kGateResults},
     Migration{8, "retired_versions", kRetiredVersions},
+    Migration{9, "deadlines_and_step_cache", kDeadlinesAndStepCache},
 };
 
 }  // namespace

@@ -269,9 +269,11 @@ void ServerMetrics::record_endpoint(std::string_view endpoint, std::string_view 
   ++entry(endpoint_requests_, endpoint, route);
 }
 
-void ServerMetrics::record_fallback(std::string_view endpoint, std::string_view route) {
+void ServerMetrics::record_fallback(std::string_view endpoint, std::string_view route, FallbackReason reason,
+                                    FallbackAnswer answer) {
   std::lock_guard lock(mutex_);
-  ++entry(endpoint_fallbacks_, endpoint, route);
+  ++entry(endpoint_fallbacks_, endpoint,
+          route)[static_cast<std::size_t>(reason) * 4 + static_cast<std::size_t>(answer)];
 }
 
 void ServerMetrics::record_shadow(std::string_view endpoint, std::string_view route, ShadowOutcome outcome,
@@ -493,12 +495,19 @@ std::string ServerMetrics::prometheus_text() const {
   }
   if (!endpoint_fallbacks_.empty()) {
     out +=
-        "# HELP slipway_endpoint_fallbacks_total Requests a route failed that the endpoint's main route answered "
-        "(degraded).\n";
+        "# HELP slipway_endpoint_fallbacks_total Requests a route failed (reason error) or did not answer in time "
+        "(reason deadline), by what the endpoint's fallback answered (degraded): another version, the cached "
+        "answer, the constant, or none (the failure was returned).\n";
     out += "# TYPE slipway_endpoint_fallbacks_total counter\n";
-    for (const auto& [key, count] : endpoint_fallbacks_) {
-      out += "slipway_endpoint_fallbacks_total{endpoint=\"" + label_value(key.first) + "\",route=\"" +
-             label_value(key.second) + "\"} " + std::to_string(count) + "\n";
+    constexpr std::array<const char*, 2> kReasons = {"error", "deadline"};
+    constexpr std::array<const char*, 4> kAnswers = {"version", "cached", "constant", "none"};
+    for (const auto& [key, counts] : endpoint_fallbacks_) {
+      for (std::size_t index = 0; index < counts.size(); ++index) {
+        if (counts[index] == 0) continue;
+        out += "slipway_endpoint_fallbacks_total{endpoint=\"" + label_value(key.first) + "\",route=\"" +
+               label_value(key.second) + "\",reason=\"" + kReasons[index / 4] + "\",answer=\"" + kAnswers[index % 4] +
+               "\"} " + std::to_string(counts[index]) + "\n";
+      }
     }
   }
   if (cache_enabled_) {

@@ -44,8 +44,12 @@ class ServerMetrics {
   // An infer request to `endpoint`, routed to `route` ("model@version"). Endpoints and their
   // routes come from the registry, never from a client, so the series stay bounded.
   void record_endpoint(std::string_view endpoint, std::string_view route);
-  // A request that `route` of `endpoint` failed, answered by the endpoint's main route instead.
-  void record_fallback(std::string_view endpoint, std::string_view route);
+  // A request that `route` of `endpoint` failed or did not answer in time, and what the
+  // endpoint's fallback answered it with: another version, the cached answer, the constant, or
+  // nothing (the failure, or a 504, was returned).
+  enum class FallbackReason { kError, kDeadline };
+  enum class FallbackAnswer { kVersion, kCached, kConstant, kNone };
+  void record_fallback(std::string_view endpoint, std::string_view route, FallbackReason reason, FallbackAnswer answer);
   // A copy of a request to `endpoint` sent to its shadow version `route`: dropped (the shadow
   // queue was full), failed, or answered in `seconds`, with its scores compared to the live ones
   // (`rows` rows whose label could be compared, `agreeing` of them the same; each score's
@@ -120,9 +124,9 @@ class ServerMetrics {
   ByModel<std::array<Latency, 4>> stages_;    // indexed by Stage
   ByModel<std::array<Outcome, 2>> outcomes_;  // [success, fail]
   ByModel<std::int64_t> last_inference_ms_;
-  ByModel<std::array<std::uint64_t, 2>> cache_lookups_;  // [hits, misses]
-  ByModel<std::uint64_t> endpoint_requests_;             // (endpoint, model@version)
-  ByModel<std::uint64_t> endpoint_fallbacks_;            // (endpoint, the route that failed)
+  ByModel<std::array<std::uint64_t, 2>> cache_lookups_;       // [hits, misses]
+  ByModel<std::uint64_t> endpoint_requests_;                  // (endpoint, model@version)
+  ByModel<std::array<std::uint64_t, 8>> endpoint_fallbacks_;  // (endpoint, failed route): [reason * 4 + answer]
   struct ShadowSeries {
     std::array<std::uint64_t, 3> outcomes{};  // by ShadowOutcome
     std::uint64_t rows = 0;

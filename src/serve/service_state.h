@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "serve/deadline_timer.h"
 #include "serve/model_manager.h"
 #include "serve/response_cache.h"
 #include "serve/rollouts.h"
@@ -70,11 +71,22 @@ const registry::EndpointRoute& main_route(const registry::Endpoint& endpoint);
 // True for about `percent` of the calls (at random).
 bool sampled(double percent);
 
+// A request kept past its handler (for a fallback, a shadow, a deadline): the body and the header
+// that says where its JSON ends, copied.
+struct KeptRequest {
+  KeptRequest(std::string_view request_body, const RequestHeaders& headers);
+  std::string body;  // padded for in-place parsing
+  std::string header_length;
+  bool header_length_repeated = false;
+  RequestHeaders headers() const;  // views into this
+};
+
 struct Service::State {
   State(registry::Registry& registry, const ServiceOptions& options)
       : registry(registry),
         options(options),
         cache(options.response_cache_bytes),
+        fallback_answers(options.fallback_cache_bytes),
         manager(registry,
                 ModelManager::Options{options.registry_refresh, options.defaults, options.model_overrides,
                                       options.memory_budget_bytes},
@@ -84,6 +96,8 @@ struct Service::State {
   ServiceOptions options;
   ServerMetrics metrics;  // declared before the manager, whose batchers report to it
   ResponseCache cache;
+  // The last answer each endpoint with fallback "cached" gave to each request's bytes.
+  ResponseCache fallback_answers;
   ModelManager manager;
   // Shadow copies of endpoint requests, run after the live answer: 64 and 16 MiB waiting at most.
   ShadowQueue shadows{64, std::size_t{16} << 20};
@@ -124,14 +138,20 @@ struct Service::State {
   void infer(const Servable& servable, std::string_view body, const RequestHeaders& headers, const Finish& finish,
              std::function<void(const model::Predictions&)> observe = nullptr);
 
-  // v2_models.cpp: inference through an endpoint: the route's answer (recorded for any rollout's
-  // analysis), or the main route's when it fails and the endpoint falls back.
-  void infer_endpoint(const registry::Endpoint& endpoint, const Servable& servable, std::string_view body,
-                      const RequestHeaders& headers, const Finish& finish);
-  // Queues a copy of `request` (body, Inference-Header-Content-Length) for the endpoint's shadow
-  // version, whose answer is compared with `live_scores` in the metrics and dropped.
+  // endpoint_inference.cpp: inference through an endpoint by `servable` (the request's route):
+  // its answer (recorded for any rollout's analysis), or the fallback's when it fails or misses
+  // the endpoint's deadline.
+  void infer_endpoint(const std::shared_ptr<const registry::Endpoint>& endpoint, const Servable& servable,
+                      std::string_view body, const RequestHeaders& headers, const Finish& finish);
+  // Answers `request`, which `failed_route` failed (with `failure`) or did not answer in time,
+  // as the endpoint's fallback says (marked degraded), or with `failure` when it has no answer.
+  void fall_back(const std::shared_ptr<const registry::Endpoint>& endpoint, const std::string& failed_route,
+                 ServerMetrics::FallbackReason reason, const std::shared_ptr<const KeptRequest>& request,
+                 HttpResponse failure, const Finish& finish);
+  // Queues a copy of `request` for the endpoint's shadow version, whose answer is compared with
+  // `live_scores` in the metrics and dropped.
   void mirror_to_shadow(const std::string& endpoint, const registry::EndpointRoute& shadow,
-                        const std::shared_ptr<const std::pair<std::string, std::string>>& request,
+                        const std::shared_ptr<const KeptRequest>& request,
                         const std::shared_ptr<const std::vector<float>>& live_scores);
 
   // v2_models.cpp: metadata, ready, infer, stats and config of one model. The metric labels are
@@ -153,6 +173,9 @@ struct Service::State {
   // The label a request for `name` is counted under: the name when the model exists, else
   // "(unknown)", so no client can grow the metrics with names.
   std::string_view metric_label(std::string_view name) const;
+
+  // Endpoint deadlines; declared last, so it stops (and drops what waits) before the rest goes.
+  DeadlineTimer deadlines;
 };
 
 }  // namespace slipway::serve

@@ -76,126 +76,6 @@ std::string model_metadata(const Servable& servable, bool single_version) {
 
 }  // namespace
 
-namespace {
-
-using Finish = std::function<void(HttpResponse response, std::size_t rows)>;
-
-// The completion of a request `failed_route` failed and `main_route` answered instead.
-Finish degraded_finish(const Finish& finish, const std::string& failed_route, const std::string& main_route) {
-  return [finish, failed_route, main_route](HttpResponse degraded, std::size_t rows) {
-    degraded.headers.emplace_back("X-Slipway-Version", main_route);
-    degraded.headers.emplace_back("X-Slipway-Degraded", "fallback: " + failed_route + " failed");
-    finish(std::move(degraded), rows);
-  };
-}
-
-}  // namespace
-
-void Service::State::mirror_to_shadow(const std::string& endpoint, const registry::EndpointRoute& shadow,
-                                      const std::shared_ptr<const std::pair<std::string, std::string>>& request,
-                                      const std::shared_ptr<const std::vector<float>>& live_scores) {
-  using Outcome = ServerMetrics::ShadowOutcome;
-  std::string route = shadow.reference();
-  std::size_t bytes = request->first.size() + live_scores->size() * sizeof(float);
-  // Acquired here, at normal priority: a first load of the shadow version takes the model's load
-  // lock, which the low-priority shadow thread must never hold.
-  std::int64_t started = monotonic_ns();
-  auto acquired = manager.acquire(shadow.model, shadow.version);
-  if (!acquired.ok()) return metrics.record_shadow(endpoint, route, Outcome::kFailed);
-  bool posted = shadows.try_post(
-      [this, endpoint, route, request, live_scores, servable = std::move(acquired).value(), started] {
-        const model::Bundle& bundle = *servable.model->bundle;
-        bool binary = bundle.task() == model::Task::kBinaryClassification;
-        std::size_t columns =
-            bundle.task() == model::Task::kMulticlassClassification ? bundle.model().output_count() : 0;
-        auto shadow_scores = std::make_shared<std::vector<float>>();
-        RequestHeaders headers;
-        headers.inference_header_length = request->second;
-        auto compare = [this, endpoint, route, started, live_scores, shadow_scores, binary, columns](
-                           const HttpResponse& response, std::size_t) mutable {
-          const std::vector<float>& live = *live_scores;
-          const std::vector<float>& mirrored = *shadow_scores;
-          if (response.status >= 400 || (!live.empty() && mirrored.size() != live.size())) {
-            return metrics.record_shadow(endpoint, route, Outcome::kFailed);
-          }
-          // A live answer from the response cache brought no scores: nothing to compare.
-          std::vector<double> differences(live.size());
-          if (live.empty()) binary = false;
-          for (std::size_t index = 0; index < live.size(); ++index) {
-            differences[index] = std::abs(static_cast<double>(live[index]) - mirrored[index]);
-          }
-          // Labels compare for classifiers: the same side of 0.5, or the same most probable class.
-          std::size_t rows = 0, agreeing = 0;
-          if (binary) {
-            rows = live.size();
-            for (std::size_t row = 0; row < rows; ++row) agreeing += (live[row] >= 0.5f) == (mirrored[row] >= 0.5f);
-          } else if (columns > 0 && !live.empty()) {
-            rows = live.size() / columns;
-            auto width = static_cast<std::ptrdiff_t>(columns);
-            for (std::size_t row = 0; row < rows; ++row) {
-              auto live_row = live.begin() + static_cast<std::ptrdiff_t>(row) * width;
-              auto mirrored_row = mirrored.begin() + static_cast<std::ptrdiff_t>(row) * width;
-              agreeing += std::max_element(live_row, live_row + width) - live_row ==
-                          std::max_element(mirrored_row, mirrored_row + width) - mirrored_row;
-            }
-          }
-          metrics.record_shadow(endpoint, route, Outcome::kAnswered,
-                                static_cast<double>(monotonic_ns() - started) * 1e-9, rows, agreeing, differences);
-        };
-        infer(servable, request->first, headers, compare,
-              [shadow_scores](const model::Predictions& predictions) { *shadow_scores = predictions.scores; });
-      },
-      bytes);
-  if (!posted) metrics.record_shadow(endpoint, route, Outcome::kDropped);
-}
-
-void Service::State::infer_endpoint(const registry::Endpoint& endpoint, const Servable& servable, std::string_view body,
-                                    const RequestHeaders& headers, const Finish& finish) {
-  const LoadedModel& loaded = *servable.model;
-  std::string route = loaded.name + "@" + loaded.version_text;
-  metrics.record_endpoint(endpoint.name, route);
-  const registry::EndpointRoute& main = main_route(endpoint);
-  // A failure of another route is answered by the main one when the endpoint says so: the request
-  // is kept for that (only then, and only for those routes).
-  bool may_fall_back = endpoint.fallback == "main" && main.reference() != route;
-  bool mirror = !endpoint.shadow.model.empty() && sampled(endpoint.shadow.percent);
-  auto kept = may_fall_back || mirror ? std::make_shared<std::pair<std::string, std::string>>(
-                                            std::string(body), std::string(headers.inference_header_length))
-                                      : nullptr;
-  auto scores = std::make_shared<std::vector<float>>();
-  auto observe = [scores, mirror](const model::Predictions& predictions) {
-    // The analysis samples a few scores; a shadow compares all of them.
-    std::size_t count = mirror ? predictions.scores.size() : std::min<std::size_t>(predictions.scores.size(), 16);
-    scores->assign(predictions.scores.begin(), predictions.scores.begin() + static_cast<std::ptrdiff_t>(count));
-  };
-  std::int64_t started = monotonic_ns();
-  auto answered =
-      [this, name = endpoint.name, route, main = main.reference(), main_model = main.model, main_version = main.version,
-       kept, scores, started, may_fall_back, repeated_header = headers.inference_header_length_repeated,
-       shadow = mirror ? endpoint.shadow : registry::EndpointRoute{}, finish](HttpResponse response, std::size_t rows) {
-        bool failed = response.status >= 400;
-        // The canary analysis sees the route's own answer, before any fallback.
-        rollouts->record(name, route, failed, static_cast<double>(monotonic_ns() - started) * 1e-6, *scores);
-        // Every answer says which version gave it.
-        response.headers.emplace_back("X-Slipway-Version", route);
-        if (!failed && !shadow.model.empty()) {
-          finish(std::move(response), rows);
-          // After the live answer is on its way, never before it.
-          mirror_to_shadow(name, shadow, kept, scores);
-          return;
-        }
-        if (!failed || !may_fall_back) return finish(std::move(response), rows);
-        auto fallback = manager.acquire(main_model, main_version);
-        if (!fallback.ok()) return finish(std::move(response), rows);
-        metrics.record_fallback(name, route);
-        RequestHeaders kept_headers;
-        kept_headers.inference_header_length = kept->second;
-        kept_headers.inference_header_length_repeated = repeated_header;
-        infer(*fallback, kept->first, kept_headers, degraded_finish(finish, route, main));
-      };
-  infer(servable, body, headers, answered, observe);
-}
-
 void Service::State::handle_model_route(std::string_view method, const std::vector<std::string_view>& segments,
                                         std::string_view body, const RequestHeaders& headers, std::string& metric_model,
                                         std::string& metric_version, const Finish& finish) {
@@ -245,18 +125,17 @@ void Service::State::handle_model_route(std::string_view method, const std::vect
   auto servable = manager.acquire(model_name, version);
   if (!servable.ok() && endpoint != nullptr && action == "infer") {
     // A route that cannot serve (a failed load, over the memory budget) fails the request like a
-    // model error: the analysis sees it, and the main route answers where the endpoint falls back.
+    // model error: the analysis sees it, and the fallback answers.
     metrics.record_endpoint(name, route_reference);
     rollouts->record(name, route_reference, true, 0.0, {});
-    const registry::EndpointRoute& main = main_route(*endpoint);
-    if (endpoint->fallback == "main" && main.reference() != route_reference) {
-      if (auto fallback = manager.acquire(main.model, main.version); fallback.ok()) {
-        metrics.record_fallback(name, route_reference);
-        metric_model = main.model;
-        metric_version = fallback->model->version_text;
-        return infer(*fallback, body, headers, degraded_finish(finish, route_reference, main.reference()));
-      }
-    }
+  }
+  if (!servable.ok() && endpoint != nullptr && action == "infer" && endpoint->fallback != "none") {
+    metric_model = model_name;
+    metric_version = std::to_string(*version);
+    HttpResponse failure = error_response(servable.status());
+    failure.headers.emplace_back("X-Slipway-Version", route_reference);
+    return fall_back(endpoint, route_reference, ServerMetrics::FallbackReason::kError,
+                     std::make_shared<KeptRequest>(body, headers), std::move(failure), finish);
   }
   if (!servable.ok()) {
     // Only models that exist become labels (a version that does not exist is NotFound).
@@ -273,7 +152,7 @@ void Service::State::handle_model_route(std::string_view method, const std::vect
   metric_model = model_name;
   metric_version = servable->model->version_text;
   if (action == "ready") return ready_answer(true);
-  if (action == "infer" && endpoint != nullptr) return infer_endpoint(*endpoint, *servable, body, headers, finish);
+  if (action == "infer" && endpoint != nullptr) return infer_endpoint(endpoint, *servable, body, headers, finish);
   if (action == "infer") return infer(*servable, body, headers, finish);
   if (action == "config") return answer(json_response(200, config_json(*servable->model)));
   answer(json_response(200, model_metadata(*servable, version.has_value())));

@@ -515,7 +515,9 @@ TEST_F(ServingOps, ABadCanaryIsRolledBackOnItsOwnWhileFallbackAnswersEveryone) {
   ASSERT_NE(succeeded, std::string::npos) << report;
   EXPECT_EQ(std::stol(report.substr(succeeded + 12)), std::stol(report.substr(requests + 11))) << report;
   std::string metrics = http_request(port, "GET", "/metrics").body;
-  EXPECT_NE(metrics.find("slipway_endpoint_fallbacks_total{endpoint=\"web\",route=\"lending@1\"}"), std::string::npos)
+  EXPECT_NE(metrics.find("slipway_endpoint_fallbacks_total{endpoint=\"web\",route=\"lending@1\",reason=\"error\","
+                         "answer=\"version\"}"),
+            std::string::npos)
       << metrics;
   auto shown = slipway({"--json", "rollout", "status", "web"});
   EXPECT_NE(shown.out.find("\"state\":\"rolled_back\""), std::string::npos) << shown.out;
@@ -523,12 +525,91 @@ TEST_F(ServingOps, ABadCanaryIsRolledBackOnItsOwnWhileFallbackAnswersEveryone) {
   std::string page = home_.path() + "/web.md";
   auto described = slipway({"describe", "web", "--markdown", page});
   ASSERT_EQ(described.exit_code, 0) << described.err;
-  for (const char* expected : {"| lending@2 | 100% | binary_classification | Class |", "falls back", "rolled_back",
-                               "`slipway rollback web` returns, in one step, to: lending@1 20%, lending@2 80%"}) {
+  for (const char* expected :
+       {"| lending@2 | 100% | binary_classification | Class |", "answered by the main version", "rolled_back",
+        "`slipway rollback web` returns, in one step, to: lending@1 20%, lending@2 80%"}) {
     EXPECT_NE(described.out.find(expected), std::string::npos) << expected << "\n" << described.out;
   }
   std::ifstream written(page);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(written), {}), described.out);
+  stop_server();
+}
+
+// A version that answers too slowly (its batcher waits 400 ms for company) misses the endpoint's
+// 150 ms deadline, and each kind of fallback answers in time, marked degraded and counted.
+TEST_F(ServingOps, DeadlinesAndFallbacksAnswerForASlowVersion) {
+  auto slow = slipway({"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--register", "slow"});
+  ASSERT_EQ(slow.exit_code, 0) << slow.err;
+  ASSERT_EQ(slipway({"serving-config", "slow", "--max-batch-size", "64", "--max-queue-delay-us", "400000"}).exit_code,
+            0);
+  ASSERT_EQ(slipway({"deploy", "web", "lending@1"}).exit_code, 0);
+  ASSERT_EQ(slipway({"deploy", "web", "slow@1"}).exit_code, 0);  // the rollback target: lending@1
+  auto configured =
+      slipway({"deploy", "web", "--fallback", "previous", "--deadline", "150ms", "--slo", "p99<=200ms@100rps"});
+  ASSERT_EQ(configured.exit_code, 0) << configured.err;
+  EXPECT_NE(configured.out.find("fallback previous; deadline 150 ms"), std::string::npos) << configured.out;
+  // What cannot work is refused before anything changes.
+  auto refused = slipway({"deploy", "web", "--fallback", "constant:maybe"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.err.find("P(positive), between 0 and 1, or a class label"), std::string::npos) << refused.err;
+  EXPECT_NE(slipway({"deploy", "web", "--fallback", "sometimes"}).exit_code, 0);
+  EXPECT_NE(slipway({"deploy", "web", "--deadline", "soon"}).exit_code, 0);
+  EXPECT_NE(slipway({"deploy", "web", "--slo", "fast please"}).exit_code, 0);
+
+  int port = start_server({});
+  ASSERT_GT(port, 0);
+  auto change = [&](std::vector<std::string> settings) {
+    settings.insert(settings.begin(), {"deploy", "web"});
+    auto changed = slipway(settings);
+    ASSERT_EQ(changed.exit_code, 0) << changed.err;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1300));  // servers follow within a second
+  };
+  std::string other_row = std::string(R"({"id":"other",)") + (kOneRow + 1);
+  auto infer = [&](const std::string& body) { return http_request(port, "POST", "/v2/models/web/infer", body); };
+
+  auto answered = infer(kOneRow);  // previous: the rollback target answers
+  EXPECT_EQ(answered.status, 200) << answered.body;
+  EXPECT_EQ(answered.header("x-slipway-version"), "lending@1");
+  EXPECT_EQ(answered.header("x-slipway-degraded"), "lending@1 (slow@1 did not answer within 150 ms)");
+  EXPECT_NE(answered.body.find("\"model_name\":\"lending\""), std::string::npos) << answered.body;
+
+  change({"--fallback", "cached", "--deadline", "0"});
+  auto slow_answer = infer(kOneRow);  // no deadline: the slow version answers, and it is kept
+  EXPECT_EQ(slow_answer.status, 200) << slow_answer.body;
+  EXPECT_EQ(slow_answer.header("x-slipway-version"), "slow@1");
+  EXPECT_EQ(slow_answer.header("x-slipway-degraded"), "");
+  change({"--deadline", "150ms"});
+  auto cached = infer(kOneRow);
+  EXPECT_EQ(cached.status, 200);
+  EXPECT_EQ(cached.body, slow_answer.body);
+  EXPECT_EQ(cached.header("x-slipway-degraded"), "cached answer (slow@1 did not answer within 150 ms)");
+  auto uncached = infer(other_row);  // never answered before: nothing cached, so the deadline's 504
+  EXPECT_EQ(uncached.status, 504) << uncached.body;
+  EXPECT_NE(uncached.body.find("slow@1 did not answer within 150 ms"), std::string::npos) << uncached.body;
+
+  change({"--fallback", "constant:0.25"});
+  auto constant = infer(other_row);
+  EXPECT_EQ(constant.status, 200) << constant.body;
+  EXPECT_EQ(constant.header("x-slipway-degraded"), "constant (slow@1 did not answer within 150 ms)");
+  EXPECT_NE(constant.body.find("\"id\":\"other\""), std::string::npos) << constant.body;
+  EXPECT_NE(constant.body.find("[0.25]"), std::string::npos) << constant.body;
+  EXPECT_EQ(infer(R"({"inputs":[]})").status, 400);  // unreadable: no constant for it, the failure stands
+
+  change({"--fallback", "none"});
+  EXPECT_EQ(infer(kOneRow).status, 504);
+
+  std::string metrics = http_request(port, "GET", "/metrics").body;
+  const std::string series = "slipway_endpoint_fallbacks_total{endpoint=\"web\",route=\"slow@1\",reason=\"deadline\",";
+  for (const char* expected :
+       {"answer=\"version\"} 1", "answer=\"cached\"} 1", "answer=\"constant\"} 1", "answer=\"none\"} 2"}) {
+    EXPECT_NE(metrics.find(series + expected), std::string::npos) << expected << "\n" << metrics;
+  }
+  EXPECT_NE(metrics.find("slipway_endpoint_fallbacks_total{endpoint=\"web\",route=\"slow@1\",reason=\"error\","
+                         "answer=\"none\"} 1"),
+            std::string::npos);
+  auto described = slipway({"describe", "web"});
+  EXPECT_NE(described.out.find("SLO: p99<=200ms@100rps"), std::string::npos) << described.out;
+  EXPECT_NE(described.out.find("within 150 ms is answered with 504"), std::string::npos) << described.out;
   stop_server();
 }
 

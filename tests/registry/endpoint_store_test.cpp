@@ -148,6 +148,22 @@ TEST_F(EndpointStoreTest, RolloutsAdvanceStepByStepOrRollBackAndAManualChangeSto
   EXPECT_TRUE(endpoints().set_fallback("web", "main").ok());
   EXPECT_EQ((*endpoints().get("web"))->fallback, "main");
   EXPECT_EQ(endpoints().set_fallback("web", "constant").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(endpoints().set_fallback("web", "constant:").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(endpoints().set_fallback("web", "constant:" + std::string(300, '7')).code(), StatusCode::kInvalidArgument);
+  for (const char* fallback : {"previous", "cached", "constant:0.5", "constant:yes", "none"}) {
+    EXPECT_TRUE(endpoints().set_fallback("web", fallback).ok()) << fallback;
+    EXPECT_EQ((*endpoints().get("web"))->fallback, fallback);
+  }
+  // Deadlines and SLOs: set, shown, removed; nonsense refused.
+  ASSERT_TRUE(endpoints().configure("web", {.deadline_ms = 250, .slo = "p99<=20ms@500rps"}).ok());
+  EXPECT_EQ((*endpoints().get("web"))->deadline_ms, 250);
+  EXPECT_EQ((*endpoints().get("web"))->slo, "p99<=20ms@500rps");
+  EXPECT_EQ(endpoints().configure("web", {.deadline_ms = -1}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(endpoints().configure("web", {.deadline_ms = 3'600'001}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(endpoints().configure("web", {.slo = std::string(300, 'x')}).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(endpoints().configure("web", {.deadline_ms = 0, .slo = ""}).ok());
+  EXPECT_EQ((*endpoints().get("web"))->deadline_ms, 0);
+  EXPECT_TRUE((*endpoints().get("web"))->slo.empty());
   EXPECT_EQ(endpoints().set_fallback("nowhere", "main").code(), StatusCode::kNotFound);
   EXPECT_FALSE(parse_criteria("max_p99_ratio=-1").ok());
   EXPECT_FALSE(parse_criteria("speed=3").ok());
@@ -156,7 +172,7 @@ TEST_F(EndpointStoreTest, RolloutsAdvanceStepByStepOrRollBackAndAManualChangeSto
 
 TEST_F(EndpointStoreTest, AnEndpointThatRequiresApprovalTakesApprovedVersionsOnly) {
   ASSERT_TRUE(endpoints().deploy("web", "churn", 1).ok());
-  ASSERT_TRUE(endpoints().configure("web", std::string("risk-oncall"), true).ok());
+  ASSERT_TRUE(endpoints().configure("web", {.owner = "risk-oncall", .require_approval = true}).ok());
   auto endpoint = *endpoints().get("web");
   EXPECT_EQ(endpoint->owner, "risk-oncall");
   EXPECT_TRUE(endpoint->require_approval);
@@ -178,7 +194,7 @@ TEST_F(EndpointStoreTest, AnEndpointThatRequiresApprovalTakesApprovedVersionsOnl
   EXPECT_EQ(registry_->models().revoke_approval("churn", 2).code(), StatusCode::kNotFound);
   EXPECT_EQ(endpoints().deploy("web", "churn", 2).status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(registry_->models().approve("churn", 9, "no such version").code(), StatusCode::kNotFound);
-  EXPECT_EQ(endpoints().configure("nowhere", std::nullopt, true).code(), StatusCode::kNotFound);
+  EXPECT_EQ(endpoints().configure("nowhere", {.require_approval = true}).code(), StatusCode::kNotFound);
 
   // Each of those is in the audit log, and the model's filter finds them.
   registry::AuditFilter about;

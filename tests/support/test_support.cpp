@@ -8,8 +8,10 @@
 
 #include <utility>  // Boost 1.74 uses std::exchange without including it
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -172,7 +174,14 @@ HttpResult http_request(int port, const std::string& method, const std::string& 
   http::read(stream, buffer, response);
   beast::error_code ignored;
   stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-  return {static_cast<int>(response.result_int()), response.body(), std::string(response[http::field::content_type])};
+  HttpResult result{
+      static_cast<int>(response.result_int()), response.body(), std::string(response[http::field::content_type]), {}};
+  for (const auto& field : response) {
+    std::string name(field.name_string());
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+    result.headers[name] = std::string(field.value());
+  }
+  return result;
 }
 
 }  // namespace slipway::testing

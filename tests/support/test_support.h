@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,11 @@ struct HttpResult {
   int status = 0;
   std::string body;
   std::string content_type;
+  std::map<std::string, std::string> headers;  // by lower-case name
+  std::string header(const std::string& lower_case_name) const {
+    auto found = headers.find(lower_case_name);
+    return found == headers.end() ? "" : found->second;
+  }
 };
 // One HTTP/1.1 request to 127.0.0.1:port, with any extra headers.
 HttpResult http_request(int port, const std::string& method, const std::string& target, const std::string& body = "",
