@@ -45,6 +45,10 @@ struct TrainSpec {
   std::string weight_column;
   std::string init_model;  // a model reference (gbdt) to continue boosting from
   int checkpoint_every = 0;
+  // Reuse an earlier successful run whose inputs match this one's: the data fingerprint, the
+  // code version, the target, model, split, seed, parameters, ignored and weight columns, the
+  // warm-start bundle and the thread count (the bundle's bytes depend on nothing else).
+  bool use_cache = true;
   // A run id: continue that interrupted run from its latest checkpoint. Its stored spec replaces
   // every field above except `threads` and `bundle_out` (where it runs may change, not what).
   std::string resume_run;
@@ -81,6 +85,9 @@ struct TrainOutcome {
   double train_seconds = 0;
   std::string bundle_sha256;  // the stored bundle, with test metrics in its manifest
   std::optional<registry::ModelVersion> registered;
+  // The earlier run whose bundle this one reused (the step cache), instead of training; empty
+  // when it trained.
+  std::string cached_from;
 };
 
 // Trains one run from `spec` in `registry` and returns what happened.
@@ -97,6 +104,9 @@ struct TrainOutcome {
 //     stored stay (unreferenced ones are what `slipway verify` reports as orphans).
 //  3. Registers the bundle as a new version of `register_as` (crash point
 //     `train.before_register` just before). A failure here leaves the run FINISHED and no version.
+// With `use_cache`, a run whose inputs match an earlier FINISHED one (whose bundle is still
+// stored) is not trained: step 2 records a FINISHED run with the earlier bundle, its metrics
+// and `cached_from` (a param too), the held-out rows evaluated again; step 3 is the same.
 Result<TrainOutcome> run_training(registry::Registry& registry, TrainSpec spec, const TrainCallbacks& callbacks = {});
 
 // A model loaded for use: from a bundle file or from the registry.
@@ -122,11 +132,14 @@ struct EvaluationOutcome {
   std::string bundle_sha256;
   std::string data_path;
   eval::Evaluation evaluation;
+  bool cached = false;  // reused from the step cache
 };
 // Reads `data_path` and evaluates overall and per value of `slice` (when not empty). Rows with an
-// empty target are skipped, counted and logged as a warning.
+// empty target are skipped, counted and logged as a warning. With `cache` (a writable registry),
+// an evaluation of the same bundle on the same file bytes with the same slice by the same code
+// version is reused, and a new one is recorded (best effort: a failure to record is logged).
 Result<EvaluationOutcome> evaluate_file(const LoadedReference& reference, const std::string& data_path,
-                                        const std::string& slice);
+                                        const std::string& slice, registry::Registry* cache = nullptr);
 
 // Predictions for every row of a file, with what is needed to write them.
 struct ScoredRows {

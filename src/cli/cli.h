@@ -46,7 +46,7 @@ std::vector<std::map<std::string, std::string>> optimization_records(
 int run_init(const GlobalOptions& global);
 int run_train(const GlobalOptions& global, const TrainOptions& flags, const std::vector<std::string>& flags_given);
 int run_eval(const GlobalOptions& global, const std::string& reference, const std::string& data,
-             const std::string& slice);
+             const std::string& slice, bool use_cache);
 int run_predict(const GlobalOptions& global, const std::string& reference, const std::string& data,
                 const std::string& out, const std::string& id_column);
 struct CompareOptions {

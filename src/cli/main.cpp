@@ -87,6 +87,10 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
                             "Continue an interrupted run from its latest checkpoint (replays the run's spec)");
   bool no_progress = false;
   train_command->add_flag("--no-progress", no_progress, "No progress bar (it is shown only on a terminal anyway)");
+  bool train_no_cache = false;
+  train_command->add_flag("--no-cache", train_no_cache,
+                          "Train even when an earlier run had the same data, code, spec and seed (by default its "
+                          "bundle is reused)");
 
   std::string reference;
   std::string data_path;
@@ -95,6 +99,10 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   eval_command->add_option("REF", reference, kReferenceHelp)->required();
   eval_command->add_option("--data", data_path, "Labelled data (CSV)")->required();
   eval_command->add_option("--slice", slice, "Report metrics per value of this column");
+  bool eval_no_cache = false;
+  eval_command->add_flag("--no-cache", eval_no_cache,
+                         "Evaluate even when the same bundle was evaluated on the same file bytes before (by default "
+                         "that result is reused, in a workspace that can be written)");
 
   CompareOptions compare;
   auto* compare_command = app.add_subcommand(
@@ -522,9 +530,10 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       if (option->count() > 0) given.push_back(option->get_lnames().empty() ? "" : option->get_lnames().front());
     }
     train.progress = !no_progress;
+    train.use_cache = !train_no_cache;
     return run_train(global, train, given);
   }
-  if (eval_command->parsed()) return run_eval(global, reference, data_path, slice);
+  if (eval_command->parsed()) return run_eval(global, reference, data_path, slice, !eval_no_cache);
   if (compare_command->parsed()) return run_compare(global, compare);
   if (optimize_command->parsed()) {
     optimize_flags.progress = !optimize_no_progress;

@@ -40,6 +40,7 @@ struct TrainResult : CommandResult {
     const auto& leakage = outcome.leakage;
     json.begin_object();
     json.key("run_id").value(outcome.run_id);
+    json.key("cached_from").value(outcome.cached_from);
     json.key("model").value(outcome.spec.model);
     if (outcome.spec.model == "gbdt") {
       json.key("rounds").value(summary.iterations);
@@ -67,6 +68,10 @@ struct TrainResult : CommandResult {
     const auto& summary = outcome.summary;
     const auto& leakage = outcome.leakage;
     out << "run        " << outcome.run_id << "\n";
+    if (!outcome.cached_from.empty()) {
+      out << "cached     the bundle of run " << outcome.cached_from
+          << " (the same data, code, spec and seed); --no-cache trains again\n";
+    }
     if (outcome.spec.model == "gbdt") {
       out << "rounds     " << summary.iterations;
       if (summary.best_round >= 0) {
@@ -106,6 +111,7 @@ Result<TrainResult> train(const GlobalOptions& global, const TrainOptions& flags
     spec = pipeline::TrainSpec{};
     SLIPWAY_RETURN_IF_ERROR(pipeline::load_spec(flags.spec_path, spec));
     overlay(spec, flags, flags_given);
+    spec.use_cache = flags.use_cache;
   }
   ProgressBar progress("train", 0, flags.progress && !global.json);
   pipeline::TrainCallbacks callbacks;

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "pipeline/step_cache.h"
 #include "slipway/pipeline.h"
 
 namespace slipway::pipeline {
@@ -43,14 +44,37 @@ Result<data::Table> read_table(const std::string& path) {
 }
 
 Result<EvaluationOutcome> evaluate_file(const LoadedReference& reference, const std::string& data_path,
-                                        const std::string& slice) {
+                                        const std::string& slice, registry::Registry* cache) {
+  EvaluationOutcome outcome{reference.description, reference.sha256, data_path, {}, false};
+  std::string key;
+  if (cache != nullptr) {
+    // The file's bytes, not its path: the same file edited is another evaluation.
+    SLIPWAY_ASSIGN_OR_RETURN(std::string data_sha256, sha256_file(data_path));
+    key = sha256_hex(std::string(slipway_code_version()) + "\n" + reference.sha256 + "\n" + data_sha256 + "\n" + slice);
+    SLIPWAY_ASSIGN_OR_RETURN(auto cached, cache->runs().cached_step("eval", key));
+    if (cached) {
+      auto evaluation = read_evaluation_record(cached->result);
+      if (evaluation.ok()) {
+        log_info("reused the evaluation of " + reference.description + " on these bytes of " + data_path +
+                 " (--no-cache evaluates again)");
+        outcome.evaluation = std::move(evaluation).value();
+        outcome.cached = true;
+        return outcome;
+      }
+      log_warn(evaluation.status().message() + "; evaluating again");
+    }
+  }
   SLIPWAY_ASSIGN_OR_RETURN(auto table, read_table(data_path));
-  SLIPWAY_ASSIGN_OR_RETURN(auto evaluation, eval::evaluate(*reference.bundle, table, slice));
-  if (evaluation.rows_missing_target > 0) {
-    log_warn(fmt::format("skipped {} rows whose target '{}' is empty", evaluation.rows_missing_target,
+  SLIPWAY_ASSIGN_OR_RETURN(outcome.evaluation, eval::evaluate(*reference.bundle, table, slice));
+  if (outcome.evaluation.rows_missing_target > 0) {
+    log_warn(fmt::format("skipped {} rows whose target '{}' is empty", outcome.evaluation.rows_missing_target,
                          reference.bundle->manifest().target));
   }
-  return EvaluationOutcome{reference.description, reference.sha256, data_path, std::move(evaluation)};
+  if (cache != nullptr) {
+    Status recorded = cache->runs().record_cached_step({"eval", key, "", evaluation_record(outcome.evaluation), 0});
+    if (!recorded.ok()) log_warn("the evaluation is not in the step cache: " + recorded.message());
+  }
+  return outcome;
 }
 
 }  // namespace slipway::pipeline

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "pipeline/step_cache.h"
 #include "slipway/pipeline.h"
 
 namespace slipway::pipeline {
@@ -93,6 +94,88 @@ Result<LoadedReference> resolve_init_model(registry::Registry& registry, const s
 }
 
 // Fits, evaluates and stores the bundle of a started run; the caller marks the run FAILED on error.
+// The step cache's key of a training run: everything the bundle's bytes depend on (train::fit
+// is deterministic given the table, the request and the thread count), and nothing else: not the
+// data's path, the experiment, where the bundle is written or what it is registered as.
+std::string training_cache_key(const TrainSpec& spec, const std::map<std::string, std::string>& params,
+                               const PreparedData& prepared, const std::optional<LoadedReference>& init_model) {
+  std::string inputs;
+  auto add = [&inputs](std::string_view name, std::string_view value) {
+    inputs += name;
+    inputs += '=';
+    inputs += std::to_string(value.size());  // length-prefixed: no value can pass for two
+    inputs += ':';
+    inputs += value;
+    inputs += '\n';
+  };
+  add("code", slipway_code_version());
+  add("data", prepared.fingerprint);
+  add("split", prepared.split_description);
+  add("target", spec.target);
+  add("model", spec.model);
+  add("seed", std::to_string(spec.seed));
+  for (const auto& [key, value] : params) add("param." + key, value);
+  for (const auto& column : prepared.excluded_columns) add("excluded", column);
+  add("weight", spec.weight_column);
+  add("init", init_model ? init_model->sha256 : "");
+  add("threads", std::to_string(spec.threads > 0 ? spec.threads : default_thread_count()));
+  return sha256_hex(inputs);
+}
+
+// The earlier run the cache holds for `key`, with its bundle, if both are still there.
+struct CachedRun {
+  registry::RunRecord run;
+  std::shared_ptr<const model::Bundle> bundle;
+  train::TrainSummary summary;
+};
+
+Result<std::optional<CachedRun>> find_cached_run(registry::Registry& registry, const std::string& key) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto cached, registry.runs().cached_step("train", key));
+  if (!cached) return std::optional<CachedRun>();
+  auto run = registry.runs().get(cached->run_id);
+  // A run deleted, or a bundle collected since, is a miss: training again is always correct.
+  if (!run.ok() || run->status != "FINISHED" || run->bundle_sha256.empty() ||
+      !registry.artifacts().contains(run->bundle_sha256)) {
+    return std::optional<CachedRun>();
+  }
+  auto bundle = model::Bundle::load(registry.artifacts().path_for(run->bundle_sha256), run->bundle_sha256);
+  CachedRun found;
+  if (!bundle.ok() || !read_summary_record(cached->result, found.summary).ok()) {
+    log_warn("the step cache's entry for run " + run->run_id + " does not load; training again");
+    return std::optional<CachedRun>();
+  }
+  found.run = std::move(run).value();
+  found.bundle = std::move(bundle).value();
+  found.summary.bundle = found.bundle;
+  return std::optional<CachedRun>(std::move(found));
+}
+
+// Step 2 from the cache: a FINISHED run with the earlier run's bundle and metrics, the held-out
+// rows evaluated again (for this spec's slice).
+Status reuse_cached_run(registry::Registry& registry, const TrainSpec& spec, registry::NewRun new_run,
+                        PreparedData& prepared, CachedRun cached, TrainOutcome& outcome) {
+  SLIPWAY_ASSIGN_OR_RETURN(outcome.evaluation, eval::evaluate(*cached.bundle, prepared.test, spec.slice));
+  new_run.params["cached_from"] = cached.run.run_id;
+  SLIPWAY_ASSIGN_OR_RETURN(outcome.run_id, registry.runs().start(new_run));
+  std::vector<std::pair<std::string, double>> metrics;
+  for (const auto& metric : cached.run.metrics) metrics.emplace_back(metric.key, metric.value);
+  Status logged = registry.runs().log_metrics(outcome.run_id, metrics);
+  if (!logged.ok()) {
+    (void)registry.runs().finish(outcome.run_id, false, "");
+    return logged;
+  }
+  SLIPWAY_RETURN_IF_ERROR(registry.runs().finish(outcome.run_id, true, cached.run.bundle_sha256));
+  if (!spec.bundle_out.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(auto bytes, read_file(registry.artifacts().path_for(cached.run.bundle_sha256)));
+    SLIPWAY_RETURN_IF_ERROR(write_file_atomic(spec.bundle_out, bytes));
+  }
+  log_info("reused run " + cached.run.run_id + ": the same data, code, spec and seed (--no-cache trains again)");
+  outcome.summary = std::move(cached.summary);
+  outcome.bundle_sha256 = cached.run.bundle_sha256;
+  outcome.cached_from = cached.run.run_id;
+  return {};
+}
+
 Status fit_and_store(registry::Registry& registry, const TrainSpec& spec,
                      const std::map<std::string, std::string>& params, PreparedData& prepared,
                      const std::optional<LoadedReference>& init_model,
@@ -194,8 +277,13 @@ Result<TrainOutcome> run_training(registry::Registry& registry, TrainSpec spec, 
   SLIPWAY_ASSIGN_OR_RETURN(auto prepared, prepare_data(spec));
   if (!spec.weight_column.empty()) prepared.excluded_columns.push_back(spec.weight_column);
 
-  // 2. The run: started (or reopened), fitted, evaluated, stored, finished.
+  // 2. The run: started (or reopened), fitted, evaluated, stored, finished; or from the cache.
   TrainOutcome outcome;
+  std::string cache_key = resumed ? "" : training_cache_key(spec, params, prepared, init_model);
+  std::optional<CachedRun> cached;
+  if (spec.use_cache && !cache_key.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(cached, find_cached_run(registry, cache_key));
+  }
   if (resumed) {
     if (resumed->run.data_fingerprint != prepared.fingerprint) {
       return failed_precondition("the data of run " + resumed->run.run_id +
@@ -213,16 +301,29 @@ Result<TrainOutcome> run_training(registry::Registry& registry, TrainSpec spec, 
     new_run.params["model"] = spec.model;
     new_run.params["split"] = prepared.split_description;
     if (init_model) new_run.params["init_model"] = init_model->description + " sha256:" + init_model->sha256;
-    SLIPWAY_ASSIGN_OR_RETURN(outcome.run_id, registry.runs().start(new_run));
-    log_info("run " + outcome.run_id + " started");
+    if (cached) {
+      SLIPWAY_RETURN_IF_ERROR(
+          reuse_cached_run(registry, spec, std::move(new_run), prepared, std::move(*cached), outcome));
+    } else {
+      SLIPWAY_ASSIGN_OR_RETURN(outcome.run_id, registry.runs().start(new_run));
+      log_info("run " + outcome.run_id + " started");
+    }
   }
-  if (auto status = fit_and_store(registry, spec, params, prepared, init_model, resumed ? resumed->checkpoint : nullptr,
-                                  callbacks, outcome);
-      !status.ok()) {
-    (void)registry.runs().finish(outcome.run_id, false, "");
-    return status;
+  if (outcome.cached_from.empty()) {
+    if (auto status = fit_and_store(registry, spec, params, prepared, init_model,
+                                    resumed ? resumed->checkpoint : nullptr, callbacks, outcome);
+        !status.ok()) {
+      (void)registry.runs().finish(outcome.run_id, false, "");
+      return status;
+    }
+    SLIPWAY_RETURN_IF_ERROR(registry.runs().finish(outcome.run_id, true, outcome.bundle_sha256));
+    if (!cache_key.empty()) {
+      // Best effort: a run that cannot be cached has still succeeded.
+      Status recorded =
+          registry.runs().record_cached_step({"train", cache_key, outcome.run_id, summary_record(outcome.summary), 0});
+      if (!recorded.ok()) log_warn("run " + outcome.run_id + " is not in the step cache: " + recorded.message());
+    }
   }
-  SLIPWAY_RETURN_IF_ERROR(registry.runs().finish(outcome.run_id, true, outcome.bundle_sha256));
 
   // 3. Registration.
   if (!spec.register_as.empty()) {

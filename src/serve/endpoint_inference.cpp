@@ -15,8 +15,7 @@ using FallbackReason = ServerMetrics::FallbackReason;
 using FallbackAnswer = ServerMetrics::FallbackAnswer;
 
 KeptRequest::KeptRequest(std::string_view request_body, const RequestHeaders& headers)
-    : header_length(headers.inference_header_length),
-      header_length_repeated(headers.inference_header_length_repeated) {
+    : header_length(headers.inference_header_length), header_length_repeated(headers.inference_header_length_repeated) {
   // Padded, so the JSON is parsed in place when the copy is inferred.
   body.reserve(request_body.size() + simdjson::SIMDJSON_PADDING);
   body.assign(request_body);
@@ -44,9 +43,10 @@ Result<std::vector<float>> constant_fallback_scores(const model::Bundle& bundle,
       if (labels.size() == 2 && value == labels[1]) return std::vector<float>{1.0f};
       if (labels.size() == 2 && value == labels[0]) return std::vector<float>{0.0f};
       if (is_number && number >= 0.0 && number <= 1.0) return std::vector<float>{static_cast<float>(number)};
-      return invalid_argument("the constant fallback of a binary classifier is P(positive), between 0 and 1, or a "
-                              "class label, not '" +
-                              std::string(value) + "'");
+      return invalid_argument(
+          "the constant fallback of a binary classifier is P(positive), between 0 and 1, or a "
+          "class label, not '" +
+          std::string(value) + "'");
     case model::Task::kMulticlassClassification: {
       auto found = std::find(labels.begin(), labels.end(), value);
       if (found == labels.end()) {
@@ -95,7 +95,8 @@ void Service::State::fall_back(const std::shared_ptr<const registry::Endpoint>& 
     // "previous" tries the rollback target first; both answer only from a version that is not
     // the one that failed.
     std::vector<const registry::EndpointRoute*> candidates;
-    if (kind == "previous" && !endpoint->previous.empty()) candidates.push_back(&registry::main_route(endpoint->previous));
+    if (kind == "previous" && !endpoint->previous.empty())
+      candidates.push_back(&registry::main_route(endpoint->previous));
     candidates.push_back(&main_route(*endpoint));
     auto target = std::find_if(candidates.begin(), candidates.end(), [&](const registry::EndpointRoute* route) {
       return route->reference() != failed_route;
@@ -105,7 +106,8 @@ void Service::State::fall_back(const std::shared_ptr<const registry::Endpoint>& 
     if (!servable.ok()) return unanswered();
     metrics.record_fallback(name, failed_route, reason, FallbackAnswer::kVersion);
     std::string reference = (*target)->reference();
-    return infer(*servable, request->body, request->headers(), degraded_finish(finish, reference, reference + " (" + why + ")"));
+    return infer(*servable, request->body, request->headers(),
+                 degraded_finish(finish, reference, reference + " (" + why + ")"));
   }
   if (kind == "cached") {
     std::string answer;
@@ -195,9 +197,8 @@ void Service::State::mirror_to_shadow(const std::string& endpoint, const registr
   if (!posted) metrics.record_shadow(endpoint, route, Outcome::kDropped);
 }
 
-void Service::State::infer_endpoint(const std::shared_ptr<const registry::Endpoint>& endpoint,
-                                    const Servable& servable, std::string_view body, const RequestHeaders& headers,
-                                    const Finish& finish) {
+void Service::State::infer_endpoint(const std::shared_ptr<const registry::Endpoint>& endpoint, const Servable& servable,
+                                    std::string_view body, const RequestHeaders& headers, const Finish& finish) {
   const LoadedModel& loaded = *servable.model;
   std::string route = loaded.name + "@" + loaded.version_text;
   metrics.record_endpoint(endpoint->name, route);
@@ -206,8 +207,8 @@ void Service::State::infer_endpoint(const std::shared_ptr<const registry::Endpoi
   // The request is kept (copied) only for what needs it after this call: a fallback, a shadow, a
   // deadline (the route then reads the copy, since the connection's buffer moves on to the next
   // request once the deadline has answered).
-  auto request = endpoint->fallback != "none" || mirror || deadline ? std::make_shared<KeptRequest>(body, headers)
-                                                                    : nullptr;
+  auto request =
+      endpoint->fallback != "none" || mirror || deadline ? std::make_shared<KeptRequest>(body, headers) : nullptr;
   bool keep_answers = endpoint->fallback == "cached" && headers.inference_header_length.empty();
   auto scores = std::make_shared<std::vector<float>>();
   auto observe = [scores, mirror](const model::Predictions& predictions) {
@@ -249,8 +250,9 @@ void Service::State::infer_endpoint(const std::shared_ptr<const registry::Endpoi
     auto at = DeadlineTimer::Clock::now() + std::chrono::milliseconds(endpoint->deadline_ms);
     race->timer = deadlines.schedule(at, [this, endpoint, route, request, race, finish] {
       if (race->answered.exchange(true)) return;
-      HttpResponse late = error_response(504, "endpoint '" + endpoint->name + "': " + route + " did not answer within " +
-                                                  std::to_string(endpoint->deadline_ms) + " ms");
+      HttpResponse late =
+          error_response(504, "endpoint '" + endpoint->name + "': " + route + " did not answer within " +
+                                  std::to_string(endpoint->deadline_ms) + " ms");
       fall_back(endpoint, route, FallbackReason::kDeadline, request, std::move(late), finish);
     });
     return infer(servable, request->body, request->headers(), answered, observe);

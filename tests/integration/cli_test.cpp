@@ -241,6 +241,55 @@ TEST_F(CliTest, ReproduceGivesTheSameBundleAndRefusesChangedData) {
   EXPECT_EQ(slipway({"reproduce", "0123456789abcdef0123456789abcdef"}).exit_code, 2);
 }
 
+// The step cache: a train or eval whose inputs match an earlier one is reused and says so;
+// --no-cache, changed data or changed parameters compute again.
+TEST_F(CliTest, TrainAndEvalReuseAnEarlierStepWithTheSameInputs) {
+  std::string data = home_.file("loans.csv");
+  std::filesystem::copy_file(data_path("lending_club.csv"), data);
+  std::vector<std::string> train = {"--json",     "train",   "--data",       data,      "--target",
+                                    "Class",      "--model", "gbdt",         "--param", "rounds=12",
+                                    "--register", "loans",   "--no-progress"};
+  auto first = slipway(train);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(json_string(first.out, "cached_from"), "");
+  auto second = slipway(train);
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(json_string(second.out, "cached_from"), json_string(first.out, "run_id"));
+  EXPECT_NE(json_string(second.out, "run_id"), json_string(first.out, "run_id"));  // a run of its own
+  EXPECT_EQ(json_string(second.out, "bundle_sha256"), json_string(first.out, "bundle_sha256"));
+  EXPECT_NE(second.out.find("\"registered\":{\"model\":\"loans\",\"version\":2}"), std::string::npos) << second.out;
+  EXPECT_NE(second.out.find("\"test_rows\":1971"), std::string::npos) << second.out;
+  EXPECT_NE(second.err.find("reused run " + json_string(first.out, "run_id")), std::string::npos) << second.err;
+  auto shown = slipway({"show", json_string(second.out, "run_id")});
+  EXPECT_NE(shown.out.find("cached_from"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("test_auc"), std::string::npos) << shown.out;
+
+  auto forced = train;
+  forced.push_back("--no-cache");
+  EXPECT_EQ(json_string(slipway(forced).out, "cached_from"), "");
+  auto other_params = train;
+  other_params[7] = "rounds=13";
+  EXPECT_EQ(json_string(slipway(other_params).out, "cached_from"), "");
+
+  std::vector<std::string> eval = {"--json", "eval", "loans@1", "--data", data, "--slice", "term"};
+  auto evaluated = slipway(eval);
+  ASSERT_EQ(evaluated.exit_code, 0) << evaluated.err;
+  EXPECT_NE(evaluated.out.find("\"cached\":false"), std::string::npos);
+  auto again = slipway(eval);
+  EXPECT_NE(again.out.find("\"cached\":true"), std::string::npos) << again.out;
+  auto metrics_of = [](const std::string& out) { return out.substr(out.find("\"metrics\"")); };
+  EXPECT_EQ(metrics_of(again.out), metrics_of(evaluated.out));  // every digit, every slice
+  eval.push_back("--no-cache");
+  EXPECT_NE(slipway(eval).out.find("\"cached\":false"), std::string::npos);
+
+  // The same path with other bytes is other data, for both steps.
+  std::ofstream(data, std::ios::app)
+      << "1000,term_36,10.0,B1,CA,Verified,50000,emp_3,0,0,10.0,0,0,0,0,0,10,0,0,0,0,0,good\n";
+  eval.pop_back();
+  EXPECT_NE(slipway(eval).out.find("\"cached\":false"), std::string::npos);
+  EXPECT_EQ(json_string(slipway(train).out, "cached_from"), "");
+}
+
 TEST_F(CliTest, ProfileReportsEveryStagePerRequestSize) {
   ASSERT_EQ(train_lending({"--register", "lending"}).exit_code, 0);
   auto profiled = slipway({"--json", "profile", "lending", "--data", data_path("lending_club.csv"),
@@ -428,8 +477,8 @@ TEST_F(CliTest, GbdtCheckpointResumeHistoryAndWarmStart) {
   std::string whole_sha = json_string(whole.out, "bundle_sha256");
 
   std::vector<std::string> args = {
-      slipway_binary(), "--home", home_.path(), "--json",     "train",   "--data",    data_path("lending_club.csv"),
-      "--target",       "Class",  "--split",    "stratified", "--slice", "addr_state"};
+      slipway_binary(), "--home", home_.path(), "--json",     "train",   "--data",     data_path("lending_club.csv"),
+      "--target",       "Class",  "--split",    "stratified", "--slice", "addr_state", "--no-cache"};
   args.insert(args.end(), gbdt.begin(), gbdt.end());
   auto killed = run_command(args, {"SLIPWAY_CRASH_AT=train.after_checkpoint"});
   EXPECT_EQ(killed.exit_code, 128 + 9);
@@ -511,7 +560,7 @@ TEST_F(CliTest, ReadOnlyCommandsWriteNothingAndVerifyReportsProblems) {
       {"versions", "lending"},
       {"runs"},
       {"show", run_id},
-      {"eval", "lending", "--data", data_path("lending_club.csv")},
+      {"eval", "lending", "--data", data_path("lending_club.csv"), "--no-cache"},  // without, it records its result
       {"predict", "lending@1", "--data", data_path("lending_club.csv"), "--out", home_.file("scores.csv")},
       {"token", "list"},
       {"serving-config", "lending"},
@@ -531,6 +580,12 @@ TEST_F(CliTest, ReadOnlyCommandsWriteNothingAndVerifyReportsProblems) {
                                   "--home", home_.path(), "--json", "versions", "lending"});
     EXPECT_EQ(as_nobody.exit_code, 0) << as_nobody.err;
     EXPECT_NE(as_nobody.out.find(sha), std::string::npos);
+    // eval runs for a user who cannot write the step cache; it just is not cached.
+    auto eval_as_nobody =
+        run_command({setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", slipway_binary(), "--home",
+                     home_.path(), "--json", "eval", "lending", "--data", data_path("lending_club.csv")});
+    EXPECT_EQ(eval_as_nobody.exit_code, 0) << eval_as_nobody.err;
+    EXPECT_NE(eval_as_nobody.out.find("\"cached\":false"), std::string::npos) << eval_as_nobody.out;
     auto write_as_nobody = run_command({setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", slipway_binary(),
                                         "--home", home_.path(), "alias", "lending@1", "production"});
     EXPECT_EQ(write_as_nobody.exit_code, 1);
