@@ -482,6 +482,11 @@ class EndpointStore {
 // `slipway --json endpoints` and the management API print.
 void write_endpoint_json(JsonWriter& json, const Endpoint& endpoint);
 
+// {"endpoint", "canary", "stable", "steps", "step", "interval_ms", "canary_percent", "state",
+// "reason", "last_check", "criteria", "step_started_ms", "updated_ms"}: what `slipway --json
+// rollout status` and the management API print.
+void write_rollout_json(JsonWriter& json, const Rollout& rollout);
+
 // The route with the largest share: what the endpoint mostly serves, the one a canary is tested
 // against. A tie goes to the older route (the later one: the newest deployment comes first), so a
 // canary at 50% is still the canary.

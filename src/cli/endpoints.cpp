@@ -94,19 +94,7 @@ std::string rollout_state(const registry::Rollout& rollout) {
 
 struct RolloutResult : CommandResult {
   registry::Rollout rollout;
-  void write_json(JsonWriter& json) const override {
-    json.begin_object().key("endpoint").value(rollout.endpoint);
-    json.key("canary").value(rollout.canary.reference()).key("stable").value(rollout.stable.reference());
-    json.key("steps").begin_array();
-    for (double step : rollout.steps) json.value(step);
-    json.end_array();
-    json.key("step").value(static_cast<std::uint64_t>(rollout.step)).key("interval_ms").value(rollout.interval_ms);
-    json.key("canary_percent").value(rollout.canary.percent).key("state").value(rollout.state);
-    json.key("reason").value(rollout.reason).key("last_check").value(rollout.last_check);
-    json.key("criteria").value(registry::format_criteria(rollout.criteria));
-    json.key("step_started_ms").value(rollout.step_started_ms).key("updated_ms").value(rollout.updated_ms);
-    json.end_object();
-  }
+  void write_json(JsonWriter& json) const override { registry::write_rollout_json(json, rollout); }
   void write_text(std::ostream& out) const override {
     out << "rollout of " << rollout.canary.reference() << " on endpoint " << rollout.endpoint << " against "
         << rollout.stable.reference() << "\n";

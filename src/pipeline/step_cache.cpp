@@ -16,7 +16,8 @@ double number_of(const YAML::Node& node) { return std::strtod(node.as<std::strin
 
 void emit_metrics(YAML::Emitter& out, const eval::Metrics& metrics) {
   out << YAML::BeginSeq;
-  for (const auto& [name, value] : metrics.values) out << YAML::Flow << YAML::BeginSeq << name << number_text(value) << YAML::EndSeq;
+  for (const auto& [name, value] : metrics.values)
+    out << YAML::Flow << YAML::BeginSeq << name << number_text(value) << YAML::EndSeq;
   out << YAML::EndSeq;
 }
 

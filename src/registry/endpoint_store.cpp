@@ -126,6 +126,20 @@ void write_endpoint_json(JsonWriter& json, const Endpoint& endpoint) {
   json.end_object();
 }
 
+void write_rollout_json(JsonWriter& json, const Rollout& rollout) {
+  json.begin_object().key("endpoint").value(rollout.endpoint);
+  json.key("canary").value(rollout.canary.reference()).key("stable").value(rollout.stable.reference());
+  json.key("steps").begin_array();
+  for (double step : rollout.steps) json.value(step);
+  json.end_array();
+  json.key("step").value(static_cast<std::uint64_t>(rollout.step)).key("interval_ms").value(rollout.interval_ms);
+  json.key("canary_percent").value(rollout.canary.percent).key("state").value(rollout.state);
+  json.key("reason").value(rollout.reason).key("last_check").value(rollout.last_check);
+  json.key("criteria").value(format_criteria(rollout.criteria));
+  json.key("step_started_ms").value(rollout.step_started_ms).key("updated_ms").value(rollout.updated_ms);
+  json.end_object();
+}
+
 Result<std::vector<EndpointRoute>> parse_routes(std::string_view text) {
   std::vector<EndpointRoute> routes;
   if (text.empty()) return routes;

@@ -266,7 +266,11 @@ void Service::handle_async(std::string_view method, std::string_view target, std
     }));
   }
   if (route == "repository") return answer(state->handle_repository_route(method, segments, body));
-  if (route == "management") return answer(state->handle_management_route(method, segments, body, token_name));
+  if (route == "management") {
+    auto question = target.find('?');
+    std::string_view query = question == std::string_view::npos ? std::string_view() : target.substr(question + 1);
+    return answer(state->handle_management_route(method, segments, query, body, token_name));
+  }
   if (route == "stats") return answer(get_only([&] { return json_response(200, state->metrics.stats_json("", "")); }));
   if (segments.size() >= 3 && segments[0] == "v2" && segments[1] == "models") {
     // The labels are known once the route resolves (and only for models that exist); the

@@ -165,10 +165,13 @@ struct Service::State {
   HttpResponse handle_repository_route(std::string_view method, const std::vector<std::string_view>& segments,
                                        std::string_view body);
 
-  // management_api.cpp: /api/endpoints.
-  // `token_name`: who the audit log names for a change (the server's OS user without auth).
+  // management_api.cpp: /api/endpoints, /api/models/NAME/versions/V/approval, /api/audit.
+  // `query`: the target after '?'. `token_name`: who the audit log names for a change (the
+  // server's OS user without auth).
   HttpResponse handle_management_route(std::string_view method, const std::vector<std::string_view>& segments,
-                                       std::string_view body, const std::string& token_name);
+                                       std::string_view query, std::string_view body, const std::string& token_name);
+  // POST /api/endpoints/NAME/settings, in `store` (opened for writing).
+  HttpResponse change_endpoint_settings(registry::Registry& store, const std::string& endpoint, std::string_view body);
 
   // The label a request for `name` is counted under: the name when the model exists, else
   // "(unknown)", so no client can grow the metrics with names.

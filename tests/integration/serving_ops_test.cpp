@@ -535,6 +535,74 @@ TEST_F(ServingOps, ABadCanaryIsRolledBackOnItsOwnWhileFallbackAnswersEveryone) {
   stop_server();
 }
 
+// The management API does what deploy, rollout status, approve and audit do, with the same
+// checks; approving takes the admin role, so a deployer cannot approve their own version.
+TEST_F(ServingOps, TheManagementApiChangesSettingsApprovesAndReadsTheAuditLog) {
+  ASSERT_EQ(slipway({"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--ignore", "annual_inc",
+                     "--register", "lending"})
+                .exit_code,
+            0);
+  auto token_of = [&](const std::string& name, const std::string& role) {
+    auto created = slipway({"--json", "token", "create", name, "--role", role});
+    auto at = created.out.find("\"token\":\"") + 9;
+    return std::vector<std::pair<std::string, std::string>>{
+        {"Authorization", "Bearer " + created.out.substr(at, created.out.find('"', at) - at)}};
+  };
+  auto deployer = token_of("deployer", "deploy");
+  auto ops = token_of("ops", "admin");
+  int port = start_server({"--auth"});
+  ASSERT_GT(port, 0);
+  auto call = [&](const std::string& method, const std::string& path, const std::string& body,
+                  const std::vector<std::pair<std::string, std::string>>& token) {
+    return http_request(port, method, path, body, token);
+  };
+  ASSERT_EQ(call("POST", "/api/endpoints/web/deploy", R"({"model":"lending@1"})", deployer).status, 200);
+  auto set = call("POST", "/api/endpoints/web/settings",
+                  R"({"fallback":"constant:0.1","deadline_ms":250,"owner":"risk","require_approval":true,)"
+                  R"("shadow":{"model":"lending@2","percent":5}})",
+                  deployer);
+  EXPECT_EQ(set.status, 200) << set.body;
+  for (const char* expected :
+       {"\"owner\":\"risk\",\"require_approval\":true", "\"fallback\":\"constant:0.1\"", "\"deadline_ms\":250",
+        "\"shadow\":{\"model\":\"lending\",\"version\":2,\"percent\":5}"}) {
+    EXPECT_NE(set.body.find(expected), std::string::npos) << expected << "\n" << set.body;
+  }
+  for (const char* refused : {R"({"fallback":"constant:maybe"})", R"({"colour":"blue"})", R"({"deadline_ms":-5})",
+                              R"({"shadow":{"model":"lending@9"}})", R"([1,2])", "{"}) {
+    EXPECT_GE(call("POST", "/api/endpoints/web/settings", refused, deployer).status, 400) << refused;
+  }
+  auto unshadowed = call("POST", "/api/endpoints/web/settings", R"({"shadow":null})", deployer);
+  EXPECT_NE(unshadowed.body.find("\"shadow\":null"), std::string::npos) << unshadowed.body;
+
+  const std::string rollout = R"({"model":"lending@2","steps":[50,100],"interval_ms":60000})";
+  auto unapproved = call("POST", "/api/endpoints/web/deploy", rollout, deployer);
+  EXPECT_GE(unapproved.status, 400);
+  EXPECT_NE(unapproved.body.find("lending@2 is not approved"), std::string::npos) << unapproved.body;
+  const std::string approval = "/api/models/lending/versions/2/approval";
+  EXPECT_EQ(call("POST", approval, R"({"note":"holdout AUC ok"})", deployer).status, 403);
+  auto approved = call("POST", approval, R"({"note":"holdout AUC ok"})", ops);
+  EXPECT_EQ(approved.status, 200) << approved.body;
+  EXPECT_NE(approved.body.find("\"approver\":\"token:ops\",\"note\":\"holdout AUC ok\""), std::string::npos)
+      << approved.body;
+  auto started = call("POST", "/api/endpoints/web/deploy", rollout, deployer);
+  EXPECT_EQ(started.status, 200) << started.body;
+  EXPECT_NE(started.body.find("\"state\":\"running\""), std::string::npos) << started.body;
+  auto status = call("GET", "/api/endpoints/web/rollout", "", deployer);
+  EXPECT_NE(status.body.find("\"canary\":\"lending@2\",\"stable\":\"lending@1\""), std::string::npos) << status.body;
+
+  auto audit = call("GET", "/api/audit?model=lending&limit=2", "", deployer);
+  EXPECT_EQ(audit.status, 200) << audit.body;
+  EXPECT_NE(audit.body.find("\"actor\":\"token:ops\",\"action\":\"model.approve\""), std::string::npos) << audit.body;
+  EXPECT_NE(audit.body.find("\"action\":\"endpoint.rollout\""), std::string::npos) << audit.body;
+  EXPECT_EQ(call("GET", "/api/audit?limit=-1", "", deployer).status, 400);
+  EXPECT_EQ(call("GET", "/api/audit?colour=blue", "", deployer).status, 400);
+  auto revoked = call("DELETE", approval, "", ops);
+  EXPECT_NE(revoked.body.find("\"approval\":null"), std::string::npos) << revoked.body;
+  EXPECT_EQ(call("GET", "/api/nothing", "", deployer).status, 404);
+  EXPECT_EQ(call("POST", "/api/endpoints/web/explode", "{}", deployer).status, 404);
+  stop_server();
+}
+
 // A version that answers too slowly (its batcher waits 400 ms for company) misses the endpoint's
 // 150 ms deadline, and each kind of fallback answers in time, marked degraded and counted.
 TEST_F(ServingOps, DeadlinesAndFallbacksAnswerForASlowVersion) {
