@@ -158,6 +158,7 @@ struct ServeOptions {
   std::string config_path;                 // --config YAML
   std::vector<std::string> cached_models;  // --cache NAME: cache on for these models
   std::size_t cache_bytes = std::size_t{64} << 20;
+  std::size_t fallback_cache_bytes = std::size_t{64} << 20;  // answers kept for endpoints' cached fallback
   std::size_t memory_budget_mb = 0;
   int max_pending = 0;      // 0: 64 per worker thread
   int max_connections = 0;  // 0: from the open-file limit

@@ -307,6 +307,10 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
                             "Keep this model's infer responses in the response cache (repeatable)");
   serve_command->add_option("--cache-bytes", serve_options.cache_bytes, "Response cache size (LRU)")
       ->capture_default_str();
+  serve_command
+      ->add_option("--fallback-cache-bytes", serve_options.fallback_cache_bytes,
+                   "Memory for the answers kept for endpoints whose fallback is cached (LRU)")
+      ->capture_default_str();
   serve_command->add_option("--memory-budget-mb", serve_options.memory_budget_mb,
                             "Most memory loaded models may take; the least recently used unload first (0: none)");
   serve_command->add_option("--max-pending", serve_options.max_pending,

@@ -106,6 +106,7 @@ int run_serve(const GlobalOptions& global, const ServeOptions& flags, const Serv
     };
   }
   options.service.response_cache_bytes = flags.cache_bytes;
+  options.service.fallback_cache_bytes = flags.fallback_cache_bytes;
   options.service.memory_budget_bytes = flags.memory_budget_mb << 20;
   options.service.require_auth = flags.auth;
   auto store = open_workspace(global, WorkspaceAccess::kReadOnly);
