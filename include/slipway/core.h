@@ -116,8 +116,9 @@ class [[nodiscard]] Result {
 // ---------------------------------------------------------------------------------------------
 // Build identity.
 
-std::string_view slipway_version();       // "0.1.0"
-std::string_view slipway_code_version();  // git commit of the build, or "unknown"
+std::string_view slipway_version();  // "0.1.0"
+std::string_view
+slipway_code_version();  // git commit of the build ("-dirty-HASH" with uncommitted changes), or "unknown"
 
 // ---------------------------------------------------------------------------------------------
 // Hashing.

@@ -363,6 +363,7 @@ struct Endpoint {
   // share only moves keys onto it.
   std::vector<EndpointRoute> routes;
   std::vector<EndpointRoute> previous;  // what rollback returns to; empty when there is none
+  std::string last_change;              // the audit action of the last routing change: endpoint.deploy, ...
   std::int64_t revision = 0;            // +1 per change
   std::string updated_by;
   std::int64_t updated_ms = 0;
@@ -389,6 +390,9 @@ struct EndpointSettings {
   std::optional<bool> require_approval;
   std::optional<std::int64_t> deadline_ms;  // 0 removes the deadline; at most an hour
   std::optional<std::string> slo;           // checked by the caller (optimize::parse_slo); "" removes it
+  std::optional<std::string> fallback;      // Endpoint::fallback's kinds
+  // The version mirrored and its share (above 0, at most 100); an empty model stops mirroring.
+  std::optional<EndpointRoute> shadow;
 };
 
 // InvalidArgument unless `fallback` is one of Endpoint::fallback's kinds.
@@ -430,8 +434,8 @@ struct Rollout {
 // endpoint's state does not allow.
 class EndpointStore {
  public:
-  // Sets each setting given (owner, whether only approved versions may be deployed, deadline,
-  // SLO), in one change. NotFound for an unknown endpoint.
+  // Sets each setting given, all or none (every one is checked first), in one transaction with
+  // one audit entry. NotFound for an unknown endpoint or shadow version.
   Status configure(const std::string& endpoint, const EndpointSettings& settings);
 
   // Routes `endpoint` to `version` of `model`: all of its traffic, or with `canary_percent`
@@ -446,10 +450,8 @@ class EndpointStore {
   Result<Endpoint> rollback(const std::string& endpoint);
   // deploy, promote and rollback stop a running rollout of the endpoint (state "stopped").
 
-  // Endpoint::fallback; InvalidArgument for another kind. NotFound for an unknown endpoint.
+  // configure() with the fallback alone, or the shadow alone.
   Status set_fallback(const std::string& endpoint, const std::string& fallback);
-  // Mirrors `percent` (above 0, at most 100) of the endpoint's requests to `version` of `model`;
-  // an empty model stops mirroring. NotFound for an unknown endpoint or version.
   Status set_shadow(const std::string& endpoint, const std::string& model, std::int64_t version, double percent);
 
   // Starts a rollout of `version` of `model` on an existing endpoint: the canary at steps[0]

@@ -175,6 +175,10 @@ class Service {
   // Stops the batch executors, answering queued requests 503; later requests run unbatched. The
   // server calls it at shutdown while it can still deliver those answers.
   void stop_batching();
+  // Stops the endpoint deadlines: waits for a fallback being answered, drops those still waiting
+  // (their requests are answered by their routes); later requests have no deadline. The server
+  // calls it at shutdown before its connections go, since a waiting deadline holds one.
+  void stop_deadlines();
   // True for requests that run or load a model: the HTTP layer sends those to the worker pool.
   static bool needs_worker(std::string_view target);
   // Counts a request the HTTP layer answered or dropped itself (backlog full, client gone, no

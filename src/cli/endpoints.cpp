@@ -145,12 +145,18 @@ Result<std::unique_ptr<CommandResult>> deploy(const GlobalOptions& global, const
   }
   if (flags.slo && !flags.slo->empty()) SLIPWAY_RETURN_IF_ERROR(optimize::parse_slo(*flags.slo).status());
   settings.slo = flags.slo;
-  if (!flags.fallback.empty()) SLIPWAY_RETURN_IF_ERROR(registry::validate_fallback(flags.fallback));
+  if (!flags.fallback.empty()) {
+    SLIPWAY_RETURN_IF_ERROR(registry::validate_fallback(flags.fallback));
+    settings.fallback = flags.fallback;
+  }
+  if (flags.no_shadow) settings.shadow = registry::EndpointRoute{};
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kWrite));
+  if (!flags.shadow.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(auto shadow_reference, registry::parse_model_reference(flags.shadow));
+    SLIPWAY_ASSIGN_OR_RETURN(auto shadow, store->models().resolve(shadow_reference.first, shadow_reference.second));
+    settings.shadow = registry::EndpointRoute{shadow.model, shadow.version, flags.shadow_percent};
+  }
   auto apply_settings = [&]() -> Status {
-    if (settings.owner || settings.require_approval || settings.deadline_ms || settings.slo) {
-      SLIPWAY_RETURN_IF_ERROR(store->endpoints().configure(flags.endpoint, settings));
-    }
     if (flags.fallback.starts_with("constant:")) {
       // The constant must fit what the endpoint serves: checked against its main version.
       SLIPWAY_ASSIGN_OR_RETURN(auto endpoint, store->endpoints().get(flags.endpoint));
@@ -160,16 +166,8 @@ Result<std::unique_ptr<CommandResult>> deploy(const GlobalOptions& global, const
         SLIPWAY_RETURN_IF_ERROR(serve::constant_fallback_scores(*main.bundle, flags.fallback.substr(9)).status());
       }
     }
-    if (!flags.fallback.empty())
-      SLIPWAY_RETURN_IF_ERROR(store->endpoints().set_fallback(flags.endpoint, flags.fallback));
-    if (flags.no_shadow) SLIPWAY_RETURN_IF_ERROR(store->endpoints().set_shadow(flags.endpoint, "", 0, 0));
-    if (!flags.shadow.empty()) {
-      SLIPWAY_ASSIGN_OR_RETURN(auto shadow_reference, registry::parse_model_reference(flags.shadow));
-      SLIPWAY_ASSIGN_OR_RETURN(auto shadow, store->models().resolve(shadow_reference.first, shadow_reference.second));
-      SLIPWAY_RETURN_IF_ERROR(
-          store->endpoints().set_shadow(flags.endpoint, shadow.model, shadow.version, flags.shadow_percent));
-    }
-    return {};
+    if (!changes_settings) return {};
+    return store->endpoints().configure(flags.endpoint, settings);
   };
   // Settings go first on an endpoint that exists (so --require-approval holds for this deploy),
   // and after the deploy that creates one.

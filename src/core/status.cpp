@@ -14,6 +14,5 @@ Status io_error(std::string message) { return {StatusCode::kIo, std::move(messag
 Status internal_error(std::string message) { return {StatusCode::kInternal, std::move(message)}; }
 
 std::string_view slipway_version() { return SLIPWAY_VERSION; }
-std::string_view slipway_code_version() { return SLIPWAY_GIT_COMMIT; }
 
 }  // namespace slipway

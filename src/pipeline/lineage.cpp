@@ -42,7 +42,7 @@ Result<GraphBuilder> whole_graph(registry::Registry& registry) {
                        {"code_version", run.code_version},
                        {"experiment", run.experiment},
                        {"started_ms", std::to_string(run.start_ms)}};
-    for (const char* key : {"seed", "model", "init_model"}) {
+    for (const char* key : {"seed", "model", "init_model", "cached_from"}) {
       if (auto found = run.params.find(key); found != run.params.end()) node.properties[key] = found->second;
     }
     graph.node("experiment:" + run.experiment, "experiment", "experiment " + run.experiment);

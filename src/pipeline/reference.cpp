@@ -47,6 +47,8 @@ Result<EvaluationOutcome> evaluate_file(const LoadedReference& reference, const 
                                         const std::string& slice, registry::Registry* cache) {
   EvaluationOutcome outcome{reference.description, reference.sha256, data_path, {}, false};
   std::string key;
+  // A build that does not know its code cannot tell its results from another build's: no cache.
+  if (slipway_code_version() == "unknown") cache = nullptr;
   if (cache != nullptr) {
     // The file's bytes, not its path: the same file edited is another evaluation.
     SLIPWAY_ASSIGN_OR_RETURN(std::string data_sha256, sha256_file(data_path));

@@ -93,7 +93,6 @@ Result<LoadedReference> resolve_init_model(registry::Registry& registry, const s
   return loaded;
 }
 
-// Fits, evaluates and stores the bundle of a started run; the caller marks the run FAILED on error.
 // The step cache's key of a training run: everything the bundle's bytes depend on (train::fit
 // is deterministic given the table, the request and the thread count), and nothing else: not the
 // data's path, the experiment, where the bundle is written or what it is registered as.
@@ -135,7 +134,7 @@ Result<std::optional<CachedRun>> find_cached_run(registry::Registry& registry, c
   auto run = registry.runs().get(cached->run_id);
   // A run deleted, or a bundle collected since, is a miss: training again is always correct.
   if (!run.ok() || run->status != "FINISHED" || run->bundle_sha256.empty() ||
-      !registry.artifacts().contains(run->bundle_sha256)) {
+      run->code_version != slipway_code_version() || !registry.artifacts().contains(run->bundle_sha256)) {
     return std::optional<CachedRun>();
   }
   auto bundle = model::Bundle::load(registry.artifacts().path_for(run->bundle_sha256), run->bundle_sha256);
@@ -176,6 +175,7 @@ Status reuse_cached_run(registry::Registry& registry, const TrainSpec& spec, reg
   return {};
 }
 
+// Fits, evaluates and stores the bundle of a started run; the caller marks the run FAILED on error.
 Status fit_and_store(registry::Registry& registry, const TrainSpec& spec,
                      const std::map<std::string, std::string>& params, PreparedData& prepared,
                      const std::optional<LoadedReference>& init_model,
@@ -279,7 +279,9 @@ Result<TrainOutcome> run_training(registry::Registry& registry, TrainSpec spec, 
 
   // 2. The run: started (or reopened), fitted, evaluated, stored, finished; or from the cache.
   TrainOutcome outcome;
-  std::string cache_key = resumed ? "" : training_cache_key(spec, params, prepared, init_model);
+  // A build that does not know its code cannot tell its bundles from another build's: no cache.
+  bool cacheable = !resumed && slipway_code_version() != "unknown";
+  std::string cache_key = cacheable ? training_cache_key(spec, params, prepared, init_model) : "";
   std::optional<CachedRun> cached;
   if (spec.use_cache && !cache_key.empty()) {
     SLIPWAY_ASSIGN_OR_RETURN(cached, find_cached_run(registry, cache_key));

@@ -33,8 +33,8 @@ Result<EndpointRoute> parse_reference(std::string_view text) {
 Result<std::optional<Endpoint>> read_endpoint(SqlTransaction& sql, const std::string& name) {
   SLIPWAY_ASSIGN_OR_RETURN(auto row,
                            sql.query_row("SELECT routes, previous_routes, revision, updated_by, updated_ms, fallback, "
-                                         "shadow, shadow_percent, owner, require_approval, deadline_ms, slo FROM "
-                                         "endpoints WHERE name = ?",
+                                         "shadow, shadow_percent, owner, require_approval, deadline_ms, slo, "
+                                         "last_change FROM endpoints WHERE name = ?",
                                          {name}));
   if (!row) return std::optional<Endpoint>();
   Endpoint endpoint;
@@ -53,6 +53,7 @@ Result<std::optional<Endpoint>> read_endpoint(SqlTransaction& sql, const std::st
   endpoint.require_approval = row->integer(9) != 0;
   endpoint.deadline_ms = row->integer(10);
   endpoint.slo = row->text(11);
+  endpoint.last_change = row->text(12);
   return std::optional<Endpoint>(std::move(endpoint));
 }
 
@@ -114,6 +115,7 @@ void write_endpoint_json(JsonWriter& json, const Endpoint& endpoint) {
   json.key("previous");
   write_routes(endpoint.previous);
   json.key("updated_by").value(endpoint.updated_by).key("updated_ms").value(endpoint.updated_ms);
+  json.key("last_change").value(endpoint.last_change);
   json.key("owner").value(endpoint.owner).key("require_approval").value(endpoint.require_approval);
   json.key("fallback").value(endpoint.fallback).key("deadline_ms").value(endpoint.deadline_ms);
   json.key("slo").value(endpoint.slo).key("shadow");
@@ -208,8 +210,10 @@ Result<Endpoint> change_endpoint(StoreContext& context, const std::string& endpo
                       {"stopped by " + std::string(action) + " (" + context.actor + ")", unix_time_ms(), endpoint})
               .status());
     }
+    if (current) changed = *current;  // the settings stay
     changed.name = endpoint;
     changed.previous = current ? current->routes : std::vector<EndpointRoute>{};
+    changed.last_change = std::string(action);
     changed.routes = std::move(routes);
     changed.revision = current ? current->revision + 1 : 1;
     changed.updated_by = context.actor;
@@ -218,11 +222,12 @@ Result<Endpoint> change_endpoint(StoreContext& context, const std::string& endpo
     std::string previous_text = format_routes(changed.previous);
     SLIPWAY_RETURN_IF_ERROR(
         sql.execute("INSERT INTO endpoints(name, routes, previous_routes, revision, updated_by, "
-                    "updated_ms) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+                    "updated_ms, last_change) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
                     "routes = excluded.routes, previous_routes = excluded.previous_routes, "
                     "revision = excluded.revision, updated_by = excluded.updated_by, "
-                    "updated_ms = excluded.updated_ms",
-                    {endpoint, routes_text, previous_text, changed.revision, changed.updated_by, changed.updated_ms})
+                    "updated_ms = excluded.updated_ms, last_change = excluded.last_change",
+                    {endpoint, routes_text, previous_text, changed.revision, changed.updated_by, changed.updated_ms,
+                     changed.last_change})
             .status());
     SLIPWAY_RETURN_IF_ERROR(
         append_audit(sql, context, action,
@@ -462,9 +467,16 @@ Status EndpointStore::configure(const std::string& endpoint, const EndpointSetti
   if (settings.deadline_ms && (*settings.deadline_ms < 0 || *settings.deadline_ms > kHourMs)) {
     return invalid_argument("the deadline must be between 0 (none) and an hour");
   }
+  if (settings.fallback) SLIPWAY_RETURN_IF_ERROR(validate_fallback(*settings.fallback));
+  const std::optional<EndpointRoute>& shadow = settings.shadow;
+  if (shadow && !shadow->model.empty() && !(shadow->percent > 0 && shadow->percent <= 100)) {
+    return invalid_argument("a shadow's share must be above 0 and at most 100 percent");
+  }
   return context_->backend->write([&](SqlTransaction& sql) -> Status {
     SLIPWAY_ASSIGN_OR_RETURN(std::optional<Endpoint> current, read_endpoint(sql, endpoint));
     if (!current) return no_endpoint(endpoint);
+    if (shadow && !shadow->model.empty())
+      SLIPWAY_RETURN_IF_ERROR(check_version_exists(sql, shadow->model, shadow->version));
     std::string detail = endpoint;
     auto set = [&](const char* column, SqlValue value, const std::string& shown) -> Status {
       SLIPWAY_RETURN_IF_ERROR(sql.execute(std::string("UPDATE endpoints SET ") + column + " = ? WHERE name = ?",
@@ -482,6 +494,13 @@ Status EndpointStore::configure(const std::string& endpoint, const EndpointSetti
       SLIPWAY_RETURN_IF_ERROR(set("deadline_ms", *settings.deadline_ms, std::to_string(*settings.deadline_ms)));
     }
     if (settings.slo) SLIPWAY_RETURN_IF_ERROR(set("slo", *settings.slo, *settings.slo));
+    if (settings.fallback) SLIPWAY_RETURN_IF_ERROR(set("fallback", *settings.fallback, *settings.fallback));
+    if (shadow) {
+      std::string reference = shadow->model.empty() ? "" : shadow->reference();
+      SLIPWAY_RETURN_IF_ERROR(set("shadow", reference, reference.empty() ? "off" : reference));
+      SLIPWAY_RETURN_IF_ERROR(set("shadow_percent", shadow->model.empty() ? 0.0 : shadow->percent,
+                                  format_config_number(shadow->percent) + "%"));
+    }
     return append_audit(sql, *context_, "endpoint.configure", detail);
   });
 }
@@ -501,31 +520,12 @@ Status validate_fallback(std::string_view fallback) {
 }
 
 Status EndpointStore::set_fallback(const std::string& endpoint, const std::string& fallback) {
-  SLIPWAY_RETURN_IF_ERROR(validate_fallback(fallback));
-  return context_->backend->write([&](SqlTransaction& sql) -> Status {
-    SLIPWAY_ASSIGN_OR_RETURN(std::int64_t changed,
-                             sql.execute("UPDATE endpoints SET fallback = ? WHERE name = ?", {fallback, endpoint}));
-    if (changed == 0) return no_endpoint(endpoint);
-    return append_audit(sql, *context_, "endpoint.fallback", endpoint + " " + fallback);
-  });
+  return configure(endpoint, {.fallback = fallback});
 }
 
 Status EndpointStore::set_shadow(const std::string& endpoint, const std::string& model, std::int64_t version,
                                  double percent) {
-  if (!model.empty() && !(percent > 0 && percent <= 100)) {
-    return invalid_argument("a shadow's share must be above 0 and at most 100 percent");
-  }
-  return context_->backend->write([&](SqlTransaction& sql) -> Status {
-    if (!model.empty()) SLIPWAY_RETURN_IF_ERROR(check_version_exists(sql, model, version));
-    std::string reference = model.empty() ? "" : EndpointRoute{model, version, percent}.reference();
-    SLIPWAY_ASSIGN_OR_RETURN(std::int64_t changed,
-                             sql.execute("UPDATE endpoints SET shadow = ?, shadow_percent = ? WHERE name = ?",
-                                         {reference, model.empty() ? 0.0 : percent, endpoint}));
-    if (changed == 0) return no_endpoint(endpoint);
-    return append_audit(
-        sql, *context_, "endpoint.shadow",
-        endpoint + " " + (model.empty() ? "off" : reference + " " + format_config_number(percent) + "%"));
-  });
+  return configure(endpoint, {.shadow = EndpointRoute{model, version, percent}});
 }
 
 Result<Rollout> EndpointStore::start_rollout(const std::string& endpoint, const std::string& model,

@@ -110,11 +110,12 @@ constexpr std::string_view kRetiredVersions = R"sql(
 ALTER TABLE model_versions ADD COLUMN retired_ms INTEGER NOT NULL DEFAULT 0;
 )sql";
 
-// Endpoint deadlines and service-level objectives; the step cache (train and eval results reused
-// when their inputs match an earlier successful one).
+// Endpoint deadlines, service-level objectives and what their last routing change was; the step cache (train and eval
+// results reused when their inputs match an earlier successful one).
 constexpr std::string_view kDeadlinesAndStepCache = R"sql(
 ALTER TABLE endpoints ADD COLUMN deadline_ms INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE endpoints ADD COLUMN slo TEXT NOT NULL DEFAULT '';
+ALTER TABLE endpoints ADD COLUMN last_change TEXT NOT NULL DEFAULT '';
 CREATE TABLE step_cache(
   kind TEXT NOT NULL, key TEXT NOT NULL, run_id TEXT NOT NULL, result TEXT NOT NULL,
   created_ms INTEGER NOT NULL, PRIMARY KEY(kind, key));

@@ -1,14 +1,25 @@
 #include "serve/deadline_timer.h"
 
+#include <exception>
+
+#include "slipway/core.h"
+
 namespace slipway::serve {
 
-DeadlineTimer::~DeadlineTimer() {
+DeadlineTimer::~DeadlineTimer() { stop(); }
+
+void DeadlineTimer::stop() {
+  std::vector<std::thread> runners;
+  decltype(actions_) dropped;  // destroyed outside the lock: they may own large captures
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
+    runners.swap(runners_);
+    dropped.swap(actions_);
+    deadlines_.clear();
   }
   wake_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  for (auto& runner : runners) runner.join();
 }
 
 DeadlineTimer::Id DeadlineTimer::schedule(Clock::time_point when, std::function<void()> action) {
@@ -17,10 +28,13 @@ DeadlineTimer::Id DeadlineTimer::schedule(Clock::time_point when, std::function<
   {
     std::lock_guard lock(mutex_);
     id = next_id_++;
+    if (stopping_) return id;  // dropped: the request is answered by its route
     auto placed = actions_.emplace(std::make_pair(when, id), std::move(action)).first;
     deadlines_.emplace(id, when);
     earliest = placed == actions_.begin();
-    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    if (runners_.empty()) {
+      for (int index = 0; index < runner_count_; ++index) runners_.emplace_back([this] { run(); });
+    }
   }
   // Only a new earliest deadline changes how long the thread sleeps.
   if (earliest) wake_.notify_one();
@@ -59,7 +73,11 @@ void DeadlineTimer::run() {
     deadlines_.erase(first->first.second);
     actions_.erase(first);
     lock.unlock();
-    action();
+    try {
+      action();
+    } catch (const std::exception& error) {
+      log_error(std::string("a deadline's action failed: ") + error.what());
+    }
     action = nullptr;
     lock.lock();
   }

@@ -1,7 +1,9 @@
 // Actions run at a deadline unless cancelled first: endpoint requests whose route has not
-// answered in time are answered by the fallback from here. One thread, started on the first
-// schedule; entries are as many as requests in flight with a deadline (the HTTP server bounds
-// those), and a cancelled one is freed at once. Private to serve.
+// answered in time are answered by the fallback from here. A few runner threads, started on the
+// first schedule, take the actions due, so one slow fallback (a model run on a version without a
+// batcher) does not hold up the others' deadlines. Entries are as many as requests in flight
+// with a deadline (the HTTP server bounds those), and a cancelled one is freed at once. Private to
+// serve.
 #pragma once
 
 #include <chrono>
@@ -12,6 +14,7 @@
 #include <mutex>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace slipway::serve {
 
@@ -20,12 +23,16 @@ class DeadlineTimer {
   using Clock = std::chrono::steady_clock;
   using Id = std::uint64_t;
 
-  DeadlineTimer() = default;
-  ~DeadlineTimer();  // drops the actions still waiting and joins the thread
+  explicit DeadlineTimer(int runners = 4) : runner_count_(runners) {}
+  ~DeadlineTimer();  // stop()
+
+  // Waits for the actions running, drops those waiting; later schedules run nothing. Idempotent.
+  void stop();
   DeadlineTimer(const DeadlineTimer&) = delete;
   DeadlineTimer& operator=(const DeadlineTimer&) = delete;
 
-  // Runs `action` on the timer's thread at `when` (at once if it has passed). Thread-safe.
+  // Runs `action` on a runner thread at `when` (at once if it has passed). An exception it
+  // throws is logged, never let out. Thread-safe.
   Id schedule(Clock::time_point when, std::function<void()> action);
   // Drops the action if it has not started; an action already running is not waited for.
   void cancel(Id id);
@@ -41,7 +48,8 @@ class DeadlineTimer {
   std::map<Id, Clock::time_point> deadlines_;  // the key of each waiting action, for cancel
   Id next_id_ = 1;
   bool stopping_ = false;
-  std::thread thread_;
+  int runner_count_;
+  std::vector<std::thread> runners_;
 };
 
 }  // namespace slipway::serve

@@ -56,6 +56,14 @@ class JsonBody {
     }
     return value;
   }
+  // A whole number of milliseconds from 0 to a day (what any interval or deadline here may be).
+  Result<std::int64_t> milliseconds(std::string_view key) {
+    constexpr double kDayMs = 86'400'000.0;
+    auto value = number(key, "a number of milliseconds from 0 to a day");
+    if (!value.ok()) return value.status();
+    if (*value < 0 || *value > kDayMs) return invalid_argument("'" + std::string(key) + "' must be from 0 to a day");
+    return static_cast<std::int64_t>(std::llround(*value));
+  }
   Result<bool> boolean(std::string_view key) {
     bool value = false;
     if (object_[key].get(value) != simdjson::SUCCESS)
@@ -113,9 +121,9 @@ HttpResponse deploy(registry::Registry& registry, const std::string& endpoint, s
     if (!steps.ok()) return error_response(steps.status());
     std::int64_t interval_ms = 120'000;
     if (request.has("interval_ms")) {
-      auto interval = request.number("interval_ms", "a number of milliseconds");
+      auto interval = request.milliseconds("interval_ms");
       if (!interval.ok()) return error_response(interval.status());
-      interval_ms = static_cast<std::int64_t>(*interval);
+      interval_ms = *interval;
     }
     registry::RolloutCriteria criteria;
     if (request.has("criteria")) {
@@ -148,8 +156,8 @@ HttpResponse deploy(registry::Registry& registry, const std::string& endpoint, s
 }  // namespace
 
 // POST /api/endpoints/NAME/settings {"fallback", "deadline_ms", "owner", "require_approval",
-// "shadow": {"model": "NAME@VERSION", "percent": 10} or null}: the CLI's deploy settings. Each
-// field given is checked before any is stored.
+// "shadow": {"model": "NAME@VERSION", "percent": 10} or null}: the CLI's deploy settings, all
+// stored or none.
 HttpResponse Service::State::change_endpoint_settings(registry::Registry& store, const std::string& endpoint,
                                                       std::string_view body) {
   JsonBody request;
@@ -162,7 +170,6 @@ HttpResponse Service::State::change_endpoint_settings(registry::Registry& store,
   if (!current.ok()) return error_response(current.status());
   if (!current->has_value()) return error_response(404, "no endpoint named '" + endpoint + "'");
   registry::EndpointSettings settings;
-  std::optional<std::string> fallback;
   if (request.has("fallback")) {
     auto text = request.text("fallback", "none, main, previous, cached or constant:VALUE");
     if (!text.ok()) return error_response(text.status());
@@ -175,12 +182,12 @@ HttpResponse Service::State::change_endpoint_settings(registry::Registry& store,
       auto scores = constant_fallback_scores(*servable->model->bundle, std::string_view(*text).substr(9));
       if (!scores.ok()) return error_response(scores.status());
     }
-    fallback = std::move(*text);
+    settings.fallback = std::move(*text);
   }
   if (request.has("deadline_ms")) {
-    auto deadline = request.number("deadline_ms", "a number of milliseconds (0: none)");
+    auto deadline = request.milliseconds("deadline_ms");
     if (!deadline.ok()) return error_response(deadline.status());
-    settings.deadline_ms = static_cast<std::int64_t>(std::llround(*deadline));
+    settings.deadline_ms = *deadline;
   }
   if (request.has("owner")) {
     auto owner = request.text("owner", "text");
@@ -192,9 +199,8 @@ HttpResponse Service::State::change_endpoint_settings(registry::Registry& store,
     if (!required.ok()) return error_response(required.status());
     settings.require_approval = *required;
   }
-  std::optional<registry::EndpointRoute> shadow;
   if (request.is_null("shadow")) {
-    shadow = registry::EndpointRoute{};
+    settings.shadow = registry::EndpointRoute{};
   } else if (request.has("shadow")) {
     auto object = request.object("shadow", R"(null or {"model": "churn@5", "percent": 10})");
     if (!object.ok()) return error_response(object.status());
@@ -209,22 +215,9 @@ HttpResponse Service::State::change_endpoint_settings(registry::Registry& store,
     }
     auto version = resolve(store, std::string(reference));
     if (!version.ok()) return error_response(version.status());
-    shadow = registry::EndpointRoute{version->model, version->version, percent};
+    settings.shadow = registry::EndpointRoute{version->model, version->version, percent};
   }
-  if (settings.owner || settings.require_approval || settings.deadline_ms) {
-    if (auto changed = store.endpoints().configure(endpoint, settings); !changed.ok()) return error_response(changed);
-  }
-  if (fallback) {
-    if (auto changed = store.endpoints().set_fallback(endpoint, *fallback); !changed.ok()) {
-      return error_response(changed);
-    }
-  }
-  if (shadow) {
-    if (auto changed = store.endpoints().set_shadow(endpoint, shadow->model, shadow->version, shadow->percent);
-        !changed.ok()) {
-      return error_response(changed);
-    }
-  }
+  if (auto changed = store.endpoints().configure(endpoint, settings); !changed.ok()) return error_response(changed);
   auto updated = store.endpoints().get(endpoint);
   if (!updated.ok()) return error_response(updated.status());
   return endpoint_response(**updated);

@@ -21,12 +21,19 @@ bool ResponseCache::lookup(std::string_view model, std::int64_t version, std::st
   return true;
 }
 
-void ResponseCache::insert(std::string_view model, std::int64_t version, std::string_view body, std::string response) {
+void ResponseCache::insert(std::string_view model, std::int64_t version, std::string_view body, std::string response,
+                           bool replace) {
   std::string key = make_key(model, version, body);
   std::size_t size = key.size() + response.size();
   if (size > capacity_bytes_) return;
   std::lock_guard lock(mutex_);
-  if (index_.count(key) != 0) return;  // another thread stored the same answer first
+  if (auto found = index_.find(key); found != index_.end()) {
+    if (!replace) return;  // another thread stored the same answer first
+    auto entry = found->second;
+    bytes_ -= entry->key.size() + entry->response.size();
+    index_.erase(found);
+    recency_.erase(entry);
+  }
   while (bytes_ + size > capacity_bytes_ && !recency_.empty()) {
     Entry& oldest = recency_.back();
     bytes_ -= oldest.key.size() + oldest.response.size();

@@ -20,8 +20,10 @@ class ResponseCache {
   // The cached response body for this request, if any (and marks it most recently used).
   bool lookup(std::string_view model, std::int64_t version, std::string_view body, std::string& response);
   // Stores a response; evicts the least recently used entries to stay within the capacity. An
-  // entry larger than the whole capacity is not stored.
-  void insert(std::string_view model, std::int64_t version, std::string_view body, std::string response);
+  // entry larger than the whole capacity is not stored. An entry already there stays, unless
+  // `replace` (the latest answer wins).
+  void insert(std::string_view model, std::int64_t version, std::string_view body, std::string response,
+              bool replace = false);
 
   std::size_t bytes() const;
   std::size_t entries() const;

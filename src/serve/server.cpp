@@ -32,9 +32,11 @@ struct Server::State {
 Server::Server(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 Server::~Server() {
-  state_->http.reset();
-  // Anything still queued is answered (503) before the batchers go.
+  // Anything still queued is answered (503) while the connections can still be written, and
+  // before the HTTP server goes: a queued request holds its connection's session.
   state_->service.stop_batching();
+  state_->service.stop_deadlines();
+  state_->http.reset();
 }
 
 Result<std::unique_ptr<Server>> Server::start(registry::Registry& registry, const ServerOptions& options) {

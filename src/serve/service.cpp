@@ -216,6 +216,8 @@ void Service::set_serving_configs(ModelServingConfig defaults,
 
 void Service::stop_batching() { state_->manager.stop_batching(); }
 
+void Service::stop_deadlines() { state_->deadlines.stop(); }
+
 HttpResponse Service::handle(std::string_view method, std::string_view target, std::string_view body,
                              const RequestHeaders& headers) {
   std::promise<HttpResponse> answered;

@@ -134,9 +134,11 @@ struct Service::State {
                                              const RequestHeaders& headers, std::int64_t* decoded_ns = nullptr);
   static HttpResponse infer_response(const LoadedModel& loaded, const PreparedInfer& prepared,
                                      const model::Predictions& predictions);
-  // `observe`, when given, sees the predictions before the response is written.
+  // `observe`, when given, sees the predictions before the response is written. `queue_limit`,
+  // when shorter than the request's own timeout, is the longest it may wait in a batch queue.
   void infer(const Servable& servable, std::string_view body, const RequestHeaders& headers, const Finish& finish,
-             std::function<void(const model::Predictions&)> observe = nullptr);
+             std::function<void(const model::Predictions&)> observe = nullptr,
+             std::chrono::microseconds queue_limit = {});
 
   // endpoint_inference.cpp: inference through an endpoint by `servable` (the request's route):
   // its answer (recorded for any rollout's analysis), or the fallback's when it fails or misses

@@ -345,7 +345,8 @@ HttpResponse Service::State::infer_response(const LoadedModel& loaded, const Pre
 }
 
 void Service::State::infer(const Servable& servable, std::string_view body, const RequestHeaders& headers,
-                           const Finish& finish, std::function<void(const model::Predictions&)> observe) {
+                           const Finish& finish, std::function<void(const model::Predictions&)> observe,
+                           std::chrono::microseconds queue_limit) {
   using Stage = ServerMetrics::Stage;
   std::shared_ptr<const LoadedModel> loaded = servable.model;
   const std::string& name = loaded->name;
@@ -400,7 +401,8 @@ void Service::State::infer(const Servable& servable, std::string_view body, cons
   job.features = std::move(shared->features);
   job.rows = shared->rows;
   job.priority = shared->priority;
-  job.timeout = shared->timeout;
+  job.timeout = shared->timeout.count() > 0 ? shared->timeout : loaded->config.batching.default_timeout;
+  if (queue_limit.count() > 0 && (job.timeout.count() == 0 || queue_limit < job.timeout)) job.timeout = queue_limit;
   job.done = [this, name, version, shared, respond, finish](Result<model::Predictions> predictions,
                                                             BatchTiming timing) {
     metrics.change_pending(name, version, -1);

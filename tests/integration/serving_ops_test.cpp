@@ -681,6 +681,45 @@ TEST_F(ServingOps, DeadlinesAndFallbacksAnswerForASlowVersion) {
   stop_server();
 }
 
+// A client that sends requests no version can read, with route keys that reach the canary, does
+// not fail the canary: its refusals count against the canary only when the stable version can
+// answer them.
+TEST_F(ServingOps, RequestsNoVersionCanReadDoNotFailACanary) {
+  ASSERT_EQ(slipway({"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--register", "lending"})
+                .exit_code,
+            0);
+  ASSERT_EQ(slipway({"deploy", "web", "lending@1", "--fallback", "main"}).exit_code, 0);
+  int port = start_server({});
+  ASSERT_GT(port, 0);
+  ASSERT_EQ(slipway({"deploy", "web", "lending@2", "--steps", "50,100", "--interval", "3s", "--min-requests", "20",
+                     "--max-divergence", "1", "--max-p99-ratio", "100"})
+                .exit_code,
+            0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  std::vector<std::string> canary_keys;
+  for (int key = 0; canary_keys.size() < 8 && key < 200; ++key) {
+    std::vector<std::pair<std::string, std::string>> headers = {{"X-Slipway-Route-Key", "k" + std::to_string(key)}};
+    auto answer = http_request(port, "POST", "/v2/models/web/infer", kOneRow, headers);
+    if (answer.header("x-slipway-version") == "lending@2") canary_keys.push_back("k" + std::to_string(key));
+  }
+  ASSERT_EQ(canary_keys.size(), 8u);
+  for (int request = 0; request < 80; ++request) {
+    std::vector<std::pair<std::string, std::string>> headers = {
+        {"X-Slipway-Route-Key", canary_keys[static_cast<std::size_t>(request) % canary_keys.size()]}};
+    EXPECT_EQ(http_request(port, "POST", "/v2/models/web/infer", R"({"inputs":[]})", headers).status, 400);
+    EXPECT_EQ(http_request(port, "POST", "/v2/models/web/infer", kOneRow).status, 200);
+  }
+  std::string status;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(8);
+  while (std::chrono::steady_clock::now() < deadline) {
+    status = slipway({"rollout", "status", "web"}).out;
+    if (status.find("running") == std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  EXPECT_NE(status.find("promoted"), std::string::npos) << status;
+  stop_server();
+}
+
 // SIGKILL in the middle of a rollout: the registry holds one configuration or the next, never a
 // mix, and a restarted server carries the rollout on from its stored step.
 TEST_F(ServingOps, ARolloutSurvivesTheServerBeingKilled) {

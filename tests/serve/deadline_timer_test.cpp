@@ -6,6 +6,8 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace slipway::serve {
@@ -44,6 +46,28 @@ TEST(DeadlineTimer, RunsEachActionAtItsDeadlineInOrderAndNeverACancelledOne) {
   std::lock_guard lock(mutex);
   EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(late.load(), 0);
+}
+
+TEST(DeadlineTimer, AnActionThatThrowsIsLoggedAndTheOthersStillRun) {
+  DeadlineTimer timer(1);
+  std::atomic<bool> ran{false};
+  timer.schedule(Clock::now(), [] { throw std::runtime_error("a fallback failed"); });
+  timer.schedule(Clock::now() + milliseconds(5), [&ran] { ran = true; });
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (!ran && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(2));
+  EXPECT_TRUE(ran.load());
+}
+
+TEST(DeadlineTimer, AfterStopNothingRuns) {
+  DeadlineTimer timer;
+  std::atomic<int> runs{0};
+  timer.schedule(Clock::now() + std::chrono::hours(1), [&runs] { ++runs; });
+  timer.stop();
+  EXPECT_EQ(timer.waiting(), 0u);
+  timer.schedule(Clock::now(), [&runs] { ++runs; });
+  std::this_thread::sleep_for(milliseconds(20));
+  EXPECT_EQ(runs.load(), 0);
+  timer.stop();  // again: nothing
 }
 
 TEST(DeadlineTimer, DestroyingItDropsWhatWaits) {
