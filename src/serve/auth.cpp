@@ -39,7 +39,7 @@ bool constant_time_equal(std::string_view left, std::string_view right) {
 
 Role role_required(const std::vector<std::string_view>& segments) {
   if (segments.size() == 1 && segments[0] == "metrics") return Role::kAdmin;
-  // Approving is kept from those who deploy: a deployer cannot approve their own version.
+  // Approving takes more than deploying: a token that may only deploy cannot approve what it deploys.
   if (segments.size() >= 2 && segments[0] == "api" && segments[1] == "models") return Role::kAdmin;
   if (!segments.empty() && segments[0] == "api") return Role::kDeploy;
   if (segments.size() >= 2 && segments[0] == "v2" && segments[1] == "health") return Role::kOpen;
