@@ -252,7 +252,7 @@ inline void log_error(std::string_view message) { log(LogLevel::kError, message)
 // Crash testing. crash_point("name") kills the process with SIGKILL when the environment variable
 // SLIPWAY_CRASH_AT equals "name" (read once, at the first call), so tests can stop Slipway at the
 // worst moments of a write and check that nothing acknowledged was lost or half-written.
-// Points: files.before_rename, train.before_register, registry.before_commit.
+// Points: files.before_rename, train.before_register, registry.before_commit, batch.after_part.
 
 void crash_point(std::string_view name);
 

@@ -76,6 +76,35 @@ Result<Table> read_csv(const std::string& path, const CsvOptions& options = {});
 // The same, for text already in memory; `source_name` is used in error messages.
 Result<Table> parse_csv(std::string_view text, std::string_view source_name, const CsvOptions& options = {});
 
+// A row a tolerant read left out, and why.
+struct BadRow {
+  std::size_t row = 0;   // the data row's number in the file, from 1 (the header is not counted)
+  std::size_t line = 0;  // its first line in the file
+  std::string reason;
+};
+
+// What a tolerant read gives: the table of the rows it kept, the input row each came from, and
+// the rows it left out.
+struct TolerantTable {
+  Table table;
+  std::vector<std::size_t> source_rows;  // per table row, its data row number (from 1)
+  std::vector<BadRow> bad_rows;
+};
+
+// read_csv for readers that judge rows one by one (batch scoring): a row whose field count
+// differs from the header's is left out and reported instead of refusing the file, and infinite
+// numbers stay in numeric columns (as ±inf) for the caller to judge. A file that is not CSV (not
+// UTF-8, an unterminated quote, CR-only line endings) is still refused.
+Result<TolerantTable> read_csv_rows(const std::string& path, const CsvOptions& options = {});
+
+// ---------------------------------------------------------------------------------------------
+// JSON Lines: one JSON object per line, its keys the columns (in order of first appearance; a
+// key a row lacks is missing there). Numbers are numeric, booleans 1 and 0, strings text
+// (a column holding any text is categorical, its numbers kept as text), null missing. A line
+// that is not a JSON object, or holds an array or object as a value, is a bad row. Blank lines
+// are skipped.
+Result<TolerantTable> read_jsonl_rows(const std::string& path);
+
 // ---------------------------------------------------------------------------------------------
 // Splits.
 

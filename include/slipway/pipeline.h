@@ -189,13 +189,14 @@ Result<Reproduction> reproduce_run(registry::Registry& registry, const std::stri
 // ---------------------------------------------------------------------------------------------
 // Lineage: the workspace as a graph in the ML Metadata model's terms. Artifacts (data sets by
 // content fingerprint, bundles, model versions, gate reports), executions (train and import runs,
-// optimize), contexts (experiments, aliases, endpoints), and edges for the events between them
+// optimize, batch scoring jobs), contexts (experiments, aliases, endpoints), and edges for the events between them
 // (an execution's inputs and outputs, a version's bundle, what points or routes to a version).
 
 struct LineageNode {
   std::string id;    // "data:<fingerprint>", "run:<id>", "bundle:<sha256>", "version:<model>@<n>",
-                     // "alias:<model>@<alias>", "endpoint:<name>", "gate:<sha256>", "experiment:<name>"
-  std::string type;  // data, run, bundle, version, alias, endpoint, gate, experiment
+                     // "alias:<model>@<alias>", "endpoint:<name>", "gate:<sha256>", "experiment:<name>",
+                     // "batch:<job key>"
+  std::string type;  // data, run, bundle, version, alias, endpoint, gate, experiment, batch
   std::string label;
   std::map<std::string, std::string> properties;
 };

@@ -152,6 +152,20 @@ struct CachedStep {
   std::int64_t created_ms = 0;
 };
 
+// A batch scoring job (slipway batch), recorded for lineage; its folder holds the whole record.
+struct BatchJobRecord {
+  std::string key;
+  std::string model;  // "name@version" or a bundle file
+  std::string bundle_sha256;
+  std::string input;
+  std::string input_sha256;
+  std::string out;
+  std::string state;  // running, finished, failed
+  std::int64_t rows = 0, scored = 0, bad = 0;
+  std::int64_t started_ms = 0, updated_ms = 0;
+  std::string actor;
+};
+
 // A row that names an artifact. `verify_workspace` checks each is stored; a stored artifact that
 // no row names is an orphan.
 struct ArtifactReference {
@@ -265,6 +279,10 @@ class RunStore {
   Result<std::vector<RunRecord>> list_running();
   // The bundle of every run that has one, and every checkpoint.
   Result<std::vector<ArtifactReference>> artifact_references();
+
+  // Batch jobs: recorded (again) by key as they start and end; listed oldest first.
+  Status record_batch_job(const BatchJobRecord& job);
+  Result<std::vector<BatchJobRecord>> batch_jobs();
 
   // The step cache: a step's result under a key made of everything its output depends on. A
   // later record under the same key replaces the earlier one.

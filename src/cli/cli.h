@@ -111,6 +111,22 @@ Result<GateOutcome> run_gate_check(const GlobalOptions& global, const GateFlags&
 // `slipway gate`: exit 0 passed, 1 failed, 2 could not run.
 int run_gate(const GlobalOptions& global, const GateFlags& flags);
 
+struct BatchFlags {
+  std::string reference;
+  std::string data;
+  std::string out;
+  std::string format = "csv";
+  std::size_t shards = 0;
+  int workers = 0;
+  double max_error_rate = 0.01;
+  std::string id_column;
+  bool progress = true;
+};
+// Scores a file with a model into a job folder (slipway/batch.h): sharded, resumable, idempotent.
+int run_batch(const GlobalOptions& global, const BatchFlags& flags);
+// The manifest of the job in `out`.
+int run_batch_status(const GlobalOptions& global, const std::string& out);
+
 struct DeployFlags {
   std::string endpoint;
   std::string reference;         // NAME@VERSION (or NAME@ALIAS, NAME), resolved to a version now

@@ -124,6 +124,28 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
 
   std::string out;
   std::string id_column;
+  BatchFlags batch;
+  auto* batch_command = app.add_subcommand(
+      "batch", "Score a file into a job folder: sharded, resumable after a kill, a no-op when run again");
+  batch_command->add_option("REF", batch.reference, kReferenceHelp);
+  batch_command->add_option("--data", batch.data, "Rows to score: CSV, or JSON Lines (.jsonl, .ndjson)");
+  batch_command->add_option("--out", batch.out, "The job's folder: new, empty, or this job's (to resume)");
+  batch_command->add_option("--format", batch.format, "Output rows as csv or jsonl")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"csv", "jsonl"}));
+  batch_command->add_option("--shards", batch.shards, "Shards (0: one per 16 MiB of input)")->capture_default_str();
+  batch_command->add_option("--workers", batch.workers, "Shards scored at once (0: every core)")->capture_default_str();
+  batch_command
+      ->add_option("--max-error-rate", batch.max_error_rate,
+                   "The job fails once more than this share of rows are bad (bad rows go to errors-*.csv)")
+      ->capture_default_str();
+  batch_command->add_option("--id", batch.id_column, "An input column copied into every output row");
+  bool batch_no_progress = false;
+  batch_command->add_flag("--no-progress", batch_no_progress, "No progress bar");
+  std::string batch_folder;
+  auto* batch_status_command = batch_command->add_subcommand("status", "The state of the job in a folder");
+  batch_status_command->add_option("DIR", batch_folder, "The job's folder")->required();
+
   auto* predict_command = app.add_subcommand("predict", "Score the rows of a file");
   predict_command->add_option("REF", reference, kReferenceHelp)->required();
   predict_command->add_option("--data", data_path, "Rows to score (CSV)")->required();
@@ -546,6 +568,12 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (profile_command->parsed()) {
     profile.progress = !profile_no_progress;
     return run_profile(global, profile);
+  }
+  if (batch_status_command->parsed()) return run_batch_status(global, batch_folder);
+  if (batch_command->parsed()) {
+    if (batch.out.empty()) return fail(slipway::invalid_argument("--out is required: the job's folder"));
+    batch.progress = !batch_no_progress;
+    return run_batch(global, batch);
   }
   if (predict_command->parsed()) return run_predict(global, reference, data_path, out, id_column);
   if (models_command->parsed()) return run_models(global);

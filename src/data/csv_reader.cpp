@@ -39,6 +39,10 @@ struct Chunk {
   std::vector<std::optional<std::pair<std::size_t, std::string_view>>> first_infinite;
   std::size_t line_count = 0;  // physical lines in the chunk, quoted newlines included
   std::optional<ParseError> error;
+  // A tolerant read: every record (kept or not) is counted, and those left out listed with their
+  // record index in the chunk (their line relative to the chunk, and why).
+  std::size_t records = 0;
+  std::vector<std::pair<std::size_t, BadRow>> left_out;
 };
 
 std::size_t count_char(std::string_view text, std::size_t begin, std::size_t end, char wanted) {
@@ -190,7 +194,8 @@ std::optional<float> parse_number(std::string_view field, const std::vector<std:
   return static_cast<float>(value);
 }
 
-void parse_chunk(std::string_view text, const CsvOptions& options, std::size_t column_count, Chunk& chunk) {
+void parse_chunk(std::string_view text, const CsvOptions& options, std::size_t column_count, bool tolerant,
+                 Chunk& chunk) {
   chunk.fields.assign(column_count, {});
   chunk.numbers.assign(column_count, {});
   chunk.numeric.assign(column_count, 1);
@@ -210,11 +215,16 @@ void parse_chunk(std::string_view text, const CsvOptions& options, std::size_t c
     std::size_t record_line = parser.line;
     if (!parser.parse(pos, row, chunk.unescaped, chunk.error)) break;
     if (row.size() != column_count) {
-      chunk.error = ParseError{
-          record_line, 0,
-          "expected " + std::to_string(column_count) + " fields as in the header, found " + std::to_string(row.size())};
+      std::string reason =
+          "expected " + std::to_string(column_count) + " fields as in the header, found " + std::to_string(row.size());
+      if (tolerant) {
+        chunk.left_out.push_back({chunk.records++, BadRow{0, record_line, std::move(reason)}});
+        continue;
+      }
+      chunk.error = ParseError{record_line, 0, std::move(reason)};
       break;
     }
+    ++chunk.records;
     for (std::size_t column = 0; column < column_count; ++column) {
       chunk.fields[column].push_back(row[column]);
       if (!chunk.numeric[column]) continue;
@@ -298,7 +308,11 @@ std::pair<std::size_t, std::size_t> first_invalid_utf8(std::string_view text) {
 
 }  // namespace
 
-Result<Table> parse_csv(std::string_view text, std::string_view source_name, const CsvOptions& options) {
+namespace {
+
+// parse_csv, and with `tolerant` (read_csv_rows) the rows left out and where each kept one came from.
+Result<Table> parse_csv_text(std::string_view text, std::string_view source_name, const CsvOptions& options,
+                             TolerantTable* tolerant) {
   if (text.size() >= 3 && std::memcmp(text.data(), "\xEF\xBB\xBF", 3) == 0) text.remove_prefix(3);
   if (text.empty()) return invalid_argument(std::string(source_name) + " is empty; a header row was expected");
   // Names and categories end up in bundle manifests and JSON answers, which must be UTF-8: a
@@ -339,8 +353,9 @@ Result<Table> parse_csv(std::string_view text, std::string_view source_name, con
 
   std::vector<Chunk> chunks = find_chunks(text, pos);
   int threads = options.thread_count > 0 ? options.thread_count : default_thread_count();
-  parallel_for(chunks.size(), threads,
-               [&](std::size_t index) { parse_chunk(text, options, names.size(), chunks[index]); });
+  parallel_for(chunks.size(), threads, [&](std::size_t index) {
+    parse_chunk(text, options, names.size(), tolerant != nullptr, chunks[index]);
+  });
 
   std::size_t chunk_first_line = first_data_line;
   for (const auto& chunk : chunks) {
@@ -352,7 +367,28 @@ Result<Table> parse_csv(std::string_view text, std::string_view source_name, con
     chunk_first_line += chunk.line_count;
   }
   chunk_first_line = first_data_line;
+  if (tolerant != nullptr) {
+    std::size_t rows_before = 0;
+    for (auto& chunk : chunks) {
+      auto left_out = chunk.left_out.begin();
+      for (std::size_t record = 0; record < chunk.records; ++record) {
+        if (left_out != chunk.left_out.end() && left_out->first == record) {
+          BadRow bad = std::move(left_out->second);
+          bad.row = rows_before + record + 1;
+          bad.line += chunk_first_line;
+          tolerant->bad_rows.push_back(std::move(bad));
+          ++left_out;
+        } else {
+          tolerant->source_rows.push_back(rows_before + record + 1);
+        }
+      }
+      rows_before += chunk.records;
+      chunk_first_line += chunk.line_count;
+    }
+  }
+  chunk_first_line = first_data_line;
   for (const auto& chunk : chunks) {
+    if (tolerant != nullptr) break;  // infinite numbers are the caller's to judge
     for (std::size_t column = 0; column < names.size(); ++column) {
       if (!chunk.first_infinite[column]) continue;
       bool numeric = std::all_of(chunks.begin(), chunks.end(), [&](const Chunk& each) { return each.numeric[column]; });
@@ -373,6 +409,19 @@ Result<Table> parse_csv(std::string_view text, std::string_view source_name, con
   Table table;
   for (auto& column : columns) SLIPWAY_RETURN_IF_ERROR(table.add_column(std::move(column)));
   return table;
+}
+
+}  // namespace
+
+Result<Table> parse_csv(std::string_view text, std::string_view source_name, const CsvOptions& options) {
+  return parse_csv_text(text, source_name, options, nullptr);
+}
+
+Result<TolerantTable> read_csv_rows(const std::string& path, const CsvOptions& options) {
+  SLIPWAY_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  TolerantTable read;
+  SLIPWAY_ASSIGN_OR_RETURN(read.table, parse_csv_text(text, path, options, &read));
+  return read;
 }
 
 Result<Table> read_csv(const std::string& path, const CsvOptions& options) {

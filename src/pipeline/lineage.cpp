@@ -66,6 +66,29 @@ Result<GraphBuilder> whole_graph(registry::Registry& registry) {
       }
     }
   }
+  SLIPWAY_ASSIGN_OR_RETURN(auto jobs, registry.runs().batch_jobs());
+  for (const auto& job : jobs) {
+    std::string id = "batch:" + job.key;
+    graph.node(id, "batch", "batch job " + short_hash(job.key)).properties = {
+        {"state", job.state},
+        {"model", job.model},
+        {"out", job.out},
+        {"rows", std::to_string(job.rows)},
+        {"scored", std::to_string(job.scored)},
+        {"bad", std::to_string(job.bad)},
+        {"started_ms", std::to_string(job.started_ms)}};
+    graph.node("bundle:" + job.bundle_sha256, "bundle", "bundle " + short_hash(job.bundle_sha256))
+        .properties["sha256"] = job.bundle_sha256;
+    graph.edge("bundle:" + job.bundle_sha256, id, "input");
+    // Scored with a registered version (not a bundle file): downstream of that version too.
+    if (auto parsed = registry::parse_model_reference(job.model); parsed.ok() && parsed->second.version) {
+      graph.edge(version_id(parsed->first, *parsed->second.version), id, "input");
+    }
+    LineageNode& input = graph.node("data:" + job.input_sha256, "data", "data " + short_hash(job.input_sha256));
+    input.properties["sha256"] = job.input_sha256;
+    input.properties["path"] = job.input;
+    graph.edge("data:" + job.input_sha256, id, "input");
+  }
   SLIPWAY_ASSIGN_OR_RETURN(auto models, registry.models().list());
   for (const auto& model : models) {
     SLIPWAY_ASSIGN_OR_RETURN(auto versions, registry.models().list_versions(model.name));

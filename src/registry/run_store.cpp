@@ -271,4 +271,36 @@ Result<std::optional<CachedStep>> RunStore::cached_step(const std::string& kind,
   return found;
 }
 
+Status RunStore::record_batch_job(const BatchJobRecord& job) {
+  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+    std::int64_t now = unix_time_ms();
+    SLIPWAY_RETURN_IF_ERROR(
+        sql.execute("INSERT INTO batch_jobs(key, model, bundle_sha256, input, input_sha256, out, state, rows, scored, "
+                    "bad, started_ms, updated_ms, actor) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET out = excluded.out, state = excluded.state, rows = excluded.rows, "
+                    "scored = excluded.scored, bad = excluded.bad, updated_ms = excluded.updated_ms",
+                    {job.key, job.model, job.bundle_sha256, job.input, job.input_sha256, job.out, job.state, job.rows,
+                     job.scored, job.bad, job.started_ms, now, context_->actor})
+            .status());
+    return append_audit(sql, *context_, "batch." + job.state, job.model + " on " + job.input + " into " + job.out);
+  });
+}
+
+Result<std::vector<BatchJobRecord>> RunStore::batch_jobs() {
+  std::vector<BatchJobRecord> jobs;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->read([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(bool exists, sql.table_exists("batch_jobs"));
+    if (!exists) return {};  // a workspace opened read-only before this slipway migrated it
+    SLIPWAY_ASSIGN_OR_RETURN(auto rows, sql.query("SELECT key, model, bundle_sha256, input, input_sha256, out, state, "
+                                                  "rows, scored, bad, started_ms, updated_ms, actor FROM batch_jobs "
+                                                  "ORDER BY started_ms, key"));
+    for (const auto& row : rows) {
+      jobs.push_back({row.text(0), row.text(1), row.text(2), row.text(3), row.text(4), row.text(5), row.text(6),
+                      row.integer(7), row.integer(8), row.integer(9), row.integer(10), row.integer(11), row.text(12)});
+    }
+    return {};
+  }));
+  return jobs;
+}
+
 }  // namespace slipway::registry

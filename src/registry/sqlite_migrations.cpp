@@ -121,6 +121,15 @@ CREATE TABLE step_cache(
   created_ms INTEGER NOT NULL, PRIMARY KEY(kind, key));
 )sql";
 
+// Batch scoring jobs, for lineage: what scored which input into which folder.
+constexpr std::string_view kBatchJobs = R"sql(
+CREATE TABLE batch_jobs(
+  key TEXT PRIMARY KEY, model TEXT NOT NULL, bundle_sha256 TEXT NOT NULL, input TEXT NOT NULL,
+  input_sha256 TEXT NOT NULL, out TEXT NOT NULL, state TEXT NOT NULL, rows INTEGER NOT NULL,
+  scored INTEGER NOT NULL, bad INTEGER NOT NULL, started_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL,
+  actor TEXT NOT NULL);
+)sql";
+
 constexpr std::array kMigrations = {
     Migration{1, "initial_schema", kInitialSchema},
     Migration{2, "run_owner", kRunOwner},
@@ -131,6 +140,7 @@ constexpr std::array kMigrations = {
     Migration{7, "gate_results", kGateResults},
     Migration{8, "retired_versions", kRetiredVersions},
     Migration{9, "deadlines_and_step_cache", kDeadlinesAndStepCache},
+    Migration{10, "batch_jobs", kBatchJobs},
 };
 
 }  // namespace

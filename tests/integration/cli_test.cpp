@@ -2,8 +2,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "slipway/core.h"
 #include "support/test_support.h"
@@ -288,6 +290,73 @@ TEST_F(CliTest, TrainAndEvalReuseAnEarlierStepWithTheSameInputs) {
   eval.pop_back();
   EXPECT_NE(slipway(eval).out.find("\"cached\":false"), std::string::npos);
   EXPECT_EQ(json_string(slipway(train).out, "cached_from"), "");
+}
+
+// slipway batch as a user runs it: killed at the worst moment and at random moments, it resumes
+// into exactly the rows of an uninterrupted run; run again it does nothing; lineage shows it.
+TEST_F(CliTest, BatchResumesAfterKillsIntoTheRowsOfAnUninterruptedRun) {
+  ASSERT_EQ(train_lending({"--register", "lending"}).exit_code, 0);
+  // Ten copies of the lending rows: 98,570 rows, enough to kill a job mid-way.
+  std::string big = home_.file("big.csv");
+  {
+    std::string text = *slipway::read_file(data_path("lending_club.csv"));
+    std::string body = text.substr(text.find('\n') + 1);
+    std::ofstream out(big);
+    out << text;
+    for (int copy = 1; copy < 10; ++copy) out << body;
+  }
+  auto parts_of = [](const std::string& out) {
+    std::string all;
+    for (int shard = 0; std::filesystem::exists(out + "/part-" + std::string(5 - std::to_string(shard).size(), '0') +
+                                                std::to_string(shard) + ".csv");
+         ++shard) {
+      std::string name =
+          out + "/part-" + std::string(5 - std::to_string(shard).size(), '0') + std::to_string(shard) + ".csv";
+      all += *slipway::read_file(name);
+    }
+    return all;
+  };
+  std::vector<std::string> job = {"batch",     "lending@1", "--data", big,          "--shards",      "24",
+                                  "--workers", "1",         "--id",   "addr_state", "--no-progress", "--out"};
+  auto with_out = [&](const std::string& out) {
+    auto args = job;
+    args.push_back(out);
+    return args;
+  };
+  auto whole = slipway(with_out(home_.file("whole")));
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_NE(whole.out.find("rows       98570 in the input: 98570 scored, 0 bad"), std::string::npos) << whole.out;
+  std::string expected = parts_of(home_.file("whole"));
+  ASSERT_FALSE(expected.empty());
+
+  // The worst moment: a part written, the manifest not yet saying so.
+  std::vector<std::string> args = {slipway_binary(), "--home", home_.path()};
+  for (const auto& arg : with_out(home_.file("cut"))) args.push_back(arg);
+  EXPECT_EQ(run_command(args, {"SLIPWAY_CRASH_AT=batch.after_part"}).exit_code, 128 + 9);
+  EXPECT_NE(slipway({"batch", "status", home_.file("cut")}).out.find("state      running"), std::string::npos);
+  // Then kills at moments the job does not choose, each run carrying on from the last.
+  for (int delay_ms : {25, 50, 75, 100}) {
+    ChildProcess run(args);
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    run.signal(SIGKILL);
+    run.wait();
+  }
+  auto resumed = slipway(with_out(home_.file("cut")));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_EQ(parts_of(home_.file("cut")), expected);  // no row lost, none twice, the same bytes
+
+  auto again = slipway(with_out(home_.file("cut")));
+  EXPECT_NE(again.out.find("already finished: nothing to do"), std::string::npos) << again.out;
+  auto status = slipway({"--json", "batch", "status", home_.file("cut")});
+  EXPECT_NE(status.out.find("\"state\":\"finished\""), std::string::npos) << status.out;
+  auto lineage = slipway({"--json", "lineage", "lending@1", "--downstream"});
+  EXPECT_NE(lineage.out.find("\"type\":\"batch\""), std::string::npos) << lineage.out;
+
+  auto other = slipway({"batch", "lending@1", "--data", data_path("lending_club.csv"), "--out", home_.file("cut")});
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.err.find("holds another batch job"), std::string::npos) << other.err;
+  EXPECT_NE(slipway({"batch", "lending@1", "--data", big}).err.find("--out is required"), std::string::npos);
+  EXPECT_NE(slipway({"batch", "status", home_.file("nowhere")}).exit_code, 0);
 }
 
 TEST_F(CliTest, ProfileReportsEveryStagePerRequestSize) {

@@ -1,0 +1,487 @@
+// A batch scoring job: the folder's protocol (manifest, parts, errors) is in slipway/batch.h.
+#include <fcntl.h>
+#include <simdjson.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "slipway/batch.h"
+#include "slipway/data.h"
+
+namespace slipway::batch {
+namespace {
+
+constexpr std::size_t kBytesPerShard = std::size_t{16} << 20;
+constexpr std::size_t kMaxShards = 1024;
+
+std::string part_name(std::size_t shard, const std::string& format) {
+  return fmt::format("part-{:05}.{}", shard, format);
+}
+std::string errors_name(std::size_t shard) { return fmt::format("errors-{:05}.csv", shard); }
+
+void append_csv_field(std::string& out, std::string_view text) {
+  if (text.find_first_of(",\"\n\r") == std::string_view::npos) {
+    out += text;
+    return;
+  }
+  out += '"';
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  out += '"';
+}
+
+// Holds an exclusive lock on the job's folder while it runs: two processes never write one job.
+class FolderLock {
+ public:
+  ~FolderLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Status acquire(const std::string& folder) {
+    std::string path = folder + "/.lock";
+    fd_ = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    if (fd_ < 0) return io_error("cannot create " + path + ": " + std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      return failed_precondition("another `slipway batch` is writing " + folder + " now");
+    }
+    return {};
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// The rows of one shard the model can score, and those it cannot (with why).
+struct ShardRows {
+  data::Table table;                     // the good rows, in input order
+  std::vector<std::size_t> row_numbers;  // per good row, its data row number
+  std::vector<data::BadRow> bad;
+};
+
+// A numeric input read as text (some row held text): each row's text as a number, or the row is
+// bad. Infinite numbers are bad too: no model can use them.
+void check_numeric_inputs(const model::Bundle& bundle, ShardRows& shard) {
+  std::vector<char> bad_row(shard.table.row_count(), 0);
+  std::vector<std::string> reasons(shard.table.row_count());
+  data::Table checked;
+  for (const data::Column& column : shard.table.columns()) {
+    auto feature = bundle.preprocessor().feature_index(column.name);
+    bool numeric_input = feature && bundle.preprocessor().features()[*feature].type == data::ColumnType::kNumeric;
+    if (!numeric_input) {
+      (void)checked.add_column(column);
+      continue;
+    }
+    data::Column numbers;
+    numbers.name = column.name;
+    numbers.numbers.resize(column.size(), std::numeric_limits<float>::quiet_NaN());
+    for (std::size_t row = 0; row < column.size(); ++row) {
+      if (column.is_missing(row)) continue;
+      float value = 0;
+      bool ok = true;
+      if (column.type == data::ColumnType::kNumeric) {
+        value = column.numbers[row];
+        ok = std::isfinite(value);
+      } else {
+        const std::string& text = column.dictionary[static_cast<std::size_t>(column.codes[row])];
+        double parsed = 0;
+        auto result = std::from_chars(text.data(), text.data() + text.size(), parsed);
+        ok = result.ec == std::errc() && result.ptr == text.data() + text.size() && std::isfinite(parsed) &&
+             std::isfinite(static_cast<float>(parsed));
+        value = static_cast<float>(parsed);
+      }
+      if (ok) {
+        numbers.numbers[row] = value;
+      } else if (bad_row[row] == 0) {
+        bad_row[row] = 1;
+        std::string text = column.text_at(row);
+        if (text.size() > 64) text = text.substr(0, 64) + "...";
+        reasons[row] = "input '" + column.name + "' holds '" + text + "', not a finite number";
+      }
+    }
+    (void)checked.add_column(std::move(numbers));
+  }
+  std::vector<std::uint32_t> good;
+  std::vector<std::size_t> good_numbers;
+  for (std::size_t row = 0; row < bad_row.size(); ++row) {
+    if (bad_row[row] == 0) {
+      good.push_back(static_cast<std::uint32_t>(row));
+      good_numbers.push_back(shard.row_numbers[row]);
+    } else {
+      shard.bad.push_back({shard.row_numbers[row], 0, std::move(reasons[row])});
+    }
+  }
+  std::sort(shard.bad.begin(), shard.bad.end(), [](const auto& a, const auto& b) { return a.row < b.row; });
+  shard.table = good.size() == bad_row.size() ? std::move(checked) : checked.take_rows(good);
+  shard.row_numbers = std::move(good_numbers);
+}
+
+// The scored rows of a shard as the output file's text.
+std::string format_rows(const JobModel& model, const JobSpec& spec, const ShardRows& shard,
+                        const model::Predictions& predictions, const data::Column* ids) {
+  const model::Bundle& bundle = *model.bundle;
+  bool classification = bundle.task() != model::Task::kRegression;
+  bool multiclass = bundle.task() == model::Task::kMulticlassClassification;
+  const std::vector<std::string>& labels = bundle.manifest().class_labels;
+  std::size_t columns = predictions.columns;
+  std::string out;
+  out.reserve(predictions.rows * 48);
+  if (spec.format == "jsonl") {
+    for (std::size_t row = 0; row < predictions.rows; ++row) {
+      JsonWriter json;
+      json.begin_object().key("row").value(static_cast<std::uint64_t>(shard.row_numbers[row]));
+      if (ids != nullptr) json.key(ids->name).value(ids->text_at(row));
+      json.key("model").value(model.description);
+      if (multiclass) {
+        for (std::size_t column = 0; column < columns; ++column) {
+          json.key("probability_" + labels[column]).value(predictions.scores[row * columns + column]);
+        }
+      } else {
+        json.key(classification ? "probability" : "prediction").value(predictions.scores[row]);
+      }
+      if (classification) json.key("label").value(bundle.predicted_label(predictions, row));
+      json.end_object();
+      out += json.str();
+      out += '\n';
+    }
+    return out;
+  }
+  out += "row,";
+  if (ids != nullptr) {
+    append_csv_field(out, ids->name);
+    out += ',';
+  }
+  out += "model,";
+  if (multiclass) {
+    for (const auto& label : labels) {
+      append_csv_field(out, "probability_" + label);
+      out += ',';
+    }
+    out += "label\n";
+  } else {
+    out += classification ? "probability,label\n" : "prediction\n";
+  }
+  for (std::size_t row = 0; row < predictions.rows; ++row) {
+    out += std::to_string(shard.row_numbers[row]);
+    out += ',';
+    if (ids != nullptr) {
+      append_csv_field(out, ids->text_at(row));
+      out += ',';
+    }
+    append_csv_field(out, model.description);
+    for (std::size_t column = 0; column < columns; ++column) {
+      // Shortest text that reads back as the same float: the online answer's bits.
+      out += fmt::format(",{}", predictions.scores[row * columns + column]);
+    }
+    if (classification) {
+      out += ',';
+      append_csv_field(out, bundle.predicted_label(predictions, row));
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+std::string format_errors(const std::vector<data::BadRow>& bad) {
+  std::string out = "row,line,reason\n";
+  for (const auto& row : bad) {
+    out += std::to_string(row.row) + "," + (row.line > 0 ? std::to_string(row.line) : std::string()) + ",";
+    append_csv_field(out, row.reason);
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string job_key(const std::string& bundle_sha256, const std::string& input_sha256, const std::string& format,
+                    const std::string& id_column, std::size_t shards) {
+  return sha256_hex("slipway batch job\nbundle " + bundle_sha256 + "\ninput " + input_sha256 + "\nformat " + format +
+                    "\nid " + std::to_string(id_column.size()) + ":" + id_column + "\nshards " +
+                    std::to_string(shards) + "\n");
+}
+
+std::string JobManifest::to_json() const {
+  JsonWriter json;
+  json.begin_object();
+  json.key("key").value(key).key("model").value(model).key("bundle_sha256").value(bundle_sha256);
+  json.key("input").value(input).key("input_sha256").value(input_sha256);
+  json.key("format").value(format).key("id_column").value(id_column).key("max_error_rate").value(max_error_rate);
+  json.key("state").value(state).key("reason").value(reason);
+  json.key("rows").value(static_cast<std::uint64_t>(rows)).key("scored").value(static_cast<std::uint64_t>(scored));
+  json.key("bad").value(static_cast<std::uint64_t>(bad));
+  json.key("started_ms").value(started_ms).key("finished_ms").value(finished_ms);
+  json.key("shards").begin_array();
+  for (const auto& shard : shards) {
+    json.begin_object().key("index").value(static_cast<std::uint64_t>(shard.index));
+    json.key("first_row").value(static_cast<std::uint64_t>(shard.first_row));
+    json.key("rows").value(static_cast<std::uint64_t>(shard.rows));
+    json.key("scored").value(static_cast<std::uint64_t>(shard.scored));
+    json.key("bad").value(static_cast<std::uint64_t>(shard.bad)).key("state").value(shard.state);
+    json.key("seconds").value(shard.seconds).key("output_sha256").value(shard.output_sha256);
+    json.end_object();
+  }
+  json.end_array().end_object();
+  return json.take() + "\n";
+}
+
+Result<JobManifest> JobManifest::parse(std::string_view text, std::string_view source) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(text);
+  simdjson::dom::object root;
+  auto broken = [&](std::string_view what) {
+    return data_loss(std::string(source) + " is not a batch job manifest (" + std::string(what) + ")");
+  };
+  if (parser.parse(padded).get(root) != simdjson::SUCCESS) return broken("not a JSON object");
+  JobManifest manifest;
+  auto text_field = [&](std::string_view key, std::string& out) {
+    std::string_view value;
+    if (root[key].get(value) != simdjson::SUCCESS) return false;
+    out = std::string(value);
+    return true;
+  };
+  auto count = [](simdjson::dom::object object, std::string_view key, std::size_t& out) {
+    std::uint64_t value = 0;
+    if (object[key].get(value) != simdjson::SUCCESS) return false;
+    out = static_cast<std::size_t>(value);
+    return true;
+  };
+  bool ok = text_field("key", manifest.key) && text_field("model", manifest.model) &&
+            text_field("bundle_sha256", manifest.bundle_sha256) && text_field("input", manifest.input) &&
+            text_field("input_sha256", manifest.input_sha256) && text_field("format", manifest.format) &&
+            text_field("id_column", manifest.id_column) && text_field("state", manifest.state) &&
+            text_field("reason", manifest.reason) && count(root, "rows", manifest.rows) &&
+            count(root, "scored", manifest.scored) && count(root, "bad", manifest.bad) &&
+            root["max_error_rate"].get(manifest.max_error_rate) == simdjson::SUCCESS &&
+            root["started_ms"].get(manifest.started_ms) == simdjson::SUCCESS &&
+            root["finished_ms"].get(manifest.finished_ms) == simdjson::SUCCESS;
+  if (!ok) return broken("a field is missing or has the wrong type");
+  simdjson::dom::array shards;
+  if (root["shards"].get(shards) != simdjson::SUCCESS) return broken("no shards");
+  for (auto element : shards) {
+    simdjson::dom::object object;
+    ShardRecord shard;
+    std::string_view state, output;
+    if (element.get(object) != simdjson::SUCCESS || !count(object, "index", shard.index) ||
+        !count(object, "first_row", shard.first_row) || !count(object, "rows", shard.rows) ||
+        !count(object, "scored", shard.scored) || !count(object, "bad", shard.bad) ||
+        object["state"].get(state) != simdjson::SUCCESS || object["seconds"].get(shard.seconds) != simdjson::SUCCESS ||
+        object["output_sha256"].get(output) != simdjson::SUCCESS) {
+      return broken("a shard's record is incomplete");
+    }
+    shard.state = std::string(state);
+    shard.output_sha256 = std::string(output);
+    manifest.shards.push_back(std::move(shard));
+  }
+  return manifest;
+}
+
+Result<JobManifest> read_job(const std::string& out) {
+  std::string path = out + "/manifest.json";
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) return not_found(out + " holds no batch job (no manifest.json)");
+  SLIPWAY_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  return JobManifest::parse(text, path);
+}
+
+Result<JobOutcome> run_job(const JobModel& model, const JobSpec& spec, const JobProgress& progress) {
+  std::int64_t started = monotonic_ns();
+  if (spec.format != "csv" && spec.format != "jsonl") {
+    return invalid_argument("--format must be csv or jsonl, not '" + spec.format + "'");
+  }
+  if (!(spec.max_error_rate >= 0 && spec.max_error_rate <= 1)) {
+    return invalid_argument("--max-error-rate must be between 0 and 1");
+  }
+  if (spec.shards > kMaxShards) return invalid_argument("--shards must be at most " + std::to_string(kMaxShards));
+  if (spec.out.empty()) return invalid_argument("--out needs a folder");
+  std::error_code error;
+  auto input_bytes = std::filesystem::file_size(spec.data, error);
+  if (error) return not_found("cannot read " + spec.data + ": " + error.message());
+  SLIPWAY_ASSIGN_OR_RETURN(std::string input_sha256, sha256_file(spec.data));
+  std::size_t shard_count =
+      spec.shards > 0 ? spec.shards : std::clamp<std::size_t>(input_bytes / kBytesPerShard + 1, 1, kMaxShards);
+  std::string key = job_key(model.sha256, input_sha256, spec.format, spec.id_column, shard_count);
+
+  // The folder: this job's (to finish or to leave as it is), empty, or new; never another's.
+  SLIPWAY_RETURN_IF_ERROR(make_directories(spec.out));
+  FolderLock lock;
+  SLIPWAY_RETURN_IF_ERROR(lock.acquire(spec.out));
+  JobOutcome outcome;
+  std::optional<JobManifest> earlier;
+  auto existing = read_job(spec.out);
+  if (existing.ok()) {
+    if (existing->key != key) {
+      return failed_precondition(spec.out + " holds another batch job (" + existing->model + " on " + existing->input +
+                                 "); give another --out, or remove it");
+    }
+    if (existing->state == "finished") {
+      outcome.manifest = std::move(existing).value();
+      outcome.already_finished = true;
+      return outcome;
+    }
+    earlier = std::move(existing).value();
+  } else if (existing.status().code() != StatusCode::kNotFound) {
+    return existing.status();
+  } else {
+    for (const auto& entry : std::filesystem::directory_iterator(spec.out, error)) {
+      if (entry.path().filename() != ".lock") {
+        return failed_precondition(spec.out + " is not empty and holds no batch job; give an empty or new folder");
+      }
+    }
+  }
+  // Left by a run killed mid-write: never part of the output.
+  for (const auto& entry : std::filesystem::directory_iterator(spec.out, error)) {
+    if (entry.path().filename().string().find(".tmp") != std::string::npos) std::filesystem::remove(entry, error);
+  }
+
+  bool jsonl = spec.data.ends_with(".jsonl") || spec.data.ends_with(".ndjson");
+  SLIPWAY_ASSIGN_OR_RETURN(data::TolerantTable input,
+                           jsonl ? data::read_jsonl_rows(spec.data) : data::read_csv_rows(spec.data));
+  // What the model needs from every row must be in the file at all: otherwise no row is good.
+  for (const auto& feature : model.bundle->preprocessor().features()) {
+    if (input.table.find(feature.name) == nullptr) {
+      return invalid_argument("the input has no column '" + feature.name + "', which " + model.description + " reads");
+    }
+  }
+  if (!spec.id_column.empty() && input.table.find(spec.id_column) == nullptr) {
+    return invalid_argument("the input has no column '" + spec.id_column + "' (--id)");
+  }
+
+  JobManifest manifest;
+  std::size_t total_rows = input.source_rows.size() + input.bad_rows.size();
+  if (earlier) {
+    manifest = std::move(*earlier);
+  } else {
+    manifest.key = key;
+    manifest.model = model.description;
+    manifest.bundle_sha256 = model.sha256;
+    manifest.input = std::filesystem::absolute(spec.data).string();
+    manifest.input_sha256 = input_sha256;
+    manifest.format = spec.format;
+    manifest.id_column = spec.id_column;
+    manifest.started_ms = unix_time_ms();
+    for (std::size_t index = 0; index < shard_count; ++index) {
+      ShardRecord shard;
+      shard.index = index;
+      shard.first_row = index * total_rows / shard_count + 1;
+      shard.rows = (index + 1) * total_rows / shard_count - (index * total_rows / shard_count);
+      manifest.shards.push_back(std::move(shard));
+    }
+  }
+  manifest.max_error_rate = spec.max_error_rate;
+  manifest.rows = total_rows;
+  manifest.state = "running";
+  manifest.reason.clear();
+  std::mutex manifest_mutex;
+  auto write_manifest = [&]() { return write_file_atomic(spec.out + "/manifest.json", manifest.to_json()); };
+  SLIPWAY_RETURN_IF_ERROR(write_manifest());
+
+  // A shard is done when its manifest record says so and its part is the one recorded.
+  std::vector<std::size_t> pending;
+  std::size_t rows_pending = 0;
+  for (auto& shard : manifest.shards) {
+    if (shard.state == "done") {
+      auto digest = sha256_file(spec.out + "/" + part_name(shard.index, spec.format));
+      if (digest.ok() && *digest == shard.output_sha256) {
+        ++outcome.shards_skipped;
+        continue;
+      }
+      shard.state = "pending";
+    }
+    pending.push_back(shard.index);
+    rows_pending += shard.rows;
+  }
+  // The good and bad rows are indexed by data row number, so a shard finds its own in order.
+  auto bad_before = [&](std::size_t row) {
+    return std::lower_bound(input.bad_rows.begin(), input.bad_rows.end(), row,
+                            [](const data::BadRow& bad, std::size_t number) { return bad.row < number; }) -
+           input.bad_rows.begin();
+  };
+  auto good_before = [&](std::size_t row) {
+    return std::lower_bound(input.source_rows.begin(), input.source_rows.end(), row) - input.source_rows.begin();
+  };
+  std::atomic<std::size_t> rows_done{0};
+  std::atomic<bool> over_limit{false};
+  std::atomic<std::size_t> bad_total{0};
+  for (const auto& shard : manifest.shards) {
+    if (shard.state == "done") bad_total += shard.bad;
+  }
+  std::size_t allowed_bad = static_cast<std::size_t>(std::floor(spec.max_error_rate * static_cast<double>(total_rows)));
+  std::vector<Status> failures(pending.size());
+  int workers = spec.workers > 0 ? spec.workers : default_thread_count();
+  parallel_for(pending.size(), workers, [&](std::size_t task) {
+    if (over_limit) return;
+    std::int64_t shard_started = monotonic_ns();
+    ShardRecord& record = manifest.shards[pending[task]];
+    std::size_t end_row = record.first_row + record.rows;
+    ShardRows shard;
+    auto first_good = good_before(record.first_row), last_good = good_before(end_row);
+    std::vector<std::uint32_t> rows;
+    for (auto index = first_good; index < last_good; ++index) {
+      rows.push_back(static_cast<std::uint32_t>(index));
+      shard.row_numbers.push_back(input.source_rows[static_cast<std::size_t>(index)]);
+    }
+    shard.table = input.table.take_rows(rows);
+    shard.bad.assign(input.bad_rows.begin() + bad_before(record.first_row),
+                     input.bad_rows.begin() + bad_before(end_row));
+    check_numeric_inputs(*model.bundle, shard);
+    if ((bad_total += shard.bad.size()) > allowed_bad) over_limit = true;
+    auto predictions = model.bundle->predict(shard.table);
+    if (!predictions.ok()) {
+      failures[task] = predictions.status();
+      return;
+    }
+    const data::Column* ids = shard.table.find(spec.id_column);
+    std::string part = format_rows(model, spec, shard, *predictions, spec.id_column.empty() ? nullptr : ids);
+    std::string part_sha256 = sha256_hex(part);
+    Status written = write_file_atomic(spec.out + "/" + errors_name(record.index), format_errors(shard.bad));
+    if (written.ok()) written = write_file_atomic(spec.out + "/" + part_name(record.index, spec.format), part);
+    if (!written.ok()) {
+      failures[task] = written;
+      return;
+    }
+    crash_point("batch.after_part");  // the part is there, the manifest does not say so yet
+    std::lock_guard guard(manifest_mutex);
+    record.scored = predictions->rows;
+    record.bad = shard.bad.size();
+    record.state = "done";
+    record.seconds = static_cast<double>(monotonic_ns() - shard_started) * 1e-9;
+    record.output_sha256 = part_sha256;
+    failures[task] = write_manifest();
+    if (progress) progress(rows_done += record.rows, rows_pending);
+  });
+  for (const auto& failure : failures) SLIPWAY_RETURN_IF_ERROR(failure);
+
+  manifest.scored = 0;
+  manifest.bad = 0;
+  for (const auto& shard : manifest.shards) {
+    manifest.scored += shard.scored;
+    manifest.bad += shard.bad;
+  }
+  std::size_t bad_seen = bad_total;
+  if (bad_seen > allowed_bad) {
+    manifest.state = "failed";
+    manifest.reason = fmt::format(
+        "{} of {} rows are bad ({:.2f}%), above --max-error-rate {}; errors-*.csv in {} say which and why", bad_seen,
+        total_rows, 100.0 * static_cast<double>(bad_seen) / static_cast<double>(std::max<std::size_t>(total_rows, 1)),
+        spec.max_error_rate, spec.out);
+  } else {
+    manifest.state = "finished";
+    manifest.finished_ms = unix_time_ms();
+  }
+  SLIPWAY_RETURN_IF_ERROR(write_manifest());
+  outcome.manifest = manifest;
+  outcome.seconds = static_cast<double>(monotonic_ns() - started) * 1e-9;
+  if (manifest.state == "failed") return failed_precondition(manifest.reason);
+  return outcome;
+}
+
+}  // namespace slipway::batch

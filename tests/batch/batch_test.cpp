@@ -1,0 +1,202 @@
+// Batch jobs: every input row is either scored or reported bad, in input order; a rerun of a
+// finished job does nothing; an interrupted one finishes only what it had not; a folder that holds
+// anything else is refused.
+#include "slipway/batch.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "support/fixtures.h"
+
+namespace slipway::batch {
+namespace {
+
+namespace fs = std::filesystem;
+
+class BatchJob : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto summary = train::fit(testing::lending_rows(0, 2000), train::TrainRequest{.target = "Class"});
+    ASSERT_TRUE(summary.ok()) << summary.status().message();
+    model_ = JobModel{summary->bundle, "lending@1", sha256_hex(summary->bundle->serialize())};
+  }
+  // Every part of the job in `out`, concatenated in shard order, without their header lines.
+  std::string rows_of(const std::string& out, const std::string& format = "csv") {
+    std::string all;
+    for (std::size_t shard = 0;; ++shard) {
+      std::string path = out + "/" + fmt_part(shard, format);
+      if (!fs::exists(path)) break;
+      std::string text = *read_file(path);
+      all += format == "csv" ? text.substr(text.find('\n') + 1) : text;
+    }
+    return all;
+  }
+  static std::string fmt_part(std::size_t shard, const std::string& format) {
+    char name[32];
+    std::snprintf(name, sizeof name, "part-%05zu.%s", shard, format.c_str());
+    return name;
+  }
+  JobSpec spec(const std::string& data, const std::string& out) {
+    JobSpec job;
+    job.data = data;
+    job.out = out;
+    job.shards = 4;
+    job.workers = 2;
+    return job;
+  }
+
+  testing::TempDir dir_;
+  JobModel model_;
+};
+
+TEST_F(BatchJob, ScoresEveryRowInOrderAndARerunDoesNothing) {
+  std::string data = testing::data_path("lending_club.csv");
+  auto first = run_job(model_, spec(data, dir_.file("out")));
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  EXPECT_EQ(first->manifest.state, "finished");
+  EXPECT_EQ(first->manifest.rows, 9857u);
+  EXPECT_EQ(first->manifest.scored, 9857u);
+  EXPECT_EQ(first->manifest.bad, 0u);
+  EXPECT_FALSE(first->already_finished);
+  // The rows are the in-process predictions of the whole file, in order, as the same floats.
+  auto table = data::read_csv(data);
+  auto predictions = model_.bundle->predict(*table);
+  std::istringstream lines(rows_of(dir_.file("out")));
+  std::string line;
+  std::size_t row = 0;
+  while (std::getline(lines, line)) {
+    ASSERT_LT(row, predictions->rows);
+    EXPECT_EQ(line.substr(0, line.find(',')), std::to_string(row + 1));
+    auto fields_after_model = line.substr(line.find("lending@1,") + 10);
+    EXPECT_EQ(std::stof(fields_after_model.substr(0, fields_after_model.find(','))), predictions->scores[row]) << line;
+    ++row;
+  }
+  EXPECT_EQ(row, 9857u);
+  auto again = run_job(model_, spec(data, dir_.file("out")));
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->already_finished);
+  EXPECT_EQ(read_job(dir_.file("out"))->key, first->manifest.key);
+}
+
+TEST_F(BatchJob, AnInterruptedJobFinishesOnlyWhatItHadNot) {
+  std::string data = testing::data_path("lending_club.csv");
+  auto whole = run_job(model_, spec(data, dir_.file("whole")));
+  ASSERT_TRUE(whole.ok());
+  // As a kill leaves it: shard 2 never recorded, its part half there, a temp file about.
+  ASSERT_TRUE(run_job(model_, spec(data, dir_.file("cut"))).ok());
+  auto manifest = *read_job(dir_.file("cut"));
+  manifest.state = "running";
+  manifest.shards[2].state = "pending";
+  ASSERT_TRUE(write_file_atomic(dir_.file("cut") + "/manifest.json", manifest.to_json()).ok());
+  testing::write_text(dir_.file("cut") + "/" + fmt_part(2, "csv"), "row,model\n1,half");
+  testing::write_text(dir_.file("cut") + "/part-00003.csv.tmp.123", "junk");
+  // A part whose bytes differ from the record is scored again too.
+  testing::write_text(dir_.file("cut") + "/" + fmt_part(3, "csv"), "tampered");
+  auto resumed = run_job(model_, spec(data, dir_.file("cut")));
+  ASSERT_TRUE(resumed.ok()) << resumed.status().message();
+  EXPECT_EQ(resumed->shards_skipped, 2u);
+  EXPECT_EQ(rows_of(dir_.file("cut")), rows_of(dir_.file("whole")));
+  EXPECT_FALSE(fs::exists(dir_.file("cut") + "/part-00003.csv.tmp.123"));
+}
+
+TEST_F(BatchJob, BadRowsGoToTheErrorsFilesUntilTheRateIsPassed) {
+  std::string data = dir_.file("rows.csv");
+  std::string text = *read_file(testing::data_path("lending_club.csv"));
+  std::istringstream input(text);
+  std::string header, line, out;
+  std::getline(input, header);
+  out = header + "\n";
+  for (int row = 1; row <= 200 && std::getline(input, line); ++row) {
+    if (row == 7) line = "12000" + line.substr(line.find(','));   // fine
+    if (row == 10) line = "abc" + line.substr(line.find(','));    // funded_amnt is not a number
+    if (row == 20) line = "1e999" + line.substr(line.find(','));  // infinite
+    if (row == 30) line = "1,2,3";                                // wrong field count
+    out += line + "\n";
+  }
+  testing::write_text(data, out);
+  JobSpec job = spec(data, dir_.file("bad"));
+  job.max_error_rate = 0.01;  // 2 of 200 allowed: 3 are bad
+  auto failed = run_job(model_, job);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(failed.status().message().find("3 of 200 rows are bad (1.50%), above --max-error-rate 0.01"),
+            std::string::npos)
+      << failed.status().message();
+  EXPECT_EQ(read_job(dir_.file("bad"))->state, "failed");
+  job.max_error_rate = 0.02;
+  auto finished = run_job(model_, job);
+  ASSERT_TRUE(finished.ok()) << finished.status().message();
+  EXPECT_EQ(finished->manifest.scored, 197u);
+  EXPECT_EQ(finished->manifest.bad, 3u);
+  std::string errors;
+  for (int shard = 0; shard < 4; ++shard) {
+    std::string part = *read_file(dir_.file("bad") + "/errors-0000" + std::to_string(shard) + ".csv");
+    errors += part.substr(part.find('\n') + 1);
+  }
+  EXPECT_NE(errors.find("10,,\"input 'funded_amnt' holds 'abc', not a finite number\""), std::string::npos) << errors;
+  EXPECT_NE(errors.find("20,,\"input 'funded_amnt' holds '1e999', not a finite number\""), std::string::npos) << errors;
+  EXPECT_NE(errors.find("30,31,\"expected 23 fields as in the header, found 3\""), std::string::npos) << errors;
+  std::string scored = rows_of(dir_.file("bad"));
+  EXPECT_EQ(scored.find("\n10,"), std::string::npos);
+  EXPECT_NE(scored.find("\n11,"), std::string::npos);
+}
+
+TEST_F(BatchJob, AFolderThatHoldsAnythingElseIsRefused) {
+  std::string data = testing::data_path("lending_club.csv");
+  ASSERT_TRUE(run_job(model_, spec(data, dir_.file("out"))).ok());
+  JobSpec other = spec(data, dir_.file("out"));
+  other.format = "jsonl";  // another output spec: another job
+  auto refused = run_job(model_, other);
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("holds another batch job"), std::string::npos);
+  fs::create_directories(dir_.file("busy"));
+  testing::write_text(dir_.file("busy") + "/notes.txt", "mine");
+  EXPECT_NE(run_job(model_, spec(data, dir_.file("busy"))).status().message().find("is not empty"), std::string::npos);
+  JobSpec bad = spec(data, dir_.file("x"));
+  bad.max_error_rate = 2;
+  EXPECT_EQ(run_job(model_, bad).status().code(), StatusCode::kInvalidArgument);
+  bad = spec(dir_.file("missing.csv"), dir_.file("x"));
+  EXPECT_EQ(run_job(model_, bad).status().code(), StatusCode::kNotFound);
+  testing::write_text(dir_.file("narrow.csv"), "funded_amnt\n1\n");
+  auto narrow = run_job(model_, spec(dir_.file("narrow.csv"), dir_.file("narrow")));
+  EXPECT_NE(narrow.status().message().find("the input has no column 'term'"), std::string::npos)
+      << narrow.status().message();
+}
+
+TEST_F(BatchJob, JsonLinesInAndOut) {
+  std::string data = dir_.file("rows.jsonl");
+  auto table = testing::lending_rows(0, 50);
+  std::string text;
+  for (std::size_t row = 0; row < table.row_count(); ++row) {
+    JsonWriter json;
+    json.begin_object();
+    for (const auto& column : table.columns()) {
+      json.key(column.name);
+      if (column.type == data::ColumnType::kNumeric) {
+        json.value(column.numbers[row]);
+      } else {
+        json.value(column.text_at(row));
+      }
+    }
+    json.end_object();
+    text += json.str() + "\n";
+  }
+  testing::write_text(data, text);
+  JobSpec job = spec(data, dir_.file("out"));
+  job.format = "jsonl";
+  job.id_column = "addr_state";
+  auto done = run_job(model_, job);
+  ASSERT_TRUE(done.ok()) << done.status().message();
+  EXPECT_EQ(done->manifest.scored, 50u);
+  std::string rows = rows_of(dir_.file("out"), "jsonl");
+  EXPECT_EQ(rows.rfind("{\"row\":1,\"addr_state\":\"", 0), 0u) << rows.substr(0, 200);
+  EXPECT_NE(rows.find("\"model\":\"lending@1\",\"probability\":"), std::string::npos);
+  auto predictions = model_.bundle->predict(table);
+  auto first = rows.find("\"probability\":") + 14;
+  EXPECT_EQ(std::stof(rows.substr(first, rows.find(',', first) - first)), predictions->scores[0]);
+}
+
+}  // namespace
+}  // namespace slipway::batch
