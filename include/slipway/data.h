@@ -96,6 +96,9 @@ struct TolerantTable {
 // numbers stay in numeric columns (as ±inf) for the caller to judge. A file that is not CSV (not
 // UTF-8, an unterminated quote, CR-only line endings) is still refused.
 Result<TolerantTable> read_csv_rows(const std::string& path, const CsvOptions& options = {});
+// The same, for text already in memory; `source_name` is used in error messages.
+Result<TolerantTable> parse_csv_rows(std::string_view text, std::string_view source_name,
+                                     const CsvOptions& options = {});
 
 // ---------------------------------------------------------------------------------------------
 // JSON Lines: one JSON object per line, its keys the columns (in order of first appearance; a
@@ -104,6 +107,7 @@ Result<TolerantTable> read_csv_rows(const std::string& path, const CsvOptions& o
 // that is not a JSON object, or holds an array or object as a value, is a bad row. Blank lines
 // are skipped.
 Result<TolerantTable> read_jsonl_rows(const std::string& path);
+Result<TolerantTable> parse_jsonl_rows(std::string_view text, std::string_view source_name);
 
 // ---------------------------------------------------------------------------------------------
 // Splits.

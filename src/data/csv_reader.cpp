@@ -417,11 +417,15 @@ Result<Table> parse_csv(std::string_view text, std::string_view source_name, con
   return parse_csv_text(text, source_name, options, nullptr);
 }
 
+Result<TolerantTable> parse_csv_rows(std::string_view text, std::string_view source_name, const CsvOptions& options) {
+  TolerantTable read;
+  SLIPWAY_ASSIGN_OR_RETURN(read.table, parse_csv_text(text, source_name, options, &read));
+  return read;
+}
+
 Result<TolerantTable> read_csv_rows(const std::string& path, const CsvOptions& options) {
   SLIPWAY_ASSIGN_OR_RETURN(std::string text, read_file(path));
-  TolerantTable read;
-  SLIPWAY_ASSIGN_OR_RETURN(read.table, parse_csv_text(text, path, options, &read));
-  return read;
+  return parse_csv_rows(text, path, options);
 }
 
 Result<Table> read_csv(const std::string& path, const CsvOptions& options) {

@@ -58,8 +58,13 @@ Column build(PendingColumn& pending) {
 
 Result<TolerantTable> read_jsonl_rows(const std::string& path) {
   SLIPWAY_ASSIGN_OR_RETURN(std::string text, read_file(path));
-  if (!simdjson::validate_utf8(text)) {
-    return invalid_argument(path + " is not UTF-8; JSON Lines must be (convert it, e.g. with `iconv -t utf-8`)");
+  return parse_jsonl_rows(text, path);
+}
+
+Result<TolerantTable> parse_jsonl_rows(std::string_view text, std::string_view source_name) {
+  if (!simdjson::validate_utf8(text.data(), text.size())) {
+    return invalid_argument(std::string(source_name) +
+                            " is not UTF-8; JSON Lines must be (convert it, e.g. with `iconv -t utf-8`)");
   }
   TolerantTable read;
   std::vector<PendingColumn> columns;

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <bit>
 #include <csignal>
 #include <fstream>
 #include <functional>
@@ -15,6 +16,8 @@
 #include <map>
 #include <thread>
 
+#include "slipway/data.h"
+#include "slipway/serve.h"
 #include "support/test_support.h"
 
 namespace slipway::testing {
@@ -769,6 +772,48 @@ TEST_F(ServingOps, ARolloutSurvivesTheServerBeingKilled) {
       std::string::npos);
   load->signal(SIGKILL);
   load->wait();
+  stop_server();
+}
+
+// The batch output and the server's v2 answers for the same rows and version are the same
+// floats, bit for bit: one bundle, one preprocessing, one kernel, in both.
+TEST_F(ServingOps, BatchScoresEqualTheOnlineAnswersBitForBit) {
+  std::string out = home_.path() + "/scored";
+  auto scored = slipway(
+      {"batch", "lending@1", "--data", data_path("lending_club.csv"), "--out", out, "--shards", "3", "--no-progress"});
+  ASSERT_EQ(scored.exit_code, 0) << scored.err;
+  std::vector<float> batch;
+  for (const char* part : {"/part-00000.csv", "/part-00001.csv", "/part-00002.csv"}) {
+    std::ifstream file(out + part);
+    std::string line;
+    std::getline(file, line);
+    EXPECT_EQ(line, "row,model,probability,label");
+    while (std::getline(file, line)) {
+      auto model_end = line.find("lending@1,") + 10;
+      batch.push_back(std::strtof(line.c_str() + model_end, nullptr));
+    }
+  }
+  auto table = data::read_csv(data_path("lending_club.csv"));
+  ASSERT_TRUE(table.ok());
+  ASSERT_EQ(batch.size(), table->row_count());
+  int port = start_server({});
+  ASSERT_GT(port, 0);
+  std::size_t row = 0;
+  for (const auto& body : serve::v2_requests_from_table(*table, 500, {"Class"})) {
+    auto answer = http_request(port, "POST", "/v2/models/lending/versions/1/infer", body);
+    ASSERT_EQ(answer.status, 200) << answer.body.substr(0, 300);
+    auto data = answer.body.find("[", answer.body.find("\"data\"", answer.body.find("\"name\":\"probability\"")));
+    const char* cursor = answer.body.c_str() + data + 1;
+    while (*cursor != ']') {
+      char* end = nullptr;
+      float online = std::strtof(cursor, &end);
+      ASSERT_LT(row, batch.size());
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(online), std::bit_cast<std::uint32_t>(batch[row])) << "row " << row + 1;
+      ++row;
+      cursor = end + (*end == ',' ? 1 : 0);
+    }
+  }
+  EXPECT_EQ(row, batch.size() / 500 * 500);  // every whole request of 500 rows
   stop_server();
 }
 
