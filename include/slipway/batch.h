@@ -5,7 +5,8 @@
 // file's digest and the output spec (format, id column, shard count). Its folder holds
 // manifest.json (the key, the model, the input, the spec, per shard its rows, bad rows, state,
 // time and output digest), part-NNNNN.{csv,jsonl} (the scored rows of shard N, in input order)
-// and errors-NNNNN.csv (its bad rows: row number, line, reason). Each part and the manifest are
+// and errors-NNNNN.csv (its bad rows: row number, line, reason); .slipway-batch.lock is held while
+// a process runs it. Each part and the manifest are
 // written atomically (temp file, fsync, rename), the manifest after its part, so a job killed at
 // any moment resumes its unfinished shards and ends with exactly the rows of an uninterrupted
 // run; a finished job run again does nothing and says so; a folder holding another job's output
@@ -91,14 +92,17 @@ struct JobOutcome {
 // Called as shards finish: rows done so far (of the shards this run scores) and their total.
 using JobProgress = std::function<void(std::size_t rows_done, std::size_t rows_total)>;
 
-// Runs (or resumes, or recognizes as done) the job. InvalidArgument for a bad spec, an input the
-// model cannot read at all (a missing column) or an unreadable file; FailedPrecondition for a
-// folder that holds something else, or another process running the same job; a job whose bad
-// rows pass max_error_rate ends "failed" with the count in its manifest and the reason returned
-// as FailedPrecondition.
+// Runs (or resumes, or recognizes as done) the job. A job whose bad rows pass max_error_rate
+// stops and ends in state "failed", the count in manifest.reason (a rerun with a higher rate
+// carries on). Errors: InvalidArgument for a bad spec or an input the model cannot read at all
+// (a missing column); NotFound for a missing input; FailedPrecondition for a folder that holds
+// something else, or another process running the same job; DataLoss for a manifest that does not
+// describe the input.
 Result<JobOutcome> run_job(const JobModel& model, const JobSpec& spec, const JobProgress& progress = nullptr);
 
 // The manifest in `out`; NotFound when the folder holds no job.
 Result<JobManifest> read_job(const std::string& out);
+// True while a process runs the job in `out` (a "running" manifest without one was interrupted).
+bool job_running(const std::string& out);
 
 }  // namespace slipway::batch

@@ -64,6 +64,9 @@ struct CsvOptions {
   std::vector<std::string> missing_values = {"", "NA"};
   // 0 = default_thread_count().
   int thread_count = 0;
+  // Columns read as text exactly as written, whatever they hold (identifiers such as 00123 or
+  // 12345678901, which a float would change).
+  std::vector<std::string> text_columns;
 };
 
 // Reads a CSV file with a header row. The file is read whole, then parsed in parallel chunks.
@@ -106,8 +109,10 @@ Result<TolerantTable> parse_csv_rows(std::string_view text, std::string_view sou
 // (a column holding any text is categorical, its numbers kept as text), null missing. A line
 // that is not a JSON object, or holds an array or object as a value, is a bad row. Blank lines
 // are skipped.
-Result<TolerantTable> read_jsonl_rows(const std::string& path);
-Result<TolerantTable> parse_jsonl_rows(std::string_view text, std::string_view source_name);
+// At most 4,096 distinct keys: a file with more is refused. `text_columns` as CsvOptions'.
+Result<TolerantTable> read_jsonl_rows(const std::string& path, const std::vector<std::string>& text_columns = {});
+Result<TolerantTable> parse_jsonl_rows(std::string_view text, std::string_view source_name,
+                                       const std::vector<std::string>& text_columns = {});
 
 // ---------------------------------------------------------------------------------------------
 // Splits.

@@ -71,6 +71,8 @@ struct ModelServingConfig {
   std::chrono::seconds idle_unload{0};
   // Single-row predictions run when a version loads, before it takes requests.
   int warmup_requests = 1;
+  // The share of infer requests (JSON ones) written to the request log with their answers.
+  double request_log_rate = 0.0;
 
   bool operator==(const ModelServingConfig&) const = default;
 };
@@ -117,6 +119,11 @@ struct ServiceOptions {
   std::map<std::string, std::map<std::string, std::string>> model_overrides;
   // The response cache shared by the models whose configuration has cache on.
   std::size_t response_cache_bytes = std::size_t{64} << 20;
+  // Where sampled requests are logged (serving config request_log_rate): JSON Lines segments
+  // under <request_log_directory>/<model>/ (docs/formats.md); empty: no request log.
+  std::string request_log_directory;
+  std::chrono::hours request_log_retention{24 * 7};
+  std::size_t request_log_max_bytes = std::size_t{1} << 30;
   // The answers kept for endpoints whose fallback is "cached" (the last answer to each request's
   // bytes), least recently used out first.
   std::size_t fallback_cache_bytes = std::size_t{64} << 20;

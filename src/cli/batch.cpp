@@ -21,7 +21,9 @@ struct BatchResult : CommandResult {
   void write_json(JsonWriter& json) const override {
     json.begin_object().key("out").value(out).key("already_finished").value(already_finished);
     json.key("shards_resumed").value(static_cast<std::uint64_t>(shards_skipped)).key("seconds").value(seconds);
-    json.key("manifest").raw(manifest.to_json().substr(0, manifest.to_json().size() - 1));
+    std::string manifest_json = manifest.to_json();
+    manifest_json.pop_back();  // its newline
+    json.key("manifest").raw(manifest_json);
     json.end_object();
   }
   void write_text(std::ostream& out_stream) const override {
@@ -87,14 +89,10 @@ Result<BatchResult> run(const GlobalOptions& global, const BatchFlags& flags) {
                                   progress.update(static_cast<std::int64_t>(done), "rows");
                                 });
   progress.finish();
-  // A job that ran is recorded, failed or not; one refused before it started is not.
-  auto manifest = outcome.ok() ? outcome->manifest : batch::read_job(flags.out);
-  bool this_job = manifest.ok() && manifest->bundle_sha256 == loaded.sha256 &&
-                  manifest->input == std::filesystem::absolute(flags.data).string();
-  if (this_job && (!outcome.ok() || !outcome->already_finished)) {
-    record_for_lineage(global, *manifest, flags.out);
-  }
   if (!outcome.ok()) return outcome.status();
+  // A job that ran is recorded, failed or not; one refused before it started is not.
+  if (!outcome->already_finished) record_for_lineage(global, outcome->manifest, flags.out);
+  if (outcome->manifest.state == "failed") return failed_precondition(outcome->manifest.reason);
   BatchResult result;
   result.manifest = outcome->manifest;
   result.out = flags.out;
@@ -107,6 +105,10 @@ Result<BatchResult> run(const GlobalOptions& global, const BatchFlags& flags) {
 Result<BatchResult> status(const std::string& out) {
   BatchResult result;
   SLIPWAY_ASSIGN_OR_RETURN(result.manifest, batch::read_job(out));
+  if (result.manifest.state == "running" && !batch::job_running(out)) {
+    result.manifest.state = "interrupted";
+    result.manifest.reason = "no process runs it; the same command resumes it";
+  }
   result.out = out;
   result.status_only = true;
   return result;

@@ -175,6 +175,9 @@ struct ServeOptions {
   std::vector<std::string> cached_models;  // --cache NAME: cache on for these models
   std::size_t cache_bytes = std::size_t{64} << 20;
   std::size_t fallback_cache_bytes = std::size_t{64} << 20;  // answers kept for endpoints' cached fallback
+  std::string request_log_dir;                               // empty: <workspace>/request_log
+  int request_log_retention_hours = 24 * 7;
+  std::size_t request_log_max_mb = 1024;
   std::size_t memory_budget_mb = 0;
   int max_pending = 0;      // 0: 64 per worker thread
   int max_connections = 0;  // 0: from the open-file limit

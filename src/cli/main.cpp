@@ -329,6 +329,18 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
                             "Keep this model's infer responses in the response cache (repeatable)");
   serve_command->add_option("--cache-bytes", serve_options.cache_bytes, "Response cache size (LRU)")
       ->capture_default_str();
+  serve_command->add_option("--request-log-dir", serve_options.request_log_dir,
+                            "Where sampled requests are logged (serving-config --request-log-rate; default: "
+                            "<workspace>/request_log)");
+  serve_command
+      ->add_option("--request-log-retention-hours", serve_options.request_log_retention_hours,
+                   "Request log segments older than this are deleted")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 24 * 3650));
+  serve_command
+      ->add_option("--request-log-max-mb", serve_options.request_log_max_mb,
+                   "The request log's size on disk, at most (the oldest segments go first)")
+      ->capture_default_str();
   serve_command
       ->add_option("--fallback-cache-bytes", serve_options.fallback_cache_bytes,
                    "Memory for the answers kept for endpoints whose fallback is cached (LRU)")

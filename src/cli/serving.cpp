@@ -111,6 +111,10 @@ int run_serve(const GlobalOptions& global, const ServeOptions& flags, const Serv
   options.service.require_auth = flags.auth;
   auto store = open_workspace(global, WorkspaceAccess::kReadOnly);
   if (!store.ok()) return fail(store.status());
+  options.service.request_log_directory =
+      flags.request_log_dir.empty() ? (*store)->home() + "/request_log" : flags.request_log_dir;
+  options.service.request_log_retention = std::chrono::hours(flags.request_log_retention_hours);
+  options.service.request_log_max_bytes = flags.request_log_max_mb << 20;
   if (flags.auth) {
     auto tokens = (*store)->tokens().list();
     if (!tokens.ok()) return fail(tokens.status());

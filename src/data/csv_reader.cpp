@@ -243,13 +243,13 @@ void parse_chunk(std::string_view text, const CsvOptions& options, std::size_t c
 }
 
 Column build_column(std::string name, const std::vector<Chunk>& chunks, std::size_t column_index,
-                    const std::vector<std::string>& missing_values) {
+                    const std::vector<std::string>& missing_values, bool as_text) {
   Column column;
   column.name = std::move(name);
   std::size_t rows = 0;
   for (const auto& chunk : chunks) rows += chunk.fields[column_index].size();
 
-  bool numeric = true;
+  bool numeric = !as_text;
   for (const auto& chunk : chunks) numeric = numeric && chunk.numeric[column_index];
   if (numeric) {
     column.numbers.reserve(rows);
@@ -391,7 +391,10 @@ Result<Table> parse_csv_text(std::string_view text, std::string_view source_name
     if (tolerant != nullptr) break;  // infinite numbers are the caller's to judge
     for (std::size_t column = 0; column < names.size(); ++column) {
       if (!chunk.first_infinite[column]) continue;
-      bool numeric = std::all_of(chunks.begin(), chunks.end(), [&](const Chunk& each) { return each.numeric[column]; });
+      bool numeric =
+          std::all_of(chunks.begin(), chunks.end(), [&](const Chunk& each) { return each.numeric[column]; }) &&
+          std::find(options.text_columns.begin(), options.text_columns.end(), names[column]) ==
+              options.text_columns.end();
       if (!numeric) continue;
       const auto& [line, field] = *chunk.first_infinite[column];
       return invalid_argument(location(source_name, chunk_first_line + line, 0) + ": column '" + names[column] +
@@ -404,7 +407,9 @@ Result<Table> parse_csv_text(std::string_view text, std::string_view source_name
 
   std::vector<Column> columns(names.size());
   parallel_for(names.size(), threads, [&](std::size_t index) {
-    columns[index] = build_column(names[index], chunks, index, options.missing_values);
+    bool as_text =
+        std::find(options.text_columns.begin(), options.text_columns.end(), names[index]) != options.text_columns.end();
+    columns[index] = build_column(names[index], chunks, index, options.missing_values, as_text);
   });
   Table table;
   for (auto& column : columns) SLIPWAY_RETURN_IF_ERROR(table.add_column(std::move(column)));

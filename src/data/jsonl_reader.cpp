@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -13,55 +14,66 @@
 namespace slipway::data {
 namespace {
 
-// One column as read: per row a number, a text, or missing, until the table is built.
+// Keys are columns: a file with more distinct keys than this is not a table.
+constexpr std::size_t kMaxKeys = 4096;
+
+// One column as read, sparse (rows that lack the key hold nothing), until the table is built.
 struct PendingColumn {
   std::string name;
-  std::vector<float> numbers;      // per row; NaN when the row's value is text or missing
-  std::vector<std::string> texts;  // per row; the value as text ("" with is_text false)
-  std::vector<char> is_text;
-  bool any_text = false;
-
-  void pad_to(std::size_t rows) {
-    numbers.resize(rows, std::numeric_limits<float>::quiet_NaN());
-    texts.resize(rows);
-    is_text.resize(rows, 0);
-  }
+  bool as_text = false;  // one of the caller's text columns
+  std::vector<std::pair<std::size_t, float>> numbers;
+  std::vector<std::pair<std::size_t, std::string>> texts;  // strings, and numbers of a text column
 };
 
-Column build(PendingColumn& pending) {
+Column build(PendingColumn& pending, std::size_t rows) {
   Column column;
   column.name = std::move(pending.name);
-  if (!pending.any_text) {
-    column.numbers = std::move(pending.numbers);
+  if (pending.texts.empty() && !pending.as_text) {
+    column.numbers.assign(rows, std::numeric_limits<float>::quiet_NaN());
+    for (const auto& [row, number] : pending.numbers) column.numbers[row] = number;
     return column;
   }
   // Text anywhere makes the column categorical; its numbers become categories as written.
+  std::vector<std::string> text(rows);
+  std::vector<char> present(rows, 0);
+  for (auto& [row, value] : pending.texts) {
+    text[row] = std::move(value);
+    present[row] = 1;
+  }
+  for (const auto& [row, number] : pending.numbers) {
+    text[row] = fmt::format("{}", number);
+    present[row] = 1;
+  }
   column.type = ColumnType::kCategorical;
-  column.codes.reserve(pending.numbers.size());
+  column.codes.assign(rows, Column::kMissingCode);
   std::unordered_map<std::string, std::int32_t> code_of;
-  for (std::size_t row = 0; row < pending.numbers.size(); ++row) {
-    std::string text = pending.is_text[row] != 0          ? std::move(pending.texts[row])
-                       : std::isnan(pending.numbers[row]) ? std::string()
-                                                          : fmt::format("{}", pending.numbers[row]);
-    if (pending.is_text[row] == 0 && text.empty()) {
-      column.codes.push_back(Column::kMissingCode);
-      continue;
-    }
-    auto [found, inserted] = code_of.try_emplace(text, static_cast<std::int32_t>(column.dictionary.size()));
-    if (inserted) column.dictionary.push_back(text);
-    column.codes.push_back(found->second);
+  for (std::size_t row = 0; row < rows; ++row) {
+    if (present[row] == 0) continue;
+    auto [found, inserted] = code_of.try_emplace(text[row], static_cast<std::int32_t>(column.dictionary.size()));
+    if (inserted) column.dictionary.push_back(text[row]);
+    column.codes[row] = found->second;
   }
   return column;
 }
 
-}  // namespace
-
-Result<TolerantTable> read_jsonl_rows(const std::string& path) {
-  SLIPWAY_ASSIGN_OR_RETURN(std::string text, read_file(path));
-  return parse_jsonl_rows(text, path);
+// A JSON number as written in a text column: integers whole (an id keeps every digit).
+std::string number_text(simdjson::dom::element value) {
+  std::int64_t integer = 0;
+  std::uint64_t unsigned_integer = 0;
+  if (value.get(integer) == simdjson::SUCCESS) return std::to_string(integer);
+  if (value.get(unsigned_integer) == simdjson::SUCCESS) return std::to_string(unsigned_integer);
+  return fmt::format("{}", double(value));
 }
 
-Result<TolerantTable> parse_jsonl_rows(std::string_view text, std::string_view source_name) {
+}  // namespace
+
+Result<TolerantTable> read_jsonl_rows(const std::string& path, const std::vector<std::string>& text_columns) {
+  SLIPWAY_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  return parse_jsonl_rows(text, path, text_columns);
+}
+
+Result<TolerantTable> parse_jsonl_rows(std::string_view text, std::string_view source_name,
+                                       const std::vector<std::string>& text_columns) {
   if (!simdjson::validate_utf8(text.data(), text.size())) {
     return invalid_argument(std::string(source_name) +
                             " is not UTF-8; JSON Lines must be (convert it, e.g. with `iconv -t utf-8`)");
@@ -74,11 +86,10 @@ Result<TolerantTable> parse_jsonl_rows(std::string_view text, std::string_view s
   std::size_t data_row = 0;
   std::size_t line = 0;
   std::size_t pos = 0;
-  // Values of the current line, checked whole before any is kept.
-  std::vector<std::pair<std::size_t, simdjson::dom::element>> values;
+  std::unordered_set<std::string_view> keys;
   while (pos < text.size()) {
     std::size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
+    if (end == std::string_view::npos) end = text.size();
     std::string_view record(text.data() + pos, end - pos);
     pos = end + 1;
     ++line;
@@ -96,50 +107,50 @@ Result<TolerantTable> parse_jsonl_rows(std::string_view text, std::string_view s
     }
     // Checked whole first, so a bad line adds no column.
     std::string problem;
-    std::vector<std::string_view> keys;
+    keys.clear();
     for (auto field : object) {
       auto type = field.value.type();
       if (type == simdjson::dom::element_type::ARRAY || type == simdjson::dom::element_type::OBJECT) {
         problem = "field '" + std::string(field.key) + "' holds an array or object, not a value";
         break;
       }
-      if (std::find(keys.begin(), keys.end(), field.key) != keys.end()) {
+      if (!keys.insert(field.key).second) {
         problem = "field '" + std::string(field.key) + "' appears twice";
         break;
       }
-      keys.push_back(field.key);
     }
     if (!problem.empty()) {
       bad(std::move(problem));
       continue;
     }
-    values.clear();
+    std::size_t row = kept++;
     for (auto field : object) {
       auto [found, inserted] = column_of.try_emplace(std::string(field.key), columns.size());
       if (inserted) {
-        columns.push_back(PendingColumn{std::string(field.key), {}, {}, {}, false});
-        columns.back().pad_to(kept);
+        if (columns.size() == kMaxKeys) {
+          return invalid_argument(std::string(source_name) + ":" + std::to_string(line) + ": more than " +
+                                  std::to_string(kMaxKeys) + " distinct keys; JSON Lines input is one table");
+        }
+        bool as_text = std::find(text_columns.begin(), text_columns.end(), field.key) != text_columns.end();
+        columns.push_back(PendingColumn{std::string(field.key), as_text, {}, {}});
       }
-      values.emplace_back(found->second, field.value);
-    }
-    ++kept;
-    for (auto& column : columns) column.pad_to(kept);
-    for (const auto& [index, value] : values) {
-      PendingColumn& column = columns[index];
-      std::size_t row = kept - 1;
+      PendingColumn& column = columns[found->second];
+      simdjson::dom::element value = field.value;
       switch (value.type()) {
         case simdjson::dom::element_type::INT64:
         case simdjson::dom::element_type::UINT64:
         case simdjson::dom::element_type::DOUBLE:
-          column.numbers[row] = static_cast<float>(double(value));
+          if (column.as_text) {
+            column.texts.emplace_back(row, number_text(value));
+          } else {
+            column.numbers.emplace_back(row, static_cast<float>(double(value)));
+          }
           break;
         case simdjson::dom::element_type::BOOL:
-          column.numbers[row] = bool(value) ? 1.0f : 0.0f;
+          column.numbers.emplace_back(row, bool(value) ? 1.0f : 0.0f);
           break;
         case simdjson::dom::element_type::STRING:
-          column.texts[row] = std::string(std::string_view(value));
-          column.is_text[row] = 1;
-          column.any_text = true;
+          column.texts.emplace_back(row, std::string(std::string_view(value)));
           break;
         default:  // null: missing
           break;
@@ -147,7 +158,7 @@ Result<TolerantTable> parse_jsonl_rows(std::string_view text, std::string_view s
     }
     read.source_rows.push_back(data_row);
   }
-  for (auto& column : columns) SLIPWAY_RETURN_IF_ERROR(read.table.add_column(build(column)));
+  for (auto& column : columns) SLIPWAY_RETURN_IF_ERROR(read.table.add_column(build(column, kept)));
   return read;
 }
 

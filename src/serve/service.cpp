@@ -144,7 +144,9 @@ bool Service::needs_worker(std::string_view target) {
 
 std::vector<std::string> Service::warm_up() { return state_->manager.load_all(); }
 
-std::string Service::metrics_text() const { return state_->metrics.prometheus_text(); }
+std::string Service::metrics_text() const {
+  return state_->metrics.prometheus_text() + state_->request_log.metrics_text();
+}
 
 namespace {
 

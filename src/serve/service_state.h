@@ -15,6 +15,7 @@
 
 #include "serve/deadline_timer.h"
 #include "serve/model_manager.h"
+#include "serve/request_log.h"
 #include "serve/response_cache.h"
 #include "serve/rollouts.h"
 #include "serve/server_metrics.h"
@@ -99,6 +100,9 @@ struct Service::State {
   // The last answer each endpoint with fallback "cached" gave to each request's bytes.
   ResponseCache fallback_answers;
   ModelManager manager;
+  // Sampled requests with their answers (models whose request_log_rate is above 0).
+  RequestLog request_log{RequestLogOptions{options.request_log_directory, std::size_t{16} << 20, std::size_t{64} << 20,
+                                           options.request_log_retention, options.request_log_max_bytes}};
   // Shadow copies of endpoint requests, run after the live answer: 64 and 16 MiB waiting at most.
   ShadowQueue shadows{64, std::size_t{16} << 20};
   // Drives rollouts in steps; created by Service and destroyed first (its thread calls back).
@@ -126,6 +130,11 @@ struct Service::State {
 
   // The completion of a model route: the response and what the metrics need.
   using Finish = std::function<void(HttpResponse response, std::size_t rows)>;
+
+  // v2_models.cpp: `finish`, or for a request the model's request_log_rate samples, `finish` that
+  // also logs it (`endpoint`: the endpoint it came through, empty for a model called by name).
+  Finish logging(const LoadedModel& loaded, const std::string& endpoint, std::string_view body,
+                 const RequestHeaders& headers, const Finish& finish);
 
   // v2_infer.cpp.
   // `decoded_ns`, when given, receives the monotonic time at which the request was decoded into

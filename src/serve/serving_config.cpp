@@ -94,6 +94,14 @@ const ConfigSchema<ModelServingConfig>& schema() {
                         {},
                         "Single-row predictions run when a version loads, before it takes requests"},
                        &C::warmup_requests),
+          config_field({"request_log_rate",
+                        ConfigType::kNumber,
+                        "",
+                        0,
+                        1,
+                        {},
+                        "Share of JSON infer requests written, with their answers, to the request log (0: none)"},
+                       &C::request_log_rate),
       });
   return kSchema;
 }

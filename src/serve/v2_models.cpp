@@ -152,10 +152,47 @@ void Service::State::handle_model_route(std::string_view method, const std::vect
   metric_model = model_name;
   metric_version = servable->model->version_text;
   if (action == "ready") return ready_answer(true);
-  if (action == "infer" && endpoint != nullptr) return infer_endpoint(endpoint, *servable, body, headers, finish);
-  if (action == "infer") return infer(*servable, body, headers, finish);
+  if (action == "infer") {
+    Finish logged = logging(*servable->model, endpoint != nullptr ? name : std::string(), body, headers, finish);
+    if (endpoint != nullptr) return infer_endpoint(endpoint, *servable, body, headers, logged);
+    return infer(*servable, body, headers, logged);
+  }
   if (action == "config") return answer(json_response(200, config_json(*servable->model)));
   answer(json_response(200, model_metadata(*servable, version.has_value())));
+}
+
+Service::State::Finish Service::State::logging(const LoadedModel& loaded, const std::string& endpoint,
+                                               std::string_view body, const RequestHeaders& headers,
+                                               const Finish& finish) {
+  double rate = loaded.config.request_log_rate;
+  // Binary tensors are not logged: the log is JSON Lines a reader can take apart.
+  if (rate <= 0 || !headers.inference_header_length.empty() || !sampled(rate * 100)) return finish;
+  auto request = std::make_shared<std::string>(body);
+  std::int64_t started = monotonic_ns();
+  return [this, request, started, model = loaded.name, version = loaded.version_text, endpoint, finish](
+             HttpResponse response, std::size_t rows) {
+    RequestLog::Record record;
+    record.time_ms = unix_time_ms();
+    record.latency_ms = static_cast<double>(monotonic_ns() - started) * 1e-6;
+    record.model = model;
+    record.version = version;
+    record.endpoint = endpoint;
+    record.status = response.status;
+    if (response.status < 400) {
+      // Parsed, so JSON: its newlines are whitespace, and a log line must be one line.
+      std::replace(request->begin(), request->end(), '\n', ' ');
+      std::replace(request->begin(), request->end(), '\r', ' ');
+      record.request = std::move(*request);
+    } else {
+      // Maybe not JSON at all: kept as a string.
+      append_json_string(record.request, *request);
+    }
+    bool json_answer = response.content_type == "application/json";
+    if (json_answer) record.response = response.body;
+    finish(std::move(response), rows);
+    // After the answer is on its way: the log is never on the latency path beyond this copy.
+    request_log.post(std::move(record));
+  };
 }
 
 }  // namespace slipway::serve

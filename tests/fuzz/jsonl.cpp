@@ -14,7 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
                       : slipway::data::parse_csv_rows(text, "fuzz.csv", {.thread_count = 2});
     if (!read.ok()) continue;
     // Every kept row has its number, and the numbers of kept and bad rows never repeat.
-    if (read->source_rows.size() != read->table.row_count()) std::abort();
+    // (A table without columns has no rows to count: `{}` lines are kept rows of nothing.)
+    if (read->table.column_count() > 0 && read->source_rows.size() != read->table.row_count()) std::abort();
     for (std::size_t row = 1; row < read->source_rows.size(); ++row) {
       if (read->source_rows[row] <= read->source_rows[row - 1]) std::abort();
     }

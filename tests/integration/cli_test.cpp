@@ -333,7 +333,8 @@ TEST_F(CliTest, BatchResumesAfterKillsIntoTheRowsOfAnUninterruptedRun) {
   std::vector<std::string> args = {slipway_binary(), "--home", home_.path()};
   for (const auto& arg : with_out(home_.file("cut"))) args.push_back(arg);
   EXPECT_EQ(run_command(args, {"SLIPWAY_CRASH_AT=batch.after_part"}).exit_code, 128 + 9);
-  EXPECT_NE(slipway({"batch", "status", home_.file("cut")}).out.find("state      running"), std::string::npos);
+  EXPECT_NE(slipway({"batch", "status", home_.file("cut")}).out.find("state      interrupted: no process runs it"),
+            std::string::npos);
   // Then kills at moments the job does not choose, each run carrying on from the last.
   for (int delay_ms : {25, 50, 75, 100}) {
     ChildProcess run(args);

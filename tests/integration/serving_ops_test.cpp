@@ -10,6 +10,7 @@
 
 #include <bit>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -815,6 +816,52 @@ TEST_F(ServingOps, BatchScoresEqualTheOnlineAnswersBitForBit) {
   }
   EXPECT_EQ(row, batch.size() / 500 * 500);  // every whole request of 500 rows
   stop_server();
+}
+
+// The request log: a model's sampled requests, with their answers, in JSON Lines segments under
+// the workspace, never on the answer's path; counted in /metrics.
+TEST_F(ServingOps, SampledRequestsAreLoggedWithTheirAnswers) {
+  ASSERT_EQ(slipway({"serving-config", "lending", "--request-log-rate", "1"}).exit_code, 0);
+  EXPECT_NE(slipway({"serving-config", "lending", "--request-log-rate", "1.5"}).exit_code, 0);
+  ASSERT_EQ(slipway({"deploy", "web", "lending@1"}).exit_code, 0);
+  int port = start_server({});
+  ASSERT_GT(port, 0);
+  std::string pretty = std::string(kOneRow);  // newlines inside: a log line must still be one line
+  for (int request = 0; request < 10; ++request) {
+    ASSERT_EQ(http_request(port, "POST", "/v2/models/lending/infer", pretty).status, 200);
+    ASSERT_EQ(http_request(port, "POST", "/v2/models/web/infer", kOneRow).status, 200);
+  }
+  EXPECT_EQ(http_request(port, "POST", "/v2/models/lending/infer", "{\"inputs\": [oops").status, 400);
+  std::string metrics;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline &&
+         metrics.find("slipway_request_log_records_total{outcome=\"written\"} 21") == std::string::npos) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    metrics = http_request(port, "GET", "/metrics").body;
+  }
+  EXPECT_NE(metrics.find("slipway_request_log_records_total{outcome=\"written\"} 21"), std::string::npos) << metrics;
+  stop_server();
+  std::vector<std::string> lines;
+  for (const auto& entry : std::filesystem::directory_iterator(home_.path() + "/request_log/lending")) {
+    std::ifstream segment(entry.path());
+    for (std::string line; std::getline(segment, line);) lines.push_back(line);
+  }
+  ASSERT_EQ(lines.size(), 21u);
+  int through_endpoint = 0, refused = 0;
+  for (const auto& line : lines) {
+    EXPECT_EQ(line.rfind("{\"time_ms\":", 0), 0u) << line;
+    EXPECT_NE(line.find("\"model\":\"lending\",\"version\":\"1\""), std::string::npos) << line;
+    through_endpoint += line.find("\"endpoint\":\"web\"") != std::string::npos;
+    if (line.find("\"status\":400") != std::string::npos) {
+      ++refused;
+      EXPECT_NE(line.find("\"request\":\"{\\\"inputs\\\": [oops\""), std::string::npos) << line;  // kept as text
+    } else {
+      EXPECT_NE(line.find("\"request\":{\"inputs\":[ "), std::string::npos) << line.substr(0, 120);
+      EXPECT_NE(line.find("\"response\":{\"model_name\":\"lending\""), std::string::npos);
+    }
+  }
+  EXPECT_EQ(through_endpoint, 10);
+  EXPECT_EQ(refused, 1);
 }
 
 // A shadow sees copies of the requests; its answers are compared in /metrics and never returned.
