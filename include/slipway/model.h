@@ -353,6 +353,38 @@ class TreeEnsembleModel final : public Model {
 // Lineage and evaluation that travel with the bundle. Everything here is a deterministic
 // function of the spec, the data and the code version, so training twice with the same seed
 // gives the same bytes.
+// The distribution of one input, or of the predictions, over the training rows: what serving
+// traffic is compared with (skew) by `slipway monitor`.
+struct FeatureProfile {
+  std::string name;
+  data::ColumnType type = data::ColumnType::kNumeric;
+  // Numeric: ascending bin edges (bins + 1) cut at the training quantiles; a value below the
+  // first edge counts in the first bin, above the last in the last.
+  std::vector<double> edges;
+  // Categorical: the most frequent levels (at most kMaxProfileLevels); the rest count as "other".
+  std::vector<std::string> levels;
+  std::vector<double> counts;  // per bin; or per level, then "other"
+  double missing = 0;          // rows without a value (not in counts)
+
+  // Where `column`'s values fall in this profile's bins or levels, and how many are missing.
+  // The column's type may differ (numbers as text for a categorical input, and back).
+  std::vector<double> histogram(const data::Column& column, double* missing_count = nullptr) const;
+  // The same for numbers (predictions).
+  std::vector<double> histogram(std::span<const float> values) const;
+};
+constexpr std::size_t kMaxProfileLevels = 64;
+constexpr std::size_t kProfileBins = 20;
+
+struct DataProfile {
+  std::vector<FeatureProfile> inputs;
+  FeatureProfile prediction;  // the first score column (P(positive), the prediction, P(first class))
+  bool empty() const { return inputs.empty(); }
+};
+// The profile of `columns` of `table` (absent ones are skipped) and of `scores`.
+DataProfile profile_of(const data::Table& table, const std::vector<std::string>& columns,
+                       std::span<const float> scores);
+FeatureProfile profile_of_numbers(std::string name, std::span<const float> values);
+
 struct Manifest {
   Task task = Task::kRegression;
   std::string target;
@@ -371,6 +403,9 @@ struct Manifest {
   // baseline, the measurements and the SLO, as flat keys ("technique", "baseline",
   // "setting.rounds", "measured.p95_ms", ...). Empty for a bundle that was not optimized.
   std::map<std::string, std::string> optimization;
+  // The training data's distribution per input and of the predictions; empty for bundles made
+  // before profiles (or imported).
+  DataProfile profile;
 };
 
 struct Predictions {
@@ -420,6 +455,7 @@ class Bundle {
   std::shared_ptr<const Bundle> with_metrics(std::map<std::string, double> metrics) const;
   // A copy with `optimization` recorded in the manifest, sharing this bundle's model.
   std::shared_ptr<const Bundle> with_optimization(std::map<std::string, std::string> optimization) const;
+  std::shared_ptr<const Bundle> with_profile(DataProfile profile) const;
 
   // The bundle file's bytes. Deterministic: the same bundle gives the same bytes. The model's
   // family (src/model/model_families.cpp) writes its part.

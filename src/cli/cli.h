@@ -111,6 +111,18 @@ Result<GateOutcome> run_gate_check(const GlobalOptions& global, const GateFlags&
 // `slipway gate`: exit 0 passed, 1 failed, 2 could not run.
 int run_gate(const GlobalOptions& global, const GateFlags& flags);
 
+struct MonitorFlags {
+  std::string reference;  // NAME[@VERSION|@ALIAS], an endpoint, or a bundle file (with --data)
+  std::string data;       // the current rows from a file instead of the request log
+  std::string window = "1h";
+  std::string baseline = "training";  // training, previous-window, or a file
+  std::string request_log_dir;        // empty: <workspace>/request_log
+  double distance = 0.3;
+  double p_value = 0.05;
+};
+// Skew and drift of a model's traffic or of a file against its training data (slipway/monitor.h).
+int run_monitor(const GlobalOptions& global, const MonitorFlags& flags);
+
 struct BatchFlags {
   std::string reference;
   std::string data;

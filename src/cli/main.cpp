@@ -124,6 +124,34 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
 
   std::string out;
   std::string id_column;
+  MonitorFlags monitor;
+  auto* monitor_command = app.add_subcommand(
+      "monitor",
+      "Skew and drift of a model's traffic (its request log) or of a file, input by input and in its "
+      "predictions");
+  monitor_command->add_option("REF", monitor.reference, "NAME[@VERSION], an endpoint, or a bundle file with --data")
+      ->required();
+  monitor_command->add_option("--data", monitor.data,
+                              "Compare this file (CSV or JSON Lines) instead of the request log");
+  monitor_command->add_option("--window", monitor.window, "The request log's last WINDOW (e.g. 15m, 1h)")
+      ->capture_default_str();
+  monitor_command
+      ->add_option("--baseline", monitor.baseline,
+                   "training (the distribution the bundle carries), previous-window, or a file")
+      ->capture_default_str();
+  monitor_command->add_option("--request-log-dir", monitor.request_log_dir,
+                              "The request log's folder (default: <workspace>/request_log)");
+  monitor_command
+      ->add_option("--distance", monitor.distance,
+                   "Drift past this Jensen-Shannon (numeric) or L-infinity (categorical) distance, with more than "
+                   "1000 rows")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  monitor_command
+      ->add_option("--p-value", monitor.p_value, "Drift below this KS / chi-squared p-value, with at most 1000 rows")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+
   BatchFlags batch;
   auto* batch_command = app.add_subcommand(
       "batch", "Score a file into a job folder: sharded, resumable after a kill, a no-op when run again");
@@ -581,6 +609,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
     profile.progress = !profile_no_progress;
     return run_profile(global, profile);
   }
+  if (monitor_command->parsed()) return run_monitor(global, monitor);
   if (batch_status_command->parsed()) return run_batch_status(global, batch_folder);
   if (batch_command->parsed()) {
     if (batch.out.empty()) return fail(slipway::invalid_argument("--out is required: the job's folder"));

@@ -177,11 +177,14 @@ Result<std::chrono::milliseconds> parse_duration(const std::string& flag, const 
   } else if (text.ends_with("m")) {
     scale = 60'000.0;
     number.resize(number.size() - 1);
+  } else if (text.ends_with("h")) {
+    scale = 3'600'000.0;
+    number.resize(number.size() - 1);
   }
   char* end = nullptr;
   double value = std::strtod(number.c_str(), &end);
   if (number.empty() || end != number.c_str() + number.size() || !(value >= 0) || !std::isfinite(value)) {
-    return invalid_argument(flag + " '" + text + "' is not a duration (examples: 30s, 500ms, 2m)");
+    return invalid_argument(flag + " '" + text + "' is not a duration (examples: 30s, 500ms, 2m, 1h)");
   }
   // A day is beyond any measurement here, and keeps deadlines far from the clock's range.
   if (value * scale > 86'400'000.0) return invalid_argument(flag + " '" + text + "' is longer than a day");

@@ -11,6 +11,62 @@
 namespace slipway::model {
 namespace {
 
+// A manifest's "profile": malformed is data loss, like any other manifest field.
+Result<FeatureProfile> read_feature_profile(simdjson::dom::element element) {
+  FeatureProfile feature;
+  simdjson::dom::object object;
+  std::string_view name, type;
+  simdjson::dom::array counts;
+  auto broken = [] { return data_loss("the bundle's profile is malformed"); };
+  if (element.get(object) != simdjson::SUCCESS || object["name"].get(name) != simdjson::SUCCESS ||
+      object["type"].get(type) != simdjson::SUCCESS || object["counts"].get(counts) != simdjson::SUCCESS ||
+      object["missing"].get(feature.missing) != simdjson::SUCCESS) {
+    return broken();
+  }
+  feature.name = std::string(name);
+  feature.type = type == "numeric" ? data::ColumnType::kNumeric : data::ColumnType::kCategorical;
+  for (auto count : counts) {
+    double value = 0;
+    if (count.get(value) != simdjson::SUCCESS || !(value >= 0)) return broken();
+    feature.counts.push_back(value);
+  }
+  simdjson::dom::array values;
+  if (feature.type == data::ColumnType::kNumeric) {
+    if (object["edges"].get(values) != simdjson::SUCCESS) return broken();
+    for (auto edge : values) {
+      double value = 0;
+      if (edge.get(value) != simdjson::SUCCESS) return broken();
+      feature.edges.push_back(value);
+    }
+    bool fits = feature.edges.empty() ? feature.counts.empty() : feature.counts.size() + 1 == feature.edges.size();
+    if (!fits || !std::is_sorted(feature.edges.begin(), feature.edges.end())) return broken();
+  } else {
+    if (object["levels"].get(values) != simdjson::SUCCESS) return broken();
+    for (auto level : values) {
+      std::string_view text;
+      if (level.get(text) != simdjson::SUCCESS) return broken();
+      feature.levels.emplace_back(text);
+    }
+    if (feature.counts.size() != feature.levels.size() + 1) return broken();
+  }
+  return feature;
+}
+
+Result<DataProfile> read_profile(simdjson::dom::object object) {
+  DataProfile profile;
+  simdjson::dom::array inputs;
+  simdjson::dom::element prediction;
+  if (object["inputs"].get(inputs) != simdjson::SUCCESS || object["prediction"].get(prediction) != simdjson::SUCCESS) {
+    return data_loss("the bundle's profile is malformed");
+  }
+  for (auto input : inputs) {
+    SLIPWAY_ASSIGN_OR_RETURN(auto feature, read_feature_profile(input));
+    profile.inputs.push_back(std::move(feature));
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(profile.prediction, read_feature_profile(prediction));
+  return profile;
+}
+
 using simdjson::dom::array;
 using simdjson::dom::element;
 using simdjson::dom::object;
@@ -151,6 +207,12 @@ std::shared_ptr<const Bundle> Bundle::with_optimization(std::map<std::string, st
   return with_manifest(std::move(manifest));
 }
 
+std::shared_ptr<const Bundle> Bundle::with_profile(DataProfile profile) const {
+  Manifest manifest = manifest_;
+  manifest.profile = std::move(profile);
+  return with_manifest(std::move(manifest));
+}
+
 std::shared_ptr<const Bundle> Bundle::with_metrics(std::map<std::string, double> metrics) const {
   Manifest manifest = manifest_;
   manifest.metrics = std::move(metrics);
@@ -214,6 +276,31 @@ std::vector<std::byte> Bundle::serialize() const {
   if (!manifest_.optimization.empty()) {
     json.key("optimization").begin_object();
     for (const auto& [name, value] : manifest_.optimization) json.key(name).value(value);
+    json.end_object();
+  }
+  // Only bundles trained with profiles carry one, so every other bundle keeps its bytes.
+  if (!manifest_.profile.empty()) {
+    auto write_feature = [&json](const FeatureProfile& feature) {
+      json.begin_object().key("name").value(feature.name);
+      json.key("type").value(data::column_type_name(feature.type));
+      if (feature.type == data::ColumnType::kNumeric) {
+        json.key("edges").begin_array();
+        for (double edge : feature.edges) json.value(edge);
+        json.end_array();
+      } else {
+        json.key("levels").begin_array();
+        for (const auto& level : feature.levels) json.value(level);
+        json.end_array();
+      }
+      json.key("counts").begin_array();
+      for (double count : feature.counts) json.value(count);
+      json.end_array();
+      json.key("missing").value(feature.missing).end_object();
+    };
+    json.key("profile").begin_object().key("inputs").begin_array();
+    for (const auto& feature : manifest_.profile.inputs) write_feature(feature);
+    json.end_array().key("prediction");
+    write_feature(manifest_.profile.prediction);
     json.end_object();
   }
   auto offsets = section_offsets(sections);
@@ -296,6 +383,11 @@ Result<std::shared_ptr<const Bundle>> Bundle::parse_mapped(std::span<const std::
       if (field.value.get(value) != simdjson::SUCCESS) return data_loss("bundle optimization fields must be strings");
       manifest.optimization.emplace(std::string(field.key), std::string(value));
     }
+  }
+
+  object profile;
+  if (root["profile"].get(profile) == simdjson::SUCCESS) {
+    SLIPWAY_ASSIGN_OR_RETURN(manifest.profile, read_profile(profile));
   }
 
   object model_object;

@@ -240,7 +240,16 @@ Status fit_and_store(registry::Registry& registry, const TrainSpec& spec,
   }
   std::map<std::string, double> test_metrics;
   for (const auto& [name, value] : evaluation.overall.values) test_metrics["test_" + name] = value;
-  auto bundle = fitted.bundle->with_metrics(test_metrics);
+  // The training distribution travels with the bundle: what `slipway monitor` measures skew against.
+  std::vector<std::string> inputs;
+  for (const auto& feature : fitted.bundle->preprocessor().features()) inputs.push_back(feature.name);
+  SLIPWAY_ASSIGN_OR_RETURN(auto train_predictions, fitted.bundle->predict(prepared.train));
+  std::vector<float> first_scores(train_predictions.rows);
+  for (std::size_t row = 0; row < train_predictions.rows; ++row) {
+    first_scores[row] = train_predictions.scores[row * train_predictions.columns];
+  }
+  auto bundle =
+      fitted.bundle->with_metrics(test_metrics)->with_profile(model::profile_of(prepared.train, inputs, first_scores));
   std::vector<std::byte> bytes = bundle->serialize();
   SLIPWAY_ASSIGN_OR_RETURN(outcome.bundle_sha256, registry.artifacts().put(bytes));
   if (!spec.bundle_out.empty()) SLIPWAY_RETURN_IF_ERROR(write_file_atomic(spec.bundle_out, bytes));

@@ -96,8 +96,9 @@ void RequestLog::write(const Record& record) {
     std::tm utc{};
     gmtime_r(&seconds, &utc);
     // Named so that names sort in time order: the reader and the retention rely on it.
-    segment.path = fmt::format("{}/{:04}{:02}{:02}T{:02}{:02}{:02}-{:06}.jsonl", folder, utc.tm_year + 1900,
-                               utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, ++sequence_ % 1'000'000);
+    segment.path =
+        fmt::format("{}/{:04}{:02}{:02}T{:02}{:02}{:02}-{:06}.jsonl", folder, utc.tm_year + 1900, utc.tm_mon + 1,
+                    utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, ++sequence_ % 1'000'000);
     segment.file = std::fopen(segment.path.c_str(), "ae");
     segment.hour = hour;
     if (segment.file == nullptr) {
@@ -153,8 +154,9 @@ void RequestLog::enforce_retention() {
 std::string RequestLog::metrics_text() const {
   if (written_ == 0 && dropped_ == 0) return "";
   std::string out;
-  out += "# HELP slipway_request_log_records_total Sampled requests written to the request log, or dropped (its queue "
-         "was full, or a write failed).\n";
+  out +=
+      "# HELP slipway_request_log_records_total Sampled requests written to the request log, or dropped (its queue "
+      "was full, or a write failed).\n";
   out += "# TYPE slipway_request_log_records_total counter\n";
   out += "slipway_request_log_records_total{outcome=\"written\"} " + std::to_string(written_.load()) + "\n";
   out += "slipway_request_log_records_total{outcome=\"dropped\"} " + std::to_string(dropped_.load()) + "\n";

@@ -21,10 +21,10 @@
 namespace slipway::serve {
 
 struct RequestLogOptions {
-  std::string directory;                              // empty: no request log
-  std::size_t queue_bytes = std::size_t{16} << 20;    // records waiting to be written, at most
-  std::size_t segment_bytes = std::size_t{64} << 20;  // a segment is closed past this size (or hour)
-  std::chrono::hours retention{24 * 7};               // segments older than this are deleted
+  std::string directory;                               // empty: no request log
+  std::size_t queue_bytes = std::size_t{16} << 20;     // records waiting to be written, at most
+  std::size_t segment_bytes = std::size_t{64} << 20;   // a segment is closed past this size (or hour)
+  std::chrono::hours retention{24 * 7};                // segments older than this are deleted
   std::size_t max_total_bytes = std::size_t{1} << 30;  // the oldest segments go past this total
 };
 

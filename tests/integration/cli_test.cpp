@@ -2,9 +2,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <sstream>
 #include <thread>
 
 #include "slipway/core.h"
@@ -358,6 +361,64 @@ TEST_F(CliTest, BatchResumesAfterKillsIntoTheRowsOfAnUninterruptedRun) {
   EXPECT_NE(other.err.find("holds another batch job"), std::string::npos) << other.err;
   EXPECT_NE(slipway({"batch", "lending@1", "--data", big}).err.find("--out is required"), std::string::npos);
   EXPECT_NE(slipway({"batch", "status", home_.file("nowhere")}).exit_code, 0);
+}
+
+// Skew of a file against the training distribution the bundle carries: a shifted copy (one
+// numeric input scaled, one category remapped) is flagged on exactly those inputs; an unshifted
+// hold-out on none.
+TEST_F(CliTest, MonitorFlagsExactlyTheShiftedInputs) {
+  std::string text = *slipway::read_file(data_path("lending_club.csv"));
+  std::istringstream lines(text);
+  std::string header, line;
+  std::getline(lines, header);
+  std::vector<std::string> rows;
+  while (std::getline(lines, line)) rows.push_back(line);
+  std::mt19937 random(7);
+  std::shuffle(rows.begin(), rows.end(), random);
+  auto write_rows = [&](const std::string& name, std::size_t begin, std::size_t end, bool shift) {
+    std::ofstream out(home_.file(name));
+    out << header << "\n";
+    for (std::size_t index = begin; index < end; ++index) {
+      std::string row = rows[index];
+      if (shift) {
+        // funded_amnt (the first field) times 3; addr_state (the fifth) all "CA".
+        auto comma = row.find(',');
+        std::string amount = row.substr(0, comma);
+        if (!amount.empty()) row = std::to_string(std::stod(amount) * 3) + row.substr(comma);
+        std::size_t start = 0;
+        for (int field = 0; field < 4; ++field) start = row.find(',', start) + 1;
+        row = row.substr(0, start) + "CA" + row.substr(row.find(',', start));
+      }
+      out << row << "\n";
+    }
+  };
+  write_rows("train.csv", 0, 7000, false);
+  write_rows("same.csv", 7000, rows.size(), false);
+  write_rows("shifted.csv", 7000, rows.size(), true);
+  ASSERT_EQ(slipway({"train", "--data", home_.file("train.csv"), "--target", "Class", "--model", "gbdt", "--param",
+                     "rounds=30", "--register", "loans", "--no-progress"})
+                .exit_code,
+            0);
+  auto same = slipway({"--json", "monitor", "loans", "--data", home_.file("same.csv")});
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_NE(same.out.find("\"drifted_inputs\":0,"), std::string::npos) << same.out;
+  auto shifted = slipway({"--json", "monitor", "loans", "--data", home_.file("shifted.csv")});
+  ASSERT_EQ(shifted.exit_code, 0) << shifted.err;
+  EXPECT_NE(shifted.out.find("\"drifted_inputs\":2,"), std::string::npos) << shifted.out;
+  for (const char* input : {"funded_amnt", "addr_state"}) {
+    auto at = shifted.out.find(std::string("\"name\":\"") + input + "\"");
+    ASSERT_NE(at, std::string::npos) << input;
+    auto drifted = shifted.out.find("\"drifted\":", at);
+    EXPECT_EQ(shifted.out.substr(drifted, 14), "\"drifted\":true") << input;
+  }
+  auto text_report = slipway({"monitor", "loans", "--data", home_.file("shifted.csv")});
+  EXPECT_NE(text_report.out.find("2 of 22 inputs drifted"), std::string::npos) << text_report.out;
+  // A baseline file instead of training: the same file is no drift at all.
+  auto against_file = slipway(
+      {"--json", "monitor", "loans", "--data", home_.file("shifted.csv"), "--baseline", home_.file("shifted.csv")});
+  EXPECT_NE(against_file.out.find("\"drifted_inputs\":0,"), std::string::npos) << against_file.out;
+  EXPECT_NE(slipway({"monitor", "loans"}).err.find("no request log for 'loans'"), std::string::npos);
+  EXPECT_NE(slipway({"monitor", "nothing", "--data", home_.file("same.csv")}).exit_code, 0);
 }
 
 TEST_F(CliTest, ProfileReportsEveryStagePerRequestSize) {

@@ -864,6 +864,34 @@ TEST_F(ServingOps, SampledRequestsAreLoggedWithTheirAnswers) {
   EXPECT_EQ(refused, 1);
 }
 
+// Monitoring from the request log: the rows an endpoint served, read back and compared with the
+// training distribution; a sample like the training data is not flagged, a shifted one is.
+TEST_F(ServingOps, MonitorReadsTheRequestLogOfAnEndpoint) {
+  ASSERT_EQ(slipway({"serving-config", "lending", "--request-log-rate", "1"}).exit_code, 0);
+  ASSERT_EQ(slipway({"deploy", "web", "lending@1"}).exit_code, 0);
+  int port = start_server({});
+  ASSERT_GT(port, 0);
+  auto table = data::read_csv(data_path("lending_club.csv"));
+  ASSERT_TRUE(table.ok());
+  std::vector<std::uint32_t> every_25th;
+  for (std::uint32_t row = 0; row < table->row_count(); row += 25) every_25th.push_back(row);
+  data::Table sample = table->take_rows(every_25th);
+  for (const auto& body : serve::v2_requests_from_table(sample, 20, {"Class"})) {
+    ASSERT_EQ(http_request(port, "POST", "/v2/models/web/infer", body).status, 200);
+  }
+  stop_server();  // the log is written out by then
+  auto watched = slipway({"--json", "monitor", "web", "--window", "10m", "--p-value", "0.001"});
+  ASSERT_EQ(watched.exit_code, 0) << watched.err;
+  EXPECT_NE(watched.out.find("\"model\":\"lending@1 (main version of endpoint web)\""), std::string::npos)
+      << watched.out;
+  EXPECT_NE(watched.out.find("\"current_rows\":380"), std::string::npos) << watched.out;  // 19 requests of 20 rows
+  EXPECT_NE(watched.out.find("\"drifted_inputs\":0,"), std::string::npos) << watched.out;
+  auto text = slipway({"monitor", "web", "--window", "10m"});
+  EXPECT_NE(text.out.find("current   the request log of the last 10m"), std::string::npos) << text.out;
+  EXPECT_NE(slipway({"monitor", "web", "--window", "10m", "--baseline", "previous-window"}).err.find("no rows"),
+            std::string::npos);
+}
+
 // A shadow sees copies of the requests; its answers are compared in /metrics and never returned.
 TEST_F(ServingOps, AShadowIsComparedAndNeverAnswers) {
   auto second = slipway({"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--model", "gbdt",

@@ -1,0 +1,90 @@
+// slipway/monitor.h — skew and drift: serving or new data compared, input by input and in its
+// predictions, with the training distribution a bundle carries (model::DataProfile) or with
+// another window; and the request log (serve's sampled requests) read back as a table.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "slipway/core.h"
+#include "slipway/data.h"
+#include "slipway/model.h"
+
+namespace slipway::monitor {
+
+// When an input counts as drifted. With at most `small_sample` current rows, a test decides
+// (Kolmogorov-Smirnov for numeric inputs, chi-squared for categorical ones, p < p_value), as
+// Evidently does; with more, the distance does (Jensen-Shannon for numeric, L-infinity for
+// categorical, above `distance`), as Vertex AI does with its default 0.3.
+struct DriftThresholds {
+  double distance = 0.3;
+  double p_value = 0.05;
+  std::size_t small_sample = 1000;
+};
+
+struct InputDrift {
+  std::string name;
+  data::ColumnType type = data::ColumnType::kNumeric;
+  double reference_rows = 0;
+  double current_rows = 0;
+  // Shares per bin (numeric) or level then "other" (categorical), the last entry missing values.
+  std::vector<double> reference_share;
+  std::vector<double> current_share;
+  double distance = 0;  // Jensen-Shannon (numeric) or L-infinity (categorical), in [0, 1]
+  double psi = 0;       // population stability index; bands: < 0.1 stable, < 0.25 moderate, else significant
+  double p_value = 1;   // Kolmogorov-Smirnov (numeric) or chi-squared (categorical)
+  bool decided_by_test = false;
+  bool drifted = false;
+
+  std::string_view distance_name() const;
+  std::string_view psi_band() const;
+};
+
+struct DriftReport {
+  std::vector<InputDrift> inputs;
+  InputDrift prediction;
+  std::size_t drifted_inputs = 0;
+  double drifted_share = 0;  // of the inputs
+};
+
+// The bins of a profile filled by other data: a baseline other than training.
+struct BinnedData {
+  std::vector<std::vector<double>> inputs;  // per profile input: counts per bin or level, then missing
+  std::vector<double> prediction;           // per prediction bin, then missing
+  double rows = 0;
+};
+// `table`'s inputs and `scores` in `profile`'s bins.
+BinnedData bin(const model::DataProfile& profile, const data::Table& table, std::span<const float> scores);
+// The training rows themselves, as the profile holds them.
+BinnedData training_bins(const model::DataProfile& profile);
+
+// Compares `current` with `reference`, both in `profile`'s bins, input by input and in the
+// predictions.
+DriftReport compare(const model::DataProfile& profile, const BinnedData& reference, const BinnedData& current,
+                    const DriftThresholds& thresholds = {});
+
+// ---------------------------------------------------------------------------------------------
+// The request log read back.
+
+struct LoggedRequests {
+  data::Table inputs;                 // one row per request row, columns as the requests named them
+  std::vector<float> scores;          // the first score of each row's answer (NaN when it had none)
+  std::vector<std::int64_t> time_ms;  // per row, its request's time
+  std::vector<std::string> versions;  // per row, the version that answered
+  std::size_t requests = 0;
+  std::size_t unreadable = 0;  // records skipped (failed requests, lines that are not records)
+};
+
+// The records of `model` (its folder under `directory`) from [from_ms, to_ms), only those that
+// came through `endpoint` when it is not empty. Failed requests are left out.
+Result<LoggedRequests> read_request_log(const std::string& directory, const std::string& model,
+                                        const std::string& endpoint, std::int64_t from_ms, std::int64_t to_ms);
+
+// Two-sample Kolmogorov-Smirnov p-value for statistic `d` between samples of n and m values
+// (the asymptotic distribution). Chi-squared's upper tail for `statistic` with `dof` degrees.
+double kolmogorov_smirnov_p(double d, double n, double m);
+double chi_squared_p(double statistic, double dof);
+
+}  // namespace slipway::monitor

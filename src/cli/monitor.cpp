@@ -1,0 +1,151 @@
+// slipway monitor: skew and drift of a model's traffic (its request log) or of a file, against
+// the training distribution its bundle carries, another file, or the window before.
+#include <cmath>
+#include <ostream>
+
+#include <fmt/format.h>
+
+#include "cli/cli.h"
+#include "slipway/batch.h"
+#include "slipway/monitor.h"
+
+namespace slipway::cli {
+namespace {
+
+struct MonitorResult : CommandResult {
+  std::string model;
+  std::string current;
+  std::string reference;
+  monitor::DriftReport report;
+  monitor::DriftThresholds thresholds;
+
+  void write_json(JsonWriter& json) const override {
+    auto write_drift = [&json](const monitor::InputDrift& drift) {
+      json.begin_object().key("name").value(drift.name).key("type").value(data::column_type_name(drift.type));
+      json.key("reference_rows").value(drift.reference_rows).key("current_rows").value(drift.current_rows);
+      json.key(drift.distance_name()).value(drift.distance).key("psi").value(drift.psi);
+      json.key("psi_band").value(drift.psi_band());
+      json.key(drift.type == data::ColumnType::kNumeric ? "ks_p_value" : "chi_squared_p_value").value(drift.p_value);
+      json.key("decided_by").value(drift.decided_by_test ? "test" : "distance").key("drifted").value(drift.drifted);
+      json.end_object();
+    };
+    json.begin_object().key("model").value(model).key("current").value(current).key("reference").value(reference);
+    json.key("distance_threshold").value(thresholds.distance).key("p_value_threshold").value(thresholds.p_value);
+    json.key("inputs").begin_array();
+    for (const auto& drift : report.inputs) write_drift(drift);
+    json.end_array().key("prediction");
+    write_drift(report.prediction);
+    json.key("drifted_inputs").value(static_cast<std::uint64_t>(report.drifted_inputs));
+    json.key("drifted_share").value(report.drifted_share).end_object();
+  }
+  void write_text(std::ostream& out) const override {
+    out << "model     " << model << "\ncurrent   " << current << "\nreference " << reference << "\n\n";
+    std::vector<std::vector<std::string>> rows;
+    auto row_of = [&](const monitor::InputDrift& drift) {
+      return std::vector<std::string>{
+          drift.name,
+          std::string(data::column_type_name(drift.type)),
+          fmt::format("{:.0f}", drift.current_rows),
+          fmt::format("{:.3f} ({})", drift.distance, drift.type == data::ColumnType::kNumeric ? "JS" : "L-inf"),
+          fmt::format("{:.3f} {}", drift.psi, drift.psi_band()),
+          fmt::format("{:.3g} ({})", drift.p_value, drift.type == data::ColumnType::kNumeric ? "KS" : "chi2"),
+          drift.drifted ? "DRIFT" : "-"};
+    };
+    for (const auto& drift : report.inputs) rows.push_back(row_of(drift));
+    rows.push_back(row_of(report.prediction));
+    print_table(out, {"input", "type", "rows", "distance", "psi", "p-value", "drift"}, rows);
+    out << fmt::format("\n{} of {} inputs drifted ({:.0f}%); the prediction {}\n", report.drifted_inputs,
+                       report.inputs.size(), 100 * report.drifted_share,
+                       report.prediction.drifted ? "drifted" : "did not drift");
+    out << fmt::format("drift: with at most 1000 current rows a test decides (p < {}), with more the distance (> {})\n",
+                       thresholds.p_value, thresholds.distance);
+  }
+};
+
+// The rows of a file and the model's scores for them (the first score of each row).
+Result<std::pair<data::Table, std::vector<float>>> scored_file(const model::Bundle& bundle, const std::string& path) {
+  std::string lower = path;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  bool jsonl = lower.ends_with(".jsonl") || lower.ends_with(".ndjson");
+  SLIPWAY_ASSIGN_OR_RETURN(auto read, jsonl ? data::read_jsonl_rows(path) : data::read_csv_rows(path));
+  std::vector<float> scores(read.table.row_count(), std::nanf(""));
+  if (auto predictions = bundle.predict(read.table); predictions.ok()) {
+    for (std::size_t row = 0; row < predictions->rows; ++row)
+      scores[row] = predictions->scores[row * predictions->columns];
+  }
+  return std::make_pair(std::move(read.table), std::move(scores));
+}
+
+Result<MonitorResult> run(const GlobalOptions& global, const MonitorFlags& flags) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kReadOnly));
+  // An endpoint is watched through its main version; a model through the version named.
+  std::string reference = flags.reference;
+  std::string endpoint;
+  SLIPWAY_ASSIGN_OR_RETURN(auto found, store->endpoints().get(flags.reference));
+  if (found && !pipeline::names_bundle_file(flags.reference)) {
+    endpoint = flags.reference;
+    reference = registry::main_route(found->routes).reference();
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto loaded, pipeline::resolve_reference(store.get(), reference));
+  const model::DataProfile& profile = loaded.bundle->manifest().profile;
+  if (profile.empty()) {
+    return failed_precondition(loaded.description +
+                               " carries no training profile (it was imported, or trained by an older slipway); "
+                               "train it again to monitor it");
+  }
+  MonitorResult result;
+  result.model = loaded.description + (endpoint.empty() ? "" : " (main version of endpoint " + endpoint + ")");
+  result.thresholds.distance = flags.distance;
+  result.thresholds.p_value = flags.p_value;
+  SLIPWAY_ASSIGN_OR_RETURN(auto window, parse_duration("--window", flags.window));
+  std::string log_directory = flags.request_log_dir.empty() ? store->home() + "/request_log" : flags.request_log_dir;
+  auto parsed_reference = registry::parse_model_reference(reference);
+  std::string model_name = parsed_reference.ok() ? parsed_reference->first : "";
+  std::string version = loaded.description.substr(loaded.description.find('@') + 1);
+  // The logged rows of [from, to) that this version answered.
+  auto logged = [&](std::int64_t from, std::int64_t to) -> Result<monitor::BinnedData> {
+    SLIPWAY_ASSIGN_OR_RETURN(auto requests, monitor::read_request_log(log_directory, model_name, endpoint, from, to));
+    std::vector<std::uint32_t> rows;
+    std::vector<float> scores;
+    for (std::size_t row = 0; row < requests.versions.size(); ++row) {
+      if (requests.versions[row] != version) continue;
+      rows.push_back(static_cast<std::uint32_t>(row));
+      scores.push_back(requests.scores[row]);
+    }
+    return monitor::bin(profile, requests.inputs.take_rows(rows), scores);
+  };
+  std::int64_t now = unix_time_ms();
+  monitor::BinnedData current;
+  if (!flags.data.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(auto file, scored_file(*loaded.bundle, flags.data));
+    current = monitor::bin(profile, file.first, file.second);
+    result.current = flags.data;
+  } else {
+    if (model_name.empty()) return invalid_argument("a bundle file has no request log: give --data FILE");
+    SLIPWAY_ASSIGN_OR_RETURN(current, logged(now - window.count(), now));
+    result.current = fmt::format("the request log of the last {}", flags.window);
+  }
+  if (current.rows <= 0) return failed_precondition("no rows to compare in " + result.current);
+  monitor::BinnedData baseline;
+  if (flags.baseline == "training") {
+    baseline = monitor::training_bins(profile);
+    result.reference = fmt::format("the training data ({:.0f} rows)", baseline.rows);
+  } else if (flags.baseline == "previous-window") {
+    if (!flags.data.empty()) return invalid_argument("--baseline previous-window compares request log windows");
+    SLIPWAY_ASSIGN_OR_RETURN(baseline, logged(now - 2 * window.count(), now - window.count()));
+    result.reference = fmt::format("the request log of the {} before", flags.window);
+  } else {
+    SLIPWAY_ASSIGN_OR_RETURN(auto file, scored_file(*loaded.bundle, flags.baseline));
+    baseline = monitor::bin(profile, file.first, file.second);
+    result.reference = flags.baseline;
+  }
+  if (baseline.rows <= 0) return failed_precondition("no rows in the baseline, " + result.reference);
+  result.report = monitor::compare(profile, baseline, current, result.thresholds);
+  return result;
+}
+
+}  // namespace
+
+int run_monitor(const GlobalOptions& global, const MonitorFlags& flags) { return render(global, run(global, flags)); }
+
+}  // namespace slipway::cli

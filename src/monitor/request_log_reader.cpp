@@ -1,0 +1,188 @@
+// The request log (serve/request_log.cpp writes it; docs/formats.md) read back as a table of the
+// requests' inputs, with each row's first score from its answer.
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "slipway/monitor.h"
+
+namespace slipway::monitor {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A column being filled row by row: numbers, or text once any value is text.
+struct Growing {
+  std::string name;
+  std::vector<float> numbers;  // NaN: missing or text
+  std::vector<std::string> texts;
+  std::vector<char> is_text;
+  bool any_text = false;
+
+  void resize(std::size_t rows) {
+    numbers.resize(rows, std::numeric_limits<float>::quiet_NaN());
+    texts.resize(rows);
+    is_text.resize(rows, 0);
+  }
+};
+
+data::Column finish(Growing& growing) {
+  data::Column column;
+  column.name = std::move(growing.name);
+  if (!growing.any_text) {
+    column.numbers = std::move(growing.numbers);
+    return column;
+  }
+  column.type = data::ColumnType::kCategorical;
+  std::unordered_map<std::string, std::int32_t> code_of;
+  for (std::size_t row = 0; row < growing.numbers.size(); ++row) {
+    std::string text = growing.is_text[row] != 0          ? std::move(growing.texts[row])
+                       : std::isnan(growing.numbers[row]) ? std::string()
+                                                          : fmt::format("{}", growing.numbers[row]);
+    if (growing.is_text[row] == 0 && text.empty()) {
+      column.codes.push_back(data::Column::kMissingCode);
+      continue;
+    }
+    auto [found, inserted] = code_of.try_emplace(text, static_cast<std::int32_t>(column.dictionary.size()));
+    if (inserted) column.dictionary.push_back(text);
+    column.codes.push_back(found->second);
+  }
+  return column;
+}
+
+// Every scalar of a (possibly nested) JSON array, in order.
+void flatten(simdjson::dom::element element, std::vector<simdjson::dom::element>& out) {
+  simdjson::dom::array array;
+  if (element.get(array) == simdjson::SUCCESS) {
+    for (auto item : array) flatten(item, out);
+    return;
+  }
+  out.push_back(element);
+}
+
+}  // namespace
+
+Result<LoggedRequests> read_request_log(const std::string& directory, const std::string& model,
+                                        const std::string& endpoint, std::int64_t from_ms, std::int64_t to_ms) {
+  LoggedRequests read;
+  fs::path folder = fs::path(directory) / model;
+  std::error_code error;
+  if (!fs::is_directory(folder, error)) {
+    return not_found("no request log for '" + model + "' in " + directory +
+                     "; log requests with `slipway serving-config " + model + " --request-log-rate 0.1`");
+  }
+  std::vector<fs::path> segments;
+  for (const auto& entry : fs::directory_iterator(folder, error)) {
+    if (entry.path().extension() == ".jsonl") segments.push_back(entry.path());
+  }
+  std::sort(segments.begin(), segments.end());  // names sort in time order
+  std::vector<Growing> columns;
+  std::unordered_map<std::string, std::size_t> column_of;
+  std::size_t rows = 0;
+  simdjson::dom::parser parser;
+  std::vector<simdjson::dom::element> values;
+  for (const auto& path : segments) {
+    auto text = read_file(path.string());
+    if (!text.ok()) continue;  // deleted by retention meanwhile
+    std::string_view rest = *text;
+    while (!rest.empty()) {
+      auto end = rest.find('\n');
+      std::string_view line = rest.substr(0, end);
+      rest.remove_prefix(end == std::string_view::npos ? rest.size() : end + 1);
+      if (line.empty()) continue;
+      simdjson::dom::object record;
+      std::int64_t time_ms = 0, status = 0;
+      std::string_view version, came_through;
+      simdjson::dom::array inputs;
+      if (parser.parse(line.data(), line.size()).get(record) != simdjson::SUCCESS ||
+          record["time_ms"].get(time_ms) != simdjson::SUCCESS || record["status"].get(status) != simdjson::SUCCESS ||
+          record["version"].get(version) != simdjson::SUCCESS ||
+          record["endpoint"].get(came_through) != simdjson::SUCCESS) {
+        ++read.unreadable;
+        continue;
+      }
+      if (time_ms < from_ms || time_ms >= to_ms) continue;
+      if (!endpoint.empty() && came_through != endpoint) continue;
+      if (status >= 400 || record["request"]["inputs"].get(inputs) != simdjson::SUCCESS) {
+        ++read.unreadable;
+        continue;
+      }
+      // The request's rows: each input's values, flattened; the request has as many rows as its
+      // longest input.
+      std::size_t request_rows = 0;
+      std::vector<std::pair<std::size_t, std::vector<simdjson::dom::element>>> columns_of_request;
+      for (auto input : inputs) {
+        std::string_view name;
+        simdjson::dom::element data;
+        if (input["name"].get(name) != simdjson::SUCCESS || input["data"].get(data) != simdjson::SUCCESS) continue;
+        values.clear();
+        flatten(data, values);
+        auto [found, inserted] = column_of.try_emplace(std::string(name), columns.size());
+        if (inserted) {
+          columns.push_back(Growing{std::string(name), {}, {}, {}, false});
+          columns.back().resize(rows);
+        }
+        request_rows = std::max(request_rows, values.size());
+        columns_of_request.emplace_back(found->second, values);
+      }
+      std::size_t first = rows;
+      rows += request_rows;
+      for (auto& column : columns) column.resize(rows);
+      for (const auto& [index, cells] : columns_of_request) {
+        Growing& column = columns[index];
+        for (std::size_t row = 0; row < cells.size(); ++row) {
+          double number = 0;
+          std::string_view text;
+          bool flag = false;
+          if (cells[row].get(number) == simdjson::SUCCESS) {
+            column.numbers[first + row] = static_cast<float>(number);
+          } else if (cells[row].get(flag) == simdjson::SUCCESS) {
+            column.numbers[first + row] = flag ? 1.0f : 0.0f;
+          } else if (cells[row].get(text) == simdjson::SUCCESS) {
+            column.texts[first + row] = std::string(text);
+            column.is_text[first + row] = 1;
+            column.any_text = true;
+          }
+        }
+      }
+      // The answer's first score per row: the first FP32 output, its first column.
+      std::vector<float> scores(request_rows, std::numeric_limits<float>::quiet_NaN());
+      simdjson::dom::array outputs;
+      if (record["response"]["outputs"].get(outputs) == simdjson::SUCCESS) {
+        for (auto output : outputs) {
+          std::string_view datatype;
+          simdjson::dom::element data;
+          if (output["datatype"].get(datatype) != simdjson::SUCCESS || datatype != "FP32" ||
+              output["data"].get(data) != simdjson::SUCCESS) {
+            continue;
+          }
+          values.clear();
+          flatten(data, values);
+          std::size_t per_row = request_rows > 0 ? std::max<std::size_t>(values.size() / request_rows, 1) : 1;
+          for (std::size_t row = 0; row < request_rows && row * per_row < values.size(); ++row) {
+            double score = 0;
+            if (values[row * per_row].get(score) == simdjson::SUCCESS) scores[row] = static_cast<float>(score);
+          }
+          break;
+        }
+      }
+      read.scores.insert(read.scores.end(), scores.begin(), scores.end());
+      read.time_ms.insert(read.time_ms.end(), request_rows, time_ms);
+      read.versions.insert(read.versions.end(), request_rows, std::string(version));
+      ++read.requests;
+    }
+  }
+  for (auto& column : columns) {
+    column.resize(rows);
+    SLIPWAY_RETURN_IF_ERROR(read.inputs.add_column(finish(column)));
+  }
+  return read;
+}
+
+}  // namespace slipway::monitor
