@@ -358,12 +358,13 @@ class TreeEnsembleModel final : public Model {
 struct FeatureProfile {
   std::string name;
   data::ColumnType type = data::ColumnType::kNumeric;
-  // Numeric: ascending bin edges (bins + 1) cut at the training quantiles; a value below the
-  // first edge counts in the first bin, above the last in the last.
+  // Numeric: ascending edges (at least 2) cut at the training quantiles. Counted in slots: below
+  // the first edge, each bin [edges[i-1], edges[i]) (the last with its upper edge), above the
+  // last edge, so values outside the training range count apart.
   std::vector<double> edges;
   // Categorical: the most frequent levels (at most kMaxProfileLevels); the rest count as "other".
   std::vector<std::string> levels;
-  std::vector<double> counts;  // per bin; or per level, then "other"
+  std::vector<double> counts;  // per slot (edges.size() + 1); or per level, then "other"
   double missing = 0;          // rows without a value (not in counts)
 
   // Where `column`'s values fall in this profile's bins or levels, and how many are missing.

@@ -38,7 +38,8 @@ Result<FeatureProfile> read_feature_profile(simdjson::dom::element element) {
       if (edge.get(value) != simdjson::SUCCESS) return broken();
       feature.edges.push_back(value);
     }
-    bool fits = feature.edges.empty() ? feature.counts.empty() : feature.counts.size() + 1 == feature.edges.size();
+    bool fits = feature.edges.empty() ? feature.counts.empty()
+                                      : feature.edges.size() >= 2 && feature.counts.size() == feature.edges.size() + 1;
     if (!fits || !std::is_sorted(feature.edges.begin(), feature.edges.end())) return broken();
   } else {
     if (object["levels"].get(values) != simdjson::SUCCESS) return broken();

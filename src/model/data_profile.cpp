@@ -25,11 +25,14 @@ std::vector<double> quantile_edges(std::vector<float> values) {
   return edges;
 }
 
+// Slot 0 holds values below the first edge, slot i the bin [edges[i-1], edges[i]) (the last bin
+// also its upper edge), and slot edges.size() values above the last edge: values outside the
+// training range count apart, the plainest sign of drift.
 std::size_t bin_of(const std::vector<double>& edges, double value) {
-  // Bin i holds [edges[i], edges[i+1]); the last also holds its upper edge and anything above.
-  auto upper = std::upper_bound(edges.begin(), edges.end(), value);
-  std::size_t index = upper == edges.begin() ? 0 : static_cast<std::size_t>(upper - edges.begin()) - 1;
-  return std::min(index, edges.size() - 2);
+  if (value < edges.front()) return 0;
+  if (value > edges.back()) return edges.size();
+  auto upper = static_cast<std::size_t>(std::upper_bound(edges.begin(), edges.end(), value) - edges.begin());
+  return std::min(upper, edges.size() - 1);
 }
 
 bool number_of(std::string_view text, double& number) {
@@ -57,7 +60,7 @@ FeatureProfile profile_of_numbers(std::string name, std::span<const float> value
 }
 
 std::vector<double> FeatureProfile::histogram(std::span<const float> values) const {
-  std::vector<double> counts(edges.size() < 2 ? 0 : edges.size() - 1, 0.0);
+  std::vector<double> counts(edges.size() < 2 ? 0 : edges.size() + 1, 0.0);
   if (counts.empty()) return counts;
   for (float value : values) {
     if (std::isfinite(value)) counts[bin_of(edges, value)] += 1;
@@ -69,7 +72,7 @@ std::vector<double> FeatureProfile::histogram(const data::Column& column, double
   double missing_rows = 0;
   std::vector<double> result;
   if (type == data::ColumnType::kNumeric) {
-    result.assign(edges.size() < 2 ? 0 : edges.size() - 1, 0.0);
+    result.assign(edges.size() < 2 ? 0 : edges.size() + 1, 0.0);
     for (std::size_t row = 0; row < column.size(); ++row) {
       double value = 0;
       bool present = column.type == data::ColumnType::kNumeric
