@@ -15,9 +15,10 @@
 namespace slipway::monitor {
 
 // When an input counts as drifted. With at most `small_sample` current rows, a test decides
-// (Kolmogorov-Smirnov for numeric inputs, chi-squared for categorical ones, p < p_value), as
-// Evidently does; with more, the distance does (Jensen-Shannon for numeric, L-infinity for
-// categorical, above `distance`), as Vertex AI does with its default 0.3.
+// (Kolmogorov-Smirnov for numeric inputs, with a chi-squared test of their missing share;
+// chi-squared for categorical ones; p < p_value), as Evidently does; with more, the distance
+// does (Jensen-Shannon divergence for numeric, L-infinity for categorical, above `distance`), as
+// Vertex AI does with its default 0.3.
 struct DriftThresholds {
   double distance = 0.3;
   double p_value = 0.05;
@@ -32,7 +33,7 @@ struct InputDrift {
   // Shares per bin (numeric) or level then "other" (categorical), the last entry missing values.
   std::vector<double> reference_share;
   std::vector<double> current_share;
-  double distance = 0;  // Jensen-Shannon (numeric) or L-infinity (categorical), in [0, 1]
+  double distance = 0;  // Jensen-Shannon divergence (numeric) or L-infinity (categorical), in [0, 1]
   double psi = 0;       // population stability index; bands: < 0.1 stable, < 0.25 moderate, else significant
   double p_value = 1;   // Kolmogorov-Smirnov (numeric) or chi-squared (categorical)
   bool decided_by_test = false;
@@ -72,15 +73,18 @@ struct LoggedRequests {
   data::Table inputs;                 // one row per request row, columns as the requests named them
   std::vector<float> scores;          // the first score of each row's answer (NaN when it had none)
   std::vector<std::int64_t> time_ms;  // per row, its request's time
-  std::vector<std::string> versions;  // per row, the version that answered
   std::size_t requests = 0;
   std::size_t unreadable = 0;  // records skipped (failed requests, lines that are not records)
 };
 
-// The records of `model` (its folder under `directory`) from [from_ms, to_ms), only those that
-// came through `endpoint` when it is not empty. Failed requests are left out.
+// The records of `version` of `model` (its folder under `directory`) from [from_ms, to_ms), only
+// those that came through `endpoint` when it is not empty; failed requests are left out. Only
+// `inputs` (the model's, in its order) become columns, so what clients name cannot grow the
+// table; a request of one [N, inputs] tensor is read in that order, as the server reads it.
 Result<LoggedRequests> read_request_log(const std::string& directory, const std::string& model,
-                                        const std::string& endpoint, std::int64_t from_ms, std::int64_t to_ms);
+                                        const std::string& version, const std::string& endpoint,
+                                        const std::vector<std::string>& inputs, std::int64_t from_ms,
+                                        std::int64_t to_ms);
 
 // Two-sample Kolmogorov-Smirnov p-value for statistic `d` between samples of n and m values
 // (the asymptotic distribution). Chi-squared's upper tail for `statistic` with `dof` degrees.

@@ -368,7 +368,8 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   serve_command
       ->add_option("--request-log-max-mb", serve_options.request_log_max_mb,
                    "The request log's size on disk, at most (the oldest segments go first)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 24));
   serve_command
       ->add_option("--fallback-cache-bytes", serve_options.fallback_cache_bytes,
                    "Memory for the answers kept for endpoints whose fallback is cached (LRU)")

@@ -68,11 +68,9 @@ Result<std::pair<data::Table, std::vector<float>>> scored_file(const model::Bund
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
   bool jsonl = lower.ends_with(".jsonl") || lower.ends_with(".ndjson");
   SLIPWAY_ASSIGN_OR_RETURN(auto read, jsonl ? data::read_jsonl_rows(path) : data::read_csv_rows(path));
-  std::vector<float> scores(read.table.row_count(), std::nanf(""));
-  if (auto predictions = bundle.predict(read.table); predictions.ok()) {
-    for (std::size_t row = 0; row < predictions->rows; ++row)
-      scores[row] = predictions->scores[row * predictions->columns];
-  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto predictions, bundle.predict(read.table));
+  std::vector<float> scores(predictions.rows);
+  for (std::size_t row = 0; row < predictions.rows; ++row) scores[row] = predictions.scores[row * predictions.columns];
   return std::make_pair(std::move(read.table), std::move(scores));
 }
 
@@ -97,22 +95,27 @@ Result<MonitorResult> run(const GlobalOptions& global, const MonitorFlags& flags
   result.model = loaded.description + (endpoint.empty() ? "" : " (main version of endpoint " + endpoint + ")");
   result.thresholds.distance = flags.distance;
   result.thresholds.p_value = flags.p_value;
-  SLIPWAY_ASSIGN_OR_RETURN(auto window, parse_duration("--window", flags.window));
+  // A window may be days long (the log is kept a week by default): NUMBERd, or a duration.
+  std::chrono::milliseconds window{0};
+  if (flags.window.ends_with("d")) {
+    double days = std::strtod(flags.window.c_str(), nullptr);
+    if (!(days > 0 && days <= 366)) return invalid_argument("--window '" + flags.window + "' must be 1h, 15m, 7d ...");
+    window = std::chrono::milliseconds(static_cast<std::int64_t>(days * 86'400'000));
+  } else {
+    SLIPWAY_ASSIGN_OR_RETURN(window, parse_duration("--window", flags.window));
+  }
+  if (window.count() <= 0) return invalid_argument("--window must be longer than 0");
   std::string log_directory = flags.request_log_dir.empty() ? store->home() + "/request_log" : flags.request_log_dir;
   auto parsed_reference = registry::parse_model_reference(reference);
   std::string model_name = parsed_reference.ok() ? parsed_reference->first : "";
   std::string version = loaded.description.substr(loaded.description.find('@') + 1);
   // The logged rows of [from, to) that this version answered.
   auto logged = [&](std::int64_t from, std::int64_t to) -> Result<monitor::BinnedData> {
-    SLIPWAY_ASSIGN_OR_RETURN(auto requests, monitor::read_request_log(log_directory, model_name, endpoint, from, to));
-    std::vector<std::uint32_t> rows;
-    std::vector<float> scores;
-    for (std::size_t row = 0; row < requests.versions.size(); ++row) {
-      if (requests.versions[row] != version) continue;
-      rows.push_back(static_cast<std::uint32_t>(row));
-      scores.push_back(requests.scores[row]);
-    }
-    return monitor::bin(profile, requests.inputs.take_rows(rows), scores);
+    std::vector<std::string> inputs;
+    for (const auto& feature : loaded.bundle->preprocessor().features()) inputs.push_back(feature.name);
+    SLIPWAY_ASSIGN_OR_RETURN(auto requests,
+                             monitor::read_request_log(log_directory, model_name, version, endpoint, inputs, from, to));
+    return monitor::bin(profile, requests.inputs, requests.scores);
   };
   std::int64_t now = unix_time_ms();
   monitor::BinnedData current;

@@ -23,6 +23,7 @@ Result<FeatureProfile> read_feature_profile(simdjson::dom::element element) {
       object["missing"].get(feature.missing) != simdjson::SUCCESS) {
     return broken();
   }
+  if ((type != "numeric" && type != "categorical") || !(feature.missing >= 0)) return broken();
   feature.name = std::string(name);
   feature.type = type == "numeric" ? data::ColumnType::kNumeric : data::ColumnType::kCategorical;
   for (auto count : counts) {

@@ -127,9 +127,11 @@ DataProfile profile_of(const data::Table& table, const std::vector<std::string>&
     // Most frequent first; ties by first appearance, so the profile never depends on hashing.
     std::stable_sort(order.begin(), order.end(),
                      [&](std::size_t a, std::size_t b) { return per_code[a] > per_code[b]; });
+    // Long levels (free text) are counted as "other": they would bloat every bundle's manifest.
+    constexpr std::size_t kMaxLevelBytes = 256;
     double other = 0;
     for (std::size_t rank = 0; rank < order.size(); ++rank) {
-      if (rank < kMaxProfileLevels) {
+      if (feature.levels.size() < kMaxProfileLevels && column->dictionary[order[rank]].size() <= kMaxLevelBytes) {
         feature.levels.push_back(column->dictionary[order[rank]]);
         feature.counts.push_back(per_code[order[rank]]);
       } else {

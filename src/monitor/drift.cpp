@@ -16,14 +16,34 @@ std::vector<double> shares(const std::vector<double>& counts) {
   return result;
 }
 
-double jensen_shannon_distance(const std::vector<double>& p, const std::vector<double>& q) {
+// The divergence itself (base 2, in [0, 1]), not its square root: Vertex AI's default threshold
+// of 0.3 is on the divergence.
+double jensen_shannon_divergence(const std::vector<double>& p, const std::vector<double>& q) {
   double divergence = 0;
   for (std::size_t index = 0; index < p.size(); ++index) {
     double mean = (p[index] + q[index]) / 2;
     if (p[index] > 0) divergence += 0.5 * p[index] * std::log2(p[index] / mean);
     if (q[index] > 0) divergence += 0.5 * q[index] * std::log2(q[index] / mean);
   }
-  return std::sqrt(std::clamp(divergence, 0.0, 1.0));
+  return std::clamp(divergence, 0.0, 1.0);
+}
+
+// Chi-squared test of a 2 x k table: do two samples spread over k slots alike?
+double two_sample_chi_squared_p(const std::vector<double>& first, const std::vector<double>& second) {
+  double first_rows = std::accumulate(first.begin(), first.end(), 0.0);
+  double second_rows = std::accumulate(second.begin(), second.end(), 0.0);
+  double total = first_rows + second_rows, statistic = 0, slots = 0;
+  if (first_rows <= 0 || second_rows <= 0) return 1.0;
+  for (std::size_t index = 0; index < first.size(); ++index) {
+    double column = first[index] + second[index];
+    if (column <= 0) continue;
+    ++slots;
+    for (auto [observed, rows] : {std::pair{first[index], first_rows}, std::pair{second[index], second_rows}}) {
+      double expected = rows * column / total;
+      statistic += (observed - expected) * (observed - expected) / expected;
+    }
+  }
+  return slots > 1 ? chi_squared_p(statistic, slots - 1) : 1.0;
 }
 
 double l_infinity(const std::vector<double>& p, const std::vector<double>& q) {
@@ -85,7 +105,7 @@ InputDrift drift_of(const model::FeatureProfile& feature, const std::vector<doub
   const auto& p = drift.reference_share;
   const auto& q = drift.current_share;
   bool numeric = feature.type == data::ColumnType::kNumeric;
-  drift.distance = numeric ? jensen_shannon_distance(p, q) : l_infinity(p, q);
+  drift.distance = numeric ? jensen_shannon_divergence(p, q) : l_infinity(p, q);
   drift.psi = population_stability(p, q);
   if (numeric) {
     // Over the bin boundaries of the binned CDFs (missing values left out): a floor of the exact
@@ -98,22 +118,14 @@ InputDrift drift_of(const model::FeatureProfile& feature, const std::vector<doub
       cdf_q += current_counts[index] / std::max(current_present, 1.0);
       statistic = std::max(statistic, std::abs(cdf_p - cdf_q));
     }
-    drift.p_value = kolmogorov_smirnov_p(statistic, reference_present, current_present);
+    // KS sees only the values present; a change in how many are missing is tested apart, and
+    // either test can flag the input.
+    double reference_missing = reference_counts.back(), current_missing = current_counts.back();
+    double missing_p =
+        two_sample_chi_squared_p({reference_missing, reference_present}, {current_missing, current_present});
+    drift.p_value = std::min(kolmogorov_smirnov_p(statistic, reference_present, current_present), missing_p);
   } else {
-    // The 2 x k contingency table of the two samples, over the slots either one uses.
-    double statistic = 0, slots = 0;
-    double total = drift.reference_rows + drift.current_rows;
-    for (std::size_t index = 0; index < p.size(); ++index) {
-      double column = reference_counts[index] + current_counts[index];
-      if (column <= 0) continue;
-      ++slots;
-      for (auto [observed, rows] : {std::pair{reference_counts[index], drift.reference_rows},
-                                    std::pair{current_counts[index], drift.current_rows}}) {
-        double expected = rows * column / total;
-        statistic += (observed - expected) * (observed - expected) / expected;
-      }
-    }
-    drift.p_value = slots > 1 ? chi_squared_p(statistic, slots - 1) : 1.0;
+    drift.p_value = two_sample_chi_squared_p(reference_counts, current_counts);
   }
   drift.decided_by_test = drift.current_rows <= static_cast<double>(thresholds.small_sample);
   drift.drifted = drift.decided_by_test ? drift.p_value < thresholds.p_value : drift.distance > thresholds.distance;
@@ -137,13 +149,17 @@ double kolmogorov_smirnov_p(double d, double n, double m) {
   if (n <= 0 || m <= 0 || d <= 0) return 1.0;
   double effective = n * m / (n + m);
   double lambda = (std::sqrt(effective) + 0.12 + 0.11 / std::sqrt(effective)) * d;
+  // Below 0.2 the series has not converged in any number of terms worth summing, and its value
+  // is 1 to ten digits (Numerical Recipes' probks).
+  if (lambda < 0.2) return 1.0;
   double sum = 0;
   for (int k = 1; k <= 100; ++k) {
     double term = 2 * ((k % 2 == 1) ? 1 : -1) * std::exp(-2.0 * k * k * lambda * lambda);
     sum += term;
-    if (std::abs(term) < 1e-12) break;
+    // (A term that underflows to 0 ends it too: far in the tail, p is 0 to double precision.)
+    if (std::abs(term) <= 1e-12 * std::abs(sum)) return std::clamp(sum, 0.0, 1.0);
   }
-  return std::clamp(sum, 0.0, 1.0);
+  return 1.0;
 }
 
 double chi_squared_p(double statistic, double dof) {

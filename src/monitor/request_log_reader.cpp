@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -69,7 +72,9 @@ void flatten(simdjson::dom::element element, std::vector<simdjson::dom::element>
 }  // namespace
 
 Result<LoggedRequests> read_request_log(const std::string& directory, const std::string& model,
-                                        const std::string& endpoint, std::int64_t from_ms, std::int64_t to_ms) {
+                                        const std::string& version, const std::string& endpoint,
+                                        const std::vector<std::string>& inputs_wanted, std::int64_t from_ms,
+                                        std::int64_t to_ms) {
   LoggedRequests read;
   fs::path folder = fs::path(directory) / model;
   std::error_code error;
@@ -82,8 +87,30 @@ Result<LoggedRequests> read_request_log(const std::string& directory, const std:
     if (entry.path().extension() == ".jsonl") segments.push_back(entry.path());
   }
   std::sort(segments.begin(), segments.end());  // names sort in time order
+  // A segment holds records from the time in its name to at most the end of that UTC hour (it
+  // rotates at the hour): those that cannot hold the window are not read.
+  auto start_of = [](const fs::path& path) -> std::optional<std::int64_t> {
+    std::string name = path.filename().string();
+    std::tm utc{};
+    if (name.size() < 15 || std::sscanf(name.c_str(), "%4d%2d%2dT%2d%2d%2d", &utc.tm_year, &utc.tm_mon, &utc.tm_mday,
+                                        &utc.tm_hour, &utc.tm_min, &utc.tm_sec) != 6) {
+      return std::nullopt;
+    }
+    utc.tm_year -= 1900;
+    utc.tm_mon -= 1;
+    return static_cast<std::int64_t>(timegm(&utc)) * 1000;
+  };
+  constexpr std::int64_t kHourMs = 3'600'000;
+  std::erase_if(segments, [&](const fs::path& path) {
+    auto start = start_of(path);
+    return start && (*start >= to_ms || (*start / kHourMs + 1) * kHourMs <= from_ms);
+  });
   std::vector<Growing> columns;
   std::unordered_map<std::string, std::size_t> column_of;
+  for (const auto& name : inputs_wanted) {
+    column_of.emplace(name, columns.size());
+    columns.push_back(Growing{name, {}, {}, {}, false});
+  }
   std::size_t rows = 0;
   simdjson::dom::parser parser;
   std::vector<simdjson::dom::element> values;
@@ -98,16 +125,16 @@ Result<LoggedRequests> read_request_log(const std::string& directory, const std:
       if (line.empty()) continue;
       simdjson::dom::object record;
       std::int64_t time_ms = 0, status = 0;
-      std::string_view version, came_through;
+      std::string_view logged_version, came_through;
       simdjson::dom::array inputs;
       if (parser.parse(line.data(), line.size()).get(record) != simdjson::SUCCESS ||
           record["time_ms"].get(time_ms) != simdjson::SUCCESS || record["status"].get(status) != simdjson::SUCCESS ||
-          record["version"].get(version) != simdjson::SUCCESS ||
+          record["version"].get(logged_version) != simdjson::SUCCESS ||
           record["endpoint"].get(came_through) != simdjson::SUCCESS) {
         ++read.unreadable;
         continue;
       }
-      if (time_ms < from_ms || time_ms >= to_ms) continue;
+      if (time_ms < from_ms || time_ms >= to_ms || logged_version != version) continue;
       if (!endpoint.empty() && came_through != endpoint) continue;
       if (status >= 400 || record["request"]["inputs"].get(inputs) != simdjson::SUCCESS) {
         ++read.unreadable;
@@ -117,19 +144,34 @@ Result<LoggedRequests> read_request_log(const std::string& directory, const std:
       // longest input.
       std::size_t request_rows = 0;
       std::vector<std::pair<std::size_t, std::vector<simdjson::dom::element>>> columns_of_request;
+      std::size_t input_count = 0;
+      for (auto input : inputs) {
+        (void)input;
+        ++input_count;
+      }
       for (auto input : inputs) {
         std::string_view name;
         simdjson::dom::element data;
         if (input["name"].get(name) != simdjson::SUCCESS || input["data"].get(data) != simdjson::SUCCESS) continue;
         values.clear();
         flatten(data, values);
-        auto [found, inserted] = column_of.try_emplace(std::string(name), columns.size());
-        if (inserted) {
-          columns.push_back(Growing{std::string(name), {}, {}, {}, false});
-          columns.back().resize(rows);
+        auto found = column_of.find(std::string(name));
+        if (found != column_of.end()) {
+          request_rows = std::max(request_rows, values.size());
+          columns_of_request.emplace_back(found->second, values);
+          continue;
         }
-        request_rows = std::max(request_rows, values.size());
-        columns_of_request.emplace_back(found->second, values);
+        // One [N, inputs] tensor under another name: its columns are the inputs, in order.
+        std::size_t width = columns.size();
+        if (input_count != 1 || width == 0 || values.size() % width != 0) continue;
+        std::size_t matrix_rows = values.size() / width;
+        request_rows = std::max(request_rows, matrix_rows);
+        for (std::size_t column = 0; column < width; ++column) {
+          std::vector<simdjson::dom::element> cells;
+          cells.reserve(matrix_rows);
+          for (std::size_t row = 0; row < matrix_rows; ++row) cells.push_back(values[row * width + column]);
+          columns_of_request.emplace_back(column, std::move(cells));
+        }
       }
       std::size_t first = rows;
       rows += request_rows;
@@ -174,7 +216,6 @@ Result<LoggedRequests> read_request_log(const std::string& directory, const std:
       }
       read.scores.insert(read.scores.end(), scores.begin(), scores.end());
       read.time_ms.insert(read.time_ms.end(), request_rows, time_ms);
-      read.versions.insert(read.versions.end(), request_rows, std::string(version));
       ++read.requests;
     }
   }

@@ -63,6 +63,7 @@ class RequestLog {
     std::string path;
     std::size_t bytes = 0;
     std::int64_t hour = 0;  // the UTC hour it was opened in
+    std::int64_t last_write_ms = 0;
   };
   void start();  // under mutex_
   void run();

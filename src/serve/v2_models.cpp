@@ -161,15 +161,38 @@ void Service::State::handle_model_route(std::string_view method, const std::vect
   answer(json_response(200, model_metadata(*servable, version.has_value())));
 }
 
+namespace {
+
+// A logged body above this is recorded by its size alone: the log never holds a copy of a huge
+// request (the request's own memory is bounded by the server; a second copy would not be).
+constexpr std::size_t kMaxLoggedBody = std::size_t{1} << 20;
+// A failed request may be anything: the first bytes are enough to see what was wrong.
+constexpr std::size_t kMaxLoggedFailure = 4096;
+
+// Bytes that may not be JSON (a request that failed), as a JSON string that always is.
+std::string as_json_text(std::string_view bytes) {
+  std::string printable(bytes.substr(0, kMaxLoggedFailure));
+  for (char& c : printable) {
+    auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte >= 0x7f) c = '?';
+  }
+  std::string out;
+  append_json_string(out, printable);
+  return out;
+}
+
+}  // namespace
+
 Service::State::Finish Service::State::logging(const LoadedModel& loaded, const std::string& endpoint,
                                                std::string_view body, const RequestHeaders& headers,
                                                const Finish& finish) {
   double rate = loaded.config.request_log_rate;
   // Binary tensors are not logged: the log is JSON Lines a reader can take apart.
   if (rate <= 0 || !headers.inference_header_length.empty() || !sampled(rate * 100)) return finish;
-  auto request = std::make_shared<std::string>(body);
+  auto request = std::make_shared<std::string>(body.size() <= kMaxLoggedBody ? body : std::string_view());
+  std::size_t request_bytes = body.size();
   std::int64_t started = monotonic_ns();
-  return [this, request, started, model = loaded.name, version = loaded.version_text, endpoint, finish](
+  return [this, request, request_bytes, started, model = loaded.name, version = loaded.version_text, endpoint, finish](
              HttpResponse response, std::size_t rows) {
     RequestLog::Record record;
     record.time_ms = unix_time_ms();
@@ -178,20 +201,31 @@ Service::State::Finish Service::State::logging(const LoadedModel& loaded, const 
     record.version = version;
     record.endpoint = endpoint;
     record.status = response.status;
-    if (response.status < 400) {
+    bool degraded = false;
+    for (const auto& [name, value] : response.headers) {
+      // A fallback's answer is the answering version's, not the route's; a cached or constant
+      // one is no model's, and is not logged as if it were.
+      if (name == "X-Slipway-Version" && value.find('@') != std::string::npos) {
+        record.model = value.substr(0, value.rfind('@'));
+        record.version = value.substr(value.rfind('@') + 1);
+      }
+      degraded = degraded || name == "X-Slipway-Degraded";
+    }
+    bool answered_by_a_version = !degraded || record.model != model || record.version != version;
+    if (response.status < 400 && request_bytes <= kMaxLoggedBody) {
       // Parsed, so JSON: its newlines are whitespace, and a log line must be one line.
       std::replace(request->begin(), request->end(), '\n', ' ');
       std::replace(request->begin(), request->end(), '\r', ' ');
       record.request = std::move(*request);
-    } else {
-      // Maybe not JSON at all: kept as a string.
-      append_json_string(record.request, *request);
+    } else if (response.status >= 400) {
+      record.request = as_json_text(*request);
     }
-    bool json_answer = response.content_type == "application/json";
-    if (json_answer) record.response = response.body;
+    if (response.content_type == "application/json" && response.body.size() <= kMaxLoggedBody) {
+      record.response = response.body;
+    }
     finish(std::move(response), rows);
     // After the answer is on its way: the log is never on the latency path beyond this copy.
-    request_log.post(std::move(record));
+    if (answered_by_a_version) request_log.post(std::move(record));
   };
 }
 

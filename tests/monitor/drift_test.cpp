@@ -14,6 +14,8 @@ TEST(DriftStatistics, PValuesMatchTheirTables) {
   // Two samples of 1,000: the 5% critical value of D is 1.358 * sqrt(2 / 1000).
   EXPECT_NEAR(kolmogorov_smirnov_p(1.358 * std::sqrt(2.0 / 1000), 1000, 1000), 0.05, 0.005);
   EXPECT_DOUBLE_EQ(kolmogorov_smirnov_p(0, 1000, 1000), 1.0);
+  EXPECT_DOUBLE_EQ(kolmogorov_smirnov_p(1e-5, 1000, 1000), 1.0);  // a difference that is none
+  EXPECT_DOUBLE_EQ(kolmogorov_smirnov_p(1.0, 1e6, 1e6), 0.0);     // far in the tail
   EXPECT_LT(kolmogorov_smirnov_p(0.5, 1000, 1000), 1e-10);
   EXPECT_NEAR(chi_squared_p(3.841, 1), 0.05, 0.001);
   EXPECT_NEAR(chi_squared_p(18.307, 10), 0.05, 0.001);
