@@ -66,7 +66,9 @@ void DeadlineTimer::run() {
     }
     auto first = actions_.begin();
     if (first->first.first > Clock::now()) {
-      wake_.wait_until(lock, first->first.first);
+      // A copy: another runner may take (and free) that entry while this one waits.
+      Clock::time_point when = first->first.first;
+      wake_.wait_until(lock, when);
       continue;
     }
     std::function<void()> action = std::move(first->second);
