@@ -479,9 +479,9 @@ Status EndpointStore::configure(const std::string& endpoint, const EndpointSetti
       SLIPWAY_RETURN_IF_ERROR(check_version_exists(sql, shadow->model, shadow->version));
     std::string detail = endpoint;
     auto set = [&](const char* column, SqlValue value, const std::string& shown) -> Status {
-      SLIPWAY_RETURN_IF_ERROR(sql.execute(std::string("UPDATE endpoints SET ") + column + " = ? WHERE name = ?",
-                                          {std::move(value), endpoint})
-                                  .status());
+      SLIPWAY_RETURN_IF_ERROR(
+          sql.execute(std::string("UPDATE endpoints SET ") + column + " = ? WHERE name = ?", {value, endpoint})
+              .status());
       detail += std::string(" ") + column + "=" + shown;
       return {};
     };

@@ -306,7 +306,7 @@ HttpResponse Service::State::handle_management_route(std::string_view method,
   // segments: api endpoints [NAME [rollout|deploy|promote|rollback|settings]]
   //           api models NAME versions V approval
   //           api audit
-  const std::string_view kRoutes =
+  constexpr std::string_view kRoutes =
       "no such management route; the API has /api/endpoints[/NAME[/rollout|deploy|promote|rollback|settings]], "
       "/api/models/NAME/versions/V/approval and /api/audit";
   std::string_view area = segments.size() >= 2 ? segments[1] : std::string_view();

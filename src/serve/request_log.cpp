@@ -85,7 +85,7 @@ void RequestLog::run() {
       // Quiet for a while: close idle segments and apply the retention.
       std::int64_t now = unix_time_ms();
       for (auto it = segments_.begin(); it != segments_.end();) {
-        if (now - it->second.last_write_ms >= 5 * 60'000) {
+        if (now - it->second.last_write_ms >= std::int64_t{5} * 60'000) {
           std::fclose(it->second.file);
           it = segments_.erase(it);
         } else {
