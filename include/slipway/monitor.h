@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "slipway/core.h"
 #include "slipway/data.h"
+#include "slipway/eval.h"
 #include "slipway/model.h"
 
 namespace slipway::monitor {
@@ -81,10 +83,26 @@ struct LoggedRequests {
 // those that came through `endpoint` when it is not empty; failed requests are left out. Only
 // `inputs` (the model's, in its order) become columns, so what clients name cannot grow the
 // table; a request of one [N, inputs] tensor is read in that order, as the server reads it.
+// `id_input`, when not empty, is kept as a column too: the id labels are joined by.
 Result<LoggedRequests> read_request_log(const std::string& directory, const std::string& model,
                                         const std::string& version, const std::string& endpoint,
                                         const std::vector<std::string>& inputs, std::int64_t from_ms,
-                                        std::int64_t to_ms);
+                                        std::int64_t to_ms, const std::string& id_input = "");
+
+// ---------------------------------------------------------------------------------------------
+// Performance once labels arrive (`slipway labels ingest`).
+
+struct Performance {
+  std::size_t rows = 0;        // rows with a label the model's task can read
+  std::size_t unlabelled = 0;  // rows without one (or with a label of no known class)
+  eval::Metrics metrics;       // the task's metrics over the labelled rows
+};
+// The rows whose id has a label, scored against it: binary classification (the label one of the
+// model's two classes; scores are P(positive)) or regression (the label a number).
+// FailedPrecondition for multiclass models: the log keeps each row's first score only.
+Result<Performance> performance(const model::Bundle& bundle, const std::vector<std::string>& ids,
+                                std::span<const float> scores,
+                                const std::unordered_map<std::string, std::string>& labels);
 
 // Two-sample Kolmogorov-Smirnov p-value for statistic `d` between samples of n and m values
 // (the asymptotic distribution). Chi-squared's upper tail for `statistic` with `dof` degrees.

@@ -32,6 +32,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "slipway/core.h"
@@ -316,6 +317,13 @@ class ModelStore {
   // note; `revoke` withdraws it. Endpoints that require approval refuse unapproved versions.
   Status approve(const std::string& model, std::int64_t version, const std::string& note);
   Status revoke_approval(const std::string& model, std::int64_t version);
+  // Ground truth for `model`'s predictions, by the id its requests carry: each (id, label) stored,
+  // a later label for an id replacing the earlier, in one transaction. NotFound for an unknown
+  // model; InvalidArgument for an empty id. Returns how many were new.
+  Result<std::size_t> record_labels(const std::string& model,
+                                    const std::vector<std::pair<std::string, std::string>>& labels);
+  // Every label of `model`, by id.
+  Result<std::unordered_map<std::string, std::string>> labels(const std::string& model);
   // Takes a version out of service, keeping it (and its bundle) for lineage: servers no longer
   // serve it, deploys refuse it, and NAME alone resolves to the newest version still in service.
   // FailedPrecondition, naming it, while an alias points to it or an endpoint routes, mirrors or

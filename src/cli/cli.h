@@ -119,7 +119,16 @@ struct MonitorFlags {
   std::string request_log_dir;        // empty: <workspace>/request_log
   double distance = 0.3;
   double p_value = 0.05;
+  std::string id_column;  // --id-col: join labels (slipway labels ingest) by this input for performance
 };
+struct LabelFlags {
+  std::string path;
+  std::string model;
+  std::string id_column;
+  std::string label_column;
+};
+// Stores ground truth for a model's predictions, by id (slipway monitor --id-col joins it).
+int run_labels_ingest(const GlobalOptions& global, const LabelFlags& flags);
 // Skew and drift of a model's traffic or of a file against its training data (slipway/monitor.h).
 int run_monitor(const GlobalOptions& global, const MonitorFlags& flags);
 

@@ -147,6 +147,17 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
                    "1000 rows")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  monitor_command->add_option("--id-col", monitor.id_column,
+                              "Also measure performance: join the labels ingested for the model by this input");
+  LabelFlags label_flags;
+  auto* labels_command = app.add_subcommand("labels", "Ground truth that arrives after the predictions");
+  auto* labels_ingest = labels_command->add_subcommand("ingest", "Store labels for a model's predictions, by id");
+  labels_ingest->add_option("FILE", label_flags.path, "CSV or JSON Lines with an id and a label per row")->required();
+  labels_ingest->add_option("--model", label_flags.model, "The registered model the labels are for")->required();
+  labels_ingest->add_option("--id-col", label_flags.id_column, "The id column (an input the requests carry)")
+      ->required();
+  labels_ingest->add_option("--label-col", label_flags.label_column, "The label column")->required();
+  labels_command->require_subcommand(1);
   monitor_command
       ->add_option("--p-value", monitor.p_value, "Drift below this KS / chi-squared p-value, with at most 1000 rows")
       ->capture_default_str()
@@ -611,6 +622,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
     return run_profile(global, profile);
   }
   if (monitor_command->parsed()) return run_monitor(global, monitor);
+  if (labels_ingest->parsed()) return run_labels_ingest(global, label_flags);
   if (batch_status_command->parsed()) return run_batch_status(global, batch_folder);
   if (batch_command->parsed()) {
     if (batch.out.empty()) return fail(slipway::invalid_argument("--out is required: the job's folder"));

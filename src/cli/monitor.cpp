@@ -1,6 +1,8 @@
 // slipway monitor: skew and drift of a model's traffic (its request log) or of a file, against
 // the training distribution its bundle carries, another file, or the window before.
 #include <cmath>
+#include <map>
+#include <optional>
 #include <ostream>
 
 #include <fmt/format.h>
@@ -18,6 +20,8 @@ struct MonitorResult : CommandResult {
   std::string reference;
   monitor::DriftReport report;
   monitor::DriftThresholds thresholds;
+  std::optional<monitor::Performance> performance;  // with --id-col
+  std::map<std::string, double> training_metrics;   // the bundle's test_* metrics
 
   void write_json(JsonWriter& json) const override {
     auto write_drift = [&json](const monitor::InputDrift& drift) {
@@ -36,7 +40,16 @@ struct MonitorResult : CommandResult {
     json.end_array().key("prediction");
     write_drift(report.prediction);
     json.key("drifted_inputs").value(static_cast<std::uint64_t>(report.drifted_inputs));
-    json.key("drifted_share").value(report.drifted_share).end_object();
+    json.key("drifted_share").value(report.drifted_share);
+    if (performance) {
+      json.key("performance").begin_object().key("rows").value(static_cast<std::uint64_t>(performance->rows));
+      json.key("unlabelled").value(static_cast<std::uint64_t>(performance->unlabelled)).key("metrics").begin_object();
+      for (const auto& [name, value] : performance->metrics.values) json.key(name).value(value);
+      json.end_object().key("training_test_metrics").begin_object();
+      for (const auto& [name, value] : training_metrics) json.key(name).value(value);
+      json.end_object().end_object();
+    }
+    json.end_object();
   }
   void write_text(std::ostream& out) const override {
     out << "model     " << model << "\ncurrent   " << current << "\nreference " << reference << "\n\n";
@@ -59,6 +72,16 @@ struct MonitorResult : CommandResult {
                        report.prediction.drifted ? "drifted" : "did not drift");
     out << fmt::format("drift: with at most 1000 current rows a test decides (p < {}), with more the distance (> {})\n",
                        thresholds.p_value, thresholds.distance);
+    if (performance) {
+      out << fmt::format("\nperformance on {} labelled rows ({} without a label):", performance->rows,
+                         performance->unlabelled);
+      for (const auto& [name, value] : performance->metrics.values) {
+        auto test = training_metrics.find("test_" + name);
+        out << " " << name << " " << format_metric(value)
+            << (test == training_metrics.end() ? "" : " (test " + format_metric(test->second) + ")") << ";";
+      }
+      out << "\n";
+    }
   }
 };
 
@@ -109,12 +132,25 @@ Result<MonitorResult> run(const GlobalOptions& global, const MonitorFlags& flags
   auto parsed_reference = registry::parse_model_reference(reference);
   std::string model_name = parsed_reference.ok() ? parsed_reference->first : "";
   std::string version = loaded.description.substr(loaded.description.find('@') + 1);
+  // The ids of `table`'s rows in --id-col (empty without one).
+  auto ids_of = [&](const data::Table& table) -> Result<std::vector<std::string>> {
+    std::vector<std::string> ids;
+    if (flags.id_column.empty()) return ids;
+    const data::Column* column = table.find(flags.id_column);
+    if (column == nullptr) return invalid_argument("the rows have no '" + flags.id_column + "' (--id-col)");
+    for (std::size_t row = 0; row < column->size(); ++row) ids.push_back(column->text_at(row));
+    return ids;
+  };
   // The logged rows of [from, to) that this version answered.
+  std::vector<std::string> ids;
+  std::vector<float> scores;
   auto logged = [&](std::int64_t from, std::int64_t to) -> Result<monitor::BinnedData> {
     std::vector<std::string> inputs;
     for (const auto& feature : loaded.bundle->preprocessor().features()) inputs.push_back(feature.name);
-    SLIPWAY_ASSIGN_OR_RETURN(auto requests,
-                             monitor::read_request_log(log_directory, model_name, version, endpoint, inputs, from, to));
+    SLIPWAY_ASSIGN_OR_RETURN(auto requests, monitor::read_request_log(log_directory, model_name, version, endpoint,
+                                                                      inputs, from, to, flags.id_column));
+    SLIPWAY_ASSIGN_OR_RETURN(ids, ids_of(requests.inputs));
+    scores = requests.scores;
     return monitor::bin(profile, requests.inputs, requests.scores);
   };
   std::int64_t now = unix_time_ms();
@@ -122,11 +158,20 @@ Result<MonitorResult> run(const GlobalOptions& global, const MonitorFlags& flags
   if (!flags.data.empty()) {
     SLIPWAY_ASSIGN_OR_RETURN(auto file, scored_file(*loaded.bundle, flags.data));
     current = monitor::bin(profile, file.first, file.second);
+    SLIPWAY_ASSIGN_OR_RETURN(ids, ids_of(file.first));
+    scores = std::move(file.second);
     result.current = flags.data;
   } else {
     if (model_name.empty()) return invalid_argument("a bundle file has no request log: give --data FILE");
     SLIPWAY_ASSIGN_OR_RETURN(current, logged(now - window.count(), now));
     result.current = fmt::format("the request log of the last {}", flags.window);
+  }
+  if (!flags.id_column.empty()) {
+    // Performance over the current rows whose labels have arrived.
+    if (model_name.empty()) return invalid_argument("labels belong to a registered model: give NAME, not a file");
+    SLIPWAY_ASSIGN_OR_RETURN(auto labels, store->models().labels(model_name));
+    SLIPWAY_ASSIGN_OR_RETURN(result.performance, monitor::performance(*loaded.bundle, ids, scores, labels));
+    result.training_metrics = loaded.bundle->manifest().metrics;
   }
   if (current.rows <= 0) return failed_precondition("no rows to compare in " + result.current);
   monitor::BinnedData baseline;
@@ -147,7 +192,55 @@ Result<MonitorResult> run(const GlobalOptions& global, const MonitorFlags& flags
   return result;
 }
 
+struct LabelsResult : CommandResult {
+  std::string model;
+  std::size_t read = 0, added = 0, skipped = 0;
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("model").value(model).key("labels").value(static_cast<std::uint64_t>(read));
+    json.key("new").value(static_cast<std::uint64_t>(added)).key("skipped").value(static_cast<std::uint64_t>(skipped));
+    json.end_object();
+  }
+  void write_text(std::ostream& out) const override {
+    out << fmt::format("{} labels for {} ({} new, {} replaced); {} rows skipped (no id or no label)\n", read, model,
+                       added, read - added, skipped);
+  }
+};
+
+Result<LabelsResult> ingest(const GlobalOptions& global, const LabelFlags& flags) {
+  std::string lower = flags.path;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  bool jsonl = lower.ends_with(".jsonl") || lower.ends_with(".ndjson");
+  std::vector<std::string> text = {flags.id_column, flags.label_column};  // ids and labels as written
+  SLIPWAY_ASSIGN_OR_RETURN(auto read, jsonl ? data::read_jsonl_rows(flags.path, text)
+                                            : data::read_csv_rows(flags.path, {.text_columns = text}));
+  const data::Column* ids = read.table.find(flags.id_column);
+  const data::Column* labels = read.table.find(flags.label_column);
+  if (ids == nullptr || labels == nullptr) {
+    return invalid_argument(flags.path + " has no column '" + (ids == nullptr ? flags.id_column : flags.label_column) +
+                            "'");
+  }
+  LabelsResult result;
+  result.model = flags.model;
+  result.skipped = read.bad_rows.size();
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (std::size_t row = 0; row < read.table.row_count(); ++row) {
+    if (ids->is_missing(row) || labels->is_missing(row)) {
+      ++result.skipped;
+      continue;
+    }
+    pairs.emplace_back(ids->text_at(row), labels->text_at(row));
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kWrite));
+  SLIPWAY_ASSIGN_OR_RETURN(result.added, store->models().record_labels(flags.model, pairs));
+  result.read = pairs.size();
+  return result;
+}
+
 }  // namespace
+
+int run_labels_ingest(const GlobalOptions& global, const LabelFlags& flags) {
+  return render(global, ingest(global, flags));
+}
 
 int run_monitor(const GlobalOptions& global, const MonitorFlags& flags) { return render(global, run(global, flags)); }
 

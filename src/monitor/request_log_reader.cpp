@@ -74,7 +74,7 @@ void flatten(simdjson::dom::element element, std::vector<simdjson::dom::element>
 Result<LoggedRequests> read_request_log(const std::string& directory, const std::string& model,
                                         const std::string& version, const std::string& endpoint,
                                         const std::vector<std::string>& inputs_wanted, std::int64_t from_ms,
-                                        std::int64_t to_ms) {
+                                        std::int64_t to_ms, const std::string& id_input) {
   LoggedRequests read;
   fs::path folder = fs::path(directory) / model;
   std::error_code error;
@@ -110,6 +110,10 @@ Result<LoggedRequests> read_request_log(const std::string& directory, const std:
   for (const auto& name : inputs_wanted) {
     column_of.emplace(name, columns.size());
     columns.push_back(Growing{name, {}, {}, {}, false});
+  }
+  const std::size_t model_inputs = columns.size();  // the width of the [N, inputs] form
+  if (!id_input.empty() && column_of.emplace(id_input, columns.size()).second) {
+    columns.push_back(Growing{id_input, {}, {}, {}, false});
   }
   std::size_t rows = 0;
   simdjson::dom::parser parser;
@@ -162,7 +166,7 @@ Result<LoggedRequests> read_request_log(const std::string& directory, const std:
           continue;
         }
         // One [N, inputs] tensor under another name: its columns are the inputs, in order.
-        std::size_t width = columns.size();
+        std::size_t width = model_inputs;
         if (input_count != 1 || width == 0 || values.size() % width != 0) continue;
         std::size_t matrix_rows = values.size() / width;
         request_rows = std::max(request_rows, matrix_rows);

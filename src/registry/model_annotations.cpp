@@ -103,6 +103,42 @@ Status ModelStore::revoke_approval(const std::string& model, std::int64_t versio
   });
 }
 
+Result<std::size_t> ModelStore::record_labels(const std::string& model,
+                                              const std::vector<std::pair<std::string, std::string>>& labels) {
+  std::size_t added = 0;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->write([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(auto known, sql.query_row("SELECT 1 FROM models WHERE name = ?", {model}));
+    if (!known) return not_found("no model '" + model + "'; `slipway models` lists them");
+    std::int64_t now = unix_time_ms();
+    for (const auto& [id, label] : labels) {
+      if (id.empty()) return invalid_argument("a label needs an id");
+      SLIPWAY_ASSIGN_OR_RETURN(auto existing,
+                               sql.query_row("SELECT 1 FROM labels WHERE model = ? AND id = ?", {model, id}));
+      if (!existing) ++added;
+      SLIPWAY_RETURN_IF_ERROR(sql.execute("INSERT INTO labels(model, id, label, ingested_ms) VALUES (?, ?, ?, ?) "
+                                          "ON CONFLICT(model, id) DO UPDATE SET label = excluded.label, "
+                                          "ingested_ms = excluded.ingested_ms",
+                                          {model, id, label, now})
+                                  .status());
+    }
+    return append_audit(sql, *context_, "labels.ingest",
+                        model + " " + std::to_string(labels.size()) + " labels (" + std::to_string(added) + " new)");
+  }));
+  return added;
+}
+
+Result<std::unordered_map<std::string, std::string>> ModelStore::labels(const std::string& model) {
+  std::unordered_map<std::string, std::string> found;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->read([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(bool exists, sql.table_exists("labels"));
+    if (!exists) return {};
+    SLIPWAY_ASSIGN_OR_RETURN(auto rows, sql.query("SELECT id, label FROM labels WHERE model = ?", {model}));
+    for (const auto& row : rows) found.emplace(row.text(0), row.text(1));
+    return {};
+  }));
+  return found;
+}
+
 Status ModelStore::record_gate(const GateRecord& record) {
   if (!context_->artifacts.contains(record.report_sha256)) {
     return failed_precondition("the gate report " + record.report_sha256 + " is not in the artifact store");

@@ -130,6 +130,13 @@ CREATE TABLE batch_jobs(
   actor TEXT NOT NULL);
 )sql";
 
+// Ground truth that arrives after the predictions, joined to logged requests by an id.
+constexpr std::string_view kLabels = R"sql(
+CREATE TABLE labels(
+  model TEXT NOT NULL, id TEXT NOT NULL, label TEXT NOT NULL, ingested_ms INTEGER NOT NULL,
+  PRIMARY KEY(model, id));
+)sql";
+
 constexpr std::array kMigrations = {
     Migration{1, "initial_schema", kInitialSchema},
     Migration{2, "run_owner", kRunOwner},
@@ -141,6 +148,7 @@ constexpr std::array kMigrations = {
     Migration{8, "retired_versions", kRetiredVersions},
     Migration{9, "deadlines_and_step_cache", kDeadlinesAndStepCache},
     Migration{10, "batch_jobs", kBatchJobs},
+    Migration{11, "labels", kLabels},
 };
 
 }  // namespace

@@ -377,7 +377,7 @@ TEST_F(CliTest, MonitorFlagsExactlyTheShiftedInputs) {
   std::shuffle(rows.begin(), rows.end(), random);
   auto write_rows = [&](const std::string& name, std::size_t begin, std::size_t end, bool shift) {
     std::ofstream out(home_.file(name));
-    out << header << "\n";
+    out << "loan_id," << header << "\n";
     for (std::size_t index = begin; index < end; ++index) {
       std::string row = rows[index];
       if (shift) {
@@ -389,14 +389,14 @@ TEST_F(CliTest, MonitorFlagsExactlyTheShiftedInputs) {
         for (int field = 0; field < 4; ++field) start = row.find(',', start) + 1;
         row = row.substr(0, start) + "CA" + row.substr(row.find(',', start));
       }
-      out << row << "\n";
+      out << "L" << index << "," << row << "\n";
     }
   };
   write_rows("train.csv", 0, 7000, false);
   write_rows("same.csv", 7000, rows.size(), false);
   write_rows("shifted.csv", 7000, rows.size(), true);
   ASSERT_EQ(slipway({"train", "--data", home_.file("train.csv"), "--target", "Class", "--model", "gbdt", "--param",
-                     "rounds=30", "--register", "loans", "--no-progress"})
+                     "rounds=30", "--ignore", "loan_id", "--register", "loans", "--no-progress"})
                 .exit_code,
             0);
   auto same = slipway({"--json", "monitor", "loans", "--data", home_.file("same.csv")});
@@ -418,6 +418,24 @@ TEST_F(CliTest, MonitorFlagsExactlyTheShiftedInputs) {
       {"--json", "monitor", "loans", "--data", home_.file("shifted.csv"), "--baseline", home_.file("shifted.csv")});
   EXPECT_NE(against_file.out.find("\"drifted_inputs\":0,"), std::string::npos) << against_file.out;
   EXPECT_NE(slipway({"monitor", "loans"}).err.find("no request log for 'loans'"), std::string::npos);
+
+  // Labels that arrive later, joined by id: the performance on the hold-out is the test's.
+  auto ingested = slipway(
+      {"labels", "ingest", home_.file("same.csv"), "--model", "loans", "--id-col", "loan_id", "--label-col", "Class"});
+  ASSERT_EQ(ingested.exit_code, 0) << ingested.err;
+  EXPECT_NE(ingested.out.find("2857 labels for loans (2857 new, 0 replaced)"), std::string::npos) << ingested.out;
+  auto measured = slipway({"--json", "monitor", "loans", "--data", home_.file("same.csv"), "--id-col", "loan_id"});
+  ASSERT_EQ(measured.exit_code, 0) << measured.err;
+  EXPECT_NE(measured.out.find("\"performance\":{\"rows\":2857,\"unlabelled\":0,\"metrics\":{\"auc\":"),
+            std::string::npos)
+      << measured.out;
+  auto measured_text = slipway({"monitor", "loans", "--data", home_.file("same.csv"), "--id-col", "loan_id"});
+  EXPECT_NE(measured_text.out.find("performance on 2857 labelled rows (0 without a label): auc "), std::string::npos)
+      << measured_text.out;
+  EXPECT_NE(slipway({"labels", "ingest", home_.file("same.csv"), "--model", "nobody", "--id-col", "loan_id",
+                     "--label-col", "Class"})
+                .exit_code,
+            0);
   EXPECT_NE(slipway({"monitor", "nothing", "--data", home_.file("same.csv")}).exit_code, 0);
 }
 
