@@ -167,6 +167,15 @@ struct BatchJobRecord {
   std::string actor;
 };
 
+// The state of one monitoring alert of a model: "input:NAME", "prediction" or "metric:NAME".
+struct AlertState {
+  std::string model;
+  std::string subject;
+  bool firing = false;
+  double value = 0;  // the distance, or the metric
+  std::int64_t changed_ms = 0;
+};
+
 // A row that names an artifact. `verify_workspace` checks each is stored; a stored artifact that
 // no row names is an orphan.
 struct ArtifactReference {
@@ -324,6 +333,10 @@ class ModelStore {
                                     const std::vector<std::pair<std::string, std::string>>& labels);
   // Every label of `model`, by id.
   Result<std::unordered_map<std::string, std::string>> labels(const std::string& model);
+  // Alert states: stored as given (changed_ms kept where the state did not change), and every
+  // model's listed, by model and subject.
+  Status record_alerts(const std::vector<AlertState>& states);
+  Result<std::vector<AlertState>> alerts();
   // Takes a version out of service, keeping it (and its bundle) for lineage: servers no longer
   // serve it, deploys refuse it, and NAME alone resolves to the newest version still in service.
   // FailedPrecondition, naming it, while an alias points to it or an endpoint routes, mirrors or

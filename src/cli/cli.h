@@ -120,6 +120,10 @@ struct MonitorFlags {
   double distance = 0.3;
   double p_value = 0.05;
   std::string id_column;  // --id-col: join labels (slipway labels ingest) by this input for performance
+  bool alert = false;     // --alert: record the alert states (/metrics shows them), notify --webhook of changes
+  std::string webhook;    // POST the alerts that changed here
+  std::vector<std::string> min_metrics;  // --min-metric auc=0.7: alert below it
+  std::vector<std::string> max_metrics;  // --max-metric log_loss=0.3: alert above it
 };
 struct LabelFlags {
   std::string path;

@@ -149,6 +149,14 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       ->check(CLI::Range(0.0, 1.0));
   monitor_command->add_option("--id-col", monitor.id_column,
                               "Also measure performance: join the labels ingested for the model by this input");
+  monitor_command->add_flag("--alert", monitor.alert,
+                            "Record each alert's state (a drifted input or prediction, a metric past its limit): "
+                            "/metrics shows them, and --webhook hears of each change once");
+  monitor_command->add_option("--webhook", monitor.webhook,
+                              "POST the alerts that fired or resolved since the last --alert run here (implies "
+                              "--alert); the states are recorded only once it answers 2xx");
+  monitor_command->add_option("--min-metric", monitor.min_metrics, "With --id-col: alert below it, e.g. auc=0.7");
+  monitor_command->add_option("--max-metric", monitor.max_metrics, "With --id-col: alert above it, e.g. log_loss=0.3");
   LabelFlags label_flags;
   auto* labels_command = app.add_subcommand("labels", "Ground truth that arrives after the predictions");
   auto* labels_ingest = labels_command->add_subcommand("ingest", "Store labels for a model's predictions, by id");

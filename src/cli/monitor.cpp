@@ -1,5 +1,6 @@
 // slipway monitor: skew and drift of a model's traffic (its request log) or of a file, against
 // the training distribution its bundle carries, another file, or the window before.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -9,6 +10,7 @@
 
 #include "cli/cli.h"
 #include "slipway/batch.h"
+#include "slipway/http.h"
 #include "slipway/monitor.h"
 
 namespace slipway::cli {
@@ -22,6 +24,8 @@ struct MonitorResult : CommandResult {
   monitor::DriftThresholds thresholds;
   std::optional<monitor::Performance> performance;  // with --id-col
   std::map<std::string, double> training_metrics;   // the bundle's test_* metrics
+  std::vector<registry::AlertState> alert_changes;  // with --alert: those that fired or resolved now
+  std::string webhook_status;                       // with --webhook: what it answered
 
   void write_json(JsonWriter& json) const override {
     auto write_drift = [&json](const monitor::InputDrift& drift) {
@@ -49,6 +53,16 @@ struct MonitorResult : CommandResult {
       for (const auto& [name, value] : training_metrics) json.key(name).value(value);
       json.end_object().end_object();
     }
+    json.key("alert_changes").begin_array();
+    for (const auto& change : alert_changes) {
+      json.begin_object()
+          .key("subject")
+          .value(change.subject)
+          .key("state")
+          .value(change.firing ? "firing" : "resolved");
+      json.key("value").value(change.value).end_object();
+    }
+    json.end_array().key("webhook").value(webhook_status);
     json.end_object();
   }
   void write_text(std::ostream& out) const override {
@@ -82,8 +96,49 @@ struct MonitorResult : CommandResult {
       }
       out << "\n";
     }
+    for (const auto& change : alert_changes) {
+      out << "alert     " << change.subject << " " << (change.firing ? "FIRING" : "resolved")
+          << fmt::format(" ({:.4g})", change.value) << "\n";
+    }
+    if (!webhook_status.empty()) out << "webhook   " << webhook_status << "\n";
   }
 };
+
+// "auc=0.7" into ("auc", 0.7).
+Result<std::pair<std::string, double>> metric_limit(const std::string& text) {
+  auto equals = text.find('=');
+  char* end = nullptr;
+  double limit = equals == std::string::npos ? 0 : std::strtod(text.c_str() + equals + 1, &end);
+  if (equals == std::string::npos || equals == 0 || end != text.c_str() + text.size() || !std::isfinite(limit)) {
+    return invalid_argument("a metric limit is NAME=NUMBER, such as auc=0.7, not '" + text + "'");
+  }
+  return std::make_pair(text.substr(0, equals), limit);
+}
+
+// The states of this run's alerts: each input and the prediction (drifted or not), and each
+// metric limit given.
+Result<std::vector<registry::AlertState>> alert_states(const MonitorResult& result, const MonitorFlags& flags,
+                                                       const std::string& model) {
+  std::vector<registry::AlertState> states;
+  std::int64_t now = unix_time_ms();
+  for (const auto& input : result.report.inputs) {
+    states.push_back({model, "input:" + input.name, input.drifted, input.distance, now});
+  }
+  states.push_back({model, "prediction", result.report.prediction.drifted, result.report.prediction.distance, now});
+  for (bool minimum : {true, false}) {
+    for (const auto& text : minimum ? flags.min_metrics : flags.max_metrics) {
+      SLIPWAY_ASSIGN_OR_RETURN(auto limit, metric_limit(text));
+      if (!result.performance) return invalid_argument("metric limits need --id-col (and ingested labels)");
+      double value = result.performance->metrics.get(limit.first);
+      if (std::isnan(value) && result.performance->rows > 0) {
+        return invalid_argument("no metric '" + limit.first + "' for this model's task");
+      }
+      bool firing = !std::isnan(value) && (minimum ? value < limit.second : value > limit.second);
+      states.push_back({model, "metric:" + limit.first, firing, value, now});
+    }
+  }
+  return states;
+}
 
 // The rows of a file and the model's scores for them (the first score of each row).
 Result<std::pair<data::Table, std::vector<float>>> scored_file(const model::Bundle& bundle, const std::string& path) {
@@ -189,6 +244,43 @@ Result<MonitorResult> run(const GlobalOptions& global, const MonitorFlags& flags
   }
   if (baseline.rows <= 0) return failed_precondition("no rows in the baseline, " + result.reference);
   result.report = monitor::compare(profile, baseline, current, result.thresholds);
+  if (flags.alert || !flags.webhook.empty()) {
+    if (model_name.empty()) return invalid_argument("alerts belong to a registered model: give NAME, not a file");
+    SLIPWAY_ASSIGN_OR_RETURN(auto states, alert_states(result, flags, model_name));
+    SLIPWAY_ASSIGN_OR_RETURN(auto writable, open_workspace(global, WorkspaceAccess::kWrite));
+    SLIPWAY_ASSIGN_OR_RETURN(auto before, writable->models().alerts());
+    // Each alert is heard of once per change: a state is news when it differs from the recorded
+    // one (or, firing, when there is none).
+    for (const auto& state : states) {
+      auto known = std::find_if(before.begin(), before.end(), [&](const registry::AlertState& recorded) {
+        return recorded.model == state.model && recorded.subject == state.subject;
+      });
+      if (known == before.end() ? state.firing : known->firing != state.firing) result.alert_changes.push_back(state);
+    }
+    if (!flags.webhook.empty() && !result.alert_changes.empty()) {
+      JsonWriter json;
+      json.begin_object().key("model").value(result.model).key("current").value(result.current);
+      json.key("reference").value(result.reference).key("alerts").begin_array();
+      for (const auto& change : result.alert_changes) {
+        json.begin_object()
+            .key("subject")
+            .value(change.subject)
+            .key("state")
+            .value(change.firing ? "firing" : "resolved");
+        json.key("value").value(change.value).end_object();
+      }
+      json.end_array().end_object();
+      auto answer = http::fetch("POST", flags.webhook, json.str(), {{"Content-Type", "application/json"}});
+      if (!answer.ok() || answer->status / 100 != 2) {
+        // Not recorded: the next run tells the webhook again.
+        return unavailable("the webhook did not take the alerts (" +
+                           (answer.ok() ? "status " + std::to_string(answer->status) : answer.status().message()) +
+                           "); they stay unrecorded and the next run sends them again");
+      }
+      result.webhook_status = "answered " + std::to_string(answer->status);
+    }
+    SLIPWAY_RETURN_IF_ERROR(writable->models().record_alerts(states));
+  }
   return result;
 }
 

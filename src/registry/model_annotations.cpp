@@ -139,6 +139,37 @@ Result<std::unordered_map<std::string, std::string>> ModelStore::labels(const st
   return found;
 }
 
+Status ModelStore::record_alerts(const std::vector<AlertState>& states) {
+  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+    for (const auto& state : states) {
+      SLIPWAY_RETURN_IF_ERROR(
+          sql.execute("INSERT INTO monitor_alerts(model, subject, firing, value, changed_ms) VALUES (?, ?, ?, ?, ?) "
+                      "ON CONFLICT(model, subject) DO UPDATE SET value = excluded.value, "
+                      "changed_ms = CASE WHEN firing = excluded.firing THEN changed_ms ELSE excluded.changed_ms END, "
+                      "firing = excluded.firing",
+                      {state.model, state.subject, state.firing ? 1 : 0, SqlValue::real_or_null(state.value),
+                       state.changed_ms})
+              .status());
+    }
+    return {};
+  });
+}
+
+Result<std::vector<AlertState>> ModelStore::alerts() {
+  std::vector<AlertState> states;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->read([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(bool exists, sql.table_exists("monitor_alerts"));
+    if (!exists) return {};
+    SLIPWAY_ASSIGN_OR_RETURN(auto rows, sql.query("SELECT model, subject, firing, value, changed_ms FROM "
+                                                  "monitor_alerts ORDER BY model, subject"));
+    for (const auto& row : rows) {
+      states.push_back({row.text(0), row.text(1), row.integer(2) != 0, row.real(3), row.integer(4)});
+    }
+    return {};
+  }));
+  return states;
+}
+
 Status ModelStore::record_gate(const GateRecord& record) {
   if (!context_->artifacts.contains(record.report_sha256)) {
     return failed_precondition("the gate report " + record.report_sha256 + " is not in the artifact store");

@@ -137,6 +137,13 @@ CREATE TABLE labels(
   PRIMARY KEY(model, id));
 )sql";
 
+// Monitoring alerts: the last state of each alert, so one fires (or resolves) once per change.
+constexpr std::string_view kMonitorAlerts = R"sql(
+CREATE TABLE monitor_alerts(
+  model TEXT NOT NULL, subject TEXT NOT NULL, firing INTEGER NOT NULL, value REAL,
+  changed_ms INTEGER NOT NULL, PRIMARY KEY(model, subject));
+)sql";
+
 constexpr std::array kMigrations = {
     Migration{1, "initial_schema", kInitialSchema},
     Migration{2, "run_owner", kRunOwner},
@@ -149,6 +156,7 @@ constexpr std::array kMigrations = {
     Migration{9, "deadlines_and_step_cache", kDeadlinesAndStepCache},
     Migration{10, "batch_jobs", kBatchJobs},
     Migration{11, "labels", kLabels},
+    Migration{12, "monitor_alerts", kMonitorAlerts},
 };
 
 }  // namespace

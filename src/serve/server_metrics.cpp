@@ -21,7 +21,8 @@ std::string number_text(double value) {
   return {buffer, result.ptr};
 }
 
-// Label values escape backslash, quote and newline (Prometheus exposition format).
+}  // namespace
+
 std::string label_value(std::string_view text) {
   std::string out;
   for (char c : text) {
@@ -34,6 +35,8 @@ std::string label_value(std::string_view text) {
   }
   return out;
 }
+
+namespace {
 
 // The failure reason of a response that did not say one, from its HTTP status.
 std::string reason_for_status(int status) {

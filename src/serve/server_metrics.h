@@ -12,6 +12,9 @@
 
 namespace slipway::serve {
 
+// A Prometheus label value: backslash, quote and newline escaped (the exposition format).
+std::string label_value(std::string_view text);
+
 class ServerMetrics {
  public:
   // Bucket upper bounds in seconds (Prometheus `le`), plus +Inf.

@@ -145,7 +145,31 @@ bool Service::needs_worker(std::string_view target) {
 std::vector<std::string> Service::warm_up() { return state_->manager.load_all(); }
 
 std::string Service::metrics_text() const {
-  return state_->metrics.prometheus_text() + state_->request_log.metrics_text();
+  return state_->metrics.prometheus_text() + state_->request_log.metrics_text() + state_->alert_metrics();
+}
+
+std::string Service::State::alert_metrics() {
+  std::lock_guard lock(alerts_mutex);
+  auto now = std::chrono::steady_clock::now();
+  if (now - alerts_fetched >= options.registry_refresh) {
+    auto listed = registry.models().alerts();
+    if (listed.ok()) alerts = std::move(listed).value();  // a failed read keeps the last ones
+    alerts_fetched = now;
+  }
+  if (alerts.empty()) return "";
+  std::string out =
+      "# HELP slipway_monitor_alert Monitoring alerts as slipway monitor --alert last judged them: 1 firing, 0 not.\n"
+      "# TYPE slipway_monitor_alert gauge\n";
+  std::string values =
+      "# HELP slipway_monitor_value The value each alert was judged on: a drift distance, or a metric.\n"
+      "# TYPE slipway_monitor_value gauge\n";
+  for (const auto& alert : alerts) {
+    std::string labels = "{model=\"" + label_value(alert.model) + "\",subject=\"" + label_value(alert.subject) + "\"}";
+    out += "slipway_monitor_alert" + labels + (alert.firing ? " 1\n" : " 0\n");
+    if (std::isfinite(alert.value))
+      values += "slipway_monitor_value" + labels + " " + format_config_number(alert.value) + "\n";
+  }
+  return out + values;
 }
 
 namespace {

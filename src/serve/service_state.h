@@ -117,6 +117,13 @@ struct Service::State {
   // endpoints.cpp: the endpoint named `name`, if there is one (null otherwise).
   std::shared_ptr<const registry::Endpoint> endpoint_named(std::string_view name);
 
+  // Monitoring alerts (slipway monitor --alert), re-read every registry_refresh for /metrics.
+  std::mutex alerts_mutex;
+  std::vector<registry::AlertState> alerts;
+  std::chrono::steady_clock::time_point alerts_fetched;
+  // service.cpp: the alerts as Prometheus gauges ("" when there are none).
+  std::string alert_metrics();
+
   // API tokens, re-read from the registry every registry_refresh so revocations take effect.
   std::mutex tokens_mutex;
   std::vector<registry::TokenRecord> tokens;

@@ -1,11 +1,15 @@
 // The real binary, end to end: train, register, inspect, evaluate, predict, and the errors users hit.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -15,6 +19,66 @@
 
 namespace slipway::testing {
 namespace {
+
+// A webhook receiver on 127.0.0.1: keeps each request's body and answers 200.
+class WebhookReceiver {
+ public:
+  WebhookReceiver() {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address);
+    ::listen(listener_, 8);
+    socklen_t length = sizeof address;
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length);
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~WebhookReceiver() {
+    ::shutdown(listener_, SHUT_RDWR);
+    ::close(listener_);
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/hook"; }
+  std::vector<std::string> bodies() {
+    std::lock_guard lock(mutex_);
+    return bodies_;
+  }
+
+ private:
+  void serve() {
+    while (true) {
+      int connection = ::accept(listener_, nullptr, nullptr);
+      if (connection < 0) return;
+      std::string request;
+      char buffer[4096];
+      std::size_t wanted = std::string::npos;
+      while (wanted == std::string::npos || request.size() < wanted) {
+        ssize_t read = ::recv(connection, buffer, sizeof buffer, 0);
+        if (read <= 0) break;
+        request.append(buffer, static_cast<std::size_t>(read));
+        auto end = request.find("\r\n\r\n");
+        auto length = request.find("Content-Length: ");
+        if (end != std::string::npos && length != std::string::npos) {
+          wanted = end + 4 + std::stoul(request.substr(length + 16));
+        }
+      }
+      {
+        std::lock_guard lock(mutex_);
+        bodies_.push_back(request.substr(request.find("\r\n\r\n") + 4));
+      }
+      std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+      (void)::send(connection, answer.data(), answer.size(), 0);
+      ::close(connection);
+    }
+  }
+  int listener_ = -1;
+  int port_ = 0;
+  std::mutex mutex_;
+  std::vector<std::string> bodies_;
+  std::thread thread_;
+};
 
 class CliTest : public ::testing::Test {
  protected:
@@ -435,6 +499,37 @@ TEST_F(CliTest, MonitorFlagsExactlyTheShiftedInputs) {
   EXPECT_NE(slipway({"labels", "ingest", home_.file("same.csv"), "--model", "nobody", "--id-col", "loan_id",
                      "--label-col", "Class"})
                 .exit_code,
+            0);
+
+  // Alerts: a webhook hears each change once; nothing while the state holds.
+  WebhookReceiver receiver;
+  auto fired = slipway({"monitor", "loans", "--data", home_.file("shifted.csv"), "--webhook", receiver.url()});
+  ASSERT_EQ(fired.exit_code, 0) << fired.err;
+  EXPECT_NE(fired.out.find("alert     input:funded_amnt FIRING"), std::string::npos) << fired.out;
+  ASSERT_EQ(receiver.bodies().size(), 1u);
+  std::string body = receiver.bodies()[0];
+  EXPECT_NE(body.find("{\"subject\":\"input:funded_amnt\",\"state\":\"firing\""), std::string::npos) << body;
+  EXPECT_NE(body.find("{\"subject\":\"input:addr_state\",\"state\":\"firing\""), std::string::npos) << body;
+  EXPECT_EQ(body.find("input:term"), std::string::npos) << body;  // never fired: not news
+  ASSERT_EQ(slipway({"monitor", "loans", "--data", home_.file("shifted.csv"), "--webhook", receiver.url()}).exit_code,
+            0);
+  EXPECT_EQ(receiver.bodies().size(), 1u);  // no repeat
+  auto resolved = slipway({"monitor", "loans", "--data", home_.file("same.csv"), "--webhook", receiver.url(),
+                           "--id-col", "loan_id", "--min-metric", "auc=0.99"});
+  ASSERT_EQ(resolved.exit_code, 0) << resolved.err;
+  ASSERT_EQ(receiver.bodies().size(), 2u);
+  EXPECT_NE(receiver.bodies()[1].find("{\"subject\":\"input:addr_state\",\"state\":\"resolved\""), std::string::npos);
+  EXPECT_NE(receiver.bodies()[1].find("{\"subject\":\"metric:auc\",\"state\":\"firing\""), std::string::npos)
+      << receiver.bodies()[1];
+  // A webhook that is down: the change is not recorded, so the next run sends it again.
+  auto down =
+      slipway({"monitor", "loans", "--data", home_.file("shifted.csv"), "--webhook", "http://127.0.0.1:1/hook"});
+  EXPECT_NE(down.exit_code, 0);
+  EXPECT_NE(down.err.find("stay unrecorded"), std::string::npos) << down.err;
+  ASSERT_EQ(slipway({"monitor", "loans", "--data", home_.file("shifted.csv"), "--webhook", receiver.url()}).exit_code,
+            0);
+  EXPECT_EQ(receiver.bodies().size(), 3u);
+  EXPECT_NE(slipway({"monitor", "loans", "--data", home_.file("same.csv"), "--alert", "--min-metric", "auc"}).exit_code,
             0);
   EXPECT_NE(slipway({"monitor", "nothing", "--data", home_.file("same.csv")}).exit_code, 0);
 }

@@ -890,6 +890,15 @@ TEST_F(ServingOps, MonitorReadsTheRequestLogOfAnEndpoint) {
   EXPECT_NE(text.out.find("current   the request log of the last 10m"), std::string::npos) << text.out;
   EXPECT_NE(slipway({"monitor", "web", "--window", "10m", "--baseline", "previous-window"}).err.find("no rows"),
             std::string::npos);
+  // Recorded alert states are gauges in /metrics.
+  ASSERT_EQ(slipway({"monitor", "web", "--window", "10m", "--p-value", "0.001", "--alert"}).exit_code, 0);
+  port = start_server({});
+  ASSERT_GT(port, 0);
+  std::string metrics = http_request(port, "GET", "/metrics").body;
+  EXPECT_NE(metrics.find("slipway_monitor_alert{model=\"lending\",subject=\"input:funded_amnt\"} 0"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("slipway_monitor_value{model=\"lending\",subject=\"prediction\"} "), std::string::npos);
+  stop_server();
 }
 
 // A shadow sees copies of the requests; its answers are compared in /metrics and never returned.
