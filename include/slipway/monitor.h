@@ -90,6 +90,23 @@ Result<LoggedRequests> read_request_log(const std::string& directory, const std:
                                         std::int64_t to_ms, const std::string& id_input = "");
 
 // ---------------------------------------------------------------------------------------------
+// The report page.
+
+// Drift distances at one time: the distance per input (profile order) and the prediction's.
+struct DriftPoint {
+  std::int64_t time_ms = 0;
+  std::vector<double> inputs;
+  double prediction = 0;
+  double rows = 0;
+};
+// A self-contained HTML page (no script, no external file): per input the reference and current
+// distributions as server-rendered SVG bars, the scores table, and with `history` the drift
+// distances over time as SVG lines. Readable offline.
+std::string html_report(const model::DataProfile& profile, const DriftReport& report, const std::string& title,
+                        const std::string& current, const std::string& reference,
+                        const std::vector<DriftPoint>& history, const DriftThresholds& thresholds);
+
+// ---------------------------------------------------------------------------------------------
 // Performance once labels arrive (`slipway labels ingest`).
 
 struct Performance {

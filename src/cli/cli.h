@@ -124,6 +124,7 @@ struct MonitorFlags {
   std::string webhook;    // POST the alerts that changed here
   std::vector<std::string> min_metrics;  // --min-metric auc=0.7: alert below it
   std::vector<std::string> max_metrics;  // --max-metric log_loss=0.3: alert above it
+  std::string html;                      // --html FILE: the report page
 };
 struct LabelFlags {
   std::string path;

@@ -199,6 +199,7 @@ Result<MonitorResult> run(const GlobalOptions& global, const MonitorFlags& flags
   // The logged rows of [from, to) that this version answered.
   std::vector<std::string> ids;
   std::vector<float> scores;
+  monitor::LoggedRequests window_rows;  // the current window's rows, for the drift over time
   auto logged = [&](std::int64_t from, std::int64_t to) -> Result<monitor::BinnedData> {
     std::vector<std::string> inputs;
     for (const auto& feature : loaded.bundle->preprocessor().features()) inputs.push_back(feature.name);
@@ -206,7 +207,9 @@ Result<MonitorResult> run(const GlobalOptions& global, const MonitorFlags& flags
                                                                       inputs, from, to, flags.id_column));
     SLIPWAY_ASSIGN_OR_RETURN(ids, ids_of(requests.inputs));
     scores = requests.scores;
-    return monitor::bin(profile, requests.inputs, requests.scores);
+    auto binned = monitor::bin(profile, requests.inputs, requests.scores);
+    window_rows = std::move(requests);
+    return binned;
   };
   std::int64_t now = unix_time_ms();
   monitor::BinnedData current;
@@ -244,6 +247,32 @@ Result<MonitorResult> run(const GlobalOptions& global, const MonitorFlags& flags
   }
   if (baseline.rows <= 0) return failed_precondition("no rows in the baseline, " + result.reference);
   result.report = monitor::compare(profile, baseline, current, result.thresholds);
+  if (!flags.html.empty()) {
+    // Over a request log window: the drift of each twelfth of it, against the same baseline.
+    std::vector<monitor::DriftPoint> history;
+    constexpr std::int64_t kSlices = 12;
+    std::int64_t from = now - window.count();
+    for (std::int64_t slice = 0; flags.data.empty() && slice < kSlices; ++slice) {
+      std::int64_t begin = from + slice * window.count() / kSlices, end = from + (slice + 1) * window.count() / kSlices;
+      std::vector<std::uint32_t> rows;
+      std::vector<float> slice_scores;
+      for (std::size_t row = 0; row < window_rows.time_ms.size(); ++row) {
+        if (window_rows.time_ms[row] < begin || window_rows.time_ms[row] >= end) continue;
+        rows.push_back(static_cast<std::uint32_t>(row));
+        slice_scores.push_back(window_rows.scores[row]);
+      }
+      if (rows.empty()) continue;
+      auto report =
+          monitor::compare(profile, baseline, monitor::bin(profile, window_rows.inputs.take_rows(rows), slice_scores),
+                           result.thresholds);
+      monitor::DriftPoint point{begin, {}, report.prediction.distance, static_cast<double>(rows.size())};
+      for (const auto& input : report.inputs) point.inputs.push_back(input.distance);
+      history.push_back(std::move(point));
+    }
+    SLIPWAY_RETURN_IF_ERROR(
+        write_file_atomic(flags.html, monitor::html_report(profile, result.report, result.model, result.current,
+                                                           result.reference, history, result.thresholds)));
+  }
   if (flags.alert || !flags.webhook.empty()) {
     if (model_name.empty()) return invalid_argument("alerts belong to a registered model: give NAME, not a file");
     SLIPWAY_ASSIGN_OR_RETURN(auto states, alert_states(result, flags, model_name));

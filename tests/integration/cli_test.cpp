@@ -475,8 +475,15 @@ TEST_F(CliTest, MonitorFlagsExactlyTheShiftedInputs) {
     auto drifted = shifted.out.find("\"drifted\":", at);
     EXPECT_EQ(shifted.out.substr(drifted, 14), "\"drifted\":true") << input;
   }
-  auto text_report = slipway({"monitor", "loans", "--data", home_.file("shifted.csv")});
+  auto text_report =
+      slipway({"monitor", "loans", "--data", home_.file("shifted.csv"), "--html", home_.file("drift.html")});
   EXPECT_NE(text_report.out.find("2 of 22 inputs drifted"), std::string::npos) << text_report.out;
+  std::string page = *slipway::read_file(home_.file("drift.html"));
+  EXPECT_EQ(page.rfind("<!doctype html>", 0), 0u);
+  EXPECT_NE(page.find("<h2 id=\"funded_amnt\">funded_amnt <span class=\"drift\">drifted</span></h2><svg"),
+            std::string::npos);
+  EXPECT_EQ(page.find("<script"), std::string::npos);  // self-contained, readable offline
+  EXPECT_EQ(page.find("http"), std::string::npos);
   // A baseline file instead of training: the same file is no drift at all.
   auto against_file = slipway(
       {"--json", "monitor", "loans", "--data", home_.file("shifted.csv"), "--baseline", home_.file("shifted.csv")});

@@ -886,8 +886,11 @@ TEST_F(ServingOps, MonitorReadsTheRequestLogOfAnEndpoint) {
       << watched.out;
   EXPECT_NE(watched.out.find("\"current_rows\":380"), std::string::npos) << watched.out;  // 19 requests of 20 rows
   EXPECT_NE(watched.out.find("\"drifted_inputs\":0,"), std::string::npos) << watched.out;
-  auto text = slipway({"monitor", "web", "--window", "10m"});
+  auto text = slipway({"monitor", "web", "--window", "10m", "--html", home_.path() + "/drift.html"});
   EXPECT_NE(text.out.find("current   the request log of the last 10m"), std::string::npos) << text.out;
+  std::ifstream page_file(home_.path() + "/drift.html");
+  std::string page((std::istreambuf_iterator<char>(page_file)), {});
+  EXPECT_NE(page.find("<h2 id=\"prediction\">prediction"), std::string::npos);
   EXPECT_NE(slipway({"monitor", "web", "--window", "10m", "--baseline", "previous-window"}).err.find("no rows"),
             std::string::npos);
   // Recorded alert states are gauges in /metrics.
