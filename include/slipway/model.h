@@ -379,6 +379,9 @@ constexpr std::size_t kProfileBins = 20;
 struct DataProfile {
   std::vector<FeatureProfile> inputs;
   FeatureProfile prediction;  // the first score column (P(positive), the prediction, P(first class))
+  // Tree models: each input's share of the mean |TreeSHAP| contribution (to the first output)
+  // over the training rows, summing to 1; empty for other models.
+  std::vector<double> attribution_shares;
   bool empty() const { return inputs.empty(); }
 };
 // The profile of `columns` of `table` (absent ones are skipped) and of `scores`.
@@ -511,5 +514,10 @@ struct XgboostImportOptions {
 // category codes as numbers). InvalidArgument with one sentence for anything else (not XGBoost
 // JSON, gblinear, dart, another objective, a feature-name count that does not match).
 Result<std::shared_ptr<const Bundle>> import_xgboost_json(std::string_view json, const XgboostImportOptions& options);
+
+// Each input's share of the mean |TreeSHAP| contribution to the first output, over at most
+// `max_rows` rows of `table` taken evenly; empty when the model is not a tree ensemble with
+// covers, or no row can be read.
+std::vector<double> attribution_shares(const Bundle& bundle, const data::Table& table, std::size_t max_rows = 500);
 
 }  // namespace slipway::model

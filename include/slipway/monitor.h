@@ -3,6 +3,7 @@
 // another window; and the request log (serve's sampled requests) read back as a table.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -25,6 +26,8 @@ struct DriftThresholds {
   double distance = 0.3;
   double p_value = 0.05;
   std::size_t small_sample = 1000;
+  // An input's share of the model's mean |TreeSHAP| attribution moving by more than this.
+  double attribution = 0.1;
 };
 
 struct InputDrift {
@@ -40,6 +43,11 @@ struct InputDrift {
   double p_value = 1;   // Kolmogorov-Smirnov (numeric) or chi-squared (categorical)
   bool decided_by_test = false;
   bool drifted = false;
+  // Tree models: the input's share of the mean |TreeSHAP| attribution in training and now (NaN
+  // without), and whether it moved past the threshold (attribution drift).
+  double attribution_training = std::nan("");
+  double attribution_current = std::nan("");
+  bool attribution_drifted = false;
 
   std::string_view distance_name() const;
   std::string_view psi_band() const;
@@ -50,7 +58,13 @@ struct DriftReport {
   InputDrift prediction;
   std::size_t drifted_inputs = 0;
   double drifted_share = 0;  // of the inputs
+  std::size_t attribution_drifted_inputs = 0;
 };
+
+// Fills each input's attribution shares (the bundle's training ones, `current`'s now) and
+// attribution drift; nothing for models whose profile has no attributions.
+void add_attribution_drift(const model::Bundle& bundle, const data::Table& current, DriftReport& report,
+                           const DriftThresholds& thresholds = {});
 
 // The bins of a profile filled by other data: a baseline other than training.
 struct BinnedData {

@@ -35,6 +35,11 @@ struct MonitorResult : CommandResult {
       json.key("psi_band").value(drift.psi_band());
       json.key(drift.type == data::ColumnType::kNumeric ? "ks_p_value" : "chi_squared_p_value").value(drift.p_value);
       json.key("decided_by").value(drift.decided_by_test ? "test" : "distance").key("drifted").value(drift.drifted);
+      if (!std::isnan(drift.attribution_current)) {
+        json.key("attribution_training").value(drift.attribution_training);
+        json.key("attribution_current").value(drift.attribution_current);
+        json.key("attribution_drifted").value(drift.attribution_drifted);
+      }
       json.end_object();
     };
     json.begin_object().key("model").value(model).key("current").value(current).key("reference").value(reference);
@@ -45,6 +50,7 @@ struct MonitorResult : CommandResult {
     write_drift(report.prediction);
     json.key("drifted_inputs").value(static_cast<std::uint64_t>(report.drifted_inputs));
     json.key("drifted_share").value(report.drifted_share);
+    json.key("attribution_drifted_inputs").value(static_cast<std::uint64_t>(report.attribution_drifted_inputs));
     if (performance) {
       json.key("performance").begin_object().key("rows").value(static_cast<std::uint64_t>(performance->rows));
       json.key("unlabelled").value(static_cast<std::uint64_t>(performance->unlabelled)).key("metrics").begin_object();
@@ -86,6 +92,18 @@ struct MonitorResult : CommandResult {
                        report.prediction.drifted ? "drifted" : "did not drift");
     out << fmt::format("drift: with at most 1000 current rows a test decides (p < {}), with more the distance (> {})\n",
                        thresholds.p_value, thresholds.distance);
+    bool attributions = !report.inputs.empty() && !std::isnan(report.inputs.front().attribution_current);
+    if (attributions) {
+      out << fmt::format("attribution drift (share of mean |TreeSHAP| moved by more than {}): {} of {} inputs",
+                         thresholds.attribution, report.attribution_drifted_inputs, report.inputs.size());
+      for (const auto& input : report.inputs) {
+        if (input.attribution_drifted) {
+          out << fmt::format("; {} {:.3f} -> {:.3f}", input.name, input.attribution_training,
+                             input.attribution_current);
+        }
+      }
+      out << "\n";
+    }
     if (performance) {
       out << fmt::format("\nperformance on {} labelled rows ({} without a label):", performance->rows,
                          performance->unlabelled);
@@ -213,11 +231,13 @@ Result<MonitorResult> run(const GlobalOptions& global, const MonitorFlags& flags
   };
   std::int64_t now = unix_time_ms();
   monitor::BinnedData current;
+  data::Table current_table;  // --data's rows
   if (!flags.data.empty()) {
     SLIPWAY_ASSIGN_OR_RETURN(auto file, scored_file(*loaded.bundle, flags.data));
     current = monitor::bin(profile, file.first, file.second);
     SLIPWAY_ASSIGN_OR_RETURN(ids, ids_of(file.first));
     scores = std::move(file.second);
+    current_table = std::move(file.first);
     result.current = flags.data;
   } else {
     if (model_name.empty()) return invalid_argument("a bundle file has no request log: give --data FILE");
@@ -247,6 +267,8 @@ Result<MonitorResult> run(const GlobalOptions& global, const MonitorFlags& flags
   }
   if (baseline.rows <= 0) return failed_precondition("no rows in the baseline, " + result.reference);
   result.report = monitor::compare(profile, baseline, current, result.thresholds);
+  monitor::add_attribution_drift(*loaded.bundle, flags.data.empty() ? window_rows.inputs : current_table, result.report,
+                                 result.thresholds);
   if (!flags.html.empty()) {
     // Over a request log window: the drift of each twelfth of it, against the same baseline.
     std::vector<monitor::DriftPoint> history;

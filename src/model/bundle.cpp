@@ -66,6 +66,18 @@ Result<DataProfile> read_profile(simdjson::dom::object object) {
     profile.inputs.push_back(std::move(feature));
   }
   SLIPWAY_ASSIGN_OR_RETURN(profile.prediction, read_feature_profile(prediction));
+  simdjson::dom::array shares;
+  if (object["attribution_shares"].get(shares) == simdjson::SUCCESS) {
+    for (auto share : shares) {
+      double value = 0;
+      if (share.get(value) != simdjson::SUCCESS || !(value >= 0 && value <= 1)) {
+        return data_loss("the bundle's profile is malformed");
+      }
+      profile.attribution_shares.push_back(value);
+    }
+    if (profile.attribution_shares.size() != profile.inputs.size())
+      return data_loss("the bundle's profile is malformed");
+  }
   return profile;
 }
 
@@ -303,6 +315,11 @@ std::vector<std::byte> Bundle::serialize() const {
     for (const auto& feature : manifest_.profile.inputs) write_feature(feature);
     json.end_array().key("prediction");
     write_feature(manifest_.profile.prediction);
+    if (!manifest_.profile.attribution_shares.empty()) {
+      json.key("attribution_shares").begin_array();
+      for (double share : manifest_.profile.attribution_shares) json.value(share);
+      json.end_array();
+    }
     json.end_object();
   }
   auto offsets = section_offsets(sections);

@@ -145,4 +145,31 @@ DataProfile profile_of(const data::Table& table, const std::vector<std::string>&
   return profile;
 }
 
+std::vector<double> attribution_shares(const Bundle& bundle, const data::Table& table, std::size_t max_rows) {
+  const auto* trees = dynamic_cast<const TreeEnsembleModel*>(&bundle.model());
+  std::size_t inputs = bundle.preprocessor().features().size();
+  if (trees == nullptr || !trees->has_statistics() || trees->input_width() != inputs || table.row_count() == 0) {
+    return {};
+  }
+  std::vector<std::uint32_t> rows;
+  std::size_t count = std::min(max_rows, table.row_count());
+  for (std::size_t index = 0; index < count; ++index) {
+    rows.push_back(static_cast<std::uint32_t>(index * table.row_count() / count));
+  }
+  std::vector<float> features;
+  if (!bundle.preprocessor().transform(table.take_rows(rows), features).ok()) return {};
+  std::size_t block = inputs + 1;
+  std::vector<float> contributions(trees->output_count() * block);
+  std::vector<double> totals(inputs, 0.0);
+  for (std::size_t row = 0; row < rows.size(); ++row) {
+    if (!trees->explain(std::span<const float>(features).subspan(row * inputs, inputs), contributions).ok()) return {};
+    for (std::size_t input = 0; input < inputs; ++input) totals[input] += std::abs(contributions[input]);
+  }
+  double sum = 0;
+  for (double total : totals) sum += total;
+  if (sum <= 0) return {};
+  for (double& total : totals) total /= sum;
+  return totals;
+}
+
 }  // namespace slipway::model

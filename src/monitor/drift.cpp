@@ -214,4 +214,19 @@ DriftReport compare(const model::DataProfile& profile, const BinnedData& referen
   return report;
 }
 
+void add_attribution_drift(const model::Bundle& bundle, const data::Table& current, DriftReport& report,
+                           const DriftThresholds& thresholds) {
+  const std::vector<double>& training = bundle.manifest().profile.attribution_shares;
+  if (training.size() != report.inputs.size()) return;
+  std::vector<double> now = model::attribution_shares(bundle, current);
+  if (now.size() != training.size()) return;
+  for (std::size_t index = 0; index < training.size(); ++index) {
+    InputDrift& input = report.inputs[index];
+    input.attribution_training = training[index];
+    input.attribution_current = now[index];
+    input.attribution_drifted = std::abs(now[index] - training[index]) > thresholds.attribution;
+    report.attribution_drifted_inputs += input.attribution_drifted ? 1 : 0;
+  }
+}
+
 }  // namespace slipway::monitor

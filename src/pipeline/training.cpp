@@ -248,8 +248,9 @@ Status fit_and_store(registry::Registry& registry, const TrainSpec& spec,
   for (std::size_t row = 0; row < train_predictions.rows; ++row) {
     first_scores[row] = train_predictions.scores[row * train_predictions.columns];
   }
-  auto bundle =
-      fitted.bundle->with_metrics(test_metrics)->with_profile(model::profile_of(prepared.train, inputs, first_scores));
+  model::DataProfile profile = model::profile_of(prepared.train, inputs, first_scores);
+  profile.attribution_shares = model::attribution_shares(*fitted.bundle, prepared.train);
+  auto bundle = fitted.bundle->with_metrics(test_metrics)->with_profile(std::move(profile));
   std::vector<std::byte> bytes = bundle->serialize();
   SLIPWAY_ASSIGN_OR_RETURN(outcome.bundle_sha256, registry.artifacts().put(bytes));
   if (!spec.bundle_out.empty()) SLIPWAY_RETURN_IF_ERROR(write_file_atomic(spec.bundle_out, bytes));

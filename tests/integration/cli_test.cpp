@@ -478,6 +478,29 @@ TEST_F(CliTest, MonitorFlagsExactlyTheShiftedInputs) {
   auto text_report =
       slipway({"monitor", "loans", "--data", home_.file("shifted.csv"), "--html", home_.file("drift.html")});
   EXPECT_NE(text_report.out.find("2 of 22 inputs drifted"), std::string::npos) << text_report.out;
+  EXPECT_NE(same.out.find("\"attribution_drifted_inputs\":0"), std::string::npos) << same.out;
+  // Attribution drift: the model's most important input (int_rate) and its companion sub_grade
+  // held constant lose their share of the mean |TreeSHAP| attribution.
+  {
+    std::ifstream in(home_.file("same.csv"));
+    std::ofstream out(home_.file("flat.csv"));
+    std::string line;
+    std::getline(in, line);
+    out << line << "\n";
+    while (std::getline(in, line)) {
+      std::vector<std::string> fields;
+      std::stringstream split(line);
+      for (std::string field; std::getline(split, field, ',');) fields.push_back(field);
+      fields[3] = "13.0";  // int_rate (after loan_id, funded_amnt, term)
+      fields[4] = "C1";    // sub_grade
+      for (std::size_t index = 0; index < fields.size(); ++index) out << (index ? "," : "") << fields[index];
+      out << "\n";
+    }
+  }
+  auto flat = slipway({"monitor", "loans", "--data", home_.file("flat.csv")});
+  ASSERT_EQ(flat.exit_code, 0) << flat.err;
+  EXPECT_NE(flat.out.find("moved by more than 0.1): "), std::string::npos) << flat.out;
+  EXPECT_NE(flat.out.find("; int_rate 0."), std::string::npos) << flat.out;
   std::string page = *slipway::read_file(home_.file("drift.html"));
   EXPECT_EQ(page.rfind("<!doctype html>", 0), 0u);
   EXPECT_NE(page.find("<h2 id=\"funded_amnt\">funded_amnt <span class=\"drift\">drifted</span></h2><svg"),
