@@ -225,6 +225,9 @@ class JsonWriter {
 };
 
 void append_json_string(std::string& out, std::string_view text);
+// Appends `text` as one CSV field: as it is, or quoted (quotes doubled) when it holds a comma,
+// quote or line break.
+void append_csv_field(std::string& out, std::string_view text);
 
 // ---------------------------------------------------------------------------------------------
 // Parallelism.

@@ -79,6 +79,15 @@ Result<Table> read_csv(const std::string& path, const CsvOptions& options = {});
 // The same, for text already in memory; `source_name` is used in error messages.
 Result<Table> parse_csv(std::string_view text, std::string_view source_name, const CsvOptions& options = {});
 
+// A column of `rows` rows from the values some of them hold (the others missing): numeric, unless
+// any value is text or `as_text`, when it is categorical with its numbers as written (shortest
+// form). For readers that meet values row by row (JSON Lines, the request log).
+struct Cells {
+  std::vector<std::pair<std::size_t, float>> numbers;      // (row, value)
+  std::vector<std::pair<std::size_t, std::string>> texts;  // (row, text)
+};
+Column column_of_cells(std::string name, std::size_t rows, Cells&& cells, bool as_text = false);
+
 // A row a tolerant read left out, and why.
 struct BadRow {
   std::size_t row = 0;   // the data row's number in the file, from 1 (the header is not counted)
@@ -113,6 +122,13 @@ Result<TolerantTable> parse_csv_rows(std::string_view text, std::string_view sou
 Result<TolerantTable> read_jsonl_rows(const std::string& path, const std::vector<std::string>& text_columns = {});
 Result<TolerantTable> parse_jsonl_rows(std::string_view text, std::string_view source_name,
                                        const std::vector<std::string>& text_columns = {});
+
+// Rows from a file read either way: JSON Lines for a path ending in .jsonl or .ndjson (any case),
+// CSV otherwise; `text_columns` read as written.
+Result<TolerantTable> read_rows(const std::string& path, const std::vector<std::string>& text_columns = {});
+// The same for the file's bytes, already read.
+Result<TolerantTable> parse_rows(std::string_view text, const std::string& path,
+                                 const std::vector<std::string>& text_columns = {});
 
 // ---------------------------------------------------------------------------------------------
 // Splits.

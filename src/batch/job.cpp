@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -30,19 +29,6 @@ std::string part_name(std::size_t shard, const std::string& format) {
   return fmt::format("part-{:05}.{}", shard, format);
 }
 std::string errors_name(std::size_t shard) { return fmt::format("errors-{:05}.csv", shard); }
-
-void append_csv_field(std::string& out, std::string_view text) {
-  if (text.find_first_of(",\"\n\r") == std::string_view::npos) {
-    out += text;
-    return;
-  }
-  out += '"';
-  for (char c : text) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  out += '"';
-}
 
 constexpr std::string_view kLockName = ".slipway-batch.lock";
 
@@ -387,16 +373,10 @@ Result<JobOutcome> run_job(const JobModel& model, const JobSpec& spec, const Job
     if (is_temp_file(entry.path().filename().string())) std::filesystem::remove(entry, error);
   }
 
-  std::string extension = std::filesystem::path(spec.data).extension().string();
-  std::transform(extension.begin(), extension.end(), extension.begin(),
-                 [](unsigned char c) { return std::tolower(c); });
-  bool jsonl = extension == ".jsonl" || extension == ".ndjson";
   // The id column as written: a float would change 00123 or 12345678901.
   std::vector<std::string> text_columns;
   if (!spec.id_column.empty()) text_columns.push_back(spec.id_column);
-  SLIPWAY_ASSIGN_OR_RETURN(data::TolerantTable input,
-                           jsonl ? data::parse_jsonl_rows(input_text, spec.data, text_columns)
-                                 : data::parse_csv_rows(input_text, spec.data, {.text_columns = text_columns}));
+  SLIPWAY_ASSIGN_OR_RETURN(data::TolerantTable input, data::parse_rows(input_text, spec.data, text_columns));
   input_text = std::string();  // the table holds what is needed now
   // What the model needs from every row must be in the file at all: otherwise no row is good.
   for (const auto& feature : model.bundle->preprocessor().features()) {

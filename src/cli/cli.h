@@ -347,7 +347,10 @@ class ProgressBar {
 };
 
 // "30s", "500ms", "2m", "1.5s" or a bare number of seconds; `flag` names it in the error.
-Result<std::chrono::milliseconds> parse_duration(const std::string& flag, const std::string& text);
+// `longest_days`: the longest duration taken (a day for deadlines and test lengths; monitoring
+// windows may be longer).
+Result<std::chrono::milliseconds> parse_duration(const std::string& flag, const std::string& text,
+                                                 double longest_days = 1);
 // "12 B", "4.1 KiB", "1.4 MiB".
 std::string format_bytes(std::size_t bytes);
 // A metric value for display: 4 significant decimals, "-" for NaN.

@@ -160,10 +160,7 @@ Result<std::vector<registry::AlertState>> alert_states(const MonitorResult& resu
 
 // The rows of a file and the model's scores for them (the first score of each row).
 Result<std::pair<data::Table, std::vector<float>>> scored_file(const model::Bundle& bundle, const std::string& path) {
-  std::string lower = path;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  bool jsonl = lower.ends_with(".jsonl") || lower.ends_with(".ndjson");
-  SLIPWAY_ASSIGN_OR_RETURN(auto read, jsonl ? data::read_jsonl_rows(path) : data::read_csv_rows(path));
+  SLIPWAY_ASSIGN_OR_RETURN(auto read, data::read_rows(path));
   SLIPWAY_ASSIGN_OR_RETURN(auto predictions, bundle.predict(read.table));
   std::vector<float> scores(predictions.rows);
   for (std::size_t row = 0; row < predictions.rows; ++row) scores[row] = predictions.scores[row * predictions.columns];
@@ -191,15 +188,8 @@ Result<MonitorResult> run(const GlobalOptions& global, const MonitorFlags& flags
   result.model = loaded.description + (endpoint.empty() ? "" : " (main version of endpoint " + endpoint + ")");
   result.thresholds.distance = flags.distance;
   result.thresholds.p_value = flags.p_value;
-  // A window may be days long (the log is kept a week by default): NUMBERd, or a duration.
-  std::chrono::milliseconds window{0};
-  if (flags.window.ends_with("d")) {
-    double days = std::strtod(flags.window.c_str(), nullptr);
-    if (!(days > 0 && days <= 366)) return invalid_argument("--window '" + flags.window + "' must be 1h, 15m, 7d ...");
-    window = std::chrono::milliseconds(static_cast<std::int64_t>(days * 86'400'000));
-  } else {
-    SLIPWAY_ASSIGN_OR_RETURN(window, parse_duration("--window", flags.window));
-  }
+  // A window may be days long (the log is kept a week by default).
+  SLIPWAY_ASSIGN_OR_RETURN(auto window, parse_duration("--window", flags.window, 366));
   if (window.count() <= 0) return invalid_argument("--window must be longer than 0");
   std::string log_directory = flags.request_log_dir.empty() ? store->home() + "/request_log" : flags.request_log_dir;
   auto parsed_reference = registry::parse_model_reference(reference);
@@ -350,12 +340,8 @@ struct LabelsResult : CommandResult {
 };
 
 Result<LabelsResult> ingest(const GlobalOptions& global, const LabelFlags& flags) {
-  std::string lower = flags.path;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  bool jsonl = lower.ends_with(".jsonl") || lower.ends_with(".ndjson");
-  std::vector<std::string> text = {flags.id_column, flags.label_column};  // ids and labels as written
-  SLIPWAY_ASSIGN_OR_RETURN(auto read, jsonl ? data::read_jsonl_rows(flags.path, text)
-                                            : data::read_csv_rows(flags.path, {.text_columns = text}));
+  // Ids and labels as written.
+  SLIPWAY_ASSIGN_OR_RETURN(auto read, data::read_rows(flags.path, {flags.id_column, flags.label_column}));
   const data::Column* ids = read.table.find(flags.id_column);
   const data::Column* labels = read.table.find(flags.label_column);
   if (ids == nullptr || labels == nullptr) {

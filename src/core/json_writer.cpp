@@ -5,6 +5,19 @@
 
 namespace slipway {
 
+void append_csv_field(std::string& out, std::string_view text) {
+  if (text.find_first_of(",\"\n\r") == std::string_view::npos) {
+    out += text;
+    return;
+  }
+  out += '"';
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  out += '"';
+}
+
 void append_json_string(std::string& out, std::string_view text) {
   out.push_back('"');
   for (char c : text) {

@@ -2,8 +2,9 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
-#include <limits>
+#include <filesystem>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -21,40 +22,8 @@ constexpr std::size_t kMaxKeys = 4096;
 struct PendingColumn {
   std::string name;
   bool as_text = false;  // one of the caller's text columns
-  std::vector<std::pair<std::size_t, float>> numbers;
-  std::vector<std::pair<std::size_t, std::string>> texts;  // strings, and numbers of a text column
+  Cells cells;           // strings, and numbers of a text column, as text
 };
-
-Column build(PendingColumn& pending, std::size_t rows) {
-  Column column;
-  column.name = std::move(pending.name);
-  if (pending.texts.empty() && !pending.as_text) {
-    column.numbers.assign(rows, std::numeric_limits<float>::quiet_NaN());
-    for (const auto& [row, number] : pending.numbers) column.numbers[row] = number;
-    return column;
-  }
-  // Text anywhere makes the column categorical; its numbers become categories as written.
-  std::vector<std::string> text(rows);
-  std::vector<char> present(rows, 0);
-  for (auto& [row, value] : pending.texts) {
-    text[row] = std::move(value);
-    present[row] = 1;
-  }
-  for (const auto& [row, number] : pending.numbers) {
-    text[row] = fmt::format("{}", number);
-    present[row] = 1;
-  }
-  column.type = ColumnType::kCategorical;
-  column.codes.assign(rows, Column::kMissingCode);
-  std::unordered_map<std::string, std::int32_t> code_of;
-  for (std::size_t row = 0; row < rows; ++row) {
-    if (present[row] == 0) continue;
-    auto [found, inserted] = code_of.try_emplace(text[row], static_cast<std::int32_t>(column.dictionary.size()));
-    if (inserted) column.dictionary.push_back(text[row]);
-    column.codes[row] = found->second;
-  }
-  return column;
-}
 
 // A JSON number as written in a text column: integers whole (an id keeps every digit).
 std::string number_text(simdjson::dom::element value) {
@@ -132,7 +101,7 @@ Result<TolerantTable> parse_jsonl_rows(std::string_view text, std::string_view s
                                   std::to_string(kMaxKeys) + " distinct keys; JSON Lines input is one table");
         }
         bool as_text = std::find(text_columns.begin(), text_columns.end(), field.key) != text_columns.end();
-        columns.push_back(PendingColumn{std::string(field.key), as_text, {}, {}});
+        columns.push_back(PendingColumn{std::string(field.key), as_text, {}});
       }
       PendingColumn& column = columns[found->second];
       simdjson::dom::element value = field.value;
@@ -141,16 +110,16 @@ Result<TolerantTable> parse_jsonl_rows(std::string_view text, std::string_view s
         case simdjson::dom::element_type::UINT64:
         case simdjson::dom::element_type::DOUBLE:
           if (column.as_text) {
-            column.texts.emplace_back(row, number_text(value));
+            column.cells.texts.emplace_back(row, number_text(value));
           } else {
-            column.numbers.emplace_back(row, static_cast<float>(double(value)));
+            column.cells.numbers.emplace_back(row, static_cast<float>(double(value)));
           }
           break;
         case simdjson::dom::element_type::BOOL:
-          column.numbers.emplace_back(row, bool(value) ? 1.0f : 0.0f);
+          column.cells.numbers.emplace_back(row, bool(value) ? 1.0f : 0.0f);
           break;
         case simdjson::dom::element_type::STRING:
-          column.texts.emplace_back(row, std::string(std::string_view(value)));
+          column.cells.texts.emplace_back(row, std::string(std::string_view(value)));
           break;
         default:  // null: missing
           break;
@@ -158,8 +127,33 @@ Result<TolerantTable> parse_jsonl_rows(std::string_view text, std::string_view s
     }
     read.source_rows.push_back(data_row);
   }
-  for (auto& column : columns) SLIPWAY_RETURN_IF_ERROR(read.table.add_column(build(column, kept)));
+  for (auto& column : columns) {
+    SLIPWAY_RETURN_IF_ERROR(
+        read.table.add_column(column_of_cells(std::move(column.name), kept, std::move(column.cells), column.as_text)));
+  }
   return read;
+}
+
+namespace {
+
+bool is_json_lines(std::string_view path) {
+  std::string extension = std::filesystem::path(path).extension().string();
+  std::transform(extension.begin(), extension.end(), extension.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  return extension == ".jsonl" || extension == ".ndjson";
+}
+
+}  // namespace
+
+Result<TolerantTable> parse_rows(std::string_view text, const std::string& path,
+                                 const std::vector<std::string>& text_columns) {
+  if (is_json_lines(path)) return parse_jsonl_rows(text, path, text_columns);
+  return parse_csv_rows(text, path, {.text_columns = text_columns});
+}
+
+Result<TolerantTable> read_rows(const std::string& path, const std::vector<std::string>& text_columns) {
+  SLIPWAY_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  return parse_rows(text, path, text_columns);
 }
 
 }  // namespace slipway::data

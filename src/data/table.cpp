@@ -1,5 +1,10 @@
 #include <charconv>
 #include <cmath>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+
+#include <fmt/format.h>
 
 #include "slipway/data.h"
 
@@ -85,6 +90,30 @@ std::string fingerprint(const Table& table) {
   }
   auto digest = hasher.finish();
   return to_hex(digest);
+}
+
+Column column_of_cells(std::string name, std::size_t rows, Cells&& cells, bool as_text) {
+  Column column;
+  column.name = std::move(name);
+  if (cells.texts.empty() && !as_text) {
+    column.numbers.assign(rows, std::numeric_limits<float>::quiet_NaN());
+    for (const auto& [row, number] : cells.numbers) column.numbers[row] = number;
+    return column;
+  }
+  // Text anywhere makes the column categorical; its numbers become categories as written.
+  std::vector<std::optional<std::string>> text(rows);
+  for (auto& [row, value] : cells.texts) text[row] = std::move(value);
+  for (const auto& [row, number] : cells.numbers) text[row] = fmt::format("{}", number);
+  column.type = ColumnType::kCategorical;
+  column.codes.assign(rows, Column::kMissingCode);
+  std::unordered_map<std::string, std::int32_t> code_of;
+  for (std::size_t row = 0; row < rows; ++row) {
+    if (!text[row]) continue;
+    auto [found, inserted] = code_of.try_emplace(*text[row], static_cast<std::int32_t>(column.dictionary.size()));
+    if (inserted) column.dictionary.push_back(*text[row]);
+    column.codes[row] = found->second;
+  }
+  return column;
 }
 
 }  // namespace slipway::data

@@ -11,53 +11,12 @@
 #include <optional>
 #include <unordered_map>
 
-#include <fmt/format.h>
-
 #include "slipway/monitor.h"
 
 namespace slipway::monitor {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A column being filled row by row: numbers, or text once any value is text.
-struct Growing {
-  std::string name;
-  std::vector<float> numbers;  // NaN: missing or text
-  std::vector<std::string> texts;
-  std::vector<char> is_text;
-  bool any_text = false;
-
-  void resize(std::size_t rows) {
-    numbers.resize(rows, std::numeric_limits<float>::quiet_NaN());
-    texts.resize(rows);
-    is_text.resize(rows, 0);
-  }
-};
-
-data::Column finish(Growing& growing) {
-  data::Column column;
-  column.name = std::move(growing.name);
-  if (!growing.any_text) {
-    column.numbers = std::move(growing.numbers);
-    return column;
-  }
-  column.type = data::ColumnType::kCategorical;
-  std::unordered_map<std::string, std::int32_t> code_of;
-  for (std::size_t row = 0; row < growing.numbers.size(); ++row) {
-    std::string text = growing.is_text[row] != 0          ? std::move(growing.texts[row])
-                       : std::isnan(growing.numbers[row]) ? std::string()
-                                                          : fmt::format("{}", growing.numbers[row]);
-    if (growing.is_text[row] == 0 && text.empty()) {
-      column.codes.push_back(data::Column::kMissingCode);
-      continue;
-    }
-    auto [found, inserted] = code_of.try_emplace(text, static_cast<std::int32_t>(column.dictionary.size()));
-    if (inserted) column.dictionary.push_back(text);
-    column.codes.push_back(found->second);
-  }
-  return column;
-}
 
 // Every scalar of a (possibly nested) JSON array, in order.
 void flatten(simdjson::dom::element element, std::vector<simdjson::dom::element>& out) {
@@ -105,15 +64,15 @@ Result<LoggedRequests> read_request_log(const std::string& directory, const std:
     auto start = start_of(path);
     return start && (*start >= to_ms || (*start / kHourMs + 1) * kHourMs <= from_ms);
   });
-  std::vector<Growing> columns;
+  std::vector<std::pair<std::string, data::Cells>> columns;  // by column_of
   std::unordered_map<std::string, std::size_t> column_of;
   for (const auto& name : inputs_wanted) {
     column_of.emplace(name, columns.size());
-    columns.push_back(Growing{name, {}, {}, {}, false});
+    columns.emplace_back(name, data::Cells{});
   }
   const std::size_t model_inputs = columns.size();  // the width of the [N, inputs] form
   if (!id_input.empty() && column_of.emplace(id_input, columns.size()).second) {
-    columns.push_back(Growing{id_input, {}, {}, {}, false});
+    columns.emplace_back(id_input, data::Cells{});
   }
   std::size_t rows = 0;
   simdjson::dom::parser parser;
@@ -179,21 +138,18 @@ Result<LoggedRequests> read_request_log(const std::string& directory, const std:
       }
       std::size_t first = rows;
       rows += request_rows;
-      for (auto& column : columns) column.resize(rows);
-      for (const auto& [index, cells] : columns_of_request) {
-        Growing& column = columns[index];
-        for (std::size_t row = 0; row < cells.size(); ++row) {
+      for (const auto& [index, values_of_column] : columns_of_request) {
+        data::Cells& cells = columns[index].second;
+        for (std::size_t row = 0; row < values_of_column.size(); ++row) {
           double number = 0;
           std::string_view text;
           bool flag = false;
-          if (cells[row].get(number) == simdjson::SUCCESS) {
-            column.numbers[first + row] = static_cast<float>(number);
-          } else if (cells[row].get(flag) == simdjson::SUCCESS) {
-            column.numbers[first + row] = flag ? 1.0f : 0.0f;
-          } else if (cells[row].get(text) == simdjson::SUCCESS) {
-            column.texts[first + row] = std::string(text);
-            column.is_text[first + row] = 1;
-            column.any_text = true;
+          if (values_of_column[row].get(number) == simdjson::SUCCESS) {
+            cells.numbers.emplace_back(first + row, static_cast<float>(number));
+          } else if (values_of_column[row].get(flag) == simdjson::SUCCESS) {
+            cells.numbers.emplace_back(first + row, flag ? 1.0f : 0.0f);
+          } else if (values_of_column[row].get(text) == simdjson::SUCCESS) {
+            cells.texts.emplace_back(first + row, std::string(text));
           }
         }
       }
@@ -223,9 +179,8 @@ Result<LoggedRequests> read_request_log(const std::string& directory, const std:
       ++read.requests;
     }
   }
-  for (auto& column : columns) {
-    column.resize(rows);
-    SLIPWAY_RETURN_IF_ERROR(read.inputs.add_column(finish(column)));
+  for (auto& [name, cells] : columns) {
+    SLIPWAY_RETURN_IF_ERROR(read.inputs.add_column(data::column_of_cells(std::move(name), rows, std::move(cells))));
   }
   return read;
 }

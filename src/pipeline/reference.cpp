@@ -35,12 +35,23 @@ Result<LoadedReference> resolve_reference(registry::Registry* registry, const st
   return LoadedReference{bundle, version.model + "@" + std::to_string(version.version), version.bundle_sha256};
 }
 
-Result<data::Table> read_table(const std::string& path) {
-  std::int64_t started = monotonic_ns();
-  SLIPWAY_ASSIGN_OR_RETURN(auto table, data::read_csv(path));
+namespace {
+
+// The CSV `text` read from `path`, logging its size and the time taken since `started`.
+Result<data::Table> parse_table(std::string_view text, const std::string& path, std::int64_t started) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto table, data::parse_csv(text, path));
   log_info(fmt::format("read {}: {} rows x {} columns in {:.2f} s", path, table.row_count(), table.column_count(),
                        static_cast<double>(monotonic_ns() - started) * 1e-9));
   return table;
+}
+
+}  // namespace
+
+Result<data::Table> read_table(const std::string& path) {
+  std::int64_t started = monotonic_ns();
+  // Read, not mapped: a file truncated by another program mid-parse is an error, not SIGBUS.
+  SLIPWAY_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  return parse_table(text, path, started);
 }
 
 Result<EvaluationOutcome> evaluate_file(const LoadedReference& reference, const std::string& data_path,
@@ -49,10 +60,13 @@ Result<EvaluationOutcome> evaluate_file(const LoadedReference& reference, const 
   std::string key;
   // A build that does not know its code cannot tell its results from another build's: no cache.
   if (slipway_code_version() == "unknown") cache = nullptr;
+  // Read once: hashed for the cache key and parsed from the same bytes.
+  std::int64_t started = monotonic_ns();
+  SLIPWAY_ASSIGN_OR_RETURN(std::string text, read_file(data_path));
   if (cache != nullptr) {
     // The file's bytes, not its path: the same file edited is another evaluation.
-    SLIPWAY_ASSIGN_OR_RETURN(std::string data_sha256, sha256_file(data_path));
-    key = sha256_hex(std::string(slipway_code_version()) + "\n" + reference.sha256 + "\n" + data_sha256 + "\n" + slice);
+    key = sha256_hex(std::string(slipway_code_version()) + "\n" + reference.sha256 + "\n" + sha256_hex(text) + "\n" +
+                     slice);
     SLIPWAY_ASSIGN_OR_RETURN(auto cached, cache->runs().cached_step("eval", key));
     if (cached) {
       auto evaluation = read_evaluation_record(cached->result);
@@ -66,7 +80,7 @@ Result<EvaluationOutcome> evaluate_file(const LoadedReference& reference, const 
       log_warn(evaluation.status().message() + "; evaluating again");
     }
   }
-  SLIPWAY_ASSIGN_OR_RETURN(auto table, read_table(data_path));
+  SLIPWAY_ASSIGN_OR_RETURN(auto table, parse_table(text, data_path, started));
   SLIPWAY_ASSIGN_OR_RETURN(outcome.evaluation, eval::evaluate(*reference.bundle, table, slice));
   if (outcome.evaluation.rows_missing_target > 0) {
     log_warn(fmt::format("skipped {} rows whose target '{}' is empty", outcome.evaluation.rows_missing_target,

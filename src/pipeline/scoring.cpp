@@ -4,22 +4,6 @@
 #include "slipway/pipeline.h"
 
 namespace slipway::pipeline {
-namespace {
-
-void append_field(std::string& csv, const std::string& text) {
-  if (text.find_first_of(",\"\n") == std::string::npos) {
-    csv += text;
-    return;
-  }
-  csv += '"';
-  for (char c : text) {
-    if (c == '"') csv += '"';
-    csv += c;
-  }
-  csv += '"';
-}
-
-}  // namespace
 
 std::string ScoredRows::to_csv() const {
   bool classification = task != model::Task::kRegression;
@@ -28,12 +12,12 @@ std::string ScoredRows::to_csv() const {
   std::string csv;
   csv.reserve(predictions.rows * 24);
   if (!id_name.empty()) {
-    append_field(csv, id_name);
+    append_csv_field(csv, id_name);
     csv += ',';
   }
   if (multiclass) {
     for (const auto& label : class_labels) {
-      append_field(csv, "probability_" + label);
+      append_csv_field(csv, "probability_" + label);
       csv += ',';
     }
     csv += "label\n";
@@ -42,7 +26,7 @@ std::string ScoredRows::to_csv() const {
   }
   for (std::size_t row = 0; row < predictions.rows; ++row) {
     if (!id_name.empty()) {
-      append_field(csv, ids[row]);
+      append_csv_field(csv, ids[row]);
       csv += ',';
     }
     for (std::size_t column = 0; column < columns; ++column) {
@@ -51,7 +35,7 @@ std::string ScoredRows::to_csv() const {
     }
     if (classification) {
       csv += ',';
-      append_field(csv, labels[row]);
+      append_csv_field(csv, labels[row]);
     }
     csv += '\n';
   }
