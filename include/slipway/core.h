@@ -255,7 +255,8 @@ inline void log_error(std::string_view message) { log(LogLevel::kError, message)
 // Crash testing. crash_point("name") kills the process with SIGKILL when the environment variable
 // SLIPWAY_CRASH_AT equals "name" (read once, at the first call), so tests can stop Slipway at the
 // worst moments of a write and check that nothing acknowledged was lost or half-written.
-// Points: files.before_rename, train.before_register, registry.before_commit, batch.after_part.
+// Points: files.before_rename, train.before_register, registry.before_commit, batch.after_part,
+// retrain.after_train.
 
 void crash_point(std::string_view name);
 
@@ -328,6 +329,9 @@ std::optional<std::string> closest_name(std::string_view typed, const std::vecto
 std::string config_markdown_table(const std::vector<ConfigKey>& keys);
 // The shortest decimal text that reads back as `number` (to_chars).
 std::string format_config_number(double number);
+// `text` as a finite number when it is exactly one (from_chars: no spaces, signs other than '-',
+// hex, "nan" or "inf"); nullopt otherwise.
+std::optional<double> parse_finite_number(std::string_view text);
 
 namespace config_detail {
 // Parsers of text that check_config_value accepted.

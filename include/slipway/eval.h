@@ -160,4 +160,12 @@ struct GateReport {
 Result<GateReport> gate(const model::Bundle& baseline, const model::Bundle& candidate, const data::Table& table,
                         const GateCriteria& criteria, const std::string& slice_column);
 
+// The thresholds as "min=0.8,max_drop=0.01" (those set, in that order), and back: keys min, max,
+// max_drop, max_relative_drop with finite numbers; InvalidArgument naming the item otherwise.
+std::string format_gate_thresholds(const GateCriteria& criteria);
+Status parse_gate_thresholds(std::string_view text, GateCriteria& criteria);
+// The report's fields (metric, criteria, passed, each check) into the JSON object `json` has open:
+// what `slipway gate --json` prints and what a recorded gate report holds.
+void write_gate_report_fields(JsonWriter& json, const GateReport& report);
+
 }  // namespace slipway::eval

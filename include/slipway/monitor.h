@@ -97,7 +97,10 @@ struct LoggedRequests {
 // those that came through `endpoint` when it is not empty; failed requests are left out. Only
 // `inputs` (the model's, in its order) become columns, so what clients name cannot grow the
 // table; a request of one [N, inputs] tensor is read in that order, as the server reads it.
-// `id_input`, when not empty, is kept as a column too: the id labels are joined by.
+// `id_input`, when not empty, is kept as a column too: the id labels are joined by. The id may be
+// kRequestIdColumn: the v2 request's "id" ("ID" for a one-row request, "ID/ROW" for row ROW,
+// from 0, of a longer one), so labels can be joined to traffic whose inputs carry no id.
+inline constexpr std::string_view kRequestIdColumn = "@id";
 Result<LoggedRequests> read_request_log(const std::string& directory, const std::string& model,
                                         const std::string& version, const std::string& endpoint,
                                         const std::vector<std::string>& inputs, std::int64_t from_ms,

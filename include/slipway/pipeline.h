@@ -9,6 +9,7 @@
 // thread-safe, so give each thread its own.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -88,6 +89,7 @@ struct TrainOutcome {
   // The earlier run whose bundle this one reused (the step cache), instead of training; empty
   // when it trained.
   std::string cached_from;
+  data::Table held_out;  // the rows `evaluation` scored
 };
 
 // Trains one run from `spec` in `registry` and returns what happened.
@@ -189,14 +191,14 @@ Result<Reproduction> reproduce_run(registry::Registry& registry, const std::stri
 // ---------------------------------------------------------------------------------------------
 // Lineage: the workspace as a graph in the ML Metadata model's terms. Artifacts (data sets by
 // content fingerprint, bundles, model versions, gate reports), executions (train and import runs,
-// optimize, batch scoring jobs), contexts (experiments, aliases, endpoints), and edges for the events between them
-// (an execution's inputs and outputs, a version's bundle, what points or routes to a version).
+// optimize, batch scoring jobs, retrainings), contexts (experiments, aliases, endpoints), and edges for the events
+// between them (an execution's inputs and outputs, a version's bundle, what points or routes to a version).
 
 struct LineageNode {
   std::string id;    // "data:<fingerprint>", "run:<id>", "bundle:<sha256>", "version:<model>@<n>",
                      // "alias:<model>@<alias>", "endpoint:<name>", "gate:<sha256>", "experiment:<name>",
-                     // "batch:<job key>"
-  std::string type;  // data, run, bundle, version, alias, endpoint, gate, experiment, batch
+                     // "batch:<job key>", "retrain:<id>"
+  std::string type;  // data, run, bundle, version, alias, endpoint, gate, experiment, batch, retrain
   std::string label;
   std::map<std::string, std::string> properties;
 };
@@ -216,5 +218,95 @@ struct LineageGraph {
 // the data, and what exposes it (aliases, endpoints). Downstream: everything built from it.
 // NotFound when the reference names nothing the workspace knows.
 Result<LineageGraph> lineage(registry::Registry& registry, const std::string& reference, bool downstream);
+
+// ---------------------------------------------------------------------------------------------
+// Retraining: a policy per registered model says when to train it again (on its monitoring
+// alerts, on a schedule), on which rows, from which spec, how the candidate is gated against the
+// version it would replace, and whether it is deployed. `slipway retrain` runs it.
+
+struct RetrainPolicy {
+  std::string model;  // whose policy (not a stored key)
+  // When it is due, comma-separated: alert (any monitoring alert of the model fired), drift (an
+  // input or the prediction), performance (a metric limit), schedule (every `every`).
+  std::string on = "alert";
+  std::chrono::seconds every{0};
+  // No retraining starts sooner than this after the last one (a flapping alert retrains once).
+  std::chrono::seconds cooldown{6 * 3600};
+  // The new rows: a CSV file read when it runs, or "traffic": the baseline version's request log
+  // of the last `traffic_window`, joined with the labels ingested for the model by `id_column`.
+  std::string data;
+  std::chrono::seconds traffic_window{7 * 86400};
+  std::string id_column;
+  // Fewer new rows than this fail the retraining: a gate on a handful of rows proves nothing.
+  std::int64_t min_rows = 200;
+  // A train spec (YAML text); empty: the spec of the run that trained the baseline version.
+  std::string spec;
+  // gbdt: continue boosting from the baseline's trees (`rounds` more, 0: the spec's rounds).
+  // Other models train from scratch.
+  bool warm_start = true;
+  std::int64_t rounds = 0;
+  // The gate: `gate_metric` (empty: the task's watched metric) held to `gate` thresholds against
+  // the baseline, on `gate_data` (empty: the new rows' held-out split), per `gate_slice` too.
+  std::string gate_metric;
+  std::string gate = "max_drop=0";
+  std::string gate_data;
+  std::string gate_slice;
+  // The baseline is the main version of `endpoint` when set, else the model's newest version.
+  std::string endpoint;
+  // What a candidate that passed the gate gets: none (registered only), full, canary:PERCENT, or
+  // rollout:STEPS (e.g. rollout:10,50,100, a rollout with analysis every `rollout_interval`).
+  std::string deploy = "none";
+  std::chrono::seconds rollout_interval{120};
+};
+
+// The policy's stored keys, their types, defaults and help (`slipway retrain policy --help`,
+// docs/cli.md).
+const ConfigSchema<RetrainPolicy>& retrain_policy_schema();
+// Checks what the schema cannot: the triggers, `every` with schedule, the data, the gate
+// thresholds, the deploy mode (and an endpoint for it), and that the spec parses.
+Status check_retrain_policy(const RetrainPolicy& policy);
+// `model`'s stored policy, checked; nullopt when it has none.
+Result<std::optional<RetrainPolicy>> load_retrain_policy(registry::Registry& registry, const std::string& model);
+
+// Whether `policy` is due at `now_ms`, and why (or why not).
+struct RetrainDecision {
+  bool due = false;
+  std::string reason;
+};
+Result<RetrainDecision> retrain_due(registry::Registry& registry, const RetrainPolicy& policy, std::int64_t now_ms);
+
+// The model version `policy` compares with (and would replace).
+Result<registry::ModelVersion> retrain_baseline(registry::Registry& registry, const RetrainPolicy& policy);
+
+struct RetrainOptions {
+  // Now, whatever the triggers say, and even on the rows and baseline of an earlier retraining.
+  bool force = false;
+  TrainCallbacks callbacks;
+};
+
+struct RetrainOutcome {
+  RetrainDecision decision;  // not due: nothing else is set
+  // state: unchanged, failed, rejected, registered, deployed or deploy_failed
+  registry::RetrainingRecord record;
+  std::string baseline;  // NAME@VERSION
+  std::string data;      // where the new rows came from, in words
+  std::optional<TrainOutcome> training;
+  std::optional<eval::GateReport> gate;
+  std::string gate_data;  // where the gate's rows came from, in words
+};
+
+// Retrains `policy.model` once if it is due (or forced). Under the model's retraining lock (a
+// second process gets FailedPrecondition; records a killed process left `running` become
+// `interrupted`) it decides, reads the new rows (for data=traffic, the baseline's labelled
+// request log, stored as an artifact), trains the spec on them (warm-started from the baseline),
+// gates the candidate against the baseline, registers it as the next version only when the gate
+// passes with evidence (a defined metric), and deploys it as the policy says. Progress is written
+// to the retraining's record as it goes (run, then candidate), so a crash leaves a record that
+// names what it made. Once a record exists every outcome is recorded in it and OK is returned;
+// errors are returned for what stops it before (the lock, the baseline, the new rows), or when
+// the record itself cannot be written (then it may stay `running` until the next retraining
+// marks it `interrupted`). Calls run on the calling thread.
+Result<RetrainOutcome> retrain(registry::Registry& registry, const RetrainPolicy& policy,
+                               const RetrainOptions& options);
 
 }  // namespace slipway::pipeline

@@ -72,6 +72,9 @@ struct RunRecord {
   std::map<std::string, std::string> params;
   std::vector<MetricRecord> metrics;  // latest value per key (full history in the store)
   RunOwner owner;                     // the process that last started or resumed it
+
+  // An import (`slipway import`), not a training run: it has no spec to train again.
+  bool imported() const { return params.count("source") != 0 || spec.starts_with("import"); }
 };
 
 struct CheckpointRecord {
@@ -174,6 +177,30 @@ struct AlertState {
   bool firing = false;
   double value = 0;  // the distance, or the metric
   std::int64_t changed_ms = 0;
+};
+
+// A retraining (`slipway retrain`): a policy's training run on new data, its evaluation gate
+// against the version it would replace, and what was done with the candidate. Recorded for
+// lineage and for the policy's triggers (its cooldown, and which alerts it already acted on).
+struct RetrainingRecord {
+  std::int64_t id = 0;  // assigned by RetrainingStore::start
+  std::string model;
+  std::string reason;  // why it ran: the alert or schedule that fired, or "forced"
+  // running, unchanged (the rows and baseline of an earlier retraining: nothing trained), failed
+  // (it could not train or gate), rejected (the gate failed), registered, deployed, deploy_failed
+  // (registered, but the deploy the policy asks for was refused), interrupted (its process died;
+  // found by the next retraining of the model)
+  std::string state;
+  std::int64_t baseline_version = 0;
+  std::string data_fingerprint;
+  std::string data_sha256;  // the training data, when it is an artifact (the labelled request log)
+  std::string run_id;
+  std::int64_t candidate_version = 0;  // 0: none registered
+  std::string gate_report_sha256;
+  std::string deployed;  // "ENDPOINT: full|canary P%|rollout STEPS"; empty when not deployed
+  std::string message;   // why it failed, or why a passing candidate was not deployed
+  std::int64_t started_ms = 0, finished_ms = 0;
+  std::string actor;
 };
 
 // A row that names an artifact. `verify_workspace` checks each is stored; a stored artifact that
@@ -371,6 +398,38 @@ class ServingConfigStore {
   StoreContext* context_;
 };
 
+// Retraining policies (key/value rows that pipeline::RetrainPolicy validates) and the record of
+// each retraining. Errors as RunStore's.
+class RetrainingStore {
+ public:
+  // Stores `model`'s policy: these keys and values, replacing what it had. NotFound for an unknown
+  // model.
+  Status set_policy(const std::string& model, const std::map<std::string, std::string>& values);
+  // Empty when the model has none.
+  Result<std::map<std::string, std::string>> policy(const std::string& model);
+  // NotFound when the model has none.
+  Status remove_policy(const std::string& model);
+  // The models that have a policy, by name.
+  Result<std::vector<std::string>> models_with_policies();
+  // Records a retraining in state `running`; returns its id (started_ms and actor are filled in).
+  Result<std::int64_t> start(const RetrainingRecord& record);
+  // Stores the record's progress or outcome (state, run, candidate, gate report, deployment,
+  // message); finished_ms is set once the state is no longer `running`. NotFound for an unknown id.
+  Status update(const RetrainingRecord& record);
+  // `running` records of `model` become `interrupted`: the caller holds the model's retraining
+  // lock, so no process is running them. Returns how many.
+  Result<std::size_t> mark_interrupted(const std::string& model);
+  // Newest first; every model's when `model` is empty.
+  Result<std::vector<RetrainingRecord>> list(const std::string& model, std::size_t limit);
+  // The gate reports and training data the records name.
+  Result<std::vector<ArtifactReference>> artifact_references();
+
+ private:
+  friend class Registry;
+  explicit RetrainingStore(StoreContext& context) : context_(&context) {}
+  StoreContext* context_;
+};
+
 // API tokens.
 class TokenStore {
  public:
@@ -446,6 +505,8 @@ struct RolloutCriteria {
   std::int64_t min_requests = 50;
 };
 std::string format_criteria(const RolloutCriteria& criteria);
+// "10,50,100": percentages rising strictly from above 0, ending at 100 (InvalidArgument otherwise).
+Result<std::vector<double>> parse_rollout_steps(std::string_view text);
 Result<RolloutCriteria> parse_criteria(std::string_view text);
 
 // A canary rollout in steps: the canary's share goes through `steps` (ending at 100), one step
@@ -599,6 +660,7 @@ class Registry {
   ServingConfigStore& serving_configs() { return serving_configs_; }
   TokenStore& tokens() { return tokens_; }
   EndpointStore& endpoints() { return endpoints_; }
+  RetrainingStore& retraining() { return retraining_; }
   AuditLog& audit() { return audit_; }
 
   // Deprecated: the single-class API, forwarding to the stores; kept for one release so code
@@ -680,6 +742,7 @@ class Registry {
   ServingConfigStore serving_configs_;
   TokenStore tokens_;
   EndpointStore endpoints_;
+  RetrainingStore retraining_;
   AuditLog audit_;
 };
 

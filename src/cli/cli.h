@@ -124,7 +124,9 @@ struct MonitorFlags {
   std::string webhook;    // POST the alerts that changed here
   std::vector<std::string> min_metrics;  // --min-metric auc=0.7: alert below it
   std::vector<std::string> max_metrics;  // --max-metric log_loss=0.3: alert above it
-  std::string html;                      // --html FILE: the report page
+  // --max-metric-drop auc=0.05: alert when the metric is that much worse than the bundle's test value
+  std::vector<std::string> max_metric_drops;
+  std::string html;  // --html FILE: the report page
 };
 struct LabelFlags {
   std::string path;
@@ -136,6 +138,31 @@ struct LabelFlags {
 int run_labels_ingest(const GlobalOptions& global, const LabelFlags& flags);
 // Skew and drift of a model's traffic or of a file against its training data (slipway/monitor.h).
 int run_monitor(const GlobalOptions& global, const MonitorFlags& flags);
+
+struct RetrainPolicyFlags {
+  std::string model;
+  // Each set only when given: the policy keeps its stored value (or the default) otherwise.
+  std::optional<std::string> on, every, cooldown, data, window, id_column, spec_path;
+  std::optional<std::int64_t> rounds, min_rows;
+  std::optional<bool> warm_start;
+  std::optional<std::string> gate_metric, gate_data, gate_slice, endpoint, deploy, rollout_interval;
+  std::optional<double> gate_min, gate_max, gate_max_drop, gate_max_relative_drop;
+  bool reset = false;   // --reset: the keys given replace the stored policy
+  bool remove = false;  // --remove: delete the policy
+};
+// Shows or stores a model's retrain policy (pipeline::RetrainPolicy).
+int run_retrain_policy(const GlobalOptions& global, const RetrainPolicyFlags& flags);
+struct RetrainFlags {
+  std::string model;     // NAME, or --due for every policy
+  bool due = false;      // --due: each model whose policy is due
+  bool force = false;    // --force: now, whatever the triggers say (and even on unchanged rows)
+  bool dry_run = false;  // --dry-run: say whether it is due and why; change nothing
+  bool progress = true;
+};
+// Retrains a model whose policy is due (or every due one); exit 1 when a retraining failed.
+int run_retrain(const GlobalOptions& global, const RetrainFlags& flags);
+// The retrainings, newest first (one model's when `model` is not empty).
+int run_retrain_history(const GlobalOptions& global, const std::string& model, std::int64_t limit);
 
 struct BatchFlags {
   std::string reference;

@@ -213,15 +213,7 @@ Result<std::unique_ptr<CommandResult>> deploy(const GlobalOptions& global, const
     log_info("gate passed: " + gate.reference + " against " + gate.baseline);
   }
   if (!flags.steps.empty()) {
-    std::vector<double> steps;
-    for (const auto& item : config_detail::split_list(flags.steps)) {
-      char* end = nullptr;
-      double step = std::strtod(item.c_str(), &end);
-      if (item.empty() || end != item.c_str() + item.size()) {
-        return invalid_argument("--steps takes percentages such as 10,50,100; '" + item + "' is not one");
-      }
-      steps.push_back(step);
-    }
+    SLIPWAY_ASSIGN_OR_RETURN(auto steps, registry::parse_rollout_steps(flags.steps));
     auto result = std::make_unique<RolloutResult>();
     SLIPWAY_ASSIGN_OR_RETURN(result->rollout,
                              store->endpoints().start_rollout(flags.endpoint, version.model, version.version, steps,

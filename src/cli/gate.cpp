@@ -10,18 +10,6 @@
 namespace slipway::cli {
 namespace {
 
-std::string criteria_text(const eval::GateCriteria& criteria) {
-  std::string text;
-  auto add = [&text](std::string_view name, const std::optional<double>& value) {
-    if (value) text += (text.empty() ? "" : ",") + std::string(name) + "=" + format_config_number(*value);
-  };
-  add("min", criteria.min);
-  add("max", criteria.max);
-  add("max_drop", criteria.max_drop);
-  add("max_relative_drop", criteria.max_relative_drop);
-  return text;
-}
-
 struct GateResult : CommandResult {
   std::string candidate, baseline, data_path;
   eval::GateReport report;
@@ -29,23 +17,15 @@ struct GateResult : CommandResult {
 
   void write_json(JsonWriter& json) const override {
     json.begin_object().key("candidate").value(candidate).key("baseline").value(baseline).key("data").value(data_path);
-    json.key("metric").value(report.criteria.metric).key("criteria").value(criteria_text(report.criteria));
-    json.key("passed").value(report.passed()).key("checks").begin_array();
-    for (const auto& check : report.checks) {
-      json.begin_object().key("scope").value(check.scope).key("rows").value(static_cast<std::uint64_t>(check.rows));
-      json.key("baseline").value(check.baseline).key("candidate").value(check.candidate);
-      json.key("drop").value(check.drop).key("relative_drop").value(check.relative_drop);
-      json.key("passed").value(check.passed).key("note").value(check.failure).end_object();
-    }
-    json.end_array();
+    eval::write_gate_report_fields(json, report);
     if (!recorded.empty()) json.key("report_sha256").value(recorded);
     json.end_object();
   }
 
   void write_text(std::ostream& out) const override {
     out << "gate " << candidate << " against " << baseline << " on " << data_path << ": " << report.criteria.metric
-        << " (" << (report.higher_is_better ? "higher" : "lower") << " is better), " << criteria_text(report.criteria)
-        << "\n\n";
+        << " (" << (report.higher_is_better ? "higher" : "lower") << " is better), "
+        << eval::format_gate_thresholds(report.criteria) << "\n\n";
     std::vector<std::vector<std::string>> rows;
     for (const auto& check : report.checks) {
       auto number = [](double value, const char* format) {
@@ -103,7 +83,7 @@ Result<GateOutcome> run_gate_check(const GlobalOptions& global, const GateFlags&
     record.baseline_version = baseline_ref.second.version.value_or(0);
     record.data_fingerprint = data::fingerprint(table);
     record.metric = flags.criteria.metric;
-    record.criteria = criteria_text(flags.criteria);
+    record.criteria = eval::format_gate_thresholds(flags.criteria);
     record.passed = result->report.passed();
     record.report_sha256 = result->recorded;
     SLIPWAY_RETURN_IF_ERROR(store->models().record_gate(record));

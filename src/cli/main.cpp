@@ -147,8 +147,10 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
                    "1000 rows")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
-  monitor_command->add_option("--id-col", monitor.id_column,
-                              "Also measure performance: join the labels ingested for the model by this input");
+  monitor_command->add_option(
+      "--id-col", monitor.id_column,
+      "Also measure performance: join the labels ingested for the model by this input, or by @id (each "
+      "request's v2 id; row R of a longer request is ID/R)");
   monitor_command->add_flag("--alert", monitor.alert,
                             "Record each alert's state (a drifted input or prediction, a metric past its limit): "
                             "/metrics shows them, and --webhook hears of each change once");
@@ -160,12 +162,74 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
                               "Also write a self-contained page: per input the two distributions and, for a "
                               "request log window, the drift over time");
   monitor_command->add_option("--max-metric", monitor.max_metrics, "With --id-col: alert above it, e.g. log_loss=0.3");
+  monitor_command->add_option(
+      "--max-metric-drop", monitor.max_metric_drops,
+      "With --id-col: alert when the metric is worse than the bundle's test value by more than this, e.g. auc=0.05");
+  RetrainFlags retrain;
+  auto* retrain_command = app.add_subcommand(
+      "retrain",
+      "Train a model again when its policy says (alerts, schedule): warm start on the new rows, an evaluation gate "
+      "against the version it would replace, registered only when it passes, deployed only when the policy says");
+  retrain_command->add_option("NAME", retrain.model, "The model to retrain if its policy is due");
+  retrain_command->add_flag("--due", retrain.due, "Every model whose policy is due (for cron)");
+  retrain_command->add_flag("--force", retrain.force, "Now, whatever the triggers say, even on the same rows");
+  retrain_command->add_flag("--dry-run", retrain.dry_run, "Say whether it is due and why; change nothing");
+  bool retrain_no_progress = false;
+  retrain_command->add_flag("--no-progress", retrain_no_progress, "No progress bar");
+  RetrainPolicyFlags policy;
+  auto* policy_command = retrain_command->add_subcommand(
+      "policy", "Show or set a model's retrain policy (keys not given keep their stored value)");
+  policy_command->add_option("NAME", policy.model, "The registered model")->required();
+  policy_command->add_option("--on", policy.on,
+                             "Triggers, comma-separated: alert (any monitoring alert), drift (an input or the "
+                             "prediction), performance (a metric limit or drop), schedule (with --every)");
+  policy_command->add_option("--every", policy.every, "The schedule: retrain when the model is older (e.g. 7d)");
+  policy_command->add_option("--cooldown", policy.cooldown, "No retraining sooner after the last (default 6h)");
+  policy_command->add_option("--data", policy.data,
+                             "The new rows: a CSV file read when it runs, or traffic (the labelled request log)");
+  policy_command->add_option("--window", policy.window, "With --data traffic: the log's last WINDOW (default 7d)");
+  policy_command->add_option("--id-col", policy.id_column,
+                             "With --data traffic: the input labels are joined by, or @id (the v2 request id)");
+  policy_command->add_option("--spec", policy.spec_path,
+                             "A train spec (YAML), stored with the policy; default: the baseline's run spec");
+  bool warm_start = false, no_warm_start = false;
+  policy_command->add_flag("--warm-start", warm_start, "gbdt: continue boosting from the baseline's trees (default)");
+  policy_command->add_flag("--no-warm-start", no_warm_start, "gbdt: train from scratch")->excludes("--warm-start");
+  policy_command->add_option("--rounds", policy.rounds, "Boosting rounds to add (0: the spec's)");
+  policy_command->add_option("--min-rows", policy.min_rows, "Fewer new rows fail the retraining (default 200)");
+  policy_command->add_option("--gate-metric", policy.gate_metric,
+                             "The gate's metric (default: auc, log_loss or rmse by task)");
+  policy_command->add_option("--gate-min", policy.gate_min, "The candidate's metric must be at least this");
+  policy_command->add_option("--gate-max", policy.gate_max, "... at most this");
+  policy_command->add_option("--gate-max-drop", policy.gate_max_drop,
+                             "... worse than the baseline's by at most this (default 0: no worse)");
+  policy_command->add_option("--gate-max-relative-drop", policy.gate_max_relative_drop,
+                             "... by at most this share of the baseline's value");
+  policy_command->add_option("--gate-data", policy.gate_data,
+                             "Labelled rows both are scored on (default: the new rows' held-out split)");
+  policy_command->add_option("--gate-slice", policy.gate_slice, "The gate also holds in every value of this column");
+  policy_command->add_option("--endpoint", policy.endpoint,
+                             "The baseline is this endpoint's main version, and deploys go here");
+  policy_command->add_option("--deploy", policy.deploy,
+                             "none (registered only, the default), full, canary:PERCENT, or rollout:STEPS "
+                             "(e.g. rollout:10,50,100)");
+  policy_command->add_option("--rollout-interval", policy.rollout_interval,
+                             "With --deploy rollout: each step's length (default 2m)");
+  policy_command->add_flag("--reset", policy.reset, "The keys given replace the whole stored policy");
+  policy_command->add_flag("--remove", policy.remove, "Delete the policy");
+  std::string history_model;
+  std::int64_t history_limit = 20;
+  auto* history_command = retrain_command->add_subcommand("history", "Retrainings, newest first");
+  history_command->add_option("NAME", history_model, "Only this model's");
+  history_command->add_option("--limit", history_limit, "At most this many")->capture_default_str();
   LabelFlags label_flags;
   auto* labels_command = app.add_subcommand("labels", "Ground truth that arrives after the predictions");
   auto* labels_ingest = labels_command->add_subcommand("ingest", "Store labels for a model's predictions, by id");
   labels_ingest->add_option("FILE", label_flags.path, "CSV or JSON Lines with an id and a label per row")->required();
   labels_ingest->add_option("--model", label_flags.model, "The registered model the labels are for")->required();
-  labels_ingest->add_option("--id-col", label_flags.id_column, "The id column (an input the requests carry)")
+  labels_ingest
+      ->add_option("--id-col", label_flags.id_column,
+                   "The id column: the value of the input monitor --id-col names, or the request id for @id")
       ->required();
   labels_ingest->add_option("--label-col", label_flags.label_column, "The label column")->required();
   labels_command->require_subcommand(1);
@@ -634,6 +698,15 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   }
   if (monitor_command->parsed()) return run_monitor(global, monitor);
   if (labels_ingest->parsed()) return run_labels_ingest(global, label_flags);
+  if (policy_command->parsed()) {
+    if (warm_start || no_warm_start) policy.warm_start = warm_start;
+    return run_retrain_policy(global, policy);
+  }
+  if (history_command->parsed()) return run_retrain_history(global, history_model, history_limit);
+  if (retrain_command->parsed()) {
+    retrain.progress = !retrain_no_progress;
+    return run_retrain(global, retrain);
+  }
   if (batch_status_command->parsed()) return run_batch_status(global, batch_folder);
   if (batch_command->parsed()) {
     if (batch.out.empty()) return fail(slipway::invalid_argument("--out is required: the job's folder"));

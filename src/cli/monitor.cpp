@@ -155,6 +155,17 @@ Result<std::vector<registry::AlertState>> alert_states(const MonitorResult& resu
       states.push_back({model, "metric:" + limit.first, firing, value, now});
     }
   }
+  for (const auto& text : flags.max_metric_drops) {
+    // How much worse than on the training run's held-out rows.
+    SLIPWAY_ASSIGN_OR_RETURN(auto limit, metric_limit(text));
+    if (!result.performance) return invalid_argument("metric drops need --id-col (and ingested labels)");
+    auto test = result.training_metrics.find("test_" + limit.first);
+    if (test == result.training_metrics.end()) {
+      return invalid_argument("the bundle records no test " + limit.first + " to measure a drop from");
+    }
+    double drop = eval::quality_drop(limit.first, test->second, result.performance->metrics.get(limit.first));
+    states.push_back({model, "metric_drop:" + limit.first, !std::isnan(drop) && drop > limit.second, drop, now});
+  }
   return states;
 }
 

@@ -179,6 +179,16 @@ std::int64_t parse_integer(std::string_view text) {
   return number;
 }
 
+}  // namespace config_detail
+
+std::optional<double> parse_finite_number(std::string_view text) {
+  double number = 0;
+  if (!read_number(text, number)) return std::nullopt;
+  return number;
+}
+
+namespace config_detail {
+
 double parse_number(std::string_view text) {
   double number = 0;
   read_number(text, number);

@@ -1,4 +1,6 @@
 // Evaluation gates: thresholds on a metric, against a baseline, overall and per slice.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -100,6 +102,56 @@ Result<GateReport> gate(const model::Bundle& baseline, const model::Bundle& cand
         check(criteria, slice.value, slice.rows, baseline_value, slice.metrics.get(criteria.metric)));
   }
   return report;
+}
+
+namespace {
+constexpr std::array<std::pair<std::string_view, std::optional<double> GateCriteria::*>, 4> kThresholds = {{
+    {"min", &GateCriteria::min},
+    {"max", &GateCriteria::max},
+    {"max_drop", &GateCriteria::max_drop},
+    {"max_relative_drop", &GateCriteria::max_relative_drop},
+}};
+}  // namespace
+
+std::string format_gate_thresholds(const GateCriteria& criteria) {
+  std::string text;
+  for (const auto& [name, member] : kThresholds) {
+    if (const auto& value = criteria.*member) {
+      text += (text.empty() ? "" : ",") + std::string(name) + "=" + format_config_number(*value);
+    }
+  }
+  return text;
+}
+
+Status parse_gate_thresholds(std::string_view text, GateCriteria& criteria) {
+  GateCriteria parsed = criteria;
+  for (const auto& item : config_detail::split_list(text)) {
+    auto equals = item.find('=');
+    std::string key = item.substr(0, std::min(equals, item.size()));
+    auto known = std::find_if(kThresholds.begin(), kThresholds.end(),
+                              [&key](const auto& threshold) { return threshold.first == key; });
+    auto value =
+        equals == std::string::npos ? std::nullopt : parse_finite_number(std::string_view(item).substr(equals + 1));
+    if (known == kThresholds.end() || !value) {
+      return invalid_argument("a gate threshold is min, max, max_drop or max_relative_drop = a finite number, not '" +
+                              item + "'");
+    }
+    parsed.*(known->second) = *value;
+  }
+  criteria = std::move(parsed);
+  return {};
+}
+
+void write_gate_report_fields(JsonWriter& json, const GateReport& report) {
+  json.key("metric").value(report.criteria.metric).key("criteria").value(format_gate_thresholds(report.criteria));
+  json.key("passed").value(report.passed()).key("checks").begin_array();
+  for (const auto& check : report.checks) {
+    json.begin_object().key("scope").value(check.scope).key("rows").value(static_cast<std::uint64_t>(check.rows));
+    json.key("baseline").value(check.baseline).key("candidate").value(check.candidate);
+    json.key("drop").value(check.drop).key("relative_drop").value(check.relative_drop);
+    json.key("passed").value(check.passed).key("note").value(check.failure).end_object();
+  }
+  json.end_array();
 }
 
 }  // namespace slipway::eval

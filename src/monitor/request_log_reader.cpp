@@ -118,6 +118,8 @@ Result<LoggedRequests> read_request_log(const std::string& directory, const std:
         if (input["name"].get(name) != simdjson::SUCCESS || input["data"].get(data) != simdjson::SUCCESS) continue;
         values.clear();
         flatten(data, values);
+        // The request id column is the server's to fill, never a client's input.
+        if (name == kRequestIdColumn) continue;
         auto found = column_of.find(std::string(name));
         if (found != column_of.end()) {
           request_rows = std::max(request_rows, values.size());
@@ -138,6 +140,15 @@ Result<LoggedRequests> read_request_log(const std::string& directory, const std:
       }
       std::size_t first = rows;
       rows += request_rows;
+      std::string_view request_id;
+      if (id_input == kRequestIdColumn && record["request"]["id"].get(request_id) == simdjson::SUCCESS) {
+        data::Cells& cells = columns[column_of.at(id_input)].second;
+        for (std::size_t row = 0; row < request_rows; ++row) {
+          cells.texts.emplace_back(first + row, request_rows == 1
+                                                    ? std::string(request_id)
+                                                    : std::string(request_id) + "/" + std::to_string(row));
+        }
+      }
       for (const auto& [index, values_of_column] : columns_of_request) {
         data::Cells& cells = columns[index].second;
         for (std::size_t row = 0; row < values_of_column.size(); ++row) {

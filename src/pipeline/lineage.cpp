@@ -35,9 +35,8 @@ Result<GraphBuilder> whole_graph(registry::Registry& registry) {
   SLIPWAY_ASSIGN_OR_RETURN(auto runs, registry.runs().list(std::numeric_limits<std::size_t>::max()));
   for (const auto& run : runs) {
     std::string id = "run:" + run.run_id;
-    bool imported = run.params.count("source") != 0 || run.spec.find("import") == 0;
     LineageNode& node =
-        graph.node(id, "run", std::string(imported ? "import" : "train") + " run " + run.run_id.substr(0, 8));
+        graph.node(id, "run", std::string(run.imported() ? "import" : "train") + " run " + run.run_id.substr(0, 8));
     node.properties = {{"status", run.status},
                        {"code_version", run.code_version},
                        {"experiment", run.experiment},
@@ -88,6 +87,26 @@ Result<GraphBuilder> whole_graph(registry::Registry& registry) {
     input.properties["sha256"] = job.input_sha256;
     input.properties["path"] = job.input;
     graph.edge("data:" + job.input_sha256, id, "input");
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto retrainings, registry.retraining().list("", std::numeric_limits<std::size_t>::max()));
+  for (const auto& retraining : retrainings) {
+    std::string id = "retrain:" + std::to_string(retraining.id);
+    LineageNode& node =
+        graph.node(id, "retrain", "retraining #" + std::to_string(retraining.id) + " (" + retraining.state + ")");
+    node.properties = {{"reason", retraining.reason},
+                       {"state", retraining.state},
+                       {"started_ms", std::to_string(retraining.started_ms)}};
+    if (!retraining.message.empty()) node.properties["message"] = retraining.message;
+    if (!retraining.deployed.empty()) node.properties["deployed"] = retraining.deployed;
+    graph.edge(version_id(retraining.model, retraining.baseline_version), id, "input (baseline)");
+    if (!retraining.run_id.empty()) graph.edge(id, "run:" + retraining.run_id, "output");
+    if (retraining.state == "rejected") {
+      // A rejected candidate's gate is only here: a registered one's is recorded with its version.
+      std::string gate_id = "gate:" + retraining.gate_report_sha256;
+      graph.node(gate_id, "gate", "gate FAILED (retraining #" + std::to_string(retraining.id) + ")")
+          .properties["report_sha256"] = retraining.gate_report_sha256;
+      graph.edge(id, gate_id, "output");
+    }
   }
   SLIPWAY_ASSIGN_OR_RETURN(auto models, registry.models().list());
   for (const auto& model : models) {

@@ -346,6 +346,7 @@ Result<TrainOutcome> run_training(registry::Registry& registry, TrainSpec spec, 
   }
   outcome.split_description = prepared.split_description;
   outcome.leakage = prepared.leakage;
+  outcome.held_out = std::move(prepared.test);
   outcome.spec = std::move(spec);
   return outcome;
 }

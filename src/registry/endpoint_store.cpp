@@ -268,6 +268,16 @@ Status check_steps(const std::vector<double>& steps) {
   return {};
 }
 
+}  // namespace
+
+Result<std::vector<double>> parse_rollout_steps(std::string_view text) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto steps, parse_steps(text));
+  SLIPWAY_RETURN_IF_ERROR(check_steps(steps));
+  return steps;
+}
+
+namespace {
+
 // The canary's and the stable version's shares, from the rollout's state and step.
 void set_shares(Rollout& rollout) {
   bool promoted = rollout.state == "promoted";

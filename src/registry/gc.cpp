@@ -7,12 +7,15 @@
 namespace slipway::registry {
 namespace {
 
-// Every artifact a row names: versions' bundles, runs' bundles and checkpoints, gate reports.
+// Every artifact a row names: versions' bundles, runs' bundles and checkpoints, gate reports, and
+// the gate reports and training data of retrainings.
 Result<std::set<std::string>> referenced(SqlTransaction& sql) {
   std::set<std::string> names;
   for (std::string_view query :
        {"SELECT bundle_sha256 FROM model_versions", "SELECT bundle_sha256 FROM runs WHERE bundle_sha256 IS NOT NULL",
-        "SELECT bundle_sha256 FROM checkpoints", "SELECT report_sha256 FROM gate_results"}) {
+        "SELECT bundle_sha256 FROM checkpoints", "SELECT report_sha256 FROM gate_results",
+        "SELECT gate_report_sha256 FROM retrainings WHERE gate_report_sha256 <> ''",
+        "SELECT data_sha256 FROM retrainings WHERE data_sha256 <> ''"}) {
     SLIPWAY_ASSIGN_OR_RETURN(auto rows, sql.query(query));
     for (const auto& row : rows) names.insert(row.text(0));
   }

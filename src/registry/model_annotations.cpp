@@ -23,14 +23,10 @@ Status check_text(std::string_view what, const std::string& text) {
 }
 
 Status check_exists(SqlTransaction& sql, const std::string& model, std::optional<std::int64_t> version) {
+  if (!version) return check_model_exists(sql, model);
   SLIPWAY_ASSIGN_OR_RETURN(
-      auto row, version
-                    ? sql.query_row("SELECT 1 FROM model_versions WHERE model = ? AND version = ?", {model, *version})
-                    : sql.query_row("SELECT 1 FROM models WHERE name = ?", {model}));
-  if (!row) {
-    return not_found(version ? "model '" + model + "' has no version " + std::to_string(*version)
-                             : "no model named '" + model + "'; `slipway models` lists them");
-  }
+      auto row, sql.query_row("SELECT 1 FROM model_versions WHERE model = ? AND version = ?", {model, *version}));
+  if (!row) return not_found("model '" + model + "' has no version " + std::to_string(*version));
   return {};
 }
 
@@ -107,8 +103,7 @@ Result<std::size_t> ModelStore::record_labels(const std::string& model,
                                               const std::vector<std::pair<std::string, std::string>>& labels) {
   std::size_t added = 0;
   SLIPWAY_RETURN_IF_ERROR(context_->backend->write([&](SqlTransaction& sql) -> Status {
-    SLIPWAY_ASSIGN_OR_RETURN(auto known, sql.query_row("SELECT 1 FROM models WHERE name = ?", {model}));
-    if (!known) return not_found("no model '" + model + "'; `slipway models` lists them");
+    SLIPWAY_RETURN_IF_ERROR(check_model_exists(sql, model));
     std::int64_t now = unix_time_ms();
     for (const auto& [id, label] : labels) {
       if (id.empty()) return invalid_argument("a label needs an id");

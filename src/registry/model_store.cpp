@@ -4,12 +4,18 @@
 #include "registry/store_context.h"
 
 namespace slipway::registry {
+
+Status check_model_exists(SqlTransaction& sql, const std::string& model) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto exists, sql.query_row("SELECT 1 FROM models WHERE name = ?", {model}));
+  if (!exists) return not_found("no model named '" + model + "'; `slipway models` lists them");
+  return {};
+}
+
 namespace {
 
 // Ascending version order, each with its aliases. NotFound for an unknown model.
 Result<std::vector<ModelVersion>> read_versions(SqlTransaction& sql, const std::string& model) {
-  SLIPWAY_ASSIGN_OR_RETURN(auto exists, sql.query_row("SELECT 1 FROM models WHERE name = ?", {model}));
-  if (!exists) return not_found("no model named '" + model + "'; `slipway models` lists them");
+  SLIPWAY_RETURN_IF_ERROR(check_model_exists(sql, model));
   SLIPWAY_ASSIGN_OR_RETURN(auto rows, sql.query("SELECT version, bundle_sha256, COALESCE(run_id, ''), creator, "
                                                 "created_ms, description, retired_ms FROM model_versions WHERE "
                                                 "model = ? "

@@ -113,6 +113,7 @@ Registry::Registry(std::string home, std::unique_ptr<StoreContext> context, std:
       serving_configs_(*context_),
       tokens_(*context_),
       endpoints_(*context_),
+      retraining_(*context_),
       audit_(*context_) {}
 
 Registry::~Registry() = default;

@@ -144,6 +144,19 @@ CREATE TABLE monitor_alerts(
   changed_ms INTEGER NOT NULL, PRIMARY KEY(model, subject));
 )sql";
 
+// Retraining policies and the record of each retraining.
+constexpr std::string_view kRetraining = R"sql(
+CREATE TABLE retrain_policies(
+  model TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY(model, key));
+CREATE TABLE retrainings(
+  id INTEGER PRIMARY KEY AUTOINCREMENT, model TEXT NOT NULL, reason TEXT NOT NULL, state TEXT NOT NULL,
+  baseline_version INTEGER NOT NULL, data_fingerprint TEXT NOT NULL, data_sha256 TEXT NOT NULL,
+  run_id TEXT NOT NULL, candidate_version INTEGER NOT NULL, gate_report_sha256 TEXT NOT NULL,
+  deployed TEXT NOT NULL, message TEXT NOT NULL, started_ms INTEGER NOT NULL, finished_ms INTEGER NOT NULL,
+  actor TEXT NOT NULL);
+CREATE INDEX retrainings_by_model ON retrainings(model, id);
+)sql";
+
 constexpr std::array kMigrations = {
     Migration{1, "initial_schema", kInitialSchema},
     Migration{2, "run_owner", kRunOwner},
@@ -157,6 +170,7 @@ constexpr std::array kMigrations = {
     Migration{10, "batch_jobs", kBatchJobs},
     Migration{11, "labels", kLabels},
     Migration{12, "monitor_alerts", kMonitorAlerts},
+    Migration{13, "retraining", kRetraining},
 };
 
 }  // namespace

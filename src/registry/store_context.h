@@ -19,6 +19,9 @@ struct StoreContext {
 // Whether `text` is well-formed UTF-8.
 bool valid_utf8(std::string_view text);
 
+// NotFound, naming `model`, when no model has that name.
+Status check_model_exists(SqlTransaction& sql, const std::string& model);
+
 // Appends an audit log entry inside the caller's write transaction, so the entry commits (or
 // not) with the mutation it describes.
 Status append_audit(SqlTransaction& sql, const StoreContext& context, std::string_view action, std::string_view detail);

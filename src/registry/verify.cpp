@@ -27,6 +27,8 @@ Result<VerifyReport> verify_workspace(Registry& registry, const VerifyOptions& o
   SLIPWAY_ASSIGN_OR_RETURN(auto references, registry.models().artifact_references());
   SLIPWAY_ASSIGN_OR_RETURN(auto run_references, registry.runs().artifact_references());
   references.insert(references.end(), run_references.begin(), run_references.end());
+  SLIPWAY_ASSIGN_OR_RETURN(auto retraining_references, registry.retraining().artifact_references());
+  references.insert(references.end(), retraining_references.begin(), retraining_references.end());
   report.references_checked = references.size();
   std::map<std::string, std::vector<std::string>> referrers;
   for (const auto& reference : references) referrers[reference.sha256].push_back(reference.referrer);

@@ -153,5 +153,36 @@ TEST_F(CompareTest, IncomparableModelsAndBadOptionsAreRefused) {
   EXPECT_NE(no_slice.status().message().find("'state'"), std::string::npos);
 }
 
+TEST_F(CompareTest, AGateHoldsTheCandidateToItsThresholds) {
+  GateCriteria criteria{.metric = "auc"};
+  ASSERT_TRUE(parse_gate_thresholds("max_drop=0, min=0.5", criteria).ok());
+  EXPECT_EQ(format_gate_thresholds(criteria), "min=0.5,max_drop=0");
+  auto same = gate(*logistic_, *logistic_, *golden_, criteria, "term");
+  ASSERT_TRUE(same.ok()) << same.status().message();
+  EXPECT_TRUE(same->passed());
+  EXPECT_EQ(same->checks.size(), 3u);  // overall, then the two terms
+  EXPECT_EQ(same->checks[0].drop, 0.0);
+  ASSERT_TRUE(parse_gate_thresholds("min=0.99", criteria).ok());
+  auto strict = gate(*logistic_, *gbdt_, *golden_, criteria, "");
+  ASSERT_TRUE(strict.ok()) << strict.status().message();
+  EXPECT_FALSE(strict->passed());
+  EXPECT_NE(strict->checks[0].failure.find("below the minimum 0.99"), std::string::npos);
+  JsonWriter json;
+  json.begin_object();
+  write_gate_report_fields(json, *strict);
+  json.end_object();
+  EXPECT_EQ(json.str().rfind("{\"metric\":\"auc\",\"criteria\":\"min=0.99,max_drop=0\",\"passed\":false,", 0), 0u)
+      << json.str();
+}
+
+TEST(GateThresholds, AreRefusedWhenMalformed) {
+  for (const char* text : {"max_drop", "max_drop=", "drop=0.1", "min=nan", "max=inf", "min=0.5x", "=1"}) {
+    GateCriteria criteria;
+    Status status = parse_gate_thresholds(text, criteria);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_FALSE(criteria.min || criteria.max || criteria.max_drop) << text;  // unchanged
+  }
+}
+
 }  // namespace
 }  // namespace slipway::eval

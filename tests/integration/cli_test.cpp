@@ -9,6 +9,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -427,38 +428,175 @@ TEST_F(CliTest, BatchResumesAfterKillsIntoTheRowsOfAnUninterruptedRun) {
   EXPECT_NE(slipway({"batch", "status", home_.file("nowhere")}).exit_code, 0);
 }
 
+// The lending data set shuffled, each row with an id (loan_id) first; written in row ranges, as
+// is or shifted.
+class LoanFiles {
+ public:
+  enum class Shift {
+    kNone,
+    kAmountAndState,  // funded_amnt times 3, addr_state all "CA"
+    kRatesUp,         // int_rate (the model's most important input) 15 points higher
+  };
+  LoanFiles() {
+    std::istringstream lines(*slipway::read_file(data_path("lending_club.csv")));
+    std::getline(lines, header_);
+    for (std::string line; std::getline(lines, line);) rows_.push_back(line);
+    std::mt19937 random(7);
+    std::shuffle(rows_.begin(), rows_.end(), random);
+  }
+  std::size_t size() const { return rows_.size(); }
+  void write(const std::string& path, std::size_t begin, std::size_t end, Shift shift = Shift::kNone) const {
+    std::ofstream out(path);
+    out << "loan_id," << header_ << "\n";
+    for (std::size_t index = begin; index < end; ++index) {
+      std::string row = rows_[index];
+      // Fields: funded_amnt, term, int_rate, sub_grade, addr_state, ...
+      auto field_start = [&row](int field) {
+        std::size_t start = 0;
+        for (int skipped = 0; skipped < field; ++skipped) start = row.find(',', start) + 1;
+        return start;
+      };
+      auto replace_field = [&](int field, const std::function<std::string(const std::string&)>& value) {
+        std::size_t start = field_start(field), end = row.find(',', start);
+        row = row.substr(0, start) + value(row.substr(start, end - start)) + row.substr(end);
+      };
+      if (shift == Shift::kAmountAndState) {
+        replace_field(0, [](const std::string& amount) {
+          return amount.empty() ? amount : std::to_string(std::stod(amount) * 3);
+        });
+        replace_field(4, [](const std::string&) { return std::string("CA"); });
+      } else if (shift == Shift::kRatesUp) {
+        replace_field(
+            2, [](const std::string& rate) { return rate.empty() ? rate : std::to_string(std::stod(rate) + 15); });
+      }
+      out << "L" << index << "," << row << "\n";
+    }
+  }
+
+ private:
+  std::string header_;
+  std::vector<std::string> rows_;
+};
+
+// Retraining by policy: due on a drift alert (once per alert), on a schedule, or forced; the
+// candidate continues boosting from the baseline on the new rows, is gated against it, registered
+// only when it passes, and deployed only as the policy says; each retraining is in lineage.
+TEST_F(CliTest, RetrainingFollowsItsPolicy) {
+  LoanFiles loans;
+  loans.write(home_.file("train.csv"), 0, 6000);
+  loans.write(home_.file("new.csv"), 6000, loans.size(), LoanFiles::Shift::kRatesUp);
+  std::string new_rows = home_.file("new.csv");
+  ASSERT_EQ(slipway({"train", "--data", home_.file("train.csv"), "--target", "Class", "--model", "gbdt", "--param",
+                     "rounds=30", "--ignore", "loan_id", "--register", "loans", "--no-progress"})
+                .exit_code,
+            0);
+  // Mistakes are refused, each with what to do instead.
+  auto refused = [&](std::vector<std::string> arguments) {
+    arguments.insert(arguments.begin(), {"retrain", "policy"});
+    auto result = slipway(arguments);
+    EXPECT_NE(result.exit_code, 0);
+    return result.err;
+  };
+  EXPECT_NE(refused({"loans"}).find("has no retrain policy"), std::string::npos);
+  EXPECT_NE(refused({"loans", "--on", "drift"}).find("needs data"), std::string::npos);
+  EXPECT_NE(refused({"loans", "--on", "drfit", "--data", new_rows}).find("did you mean 'drift'"), std::string::npos);
+  EXPECT_NE(refused({"loans", "--on", "schedule", "--data", new_rows}).find("needs every"), std::string::npos);
+  EXPECT_NE(refused({"loans", "--data", new_rows, "--deploy", "canary:150"}).find("below 100"), std::string::npos);
+  EXPECT_NE(refused({"loans", "--data", new_rows, "--deploy", "full"}).find("needs the endpoint"), std::string::npos);
+  EXPECT_NE(refused({"loans", "--data", new_rows, "--endpoint", "web", "--deploy", "rollout:10,50"}).find("end at 100"),
+            std::string::npos);
+  EXPECT_NE(refused({"loans", "--data", new_rows, "--gate-max-drop", "nan"}).find("finite"), std::string::npos);
+  EXPECT_NE(refused({"loans", "--data", "traffic"}).find("id_column"), std::string::npos);
+  EXPECT_NE(refused({"nobody", "--data", new_rows}).find("no model named 'nobody'"), std::string::npos);
+  ASSERT_EQ(
+      slipway({"retrain", "policy", "loans", "--on", "drift", "--data", new_rows, "--cooldown", "0", "--rounds", "10"})
+          .exit_code,
+      0);
+  auto shown = slipway({"retrain", "policy", "loans"});
+  EXPECT_NE(shown.out.find("rounds              10 "), std::string::npos) << shown.out;
+
+  // Due once monitoring records the drift, and only once per alert.
+  EXPECT_NE(slipway({"retrain", "loans", "--dry-run"}).out.find("not due: no drift alert fired"), std::string::npos);
+  ASSERT_EQ(slipway({"monitor", "loans", "--data", new_rows, "--alert"}).exit_code, 0);
+  auto dry = slipway({"retrain", "loans", "--dry-run"});
+  EXPECT_NE(dry.out.find("would retrain: drift: input:int_rate firing for"), std::string::npos) << dry.out;
+  auto retrained = slipway({"--json", "retrain", "loans", "--no-progress"});
+  ASSERT_EQ(retrained.exit_code, 0) << retrained.err;
+  EXPECT_NE(retrained.out.find("\"state\":\"registered\""), std::string::npos) << retrained.out;
+  EXPECT_NE(retrained.out.find("\"candidate\":\"loans@2\""), std::string::npos) << retrained.out;
+  EXPECT_NE(retrained.out.find("\"gate\":{\"data\":\"the new rows' held-out split (771 rows)\",\"metric\":\"auc\""),
+            std::string::npos)
+      << retrained.out;
+  EXPECT_NE(slipway({"retrain", "loans"}).out.find("not due: no drift alert fired since the last retraining"),
+            std::string::npos);
+  auto lineage = slipway({"--json", "lineage", "loans@2"});
+  EXPECT_NE(lineage.out.find("\"kind\":\"input (warm start)\""), std::string::npos) << lineage.out;
+  EXPECT_NE(lineage.out.find("\"type\":\"retrain\""), std::string::npos) << lineage.out;
+
+  // A gate it cannot pass: rejected, nothing registered, the failed gate kept in lineage.
+  ASSERT_EQ(slipway({"retrain", "policy", "loans", "--gate-min", "0.99"}).exit_code, 0);
+  auto rejected = slipway({"retrain", "loans", "--force"});
+  ASSERT_EQ(rejected.exit_code, 0) << rejected.err;
+  EXPECT_NE(rejected.out.find("  rejected (the gate failed (auc min=0.99): overall: "), std::string::npos)
+      << rejected.out;
+  EXPECT_EQ(slipway({"versions", "loans"}).out.find("\n3 "), std::string::npos);  // no version 3
+  EXPECT_NE(slipway({"lineage", "loans@2", "--downstream"}).out.find("gate FAILED (retraining #2)"), std::string::npos);
+
+  // Too few new rows to judge by: failed, and said so.
+  ASSERT_EQ(slipway({"retrain", "policy", "loans", "--min-rows", "100000"}).exit_code, 0);
+  auto too_few = slipway({"retrain", "loans", "--force"});
+  EXPECT_EQ(too_few.exit_code, 1);
+  EXPECT_NE(too_few.out.find("failed (3857 new rows, fewer than the policy's min_rows 100000)"), std::string::npos)
+      << too_few.out;
+  ASSERT_EQ(slipway({"retrain", "policy", "loans", "--min-rows", "200"}).exit_code, 0);
+
+  // Killed after training: the next retraining finds it interrupted.
+  ASSERT_EQ(slipway({"retrain", "policy", "loans", "--gate-max-drop", "0"}).exit_code, 0);
+  EXPECT_EQ(run_command({slipway_binary(), "--home", home_.path(), "retrain", "loans", "--force"},
+                        {"SLIPWAY_CRASH_AT=retrain.after_train"})
+                .exit_code,
+            128 + 9);
+  // On a schedule, with the rows and baseline of an earlier retraining: nothing to do.
+  ASSERT_EQ(slipway({"retrain", "policy", "loans", "--on", "schedule", "--every", "1s"}).exit_code, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  auto scheduled = slipway({"retrain", "loans"});
+  ASSERT_EQ(scheduled.exit_code, 0) << scheduled.err;
+  EXPECT_NE(scheduled.out.find("loans: schedule: every 1s"), std::string::npos) << scheduled.out;
+  EXPECT_NE(scheduled.out.find("nothing to do: the rows and the baseline are those of retraining #2 (rejected)"),
+            std::string::npos)
+      << scheduled.out;
+  auto history = slipway({"retrain", "history", "loans"});
+  EXPECT_NE(history.out.find("interrupted"), std::string::npos) << history.out;
+  EXPECT_NE(history.out.find("rejected"), std::string::npos) << history.out;
+
+  // Deployed as the policy says: a canary beside the endpoint's version.
+  ASSERT_EQ(slipway({"deploy", "web", "loans@2"}).exit_code, 0);
+  ASSERT_EQ(slipway({"retrain", "policy", "loans", "--endpoint", "web", "--deploy", "canary:20"}).exit_code, 0);
+  auto deployed = slipway({"retrain", "loans", "--force"});
+  ASSERT_EQ(deployed.exit_code, 0) << deployed.err;
+  EXPECT_NE(deployed.out.find("deployed: loans@3 to web: canary 20%"), std::string::npos) << deployed.out;
+  EXPECT_NE(slipway({"endpoints"}).out.find("loans@3 20%, loans@2 80%"), std::string::npos);
+  auto every_policy = slipway({"retrain", "--due"});
+  EXPECT_EQ(every_policy.exit_code, 0) << every_policy.err;
+  EXPECT_NE(every_policy.out.find("loans: "), std::string::npos) << every_policy.out;
+  auto verified = slipway({"verify"});
+  EXPECT_EQ(verified.exit_code, 0) << verified.out;  // the rejected gate's report is referenced, not orphaned
+  EXPECT_NE(slipway({"retrain"}).err.find("give a model NAME or --due"), std::string::npos);
+  EXPECT_NE(slipway({"retrain", "policy", "loans", "--remove"}).out.find("removed"), std::string::npos);
+  EXPECT_NE(slipway({"retrain", "loans"}).err.find("has no retrain policy"), std::string::npos);
+}
+
 // Skew of a file against the training distribution the bundle carries: a shifted copy (one
 // numeric input scaled, one category remapped) is flagged on exactly those inputs; an unshifted
 // hold-out on none.
 TEST_F(CliTest, MonitorFlagsExactlyTheShiftedInputs) {
-  std::string text = *slipway::read_file(data_path("lending_club.csv"));
-  std::istringstream lines(text);
-  std::string header, line;
-  std::getline(lines, header);
-  std::vector<std::string> rows;
-  while (std::getline(lines, line)) rows.push_back(line);
-  std::mt19937 random(7);
-  std::shuffle(rows.begin(), rows.end(), random);
+  LoanFiles loans;
   auto write_rows = [&](const std::string& name, std::size_t begin, std::size_t end, bool shift) {
-    std::ofstream out(home_.file(name));
-    out << "loan_id," << header << "\n";
-    for (std::size_t index = begin; index < end; ++index) {
-      std::string row = rows[index];
-      if (shift) {
-        // funded_amnt (the first field) times 3; addr_state (the fifth) all "CA".
-        auto comma = row.find(',');
-        std::string amount = row.substr(0, comma);
-        if (!amount.empty()) row = std::to_string(std::stod(amount) * 3) + row.substr(comma);
-        std::size_t start = 0;
-        for (int field = 0; field < 4; ++field) start = row.find(',', start) + 1;
-        row = row.substr(0, start) + "CA" + row.substr(row.find(',', start));
-      }
-      out << "L" << index << "," << row << "\n";
-    }
+    loans.write(home_.file(name), begin, end, shift ? LoanFiles::Shift::kAmountAndState : LoanFiles::Shift::kNone);
   };
   write_rows("train.csv", 0, 7000, false);
-  write_rows("same.csv", 7000, rows.size(), false);
-  write_rows("shifted.csv", 7000, rows.size(), true);
+  write_rows("same.csv", 7000, loans.size(), false);
+  write_rows("shifted.csv", 7000, loans.size(), true);
   ASSERT_EQ(slipway({"train", "--data", home_.file("train.csv"), "--target", "Class", "--model", "gbdt", "--param",
                      "rounds=30", "--ignore", "loan_id", "--register", "loans", "--no-progress"})
                 .exit_code,

@@ -904,6 +904,58 @@ TEST_F(ServingOps, MonitorReadsTheRequestLogOfAnEndpoint) {
   stop_server();
 }
 
+// Retraining on labelled traffic: the rows an endpoint served, joined by request id (row R of a
+// longer request is ID/R) with the labels that arrived later, train a candidate that is gated and
+// deployed as a canary.
+TEST_F(ServingOps, RetrainsOnLabelledTraffic) {
+  ASSERT_EQ(slipway({"serving-config", "lending", "--request-log-rate", "1"}).exit_code, 0);
+  ASSERT_EQ(slipway({"deploy", "web", "lending@1"}).exit_code, 0);
+  int port = start_server({});
+  ASSERT_GT(port, 0);
+  auto table = data::read_csv(data_path("lending_club.csv"));
+  ASSERT_TRUE(table.ok());
+  std::vector<std::uint32_t> every_4th;
+  for (std::uint32_t row = 0; row < table->row_count(); row += 4) every_4th.push_back(row);
+  data::Table sample = table->take_rows(every_4th);
+  const data::Column* label = sample.find("Class");
+  ASSERT_NE(label, nullptr);
+  std::ofstream labels(home_.path() + "/labels.csv");
+  labels << "request,outcome\n";
+  std::size_t request = 0, row = 0;
+  for (std::string body : serve::v2_requests_from_table(sample, 10, {"Class"})) {
+    std::string id = "b" + std::to_string(request++);
+    body.insert(1, "\"id\":\"" + id + "\",");
+    ASSERT_EQ(http_request(port, "POST", "/v2/models/web/infer", body).status, 200);
+    for (std::size_t in_request = 0; in_request < 10 && row < sample.row_count(); ++in_request, ++row) {
+      labels << id << "/" << in_request << "," << label->text_at(row) << "\n";
+    }
+  }
+  labels.close();
+  stop_server();
+  ASSERT_EQ(slipway({"retrain", "policy", "lending", "--on", "performance", "--data", "traffic", "--id-col", "@id",
+                     "--endpoint", "web", "--deploy", "canary:10", "--gate-max-drop", "0.1"})
+                .exit_code,
+            0);
+  EXPECT_NE(slipway({"retrain", "lending", "--force"}).err.find("has a label yet"), std::string::npos);
+  ASSERT_EQ(slipway({"labels", "ingest", home_.path() + "/labels.csv", "--model", "lending", "--id-col", "request",
+                     "--label-col", "outcome"})
+                .exit_code,
+            0);
+  auto measured = slipway(
+      {"--json", "monitor", "web", "--window", "10m", "--id-col", "@id", "--max-metric-drop", "auc=0.5", "--alert"});
+  ASSERT_EQ(measured.exit_code, 0) << measured.err;
+  EXPECT_NE(measured.out.find("\"performance\":{\"rows\":" + std::to_string(row) + ",\"unlabelled\":0"),
+            std::string::npos)
+      << measured.out;
+  EXPECT_NE(slipway({"retrain", "lending"}).out.find("not due: no performance alert fired"), std::string::npos);
+  auto retrained = slipway({"retrain", "lending", "--force"});
+  ASSERT_EQ(retrained.exit_code, 0) << retrained.err;
+  EXPECT_NE(retrained.out.find("on the labelled traffic of lending@1 (artifact "), std::string::npos) << retrained.out;
+  EXPECT_NE(retrained.out.find("deployed: lending@2 to web: canary 10%"), std::string::npos) << retrained.out;
+  EXPECT_NE(slipway({"endpoints"}).out.find("lending@2 10%, lending@1 90%"), std::string::npos);
+  EXPECT_EQ(slipway({"verify"}).exit_code, 0);  // the traffic rows are an artifact the retraining names
+}
+
 // A shadow sees copies of the requests; its answers are compared in /metrics and never returned.
 TEST_F(ServingOps, AShadowIsComparedAndNeverAnswers) {
   auto second = slipway({"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--model", "gbdt",

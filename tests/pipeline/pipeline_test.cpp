@@ -145,5 +145,58 @@ TEST(Pipeline, ResolvesReferencesAndScoresAFile) {
   EXPECT_EQ(scored->to_csv().substr(0, 18), "probability,label\n");
 }
 
+// When a retrain policy is due, at chosen times: an alert of the kind it watches that started
+// after the last retraining, a schedule counted from the last registered candidate, a cooldown.
+TEST(Retraining, IsDueOnAlertsOnScheduleAndNeverInTheCooldown) {
+  TempDir dir;
+  auto registry = open_registry(dir);
+  auto trained = run_training(*registry, small_gbdt_spec());
+  ASSERT_TRUE(trained.ok()) << trained.status().message();
+  std::int64_t registered_ms = trained->registered->created_ms;
+  RetrainPolicy policy = retrain_policy_schema().defaults();
+  policy.model = "lending";
+  policy.data = data_path("lending_club.csv");
+  policy.on = "performance,schedule";
+  policy.every = std::chrono::seconds(3600);
+  ASSERT_TRUE(check_retrain_policy(policy).ok());
+  auto due_at = [&](std::int64_t now_ms) {
+    auto decision = retrain_due(*registry, policy, now_ms);
+    EXPECT_TRUE(decision.ok()) << decision.status().message();
+    return decision.ok() ? *decision : RetrainDecision{};
+  };
+  EXPECT_FALSE(due_at(registered_ms + 1000).due);
+  EXPECT_NE(due_at(registered_ms + 1000).reason.find("the schedule is due in 59m 59s"), std::string::npos);
+  EXPECT_TRUE(due_at(registered_ms + 3'600'000).due);
+  // A drift alert is not a performance alert; a metric drop is.
+  ASSERT_TRUE(registry->models().record_alerts({{"lending", "input:int_rate", true, 0.5, registered_ms - 10}}).ok());
+  EXPECT_FALSE(due_at(registered_ms + 2000).due);
+  ASSERT_TRUE(registry->models().record_alerts({{"lending", "metric_drop:auc", true, 0.08, registered_ms - 10}}).ok());
+  auto decision = due_at(registered_ms + 2000);
+  EXPECT_TRUE(decision.due);
+  EXPECT_EQ(decision.reason.rfind("performance: metric_drop:auc firing for 2s", 0), 0u) << decision.reason;
+
+  // A retraining started after the alert: the alert is spent, and the cooldown holds everything.
+  registry::RetrainingRecord record{.model = "lending", .reason = "test", .baseline_version = 1};
+  auto id = registry->retraining().start(record);
+  ASSERT_TRUE(id.ok()) << id.status().message();
+  auto started = registry->retraining().list("lending", 1);
+  ASSERT_TRUE(started.ok() && started->size() == 1u);
+  std::int64_t started_ms = started->front().started_ms;
+  EXPECT_NE(due_at(started_ms + 1000).reason.find("cooling down: retraining #1 started 1s ago (cooldown 6h 0m)"),
+            std::string::npos);
+  policy.cooldown = std::chrono::seconds(0);
+  EXPECT_FALSE(due_at(started_ms + 1000).due);
+  EXPECT_NE(due_at(started_ms + 1000).reason.find("no performance alert fired since the last retraining"),
+            std::string::npos);
+  // An unfinished retraining registered nothing: the schedule still counts from the version.
+  EXPECT_TRUE(due_at(registered_ms + 3'600'000).due);
+}
+
+TEST(Retraining, PolicyKeysAreDocumented) {
+  std::string docs = *read_file(std::string(SLIPWAY_SOURCE_DIR) + "/docs/cli.md");
+  std::string table = retrain_policy_schema().markdown_table();
+  EXPECT_NE(docs.find(table), std::string::npos) << "docs/cli.md lacks the retrain policy keys:\n" << table;
+}
+
 }  // namespace
 }  // namespace slipway::pipeline
