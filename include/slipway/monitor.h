@@ -126,17 +126,29 @@ std::string html_report(const model::DataProfile& profile, const DriftReport& re
 // ---------------------------------------------------------------------------------------------
 // Performance once labels arrive (`slipway labels ingest`).
 
-struct Performance {
-  std::size_t rows = 0;        // rows with a label the model's task can read
-  std::size_t unlabelled = 0;  // rows without one (or with a label of no known class)
-  eval::Metrics metrics;       // the task's metrics over the labelled rows
+struct SlicePerformance {
+  std::string value;  // the slice column's value; "(missing)", or "(other)" past kMaxSlices
+  std::size_t rows = 0;
+  eval::Metrics metrics;
 };
+
+struct Performance {
+  std::size_t rows = 0;                  // rows with a label the model's task can read
+  std::size_t unlabelled = 0;            // rows without one (or with a label of no known class)
+  eval::Metrics metrics;                 // the task's metrics over the labelled rows
+  std::vector<SlicePerformance> slices;  // with slice values: the largest first
+};
+// Slices reported at most; the rows of the others are one "(other)" slice, so a column of ids
+// cannot make a report of a million lines.
+inline constexpr std::size_t kMaxSlices = 50;
 // The rows whose id has a label, scored against it: binary classification (the label one of the
-// model's two classes; scores are P(positive)) or regression (the label a number).
-// FailedPrecondition for multiclass models: the log keeps each row's first score only.
+// model's two classes; scores are P(positive)) or regression (the label a number); with
+// `slice_values` (one per row) also per value. FailedPrecondition for multiclass models: the log
+// keeps each row's first score only.
 Result<Performance> performance(const model::Bundle& bundle, const std::vector<std::string>& ids,
                                 std::span<const float> scores,
-                                const std::unordered_map<std::string, std::string>& labels);
+                                const std::unordered_map<std::string, std::string>& labels,
+                                std::span<const std::string> slice_values = {});
 
 // Two-sample Kolmogorov-Smirnov p-value for statistic `d` between samples of n and m values
 // (the asymptotic distribution). Chi-squared's upper tail for `statistic` with `dof` degrees.

@@ -127,6 +127,7 @@ struct MonitorFlags {
   // --max-metric-drop auc=0.05: alert when the metric is that much worse than the bundle's test value
   std::vector<std::string> max_metric_drops;
   std::string html;  // --html FILE: the report page
+  std::string slice;  // --slice COL: the performance per value of COL too
 };
 struct LabelFlags {
   std::string path;

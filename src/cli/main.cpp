@@ -158,6 +158,9 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
                               "POST the alerts that fired or resolved since the last --alert run here (implies "
                               "--alert); the states are recorded only once it answers 2xx");
   monitor_command->add_option("--min-metric", monitor.min_metrics, "With --id-col: alert below it, e.g. auc=0.7");
+  monitor_command->add_option("--slice", monitor.slice,
+                              "With --id-col: the performance per value of this column too (from the request log, "
+                              "an input of the model)");
   monitor_command->add_option("--html", monitor.html,
                               "Also write a self-contained page: per input the two distributions and, for a "
                               "request log window, the drift over time");

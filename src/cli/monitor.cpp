@@ -24,6 +24,7 @@ struct MonitorResult : CommandResult {
   monitor::DriftThresholds thresholds;
   std::optional<monitor::Performance> performance;  // with --id-col
   std::map<std::string, double> training_metrics;   // the bundle's test_* metrics
+  std::string slice_column;                         // --slice
   std::vector<registry::AlertState> alert_changes;  // with --alert: those that fired or resolved now
   std::string webhook_status;                       // with --webhook: what it answered
 
@@ -55,7 +56,14 @@ struct MonitorResult : CommandResult {
       json.key("performance").begin_object().key("rows").value(static_cast<std::uint64_t>(performance->rows));
       json.key("unlabelled").value(static_cast<std::uint64_t>(performance->unlabelled)).key("metrics").begin_object();
       for (const auto& [name, value] : performance->metrics.values) json.key(name).value(value);
-      json.end_object().key("training_test_metrics").begin_object();
+      json.end_object().key("slices").begin_array();
+      for (const auto& slice : performance->slices) {
+        json.begin_object().key("value").value(slice.value);
+        json.key("rows").value(static_cast<std::uint64_t>(slice.rows)).key("metrics").begin_object();
+        for (const auto& [name, value] : slice.metrics.values) json.key(name).value(value);
+        json.end_object().end_object();
+      }
+      json.end_array().key("training_test_metrics").begin_object();
       for (const auto& [name, value] : training_metrics) json.key(name).value(value);
       json.end_object().end_object();
     }
@@ -113,6 +121,18 @@ struct MonitorResult : CommandResult {
             << (test == training_metrics.end() ? "" : " (test " + format_metric(test->second) + ")") << ";";
       }
       out << "\n";
+      if (!performance->slices.empty()) {
+        std::vector<std::string> headers = {slice_column, "rows"};
+        for (const auto& [name, value] : performance->metrics.values) headers.push_back(name);
+        std::vector<std::vector<std::string>> rows;
+        for (const auto& slice : performance->slices) {
+          std::vector<std::string> row = {slice.value, std::to_string(slice.rows)};
+          for (const auto& [name, value] : slice.metrics.values) row.push_back(format_metric(value));
+          rows.push_back(std::move(row));
+        }
+        out << "\n";
+        print_table(out, headers, rows);
+      }
     }
     for (const auto& change : alert_changes) {
       out << "alert     " << change.subject << " " << (change.firing ? "FIRING" : "resolved")
@@ -199,6 +219,7 @@ Result<MonitorResult> run(const GlobalOptions& global, const MonitorFlags& flags
   result.model = loaded.description + (endpoint.empty() ? "" : " (main version of endpoint " + endpoint + ")");
   result.thresholds.distance = flags.distance;
   result.thresholds.p_value = flags.p_value;
+  result.slice_column = flags.slice;
   // A window may be days long (the log is kept a week by default).
   SLIPWAY_ASSIGN_OR_RETURN(auto window, parse_duration("--window", flags.window, 366));
   if (window.count() <= 0) return invalid_argument("--window must be longer than 0");
@@ -215,8 +236,23 @@ Result<MonitorResult> run(const GlobalOptions& global, const MonitorFlags& flags
     for (std::size_t row = 0; row < column->size(); ++row) ids.push_back(column->text_at(row));
     return ids;
   };
+  // Each row's value of --slice ("(missing)" where it has none).
+  auto slice_values_of = [&](const data::Table& table, bool logged) -> Result<std::vector<std::string>> {
+    std::vector<std::string> values;
+    if (flags.slice.empty()) return values;
+    const data::Column* column = table.find(flags.slice);
+    if (column == nullptr) {
+      return invalid_argument("the rows have no '" + flags.slice + "' (--slice)" +
+                              (logged ? "; the request log slices by the model's inputs only" : ""));
+    }
+    for (std::size_t row = 0; row < column->size(); ++row) {
+      values.push_back(column->is_missing(row) ? "(missing)" : column->text_at(row));
+    }
+    return values;
+  };
   // The logged rows of [from, to) that this version answered.
   std::vector<std::string> ids;
+  std::vector<std::string> slice_values;
   std::vector<float> scores;
   monitor::LoggedRequests window_rows;  // the current window's rows, for the drift over time
   auto logged = [&](std::int64_t from, std::int64_t to) -> Result<monitor::BinnedData> {
@@ -225,6 +261,7 @@ Result<MonitorResult> run(const GlobalOptions& global, const MonitorFlags& flags
     SLIPWAY_ASSIGN_OR_RETURN(auto requests, monitor::read_request_log(log_directory, model_name, version, endpoint,
                                                                       inputs, from, to, flags.id_column));
     SLIPWAY_ASSIGN_OR_RETURN(ids, ids_of(requests.inputs));
+    SLIPWAY_ASSIGN_OR_RETURN(slice_values, slice_values_of(requests.inputs, true));
     scores = requests.scores;
     auto binned = monitor::bin(profile, requests.inputs, requests.scores);
     window_rows = std::move(requests);
@@ -237,6 +274,7 @@ Result<MonitorResult> run(const GlobalOptions& global, const MonitorFlags& flags
     SLIPWAY_ASSIGN_OR_RETURN(auto file, scored_file(*loaded.bundle, flags.data));
     current = monitor::bin(profile, file.first, file.second);
     SLIPWAY_ASSIGN_OR_RETURN(ids, ids_of(file.first));
+    SLIPWAY_ASSIGN_OR_RETURN(slice_values, slice_values_of(file.first, false));
     scores = std::move(file.second);
     current_table = std::move(file.first);
     result.current = flags.data;
@@ -245,11 +283,15 @@ Result<MonitorResult> run(const GlobalOptions& global, const MonitorFlags& flags
     SLIPWAY_ASSIGN_OR_RETURN(current, logged(now - window.count(), now));
     result.current = fmt::format("the request log of the last {}", flags.window);
   }
+  if (!flags.slice.empty() && flags.id_column.empty()) {
+    return invalid_argument("--slice splits the performance on labelled rows: give --id-col too");
+  }
   if (!flags.id_column.empty()) {
     // Performance over the current rows whose labels have arrived.
     if (model_name.empty()) return invalid_argument("labels belong to a registered model: give NAME, not a file");
     SLIPWAY_ASSIGN_OR_RETURN(auto labels, store->models().labels(model_name));
-    SLIPWAY_ASSIGN_OR_RETURN(result.performance, monitor::performance(*loaded.bundle, ids, scores, labels));
+    SLIPWAY_ASSIGN_OR_RETURN(result.performance,
+                             monitor::performance(*loaded.bundle, ids, scores, labels, slice_values));
     result.training_metrics = loaded.bundle->manifest().metrics;
   }
   if (current.rows <= 0) return failed_precondition("no rows to compare in " + result.current);

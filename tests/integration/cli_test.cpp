@@ -664,6 +664,12 @@ TEST_F(CliTest, MonitorFlagsExactlyTheShiftedInputs) {
   auto measured_text = slipway({"monitor", "loans", "--data", home_.file("same.csv"), "--id-col", "loan_id"});
   EXPECT_NE(measured_text.out.find("performance on 2857 labelled rows (0 without a label): auc "), std::string::npos)
       << measured_text.out;
+  auto sliced = slipway(
+      {"--json", "monitor", "loans", "--data", home_.file("same.csv"), "--id-col", "loan_id", "--slice", "term"});
+  ASSERT_EQ(sliced.exit_code, 0) << sliced.err;
+  EXPECT_NE(sliced.out.find("\"slices\":[{\"value\":\"term_36\",\"rows\":"), std::string::npos) << sliced.out;
+  EXPECT_NE(slipway({"monitor", "loans", "--data", home_.file("same.csv"), "--slice", "term"}).err.find("--id-col too"),
+            std::string::npos);
   EXPECT_NE(slipway({"labels", "ingest", home_.file("same.csv"), "--model", "nobody", "--id-col", "loan_id",
                      "--label-col", "Class"})
                 .exit_code,

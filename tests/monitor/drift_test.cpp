@@ -70,5 +70,40 @@ TEST(DriftStatistics, ATrainedBundleCarriesItsProfileThroughItsFile) {
   EXPECT_EQ(summary->bundle->serialize(), (*model::Bundle::parse(summary->bundle->serialize()))->serialize());
 }
 
+// Performance per slice: the largest slices first, and past kMaxSlices one "(other)" slice, so
+// slicing by a column of ids stays a short report.
+TEST(Performance, IsReportedPerSliceAndBounded) {
+  auto summary = train::fit(testing::lending_rows(0, 2000), train::TrainRequest{.target = "Class"});
+  ASSERT_TRUE(summary.ok());
+  data::Table rows = testing::lending_rows(2000, 1000);
+  auto predictions = summary->bundle->predict(rows);
+  ASSERT_TRUE(predictions.ok());
+  std::vector<float> scores(predictions->scores.begin(), predictions->scores.end());
+  const data::Column* label = rows.find("Class");
+  std::vector<std::string> ids, terms, many;
+  std::unordered_map<std::string, std::string> labels;
+  for (std::size_t row = 0; row < rows.row_count(); ++row) {
+    ids.push_back("r" + std::to_string(row));
+    if (row % 10 != 0) labels[ids.back()] = label->text_at(row);  // every tenth is not labelled yet
+    terms.push_back(rows.find("term")->text_at(row));
+    many.push_back(std::to_string(row % 120));
+  }
+  auto by_term = performance(*summary->bundle, ids, scores, labels, terms);
+  ASSERT_TRUE(by_term.ok()) << by_term.status().message();
+  EXPECT_EQ(by_term->rows, 900u);
+  EXPECT_EQ(by_term->unlabelled, 100u);
+  ASSERT_EQ(by_term->slices.size(), 2u);
+  EXPECT_GE(by_term->slices[0].rows, by_term->slices[1].rows);
+  EXPECT_EQ(by_term->slices[0].rows + by_term->slices[1].rows, 900u);
+  EXPECT_FALSE(std::isnan(by_term->slices[0].metrics.get("auc")));
+  auto by_many = performance(*summary->bundle, ids, scores, labels, many);
+  ASSERT_TRUE(by_many.ok());
+  ASSERT_EQ(by_many->slices.size(), kMaxSlices);
+  EXPECT_EQ(by_many->slices.back().value, "(other)");
+  std::size_t total = 0;
+  for (const auto& slice : by_many->slices) total += slice.rows;
+  EXPECT_EQ(total, 900u);
+}
+
 }  // namespace
 }  // namespace slipway::monitor
