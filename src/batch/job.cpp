@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <simdjson.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <limits>
 #include <mutex>
 #include <optional>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -61,6 +63,184 @@ struct ShardRows {
   std::vector<std::size_t> row_numbers;  // per good row, its data row number
   std::vector<data::BadRow> bad;
 };
+
+// Where each shard's rows lie in the input, found in one streaming pass that also hashes it, so
+// a job holds one shard's bytes per worker and never the whole file.
+struct ShardSpan {
+  std::uint64_t begin = 0, end = 0;  // bytes [begin, end): whole records
+  std::size_t first_row = 1;         // its first data row's number (from 1)
+  std::size_t rows = 0;
+  std::size_t first_line = 1;  // the file line its bytes start on
+};
+
+struct InputLayout {
+  std::string sha256;
+  std::string header;  // CSV: the header record, newline included; JSON Lines: none
+  std::size_t header_lines = 0;
+  std::size_t rows = 0;  // data rows (blank lines are not rows, as the readers skip them)
+  std::vector<ShardSpan> shards;
+  std::uint64_t size = 0;
+  std::int64_t modified_ns = 0;  // with size: a rewrite while the job runs is noticed
+};
+
+// The longest record taken: past it a shard could not be held (an unterminated quote, or
+// CR-only line endings, would make the rest of the file one record).
+constexpr std::size_t kMaxRecordBytes = std::size_t{64} << 20;
+// The most input bytes one shard may hold: a worker holds its bytes and their table.
+constexpr std::uint64_t kMaxShardBytes = std::uint64_t{256} << 20;
+
+Result<std::pair<std::uint64_t, std::int64_t>> file_identity(int descriptor, const std::string& path) {
+  struct stat info {};
+  if (::fstat(descriptor, &info) != 0) return io_error("cannot stat " + path + ": " + std::strerror(errno));
+  return std::make_pair(static_cast<std::uint64_t>(info.st_size),
+                        static_cast<std::int64_t>(info.st_mtim.tv_sec) * 1'000'000'000 + info.st_mtim.tv_nsec);
+}
+
+// Splits `path` into `shard_count` shards of about equal bytes, each starting on a record.
+// Records end at a newline outside quotes (CSV) or at any newline (JSON Lines); blank lines
+// (CSV: empty; JSON Lines: spaces and tabs only) are not data rows.
+Result<InputLayout> scan_input(const std::string& path, bool csv, std::size_t shard_count) {
+  int descriptor = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (descriptor < 0) return io_error("cannot read " + path + ": " + std::strerror(errno));
+  InputLayout layout;
+  Status status;
+  auto identity = file_identity(descriptor, path);
+  if (!identity.ok()) {
+    ::close(descriptor);
+    return identity.status();
+  }
+  std::tie(layout.size, layout.modified_ns) = *identity;
+  if (layout.size / shard_count > kMaxShardBytes) {
+    ::close(descriptor);
+    return invalid_argument(
+        fmt::format("{} shards of {} would hold {} MiB each, more than the {} MiB a shard may "
+                    "hold; give more --shards (or leave it out)",
+                    shard_count, path, layout.size / shard_count >> 20, kMaxShardBytes >> 20));
+  }
+  Sha256 hash;
+  std::vector<char> buffer(std::size_t{4} << 20);
+  std::uint64_t offset = 0, record_begin = 0;
+  std::size_t line = 1, record_line = 1;
+  bool in_quotes = false, header_done = !csv;
+  std::size_t record_chars = 0, visible_chars = 0;  // JSON Lines: chars that are not ' ' or '\t'
+  char last = 0;
+  std::size_t next_shard = 0;
+  auto start_shards_at = [&](std::uint64_t at, std::size_t line_number) {
+    // Every shard whose target offset is reached starts here (several, when records are long).
+    while (next_shard < shard_count && at >= next_shard * layout.size / shard_count) {
+      layout.shards.push_back({at, at, layout.rows + 1, 0, line_number});
+      ++next_shard;
+    }
+  };
+  auto end_record = [&](std::uint64_t end) {
+    bool blank = csv ? record_chars == 0 || (record_chars == 1 && last == '\r')
+                     : visible_chars == 0 || (visible_chars == 1 && last == '\r');
+    if (!header_done) {
+      if (!blank) {
+        header_done = true;
+        layout.header_lines = line - 1;
+      }
+    } else if (!blank) {
+      ++layout.rows;
+    }
+    record_begin = end;
+    record_line = line;
+    record_chars = visible_chars = 0;
+    if (header_done) start_shards_at(end, line);
+  };
+  if (!csv) start_shards_at(0, 1);
+  while (status.ok()) {
+    ssize_t got = ::read(descriptor, buffer.data(), buffer.size());
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      status = io_error("cannot read " + path + ": " + std::strerror(errno));
+      break;
+    }
+    if (got == 0) break;
+    hash.update(std::as_bytes(std::span(buffer.data(), static_cast<std::size_t>(got))));
+    if (!header_done) layout.header.append(buffer.data(), static_cast<std::size_t>(got));
+    for (ssize_t index = 0; index < got; ++index) {
+      char c = buffer[static_cast<std::size_t>(index)];
+      ++offset;
+      if (csv && c == '"') in_quotes = !in_quotes;
+      if (c == '\n' && !in_quotes) {
+        ++line;
+        end_record(offset);
+        continue;
+      }
+      if (c == '\n') ++line;
+      ++record_chars;
+      if (c != ' ' && c != '\t') ++visible_chars;
+      last = c;
+      if (record_chars > kMaxRecordBytes) {
+        status = invalid_argument(fmt::format(
+            "{}: the record at line {} is longer than {} MiB (an unterminated quote, or CR-only line endings?)", path,
+            record_line, kMaxRecordBytes >> 20));
+        break;
+      }
+    }
+  }
+  ::close(descriptor);
+  SLIPWAY_RETURN_IF_ERROR(status);
+  if (record_chars > 0) end_record(offset);  // a last line without a newline
+  if (offset != layout.size) return unavailable(path + " changed while it was read; score it once it is written");
+  if (csv) {
+    if (!header_done) return invalid_argument(path + " has no header row");
+    layout.header.resize(static_cast<std::size_t>(layout.shards.empty() ? offset : layout.shards.front().begin));
+  }
+  start_shards_at(layout.size, line);  // shards past the last record are empty
+  for (std::size_t index = 0; index < layout.shards.size(); ++index) {
+    ShardSpan& shard = layout.shards[index];
+    bool last_shard = index + 1 == layout.shards.size();
+    shard.end = last_shard ? layout.size : layout.shards[index + 1].begin;
+    shard.rows = (last_shard ? layout.rows + 1 : layout.shards[index + 1].first_row) - shard.first_row;
+  }
+  layout.sha256 = to_hex(hash.finish());
+  return layout;
+}
+
+// A shard's rows, parsed from its bytes (after the header), numbered as in the whole file.
+Result<data::TolerantTable> read_shard(const std::string& path, const InputLayout& layout, const ShardSpan& span,
+                                       const std::vector<std::string>& text_columns) {
+  int descriptor = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (descriptor < 0) return io_error("cannot read " + path + ": " + std::strerror(errno));
+  std::string text = layout.header;
+  std::size_t header_bytes = text.size();
+  text.resize(header_bytes + static_cast<std::size_t>(span.end - span.begin));
+  std::size_t done = 0;
+  Status status;
+  while (done < span.end - span.begin) {
+    ssize_t got = ::pread(descriptor, text.data() + header_bytes + done, text.size() - header_bytes - done,
+                          static_cast<off_t>(span.begin + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      status = got < 0 ? io_error("cannot read " + path + ": " + std::strerror(errno))
+                       : unavailable(path + " is shorter than when the job began: it changed");
+      break;
+    }
+    done += static_cast<std::size_t>(got);
+  }
+  auto identity = file_identity(descriptor, path);
+  ::close(descriptor);
+  SLIPWAY_RETURN_IF_ERROR(status);
+  SLIPWAY_RETURN_IF_ERROR(identity.status());
+  if (identity->first != layout.size || identity->second != layout.modified_ns) {
+    return unavailable(path + " changed while the job ran; score it again once it is written");
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(data::TolerantTable rows, data::parse_rows(text, path, text_columns));
+  if (rows.source_rows.size() + rows.bad_rows.size() != span.rows) {
+    return internal_error(fmt::format("shard at byte {} of {} holds {} rows, not the {} its scan counted", span.begin,
+                                      path, rows.source_rows.size() + rows.bad_rows.size(), span.rows));
+  }
+  // From the shard's numbering to the file's.
+  std::size_t lines_before = span.first_line - 1 - layout.header_lines;
+  for (auto& row : rows.source_rows) row += span.first_row - 1;
+  for (auto& bad : rows.bad_rows) {
+    bad.row += span.first_row - 1;
+    if (bad.line > 0) bad.line += lines_before;
+  }
+  return rows;
+}
 
 // A numeric input read as text (some row held text): each row's text as a number, or the row is
 // bad. Infinite numbers are bad too: no model can use them.
@@ -301,17 +481,15 @@ bool job_running(const std::string& out) {
 
 namespace {
 
-// A manifest read back must describe this input: its shards in order, covering every row once.
-Status check_shards(const JobManifest& manifest, std::size_t shard_count, std::size_t total_rows,
-                    const std::string& path) {
-  std::size_t next_row = 1;
-  bool ok = manifest.shards.size() == shard_count;
+// A manifest read back must describe this input: its shards, in order, as this scan split it.
+Status check_shards(const JobManifest& manifest, const InputLayout& layout, const std::string& path) {
+  bool ok = manifest.shards.size() == layout.shards.size() && manifest.rows == layout.rows;
   for (std::size_t index = 0; ok && index < manifest.shards.size(); ++index) {
     const ShardRecord& shard = manifest.shards[index];
-    ok = shard.index == index && shard.first_row == next_row && (shard.state == "done" || shard.state == "pending");
-    next_row += shard.rows;
+    ok = shard.index == index && shard.first_row == layout.shards[index].first_row &&
+         shard.rows == layout.shards[index].rows && (shard.state == "done" || shard.state == "pending");
   }
-  if (ok && next_row == total_rows + 1) return {};
+  if (ok) return {};
   return data_loss(path + " does not describe this input's rows; remove the folder to score it again");
 }
 
@@ -327,14 +505,18 @@ Result<JobOutcome> run_job(const JobModel& model, const JobSpec& spec, const Job
   }
   if (spec.shards > kMaxShards) return invalid_argument("--shards must be at most " + std::to_string(kMaxShards));
   if (spec.out.empty()) return invalid_argument("--out needs a folder");
-  // Read once, hashed and parsed from the same bytes: a file rewritten meanwhile cannot give
-  // one input's digest to another's rows.
   std::error_code error;
   if (!std::filesystem::is_regular_file(spec.data, error)) return not_found("cannot read " + spec.data);
-  SLIPWAY_ASSIGN_OR_RETURN(std::string input_text, read_file(spec.data));
-  std::string input_sha256 = sha256_hex(input_text);
-  std::size_t shard_count =
-      spec.shards > 0 ? spec.shards : std::clamp<std::size_t>(input_text.size() / kBytesPerShard + 1, 1, kMaxShards);
+  bool csv = !(spec.data.ends_with(".jsonl") || spec.data.ends_with(".ndjson"));
+  std::size_t shard_count = spec.shards;
+  if (shard_count == 0) {
+    auto bytes = std::filesystem::file_size(spec.data, error);
+    shard_count = std::clamp<std::size_t>(static_cast<std::size_t>(bytes / kBytesPerShard) + 1, 1, kMaxShards);
+  }
+  // Hashed and split in one pass; each shard is read again on its own, and a file rewritten
+  // meanwhile is noticed (its size or time changed), so one input's digest never names another's rows.
+  SLIPWAY_ASSIGN_OR_RETURN(InputLayout layout, scan_input(spec.data, csv, shard_count));
+  const std::string& input_sha256 = layout.sha256;
   std::string key = job_key(model.sha256, input_sha256, spec.format, spec.id_column, shard_count);
 
   // The folder: this job's (to finish or to leave as it is), empty, or new; never another's.
@@ -373,25 +555,32 @@ Result<JobOutcome> run_job(const JobModel& model, const JobSpec& spec, const Job
     if (is_temp_file(entry.path().filename().string())) std::filesystem::remove(entry, error);
   }
 
-  // The id column as written: a float would change 00123 or 12345678901.
+  // The id column as written (a float would change 00123 or 12345678901), and the categorical
+  // inputs as text, whatever one shard's values look like.
   std::vector<std::string> text_columns;
   if (!spec.id_column.empty()) text_columns.push_back(spec.id_column);
-  SLIPWAY_ASSIGN_OR_RETURN(data::TolerantTable input, data::parse_rows(input_text, spec.data, text_columns));
-  input_text = std::string();  // the table holds what is needed now
-  // What the model needs from every row must be in the file at all: otherwise no row is good.
-  for (const auto& feature : model.bundle->preprocessor().features()) {
-    if (input.table.find(feature.name) == nullptr) {
-      return invalid_argument("the input has no column '" + feature.name + "', which " + model.description + " reads");
-    }
+  const auto& features = model.bundle->preprocessor().features();
+  for (const auto& feature : features) {
+    if (feature.type != data::ColumnType::kNumeric) text_columns.push_back(feature.name);
   }
-  if (!spec.id_column.empty() && input.table.find(spec.id_column) == nullptr) {
-    return invalid_argument("the input has no column '" + spec.id_column + "' (--id)");
+  if (csv) {
+    // What the model needs from every row must be in the header: otherwise no row is good.
+    SLIPWAY_ASSIGN_OR_RETURN(data::TolerantTable header, data::parse_rows(layout.header, spec.data, text_columns));
+    for (const auto& feature : features) {
+      if (header.table.find(feature.name) == nullptr) {
+        return invalid_argument("the input has no column '" + feature.name + "', which " + model.description +
+                                " reads");
+      }
+    }
+    if (!spec.id_column.empty() && header.table.find(spec.id_column) == nullptr) {
+      return invalid_argument("the input has no column '" + spec.id_column + "' (--id)");
+    }
   }
 
   JobManifest manifest;
-  std::size_t total_rows = input.source_rows.size() + input.bad_rows.size();
+  std::size_t total_rows = layout.rows;
   if (earlier) {
-    SLIPWAY_RETURN_IF_ERROR(check_shards(*earlier, shard_count, total_rows, spec.out + "/manifest.json"));
+    SLIPWAY_RETURN_IF_ERROR(check_shards(*earlier, layout, spec.out + "/manifest.json"));
     manifest = std::move(*earlier);
   } else {
     manifest.key = key;
@@ -402,11 +591,11 @@ Result<JobOutcome> run_job(const JobModel& model, const JobSpec& spec, const Job
     manifest.format = spec.format;
     manifest.id_column = spec.id_column;
     manifest.started_ms = unix_time_ms();
-    for (std::size_t index = 0; index < shard_count; ++index) {
+    for (std::size_t index = 0; index < layout.shards.size(); ++index) {
       ShardRecord shard;
       shard.index = index;
-      shard.first_row = index * total_rows / shard_count + 1;
-      shard.rows = (index + 1) * total_rows / shard_count - (index * total_rows / shard_count);
+      shard.first_row = layout.shards[index].first_row;
+      shard.rows = layout.shards[index].rows;
       manifest.shards.push_back(std::move(shard));
     }
   }
@@ -433,15 +622,6 @@ Result<JobOutcome> run_job(const JobModel& model, const JobSpec& spec, const Job
     pending.push_back(shard.index);
     rows_pending += shard.rows;
   }
-  // The good and bad rows are indexed by data row number, so a shard finds its own in order.
-  auto bad_before = [&](std::size_t row) {
-    return std::lower_bound(input.bad_rows.begin(), input.bad_rows.end(), row,
-                            [](const data::BadRow& bad, std::size_t number) { return bad.row < number; }) -
-           input.bad_rows.begin();
-  };
-  auto good_before = [&](std::size_t row) {
-    return std::lower_bound(input.source_rows.begin(), input.source_rows.end(), row) - input.source_rows.begin();
-  };
   std::atomic<std::size_t> rows_done{0};
   std::atomic<bool> over_limit{false};
   std::atomic<std::size_t> bad_total{0};
@@ -457,17 +637,31 @@ Result<JobOutcome> run_job(const JobModel& model, const JobSpec& spec, const Job
     if (over_limit) return;
     std::int64_t shard_started = monotonic_ns();
     ShardRecord& record = manifest.shards[pending[task]];
-    std::size_t end_row = record.first_row + record.rows;
-    ShardRows shard;
-    auto first_good = good_before(record.first_row), last_good = good_before(end_row);
-    std::vector<std::uint32_t> rows;
-    for (auto index = first_good; index < last_good; ++index) {
-      rows.push_back(static_cast<std::uint32_t>(index));
-      shard.row_numbers.push_back(input.source_rows[static_cast<std::size_t>(index)]);
+    auto read = read_shard(spec.data, layout, layout.shards[record.index], text_columns);
+    if (!read.ok()) {
+      failures[task] = read.status();
+      return;
     }
-    shard.table = input.table.take_rows(rows);
-    shard.bad.assign(input.bad_rows.begin() + bad_before(record.first_row),
-                     input.bad_rows.begin() + bad_before(end_row));
+    ShardRows shard;
+    shard.table = std::move(read->table);
+    shard.row_numbers = std::move(read->source_rows);
+    shard.bad = std::move(read->bad_rows);
+    // A JSON Lines shard whose rows all lack an input: every row is missing it.
+    for (const auto& feature : features) {
+      if (shard.table.find(feature.name) != nullptr) continue;
+      data::Column missing;
+      missing.name = feature.name;
+      missing.type = feature.type;
+      if (feature.type == data::ColumnType::kNumeric) {
+        missing.numbers.assign(shard.row_numbers.size(), std::numeric_limits<float>::quiet_NaN());
+      } else {
+        missing.codes.assign(shard.row_numbers.size(), data::Column::kMissingCode);
+      }
+      if (Status added = shard.table.add_column(std::move(missing)); !added.ok()) {
+        failures[task] = added;
+        return;
+      }
+    }
     check_numeric_inputs(*model.bundle, shard);
     if ((bad_total += shard.bad.size()) > allowed_bad) over_limit = true;
     auto predictions = model.bundle->predict(shard.table);

@@ -177,6 +177,58 @@ TEST_F(BatchJob, AFolderThatHoldsAnythingElseIsRefused) {
       << narrow.status().message();
 }
 
+// Shards are byte ranges cut on record boundaries, read one at a time: a quoted newline, blank
+// lines and CRLF endings number rows and lines as the whole file does, whatever the shard count.
+TEST_F(BatchJob, ShardsCutOnRecordsNumberRowsAsTheWholeFile) {
+  std::string text = *read_file(testing::data_path("lending_club.csv"));
+  std::istringstream input(text);
+  std::string header, line, out;
+  std::getline(input, header);
+  out = header + "\r\n\r\n";
+  for (int row = 1; row <= 300 && std::getline(input, line); ++row) {
+    if (row == 40)
+      line = line.substr(0, line.find("\"term_")) + "\"term\n36\"" + line.substr(line.find(",", line.find("\"term_")));
+    if (row == 90) line = "abc" + line.substr(line.find(','));  // bad: a number that is not
+    if (row == 120) line = "1,2,3";                             // bad: three fields
+    out += line + (row % 50 == 0 ? "\r\n\r\n" : "\r\n");
+  }
+  testing::write_text(dir_.file("rows.csv"), out);
+  auto errors_and_rows = [&](std::size_t shards, const std::string& folder) {
+    JobSpec job = spec(dir_.file("rows.csv"), dir_.file(folder));
+    job.shards = shards;
+    job.max_error_rate = 0.5;
+    auto done = run_job(model_, job);
+    EXPECT_TRUE(done.ok()) << done.status().message();
+    std::string errors;
+    for (std::size_t shard = 0; shard < shards; ++shard) {
+      char name[32];
+      std::snprintf(name, sizeof name, "/errors-%05zu.csv", shard);
+      std::string part = *read_file(dir_.file(folder) + name);
+      errors += part.substr(part.find('\n') + 1);
+    }
+    return std::make_pair(errors, rows_of(dir_.file(folder)));
+  };
+  auto whole = errors_and_rows(1, "one");
+  EXPECT_EQ(whole.first,
+            "90,,\"input 'funded_amnt' holds 'abc', not a finite number\"\n"
+            "120,125,\"expected 23 fields as in the header, found 3\"\n");
+  EXPECT_NE(whole.second.find("\n300,lending@1,"), std::string::npos);
+  EXPECT_EQ(errors_and_rows(7, "seven"), whole);
+  EXPECT_EQ(errors_and_rows(64, "many"), whole);  // more shards than some records: empty ones
+
+  // A record that never ends (an unterminated quote) is refused before anything is held.
+  std::string endless = header + "\n\"" + std::string((std::size_t{65} << 20), 'x');
+  testing::write_text(dir_.file("endless.csv"), endless);
+  auto refused = run_job(model_, spec(dir_.file("endless.csv"), dir_.file("endless")));
+  EXPECT_NE(refused.status().message().find("longer than 64 MiB (an unterminated quote"), std::string::npos)
+      << refused.status().message();
+  JobSpec one_shard = spec(dir_.file("endless.csv"), dir_.file("endless"));
+  one_shard.shards = 1;
+  testing::write_text(dir_.file("big.csv"), header + "\n" + std::string((std::size_t{257} << 20), '\n'));
+  one_shard.data = dir_.file("big.csv");
+  EXPECT_NE(run_job(model_, one_shard).status().message().find("give more --shards"), std::string::npos);
+}
+
 TEST_F(BatchJob, JsonLinesInAndOut) {
   std::string data = dir_.file("rows.jsonl");
   auto table = testing::lending_rows(0, 50);
