@@ -123,6 +123,8 @@ Result<TolerantTable> read_jsonl_rows(const std::string& path, const std::vector
 Result<TolerantTable> parse_jsonl_rows(std::string_view text, std::string_view source_name,
                                        const std::vector<std::string>& text_columns = {});
 
+// Whether `path` names JSON Lines: it ends in .jsonl or .ndjson, in any case.
+bool is_json_lines(std::string_view path);
 // Rows from a file read either way: JSON Lines for a path ending in .jsonl or .ndjson (any case),
 // CSV otherwise; `text_columns` read as written.
 Result<TolerantTable> read_rows(const std::string& path, const std::vector<std::string>& text_columns = {});

@@ -413,8 +413,9 @@ class RetrainingStore {
   Result<std::vector<std::string>> models_with_policies();
   // Records a retraining in state `running`; returns its id (started_ms and actor are filled in).
   Result<std::int64_t> start(const RetrainingRecord& record);
-  // Stores the record's progress or outcome (state, run, candidate, gate report, deployment,
-  // message); finished_ms is set once the state is no longer `running`. NotFound for an unknown id.
+  // Stores the record's progress or outcome (state, baseline, data, run, candidate, gate report,
+  // deployment, message); finished_ms is set once the state is no longer `running`. NotFound for
+  // an unknown id.
   Status update(const RetrainingRecord& record);
   // `running` records of `model` become `interrupted`: the caller holds the model's retraining
   // lock, so no process is running them. Returns how many.

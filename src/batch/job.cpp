@@ -507,7 +507,7 @@ Result<JobOutcome> run_job(const JobModel& model, const JobSpec& spec, const Job
   if (spec.out.empty()) return invalid_argument("--out needs a folder");
   std::error_code error;
   if (!std::filesystem::is_regular_file(spec.data, error)) return not_found("cannot read " + spec.data);
-  bool csv = !(spec.data.ends_with(".jsonl") || spec.data.ends_with(".ndjson"));
+  bool csv = !data::is_json_lines(spec.data);
   std::size_t shard_count = spec.shards;
   if (shard_count == 0) {
     auto bytes = std::filesystem::file_size(spec.data, error);
@@ -646,9 +646,16 @@ Result<JobOutcome> run_job(const JobModel& model, const JobSpec& spec, const Job
     shard.table = std::move(read->table);
     shard.row_numbers = std::move(read->source_rows);
     shard.bad = std::move(read->bad_rows);
-    // A JSON Lines shard whose rows all lack an input: every row is missing it.
+    // JSON Lines rows may leave out an input (missing there); a shard in which no row has it
+    // is a misspelt key, not missing values. An empty shard lacks every input.
     for (const auto& feature : features) {
       if (shard.table.find(feature.name) != nullptr) continue;
+      if (!shard.row_numbers.empty()) {
+        failures[task] = invalid_argument(fmt::format(
+            "no row of {} from row {} to {} has the input '{}', which {} reads (a misspelt key?)", spec.data,
+            record.first_row, record.first_row + record.rows - 1, feature.name, model.description));
+        return;
+      }
       data::Column missing;
       missing.name = feature.name;
       missing.type = feature.type;

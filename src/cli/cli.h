@@ -126,7 +126,7 @@ struct MonitorFlags {
   std::vector<std::string> max_metrics;  // --max-metric log_loss=0.3: alert above it
   // --max-metric-drop auc=0.05: alert when the metric is that much worse than the bundle's test value
   std::vector<std::string> max_metric_drops;
-  std::string html;  // --html FILE: the report page
+  std::string html;   // --html FILE: the report page
   std::string slice;  // --slice COL: the performance per value of COL too
 };
 struct LabelFlags {
@@ -146,7 +146,7 @@ struct RetrainPolicyFlags {
   std::optional<std::string> on, every, cooldown, data, window, id_column, spec_path;
   std::optional<std::int64_t> rounds, min_rows;
   std::optional<bool> warm_start;
-  std::optional<std::string> gate_metric, gate_data, gate_slice, endpoint, deploy, rollout_interval;
+  std::optional<std::string> gate, gate_metric, gate_data, gate_slice, endpoint, deploy, rollout_interval;
   std::optional<double> gate_min, gate_max, gate_max_drop, gate_max_relative_drop;
   bool reset = false;   // --reset: the keys given replace the stored policy
   bool remove = false;  // --remove: delete the policy

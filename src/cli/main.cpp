@@ -202,6 +202,8 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   policy_command->add_option("--min-rows", policy.min_rows, "Fewer new rows fail the retraining (default 200)");
   policy_command->add_option("--gate-metric", policy.gate_metric,
                              "The gate's metric (default: auc, log_loss or rmse by task)");
+  policy_command->add_option("--gate", policy.gate,
+                             "Every threshold at once, replacing those stored: e.g. min=0.7,max_drop=0.01");
   policy_command->add_option("--gate-min", policy.gate_min, "The candidate's metric must be at least this");
   policy_command->add_option("--gate-max", policy.gate_max, "... at most this");
   policy_command->add_option("--gate-max-drop", policy.gate_max_drop,

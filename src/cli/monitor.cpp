@@ -126,7 +126,9 @@ struct MonitorResult : CommandResult {
         for (const auto& [name, value] : performance->metrics.values) headers.push_back(name);
         std::vector<std::vector<std::string>> rows;
         for (const auto& slice : performance->slices) {
-          std::vector<std::string> row = {slice.value, std::to_string(slice.rows)};
+          // Values come from clients: a long one is cut, so the table stays a table.
+          std::string value = slice.value.size() > 40 ? slice.value.substr(0, 40) + "..." : slice.value;
+          std::vector<std::string> row = {value, std::to_string(slice.rows)};
           for (const auto& [name, value] : slice.metrics.values) row.push_back(format_metric(value));
           rows.push_back(std::move(row));
         }

@@ -52,6 +52,9 @@ Result<PolicyResult> set_policy(const GlobalOptions& global, const RetrainPolicy
   auto seconds = [&](const char* key, const char* flag, const std::optional<std::string>& text) -> Status {
     if (!text) return {};
     SLIPWAY_ASSIGN_OR_RETURN(auto duration, parse_duration(flag, *text, 366));
+    if (duration.count() > 0 && duration < std::chrono::seconds(1)) {
+      return invalid_argument(std::string(flag) + " is counted in seconds: give at least 1s, or 0");
+    }
     given[key] = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(duration).count());
     return {};
   };
@@ -64,6 +67,7 @@ Result<PolicyResult> set_policy(const GlobalOptions& global, const RetrainPolicy
   };
   text("on", flags.on);
   text("id_column", flags.id_column);
+  text("gate", flags.gate);
   text("gate_metric", flags.gate_metric);
   text("gate_slice", flags.gate_slice);
   text("endpoint", flags.endpoint);
@@ -81,38 +85,57 @@ Result<PolicyResult> set_policy(const GlobalOptions& global, const RetrainPolicy
     if (!flags.spec_path->empty()) SLIPWAY_RETURN_IF_ERROR(pipeline::load_spec(*flags.spec_path, spec));
     given["spec"] = flags.spec_path->empty() ? "" : pipeline::spec_yaml(spec);
   }
-  eval::GateCriteria criteria;
-  criteria.min = flags.gate_min;
-  criteria.max = flags.gate_max;
-  criteria.max_drop = flags.gate_max_drop;
-  criteria.max_relative_drop = flags.gate_max_relative_drop;
-  if (criteria.min || criteria.max || criteria.max_drop || criteria.max_relative_drop) {
-    given["gate"] = eval::format_gate_thresholds(criteria);
-  }
 
-  auto access = given.empty() && !flags.remove && !flags.reset ? WorkspaceAccess::kReadOnly : WorkspaceAccess::kWrite;
+  bool gate_given = flags.gate_min || flags.gate_max || flags.gate_max_drop || flags.gate_max_relative_drop;
+  bool changes = !given.empty() || gate_given || flags.remove || flags.reset;
+  auto access = changes ? WorkspaceAccess::kWrite : WorkspaceAccess::kReadOnly;
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, access));
   PolicyResult result;
   result.model = flags.model;
   if (flags.remove) {
-    if (!given.empty()) return invalid_argument("--remove takes no other policy flag");
+    if (!given.empty() || gate_given) return invalid_argument("--remove takes no other policy flag");
     SLIPWAY_RETURN_IF_ERROR(store->retraining().remove_policy(flags.model));
     result.removed = true;
     return result;
   }
   SLIPWAY_ASSIGN_OR_RETURN(auto stored, store->retraining().policy(flags.model));
-  if (stored.empty() && given.empty()) {
+  if (stored.empty() && !changes) {
     return not_found("model '" + flags.model + "' has no retrain policy; set one with `slipway retrain policy " +
                      flags.model + " --on alert --data FILE`");
   }
   const auto& schema = pipeline::retrain_policy_schema();
   std::map<std::string, std::string> merged = flags.reset ? given : stored;
   for (const auto& [key, value] : given) merged[key] = value;
+  // A gate flag sets its threshold; the others stored stay.
+  if (gate_given) {
+    eval::GateCriteria criteria;
+    if (auto gate = merged.find("gate"); gate != merged.end()) {
+      SLIPWAY_RETURN_IF_ERROR(eval::parse_gate_thresholds(gate->second, criteria));
+    }
+    for (auto [flag, threshold] : {std::pair{&flags.gate_min, &criteria.min}, std::pair{&flags.gate_max, &criteria.max},
+                                   std::pair{&flags.gate_max_drop, &criteria.max_drop},
+                                   std::pair{&flags.gate_max_relative_drop, &criteria.max_relative_drop}}) {
+      if (*flag) *threshold = *flag;
+    }
+    if (criteria.min && criteria.max && *criteria.min > *criteria.max) {
+      return invalid_argument("the gate's minimum is above its maximum: no candidate could pass");
+    }
+    merged["gate"] = eval::format_gate_thresholds(criteria);
+    given["gate"] = merged["gate"];
+  }
   pipeline::RetrainPolicy policy = schema.defaults();
   SLIPWAY_RETURN_IF_ERROR(schema.apply(policy, merged));
   policy.model = flags.model;
   SLIPWAY_RETURN_IF_ERROR(pipeline::check_retrain_policy(policy));
-  if (!given.empty() || flags.reset) {
+  if (changes) {
+    // What can be checked now is, rather than after a training: the files and the endpoint.
+    std::error_code error;
+    for (const std::string* path : {&policy.data, &policy.gate_data}) {
+      if (!path->empty() && *path != "traffic" && !std::filesystem::is_regular_file(*path, error)) {
+        return not_found("no file " + *path + " (the policy reads it each time it retrains: create it first)");
+      }
+    }
+    if (!policy.endpoint.empty()) SLIPWAY_RETURN_IF_ERROR(pipeline::retrain_baseline(*store, policy).status());
     SLIPWAY_RETURN_IF_ERROR(store->retraining().set_policy(flags.model, merged));
     result.changed = true;
   }
@@ -282,7 +305,8 @@ int run_retrain_policy(const GlobalOptions& global, const RetrainPolicyFlags& fl
 }
 
 int run_retrain(const GlobalOptions& global, const RetrainFlags& flags) {
-  if (flags.due == !flags.model.empty()) return fail(invalid_argument("give a model NAME or --due (every policy)"));
+  if (flags.due && !flags.model.empty()) return fail(invalid_argument("give a model NAME or --due, not both"));
+  if (!flags.due && flags.model.empty()) return fail(invalid_argument("give a model NAME, or --due for every policy"));
   if (flags.due && flags.force) return fail(invalid_argument("--force retrains one model: give NAME, not --due"));
   if (!flags.due) {
     if (Status valid = registry::validate_model_name(flags.model); !valid.ok()) return fail(valid);

@@ -134,16 +134,12 @@ Result<TolerantTable> parse_jsonl_rows(std::string_view text, std::string_view s
   return read;
 }
 
-namespace {
-
 bool is_json_lines(std::string_view path) {
   std::string extension = std::filesystem::path(path).extension().string();
   std::transform(extension.begin(), extension.end(), extension.begin(),
                  [](unsigned char c) { return std::tolower(c); });
   return extension == ".jsonl" || extension == ".ndjson";
 }
-
-}  // namespace
 
 Result<TolerantTable> parse_rows(std::string_view text, const std::string& path,
                                  const std::vector<std::string>& text_columns) {

@@ -98,7 +98,9 @@ Result<GraphBuilder> whole_graph(registry::Registry& registry) {
                        {"started_ms", std::to_string(retraining.started_ms)}};
     if (!retraining.message.empty()) node.properties["message"] = retraining.message;
     if (!retraining.deployed.empty()) node.properties["deployed"] = retraining.deployed;
-    graph.edge(version_id(retraining.model, retraining.baseline_version), id, "input (baseline)");
+    if (retraining.baseline_version > 0) {
+      graph.edge(version_id(retraining.model, retraining.baseline_version), id, "input (baseline)");
+    }
     if (!retraining.run_id.empty()) graph.edge(id, "run:" + retraining.run_id, "output");
     if (retraining.state == "rejected") {
       // A rejected candidate's gate is only here: a registered one's is recorded with its version.

@@ -65,7 +65,8 @@ Result<std::vector<double>> deploy_shares(const std::string& deploy) {
                           deploy + "'");
 }
 
-// Holds a model's retraining lock (an flock on a file in the workspace) while it lives.
+// Holds a model's retraining lock (an flock on a file in the workspace) while it lives; take()
+// gives none while another process holds it.
 class RetrainingLock {
  public:
   static Result<std::unique_ptr<RetrainingLock>> take(const std::string& home, const std::string& model) {
@@ -77,10 +78,7 @@ class RetrainingLock {
     auto lock = std::make_unique<RetrainingLock>(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
     if (lock->descriptor_ < 0) return io_error("cannot open " + path + ": " + std::strerror(errno));
     if (::flock(lock->descriptor_, LOCK_EX | LOCK_NB) != 0) {
-      if (errno == EWOULDBLOCK) {
-        return failed_precondition("a retraining of " + model + " is already running (another process holds " + path +
-                                   ")");
-      }
+      if (errno == EWOULDBLOCK) return std::unique_ptr<RetrainingLock>();
       return io_error("cannot lock " + path + ": " + std::strerror(errno));
     }
     return lock;
@@ -185,6 +183,10 @@ Result<TrainSpec> retraining_spec(registry::Registry& registry, const RetrainPol
   // The new rows are the whole input: the gate needs their held-out split, so no separate test
   // file. The step cache stays on: the same rows, spec and baseline give the same bundle.
   spec.data = data;
+  if (!spec.test_data.empty()) {
+    log_warn("the spec's test file " + spec.test_data +
+             " is not used: a retraining gates on the new rows' held-out split, or the policy's gate_data");
+  }
   spec.test_data.clear();
   spec.register_as.clear();  // registered only once the gate passes
   spec.bundle_out.clear();
@@ -201,7 +203,17 @@ Result<TrainSpec> retraining_spec(registry::Registry& registry, const RetrainPol
     if (spec.split.starts_with("time:") || spec.split.starts_with("group:")) spec.split = "random";
   }
   if (spec.model == "gbdt" && policy.warm_start) {
-    spec.init_model = baseline.model + "@" + std::to_string(baseline.version);
+    // Boosting continues the baseline's trees over the baseline's inputs: a spec cannot drop one.
+    SLIPWAY_ASSIGN_OR_RETURN(auto loaded,
+                             resolve_reference(&registry, baseline.model + "@" + std::to_string(baseline.version)));
+    for (const auto& column : spec.ignore) {
+      if (loaded.bundle->preprocessor().feature_index(column)) {
+        return invalid_argument("the spec ignores '" + column + "', an input of " + loaded.description +
+                                ", whose trees a warm start continues; retrain from scratch (--no-warm-start) to "
+                                "drop it");
+      }
+    }
+    spec.init_model = loaded.description;
   }
   if (policy.rounds > 0) {
     std::erase_if(spec.params, [](const std::string& pair) { return pair.starts_with("rounds="); });
@@ -213,6 +225,12 @@ Result<TrainSpec> retraining_spec(registry::Registry& registry, const RetrainPol
 // Routes the endpoint to the candidate as the policy says; returns what was done.
 Result<std::string> deploy_candidate(registry::Registry& registry, const RetrainPolicy& policy,
                                      const registry::ModelVersion& candidate) {
+  // A rollout in progress is someone's decision under way: a retraining does not overrule it.
+  SLIPWAY_ASSIGN_OR_RETURN(auto rollout, registry.endpoints().rollout(policy.endpoint));
+  if (rollout && rollout->state == "running") {
+    return failed_precondition("endpoint " + policy.endpoint + " is in a rollout of " + rollout->canary.reference() +
+                               "; finish or roll it back first");
+  }
   SLIPWAY_ASSIGN_OR_RETURN(auto shares, deploy_shares(policy.deploy));
   std::string mode = policy.deploy.substr(0, policy.deploy.find(':'));
   if (mode == "rollout") {
@@ -476,57 +494,29 @@ Result<RetrainOutcome> retrain(registry::Registry& registry, const RetrainPolicy
                                const RetrainOptions& options) {
   SLIPWAY_RETURN_IF_ERROR(check_retrain_policy(policy));
   // Decided under the lock, so two processes cannot both act on one alert.
+  RetrainOutcome outcome;
   SLIPWAY_ASSIGN_OR_RETURN(auto lock, RetrainingLock::take(registry.home(), policy.model));
+  if (lock == nullptr) {
+    outcome.decision = {false, "another process is retraining " + policy.model + " now"};
+    return outcome;
+  }
   SLIPWAY_ASSIGN_OR_RETURN(std::size_t interrupted, registry.retraining().mark_interrupted(policy.model));
   if (interrupted > 0) log_warn(fmt::format("{} retraining(s) of {} had been interrupted", interrupted, policy.model));
-  RetrainOutcome outcome;
   if (options.force) {
     outcome.decision = {true, "forced (--force)"};
   } else {
     SLIPWAY_ASSIGN_OR_RETURN(outcome.decision, retrain_due(registry, policy, unix_time_ms()));
     if (!outcome.decision.due) return outcome;
   }
-  SLIPWAY_ASSIGN_OR_RETURN(auto baseline, retrain_baseline(registry, policy));
-  outcome.baseline = baseline.model + "@" + std::to_string(baseline.version);
+  // Recorded from here on, whatever happens: a cron job's failures are in the history, and the
+  // trigger that fired is spent (the cooldown and the next alert decide the next try).
   registry::RetrainingRecord& record = outcome.record;
   record.model = policy.model;
   record.reason = outcome.decision.reason;
-  record.baseline_version = baseline.version;
-  std::string data_path = policy.data;
-  std::size_t rows = 0;
-  if (policy.data == "traffic") {
-    SLIPWAY_ASSIGN_OR_RETURN(auto traffic, store_labelled_traffic(registry, policy, baseline));
-    record.data_sha256 = traffic.first;
-    rows = traffic.second;
-    data_path = registry.artifacts().path_for(record.data_sha256);
-    outcome.data =
-        fmt::format("the labelled traffic of {} (artifact {})", outcome.baseline, traffic.first.substr(0, 12));
-  } else {
-    outcome.data = data_path;
-  }
-  SLIPWAY_ASSIGN_OR_RETURN(TrainSpec spec,
-                           retraining_spec(registry, policy, baseline, data_path, policy.data == "traffic"));
-  SLIPWAY_ASSIGN_OR_RETURN(auto table, read_table(spec.data));
-  rows = table.row_count();
-  record.data_fingerprint = data::fingerprint(table);
-  table = data::Table{};
-
-  // Rows an earlier retraining decided on, against the same baseline or the candidate it made,
-  // would only train the same model again (for gbdt, a longer one): recorded, not trained.
-  std::string unchanged;
-  if (!options.force) {
-    SLIPWAY_ASSIGN_OR_RETURN(auto history, registry.retraining().list(policy.model, 100));
-    for (const auto& earlier : history) {
-      bool decided =
-          finished_with_candidate(earlier) || earlier.state == "rejected" || earlier.state == "deploy_failed";
-      bool same_baseline =
-          earlier.baseline_version == baseline.version || earlier.candidate_version == baseline.version;
-      if (decided && same_baseline && earlier.data_fingerprint == record.data_fingerprint) {
-        unchanged =
-            fmt::format("the rows and the baseline are those of retraining #{} ({})", earlier.id, earlier.state);
-        break;
-      }
-    }
+  auto baseline = retrain_baseline(registry, policy);
+  if (baseline.ok()) {
+    record.baseline_version = baseline->version;
+    outcome.baseline = baseline->model + "@" + std::to_string(baseline->version);
   }
   SLIPWAY_ASSIGN_OR_RETURN(record.id, registry.retraining().start(record));
   auto finish = [&](std::string state, std::string message) -> Result<RetrainOutcome> {
@@ -535,13 +525,47 @@ Result<RetrainOutcome> retrain(registry::Registry& registry, const RetrainPolicy
     SLIPWAY_RETURN_IF_ERROR(registry.retraining().update(record));
     return std::move(outcome);
   };
-  if (!unchanged.empty()) return finish("unchanged", unchanged);
+  if (!baseline.ok()) return finish("failed", "no baseline: " + baseline.status().message());
+  std::string data_path = policy.data;
+  if (policy.data == "traffic") {
+    auto traffic = store_labelled_traffic(registry, policy, *baseline);
+    if (!traffic.ok()) return finish("failed", traffic.status().message());
+    record.data_sha256 = traffic->first;
+    data_path = registry.artifacts().path_for(record.data_sha256);
+    outcome.data =
+        fmt::format("the labelled traffic of {} (artifact {})", outcome.baseline, traffic->first.substr(0, 12));
+  } else {
+    outcome.data = data_path;
+  }
+  auto spec = retraining_spec(registry, policy, *baseline, data_path, policy.data == "traffic");
+  if (!spec.ok()) return finish("failed", spec.status().message());
+  auto table = read_table(spec->data);
+  if (!table.ok()) return finish("failed", "the new rows: " + table.status().message());
+  std::size_t rows = table->row_count();
+  record.data_fingerprint = data::fingerprint(*table);
+  *table = data::Table{};
+
+  // Rows an earlier retraining decided on, against the same baseline or the candidate it made,
+  // would only train the same model again (for gbdt, a longer one): recorded, not trained.
+  if (!options.force) {
+    SLIPWAY_ASSIGN_OR_RETURN(auto history, registry.retraining().list(policy.model, 100));
+    for (const auto& earlier : history) {
+      bool decided =
+          finished_with_candidate(earlier) || earlier.state == "rejected" || earlier.state == "deploy_failed";
+      bool same_baseline =
+          earlier.baseline_version == baseline->version || earlier.candidate_version == baseline->version;
+      if (earlier.id != record.id && decided && same_baseline && earlier.data_fingerprint == record.data_fingerprint) {
+        return finish("unchanged", fmt::format("the rows and the baseline are those of retraining #{} ({})", earlier.id,
+                                               earlier.state));
+      }
+    }
+  }
   if (static_cast<std::int64_t>(rows) < policy.min_rows) {
     return finish("failed", fmt::format("{} new rows, fewer than the policy's min_rows {}", rows, policy.min_rows));
   }
   log_info(fmt::format("retraining #{} of {} ({}) started", record.id, outcome.baseline, record.reason));
 
-  auto trained = run_training(registry, spec, options.callbacks);
+  auto trained = run_training(registry, *spec, options.callbacks);
   if (!trained.ok()) return finish("failed", "training failed: " + trained.status().message());
   outcome.training = std::move(*trained);
   record.run_id = outcome.training->run_id;
@@ -603,8 +627,8 @@ Result<RetrainOutcome> retrain(registry::Registry& registry, const RetrainPolicy
   registry::GateRecord gate_record;
   gate_record.model = policy.model;
   gate_record.version = version->version;
-  gate_record.baseline_model = baseline.model;
-  gate_record.baseline_version = baseline.version;
+  gate_record.baseline_model = baseline->model;
+  gate_record.baseline_version = baseline->version;
   gate_record.data_fingerprint = data::fingerprint(gate_rows);
   gate_record.metric = criteria.metric;
   gate_record.criteria = eval::format_gate_thresholds(criteria);

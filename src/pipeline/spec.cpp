@@ -73,6 +73,11 @@ Status read_spec(const YAML::Node& spec, const std::string& path, const std::str
 }  // namespace
 
 Status load_spec(const std::string& path, TrainSpec& options) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) {
+    return std::filesystem::exists(path, error) ? invalid_argument("spec '" + path + "' is not a file")
+                                                : not_found("no spec file '" + path + "'");
+  }
   YAML::Node spec;
   try {
     spec = YAML::LoadFile(path);

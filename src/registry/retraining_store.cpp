@@ -107,10 +107,13 @@ Status RetrainingStore::update(const RetrainingRecord& record) {
   return context_->backend->write([&](SqlTransaction& sql) -> Status {
     std::int64_t finished_ms = record.state == "running" ? 0 : unix_time_ms();
     SLIPWAY_ASSIGN_OR_RETURN(
-        auto updated, sql.execute("UPDATE retrainings SET state = ?, run_id = ?, candidate_version = ?, "
-                                  "gate_report_sha256 = ?, deployed = ?, message = ?, finished_ms = ? WHERE id = ?",
-                                  {record.state, record.run_id, record.candidate_version, record.gate_report_sha256,
-                                   record.deployed, record.message, finished_ms, record.id}));
+        auto updated,
+        sql.execute("UPDATE retrainings SET state = ?, baseline_version = ?, data_fingerprint = ?, data_sha256 = ?, "
+                    "run_id = ?, candidate_version = ?, gate_report_sha256 = ?, deployed = ?, message = ?, "
+                    "finished_ms = ? WHERE id = ?",
+                    {record.state, record.baseline_version, record.data_fingerprint, record.data_sha256, record.run_id,
+                     record.candidate_version, record.gate_report_sha256, record.deployed, record.message, finished_ms,
+                     record.id}));
     if (updated == 0) return not_found("no retraining #" + std::to_string(record.id));
     if (record.state == "running") return {};  // progress, not an outcome
     std::string detail = record.model + " #" + std::to_string(record.id) + " " + record.state;
@@ -123,10 +126,14 @@ Status RetrainingStore::update(const RetrainingRecord& record) {
 Result<std::size_t> RetrainingStore::mark_interrupted(const std::string& model) {
   std::size_t marked = 0;
   SLIPWAY_RETURN_IF_ERROR(context_->backend->write([&](SqlTransaction& sql) -> Status {
+    // One killed after registering its candidate did register it: that is its outcome.
     SLIPWAY_ASSIGN_OR_RETURN(
-        auto changed, sql.execute("UPDATE retrainings SET state = 'interrupted', message = 'its process ended before "
-                                  "it finished', finished_ms = ? WHERE model = ? AND state = 'running'",
-                                  {unix_time_ms(), model}));
+        auto changed,
+        sql.execute("UPDATE retrainings SET state = CASE WHEN candidate_version > 0 THEN 'registered' ELSE "
+                    "'interrupted' END, message = CASE WHEN candidate_version > 0 THEN 'its process ended after "
+                    "registering the candidate, before any deploy' ELSE 'its process ended before it finished' END, "
+                    "finished_ms = ? WHERE model = ? AND state = 'running'",
+                    {unix_time_ms(), model}));
     marked = static_cast<std::size_t>(changed);
     return {};
   }));

@@ -201,7 +201,7 @@ TEST_F(BatchJob, ShardsCutOnRecordsNumberRowsAsTheWholeFile) {
     EXPECT_TRUE(done.ok()) << done.status().message();
     std::string errors;
     for (std::size_t shard = 0; shard < shards; ++shard) {
-      char name[32];
+      char name[48];
       std::snprintf(name, sizeof name, "/errors-%05zu.csv", shard);
       std::string part = *read_file(dir_.file(folder) + name);
       errors += part.substr(part.find('\n') + 1);

@@ -551,7 +551,9 @@ TEST_F(CliTest, RetrainingFollowsItsPolicy) {
   ASSERT_EQ(slipway({"retrain", "policy", "loans", "--min-rows", "200"}).exit_code, 0);
 
   // Killed after training: the next retraining finds it interrupted.
-  ASSERT_EQ(slipway({"retrain", "policy", "loans", "--gate-max-drop", "0"}).exit_code, 0);
+  ASSERT_EQ(slipway({"retrain", "policy", "loans", "--gate-max-drop", "0.5"}).exit_code, 0);
+  EXPECT_NE(slipway({"retrain", "policy", "loans"}).out.find("min=0.99,max_drop=0.5"), std::string::npos);
+  ASSERT_EQ(slipway({"retrain", "policy", "loans", "--gate", "max_drop=0"}).exit_code, 0);
   EXPECT_EQ(run_command({slipway_binary(), "--home", home_.path(), "retrain", "loans", "--force"},
                         {"SLIPWAY_CRASH_AT=retrain.after_train"})
                 .exit_code,
@@ -581,7 +583,7 @@ TEST_F(CliTest, RetrainingFollowsItsPolicy) {
   EXPECT_NE(every_policy.out.find("loans: "), std::string::npos) << every_policy.out;
   auto verified = slipway({"verify"});
   EXPECT_EQ(verified.exit_code, 0) << verified.out;  // the rejected gate's report is referenced, not orphaned
-  EXPECT_NE(slipway({"retrain"}).err.find("give a model NAME or --due"), std::string::npos);
+  EXPECT_NE(slipway({"retrain"}).err.find("give a model NAME, or --due"), std::string::npos);
   EXPECT_NE(slipway({"retrain", "policy", "loans", "--remove"}).out.find("removed"), std::string::npos);
   EXPECT_NE(slipway({"retrain", "loans"}).err.find("has no retrain policy"), std::string::npos);
 }
