@@ -30,8 +30,8 @@ std::string format_duration_s(std::int64_t seconds) {
 }
 
 const std::vector<std::string>& trigger_names() {
-  static const std::vector<std::string> names = {"alert", "drift", "performance", "schedule"};
-  return names;
+  static const std::vector<std::string> kNames = {"alert", "drift", "performance", "schedule"};
+  return kNames;
 }
 
 // Whether an alert on `subject` is one `trigger` acts on.
@@ -252,7 +252,7 @@ Result<std::string> deploy_candidate(registry::Registry& registry, const Retrain
 const ConfigSchema<RetrainPolicy>& retrain_policy_schema() {
   using P = RetrainPolicy;
   constexpr double kYear = 366.0 * kDay;
-  static const ConfigSchema<RetrainPolicy> schema(
+  static const ConfigSchema<RetrainPolicy> kSchema(
       "retrain policy",
       {
           config_field<P>({"on",
@@ -382,7 +382,7 @@ const ConfigSchema<RetrainPolicy>& retrain_policy_schema() {
                            "With deploy=rollout: each step's length in seconds"},
                           &P::rollout_interval),
       });
-  return schema;
+  return kSchema;
 }
 
 Status check_retrain_policy(const RetrainPolicy& policy) {
