@@ -6,8 +6,8 @@
 // supports against it, bit for bit (as ggml's test-backend-ops does). Nothing here knows about
 // models or tables: callers lay their data out as each kernel's contract says.
 //
-// Today: tree traversal over complete binary trees. The int8/bf16 matrix kernels of the neural
-// and LLM work will land here too.
+// Today: tree traversal over complete binary trees, and dense layers in fp32 and int8 (the
+// matrix products of neural models, and of the LLM engine to come).
 #pragma once
 
 #include <cstddef>
@@ -15,6 +15,7 @@
 #include <cstring>
 #include <span>
 #include <string_view>
+#include <vector>
 
 namespace slipway::kernels {
 
@@ -175,5 +176,90 @@ std::span<const QuantizedTreeKernelVariant> quantized_tree_kernel_variants();
 // AVX2 where the CPU has it and SLIPWAY_TREE_KERNEL is not "scalar", else the reference; chosen on
 // the first call and kept.
 const QuantizedTreeKernelVariant& quantized_tree_kernel();
+
+// ---------------------------------------------------------------------------------------------
+// Dense layers.
+//
+// out[r * outputs + o] = bias[o] + the sum over k of in[r * depth + k] * weight[o * depth + k],
+// for `rows` input rows of `depth` values and `outputs` outputs: the fully connected layers of
+// neural models and the projections of the LLM engine. Weights come one row of `depth` values per
+// output (as PyTorch's Linear and ONNX's Gemm with transB store them) and are packed once, at
+// load, into blocks of kDenseBlock outputs (zero-padded): one vector load holds the weights of 16
+// outputs for one k (fp32) or for four (int8), and each input value is broadcast across them. So
+// an input row is read once per block of outputs, a block of weights once per few input rows, and
+// one input row (an LLM's decode step) reads every weight once.
+//
+// Every variant gives the reference's floats, bit for bit:
+//   - fp32: each output's sum starts from its bias and adds k in order, one fused multiply-add
+//     per k (the reference calls std::fma; a vector lane does the same for its output);
+//   - int8: weights quantized per output (symmetric: weight_scale = max|w| / 127, values in
+//     [-127, 127]), input rows per row (the same, per row), the products summed exactly in 32-bit
+//     integers, then fma(float(sum), in_scale * weight_scale, bias).
+// The int8 sums are exact only for depth <= kDenseInt8MaxDepth (127 * 127 * depth < 2^31).
+//
+// Preconditions, unchecked: finite inputs and weights; `in` holds rows * depth values (int8: the
+// quantized rows of that depth); `out` holds rows * outputs.
+// Thread safety: packed layers are read only; any number of threads may run any variants on one.
+
+inline constexpr std::size_t kDenseBlock = 16;
+inline constexpr std::size_t kDenseInt8MaxDepth = 131072;
+
+struct PackedDenseF32 {
+  std::size_t outputs = 0, depth = 0;
+  // [blocks][depth][kDenseBlock]: the weights of block b's 16 outputs for input k together.
+  std::vector<float> weights;
+  std::vector<float> bias;  // blocks * kDenseBlock, zero past `outputs`
+  std::size_t blocks() const { return (outputs + kDenseBlock - 1) / kDenseBlock; }
+};
+// `weights` is outputs x depth, row-major; `bias` has `outputs` values or is empty (zeros).
+PackedDenseF32 pack_dense_f32(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
+                              std::size_t depth);
+
+struct PackedDenseInt8 {
+  std::size_t outputs = 0, depth = 0;
+  std::size_t depth4 = 0;  // depth rounded up to a multiple of 4 (the padding weighs zero)
+  // [blocks][depth4 / 4][kDenseBlock][4]: 16 outputs' weights for inputs k..k+3 in 64 bytes.
+  std::vector<std::int8_t> weights;
+  std::vector<float> scales;       // per output (blocks * kDenseBlock, zero past `outputs`)
+  std::vector<std::int32_t> sums;  // per output, the sum of its quantized weights
+  std::vector<float> bias;
+  std::size_t blocks() const { return (outputs + kDenseBlock - 1) / kDenseBlock; }
+};
+PackedDenseInt8 pack_dense_int8(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
+                                std::size_t depth);
+
+// Input rows quantized for the int8 kernels: each value q in [-127, 127] stored as q + 128 (the
+// unsigned byte AVX-512 VNNI multiplies), rows padded to depth4 with 128 (zero).
+struct QuantizedRows {
+  std::size_t rows = 0, stride = 0;
+  std::vector<std::uint8_t> values;
+  std::vector<float> scales;  // per row: max|x| / 127 (1 for a row of zeros)
+};
+void quantize_rows(std::span<const float> in, std::size_t rows, std::size_t depth, QuantizedRows& out);
+
+// Computes output blocks [first_block, first_block + block_count) of every row.
+using DenseF32Kernel = void (*)(const PackedDenseF32& layer, const float* in, std::size_t rows, float* out,
+                                std::size_t first_block, std::size_t block_count);
+using DenseInt8Kernel = void (*)(const PackedDenseInt8& layer, const QuantizedRows& in, float* out,
+                                 std::size_t first_block, std::size_t block_count);
+
+struct DenseKernelVariant {
+  std::string_view name;  // "scalar", "avx2", "avx512" (fp32: AVX-512F; int8: AVX-512 VNNI)
+  bool (*supported)();
+  DenseF32Kernel f32;
+  DenseInt8Kernel int8;
+};
+
+// Every variant, the reference ("scalar") first, supported on this CPU or not.
+std::span<const DenseKernelVariant> dense_kernel_variants();
+// The fastest variant this CPU runs, unless SLIPWAY_DENSE_KERNEL names another it runs (or
+// "scalar"); chosen on the first call and kept.
+const DenseKernelVariant& dense_kernel();
+
+// A layer over every row with the chosen variant, its output blocks split over `threads` (0: all
+// cores) when the work is large enough to pay for them.
+void dense_f32(const PackedDenseF32& layer, std::span<const float> in, std::size_t rows, std::span<float> out,
+               int threads = 1);
+void dense_int8(const PackedDenseInt8& layer, const QuantizedRows& in, std::span<float> out, int threads = 1);
 
 }  // namespace slipway::kernels

@@ -1,0 +1,194 @@
+// Dense layers: packing, quantization, the reference kernels, the dispatch table and the threaded
+// drivers. The vector variants are in dense_kernels_x86.cpp.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string_view>
+
+#include "kernels/dense_kernels_x86.h"
+#include "slipway/core.h"
+#include "slipway/kernels.h"
+
+namespace slipway::kernels {
+namespace {
+
+// Each output's sum from its bias, adding k in order with one fused multiply-add each: what a
+// vector lane computes for its output, so the vector variants match it bit for bit.
+void dense_f32_reference(const PackedDenseF32& layer, const float* in, std::size_t rows, float* out,
+                         std::size_t first_block, std::size_t block_count) {
+  for (std::size_t row = 0; row < rows; ++row) {
+    const float* input = in + row * layer.depth;
+    for (std::size_t block = first_block; block < first_block + block_count; ++block) {
+      const float* weights = layer.weights.data() + block * layer.depth * kDenseBlock;
+      for (std::size_t lane = 0; lane < kDenseBlock; ++lane) {
+        std::size_t output = block * kDenseBlock + lane;
+        if (output >= layer.outputs) break;
+        float sum = layer.bias[output];
+        for (std::size_t k = 0; k < layer.depth; ++k) sum = std::fma(input[k], weights[k * kDenseBlock + lane], sum);
+        out[row * layer.outputs + output] = sum;
+      }
+    }
+  }
+}
+
+void dense_int8_reference(const PackedDenseInt8& layer, const QuantizedRows& in, float* out, std::size_t first_block,
+                          std::size_t block_count) {
+  for (std::size_t row = 0; row < in.rows; ++row) {
+    const std::uint8_t* input = in.values.data() + row * in.stride;
+    for (std::size_t block = first_block; block < first_block + block_count; ++block) {
+      const std::int8_t* weights = layer.weights.data() + block * layer.depth4 * kDenseBlock;
+      for (std::size_t lane = 0; lane < kDenseBlock; ++lane) {
+        std::size_t output = block * kDenseBlock + lane;
+        if (output >= layer.outputs) break;
+        std::int32_t sum = 0;
+        for (std::size_t k = 0; k < layer.depth4; ++k) {
+          std::int32_t value = static_cast<std::int32_t>(input[k]) - 128;
+          sum += value * weights[(k / 4) * kDenseBlock * 4 + lane * 4 + k % 4];
+        }
+        out[row * layer.outputs + output] =
+            std::fma(static_cast<float>(sum), in.scales[row] * layer.scales[output], layer.bias[output]);
+      }
+    }
+  }
+}
+
+bool always_supported() { return true; }
+
+bool cpu_has_avx2_fma() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+bool cpu_has_avx512_vnni() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vnni") && cpu_has_avx2_fma();
+}
+
+const DenseKernelVariant kVariants[] = {
+    {"scalar", always_supported, dense_f32_reference, dense_int8_reference},
+    {"avx2", cpu_has_avx2_fma, dense_f32_avx2, dense_int8_avx2},
+    {"avx512", cpu_has_avx512_vnni, dense_f32_avx512, dense_int8_avx512_vnni},
+};
+
+// The symmetric int8 scale of `values`: max|x| / 127, or 1 when all are zero.
+float symmetric_scale(std::span<const float> values) {
+  float largest = 0.0f;
+  for (float value : values) largest = std::max(largest, std::abs(value));
+  return largest > 0.0f ? largest / 127.0f : 1.0f;
+}
+
+std::int8_t quantize(float value, float scale) {
+  return static_cast<std::int8_t>(std::clamp(std::nearbyint(value / scale), -127.0f, 127.0f));
+}
+
+// Work below this many multiply-adds runs on the calling thread: a thread costs more.
+constexpr std::size_t kMinWorkPerThread = std::size_t{1} << 18;
+
+void split_blocks(std::size_t blocks, std::size_t work, int threads,
+                  const std::function<void(std::size_t first, std::size_t count)>& run) {
+  std::size_t wanted =
+      threads > 0 ? static_cast<std::size_t>(threads) : static_cast<std::size_t>(default_thread_count());
+  std::size_t parts =
+      std::clamp<std::size_t>(std::min(wanted, work / kMinWorkPerThread), 1, std::max<std::size_t>(blocks, 1));
+  if (parts <= 1) {
+    run(0, blocks);
+    return;
+  }
+  parallel_for(parts, static_cast<int>(parts), [&](std::size_t part) {
+    std::size_t first = part * blocks / parts, end = (part + 1) * blocks / parts;
+    if (end > first) run(first, end - first);
+  });
+}
+
+}  // namespace
+
+PackedDenseF32 pack_dense_f32(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
+                              std::size_t depth) {
+  PackedDenseF32 layer;
+  layer.outputs = outputs;
+  layer.depth = depth;
+  layer.weights.assign(layer.blocks() * depth * kDenseBlock, 0.0f);
+  layer.bias.assign(layer.blocks() * kDenseBlock, 0.0f);
+  for (std::size_t output = 0; output < outputs; ++output) {
+    std::size_t block = output / kDenseBlock, lane = output % kDenseBlock;
+    for (std::size_t k = 0; k < depth; ++k) {
+      layer.weights[(block * depth + k) * kDenseBlock + lane] = weights[output * depth + k];
+    }
+    if (!bias.empty()) layer.bias[output] = bias[output];
+  }
+  return layer;
+}
+
+PackedDenseInt8 pack_dense_int8(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
+                                std::size_t depth) {
+  PackedDenseInt8 layer;
+  layer.outputs = outputs;
+  layer.depth = depth;
+  layer.depth4 = (depth + 3) / 4 * 4;
+  std::size_t padded = layer.blocks() * kDenseBlock;
+  layer.weights.assign(layer.blocks() * layer.depth4 * kDenseBlock, 0);
+  layer.scales.assign(padded, 0.0f);
+  layer.sums.assign(padded, 0);
+  layer.bias.assign(padded, 0.0f);
+  for (std::size_t output = 0; output < outputs; ++output) {
+    std::span<const float> row = weights.subspan(output * depth, depth);
+    float scale = symmetric_scale(row);
+    layer.scales[output] = scale;
+    std::size_t block = output / kDenseBlock, lane = output % kDenseBlock;
+    for (std::size_t k = 0; k < depth; ++k) {
+      std::int8_t value = quantize(row[k], scale);
+      layer.weights[(block * layer.depth4 / 4 + k / 4) * kDenseBlock * 4 + lane * 4 + k % 4] = value;
+      layer.sums[output] += value;
+    }
+    if (!bias.empty()) layer.bias[output] = bias[output];
+  }
+  return layer;
+}
+
+void quantize_rows(std::span<const float> in, std::size_t rows, std::size_t depth, QuantizedRows& out) {
+  out.rows = rows;
+  out.stride = (depth + 3) / 4 * 4;
+  out.values.assign(rows * out.stride, 128);
+  out.scales.resize(rows);
+  for (std::size_t row = 0; row < rows; ++row) {
+    std::span<const float> values = in.subspan(row * depth, depth);
+    float scale = symmetric_scale(values);
+    out.scales[row] = scale;
+    for (std::size_t k = 0; k < depth; ++k) {
+      out.values[row * out.stride + k] = static_cast<std::uint8_t>(quantize(values[k], scale) + 128);
+    }
+  }
+}
+
+std::span<const DenseKernelVariant> dense_kernel_variants() { return kVariants; }
+
+const DenseKernelVariant& dense_kernel() {
+  static const DenseKernelVariant& kChosen = []() -> const DenseKernelVariant& {
+    const char* requested = std::getenv("SLIPWAY_DENSE_KERNEL");
+    std::string_view name = requested == nullptr ? "" : requested;
+    for (const auto& variant : kVariants) {
+      if (variant.name == name && variant.supported()) return variant;
+    }
+    for (auto variant = std::rbegin(kVariants); variant != std::rend(kVariants); ++variant) {
+      if (variant->supported()) return *variant;
+    }
+    return kVariants[0];
+  }();
+  return kChosen;
+}
+
+void dense_f32(const PackedDenseF32& layer, std::span<const float> in, std::size_t rows, std::span<float> out,
+               int threads) {
+  DenseF32Kernel kernel = dense_kernel().f32;
+  split_blocks(layer.blocks(), rows * layer.depth * layer.blocks() * kDenseBlock, threads,
+               [&](std::size_t first, std::size_t count) { kernel(layer, in.data(), rows, out.data(), first, count); });
+}
+
+void dense_int8(const PackedDenseInt8& layer, const QuantizedRows& in, std::span<float> out, int threads) {
+  DenseInt8Kernel kernel = dense_kernel().int8;
+  split_blocks(layer.blocks(), in.rows * layer.depth4 * layer.blocks() * kDenseBlock, threads,
+               [&](std::size_t first, std::size_t count) { kernel(layer, in, out.data(), first, count); });
+}
+
+}  // namespace slipway::kernels

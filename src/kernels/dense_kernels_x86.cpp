@@ -1,0 +1,266 @@
+// The AVX2 and AVX-512 dense-layer kernels. A tile is kRows input rows by kBlocks blocks of 16
+// outputs: per input k it loads each block's weights once and broadcasts each row's input value,
+// so the kRows * kBlocks accumulators (kept in registers) hide the multiply-add latency. Several
+// rows share one block pair; a single row (an LLM decode step) runs eight blocks at once instead.
+// Each accumulator lane follows the reference's sequence for its output (bias, then k in order,
+// one fused multiply-add or one exact integer step each), so the results are the reference's bits.
+// Each function carries its instruction set as a target attribute: the build needs no -march.
+#include "kernels/dense_kernels_x86.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace slipway::kernels {
+namespace {
+
+std::uint32_t lane_mask(const std::size_t outputs, std::size_t block) {
+  std::size_t valid = std::min<std::size_t>(kDenseBlock, outputs - block * kDenseBlock);
+  return valid >= 32 ? 0xFFFFFFFFU : (1U << valid) - 1U;
+}
+
+// Walks the blocks [first, first + count) in tiles: `wide(block)` for eight blocks of one row at a
+// time when rows are few, `pair(block)` for two blocks over rows, `single(block)` for the rest.
+template <typename Wide, typename Pair, typename Single>
+void for_each_tile(std::size_t rows, std::size_t first, std::size_t count, Wide wide, Pair pair, Single single) {
+  std::size_t block = first, end = first + count;
+  if (rows < 4) {
+    for (; block + 8 <= end; block += 8) wide(block);
+  }
+  for (; block + 2 <= end; block += 2) pair(block);
+  for (; block < end; ++block) single(block);
+}
+
+// ---------------------------------------------------------------------------------------------
+// fp32, AVX-512: one vector per block.
+
+template <std::size_t kRows, std::size_t kBlocks>
+__attribute__((target("avx512f,fma"))) inline void f32_tile_avx512(const PackedDenseF32& layer, const float* in,
+                                                                   std::size_t row, float* out, std::size_t block) {
+  const std::size_t depth = layer.depth;
+  __m512 sums[kBlocks][kRows];
+  const float* weights[kBlocks];
+  for (std::size_t b = 0; b < kBlocks; ++b) {
+    weights[b] = layer.weights.data() + (block + b) * depth * kDenseBlock;
+    __m512 bias = _mm512_loadu_ps(layer.bias.data() + (block + b) * kDenseBlock);
+    for (std::size_t r = 0; r < kRows; ++r) sums[b][r] = bias;
+  }
+  const float* input = in + row * depth;
+  for (std::size_t k = 0; k < depth; ++k) {
+    __m512 w[kBlocks];
+    for (std::size_t b = 0; b < kBlocks; ++b) w[b] = _mm512_loadu_ps(weights[b] + k * kDenseBlock);
+    for (std::size_t r = 0; r < kRows; ++r) {
+      __m512 x = _mm512_set1_ps(input[r * depth + k]);
+      for (std::size_t b = 0; b < kBlocks; ++b) sums[b][r] = _mm512_fmadd_ps(x, w[b], sums[b][r]);
+    }
+  }
+  for (std::size_t b = 0; b < kBlocks; ++b) {
+    auto mask = static_cast<__mmask16>(lane_mask(layer.outputs, block + b));
+    for (std::size_t r = 0; r < kRows; ++r) {
+      _mm512_mask_storeu_ps(out + (row + r) * layer.outputs + (block + b) * kDenseBlock, mask, sums[b][r]);
+    }
+  }
+}
+
+template <std::size_t kRowsPerTile, std::size_t kBlocks>
+__attribute__((target("avx512f,fma"))) inline void f32_rows_avx512(const PackedDenseF32& layer, const float* in,
+                                                                   std::size_t rows, float* out, std::size_t block) {
+  std::size_t row = 0;
+  for (; row + kRowsPerTile <= rows; row += kRowsPerTile)
+    f32_tile_avx512<kRowsPerTile, kBlocks>(layer, in, row, out, block);
+  for (; row < rows; ++row) f32_tile_avx512<1, kBlocks>(layer, in, row, out, block);
+}
+
+// ---------------------------------------------------------------------------------------------
+// fp32, AVX2: two vectors of 8 per block.
+
+template <std::size_t kRows, std::size_t kBlocks>
+__attribute__((target("avx2,fma"))) inline void f32_tile_avx2(const PackedDenseF32& layer, const float* in,
+                                                              std::size_t row, float* out, std::size_t block) {
+  const std::size_t depth = layer.depth;
+  __m256 sums[kBlocks][2][kRows];
+  const float* weights[kBlocks];
+  for (std::size_t b = 0; b < kBlocks; ++b) {
+    weights[b] = layer.weights.data() + (block + b) * depth * kDenseBlock;
+    for (std::size_t half = 0; half < 2; ++half) {
+      __m256 bias = _mm256_loadu_ps(layer.bias.data() + (block + b) * kDenseBlock + half * 8);
+      for (std::size_t r = 0; r < kRows; ++r) sums[b][half][r] = bias;
+    }
+  }
+  const float* input = in + row * depth;
+  for (std::size_t k = 0; k < depth; ++k) {
+    for (std::size_t r = 0; r < kRows; ++r) {
+      __m256 x = _mm256_set1_ps(input[r * depth + k]);
+      for (std::size_t b = 0; b < kBlocks; ++b) {
+        for (std::size_t half = 0; half < 2; ++half) {
+          __m256 w = _mm256_loadu_ps(weights[b] + k * kDenseBlock + half * 8);
+          sums[b][half][r] = _mm256_fmadd_ps(x, w, sums[b][half][r]);
+        }
+      }
+    }
+  }
+  for (std::size_t b = 0; b < kBlocks; ++b) {
+    std::size_t valid = std::min<std::size_t>(kDenseBlock, layer.outputs - (block + b) * kDenseBlock);
+    for (std::size_t r = 0; r < kRows; ++r) {
+      alignas(32) float lanes[kDenseBlock];
+      _mm256_store_ps(lanes, sums[b][0][r]);
+      _mm256_store_ps(lanes + 8, sums[b][1][r]);
+      std::memcpy(out + (row + r) * layer.outputs + (block + b) * kDenseBlock, lanes, valid * sizeof(float));
+    }
+  }
+}
+
+template <std::size_t kRowsPerTile, std::size_t kBlocks>
+__attribute__((target("avx2,fma"))) inline void f32_rows_avx2(const PackedDenseF32& layer, const float* in,
+                                                              std::size_t rows, float* out, std::size_t block) {
+  std::size_t row = 0;
+  for (; row + kRowsPerTile <= rows; row += kRowsPerTile)
+    f32_tile_avx2<kRowsPerTile, kBlocks>(layer, in, row, out, block);
+  for (; row < rows; ++row) f32_tile_avx2<1, kBlocks>(layer, in, row, out, block);
+}
+
+// ---------------------------------------------------------------------------------------------
+// int8: the epilogue of one block of one row, as the reference computes it.
+
+__attribute__((target("avx512f"))) inline void int8_store_avx512(const PackedDenseInt8& layer, const QuantizedRows& in,
+                                                                 std::size_t row, std::size_t block, __m512i sum,
+                                                                 float* out) {
+  std::size_t offset = block * kDenseBlock;
+  __m512 scale = _mm512_mul_ps(_mm512_set1_ps(in.scales[row]), _mm512_loadu_ps(layer.scales.data() + offset));
+  __m512 value =
+      _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xFFFF, sum), scale, _mm512_loadu_ps(layer.bias.data() + offset));
+  _mm512_mask_storeu_ps(out + row * layer.outputs + offset, static_cast<__mmask16>(lane_mask(layer.outputs, block)),
+                        value);
+}
+
+template <std::size_t kRows, std::size_t kBlocks>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void int8_tile_vnni(const PackedDenseInt8& layer,
+                                                                                  const QuantizedRows& in,
+                                                                                  std::size_t row, float* out,
+                                                                                  std::size_t block) {
+  __m512i sums[kBlocks][kRows];
+  const std::int8_t* weights[kBlocks];
+  for (std::size_t b = 0; b < kBlocks; ++b) {
+    weights[b] = layer.weights.data() + (block + b) * layer.depth4 * kDenseBlock;
+    for (std::size_t r = 0; r < kRows; ++r) sums[b][r] = _mm512_setzero_si512();
+  }
+  const std::uint8_t* input = in.values.data() + row * in.stride;
+  for (std::size_t k = 0; k < layer.depth4; k += 4) {
+    __m512i w[kBlocks];
+    for (std::size_t b = 0; b < kBlocks; ++b) w[b] = _mm512_loadu_si512(weights[b] + k * kDenseBlock);
+    for (std::size_t r = 0; r < kRows; ++r) {
+      std::int32_t four = 0;
+      std::memcpy(&four, input + r * in.stride + k, sizeof(four));
+      __m512i x = _mm512_set1_epi32(four);
+      for (std::size_t b = 0; b < kBlocks; ++b) sums[b][r] = _mm512_dpbusd_epi32(sums[b][r], x, w[b]);
+    }
+  }
+  for (std::size_t b = 0; b < kBlocks; ++b) {
+    // The inputs were stored as q + 128: take 128 times each output's weight sum back off (the
+    // arithmetic wraps, and the true sum fits 32 bits, so this is exact).
+    // (The maskz forms: GCC 12 warns that the plain ones read an undefined source.)
+    __m512i offset =
+        _mm512_maskz_slli_epi32(0xFFFF, _mm512_loadu_si512(layer.sums.data() + (block + b) * kDenseBlock), 7);
+    for (std::size_t r = 0; r < kRows; ++r) {
+      int8_store_avx512(layer, in, row + r, block + b, _mm512_sub_epi32(sums[b][r], offset), out);
+    }
+  }
+}
+
+template <std::size_t kRowsPerTile, std::size_t kBlocks>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void int8_rows_vnni(const PackedDenseInt8& layer,
+                                                                                  const QuantizedRows& in, float* out,
+                                                                                  std::size_t block) {
+  std::size_t row = 0;
+  for (; row + kRowsPerTile <= in.rows; row += kRowsPerTile) {
+    int8_tile_vnni<kRowsPerTile, kBlocks>(layer, in, row, out, block);
+  }
+  for (; row < in.rows; ++row) int8_tile_vnni<1, kBlocks>(layer, in, row, out, block);
+}
+
+// AVX2 has no unsigned-by-signed dot product without 16-bit saturation, so it multiplies signed
+// by signed: |x| by w carrying x's sign, whose pair sums (at most 2 * 127 * 127) fit 16 bits.
+template <std::size_t kRows>
+__attribute__((target("avx2,fma"))) inline void int8_tile_avx2(const PackedDenseInt8& layer, const QuantizedRows& in,
+                                                               std::size_t row, float* out, std::size_t block) {
+  __m256i sums[2][kRows];
+  for (std::size_t r = 0; r < kRows; ++r) sums[0][r] = sums[1][r] = _mm256_setzero_si256();
+  const std::int8_t* weights = layer.weights.data() + block * layer.depth4 * kDenseBlock;
+  const std::uint8_t* input = in.values.data() + row * in.stride;
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (std::size_t k = 0; k < layer.depth4; k += 4) {
+    __m256i w[2] = {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(weights + k * kDenseBlock)),
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(weights + k * kDenseBlock + 32))};
+    for (std::size_t r = 0; r < kRows; ++r) {
+      std::int32_t four = 0;
+      std::memcpy(&four, input + r * in.stride + k, sizeof(four));
+      __m256i x = _mm256_xor_si256(_mm256_set1_epi32(four), flip);  // q + 128 back to q
+      __m256i magnitude = _mm256_sign_epi8(x, x);
+      for (std::size_t half = 0; half < 2; ++half) {
+        __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(w[half], x));
+        sums[half][r] = _mm256_add_epi32(sums[half][r], _mm256_madd_epi16(pairs, ones));
+      }
+    }
+  }
+  std::size_t offset = block * kDenseBlock;
+  std::size_t valid = std::min<std::size_t>(kDenseBlock, layer.outputs - offset);
+  for (std::size_t r = 0; r < kRows; ++r) {
+    alignas(32) float lanes[kDenseBlock];
+    for (std::size_t half = 0; half < 2; ++half) {
+      __m256 scale =
+          _mm256_mul_ps(_mm256_set1_ps(in.scales[row + r]), _mm256_loadu_ps(layer.scales.data() + offset + half * 8));
+      __m256 value = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[half][r]), scale,
+                                     _mm256_loadu_ps(layer.bias.data() + offset + half * 8));
+      _mm256_store_ps(lanes + half * 8, value);
+    }
+    std::memcpy(out + (row + r) * layer.outputs + offset, lanes, valid * sizeof(float));
+  }
+}
+
+}  // namespace
+
+__attribute__((target("avx512f,fma"))) void dense_f32_avx512(const PackedDenseF32& layer, const float* in,
+                                                             std::size_t rows, float* out, std::size_t first_block,
+                                                             std::size_t block_count) {
+  for_each_tile(
+      rows, first_block, block_count, [&](std::size_t block) { f32_rows_avx512<1, 8>(layer, in, rows, out, block); },
+      [&](std::size_t block) { f32_rows_avx512<4, 2>(layer, in, rows, out, block); },
+      [&](std::size_t block) { f32_rows_avx512<8, 1>(layer, in, rows, out, block); });
+}
+
+__attribute__((target("avx2,fma"))) void dense_f32_avx2(const PackedDenseF32& layer, const float* in, std::size_t rows,
+                                                        float* out, std::size_t first_block, std::size_t block_count) {
+  for_each_tile(
+      rows, first_block, block_count,
+      [&](std::size_t block) {
+        // Eight blocks as two tiles of four: AVX2 has half the registers.
+        f32_rows_avx2<1, 4>(layer, in, rows, out, block);
+        f32_rows_avx2<1, 4>(layer, in, rows, out, block + 4);
+      },
+      [&](std::size_t block) { f32_rows_avx2<2, 2>(layer, in, rows, out, block); },
+      [&](std::size_t block) { f32_rows_avx2<4, 1>(layer, in, rows, out, block); });
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void dense_int8_avx512_vnni(const PackedDenseInt8& layer,
+                                                                                   const QuantizedRows& in, float* out,
+                                                                                   std::size_t first_block,
+                                                                                   std::size_t block_count) {
+  for_each_tile(
+      in.rows, first_block, block_count, [&](std::size_t block) { int8_rows_vnni<1, 8>(layer, in, out, block); },
+      [&](std::size_t block) { int8_rows_vnni<4, 2>(layer, in, out, block); },
+      [&](std::size_t block) { int8_rows_vnni<8, 1>(layer, in, out, block); });
+}
+
+__attribute__((target("avx2,fma"))) void dense_int8_avx2(const PackedDenseInt8& layer, const QuantizedRows& in,
+                                                         float* out, std::size_t first_block, std::size_t block_count) {
+  for (std::size_t block = first_block; block < first_block + block_count; ++block) {
+    std::size_t row = 0;
+    for (; row + 4 <= in.rows; row += 4) int8_tile_avx2<4>(layer, in, row, out, block);
+    for (; row < in.rows; ++row) int8_tile_avx2<1>(layer, in, row, out, block);
+  }
+}
+
+}  // namespace slipway::kernels

@@ -1,0 +1,24 @@
+// The AVX2 and AVX-512 variants of the dense-layer kernels (slipway/kernels.h has the contract).
+// Private to kernels: reached through the dispatch table in dense_kernels.cpp, which calls one
+// only where the CPU has its instruction set.
+#pragma once
+
+#include <cstddef>
+
+#include "slipway/kernels.h"
+
+namespace slipway::kernels {
+
+// Need AVX2 and FMA.
+void dense_f32_avx2(const PackedDenseF32& layer, const float* in, std::size_t rows, float* out, std::size_t first_block,
+                    std::size_t block_count);
+void dense_int8_avx2(const PackedDenseInt8& layer, const QuantizedRows& in, float* out, std::size_t first_block,
+                     std::size_t block_count);
+
+// Need AVX-512F (and, for int8, AVX-512BW and VNNI).
+void dense_f32_avx512(const PackedDenseF32& layer, const float* in, std::size_t rows, float* out,
+                      std::size_t first_block, std::size_t block_count);
+void dense_int8_avx512_vnni(const PackedDenseInt8& layer, const QuantizedRows& in, float* out, std::size_t first_block,
+                            std::size_t block_count);
+
+}  // namespace slipway::kernels

@@ -1,0 +1,137 @@
+// Every dense-layer variant this CPU supports against the reference, bit for bit, on random layers
+// whose shapes reach each path of the vector variants: row tiles and the rows after them, block
+// pairs, eight-block single-row tiles, a last block of fewer than 16 outputs, depths that are not
+// multiples of 4; and the int8 layer's error against fp32 within its quantization bound.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "slipway/kernels.h"
+
+namespace slipway::kernels {
+namespace {
+
+struct Layer {
+  std::size_t outputs, depth;
+  std::vector<float> weights, bias;
+};
+
+Layer random_layer(std::size_t outputs, std::size_t depth, std::mt19937& random) {
+  std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(depth)));
+  Layer layer{outputs, depth, std::vector<float>(outputs * depth), std::vector<float>(outputs)};
+  for (float& weight : layer.weights) weight = normal(random);
+  for (float& bias : layer.bias) bias = normal(random);
+  return layer;
+}
+
+std::vector<float> random_rows(std::size_t rows, std::size_t depth, std::mt19937& random) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values(rows * depth);
+  for (float& value : values) value = normal(random);
+  if (!values.empty()) values[0] = 0.0f;  // zeros, and a whole row of them below
+  if (rows > 2)
+    std::fill(values.begin() + static_cast<std::ptrdiff_t>(depth),
+              values.begin() + static_cast<std::ptrdiff_t>(2 * depth), 0.0f);
+  return values;
+}
+
+struct Shape {
+  std::size_t rows, outputs, depth;
+};
+
+const Shape kShapes[] = {{1, 1, 1},    {1, 16, 4},  {1, 130, 37},  {1, 256, 28}, {3, 17, 5}, {4, 32, 64},
+                         {5, 48, 3},   {9, 7, 100}, {13, 33, 257}, {2, 129, 16}, {8, 16, 1}, {17, 200, 28},
+                         {64, 1, 256}, {3, 145, 9}, {1, 8, 300},   {6, 250, 66}};
+
+TEST(DenseKernels, EveryVariantGivesTheReferenceBitsInFp32AndInt8) {
+  std::mt19937 random(11);
+  const DenseKernelVariant& reference = dense_kernel_variants().front();
+  for (const Shape& shape : kShapes) {
+    Layer layer = random_layer(shape.outputs, shape.depth, random);
+    std::vector<float> in = random_rows(shape.rows, shape.depth, random);
+    PackedDenseF32 f32 = pack_dense_f32(layer.weights, layer.bias, layer.outputs, layer.depth);
+    PackedDenseInt8 int8 = pack_dense_int8(layer.weights, layer.bias, layer.outputs, layer.depth);
+    QuantizedRows quantized;
+    quantize_rows(in, shape.rows, shape.depth, quantized);
+    std::vector<float> expected_f32(shape.rows * shape.outputs), expected_int8(shape.rows * shape.outputs);
+    reference.f32(f32, in.data(), shape.rows, expected_f32.data(), 0, f32.blocks());
+    reference.int8(int8, quantized, expected_int8.data(), 0, int8.blocks());
+    for (const auto& variant : dense_kernel_variants()) {
+      if (!variant.supported()) continue;
+      SCOPED_TRACE(std::string(variant.name) + " rows " + std::to_string(shape.rows) + " outputs " +
+                   std::to_string(shape.outputs) + " depth " + std::to_string(shape.depth));
+      std::vector<float> got(shape.rows * shape.outputs, -1.0f);
+      variant.f32(f32, in.data(), shape.rows, got.data(), 0, f32.blocks());
+      EXPECT_EQ(got, expected_f32);
+      std::fill(got.begin(), got.end(), -1.0f);
+      variant.int8(int8, quantized, got.data(), 0, int8.blocks());
+      EXPECT_EQ(got, expected_int8);
+      // Any split of the blocks computes the same.
+      if (f32.blocks() > 1) {
+        std::fill(got.begin(), got.end(), -1.0f);
+        variant.f32(f32, in.data(), shape.rows, got.data(), 0, 1);
+        variant.f32(f32, in.data(), shape.rows, got.data(), 1, f32.blocks() - 1);
+        EXPECT_EQ(got, expected_f32);
+      }
+    }
+  }
+}
+
+TEST(DenseKernels, TheReferenceIsTheLayerAndInt8StaysWithinItsQuantizationError) {
+  std::mt19937 random(5);
+  for (const Shape& shape : kShapes) {
+    Layer layer = random_layer(shape.outputs, shape.depth, random);
+    std::vector<float> in = random_rows(shape.rows, shape.depth, random);
+    std::vector<float> f32(shape.rows * shape.outputs), int8(shape.rows * shape.outputs);
+    dense_f32(pack_dense_f32(layer.weights, layer.bias, layer.outputs, layer.depth), in, shape.rows, f32);
+    QuantizedRows quantized;
+    quantize_rows(in, shape.rows, shape.depth, quantized);
+    dense_int8(pack_dense_int8(layer.weights, layer.bias, layer.outputs, layer.depth), quantized, int8);
+    for (std::size_t row = 0; row < shape.rows; ++row) {
+      float input_scale = quantized.scales[row];
+      for (std::size_t output = 0; output < shape.outputs; ++output) {
+        double exact = layer.bias[output], magnitude = 0;
+        float weight_scale = 0;
+        for (std::size_t k = 0; k < shape.depth; ++k) {
+          double product = static_cast<double>(in[row * shape.depth + k]) * layer.weights[output * shape.depth + k];
+          exact += product;
+          magnitude += std::abs(product);
+          weight_scale = std::max(weight_scale, std::abs(layer.weights[output * shape.depth + k]) / 127.0f);
+        }
+        std::size_t at = row * shape.outputs + output;
+        EXPECT_NEAR(f32[at], exact, 1e-5 * (magnitude + std::abs(exact)) + 1e-6);
+        // Each product is off by at most half a step in each factor.
+        double bound = 0;
+        for (std::size_t k = 0; k < shape.depth; ++k) {
+          bound += 0.5 * input_scale * std::abs(layer.weights[output * shape.depth + k]) +
+                   0.5 * weight_scale * std::abs(in[row * shape.depth + k]) + 0.25 * input_scale * weight_scale;
+        }
+        EXPECT_NEAR(int8[at], exact, bound + 1e-5 * magnitude + 1e-6);
+      }
+    }
+  }
+}
+
+TEST(DenseKernels, ThreadsSplitTheOutputsWithoutChangingThem) {
+  std::mt19937 random(3);
+  Layer layer = random_layer(512, 512, random);
+  std::vector<float> in = random_rows(64, 512, random);
+  PackedDenseF32 f32 = pack_dense_f32(layer.weights, layer.bias, layer.outputs, layer.depth);
+  std::vector<float> one(64 * 512), four(64 * 512);
+  dense_f32(f32, in, 64, one, 1);
+  dense_f32(f32, in, 64, four, 4);
+  EXPECT_EQ(one, four);
+  PackedDenseInt8 int8 = pack_dense_int8(layer.weights, layer.bias, layer.outputs, layer.depth);
+  QuantizedRows quantized;
+  quantize_rows(in, 64, 512, quantized);
+  dense_int8(int8, quantized, one, 1);
+  dense_int8(int8, quantized, four, 4);
+  EXPECT_EQ(one, four);
+}
+
+}  // namespace
+}  // namespace slipway::kernels
