@@ -73,99 +73,143 @@ struct ShardSpan {
   std::size_t first_line = 1;  // the file line its bytes start on
 };
 
+// The input file, open for the whole job: shards read the bytes the scan hashed even if the path
+// is renamed over meanwhile, and a change in place (size, times, inode) is noticed.
+class InputFile {
+ public:
+  static Result<std::shared_ptr<InputFile>> open(const std::string& path) {
+    auto file = std::make_shared<InputFile>(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (file->descriptor_ < 0) return io_error("cannot read " + path + ": " + std::strerror(errno));
+    SLIPWAY_ASSIGN_OR_RETURN(file->identity_, file->identity(path));
+    return file;
+  }
+  explicit InputFile(int descriptor) : descriptor_(descriptor) {}
+  ~InputFile() {
+    if (descriptor_ >= 0) ::close(descriptor_);
+  }
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+
+  int descriptor() const { return descriptor_; }
+  std::uint64_t size() const { return identity_.size; }
+  // Unavailable when the file is not what it was when opened.
+  Status check_unchanged(const std::string& path) const {
+    SLIPWAY_ASSIGN_OR_RETURN(Identity now, identity(path));
+    if (now == identity_) return {};
+    return unavailable(path + " changed while the job read it; score it again once it is written");
+  }
+
+ private:
+  struct Identity {
+    std::uint64_t size = 0, device = 0, inode = 0;
+    std::int64_t modified_ns = 0, changed_ns = 0;  // a writer can set the first, not the second
+    bool operator==(const Identity&) const = default;
+  };
+  Result<Identity> identity(const std::string& path) const {
+    struct stat info {};
+    if (::fstat(descriptor_, &info) != 0) return io_error("cannot stat " + path + ": " + std::strerror(errno));
+    return Identity{static_cast<std::uint64_t>(info.st_size), static_cast<std::uint64_t>(info.st_dev),
+                    static_cast<std::uint64_t>(info.st_ino),
+                    static_cast<std::int64_t>(info.st_mtim.tv_sec) * 1'000'000'000 + info.st_mtim.tv_nsec,
+                    static_cast<std::int64_t>(info.st_ctim.tv_sec) * 1'000'000'000 + info.st_ctim.tv_nsec};
+  }
+  int descriptor_;
+  Identity identity_;
+};
+
 struct InputLayout {
+  std::shared_ptr<InputFile> file;
   std::string sha256;
   std::string header;  // CSV: the header record, newline included; JSON Lines: none
   std::size_t header_lines = 0;
   std::size_t rows = 0;  // data rows (blank lines are not rows, as the readers skip them)
   std::vector<ShardSpan> shards;
-  std::uint64_t size = 0;
-  std::int64_t modified_ns = 0;  // with size: a rewrite while the job runs is noticed
+  std::vector<bool> found;  // per needle given to scan_input: whether its bytes occur in the file
 };
 
 // The longest record taken: past it a shard could not be held (an unterminated quote, or
 // CR-only line endings, would make the rest of the file one record).
 constexpr std::size_t kMaxRecordBytes = std::size_t{64} << 20;
-// The most input bytes one shard may hold: a worker holds its bytes and their table.
+// The most input bytes one shard may hold on average: a worker holds its bytes and their table.
 constexpr std::uint64_t kMaxShardBytes = std::uint64_t{256} << 20;
 
-Result<std::pair<std::uint64_t, std::int64_t>> file_identity(int descriptor, const std::string& path) {
-  struct stat info {};
-  if (::fstat(descriptor, &info) != 0) return io_error("cannot stat " + path + ": " + std::strerror(errno));
-  return std::make_pair(static_cast<std::uint64_t>(info.st_size),
-                        static_cast<std::int64_t>(info.st_mtim.tv_sec) * 1'000'000'000 + info.st_mtim.tv_nsec);
-}
-
 // Splits `path` into `shard_count` shards of about equal bytes, each starting on a record.
-// Records end at a newline outside quotes (CSV) or at any newline (JSON Lines); blank lines
-// (CSV: empty; JSON Lines: spaces and tabs only) are not data rows.
-Result<InputLayout> scan_input(const std::string& path, bool csv, std::size_t shard_count) {
-  int descriptor = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (descriptor < 0) return io_error("cannot read " + path + ": " + std::strerror(errno));
+// Records end at a newline outside quotes (CSV) or at any newline (JSON Lines). The CSV header is
+// the first line, blank or not (as the reader takes it); after it, blank lines (CSV: empty, or a
+// lone CR before the newline; JSON Lines: spaces and tabs only) are not data rows. Also says which
+// of `needles` occur anywhere in the bytes.
+Result<InputLayout> scan_input(const std::string& path, bool csv, std::size_t shard_count,
+                               const std::vector<std::string>& needles) {
   InputLayout layout;
-  Status status;
-  auto identity = file_identity(descriptor, path);
-  if (!identity.ok()) {
-    ::close(descriptor);
-    return identity.status();
-  }
-  std::tie(layout.size, layout.modified_ns) = *identity;
-  if (layout.size / shard_count > kMaxShardBytes) {
-    ::close(descriptor);
+  SLIPWAY_ASSIGN_OR_RETURN(layout.file, InputFile::open(path));
+  std::uint64_t size = layout.file->size();
+  if (size / shard_count > kMaxShardBytes) {
     return invalid_argument(
-        fmt::format("{} shards of {} would hold {} MiB each, more than the {} MiB a shard may "
-                    "hold; give more --shards (or leave it out)",
-                    shard_count, path, layout.size / shard_count >> 20, kMaxShardBytes >> 20));
+        shard_count >= kMaxShards
+            ? fmt::format("{} is too large to score in {} shards of at most {} MiB", path, kMaxShards,
+                          kMaxShardBytes >> 20)
+            : fmt::format("{} shards of {} would hold {} MiB each, more than the {} MiB a shard may hold; give "
+                          "more --shards (or leave it out)",
+                          shard_count, path, size / shard_count >> 20, kMaxShardBytes >> 20));
   }
   Sha256 hash;
   std::vector<char> buffer(std::size_t{4} << 20);
-  std::uint64_t offset = 0, record_begin = 0;
+  std::uint64_t offset = 0;
   std::size_t line = 1, record_line = 1;
   bool in_quotes = false, header_done = !csv;
   std::size_t record_chars = 0, visible_chars = 0;  // JSON Lines: chars that are not ' ' or '\t'
   char last = 0;
   std::size_t next_shard = 0;
+  layout.found.assign(needles.size(), false);
+  std::size_t longest_needle = 0;
+  for (const auto& needle : needles) longest_needle = std::max(longest_needle, needle.size());
+  std::string carried;  // the end of the previous buffer, so a needle across two buffers is found
   auto start_shards_at = [&](std::uint64_t at, std::size_t line_number) {
     // Every shard whose target offset is reached starts here (several, when records are long).
-    while (next_shard < shard_count && at >= next_shard * layout.size / shard_count) {
+    while (next_shard < shard_count && at >= next_shard * size / shard_count) {
       layout.shards.push_back({at, at, layout.rows + 1, 0, line_number});
       ++next_shard;
     }
   };
-  auto end_record = [&](std::uint64_t end) {
-    bool blank = csv ? record_chars == 0 || (record_chars == 1 && last == '\r')
+  auto end_record = [&](std::uint64_t end, bool newline) {
+    bool blank = csv ? record_chars == 0 || (record_chars == 1 && last == '\r' && newline)
                      : visible_chars == 0 || (visible_chars == 1 && last == '\r');
     if (!header_done) {
-      if (!blank) {
-        header_done = true;
-        layout.header_lines = line - 1;
-      }
+      header_done = true;
+      layout.header_lines = line - 1;
     } else if (!blank) {
       ++layout.rows;
     }
-    record_begin = end;
     record_line = line;
     record_chars = visible_chars = 0;
-    if (header_done) start_shards_at(end, line);
+    start_shards_at(end, line);
   };
   if (!csv) start_shards_at(0, 1);
+  Status status;
   while (status.ok()) {
-    ssize_t got = ::read(descriptor, buffer.data(), buffer.size());
+    ssize_t got = ::read(layout.file->descriptor(), buffer.data(), buffer.size());
     if (got < 0) {
       if (errno == EINTR) continue;
       status = io_error("cannot read " + path + ": " + std::strerror(errno));
       break;
     }
     if (got == 0) break;
-    hash.update(std::as_bytes(std::span(buffer.data(), static_cast<std::size_t>(got))));
-    if (!header_done) layout.header.append(buffer.data(), static_cast<std::size_t>(got));
-    for (ssize_t index = 0; index < got; ++index) {
-      char c = buffer[static_cast<std::size_t>(index)];
+    std::string_view bytes(buffer.data(), static_cast<std::size_t>(got));
+    hash.update(bytes);
+    if (!header_done) layout.header.append(bytes);
+    if (!needles.empty()) {
+      std::string window = carried + std::string(bytes);
+      for (std::size_t index = 0; index < needles.size(); ++index) {
+        if (!layout.found[index] && window.find(needles[index]) != std::string::npos) layout.found[index] = true;
+      }
+      carried = window.substr(window.size() - std::min(window.size(), longest_needle));
+    }
+    for (char c : bytes) {
       ++offset;
       if (csv && c == '"') in_quotes = !in_quotes;
       if (c == '\n' && !in_quotes) {
         ++line;
-        end_record(offset);
+        end_record(offset, true);
         continue;
       }
       if (c == '\n') ++line;
@@ -180,60 +224,63 @@ Result<InputLayout> scan_input(const std::string& path, bool csv, std::size_t sh
       }
     }
   }
-  ::close(descriptor);
   SLIPWAY_RETURN_IF_ERROR(status);
-  if (record_chars > 0) end_record(offset);  // a last line without a newline
-  if (offset != layout.size) return unavailable(path + " changed while it was read; score it once it is written");
+  if (record_chars > 0) end_record(offset, false);  // a last line without a newline
+  if (offset != size) return unavailable(path + " changed while it was read; score it once it is written");
+  SLIPWAY_RETURN_IF_ERROR(layout.file->check_unchanged(path));
   if (csv) {
     if (!header_done) return invalid_argument(path + " has no header row");
-    layout.header.resize(static_cast<std::size_t>(layout.shards.empty() ? offset : layout.shards.front().begin));
+    layout.header.resize(static_cast<std::size_t>(layout.shards.front().begin));
   }
-  start_shards_at(layout.size, line);  // shards past the last record are empty
+  start_shards_at(size, line);  // shards past the last record are empty
   for (std::size_t index = 0; index < layout.shards.size(); ++index) {
     ShardSpan& shard = layout.shards[index];
     bool last_shard = index + 1 == layout.shards.size();
-    shard.end = last_shard ? layout.size : layout.shards[index + 1].begin;
+    shard.end = last_shard ? size : layout.shards[index + 1].begin;
     shard.rows = (last_shard ? layout.rows + 1 : layout.shards[index + 1].first_row) - shard.first_row;
   }
   layout.sha256 = to_hex(hash.finish());
   return layout;
 }
 
+// `message` with the line of "PATH:LINE:" moved on by `lines`: a shard's parse error names the
+// file's line, not the shard's.
+std::string shift_line(std::string message, const std::string& path, std::size_t lines) {
+  std::string prefix = path + ":";
+  if (lines == 0 || !message.starts_with(prefix)) return message;
+  std::size_t digits_end = message.find_first_not_of("0123456789", prefix.size());
+  if (digits_end == prefix.size() || digits_end == std::string::npos || message[digits_end] != ':') return message;
+  std::size_t line = std::stoull(message.substr(prefix.size(), digits_end - prefix.size()));
+  return prefix + std::to_string(line + lines) + message.substr(digits_end);
+}
+
 // A shard's rows, parsed from its bytes (after the header), numbered as in the whole file.
 Result<data::TolerantTable> read_shard(const std::string& path, const InputLayout& layout, const ShardSpan& span,
                                        const std::vector<std::string>& text_columns) {
-  int descriptor = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (descriptor < 0) return io_error("cannot read " + path + ": " + std::strerror(errno));
   std::string text = layout.header;
   std::size_t header_bytes = text.size();
   text.resize(header_bytes + static_cast<std::size_t>(span.end - span.begin));
   std::size_t done = 0;
-  Status status;
   while (done < span.end - span.begin) {
-    ssize_t got = ::pread(descriptor, text.data() + header_bytes + done, text.size() - header_bytes - done,
-                          static_cast<off_t>(span.begin + done));
+    ssize_t got = ::pread(layout.file->descriptor(), text.data() + header_bytes + done,
+                          text.size() - header_bytes - done, static_cast<off_t>(span.begin + done));
     if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      status = got < 0 ? io_error("cannot read " + path + ": " + std::strerror(errno))
-                       : unavailable(path + " is shorter than when the job began: it changed");
-      break;
-    }
+    if (got < 0) return io_error("cannot read " + path + ": " + std::strerror(errno));
+    if (got == 0) return unavailable(path + " is shorter than when the job began: it changed");
     done += static_cast<std::size_t>(got);
   }
-  auto identity = file_identity(descriptor, path);
-  ::close(descriptor);
-  SLIPWAY_RETURN_IF_ERROR(status);
-  SLIPWAY_RETURN_IF_ERROR(identity.status());
-  if (identity->first != layout.size || identity->second != layout.modified_ns) {
-    return unavailable(path + " changed while the job ran; score it again once it is written");
+  SLIPWAY_RETURN_IF_ERROR(layout.file->check_unchanged(path));
+  std::size_t lines_before = span.first_line - 1 - layout.header_lines;
+  auto parsed = data::parse_rows(text, path, text_columns);
+  if (!parsed.ok()) {
+    return Status(parsed.status().code(), shift_line(parsed.status().message(), path, lines_before));
   }
-  SLIPWAY_ASSIGN_OR_RETURN(data::TolerantTable rows, data::parse_rows(text, path, text_columns));
+  data::TolerantTable rows = std::move(parsed).value();
   if (rows.source_rows.size() + rows.bad_rows.size() != span.rows) {
     return internal_error(fmt::format("shard at byte {} of {} holds {} rows, not the {} its scan counted", span.begin,
                                       path, rows.source_rows.size() + rows.bad_rows.size(), span.rows));
   }
   // From the shard's numbering to the file's.
-  std::size_t lines_before = span.first_line - 1 - layout.header_lines;
   for (auto& row : rows.source_rows) row += span.first_row - 1;
   for (auto& bad : rows.bad_rows) {
     bad.row += span.first_row - 1;
@@ -515,7 +562,20 @@ Result<JobOutcome> run_job(const JobModel& model, const JobSpec& spec, const Job
   }
   // Hashed and split in one pass; each shard is read again on its own, and a file rewritten
   // meanwhile is noticed (its size or time changed), so one input's digest never names another's rows.
-  SLIPWAY_ASSIGN_OR_RETURN(InputLayout layout, scan_input(spec.data, csv, shard_count));
+  // In JSON Lines an input is a key: one whose quoted name is nowhere in the file is misspelt, not
+  // missing, whatever the shards hold.
+  const auto& features = model.bundle->preprocessor().features();
+  std::vector<std::string> keys;
+  for (const auto& feature : features) {
+    if (!csv) keys.push_back(std::string(1, '"') + feature.name + '"');
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(InputLayout layout, scan_input(spec.data, csv, shard_count, keys));
+  for (std::size_t index = 0; index < keys.size(); ++index) {
+    if (!layout.found[index] && layout.rows > 0) {
+      return invalid_argument("no row of " + spec.data + " has the input '" + features[index].name + "', which " +
+                              model.description + " reads");
+    }
+  }
   const std::string& input_sha256 = layout.sha256;
   std::string key = job_key(model.sha256, input_sha256, spec.format, spec.id_column, shard_count);
 
@@ -559,7 +619,6 @@ Result<JobOutcome> run_job(const JobModel& model, const JobSpec& spec, const Job
   // inputs as text, whatever one shard's values look like.
   std::vector<std::string> text_columns;
   if (!spec.id_column.empty()) text_columns.push_back(spec.id_column);
-  const auto& features = model.bundle->preprocessor().features();
   for (const auto& feature : features) {
     if (feature.type != data::ColumnType::kNumeric) text_columns.push_back(feature.name);
   }
@@ -646,16 +705,9 @@ Result<JobOutcome> run_job(const JobModel& model, const JobSpec& spec, const Job
     shard.table = std::move(read->table);
     shard.row_numbers = std::move(read->source_rows);
     shard.bad = std::move(read->bad_rows);
-    // JSON Lines rows may leave out an input (missing there); a shard in which no row has it
-    // is a misspelt key, not missing values. An empty shard lacks every input.
+    // JSON Lines rows may leave out an input: a shard in which none has it is missing it everywhere.
     for (const auto& feature : features) {
       if (shard.table.find(feature.name) != nullptr) continue;
-      if (!shard.row_numbers.empty()) {
-        failures[task] = invalid_argument(fmt::format(
-            "no row of {} from row {} to {} has the input '{}', which {} reads (a misspelt key?)", spec.data,
-            record.first_row, record.first_row + record.rows - 1, feature.name, model.description));
-        return;
-      }
       data::Column missing;
       missing.name = feature.name;
       missing.type = feature.type;

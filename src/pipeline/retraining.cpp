@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <unordered_set>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -130,14 +130,17 @@ Result<std::pair<std::string, std::size_t>> store_labelled_traffic(registry::Reg
   }
   append_csv_field(csv, loaded.bundle->manifest().target);
   csv += '\n';
-  std::unordered_set<std::string> seen;
-  std::size_t labelled = 0;
+  // In the order of their ids: the log's order is the order answers were written, which threads
+  // may swap, and the same traffic must make the same rows (the same split, the same model).
+  std::map<std::string, std::size_t> rows_by_id;
   for (std::size_t row = 0; row < logged.inputs.row_count(); ++row) {
     if (ids->is_missing(row)) continue;
     std::string id = ids->text_at(row);
-    if (id.size() > kMaxRequestIdBytes) continue;
+    if (id.size() <= kMaxRequestIdBytes && labels.count(id) != 0) rows_by_id.emplace(std::move(id), row);
+  }
+  std::size_t labelled = 0;
+  for (const auto& [id, row] : rows_by_id) {
     auto label = labels.find(id);
-    if (label == labels.end() || !seen.insert(id).second) continue;
     for (const data::Column* column : columns) {
       if (column != nullptr && !column->is_missing(row)) append_csv_field(csv, column->text_at(row));
       csv += ',';
@@ -497,7 +500,10 @@ Result<RetrainOutcome> retrain(registry::Registry& registry, const RetrainPolicy
   RetrainOutcome outcome;
   SLIPWAY_ASSIGN_OR_RETURN(auto lock, RetrainingLock::take(registry.home(), policy.model));
   if (lock == nullptr) {
-    outcome.decision = {false, "another process is retraining " + policy.model + " now"};
+    std::string busy = "another process is retraining " + policy.model + " now";
+    // Overlapping cron runs are not a failure; a retraining asked for by name is refused.
+    if (options.force) return failed_precondition(busy);
+    outcome.decision = {false, busy};
     return outcome;
   }
   SLIPWAY_ASSIGN_OR_RETURN(std::size_t interrupted, registry.retraining().mark_interrupted(policy.model));
@@ -519,6 +525,8 @@ Result<RetrainOutcome> retrain(registry::Registry& registry, const RetrainPolicy
     outcome.baseline = baseline->model + "@" + std::to_string(baseline->version);
   }
   SLIPWAY_ASSIGN_OR_RETURN(record.id, registry.retraining().start(record));
+  // A record that cannot be written stays `running` until the next retraining of the model marks
+  // it interrupted (with the candidate it registered, if any).
   auto finish = [&](std::string state, std::string message) -> Result<RetrainOutcome> {
     record.state = std::move(state);
     record.message = std::move(message);
@@ -548,8 +556,9 @@ Result<RetrainOutcome> retrain(registry::Registry& registry, const RetrainPolicy
   // Rows an earlier retraining decided on, against the same baseline or the candidate it made,
   // would only train the same model again (for gbdt, a longer one): recorded, not trained.
   if (!options.force) {
-    SLIPWAY_ASSIGN_OR_RETURN(auto history, registry.retraining().list(policy.model, 100));
-    for (const auto& earlier : history) {
+    auto history = registry.retraining().list(policy.model, 100);
+    if (!history.ok()) return finish("failed", history.status().message());
+    for (const auto& earlier : *history) {
       bool decided =
           finished_with_candidate(earlier) || earlier.state == "rejected" || earlier.state == "deploy_failed";
       bool same_baseline =
@@ -570,7 +579,7 @@ Result<RetrainOutcome> retrain(registry::Registry& registry, const RetrainPolicy
   outcome.training = std::move(*trained);
   record.run_id = outcome.training->run_id;
   record.state = "running";
-  SLIPWAY_RETURN_IF_ERROR(registry.retraining().update(record));
+  if (Status saved = registry.retraining().update(record); !saved.ok()) return finish("failed", saved.message());
   crash_point("retrain.after_train");
 
   auto candidate = model::Bundle::load(registry.artifacts().path_for(outcome.training->bundle_sha256),
@@ -591,7 +600,9 @@ Result<RetrainOutcome> retrain(registry::Registry& registry, const RetrainPolicy
   eval::GateCriteria criteria;
   criteria.metric =
       policy.gate_metric.empty() ? std::string(eval::watched_metric((*candidate)->task())) : policy.gate_metric;
-  SLIPWAY_RETURN_IF_ERROR(eval::parse_gate_thresholds(policy.gate, criteria));
+  if (Status parsed = eval::parse_gate_thresholds(policy.gate, criteria); !parsed.ok()) {
+    return finish("failed", parsed.message());
+  }
   auto report = eval::gate(*before->bundle, **candidate, gate_rows, criteria, policy.gate_slice);
   if (!report.ok()) return finish("failed", "the gate could not run: " + report.status().message());
   outcome.gate = std::move(*report);
@@ -623,7 +634,7 @@ Result<RetrainOutcome> retrain(registry::Registry& registry, const RetrainPolicy
   auto version = registry.models().register_version(policy.model, outcome.training->bundle_sha256, record.run_id);
   if (!version.ok()) return finish("failed", "cannot register the candidate: " + version.status().message());
   record.candidate_version = version->version;
-  SLIPWAY_RETURN_IF_ERROR(registry.retraining().update(record));
+  if (Status saved = registry.retraining().update(record); !saved.ok()) return finish("failed", saved.message());
   registry::GateRecord gate_record;
   gate_record.model = policy.model;
   gate_record.version = version->version;
@@ -643,8 +654,14 @@ Result<RetrainOutcome> retrain(registry::Registry& registry, const RetrainPolicy
   if (!gate_recorded.ok()) {
     return finish("deploy_failed", "not deployed: its gate result was not recorded: " + gate_recorded.message());
   }
+  // Said before it is done: a process killed mid-deploy leaves a record that says where to look.
+  record.deployed = "pending: " + policy.endpoint;
+  if (Status saved = registry.retraining().update(record); !saved.ok()) return finish("failed", saved.message());
   auto deployed = deploy_candidate(registry, policy, *version);
-  if (!deployed.ok()) return finish("deploy_failed", "not deployed: " + deployed.status().message());
+  if (!deployed.ok()) {
+    record.deployed.clear();
+    return finish("deploy_failed", "not deployed: " + deployed.status().message());
+  }
   record.deployed = *deployed;
   return finish("deployed", "");
 }

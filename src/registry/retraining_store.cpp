@@ -126,13 +126,22 @@ Status RetrainingStore::update(const RetrainingRecord& record) {
 Result<std::size_t> RetrainingStore::mark_interrupted(const std::string& model) {
   std::size_t marked = 0;
   SLIPWAY_RETURN_IF_ERROR(context_->backend->write([&](SqlTransaction& sql) -> Status {
+    // A candidate its run registered before the record said so is still its candidate.
+    SLIPWAY_RETURN_IF_ERROR(
+        sql.execute("UPDATE retrainings SET candidate_version = (SELECT MAX(version) FROM model_versions v WHERE "
+                    "v.model = retrainings.model AND v.run_id = retrainings.run_id) WHERE model = ? AND state = "
+                    "'running' AND candidate_version = 0 AND run_id <> '' AND EXISTS (SELECT 1 FROM model_versions "
+                    "v WHERE v.model = retrainings.model AND v.run_id = retrainings.run_id)",
+                    {model})
+            .status());
     // One killed after registering its candidate did register it: that is its outcome.
     SLIPWAY_ASSIGN_OR_RETURN(
         auto changed,
         sql.execute("UPDATE retrainings SET state = CASE WHEN candidate_version > 0 THEN 'registered' ELSE "
-                    "'interrupted' END, message = CASE WHEN candidate_version > 0 THEN 'its process ended after "
-                    "registering the candidate, before any deploy' ELSE 'its process ended before it finished' END, "
-                    "finished_ms = ? WHERE model = ? AND state = 'running'",
+                    "'interrupted' END, message = CASE WHEN deployed <> '' THEN 'its process ended while deploying "
+                    "the candidate; `slipway endpoints` shows whether it was' WHEN candidate_version > 0 THEN 'its "
+                    "process ended after registering the candidate, before any deploy' ELSE 'its process ended "
+                    "before it finished' END, deployed = '', finished_ms = ? WHERE model = ? AND state = 'running'",
                     {unix_time_ms(), model}));
     marked = static_cast<std::size_t>(changed);
     return {};

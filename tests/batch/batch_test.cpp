@@ -216,6 +216,30 @@ TEST_F(BatchJob, ShardsCutOnRecordsNumberRowsAsTheWholeFile) {
   EXPECT_EQ(errors_and_rows(7, "seven"), whole);
   EXPECT_EQ(errors_and_rows(64, "many"), whole);  // more shards than some records: empty ones
 
+  // A malformed record in a late shard is named by its line in the file, as a whole read names it.
+  std::string broken = out + "12\"3,x\n";
+  testing::write_text(dir_.file("broken.csv"), broken);
+  auto whole_error = run_job(model_, spec(dir_.file("broken.csv"), dir_.file("broken1")));
+  JobSpec sharded = spec(dir_.file("broken.csv"), dir_.file("broken7"));
+  sharded.shards = 7;
+  auto shard_error = run_job(model_, sharded);
+  EXPECT_NE(whole_error.status().message().find(":310:3: quote inside an unquoted field"), std::string::npos)
+      << whole_error.status().message();
+  EXPECT_EQ(shard_error.status().message(), whole_error.status().message());
+  // A last line that is a lone CR is a (bad) row to the reader, and so to the scan.
+  std::string twenty = header + "\n";
+  {
+    std::istringstream rows(text);
+    std::string skip_header, row_text;
+    std::getline(rows, skip_header);
+    for (int row = 0; row < 20 && std::getline(rows, row_text); ++row) twenty += row_text + "\n";
+  }
+  testing::write_text(dir_.file("cr.csv"), twenty + "\r");
+  JobSpec cr = spec(dir_.file("cr.csv"), dir_.file("cr"));
+  cr.max_error_rate = 1;
+  auto with_cr = run_job(model_, cr);
+  EXPECT_TRUE(with_cr.ok()) << with_cr.status().message();
+
   // A record that never ends (an unterminated quote) is refused before anything is held.
   std::string endless = header + "\n\"" + std::string((std::size_t{65} << 20), 'x');
   testing::write_text(dir_.file("endless.csv"), endless);
@@ -247,6 +271,10 @@ TEST_F(BatchJob, JsonLinesInAndOut) {
     json.end_object();
     text += json.str() + "\n";
   }
+  // A key no row has is misspelt, refused at once; one that some shards lack is missing there.
+  testing::write_text(dir_.file("typo.jsonl"), "{\"funded_amont\": 1000}\n{\"int_rate\": 9.5}\n");
+  auto typo = run_job(model_, spec(dir_.file("typo.jsonl"), dir_.file("typo")));
+  EXPECT_NE(typo.status().message().find("has the input 'funded_amnt'"), std::string::npos) << typo.status().message();
   // An id that a float would change keeps every digit (the row's inputs are missing: imputed).
   testing::write_text(data, text + "{\"addr_state\": 12345678901}\n");
   JobSpec job = spec(data, dir_.file("out"));

@@ -1,0 +1,113 @@
+// Dense layers: the MLP of issue 13 (28 -> 256 -> 256 -> 1, ReLU between) run forward in fp32 and
+// int8 with the chosen kernel variant, and its first layer with the plain reference, at batch 1
+// (latency: an online request) and batch 256 (throughput), on 1 and 2 threads. Items are rows.
+// The peers (ONNX Runtime, PyTorch) are not measured yet: this is the kernels against themselves.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "slipway/kernels.h"
+
+namespace {
+
+using slipway::kernels::QuantizedRows;
+
+struct Mlp {
+  std::vector<slipway::kernels::PackedDenseF32> f32;
+  std::vector<slipway::kernels::PackedDenseInt8> int8;
+  std::vector<std::size_t> widths = {28, 256, 256, 1};
+};
+
+const Mlp& mlp() {
+  static const Mlp instance = [] {
+    Mlp built;
+    std::mt19937 random(1);
+    for (std::size_t layer = 0; layer + 1 < built.widths.size(); ++layer) {
+      std::size_t depth = built.widths[layer], outputs = built.widths[layer + 1];
+      std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(depth)));
+      std::vector<float> weights(outputs * depth), bias(outputs);
+      for (float& weight : weights) weight = normal(random);
+      for (float& value : bias) value = normal(random);
+      built.f32.push_back(slipway::kernels::pack_dense_f32(weights, bias, outputs, depth));
+      built.int8.push_back(slipway::kernels::pack_dense_int8(weights, bias, outputs, depth));
+    }
+    return built;
+  }();
+  return instance;
+}
+
+std::vector<float> rows_of(std::size_t rows) {
+  std::mt19937 random(2);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values(rows * 28);
+  for (float& value : values) value = normal(random);
+  return values;
+}
+
+void relu(std::vector<float>& values) {
+  for (float& value : values) value = std::max(value, 0.0f);
+}
+
+void BM_MlpF32(benchmark::State& state) {
+  std::size_t rows = static_cast<std::size_t>(state.range(0));
+  int threads = static_cast<int>(state.range(1));
+  const Mlp& net = mlp();
+  std::vector<float> input = rows_of(rows), hidden1(rows * 256), hidden2(rows * 256), output(rows);
+  for (auto _ : state) {
+    slipway::kernels::dense_f32(net.f32[0], input, rows, hidden1, threads);
+    relu(hidden1);
+    slipway::kernels::dense_f32(net.f32[1], hidden1, rows, hidden2, threads);
+    relu(hidden2);
+    slipway::kernels::dense_f32(net.f32[2], hidden2, rows, output, threads);
+    benchmark::DoNotOptimize(output.data());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * rows));
+}
+
+void BM_MlpInt8(benchmark::State& state) {
+  std::size_t rows = static_cast<std::size_t>(state.range(0));
+  int threads = static_cast<int>(state.range(1));
+  const Mlp& net = mlp();
+  std::vector<float> input = rows_of(rows), hidden1(rows * 256), hidden2(rows * 256), output(rows);
+  QuantizedRows quantized;
+  for (auto _ : state) {
+    slipway::kernels::quantize_rows(input, rows, 28, quantized);
+    slipway::kernels::dense_int8(net.int8[0], quantized, hidden1, threads);
+    relu(hidden1);
+    slipway::kernels::quantize_rows(hidden1, rows, 256, quantized);
+    slipway::kernels::dense_int8(net.int8[1], quantized, hidden2, threads);
+    relu(hidden2);
+    slipway::kernels::quantize_rows(hidden2, rows, 256, quantized);
+    slipway::kernels::dense_int8(net.int8[2], quantized, output, threads);
+    benchmark::DoNotOptimize(output.data());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * rows));
+}
+
+// The 256 x 256 layer alone, per variant: what the vector code buys over the reference.
+void BM_Dense256Variant(benchmark::State& state) {
+  const auto& variant = slipway::kernels::dense_kernel_variants()[static_cast<std::size_t>(state.range(0))];
+  std::size_t rows = static_cast<std::size_t>(state.range(1));
+  if (!variant.supported()) {
+    state.SkipWithError("this CPU lacks the variant");
+    return;
+  }
+  state.SetLabel(std::string(variant.name));
+  const Mlp& net = mlp();
+  std::vector<float> input(rows * 256, 0.5f), output(rows * 256);
+  for (auto _ : state) {
+    variant.f32(net.f32[1], input.data(), rows, output.data(), 0, net.f32[1].blocks());
+    benchmark::DoNotOptimize(output.data());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * rows));
+}
+
+}  // namespace
+
+BENCHMARK(BM_MlpF32)->ArgsProduct({{1, 256}, {1, 2}})->UseRealTime();
+BENCHMARK(BM_MlpInt8)->ArgsProduct({{1, 256}, {1, 2}})->UseRealTime();
+BENCHMARK(BM_Dense256Variant)->ArgsProduct({{0, 1, 2}, {1, 256}});
