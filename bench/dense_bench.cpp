@@ -32,8 +32,9 @@ const Mlp& mlp() {
       std::vector<float> weights(outputs * depth), bias(outputs);
       for (float& weight : weights) weight = normal(random);
       for (float& value : bias) value = normal(random);
-      built.f32.push_back(slipway::kernels::pack_dense_f32(weights, bias, outputs, depth));
-      built.int8.push_back(slipway::kernels::pack_dense_int8(weights, bias, outputs, depth));
+      bool relu = layer + 2 < built.widths.size();  // between layers, fused into the store
+      built.f32.push_back(slipway::kernels::pack_dense_f32(weights, bias, outputs, depth, relu));
+      built.int8.push_back(slipway::kernels::pack_dense_int8(weights, bias, outputs, depth, relu));
     }
     return built;
   }();
@@ -48,10 +49,6 @@ std::vector<float> rows_of(std::size_t rows) {
   return values;
 }
 
-void relu(std::vector<float>& values) {
-  for (float& value : values) value = std::max(value, 0.0f);
-}
-
 void BM_MlpF32(benchmark::State& state) {
   std::size_t rows = static_cast<std::size_t>(state.range(0));
   int threads = static_cast<int>(state.range(1));
@@ -59,9 +56,7 @@ void BM_MlpF32(benchmark::State& state) {
   std::vector<float> input = rows_of(rows), hidden1(rows * 256), hidden2(rows * 256), output(rows);
   for (auto _ : state) {
     slipway::kernels::dense_f32(net.f32[0], input, rows, hidden1, threads);
-    relu(hidden1);
     slipway::kernels::dense_f32(net.f32[1], hidden1, rows, hidden2, threads);
-    relu(hidden2);
     slipway::kernels::dense_f32(net.f32[2], hidden2, rows, output, threads);
     benchmark::DoNotOptimize(output.data());
   }
@@ -77,10 +72,8 @@ void BM_MlpInt8(benchmark::State& state) {
   for (auto _ : state) {
     slipway::kernels::quantize_rows(input, rows, 28, quantized);
     slipway::kernels::dense_int8(net.int8[0], quantized, hidden1, threads);
-    relu(hidden1);
     slipway::kernels::quantize_rows(hidden1, rows, 256, quantized);
     slipway::kernels::dense_int8(net.int8[1], quantized, hidden2, threads);
-    relu(hidden2);
     slipway::kernels::quantize_rows(hidden2, rows, 256, quantized);
     slipway::kernels::dense_int8(net.int8[2], quantized, output, threads);
     benchmark::DoNotOptimize(output.data());

@@ -12,7 +12,7 @@ packages=(
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev curl wrk prometheus
   # reference peers for parity tests (they install for /usr/bin/python3)
-  python3 python3-numpy python3-pandas python3-sklearn python3-xgboost
+  python3 python3-numpy python3-pandas python3-sklearn python3-xgboost python3-onnx
 )
 
 sudo_cmd=()

@@ -206,17 +206,20 @@ inline constexpr std::size_t kDenseInt8MaxDepth = 131072;
 
 struct PackedDenseF32 {
   std::size_t outputs = 0, depth = 0;
+  bool relu = false;  // max(out, 0) as each output is stored (a NaN gives 0)
   // [blocks][depth][kDenseBlock]: the weights of block b's 16 outputs for input k together.
   std::vector<float> weights;
   std::vector<float> bias;  // blocks * kDenseBlock, zero past `outputs`
   std::size_t blocks() const { return (outputs + kDenseBlock - 1) / kDenseBlock; }
 };
-// `weights` is outputs x depth, row-major; `bias` has `outputs` values or is empty (zeros).
+// `weights` is outputs x depth, row-major; `bias` has `outputs` values or is empty (zeros); `relu`
+// fuses the activation into the store.
 PackedDenseF32 pack_dense_f32(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
-                              std::size_t depth);
+                              std::size_t depth, bool relu = false);
 
 struct PackedDenseInt8 {
   std::size_t outputs = 0, depth = 0;
+  bool relu = false;
   std::size_t depth4 = 0;  // depth rounded up to a multiple of 4 (the padding weighs zero)
   // [blocks][depth4 / 4][kDenseBlock][4]: 16 outputs' weights for inputs k..k+3 in 64 bytes.
   std::vector<std::int8_t> weights;
@@ -226,10 +229,11 @@ struct PackedDenseInt8 {
   std::size_t blocks() const { return (outputs + kDenseBlock - 1) / kDenseBlock; }
 };
 PackedDenseInt8 pack_dense_int8(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
-                                std::size_t depth);
+                                std::size_t depth, bool relu = false);
 
-// Input rows quantized for the int8 kernels: each value q in [-127, 127] stored as q + 128 (the
-// unsigned byte AVX-512 VNNI multiplies), rows padded to depth4 with 128 (zero).
+// Input rows quantized for the int8 kernels: q = round(x * 127 / max|x|) (to nearest, ties to
+// even) in [-127, 127], stored as q + 128 (the unsigned byte AVX-512 VNNI multiplies), rows padded
+// to depth4 with 128 (zero); with the chosen variant's row quantizer, whose bytes are the same in all.
 struct QuantizedRows {
   std::size_t rows = 0, stride = 0;
   std::vector<std::uint8_t> values;
@@ -242,12 +246,15 @@ using DenseF32Kernel = void (*)(const PackedDenseF32& layer, const float* in, st
                                 std::size_t first_block, std::size_t block_count);
 using DenseInt8Kernel = void (*)(const PackedDenseInt8& layer, const QuantizedRows& in, float* out,
                                  std::size_t first_block, std::size_t block_count);
+// One row of `depth` values into quantized bytes (q + 128) and its scale, as quantize_rows says.
+using QuantizeRow = void (*)(const float* in, std::size_t depth, std::uint8_t* out, float* scale);
 
 struct DenseKernelVariant {
   std::string_view name;  // "scalar", "avx2", "avx512" (fp32: AVX-512F; int8: AVX-512 VNNI)
   bool (*supported)();
   DenseF32Kernel f32;
   DenseInt8Kernel int8;
+  QuantizeRow quantize_row;  // the same bytes in every variant
 };
 
 // Every variant, the reference ("scalar") first, supported on this CPU or not.

@@ -12,6 +12,9 @@
 namespace slipway::kernels {
 namespace {
 
+// As the vector max(x, 0) does: 0 for -0 and for NaN.
+float relu(float value) { return value > 0.0f ? value : 0.0f; }
+
 // Each output's sum from its bias, adding k in order with one fused multiply-add each: what a
 // vector lane computes for its output, so the vector variants match it bit for bit.
 void dense_f32_reference(const PackedDenseF32& layer, const float* in, std::size_t rows, float* out,
@@ -25,7 +28,7 @@ void dense_f32_reference(const PackedDenseF32& layer, const float* in, std::size
         if (output >= layer.outputs) break;
         float sum = layer.bias[output];
         for (std::size_t k = 0; k < layer.depth; ++k) sum = std::fma(input[k], weights[k * kDenseBlock + lane], sum);
-        out[row * layer.outputs + output] = sum;
+        out[row * layer.outputs + output] = layer.relu ? relu(sum) : sum;
       }
     }
   }
@@ -45,8 +48,8 @@ void dense_int8_reference(const PackedDenseInt8& layer, const QuantizedRows& in,
           std::int32_t value = static_cast<std::int32_t>(input[k]) - 128;
           sum += value * weights[(k / 4) * kDenseBlock * 4 + lane * 4 + k % 4];
         }
-        out[row * layer.outputs + output] =
-            std::fma(static_cast<float>(sum), in.scales[row] * layer.scales[output], layer.bias[output]);
+        float value = std::fma(static_cast<float>(sum), in.scales[row] * layer.scales[output], layer.bias[output]);
+        out[row * layer.outputs + output] = layer.relu ? relu(value) : value;
       }
     }
   }
@@ -62,28 +65,41 @@ bool cpu_has_avx2_fma() {
 bool cpu_has_avx512_vnni() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vnni") && cpu_has_avx2_fma();
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") && cpu_has_avx2_fma();
+}
+
+
+// max|x| of `values`, and the symmetric int8 scale it gives: max|x| / 127, or 1 when all are 0.
+float largest_magnitude(std::span<const float> values) {
+  float largest = 0.0f;
+  for (float value : values) largest = std::max(largest, std::abs(value));
+  return largest;
+}
+float scale_of(float largest) { return largest > 0.0f ? largest / 127.0f : 1.0f; }
+
+// q = round(x * (127 / max|x|)), to nearest with ties to even, within [-127, 127]: multiplied by
+// the inverse (not divided by the scale), as the vector row quantizers do, so all give these bytes.
+std::int8_t quantize(float value, float inverse) {
+  return static_cast<std::int8_t>(std::clamp(std::nearbyint(value * inverse), -127.0f, 127.0f));
+}
+float inverse_of(float largest) { return largest > 0.0f ? 127.0f / largest : 1.0f; }
+
+void quantize_row_reference(const float* in, std::size_t depth, std::uint8_t* out, float* scale) {
+  float largest = largest_magnitude({in, depth});
+  *scale = scale_of(largest);
+  float inverse = inverse_of(largest);
+  for (std::size_t k = 0; k < depth; ++k) out[k] = static_cast<std::uint8_t>(quantize(in[k], inverse) + 128);
 }
 
 const DenseKernelVariant kVariants[] = {
-    {"scalar", always_supported, dense_f32_reference, dense_int8_reference},
-    {"avx2", cpu_has_avx2_fma, dense_f32_avx2, dense_int8_avx2},
-    {"avx512", cpu_has_avx512_vnni, dense_f32_avx512, dense_int8_avx512_vnni},
+    {"scalar", always_supported, dense_f32_reference, dense_int8_reference, quantize_row_reference},
+    {"avx2", cpu_has_avx2_fma, dense_f32_avx2, dense_int8_avx2, quantize_row_avx2},
+    {"avx512", cpu_has_avx512_vnni, dense_f32_avx512, dense_int8_avx512_vnni, quantize_row_avx512},
 };
 
-// The symmetric int8 scale of `values`: max|x| / 127, or 1 when all are zero.
-float symmetric_scale(std::span<const float> values) {
-  float largest = 0.0f;
-  for (float value : values) largest = std::max(largest, std::abs(value));
-  return largest > 0.0f ? largest / 127.0f : 1.0f;
-}
-
-std::int8_t quantize(float value, float scale) {
-  return static_cast<std::int8_t>(std::clamp(std::nearbyint(value / scale), -127.0f, 127.0f));
-}
-
-// Work below this many multiply-adds runs on the calling thread: a thread costs more.
-constexpr std::size_t kMinWorkPerThread = std::size_t{1} << 18;
+// Work below this many multiply-adds (tens of microseconds) runs on the calling thread: waking
+// a pool thread costs about as much.
+constexpr std::size_t kMinWorkPerThread = std::size_t{1} << 22;
 
 void split_blocks(std::size_t blocks, std::size_t work, int threads,
                   const std::function<void(std::size_t first, std::size_t count)>& run) {
@@ -104,8 +120,9 @@ void split_blocks(std::size_t blocks, std::size_t work, int threads,
 }  // namespace
 
 PackedDenseF32 pack_dense_f32(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
-                              std::size_t depth) {
+                              std::size_t depth, bool relu) {
   PackedDenseF32 layer;
+  layer.relu = relu;
   layer.outputs = outputs;
   layer.depth = depth;
   layer.weights.assign(layer.blocks() * depth * kDenseBlock, 0.0f);
@@ -121,8 +138,9 @@ PackedDenseF32 pack_dense_f32(std::span<const float> weights, std::span<const fl
 }
 
 PackedDenseInt8 pack_dense_int8(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
-                                std::size_t depth) {
+                                std::size_t depth, bool relu) {
   PackedDenseInt8 layer;
+  layer.relu = relu;
   layer.outputs = outputs;
   layer.depth = depth;
   layer.depth4 = (depth + 3) / 4 * 4;
@@ -133,11 +151,12 @@ PackedDenseInt8 pack_dense_int8(std::span<const float> weights, std::span<const 
   layer.bias.assign(padded, 0.0f);
   for (std::size_t output = 0; output < outputs; ++output) {
     std::span<const float> row = weights.subspan(output * depth, depth);
-    float scale = symmetric_scale(row);
-    layer.scales[output] = scale;
+    float largest = largest_magnitude(row);
+    layer.scales[output] = scale_of(largest);
+    float inverse = inverse_of(largest);
     std::size_t block = output / kDenseBlock, lane = output % kDenseBlock;
     for (std::size_t k = 0; k < depth; ++k) {
-      std::int8_t value = quantize(row[k], scale);
+      std::int8_t value = quantize(row[k], inverse);
       layer.weights[(block * layer.depth4 / 4 + k / 4) * kDenseBlock * 4 + lane * 4 + k % 4] = value;
       layer.sums[output] += value;
     }
@@ -151,13 +170,9 @@ void quantize_rows(std::span<const float> in, std::size_t rows, std::size_t dept
   out.stride = (depth + 3) / 4 * 4;
   out.values.assign(rows * out.stride, 128);
   out.scales.resize(rows);
+  QuantizeRow quantize_row = dense_kernel().quantize_row;
   for (std::size_t row = 0; row < rows; ++row) {
-    std::span<const float> values = in.subspan(row * depth, depth);
-    float scale = symmetric_scale(values);
-    out.scales[row] = scale;
-    for (std::size_t k = 0; k < depth; ++k) {
-      out.values[row * out.stride + k] = static_cast<std::uint8_t>(quantize(values[k], scale) + 128);
-    }
+    quantize_row(in.data() + row * depth, depth, out.values.data() + row * out.stride, &out.scales[row]);
   }
 }
 
@@ -187,7 +202,8 @@ void dense_f32(const PackedDenseF32& layer, std::span<const float> in, std::size
 
 void dense_int8(const PackedDenseInt8& layer, const QuantizedRows& in, std::span<float> out, int threads) {
   DenseInt8Kernel kernel = dense_kernel().int8;
-  split_blocks(layer.blocks(), in.rows * layer.depth4 * layer.blocks() * kDenseBlock, threads,
+  // An int8 multiply-add costs about a quarter of an fp32 one (four per VNNI lane).
+  split_blocks(layer.blocks(), in.rows * layer.depth4 * layer.blocks() * kDenseBlock / 4, threads,
                [&](std::size_t first, std::size_t count) { kernel(layer, in, out.data(), first, count); });
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "slipway/kernels.h"
 
@@ -20,5 +21,9 @@ void dense_f32_avx512(const PackedDenseF32& layer, const float* in, std::size_t 
                       std::size_t first_block, std::size_t block_count);
 void dense_int8_avx512_vnni(const PackedDenseInt8& layer, const QuantizedRows& in, float* out, std::size_t first_block,
                             std::size_t block_count);
+
+// Need AVX2 and FMA; AVX-512F, BW and VL.
+void quantize_row_avx2(const float* in, std::size_t depth, std::uint8_t* out, float* scale);
+void quantize_row_avx512(const float* in, std::size_t depth, std::uint8_t* out, float* scale);
 
 }  // namespace slipway::kernels

@@ -53,13 +53,17 @@ TEST(DenseKernels, EveryVariantGivesTheReferenceBitsInFp32AndInt8) {
   for (const Shape& shape : kShapes) {
     Layer layer = random_layer(shape.outputs, shape.depth, random);
     std::vector<float> in = random_rows(shape.rows, shape.depth, random);
-    PackedDenseF32 f32 = pack_dense_f32(layer.weights, layer.bias, layer.outputs, layer.depth);
-    PackedDenseInt8 int8 = pack_dense_int8(layer.weights, layer.bias, layer.outputs, layer.depth);
+    bool relu = shape.outputs % 2 == 1;  // half the shapes fuse the activation
+    PackedDenseF32 f32 = pack_dense_f32(layer.weights, layer.bias, layer.outputs, layer.depth, relu);
+    PackedDenseInt8 int8 = pack_dense_int8(layer.weights, layer.bias, layer.outputs, layer.depth, relu);
     QuantizedRows quantized;
     quantize_rows(in, shape.rows, shape.depth, quantized);
     std::vector<float> expected_f32(shape.rows * shape.outputs), expected_int8(shape.rows * shape.outputs);
     reference.f32(f32, in.data(), shape.rows, expected_f32.data(), 0, f32.blocks());
     reference.int8(int8, quantized, expected_int8.data(), 0, int8.blocks());
+    std::vector<std::uint8_t> expected_bytes(quantized.stride);
+    float expected_scale = 0;
+    reference.quantize_row(in.data(), shape.depth, expected_bytes.data(), &expected_scale);
     for (const auto& variant : dense_kernel_variants()) {
       if (!variant.supported()) continue;
       SCOPED_TRACE(std::string(variant.name) + " rows " + std::to_string(shape.rows) + " outputs " +
@@ -70,6 +74,11 @@ TEST(DenseKernels, EveryVariantGivesTheReferenceBitsInFp32AndInt8) {
       std::fill(got.begin(), got.end(), -1.0f);
       variant.int8(int8, quantized, got.data(), 0, int8.blocks());
       EXPECT_EQ(got, expected_int8);
+      std::vector<std::uint8_t> bytes(quantized.stride);
+      float row_scale = 0;
+      variant.quantize_row(in.data(), shape.depth, bytes.data(), &row_scale);
+      EXPECT_EQ(bytes, expected_bytes);
+      EXPECT_EQ(row_scale, expected_scale);
       // Any split of the blocks computes the same.
       if (f32.blocks() > 1) {
         std::fill(got.begin(), got.end(), -1.0f);

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The dense kernels against ONNX Runtime on the same MLP shape (28 -> 256 -> 256 -> 1, ReLU),
+# in one run: ours in fp32 and int8 (bench/dense_bench.cpp, BM_MlpF32 and BM_MlpInt8) and ONNX
+# Runtime 1.30's CPU provider through onnxruntime-node, at batch 1 (seconds per call) and batch 256
+# (rows per second), on 1 and 2 threads; ratios are ours over theirs in rows per second.
+# Needs python3-onnx (the model file) and Node.js; onnxruntime-node is installed into
+# ~/.cache/slipway-peers with --ignore-scripts (its install script fetches GPU extras from a host
+# this machine cannot reach).
+# Usage: bench/dense_peer.sh [BUILD_DIR]   (build/release)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-$root/build/release}" && pwd)
+peers="$HOME/.cache/slipway-peers"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+command -v node > /dev/null || { echo "dense_peer.sh needs Node.js (and npm) for ONNX Runtime" >&2; exit 2; }
+if [ ! -d "$peers/node_modules/onnxruntime-node" ]; then
+  mkdir -p "$peers"
+  (cd "$peers" && npm install --ignore-scripts --no-audit --no-fund onnxruntime-node@1.30.0 > /dev/null)
+fi
+/usr/bin/python3 "$root/bench/dense_peer.py" "$work/mlp.onnx"
+NODE_PATH="$peers/node_modules" node "$root/bench/dense_peer.js" "$work/mlp.onnx" > "$work/ort.json"
+"$build/bench/slipway_bench" --benchmark_filter='BM_Mlp' --benchmark_repetitions=7 \
+  --benchmark_report_aggregates_only=true --benchmark_format=json --benchmark_out="$work/ours.json" \
+  --benchmark_out_format=json > /dev/null
+/usr/bin/python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+ort = json.load(open(f"{work}/ort.json"))
+ours = {}
+for b in json.load(open(f"{work}/ours.json"))["benchmarks"]:
+    if b.get("aggregate_name") == "median":
+        name, batch, threads = b["run_name"].split("/")[:3]
+        ours[(name, int(batch), int(threads))] = b["real_time"] * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3}[b["time_unit"]]
+print("MLP 28 -> 256 -> 256 -> 1, median of 7 rounds")
+print(f"{'':28}{'ours fp32':>12}{'ours int8':>12}{'ONNX Runtime':>14}{'fp32/ORT':>10}{'int8/ORT':>10}{'int8/fp32':>11}")
+for threads in (1, 2):
+    for batch in (1, 256):
+        peer = ort[f"batch{batch}_threads{threads}"]
+        f32 = ours[("BM_MlpF32", batch, threads)]
+        int8 = ours[("BM_MlpInt8", batch, threads)]
+        unit = "us/call" if batch == 1 else "k rows/s"
+        show = (lambda s: f"{s * 1e6:.1f}") if batch == 1 else (lambda s: f"{batch / s / 1e3:.0f}")
+        print(f"batch {batch:>3}, {threads} thread{'s' if threads > 1 else ' '} ({unit:8})"
+              f"{show(f32):>12}{show(int8):>12}{show(peer):>14}{peer / f32:>10.2f}{peer / int8:>10.2f}{f32 / int8:>11.2f}")
+PY
