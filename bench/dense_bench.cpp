@@ -1,5 +1,5 @@
-// Dense layers: the MLP of issue 13 (28 -> 256 -> 256 -> 1, ReLU between) run forward in fp32 and
-// int8 with the chosen kernel variant, and its first layer with the plain reference, at batch 1
+// Dense layers: the MLP of issue 13 (28 -> 256 -> 256 -> 1, ReLU between) run forward in fp32,
+// bf16 and int8 with the chosen kernel variant, and its first layer with the plain reference, at batch 1
 // (latency: an online request) and batch 256 (throughput), on 1 and 2 threads. Items are rows.
 // The peers (ONNX Runtime, PyTorch) are not measured yet: this is the kernels against themselves.
 #include <benchmark/benchmark.h>
@@ -19,6 +19,7 @@ using slipway::kernels::QuantizedRows;
 struct Mlp {
   std::vector<slipway::kernels::PackedDenseF32> f32;
   std::vector<slipway::kernels::PackedDenseInt8> int8;
+  std::vector<slipway::kernels::PackedDenseBf16> bf16;
   std::vector<std::size_t> widths = {28, 256, 256, 1};
 };
 
@@ -35,6 +36,7 @@ const Mlp& mlp() {
       bool relu = layer + 2 < built.widths.size();  // between layers, fused into the store
       built.f32.push_back(slipway::kernels::pack_dense_f32(weights, bias, outputs, depth, relu));
       built.int8.push_back(slipway::kernels::pack_dense_int8(weights, bias, outputs, depth, relu));
+      built.bf16.push_back(slipway::kernels::pack_dense_bf16(weights, bias, outputs, depth, relu));
     }
     return built;
   }();
@@ -81,6 +83,24 @@ void BM_MlpInt8(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * rows));
 }
 
+void BM_MlpBf16(benchmark::State& state) {
+  std::size_t rows = static_cast<std::size_t>(state.range(0));
+  int threads = static_cast<int>(state.range(1));
+  const Mlp& net = mlp();
+  std::vector<float> input = rows_of(rows), hidden1(rows * 256), hidden2(rows * 256), output(rows);
+  slipway::kernels::Bf16Rows rounded;
+  for (auto _ : state) {
+    slipway::kernels::round_rows_to_bf16(input, rows, 28, rounded);
+    slipway::kernels::dense_bf16(net.bf16[0], rounded, hidden1, threads);
+    slipway::kernels::round_rows_to_bf16(hidden1, rows, 256, rounded);
+    slipway::kernels::dense_bf16(net.bf16[1], rounded, hidden2, threads);
+    slipway::kernels::round_rows_to_bf16(hidden2, rows, 256, rounded);
+    slipway::kernels::dense_bf16(net.bf16[2], rounded, output, threads);
+    benchmark::DoNotOptimize(output.data());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * rows));
+}
+
 // The 256 x 256 layer alone, per variant: what the vector code buys over the reference.
 void BM_Dense256Variant(benchmark::State& state) {
   const auto& variant = slipway::kernels::dense_kernel_variants()[static_cast<std::size_t>(state.range(0))];
@@ -103,4 +123,5 @@ void BM_Dense256Variant(benchmark::State& state) {
 
 BENCHMARK(BM_MlpF32)->ArgsProduct({{1, 256}, {1, 2}})->UseRealTime();
 BENCHMARK(BM_MlpInt8)->ArgsProduct({{1, 256}, {1, 2}})->UseRealTime();
+BENCHMARK(BM_MlpBf16)->ArgsProduct({{1, 256}, {1, 2}})->UseRealTime();
 BENCHMARK(BM_Dense256Variant)->ArgsProduct({{0, 1, 2}, {1, 256}});

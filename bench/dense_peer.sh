@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The dense kernels against ONNX Runtime on the same MLP shape (28 -> 256 -> 256 -> 1, ReLU),
-# in one run: ours in fp32 and int8 (bench/dense_bench.cpp, BM_MlpF32 and BM_MlpInt8) and ONNX
+# in one run: ours in fp32, bf16 and int8 (bench/dense_bench.cpp, BM_MlpF32, BM_MlpBf16 and
+# BM_MlpInt8) and ONNX
 # Runtime 1.30's CPU provider through onnxruntime-node, at batch 1 (seconds per call) and batch 256
 # (rows per second), on 1 and 2 threads; ratios are ours over theirs in rows per second.
 # Needs python3-onnx (the model file) and Node.js; onnxruntime-node is installed into
@@ -33,14 +34,16 @@ for b in json.load(open(f"{work}/ours.json"))["benchmarks"]:
         name, batch, threads = b["run_name"].split("/")[:3]
         ours[(name, int(batch), int(threads))] = b["real_time"] * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3}[b["time_unit"]]
 print("MLP 28 -> 256 -> 256 -> 1, median of 7 rounds")
-print(f"{'':28}{'ours fp32':>12}{'ours int8':>12}{'ONNX Runtime':>14}{'fp32/ORT':>10}{'int8/ORT':>10}{'int8/fp32':>11}")
+print(f"{'':28}{'ours fp32':>11}{'ours bf16':>11}{'ours int8':>11}{'ONNX Runtime':>14}{'fp32/ORT':>10}{'bf16/ORT':>10}{'int8/ORT':>10}{'int8/fp32':>11}")
 for threads in (1, 2):
     for batch in (1, 256):
         peer = ort[f"batch{batch}_threads{threads}"]
         f32 = ours[("BM_MlpF32", batch, threads)]
         int8 = ours[("BM_MlpInt8", batch, threads)]
+        bf16 = ours[("BM_MlpBf16", batch, threads)]
         unit = "us/call" if batch == 1 else "k rows/s"
         show = (lambda s: f"{s * 1e6:.1f}") if batch == 1 else (lambda s: f"{batch / s / 1e3:.0f}")
         print(f"batch {batch:>3}, {threads} thread{'s' if threads > 1 else ' '} ({unit:8})"
-              f"{show(f32):>12}{show(int8):>12}{show(peer):>14}{peer / f32:>10.2f}{peer / int8:>10.2f}{f32 / int8:>11.2f}")
+              f"{show(f32):>11}{show(bf16):>11}{show(int8):>11}{show(peer):>14}{peer / f32:>10.2f}{peer / bf16:>10.2f}"
+              f"{peer / int8:>10.2f}{f32 / int8:>11.2f}")
 PY

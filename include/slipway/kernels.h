@@ -6,7 +6,7 @@
 // supports against it, bit for bit (as ggml's test-backend-ops does). Nothing here knows about
 // models or tables: callers lay their data out as each kernel's contract says.
 //
-// Today: tree traversal over complete binary trees, and dense layers in fp32 and int8 (the
+// Today: tree traversal over complete binary trees, and dense layers in fp32, bf16 and int8 (the
 // matrix products of neural models, and of the LLM engine to come).
 #pragma once
 
@@ -231,6 +231,29 @@ struct PackedDenseInt8 {
 PackedDenseInt8 pack_dense_int8(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
                                 std::size_t depth, bool relu = false);
 
+// bf16 weights: each rounded to bfloat16 (nearest, ties to even), in pairs of inputs, so one
+// AVX-512 BF16 instruction (vdpbf16ps) adds two products for 16 outputs.
+struct PackedDenseBf16 {
+  std::size_t outputs = 0, depth = 0;
+  std::size_t depth2 = 0;  // depth rounded up to even (the padding weighs zero)
+  bool relu = false;
+  // [blocks][depth2 / 2][kDenseBlock][2]: 16 outputs' weights for inputs k and k+1.
+  std::vector<std::uint16_t> weights;
+  std::vector<float> bias;
+  std::size_t blocks() const { return (outputs + kDenseBlock - 1) / kDenseBlock; }
+};
+PackedDenseBf16 pack_dense_bf16(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
+                                std::size_t depth, bool relu = false);
+
+// Input rows rounded to bfloat16 for the bf16 kernels (nearest, ties to even; a subnormal input
+// becomes a signed zero, as AVX-512 BF16's conversion makes it), each padded to depth2 with zeros,
+// with the chosen variant's row converter, whose values are the same in all.
+struct Bf16Rows {
+  std::size_t rows = 0, stride = 0;
+  std::vector<std::uint16_t> values;
+};
+void round_rows_to_bf16(std::span<const float> in, std::size_t rows, std::size_t depth, Bf16Rows& out);
+
 // Input rows quantized for the int8 kernels: q = round(x * 127 / max|x|) (to nearest, ties to
 // even) in [-127, 127], stored as q + 128 (the unsigned byte AVX-512 VNNI multiplies), rows padded
 // to depth4 with 128 (zero); with the chosen variant's row quantizer, whose bytes are the same in all.
@@ -246,15 +269,24 @@ using DenseF32Kernel = void (*)(const PackedDenseF32& layer, const float* in, st
                                 std::size_t first_block, std::size_t block_count);
 using DenseInt8Kernel = void (*)(const PackedDenseInt8& layer, const QuantizedRows& in, float* out,
                                  std::size_t first_block, std::size_t block_count);
+// One row of `depth` values rounded to bfloat16, as round_rows_to_bf16 says.
+using RoundRowBf16 = void (*)(const float* in, std::size_t depth, std::uint16_t* out);
+// bf16: each output's sum starts from its bias and, per pair of inputs, adds the product of the
+// odd input, then of the even one (each exact in fp32, each sum rounded), as vdpbf16ps does.
+using DenseBf16Kernel = void (*)(const PackedDenseBf16& layer, const Bf16Rows& in, float* out, std::size_t first_block,
+                                 std::size_t block_count);
 // One row of `depth` values into quantized bytes (q + 128) and its scale, as quantize_rows says.
 using QuantizeRow = void (*)(const float* in, std::size_t depth, std::uint8_t* out, float* scale);
 
 struct DenseKernelVariant {
-  std::string_view name;  // "scalar", "avx2", "avx512" (fp32: AVX-512F; int8: AVX-512 VNNI)
+  // "scalar", "avx2", "avx512" (AVX-512F, BW, VL and VNNI), "avx512bf16" (that and AVX-512 BF16)
+  std::string_view name;
   bool (*supported)();
   DenseF32Kernel f32;
   DenseInt8Kernel int8;
   QuantizeRow quantize_row;  // the same bytes in every variant
+  DenseBf16Kernel bf16;
+  RoundRowBf16 round_row_bf16;
 };
 
 // Every variant, the reference ("scalar") first, supported on this CPU or not.
@@ -268,5 +300,6 @@ const DenseKernelVariant& dense_kernel();
 void dense_f32(const PackedDenseF32& layer, std::span<const float> in, std::size_t rows, std::span<float> out,
                int threads = 1);
 void dense_int8(const PackedDenseInt8& layer, const QuantizedRows& in, std::span<float> out, int threads = 1);
+void dense_bf16(const PackedDenseBf16& layer, const Bf16Rows& in, std::span<float> out, int threads = 1);
 
 }  // namespace slipway::kernels

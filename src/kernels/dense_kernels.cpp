@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 
 #include "kernels/dense_kernels_x86.h"
@@ -55,6 +56,39 @@ void dense_int8_reference(const PackedDenseInt8& layer, const QuantizedRows& in,
   }
 }
 
+void dense_bf16_reference(const PackedDenseBf16& layer, const Bf16Rows& in, float* out, std::size_t first_block,
+                          std::size_t block_count) {
+  auto widen = QuantizedTreesView::bf16_to_float;
+  for (std::size_t row = 0; row < in.rows; ++row) {
+    const std::uint16_t* input = in.values.data() + row * in.stride;
+    for (std::size_t block = first_block; block < first_block + block_count; ++block) {
+      const std::uint16_t* weights = layer.weights.data() + block * layer.depth2 * kDenseBlock;
+      for (std::size_t lane = 0; lane < kDenseBlock; ++lane) {
+        std::size_t output = block * kDenseBlock + lane;
+        if (output >= layer.outputs) break;
+        float sum = layer.bias[output];
+        for (std::size_t k = 0; k < layer.depth2; k += 2) {
+          const std::uint16_t* pair = weights + (k / 2) * kDenseBlock * 2 + lane * 2;
+          sum += widen(input[k + 1]) * widen(pair[1]);
+          sum += widen(input[k]) * widen(pair[0]);
+        }
+        out[row * layer.outputs + output] = layer.relu ? relu(sum) : sum;
+      }
+    }
+  }
+}
+
+void round_row_bf16_reference(const float* in, std::size_t depth, std::uint16_t* out) {
+  for (std::size_t k = 0; k < depth; ++k) {
+    std::uint32_t word = 0;
+    std::memcpy(&word, in + k, sizeof(word));
+    if ((word & 0x7F800000U) == 0) word &= 0x80000000U;  // subnormal: a signed zero
+    float value = 0;
+    std::memcpy(&value, &word, sizeof(value));
+    out[k] = QuantizedTreesView::float_to_bf16(value);
+  }
+}
+
 bool always_supported() { return true; }
 
 bool cpu_has_avx2_fma() {
@@ -62,12 +96,13 @@ bool cpu_has_avx2_fma() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
+bool cpu_has_avx512_bf16();
+
 bool cpu_has_avx512_vnni() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") && cpu_has_avx2_fma();
 }
-
 
 // max|x| of `values`, and the symmetric int8 scale it gives: max|x| / 127, or 1 when all are 0.
 float largest_magnitude(std::span<const float> values) {
@@ -91,10 +126,20 @@ void quantize_row_reference(const float* in, std::size_t depth, std::uint8_t* ou
   for (std::size_t k = 0; k < depth; ++k) out[k] = static_cast<std::uint8_t>(quantize(in[k], inverse) + 128);
 }
 
+bool cpu_has_avx512_bf16() {
+  __builtin_cpu_init();
+  return cpu_has_avx512_vnni() && __builtin_cpu_supports("avx512bf16");
+}
+
 const DenseKernelVariant kVariants[] = {
-    {"scalar", always_supported, dense_f32_reference, dense_int8_reference, quantize_row_reference},
-    {"avx2", cpu_has_avx2_fma, dense_f32_avx2, dense_int8_avx2, quantize_row_avx2},
-    {"avx512", cpu_has_avx512_vnni, dense_f32_avx512, dense_int8_avx512_vnni, quantize_row_avx512},
+    {"scalar", always_supported, dense_f32_reference, dense_int8_reference, quantize_row_reference,
+     dense_bf16_reference, round_row_bf16_reference},
+    {"avx2", cpu_has_avx2_fma, dense_f32_avx2, dense_int8_avx2, quantize_row_avx2, dense_bf16_avx2,
+     round_row_bf16_reference},
+    {"avx512", cpu_has_avx512_vnni, dense_f32_avx512, dense_int8_avx512_vnni, quantize_row_avx512, dense_bf16_avx2,
+     round_row_bf16_reference},
+    {"avx512bf16", cpu_has_avx512_bf16, dense_f32_avx512, dense_int8_avx512_vnni, quantize_row_avx512,
+     dense_bf16_avx512, round_row_bf16_avx512},
 };
 
 // Work below this many multiply-adds (tens of microseconds) runs on the calling thread: waking
@@ -165,6 +210,35 @@ PackedDenseInt8 pack_dense_int8(std::span<const float> weights, std::span<const 
   return layer;
 }
 
+PackedDenseBf16 pack_dense_bf16(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
+                                std::size_t depth, bool relu) {
+  PackedDenseBf16 layer;
+  layer.outputs = outputs;
+  layer.depth = depth;
+  layer.depth2 = (depth + 1) / 2 * 2;
+  layer.relu = relu;
+  layer.weights.assign(layer.blocks() * layer.depth2 * kDenseBlock, 0);
+  layer.bias.assign(layer.blocks() * kDenseBlock, 0.0f);
+  for (std::size_t output = 0; output < outputs; ++output) {
+    std::size_t block = output / kDenseBlock, lane = output % kDenseBlock;
+    for (std::size_t k = 0; k < depth; ++k) {
+      layer.weights[(block * layer.depth2 / 2 + k / 2) * kDenseBlock * 2 + lane * 2 + k % 2] =
+          QuantizedTreesView::float_to_bf16(weights[output * depth + k]);
+    }
+    if (!bias.empty()) layer.bias[output] = bias[output];
+  }
+  return layer;
+}
+
+void round_rows_to_bf16(std::span<const float> in, std::size_t rows, std::size_t depth, Bf16Rows& out) {
+  out.rows = rows;
+  out.stride = (depth + 1) / 2 * 2;
+  out.values.assign(rows * out.stride, 0);
+  RoundRowBf16 round_row = dense_kernel().round_row_bf16;
+  for (std::size_t row = 0; row < rows; ++row)
+    round_row(in.data() + row * depth, depth, out.values.data() + row * out.stride);
+}
+
 void quantize_rows(std::span<const float> in, std::size_t rows, std::size_t depth, QuantizedRows& out) {
   out.rows = rows;
   out.stride = (depth + 3) / 4 * 4;
@@ -198,6 +272,13 @@ void dense_f32(const PackedDenseF32& layer, std::span<const float> in, std::size
   DenseF32Kernel kernel = dense_kernel().f32;
   split_blocks(layer.blocks(), rows * layer.depth * layer.blocks() * kDenseBlock, threads,
                [&](std::size_t first, std::size_t count) { kernel(layer, in.data(), rows, out.data(), first, count); });
+}
+
+void dense_bf16(const PackedDenseBf16& layer, const Bf16Rows& in, std::span<float> out, int threads) {
+  DenseBf16Kernel kernel = dense_kernel().bf16;
+  // A bf16 pair costs about one fp32 multiply-add.
+  split_blocks(layer.blocks(), in.rows * layer.depth2 * layer.blocks() * kDenseBlock / 2, threads,
+               [&](std::size_t first, std::size_t count) { kernel(layer, in, out.data(), first, count); });
 }
 
 void dense_int8(const PackedDenseInt8& layer, const QuantizedRows& in, std::span<float> out, int threads) {

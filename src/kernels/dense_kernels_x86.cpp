@@ -350,4 +350,134 @@ __attribute__((target("avx2,fma"))) void quantize_row_avx2(const float* in, std:
   }
 }
 
+// bf16. AVX-512 BF16 adds each pair's odd product, then its even one, to 16 fp32 sums in one
+// instruction; AVX2 widens the bf16 values to fp32 (a shift) and adds the same exact products in
+// the same order (a product of two bf16 values is exact in fp32, so a fused multiply-add rounds
+// as the add alone would).
+
+template <std::size_t kRows, std::size_t kBlocks>
+__attribute__((target("avx512f,avx512bf16"))) inline void bf16_tile_avx512(const PackedDenseBf16& layer,
+                                                                           const Bf16Rows& in, std::size_t row,
+                                                                           float* out, std::size_t block) {
+  __m512 sums[kBlocks][kRows];
+  const std::uint16_t* weights[kBlocks];
+#pragma GCC unroll 16
+  for (std::size_t b = 0; b < kBlocks; ++b) {
+    weights[b] = layer.weights.data() + (block + b) * layer.depth2 * kDenseBlock;
+    __m512 bias = _mm512_loadu_ps(layer.bias.data() + (block + b) * kDenseBlock);
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < kRows; ++r) sums[b][r] = bias;
+  }
+  const std::uint16_t* input = in.values.data() + row * in.stride;
+  for (std::size_t k = 0; k < layer.depth2; k += 2) {
+    __m512bh w[kBlocks];
+#pragma GCC unroll 16
+    for (std::size_t b = 0; b < kBlocks; ++b) {
+      w[b] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(weights[b] + k * kDenseBlock));
+    }
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < kRows; ++r) {
+      std::int32_t pair = 0;
+      std::memcpy(&pair, input + r * in.stride + k, sizeof(pair));
+      __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
+#pragma GCC unroll 16
+      for (std::size_t b = 0; b < kBlocks; ++b) sums[b][r] = _mm512_dpbf16_ps(sums[b][r], x, w[b]);
+    }
+  }
+#pragma GCC unroll 16
+  for (std::size_t b = 0; b < kBlocks; ++b) {
+    auto mask = static_cast<__mmask16>(lane_mask(layer.outputs, block + b));
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < kRows; ++r) {
+      __m512 value = layer.relu ? _mm512_max_ps(sums[b][r], _mm512_setzero_ps()) : sums[b][r];
+      _mm512_mask_storeu_ps(out + (row + r) * layer.outputs + (block + b) * kDenseBlock, mask, value);
+    }
+  }
+}
+
+template <std::size_t kRowsPerTile, std::size_t kBlocks>
+__attribute__((target("avx512f,avx512bf16"))) inline void bf16_rows_avx512(const PackedDenseBf16& layer,
+                                                                           const Bf16Rows& in, float* out,
+                                                                           std::size_t block) {
+  std::size_t row = 0;
+  for (; row + kRowsPerTile <= in.rows; row += kRowsPerTile) {
+    bf16_tile_avx512<kRowsPerTile, kBlocks>(layer, in, row, out, block);
+  }
+  for (; row < in.rows; ++row) bf16_tile_avx512<1, kBlocks>(layer, in, row, out, block);
+}
+
+__attribute__((target("avx512f,avx512bf16"))) void dense_bf16_avx512(const PackedDenseBf16& layer, const Bf16Rows& in,
+                                                                     float* out, std::size_t first_block,
+                                                                     std::size_t block_count) {
+  for_each_tile(
+      in.rows, first_block, block_count, [&](std::size_t block) { bf16_rows_avx512<1, 8>(layer, in, out, block); },
+      [&](std::size_t block) { bf16_rows_avx512<4, 2>(layer, in, out, block); },
+      [&](std::size_t block) { bf16_rows_avx512<8, 1>(layer, in, out, block); });
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_row_bf16_avx512(const float* in,
+                                                                                           std::size_t depth,
+                                                                                           std::uint16_t* out) {
+  for (std::size_t k = 0; k < depth; k += 16) {
+    auto mask = static_cast<__mmask16>(depth - k >= 16 ? 0xFFFF : (1U << (depth - k)) - 1U);
+    __m256bh rounded = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, in + k));
+    _mm256_mask_storeu_epi16(out + k, mask, reinterpret_cast<__m256i>(rounded));
+  }
+}
+
+template <std::size_t kRows>
+__attribute__((target("avx2,fma"))) inline void bf16_tile_avx2(const PackedDenseBf16& layer, const Bf16Rows& in,
+                                                               std::size_t row, float* out, std::size_t block) {
+  __m256 sums[2][kRows];
+#pragma GCC unroll 16
+  for (std::size_t half = 0; half < 2; ++half) {
+    __m256 bias = _mm256_loadu_ps(layer.bias.data() + block * kDenseBlock + half * 8);
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < kRows; ++r) sums[half][r] = bias;
+  }
+  const std::uint16_t* weights = layer.weights.data() + block * layer.depth2 * kDenseBlock;
+  const std::uint16_t* input = in.values.data() + row * in.stride;
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000U));
+  for (std::size_t k = 0; k < layer.depth2; k += 2) {
+    __m256 even[2], odd[2];
+#pragma GCC unroll 16
+    for (std::size_t half = 0; half < 2; ++half) {
+      // Eight outputs' (k, k+1) pairs: the even weight in the low half of each 32-bit lane.
+      __m256i pairs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(weights + k * kDenseBlock + half * 16));
+      even[half] = _mm256_castsi256_ps(_mm256_slli_epi32(pairs, 16));
+      odd[half] = _mm256_castsi256_ps(_mm256_and_si256(pairs, high));
+    }
+#pragma GCC unroll 16
+    for (std::size_t r = 0; r < kRows; ++r) {
+      __m256 x_odd = _mm256_set1_ps(QuantizedTreesView::bf16_to_float(input[r * in.stride + k + 1]));
+      __m256 x_even = _mm256_set1_ps(QuantizedTreesView::bf16_to_float(input[r * in.stride + k]));
+#pragma GCC unroll 16
+      for (std::size_t half = 0; half < 2; ++half) {
+        sums[half][r] = _mm256_fmadd_ps(x_odd, odd[half], sums[half][r]);
+        sums[half][r] = _mm256_fmadd_ps(x_even, even[half], sums[half][r]);
+      }
+    }
+  }
+  std::size_t valid = std::min<std::size_t>(kDenseBlock, layer.outputs - block * kDenseBlock);
+#pragma GCC unroll 16
+  for (std::size_t r = 0; r < kRows; ++r) {
+    alignas(32) float lanes[kDenseBlock];
+#pragma GCC unroll 16
+    for (std::size_t half = 0; half < 2; ++half) {
+      __m256 value = layer.relu ? _mm256_max_ps(sums[half][r], _mm256_setzero_ps()) : sums[half][r];
+      _mm256_store_ps(lanes + half * 8, value);
+    }
+    std::memcpy(out + (row + r) * layer.outputs + block * kDenseBlock, lanes, valid * sizeof(float));
+  }
+}
+
+__attribute__((target("avx2,fma"))) void dense_bf16_avx2(const PackedDenseBf16& layer, const Bf16Rows& in, float* out,
+                                                         std::size_t first_block, std::size_t block_count) {
+  for (std::size_t block = first_block; block < first_block + block_count; ++block) {
+    std::size_t row = 0;
+    for (; row + 4 <= in.rows; row += 4) bf16_tile_avx2<4>(layer, in, row, out, block);
+    for (; row < in.rows; ++row) bf16_tile_avx2<1>(layer, in, row, out, block);
+  }
+}
+
 }  // namespace slipway::kernels

@@ -22,6 +22,14 @@ void dense_f32_avx512(const PackedDenseF32& layer, const float* in, std::size_t 
 void dense_int8_avx512_vnni(const PackedDenseInt8& layer, const QuantizedRows& in, float* out, std::size_t first_block,
                             std::size_t block_count);
 
+// Need AVX2 and FMA; AVX-512F and AVX-512 BF16.
+void dense_bf16_avx2(const PackedDenseBf16& layer, const Bf16Rows& in, float* out, std::size_t first_block,
+                     std::size_t block_count);
+void dense_bf16_avx512(const PackedDenseBf16& layer, const Bf16Rows& in, float* out, std::size_t first_block,
+                       std::size_t block_count);
+// Needs AVX-512F, BW, VL and BF16.
+void round_row_bf16_avx512(const float* in, std::size_t depth, std::uint16_t* out);
+
 // Need AVX2 and FMA; AVX-512F, BW and VL.
 void quantize_row_avx2(const float* in, std::size_t depth, std::uint8_t* out, float* scale);
 void quantize_row_avx512(const float* in, std::size_t depth, std::uint8_t* out, float* scale);

@@ -33,6 +33,7 @@ std::vector<float> random_rows(std::size_t rows, std::size_t depth, std::mt19937
   std::vector<float> values(rows * depth);
   for (float& value : values) value = normal(random);
   if (!values.empty()) values[0] = 0.0f;  // zeros, and a whole row of them below
+  if (values.size() > 1) values[1] = -1e-40f;  // a subnormal: bf16 rounding makes it -0
   if (rows > 2)
     std::fill(values.begin() + static_cast<std::ptrdiff_t>(depth),
               values.begin() + static_cast<std::ptrdiff_t>(2 * depth), 0.0f);
@@ -47,7 +48,7 @@ const Shape kShapes[] = {{1, 1, 1},    {1, 16, 4},  {1, 130, 37},  {1, 256, 28},
                          {5, 48, 3},   {9, 7, 100}, {13, 33, 257}, {2, 129, 16}, {8, 16, 1}, {17, 200, 28},
                          {64, 1, 256}, {3, 145, 9}, {1, 8, 300},   {6, 250, 66}};
 
-TEST(DenseKernels, EveryVariantGivesTheReferenceBitsInFp32AndInt8) {
+TEST(DenseKernels, EveryVariantGivesTheReferenceBitsInFp32Bf16AndInt8) {
   std::mt19937 random(11);
   const DenseKernelVariant& reference = dense_kernel_variants().front();
   for (const Shape& shape : kShapes) {
@@ -61,6 +62,11 @@ TEST(DenseKernels, EveryVariantGivesTheReferenceBitsInFp32AndInt8) {
     std::vector<float> expected_f32(shape.rows * shape.outputs), expected_int8(shape.rows * shape.outputs);
     reference.f32(f32, in.data(), shape.rows, expected_f32.data(), 0, f32.blocks());
     reference.int8(int8, quantized, expected_int8.data(), 0, int8.blocks());
+    PackedDenseBf16 bf16 = pack_dense_bf16(layer.weights, layer.bias, layer.outputs, layer.depth, relu);
+    Bf16Rows rounded;
+    round_rows_to_bf16(in, shape.rows, shape.depth, rounded);
+    std::vector<float> expected_bf16(shape.rows * shape.outputs);
+    reference.bf16(bf16, rounded, expected_bf16.data(), 0, bf16.blocks());
     std::vector<std::uint8_t> expected_bytes(quantized.stride);
     float expected_scale = 0;
     reference.quantize_row(in.data(), shape.depth, expected_bytes.data(), &expected_scale);
@@ -74,6 +80,13 @@ TEST(DenseKernels, EveryVariantGivesTheReferenceBitsInFp32AndInt8) {
       std::fill(got.begin(), got.end(), -1.0f);
       variant.int8(int8, quantized, got.data(), 0, int8.blocks());
       EXPECT_EQ(got, expected_int8);
+      std::fill(got.begin(), got.end(), -1.0f);
+      variant.bf16(bf16, rounded, got.data(), 0, bf16.blocks());
+      EXPECT_EQ(got, expected_bf16);
+      std::vector<std::uint16_t> halves(rounded.stride);
+      variant.round_row_bf16(in.data(), shape.depth, halves.data());
+      EXPECT_TRUE(std::equal(halves.begin(), halves.begin() + static_cast<std::ptrdiff_t>(shape.depth),
+                             rounded.values.begin()));
       std::vector<std::uint8_t> bytes(quantized.stride);
       float row_scale = 0;
       variant.quantize_row(in.data(), shape.depth, bytes.data(), &row_scale);
@@ -90,12 +103,16 @@ TEST(DenseKernels, EveryVariantGivesTheReferenceBitsInFp32AndInt8) {
   }
 }
 
-TEST(DenseKernels, TheReferenceIsTheLayerAndInt8StaysWithinItsQuantizationError) {
+TEST(DenseKernels, TheReferenceIsTheLayerAndBf16AndInt8StayWithinTheirRounding) {
   std::mt19937 random(5);
   for (const Shape& shape : kShapes) {
     Layer layer = random_layer(shape.outputs, shape.depth, random);
     std::vector<float> in = random_rows(shape.rows, shape.depth, random);
-    std::vector<float> f32(shape.rows * shape.outputs), int8(shape.rows * shape.outputs);
+    std::vector<float> f32(shape.rows * shape.outputs), int8(shape.rows * shape.outputs),
+        bf16(shape.rows * shape.outputs);
+    Bf16Rows rounded;
+    round_rows_to_bf16(in, shape.rows, shape.depth, rounded);
+    dense_bf16(pack_dense_bf16(layer.weights, layer.bias, layer.outputs, layer.depth), rounded, bf16);
     dense_f32(pack_dense_f32(layer.weights, layer.bias, layer.outputs, layer.depth), in, shape.rows, f32);
     QuantizedRows quantized;
     quantize_rows(in, shape.rows, shape.depth, quantized);
@@ -120,6 +137,8 @@ TEST(DenseKernels, TheReferenceIsTheLayerAndInt8StaysWithinItsQuantizationError)
                    0.5 * weight_scale * std::abs(in[row * shape.depth + k]) + 0.25 * input_scale * weight_scale;
         }
         EXPECT_NEAR(int8[at], exact, bound + 1e-5 * magnitude + 1e-6);
+        // bf16 keeps 8 bits of each factor: each product within about 2^-8 of its size.
+        EXPECT_NEAR(bf16[at], exact, 0.008 * magnitude + 1e-6);
       }
     }
   }
