@@ -131,7 +131,7 @@ bool cpu_has_avx512_bf16() {
   return cpu_has_avx512_vnni() && __builtin_cpu_supports("avx512bf16");
 }
 
-const DenseKernelVariant kVariants[] = {
+constexpr DenseKernelVariant kVariants[] = {
     {"scalar", always_supported, dense_f32_reference, dense_int8_reference, quantize_row_reference,
      dense_bf16_reference, round_row_bf16_reference},
     {"avx2", cpu_has_avx2_fma, dense_f32_avx2, dense_int8_avx2, quantize_row_avx2, dense_bf16_avx2,
@@ -253,7 +253,7 @@ void quantize_rows(std::span<const float> in, std::size_t rows, std::size_t dept
 std::span<const DenseKernelVariant> dense_kernel_variants() { return kVariants; }
 
 const DenseKernelVariant& dense_kernel() {
-  static const DenseKernelVariant& kChosen = []() -> const DenseKernelVariant& {
+  static const DenseKernelVariant& chosen = []() -> const DenseKernelVariant& {
     const char* requested = std::getenv("SLIPWAY_DENSE_KERNEL");
     std::string_view name = requested == nullptr ? "" : requested;
     for (const auto& variant : kVariants) {
@@ -264,7 +264,7 @@ const DenseKernelVariant& dense_kernel() {
     }
     return kVariants[0];
   }();
-  return kChosen;
+  return chosen;
 }
 
 void dense_f32(const PackedDenseF32& layer, std::span<const float> in, std::size_t rows, std::span<float> out,

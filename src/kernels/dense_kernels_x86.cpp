@@ -12,7 +12,9 @@
 // GCC 12's AVX-512 headers pass an undefined source to the masked builtins of plain intrinsics
 // (max, reduce, convert) and then warn that it is used uninitialized: a known false positive.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>
