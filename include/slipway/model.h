@@ -269,6 +269,49 @@ struct TreeEnsembleArrays {
 class CompleteTrees;   // a prediction layout for shallow trees, private to model
 class QuantizedTrees;  // its quantized form, private to model
 
+// A multilayer perceptron: dense layers, ReLU after every layer but the last (whose outputs are the
+// margins), run with the dense kernels (slipway/kernels.h) in one precision. The layers keep their
+// float32 weights (what the bundle stores); bf16 and int8 layers are packed from them when the
+// model is made, so a precision is a property of the model, not of the file's bytes.
+enum class MlpPrecision { kFloat32, kBfloat16, kInt8 };
+std::string_view mlp_precision_name(MlpPrecision precision);  // "float32", "bfloat16", "int8"
+
+struct MlpLayer {
+  std::size_t inputs = 0, outputs = 0;
+  SharedArray<float> weights;  // outputs x inputs, row-major (PyTorch's Linear, ONNX Gemm with transB)
+  SharedArray<float> bias;     // outputs
+};
+
+class MlpModel final : public Model {
+ public:
+  // InvalidArgument unless each layer's inputs are the previous layer's outputs, the arrays have
+  // their sizes, every weight and bias is finite, and (int8) no layer is deeper than the kernels'
+  // exact-sum limit.
+  static Result<std::shared_ptr<const MlpModel>> make(std::vector<MlpLayer> layers, MlpPrecision precision);
+
+  std::string_view family() const override { return "mlp"; }
+  std::size_t input_width() const override { return layers_.front().inputs; }
+  std::size_t output_count() const override { return layers_.back().outputs; }
+  // Finite features are the precondition (the preprocessor imputes missing values); each layer's
+  // rows are rounded to bf16 or quantized per row for int8 as the kernels do.
+  void predict_margin(std::span<const float> features, std::size_t rows, std::span<float> out) const override;
+  std::size_t memory_bytes() const override;
+
+  const std::vector<MlpLayer>& layers() const { return layers_; }
+  MlpPrecision precision() const { return precision_; }
+  // The same layers in another precision.
+  std::shared_ptr<const MlpModel> with_precision(MlpPrecision precision) const;
+
+  struct Packed;  // the kernels' layouts of every layer
+  MlpModel(std::vector<MlpLayer> layers, MlpPrecision precision);
+  ~MlpModel() override;
+
+ private:
+  std::vector<MlpLayer> layers_;
+  MlpPrecision precision_;
+  std::unique_ptr<const Packed> packed_;
+};
+
 class TreeEnsembleModel final : public Model {
  public:
   // The caller guarantees the structure (children inside `nodes`, features < input_width, no

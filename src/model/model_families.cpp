@@ -6,11 +6,13 @@ namespace slipway::model {
 
 const ModelFamily& linear_family();         // linear_family.cpp
 const ModelFamily& tree_ensemble_family();  // tree_ensemble_family.cpp
+const ModelFamily& mlp_family();            // mlp_family.cpp
 
 std::span<const ModelFamily* const> model_families() {
   static const std::vector<const ModelFamily*> kFamilies = {
       &linear_family(),
       &tree_ensemble_family(),
+      &mlp_family(),
   };
   return kFamilies;
 }

@@ -1,0 +1,79 @@
+// The MLP family's part of a bundle: "precision" and "layers" (each layer's inputs and outputs)
+// in the manifest, and each layer's float32 weights and bias in sections "mlp.N.weights" and
+// "mlp.N.bias" (docs/formats.md). A bf16 or int8 model stores the float32 weights it was made
+// from and packs them again at load: the packing is deterministic, so the model is the same.
+#include "model/model_family.h"
+
+namespace slipway::model {
+namespace {
+
+// Layers at most; each is a few sections, and a file cannot ask for more.
+constexpr std::size_t kMaxLayers = 64;
+
+std::string section_name(std::size_t layer, std::string_view part) {
+  return "mlp." + std::to_string(layer) + "." + std::string(part);
+}
+
+void write_mlp(const Model& model, FamilyWriter& out) {
+  const auto& mlp = static_cast<const MlpModel&>(model);
+  out.fields().key("precision").value(mlp_precision_name(mlp.precision()));
+  out.fields().key("layers").begin_array();
+  for (const auto& layer : mlp.layers()) {
+    out.fields().begin_object().key("inputs").value(static_cast<std::uint64_t>(layer.inputs));
+    out.fields().key("outputs").value(static_cast<std::uint64_t>(layer.outputs)).end_object();
+  }
+  out.fields().end_array();
+  for (std::size_t index = 0; index < mlp.layers().size(); ++index) {
+    out.add_section(section_name(index, "weights"), mlp.layers()[index].weights.span());
+    out.add_section(section_name(index, "bias"), mlp.layers()[index].bias.span());
+  }
+}
+
+Result<std::shared_ptr<const Model>> read_mlp(const FamilyReader& in) {
+  std::string precision_name;
+  SLIPWAY_RETURN_IF_ERROR(in.fields_reader().string_field(in.fields(), "precision", precision_name));
+  MlpPrecision precision = MlpPrecision::kFloat32;
+  if (precision_name == "bfloat16") {
+    precision = MlpPrecision::kBfloat16;
+  } else if (precision_name == "int8") {
+    precision = MlpPrecision::kInt8;
+  } else if (precision_name != "float32") {
+    return data_loss("unknown MLP precision '" + precision_name + "' in the bundle");
+  }
+  simdjson::dom::array layers;
+  if (in.fields()["layers"].get(layers) != simdjson::SUCCESS) return data_loss("the bundle's MLP has no layers array");
+  std::vector<MlpLayer> read;
+  for (auto element : layers) {
+    if (read.size() == kMaxLayers) return data_loss("the bundle's MLP has more than 64 layers");
+    std::uint64_t inputs = 0, outputs = 0;
+    if (element["inputs"].get(inputs) != simdjson::SUCCESS || element["outputs"].get(outputs) != simdjson::SUCCESS) {
+      return data_loss("an MLP layer in the bundle lacks inputs or outputs");
+    }
+    MlpLayer layer;
+    layer.inputs = static_cast<std::size_t>(inputs);
+    layer.outputs = static_cast<std::size_t>(outputs);
+    SLIPWAY_ASSIGN_OR_RETURN(layer.weights, in.section<float>(section_name(read.size(), "weights")));
+    SLIPWAY_ASSIGN_OR_RETURN(layer.bias, in.section<float>(section_name(read.size(), "bias")));
+    // Sizes from the file must match the sections before anything multiplies them.
+    if (layer.outputs == 0 || layer.bias.size() != layer.outputs ||
+        layer.weights.size() / layer.outputs != layer.inputs || layer.weights.size() % layer.outputs != 0) {
+      return data_loss("MLP layer " + std::to_string(read.size() + 1) + "'s sections do not have its shape");
+    }
+    read.push_back(std::move(layer));
+  }
+  if (read.empty() || read.front().inputs != in.width()) {
+    return data_loss("the bundle's MLP does not take the preprocessing's " + std::to_string(in.width()) + " inputs");
+  }
+  auto model = MlpModel::make(std::move(read), precision);
+  if (!model.ok()) return data_loss("the bundle's MLP is not valid: " + model.status().message());
+  return std::shared_ptr<const Model>(*model);
+}
+
+}  // namespace
+
+const ModelFamily& mlp_family() {
+  static constexpr ModelFamily kFamily{"mlp", &write_mlp, &read_mlp};
+  return kFamily;
+}
+
+}  // namespace slipway::model

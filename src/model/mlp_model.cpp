@@ -1,0 +1,121 @@
+// Multilayer perceptrons: dense layers run with the dense kernels in one precision.
+#include <algorithm>
+#include <cmath>
+
+#include "slipway/kernels.h"
+#include "slipway/model.h"
+
+namespace slipway::model {
+
+struct MlpModel::Packed {
+  std::vector<kernels::PackedDenseF32> f32;
+  std::vector<kernels::PackedDenseBf16> bf16;
+  std::vector<kernels::PackedDenseInt8> int8;
+};
+
+std::string_view mlp_precision_name(MlpPrecision precision) {
+  switch (precision) {
+    case MlpPrecision::kFloat32:
+      return "float32";
+    case MlpPrecision::kBfloat16:
+      return "bfloat16";
+    case MlpPrecision::kInt8:
+      return "int8";
+  }
+  return "float32";
+}
+
+Result<std::shared_ptr<const MlpModel>> MlpModel::make(std::vector<MlpLayer> layers, MlpPrecision precision) {
+  if (layers.empty()) return invalid_argument("an MLP needs at least one layer");
+  for (std::size_t index = 0; index < layers.size(); ++index) {
+    const MlpLayer& layer = layers[index];
+    std::string which = "MLP layer " + std::to_string(index + 1);
+    if (layer.inputs == 0 || layer.outputs == 0) return invalid_argument(which + " has no inputs or no outputs");
+    if (index > 0 && layer.inputs != layers[index - 1].outputs) {
+      return invalid_argument(which + " takes " + std::to_string(layer.inputs) +
+                              " inputs, but the layer before gives " + std::to_string(layers[index - 1].outputs));
+    }
+    if (layer.weights.size() != layer.inputs * layer.outputs || layer.bias.size() != layer.outputs) {
+      return invalid_argument(which + "'s weights or bias have the wrong size");
+    }
+    auto finite = [](float value) { return std::isfinite(value); };
+    if (!std::all_of(layer.weights.begin(), layer.weights.end(), finite) ||
+        !std::all_of(layer.bias.begin(), layer.bias.end(), finite)) {
+      return invalid_argument(which + " has a weight or bias that is not a finite number");
+    }
+    if (precision == MlpPrecision::kInt8 && layer.inputs > kernels::kDenseInt8MaxDepth) {
+      return invalid_argument(which + " has more inputs than int8 sums hold exactly (" +
+                              std::to_string(kernels::kDenseInt8MaxDepth) + ")");
+    }
+  }
+  return std::make_shared<const MlpModel>(std::move(layers), precision);
+}
+
+MlpModel::MlpModel(std::vector<MlpLayer> layers, MlpPrecision precision)
+    : layers_(std::move(layers)), precision_(precision), packed_(std::make_unique<Packed>()) {
+  auto& packed = const_cast<Packed&>(*packed_);
+  for (std::size_t index = 0; index < layers_.size(); ++index) {
+    const MlpLayer& layer = layers_[index];
+    bool relu = index + 1 < layers_.size();
+    switch (precision_) {
+      case MlpPrecision::kFloat32:
+        packed.f32.push_back(kernels::pack_dense_f32(layer.weights, layer.bias, layer.outputs, layer.inputs, relu));
+        break;
+      case MlpPrecision::kBfloat16:
+        packed.bf16.push_back(kernels::pack_dense_bf16(layer.weights, layer.bias, layer.outputs, layer.inputs, relu));
+        break;
+      case MlpPrecision::kInt8:
+        packed.int8.push_back(kernels::pack_dense_int8(layer.weights, layer.bias, layer.outputs, layer.inputs, relu));
+        break;
+    }
+  }
+}
+
+MlpModel::~MlpModel() = default;
+
+std::shared_ptr<const MlpModel> MlpModel::with_precision(MlpPrecision precision) const {
+  return std::make_shared<const MlpModel>(layers_, precision);
+}
+
+void MlpModel::predict_margin(std::span<const float> features, std::size_t rows, std::span<float> out) const {
+  // Two buffers taken in turn: a layer reads one and writes the other (the last writes `out`).
+  std::vector<float> buffers[2];
+  std::span<const float> in = features.first(rows * input_width());
+  kernels::QuantizedRows quantized;
+  kernels::Bf16Rows rounded;
+  for (std::size_t index = 0; index < layers_.size(); ++index) {
+    const MlpLayer& layer = layers_[index];
+    bool last = index + 1 == layers_.size();
+    std::vector<float>& next = buffers[index % 2];
+    if (!last) next.resize(rows * layer.outputs);
+    std::span<float> target = last ? out.first(rows * layer.outputs) : std::span<float>(next);
+    switch (precision_) {
+      case MlpPrecision::kFloat32:
+        kernels::dense_f32(packed_->f32[index], in, rows, target);
+        break;
+      case MlpPrecision::kBfloat16:
+        kernels::round_rows_to_bf16(in, rows, layer.inputs, rounded);
+        kernels::dense_bf16(packed_->bf16[index], rounded, target);
+        break;
+      case MlpPrecision::kInt8:
+        kernels::quantize_rows(in, rows, layer.inputs, quantized);
+        kernels::dense_int8(packed_->int8[index], quantized, target);
+        break;
+    }
+    in = target;
+  }
+}
+
+std::size_t MlpModel::memory_bytes() const {
+  std::size_t bytes = sizeof(*this);
+  for (const auto& layer : layers_) bytes += layer.weights.memory_bytes() + layer.bias.memory_bytes();
+  for (const auto& layer : packed_->f32) bytes += (layer.weights.size() + layer.bias.size()) * sizeof(float);
+  for (const auto& layer : packed_->bf16) bytes += layer.weights.size() * 2 + layer.bias.size() * sizeof(float);
+  for (const auto& layer : packed_->int8) {
+    bytes += layer.weights.size() + (layer.scales.size() + layer.bias.size()) * sizeof(float) +
+             layer.sums.size() * sizeof(std::int32_t);
+  }
+  return bytes;
+}
+
+}  // namespace slipway::model
