@@ -124,4 +124,4 @@ void BM_Dense256Variant(benchmark::State& state) {
 BENCHMARK(BM_MlpF32)->ArgsProduct({{1, 256}, {1, 2}})->UseRealTime();
 BENCHMARK(BM_MlpInt8)->ArgsProduct({{1, 256}, {1, 2}})->UseRealTime();
 BENCHMARK(BM_MlpBf16)->ArgsProduct({{1, 256}, {1, 2}})->UseRealTime();
-BENCHMARK(BM_Dense256Variant)->ArgsProduct({{0, 1, 2}, {1, 256}});
+BENCHMARK(BM_Dense256Variant)->ArgsProduct({{0, 1, 2, 3}, {1, 256}});

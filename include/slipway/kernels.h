@@ -197,12 +197,15 @@ const QuantizedTreeKernelVariant& quantized_tree_kernel();
 //     integers, then fma(float(sum), in_scale * weight_scale, bias).
 // The int8 sums are exact only for depth <= kDenseInt8MaxDepth (127 * 127 * depth < 2^31).
 //
-// Preconditions, unchecked: finite inputs and weights; `in` holds rows * depth values (int8: the
-// quantized rows of that depth); `out` holds rows * outputs.
+// Preconditions, unchecked: finite weights; `in` holds rows * depth values, and quantized or
+// rounded rows were made for the layer's depth (stride depth4 or depth2); `out` holds rows *
+// outputs. A quantized row holding NaN or an infinity gives NaN outputs.
 // Thread safety: packed layers are read only; any number of threads may run any variants on one.
 
 inline constexpr std::size_t kDenseBlock = 16;
 inline constexpr std::size_t kDenseInt8MaxDepth = 131072;
+// A row (or weight row) whose max|x| is below this quantizes to zeros with scale 1.
+inline constexpr float kTinyMagnitude = 1e-30f;
 
 struct PackedDenseF32 {
   std::size_t outputs = 0, depth = 0;
@@ -272,7 +275,9 @@ using DenseInt8Kernel = void (*)(const PackedDenseInt8& layer, const QuantizedRo
 // One row of `depth` values rounded to bfloat16, as round_rows_to_bf16 says.
 using RoundRowBf16 = void (*)(const float* in, std::size_t depth, std::uint16_t* out);
 // bf16: each output's sum starts from its bias and, per pair of inputs, adds the product of the
-// odd input, then of the even one (each exact in fp32, each sum rounded), as vdpbf16ps does.
+// odd input, then of the even one, each as one fused multiply-add whose result, when subnormal,
+// becomes a zero of its sign: what vdpbf16ps does (weights, bias and inputs are flushed the same
+// way when packed or rounded).
 using DenseBf16Kernel = void (*)(const PackedDenseBf16& layer, const Bf16Rows& in, float* out, std::size_t first_block,
                                  std::size_t block_count);
 // One row of `depth` values into quantized bytes (q + 128) and its scale, as quantize_rows says.

@@ -299,10 +299,11 @@ class MlpModel final : public Model {
 
   const std::vector<MlpLayer>& layers() const { return layers_; }
   MlpPrecision precision() const { return precision_; }
-  // The same layers in another precision.
-  std::shared_ptr<const MlpModel> with_precision(MlpPrecision precision) const;
+  // The same layers in another precision (make()'s checks apply: int8 has a depth limit).
+  Result<std::shared_ptr<const MlpModel>> with_precision(MlpPrecision precision) const;
 
   struct Packed;  // the kernels' layouts of every layer
+  // Use make(): this trusts the layers (make_shared needs it public).
   MlpModel(std::vector<MlpLayer> layers, MlpPrecision precision);
   ~MlpModel() override;
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string_view>
 
 #include "kernels/dense_kernels_x86.h"
@@ -15,6 +16,41 @@ namespace {
 
 // As the vector max(x, 0) does: 0 for -0 and for NaN.
 float relu(float value) { return value > 0.0f ? value : 0.0f; }
+
+// A row's int8 quantization: scale = max|x| / 127 and q = round(x * (127 / max|x|)), to nearest
+// with ties to even, within [-127, 127] (multiplied by the inverse, as the vector quantizers do,
+// so all give these bytes). A row whose max|x| is below kTinyMagnitude is all zeros with scale 1
+// (its inverse would overflow); a row holding NaN or an infinity is all zeros with scale NaN, so
+// the outputs it reaches are NaN rather than a number made up.
+struct RowQuantization {
+  float scale = 1.0f, inverse = 0.0f;
+};
+RowQuantization row_quantization(std::span<const float> values) {
+  float largest = 0.0f;
+  for (float value : values) {
+    if (!std::isfinite(value)) return {std::numeric_limits<float>::quiet_NaN(), 0.0f};
+    largest = std::max(largest, std::abs(value));
+  }
+  if (largest < kTinyMagnitude) return {};
+  return {largest / 127.0f, 127.0f / largest};
+}
+
+std::int8_t quantize(float value, float inverse) {
+  return static_cast<std::int8_t>(std::clamp(std::nearbyint(value * inverse), -127.0f, 127.0f));
+}
+
+void quantize_row_reference(const float* in, std::size_t depth, std::uint8_t* out, float* scale) {
+  RowQuantization row = row_quantization({in, depth});
+  *scale = row.scale;
+  for (std::size_t k = 0; k < depth; ++k) {
+    out[k] = static_cast<std::uint8_t>((std::isfinite(in[k]) ? quantize(in[k], row.inverse) : 0) + 128);
+  }
+}
+
+// As vdpbf16ps treats them: a subnormal becomes a zero of its sign.
+float flush_subnormal(float value) {
+  return std::abs(value) < std::numeric_limits<float>::min() ? std::copysign(0.0f, value) : value;
+}
 
 // Each output's sum from its bias, adding k in order with one fused multiply-add each: what a
 // vector lane computes for its output, so the vector variants match it bit for bit.
@@ -69,8 +105,8 @@ void dense_bf16_reference(const PackedDenseBf16& layer, const Bf16Rows& in, floa
         float sum = layer.bias[output];
         for (std::size_t k = 0; k < layer.depth2; k += 2) {
           const std::uint16_t* pair = weights + (k / 2) * kDenseBlock * 2 + lane * 2;
-          sum += widen(input[k + 1]) * widen(pair[1]);
-          sum += widen(input[k]) * widen(pair[0]);
+          sum = flush_subnormal(std::fma(widen(input[k + 1]), widen(pair[1]), sum));
+          sum = flush_subnormal(std::fma(widen(input[k]), widen(pair[0]), sum));
         }
         out[row * layer.outputs + output] = layer.relu ? relu(sum) : sum;
       }
@@ -79,14 +115,7 @@ void dense_bf16_reference(const PackedDenseBf16& layer, const Bf16Rows& in, floa
 }
 
 void round_row_bf16_reference(const float* in, std::size_t depth, std::uint16_t* out) {
-  for (std::size_t k = 0; k < depth; ++k) {
-    std::uint32_t word = 0;
-    std::memcpy(&word, in + k, sizeof(word));
-    if ((word & 0x7F800000U) == 0) word &= 0x80000000U;  // subnormal: a signed zero
-    float value = 0;
-    std::memcpy(&value, &word, sizeof(value));
-    out[k] = QuantizedTreesView::float_to_bf16(value);
-  }
+  for (std::size_t k = 0; k < depth; ++k) out[k] = QuantizedTreesView::float_to_bf16(flush_subnormal(in[k]));
 }
 
 bool always_supported() { return true; }
@@ -102,28 +131,6 @@ bool cpu_has_avx512_vnni() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") && cpu_has_avx2_fma();
-}
-
-// max|x| of `values`, and the symmetric int8 scale it gives: max|x| / 127, or 1 when all are 0.
-float largest_magnitude(std::span<const float> values) {
-  float largest = 0.0f;
-  for (float value : values) largest = std::max(largest, std::abs(value));
-  return largest;
-}
-float scale_of(float largest) { return largest > 0.0f ? largest / 127.0f : 1.0f; }
-
-// q = round(x * (127 / max|x|)), to nearest with ties to even, within [-127, 127]: multiplied by
-// the inverse (not divided by the scale), as the vector row quantizers do, so all give these bytes.
-std::int8_t quantize(float value, float inverse) {
-  return static_cast<std::int8_t>(std::clamp(std::nearbyint(value * inverse), -127.0f, 127.0f));
-}
-float inverse_of(float largest) { return largest > 0.0f ? 127.0f / largest : 1.0f; }
-
-void quantize_row_reference(const float* in, std::size_t depth, std::uint8_t* out, float* scale) {
-  float largest = largest_magnitude({in, depth});
-  *scale = scale_of(largest);
-  float inverse = inverse_of(largest);
-  for (std::size_t k = 0; k < depth; ++k) out[k] = static_cast<std::uint8_t>(quantize(in[k], inverse) + 128);
 }
 
 bool cpu_has_avx512_bf16() {
@@ -196,12 +203,12 @@ PackedDenseInt8 pack_dense_int8(std::span<const float> weights, std::span<const 
   layer.bias.assign(padded, 0.0f);
   for (std::size_t output = 0; output < outputs; ++output) {
     std::span<const float> row = weights.subspan(output * depth, depth);
-    float largest = largest_magnitude(row);
-    layer.scales[output] = scale_of(largest);
-    float inverse = inverse_of(largest);
+    RowQuantization quantization = row_quantization(row);
+    layer.scales[output] = quantization.scale;
+    float inverse = quantization.inverse;
     std::size_t block = output / kDenseBlock, lane = output % kDenseBlock;
     for (std::size_t k = 0; k < depth; ++k) {
-      std::int8_t value = quantize(row[k], inverse);
+      std::int8_t value = std::isfinite(row[k]) ? quantize(row[k], inverse) : std::int8_t{0};
       layer.weights[(block * layer.depth4 / 4 + k / 4) * kDenseBlock * 4 + lane * 4 + k % 4] = value;
       layer.sums[output] += value;
     }
@@ -223,9 +230,9 @@ PackedDenseBf16 pack_dense_bf16(std::span<const float> weights, std::span<const 
     std::size_t block = output / kDenseBlock, lane = output % kDenseBlock;
     for (std::size_t k = 0; k < depth; ++k) {
       layer.weights[(block * layer.depth2 / 2 + k / 2) * kDenseBlock * 2 + lane * 2 + k % 2] =
-          QuantizedTreesView::float_to_bf16(weights[output * depth + k]);
+          QuantizedTreesView::float_to_bf16(flush_subnormal(weights[output * depth + k]));
     }
-    if (!bias.empty()) layer.bias[output] = bias[output];
+    if (!bias.empty()) layer.bias[output] = flush_subnormal(bias[output]);
   }
   return layer;
 }

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 namespace slipway::kernels {
 namespace {
@@ -306,16 +307,28 @@ __attribute__((target("avx2,fma"))) void dense_int8_avx2(const PackedDenseInt8& 
 
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_row_avx512(const float* in, std::size_t depth,
                                                                               std::uint8_t* out, float* scale) {
+  // max|x| (NaN lanes leave it as it was: max returns its second operand then), and whether any
+  // value is not finite (x - x is NaN exactly then).
   __m512 largest = _mm512_setzero_ps();
-  std::size_t k = 0;
-  for (; k + 16 <= depth; k += 16) largest = _mm512_max_ps(largest, _mm512_abs_ps(_mm512_loadu_ps(in + k)));
+  __mmask16 not_finite = 0;
+  for (std::size_t k = 0; k < depth; k += 16) {
+    auto mask = static_cast<__mmask16>(depth - k >= 16 ? 0xFFFF : (1U << (depth - k)) - 1U);
+    __m512 x = _mm512_maskz_loadu_ps(mask, in + k);
+    not_finite |= _mm512_cmp_ps_mask(_mm512_sub_ps(x, x), _mm512_setzero_ps(), _CMP_UNORD_Q);
+    largest = _mm512_max_ps(_mm512_abs_ps(x), largest);
+  }
   float top = _mm512_reduce_max_ps(largest);
-  for (std::size_t rest = k; rest < depth; ++rest) top = std::max(top, std::abs(in[rest]));
-  *scale = top > 0.0f ? top / 127.0f : 1.0f;
-  const __m512 inverse = _mm512_set1_ps(top > 0.0f ? 127.0f / top : 1.0f);
+  if (not_finite != 0 || top < kTinyMagnitude) {
+    // As the reference: zeros, with scale NaN for a row that is not finite and 1 for a tiny one.
+    std::memset(out, 128, depth);
+    *scale = not_finite != 0 ? std::numeric_limits<float>::quiet_NaN() : 1.0f;
+    return;
+  }
+  *scale = top / 127.0f;
+  const __m512 inverse = _mm512_set1_ps(127.0f / top);
   const __m512 low = _mm512_set1_ps(-127.0f), high = _mm512_set1_ps(127.0f);
   const __m512i offset = _mm512_set1_epi32(128);
-  for (k = 0; k < depth; k += 16) {
+  for (std::size_t k = 0; k < depth; k += 16) {
     auto mask = static_cast<__mmask16>(depth - k >= 16 ? 0xFFFF : (1U << (depth - k)) - 1U);
     __m512 scaled = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, in + k), inverse);
     __m512 rounded = _mm512_roundscale_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -328,14 +341,28 @@ __attribute__((target("avx2,fma"))) void quantize_row_avx2(const float* in, std:
                                                            float* scale) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 largest = _mm256_setzero_ps();
+  __m256 unordered = _mm256_setzero_ps();
   std::size_t k = 0;
-  for (; k + 8 <= depth; k += 8) largest = _mm256_max_ps(largest, _mm256_andnot_ps(sign, _mm256_loadu_ps(in + k)));
+  for (; k + 8 <= depth; k += 8) {
+    __m256 x = _mm256_loadu_ps(in + k);
+    unordered = _mm256_or_ps(unordered, _mm256_cmp_ps(_mm256_sub_ps(x, x), _mm256_setzero_ps(), _CMP_UNORD_Q));
+    largest = _mm256_max_ps(_mm256_andnot_ps(sign, x), largest);
+  }
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, largest);
   float top = *std::max_element(lanes, lanes + 8);
-  for (std::size_t rest = k; rest < depth; ++rest) top = std::max(top, std::abs(in[rest]));
-  *scale = top > 0.0f ? top / 127.0f : 1.0f;
-  float inverse_value = top > 0.0f ? 127.0f / top : 1.0f;
+  bool not_finite = _mm256_movemask_ps(unordered) != 0;
+  for (std::size_t rest = k; rest < depth; ++rest) {
+    not_finite = not_finite || !std::isfinite(in[rest]);
+    top = std::max(top, std::abs(in[rest]));
+  }
+  if (not_finite || top < kTinyMagnitude) {
+    std::memset(out, 128, depth);
+    *scale = not_finite ? std::numeric_limits<float>::quiet_NaN() : 1.0f;
+    return;
+  }
+  *scale = top / 127.0f;
+  float inverse_value = 127.0f / top;
   const __m256 inverse = _mm256_set1_ps(inverse_value);
   const __m256 low = _mm256_set1_ps(-127.0f), high = _mm256_set1_ps(127.0f);
   for (k = 0; k + 8 <= depth; k += 8) {
@@ -353,9 +380,8 @@ __attribute__((target("avx2,fma"))) void quantize_row_avx2(const float* in, std:
 }
 
 // bf16. AVX-512 BF16 adds each pair's odd product, then its even one, to 16 fp32 sums in one
-// instruction; AVX2 widens the bf16 values to fp32 (a shift) and adds the same exact products in
-// the same order (a product of two bf16 values is exact in fp32, so a fused multiply-add rounds
-// as the add alone would).
+// instruction, each step a fused multiply-add whose subnormal result is flushed to a signed zero;
+// AVX2 widens the bf16 values to fp32 (a shift) and does the same steps, flush included.
 
 template <std::size_t kRows, std::size_t kBlocks>
 __attribute__((target("avx512f,avx512bf16"))) inline void bf16_tile_avx512(const PackedDenseBf16& layer,
@@ -427,6 +453,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_row_b
   }
 }
 
+// A subnormal lane becomes a zero of its sign, as vdpbf16ps flushes its results.
+__attribute__((target("avx2,fma"))) inline __m256 flush_subnormal_avx2(__m256 value) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 normal =
+      _mm256_cmp_ps(_mm256_andnot_ps(sign, value), _mm256_set1_ps(std::numeric_limits<float>::min()), _CMP_GE_OQ);
+  return _mm256_or_ps(_mm256_and_ps(value, sign), _mm256_and_ps(value, normal));
+}
+
 template <std::size_t kRows>
 __attribute__((target("avx2,fma"))) inline void bf16_tile_avx2(const PackedDenseBf16& layer, const Bf16Rows& in,
                                                                std::size_t row, float* out, std::size_t block) {
@@ -455,8 +489,8 @@ __attribute__((target("avx2,fma"))) inline void bf16_tile_avx2(const PackedDense
       __m256 x_even = _mm256_set1_ps(QuantizedTreesView::bf16_to_float(input[r * in.stride + k]));
 #pragma GCC unroll 16
       for (std::size_t half = 0; half < 2; ++half) {
-        sums[half][r] = _mm256_fmadd_ps(x_odd, odd[half], sums[half][r]);
-        sums[half][r] = _mm256_fmadd_ps(x_even, even[half], sums[half][r]);
+        sums[half][r] = flush_subnormal_avx2(_mm256_fmadd_ps(x_odd, odd[half], sums[half][r]));
+        sums[half][r] = flush_subnormal_avx2(_mm256_fmadd_ps(x_even, even[half], sums[half][r]));
       }
     }
   }

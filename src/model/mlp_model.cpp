@@ -35,7 +35,9 @@ Result<std::shared_ptr<const MlpModel>> MlpModel::make(std::vector<MlpLayer> lay
       return invalid_argument(which + " takes " + std::to_string(layer.inputs) +
                               " inputs, but the layer before gives " + std::to_string(layers[index - 1].outputs));
     }
-    if (layer.weights.size() != layer.inputs * layer.outputs || layer.bias.size() != layer.outputs) {
+    // By division: inputs * outputs could wrap.
+    if (layer.weights.size() / layer.outputs != layer.inputs || layer.weights.size() % layer.outputs != 0 ||
+        layer.bias.size() != layer.outputs) {
       return invalid_argument(which + "'s weights or bias have the wrong size");
     }
     auto finite = [](float value) { return std::isfinite(value); };
@@ -73,8 +75,8 @@ MlpModel::MlpModel(std::vector<MlpLayer> layers, MlpPrecision precision)
 
 MlpModel::~MlpModel() = default;
 
-std::shared_ptr<const MlpModel> MlpModel::with_precision(MlpPrecision precision) const {
-  return std::make_shared<const MlpModel>(layers_, precision);
+Result<std::shared_ptr<const MlpModel>> MlpModel::with_precision(MlpPrecision precision) const {
+  return make(layers_, precision);
 }
 
 void MlpModel::predict_margin(std::span<const float> features, std::size_t rows, std::span<float> out) const {

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -32,7 +34,7 @@ std::vector<float> random_rows(std::size_t rows, std::size_t depth, std::mt19937
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> values(rows * depth);
   for (float& value : values) value = normal(random);
-  if (!values.empty()) values[0] = 0.0f;  // zeros, and a whole row of them below
+  if (!values.empty()) values[0] = 0.0f;       // zeros, and a whole row of them below
   if (values.size() > 1) values[1] = -1e-40f;  // a subnormal: bf16 rounding makes it -0
   if (rows > 2)
     std::fill(values.begin() + static_cast<std::ptrdiff_t>(depth),
@@ -140,6 +142,58 @@ TEST(DenseKernels, TheReferenceIsTheLayerAndBf16AndInt8StayWithinTheirRounding) 
         // bf16 keeps 8 bits of each factor: each product within about 2^-8 of its size.
         EXPECT_NEAR(bf16[at], exact, 0.008 * magnitude + 1e-6);
       }
+    }
+  }
+}
+
+// The edges every variant must treat alike: a row too small to scale (zeros), a row holding an
+// infinity or NaN (zeros with a NaN scale), and bf16 sums that fall subnormal (a signed zero) or
+// overflow in a product added to a large negative sum (fused: no infinity on the way).
+TEST(DenseKernels, EveryVariantTreatsTinyNonFiniteAndSubnormalValuesAlike) {
+  const DenseKernelVariant& reference = dense_kernel_variants().front();
+  std::vector<std::vector<float>> rows = {
+      {1e-37f, 0.0f, -1e-37f, 5e-38f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f},
+      {1.0f, std::numeric_limits<float>::infinity(), 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f},
+      {1.0f, 2.0f, std::numeric_limits<float>::quiet_NaN(), 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f, 9.0f, 10.0f},
+      {0.5f, -0.25f, 1e-20f, 3.0f, -1e-40f, 0.0f, 2.0f, 1.0f, 0.0f, 7.0f, 8.0f, 9.0f, 10.0f, 11.0f, 12.0f, 13.0f, 14.0f,
+       15.0f, 16.0f}};
+  for (const auto& row : rows) {
+    std::vector<std::uint8_t> expected(row.size());
+    float expected_scale = 0;
+    reference.quantize_row(row.data(), row.size(), expected.data(), &expected_scale);
+    for (const auto& variant : dense_kernel_variants()) {
+      if (!variant.supported()) continue;
+      std::vector<std::uint8_t> bytes(row.size());
+      float scale = 0;
+      variant.quantize_row(row.data(), row.size(), bytes.data(), &scale);
+      EXPECT_EQ(bytes, expected) << variant.name;
+      EXPECT_TRUE(scale == expected_scale || (std::isnan(scale) && std::isnan(expected_scale))) << variant.name;
+    }
+  }
+  EXPECT_EQ(std::vector<std::uint8_t>(3, 128), [&] {
+    std::vector<std::uint8_t> bytes(3);
+    float scale = 0;
+    reference.quantize_row(rows[0].data(), 3, bytes.data(), &scale);
+    return bytes;
+  }());
+
+  // bf16: one output whose sum goes subnormal, one whose product overflows unless fused.
+  std::vector<float> weights = {1e-19f, 1e-20f, std::ldexp(1.0f, 64), 1.0f};
+  std::vector<float> bias = {1e-40f, -std::numeric_limits<float>::max()};
+  PackedDenseBf16 layer = pack_dense_bf16(weights, bias, 2, 2);
+  std::vector<float> in = {1e-20f, 1e-20f};
+  std::vector<float> in_big = {std::ldexp(1.0f, 64), 0.0f};
+  for (const auto& input : {in, in_big}) {
+    Bf16Rows rounded;
+    round_rows_to_bf16(input, 1, 2, rounded);
+    std::vector<float> expected(2);
+    reference.bf16(layer, rounded, expected.data(), 0, layer.blocks());
+    for (const auto& variant : dense_kernel_variants()) {
+      if (!variant.supported()) continue;
+      std::vector<float> got(2);
+      variant.bf16(layer, rounded, got.data(), 0, layer.blocks());
+      EXPECT_EQ(std::memcmp(got.data(), expected.data(), sizeof(float) * 2), 0)
+          << variant.name << ": " << got[0] << " " << got[1] << " vs " << expected[0] << " " << expected[1];
     }
   }
 }
