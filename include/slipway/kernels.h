@@ -195,6 +195,8 @@ const QuantizedTreeKernelVariant& quantized_tree_kernel();
 //   - int8: weights quantized per output (symmetric: weight_scale = max|w| / 127, values in
 //     [-127, 127]), input rows per row (the same, per row), the products summed exactly in 32-bit
 //     integers, then fma(float(sum), in_scale * weight_scale, bias).
+//   - bf16: per pair of inputs, the odd product then the even one, each a fused multiply-add
+//     whose subnormal result is flushed to a signed zero (DenseBf16Kernel says more).
 // The int8 sums are exact only for depth <= kDenseInt8MaxDepth (127 * 127 * depth < 2^31).
 //
 // Preconditions, unchecked: finite weights; `in` holds rows * depth values, and quantized or
@@ -263,7 +265,7 @@ void round_rows_to_bf16(std::span<const float> in, std::size_t rows, std::size_t
 struct QuantizedRows {
   std::size_t rows = 0, stride = 0;
   std::vector<std::uint8_t> values;
-  std::vector<float> scales;  // per row: max|x| / 127 (1 for a row of zeros)
+  std::vector<float> scales;  // per row: max|x| / 127 (1 for a tiny row, NaN for a non-finite one)
 };
 void quantize_rows(std::span<const float> in, std::size_t rows, std::size_t depth, QuantizedRows& out);
 
