@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -51,54 +52,46 @@ std::vector<float> rows_of(std::size_t rows) {
   return values;
 }
 
-void BM_MlpF32(benchmark::State& state) {
+// Times the forward pass: `layer(index, in, rows, out, threads)` for each of the three layers, each
+// reading the previous one's outputs, on the rows and threads the benchmark's arguments give.
+template <typename Layer>
+void time_mlp(benchmark::State& state, Layer layer) {
   std::size_t rows = static_cast<std::size_t>(state.range(0));
   int threads = static_cast<int>(state.range(1));
-  const Mlp& net = mlp();
   std::vector<float> input = rows_of(rows), hidden1(rows * 256), hidden2(rows * 256), output(rows);
+  std::span<float> outputs[] = {hidden1, hidden2, output};
   for (auto _ : state) {
-    slipway::kernels::dense_f32(net.f32[0], input, rows, hidden1, threads);
-    slipway::kernels::dense_f32(net.f32[1], hidden1, rows, hidden2, threads);
-    slipway::kernels::dense_f32(net.f32[2], hidden2, rows, output, threads);
+    std::span<const float> in = input;
+    for (std::size_t index = 0; index < 3; ++index) {
+      layer(index, in, rows, outputs[index], threads);
+      in = outputs[index];
+    }
     benchmark::DoNotOptimize(output.data());
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * rows));
+}
+
+void BM_MlpF32(benchmark::State& state) {
+  time_mlp(state, [&](std::size_t index, std::span<const float> in, std::size_t rows, std::span<float> out,
+                      int threads) { slipway::kernels::dense_f32(mlp().f32[index], in, rows, out, threads); });
 }
 
 void BM_MlpInt8(benchmark::State& state) {
-  std::size_t rows = static_cast<std::size_t>(state.range(0));
-  int threads = static_cast<int>(state.range(1));
-  const Mlp& net = mlp();
-  std::vector<float> input = rows_of(rows), hidden1(rows * 256), hidden2(rows * 256), output(rows);
   QuantizedRows quantized;
-  for (auto _ : state) {
-    slipway::kernels::quantize_rows(input, rows, 28, quantized);
-    slipway::kernels::dense_int8(net.int8[0], quantized, hidden1, threads);
-    slipway::kernels::quantize_rows(hidden1, rows, 256, quantized);
-    slipway::kernels::dense_int8(net.int8[1], quantized, hidden2, threads);
-    slipway::kernels::quantize_rows(hidden2, rows, 256, quantized);
-    slipway::kernels::dense_int8(net.int8[2], quantized, output, threads);
-    benchmark::DoNotOptimize(output.data());
-  }
-  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * rows));
+  time_mlp(state,
+           [&](std::size_t index, std::span<const float> in, std::size_t rows, std::span<float> out, int threads) {
+             slipway::kernels::quantize_rows(in, rows, mlp().widths[index], quantized);
+             slipway::kernels::dense_int8(mlp().int8[index], quantized, out, threads);
+           });
 }
 
 void BM_MlpBf16(benchmark::State& state) {
-  std::size_t rows = static_cast<std::size_t>(state.range(0));
-  int threads = static_cast<int>(state.range(1));
-  const Mlp& net = mlp();
-  std::vector<float> input = rows_of(rows), hidden1(rows * 256), hidden2(rows * 256), output(rows);
   slipway::kernels::Bf16Rows rounded;
-  for (auto _ : state) {
-    slipway::kernels::round_rows_to_bf16(input, rows, 28, rounded);
-    slipway::kernels::dense_bf16(net.bf16[0], rounded, hidden1, threads);
-    slipway::kernels::round_rows_to_bf16(hidden1, rows, 256, rounded);
-    slipway::kernels::dense_bf16(net.bf16[1], rounded, hidden2, threads);
-    slipway::kernels::round_rows_to_bf16(hidden2, rows, 256, rounded);
-    slipway::kernels::dense_bf16(net.bf16[2], rounded, output, threads);
-    benchmark::DoNotOptimize(output.data());
-  }
-  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * rows));
+  time_mlp(state,
+           [&](std::size_t index, std::span<const float> in, std::size_t rows, std::span<float> out, int threads) {
+             slipway::kernels::round_rows_to_bf16(in, rows, mlp().widths[index], rounded);
+             slipway::kernels::dense_bf16(mlp().bf16[index], rounded, out, threads);
+           });
 }
 
 // The 256 x 256 layer alone, per variant: what the vector code buys over the reference.

@@ -151,6 +151,21 @@ std::string random_hex(std::size_t byte_count);
 // ---------------------------------------------------------------------------------------------
 // Files.
 
+// An exclusive advisory lock (flock) on a file, created (mode 0600) if missing, held while the
+// object lives: two processes never both hold it, and a killed holder releases it.
+class FileLock {
+ public:
+  // The lock, or null while another process holds it.
+  static Result<std::unique_ptr<FileLock>> try_acquire(const std::string& path);
+  explicit FileLock(int descriptor) : descriptor_(descriptor) {}
+  ~FileLock();
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int descriptor_;
+};
+
 // A read-only memory mapping of a whole file. Empty files map to an empty span. Only for files
 // nobody rewrites (content-addressed artifacts): touching a page of a file that another program
 // truncated meanwhile raises SIGBUS. Read user-supplied files with read_file.

@@ -209,43 +209,39 @@ inline constexpr std::size_t kDenseInt8MaxDepth = 131072;
 // A row (or weight row) whose max|x| is below this quantizes to zeros with scale 1.
 inline constexpr float kTinyMagnitude = 1e-30f;
 
-struct PackedDenseF32 {
+// What every packed layer has: its shape, its fused activation and its bias.
+struct PackedDenseShape {
   std::size_t outputs = 0, depth = 0;
-  bool relu = false;  // max(out, 0) as each output is stored (a NaN gives 0)
-  // [blocks][depth][kDenseBlock]: the weights of block b's 16 outputs for input k together.
-  std::vector<float> weights;
+  bool relu = false;        // max(out, 0) as each output is stored (a NaN gives 0)
   std::vector<float> bias;  // blocks * kDenseBlock, zero past `outputs`
   std::size_t blocks() const { return (outputs + kDenseBlock - 1) / kDenseBlock; }
+};
+
+struct PackedDenseF32 : PackedDenseShape {
+  // [blocks][depth][kDenseBlock]: the weights of block b's 16 outputs for input k together.
+  std::vector<float> weights;
 };
 // `weights` is outputs x depth, row-major; `bias` has `outputs` values or is empty (zeros); `relu`
 // fuses the activation into the store.
 PackedDenseF32 pack_dense_f32(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
                               std::size_t depth, bool relu = false);
 
-struct PackedDenseInt8 {
-  std::size_t outputs = 0, depth = 0;
-  bool relu = false;
+struct PackedDenseInt8 : PackedDenseShape {
   std::size_t depth4 = 0;  // depth rounded up to a multiple of 4 (the padding weighs zero)
   // [blocks][depth4 / 4][kDenseBlock][4]: 16 outputs' weights for inputs k..k+3 in 64 bytes.
   std::vector<std::int8_t> weights;
   std::vector<float> scales;       // per output (blocks * kDenseBlock, zero past `outputs`)
   std::vector<std::int32_t> sums;  // per output, the sum of its quantized weights
-  std::vector<float> bias;
-  std::size_t blocks() const { return (outputs + kDenseBlock - 1) / kDenseBlock; }
 };
 PackedDenseInt8 pack_dense_int8(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
                                 std::size_t depth, bool relu = false);
 
 // bf16 weights: each rounded to bfloat16 (nearest, ties to even), in pairs of inputs, so one
 // AVX-512 BF16 instruction (vdpbf16ps) adds two products for 16 outputs.
-struct PackedDenseBf16 {
-  std::size_t outputs = 0, depth = 0;
+struct PackedDenseBf16 : PackedDenseShape {
   std::size_t depth2 = 0;  // depth rounded up to even (the padding weighs zero)
-  bool relu = false;
   // [blocks][depth2 / 2][kDenseBlock][2]: 16 outputs' weights for inputs k and k+1.
   std::vector<std::uint16_t> weights;
-  std::vector<float> bias;
-  std::size_t blocks() const { return (outputs + kDenseBlock - 1) / kDenseBlock; }
 };
 PackedDenseBf16 pack_dense_bf16(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
                                 std::size_t depth, bool relu = false);

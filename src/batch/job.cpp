@@ -37,26 +37,6 @@ constexpr std::string_view kLockName = ".slipway-batch.lock";
 // A temp file write_file_atomic leaves when killed mid-write: ".NAME.tmp-HEX".
 bool is_temp_file(const std::string& name) { return name.starts_with(".") && name.find(".tmp-") != std::string::npos; }
 
-// Holds an exclusive lock on the job's folder while it runs: two processes never write one job.
-class FolderLock {
- public:
-  ~FolderLock() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Status acquire(const std::string& folder) {
-    std::string path = folder + "/" + std::string(kLockName);
-    fd_ = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-    if (fd_ < 0) return io_error("cannot create " + path + ": " + std::strerror(errno));
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      return failed_precondition("another `slipway batch` is writing " + folder + " now");
-    }
-    return {};
-  }
-
- private:
-  int fd_ = -1;
-};
-
 // The rows of one shard the model can score, and those it cannot (with why).
 struct ShardRows {
   data::Table table;                     // the good rows, in input order
@@ -198,11 +178,17 @@ Result<InputLayout> scan_input(const std::string& path, bool csv, std::size_t sh
     hash.update(bytes);
     if (!header_done) layout.header.append(bytes);
     if (!needles.empty()) {
-      std::string window = carried + std::string(bytes);
+      // In the buffer, and across its seam with the one before (only that seam is copied).
+      std::string seam = carried + std::string(bytes.substr(0, std::min(bytes.size(), longest_needle)));
       for (std::size_t index = 0; index < needles.size(); ++index) {
-        if (!layout.found[index] && window.find(needles[index]) != std::string::npos) layout.found[index] = true;
+        if (!layout.found[index]) {
+          layout.found[index] =
+              bytes.find(needles[index]) != std::string_view::npos || seam.find(needles[index]) != std::string::npos;
+        }
       }
-      carried = window.substr(window.size() - std::min(window.size(), longest_needle));
+      std::string_view tail = bytes.substr(bytes.size() - std::min(bytes.size(), longest_needle));
+      carried = bytes.size() >= longest_needle ? std::string(tail) : (carried + std::string(tail));
+      if (carried.size() > longest_needle) carried.erase(0, carried.size() - longest_needle);
     }
     for (char c : bytes) {
       ++offset;
@@ -601,8 +587,9 @@ Result<JobOutcome> run_job(const JobModel& model, const JobSpec& spec, const Job
     return std::optional<JobManifest>();
   };
   SLIPWAY_RETURN_IF_ERROR(check_folder().status());
-  FolderLock lock;
-  SLIPWAY_RETURN_IF_ERROR(lock.acquire(spec.out));
+  // Held while the job runs: two processes never write one job.
+  SLIPWAY_ASSIGN_OR_RETURN(auto lock, FileLock::try_acquire(spec.out + "/" + std::string(kLockName)));
+  if (lock == nullptr) return failed_precondition("another `slipway batch` is writing " + spec.out + " now");
   SLIPWAY_ASSIGN_OR_RETURN(std::optional<JobManifest> earlier, check_folder());
   JobOutcome outcome;
   if (earlier && earlier->state == "finished") {

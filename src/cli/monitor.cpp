@@ -16,6 +16,16 @@
 namespace slipway::cli {
 namespace {
 
+// [{"subject", "state": "firing"|"resolved", "value"}]: what --json prints and the webhook hears.
+void write_alert_changes(JsonWriter& json, const std::vector<registry::AlertState>& changes) {
+  json.begin_array();
+  for (const auto& change : changes) {
+    json.begin_object().key("subject").value(change.subject);
+    json.key("state").value(change.firing ? "firing" : "resolved").key("value").value(change.value).end_object();
+  }
+  json.end_array();
+}
+
 struct MonitorResult : CommandResult {
   std::string model;
   std::string current;
@@ -67,16 +77,9 @@ struct MonitorResult : CommandResult {
       for (const auto& [name, value] : training_metrics) json.key(name).value(value);
       json.end_object().end_object();
     }
-    json.key("alert_changes").begin_array();
-    for (const auto& change : alert_changes) {
-      json.begin_object()
-          .key("subject")
-          .value(change.subject)
-          .key("state")
-          .value(change.firing ? "firing" : "resolved");
-      json.key("value").value(change.value).end_object();
-    }
-    json.end_array().key("webhook").value(webhook_status);
+    json.key("alert_changes");
+    write_alert_changes(json, alert_changes);
+    json.key("webhook").value(webhook_status);
     json.end_object();
   }
   void write_text(std::ostream& out) const override {
@@ -356,16 +359,9 @@ Result<MonitorResult> run(const GlobalOptions& global, const MonitorFlags& flags
     if (!flags.webhook.empty() && !result.alert_changes.empty()) {
       JsonWriter json;
       json.begin_object().key("model").value(result.model).key("current").value(result.current);
-      json.key("reference").value(result.reference).key("alerts").begin_array();
-      for (const auto& change : result.alert_changes) {
-        json.begin_object()
-            .key("subject")
-            .value(change.subject)
-            .key("state")
-            .value(change.firing ? "firing" : "resolved");
-        json.key("value").value(change.value).end_object();
-      }
-      json.end_array().end_object();
+      json.key("reference").value(result.reference).key("alerts");
+      write_alert_changes(json, result.alert_changes);
+      json.end_object();
       auto answer = http::fetch("POST", flags.webhook, json.str(), {{"Content-Type", "application/json"}});
       if (!answer.ok() || answer->status / 100 != 2) {
         // Not recorded: the next run tells the webhook again.

@@ -1,4 +1,5 @@
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -147,6 +148,20 @@ Status write_file_atomic(const std::string& path, std::span<const std::byte> byt
 
 Status write_file_atomic(const std::string& path, std::string_view text) {
   return write_file_atomic(path, std::as_bytes(std::span(text.data(), text.size())));
+}
+
+Result<std::unique_ptr<FileLock>> FileLock::try_acquire(const std::string& path) {
+  auto lock = std::make_unique<FileLock>(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (lock->descriptor_ < 0) return io_error("cannot open " + path + ": " + std::strerror(errno));
+  if (::flock(lock->descriptor_, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) return std::unique_ptr<FileLock>();
+    return io_error("cannot lock " + path + ": " + std::strerror(errno));
+  }
+  return lock;
+}
+
+FileLock::~FileLock() {
+  if (descriptor_ >= 0) ::close(descriptor_);  // closing releases the flock
 }
 
 }  // namespace slipway

@@ -169,22 +169,34 @@ void split_blocks(std::size_t blocks, std::size_t work, int threads,
   });
 }
 
+// Where weight k of `output` goes in a packed layout: [blocks][padded_depth / group][kDenseBlock]
+// [group], `group` consecutive inputs of one output together (1 for fp32, 2 for bf16, 4 for int8).
+std::size_t packed_index(std::size_t output, std::size_t k, std::size_t padded_depth, std::size_t group) {
+  std::size_t block = output / kDenseBlock, lane = output % kDenseBlock;
+  return ((block * padded_depth / group + k / group) * kDenseBlock + lane) * group + k % group;
+}
+
+// The shape every packing shares, and the bias (as `convert` makes it) padded to whole blocks.
+void set_shape(PackedDenseShape& layer, std::span<const float> bias, std::size_t outputs, std::size_t depth, bool relu,
+               float (*convert)(float)) {
+  layer.outputs = outputs;
+  layer.depth = depth;
+  layer.relu = relu;
+  layer.bias.assign(layer.blocks() * kDenseBlock, 0.0f);
+  for (std::size_t output = 0; output < outputs && !bias.empty(); ++output) layer.bias[output] = convert(bias[output]);
+}
+
 }  // namespace
 
 PackedDenseF32 pack_dense_f32(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
                               std::size_t depth, bool relu) {
   PackedDenseF32 layer;
-  layer.relu = relu;
-  layer.outputs = outputs;
-  layer.depth = depth;
+  set_shape(layer, bias, outputs, depth, relu, [](float value) { return value; });
   layer.weights.assign(layer.blocks() * depth * kDenseBlock, 0.0f);
-  layer.bias.assign(layer.blocks() * kDenseBlock, 0.0f);
   for (std::size_t output = 0; output < outputs; ++output) {
-    std::size_t block = output / kDenseBlock, lane = output % kDenseBlock;
     for (std::size_t k = 0; k < depth; ++k) {
-      layer.weights[(block * depth + k) * kDenseBlock + lane] = weights[output * depth + k];
+      layer.weights[packed_index(output, k, depth, 1)] = weights[output * depth + k];
     }
-    if (!bias.empty()) layer.bias[output] = bias[output];
   }
   return layer;
 }
@@ -192,27 +204,20 @@ PackedDenseF32 pack_dense_f32(std::span<const float> weights, std::span<const fl
 PackedDenseInt8 pack_dense_int8(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
                                 std::size_t depth, bool relu) {
   PackedDenseInt8 layer;
-  layer.relu = relu;
-  layer.outputs = outputs;
-  layer.depth = depth;
+  set_shape(layer, bias, outputs, depth, relu, [](float value) { return value; });
   layer.depth4 = (depth + 3) / 4 * 4;
-  std::size_t padded = layer.blocks() * kDenseBlock;
   layer.weights.assign(layer.blocks() * layer.depth4 * kDenseBlock, 0);
-  layer.scales.assign(padded, 0.0f);
-  layer.sums.assign(padded, 0);
-  layer.bias.assign(padded, 0.0f);
+  layer.scales.assign(layer.bias.size(), 0.0f);
+  layer.sums.assign(layer.bias.size(), 0);
   for (std::size_t output = 0; output < outputs; ++output) {
     std::span<const float> row = weights.subspan(output * depth, depth);
     RowQuantization quantization = row_quantization(row);
     layer.scales[output] = quantization.scale;
-    float inverse = quantization.inverse;
-    std::size_t block = output / kDenseBlock, lane = output % kDenseBlock;
     for (std::size_t k = 0; k < depth; ++k) {
-      std::int8_t value = std::isfinite(row[k]) ? quantize(row[k], inverse) : std::int8_t{0};
-      layer.weights[(block * layer.depth4 / 4 + k / 4) * kDenseBlock * 4 + lane * 4 + k % 4] = value;
+      std::int8_t value = std::isfinite(row[k]) ? quantize(row[k], quantization.inverse) : std::int8_t{0};
+      layer.weights[packed_index(output, k, layer.depth4, 4)] = value;
       layer.sums[output] += value;
     }
-    if (!bias.empty()) layer.bias[output] = bias[output];
   }
   return layer;
 }
@@ -220,19 +225,14 @@ PackedDenseInt8 pack_dense_int8(std::span<const float> weights, std::span<const 
 PackedDenseBf16 pack_dense_bf16(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
                                 std::size_t depth, bool relu) {
   PackedDenseBf16 layer;
-  layer.outputs = outputs;
-  layer.depth = depth;
+  set_shape(layer, bias, outputs, depth, relu, flush_subnormal);
   layer.depth2 = (depth + 1) / 2 * 2;
-  layer.relu = relu;
   layer.weights.assign(layer.blocks() * layer.depth2 * kDenseBlock, 0);
-  layer.bias.assign(layer.blocks() * kDenseBlock, 0.0f);
   for (std::size_t output = 0; output < outputs; ++output) {
-    std::size_t block = output / kDenseBlock, lane = output % kDenseBlock;
     for (std::size_t k = 0; k < depth; ++k) {
-      layer.weights[(block * layer.depth2 / 2 + k / 2) * kDenseBlock * 2 + lane * 2 + k % 2] =
+      layer.weights[packed_index(output, k, layer.depth2, 2)] =
           QuantizedTreesView::float_to_bf16(flush_subnormal(weights[output * depth + k]));
     }
-    if (!bias.empty()) layer.bias[output] = flush_subnormal(bias[output]);
   }
   return layer;
 }

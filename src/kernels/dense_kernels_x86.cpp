@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace slipway::kernels {
 namespace {
@@ -29,6 +30,38 @@ namespace {
 std::uint32_t lane_mask(const std::size_t outputs, std::size_t block) {
   std::size_t valid = std::min<std::size_t>(kDenseBlock, outputs - block * kDenseBlock);
   return valid >= 32 ? 0xFFFFFFFFU : (1U << valid) - 1U;
+}
+
+// Stores one row's 16 outputs of `block`, with the layer's ReLU; a last partial block is masked.
+__attribute__((target("avx512f"))) inline void store_block_avx512(const PackedDenseShape& layer, __m512 value,
+                                                                  std::size_t row, std::size_t block, float* out) {
+  if (layer.relu) value = _mm512_max_ps(value, _mm512_setzero_ps());
+  _mm512_mask_storeu_ps(out + row * layer.outputs + block * kDenseBlock,
+                        static_cast<__mmask16>(lane_mask(layer.outputs, block)), value);
+}
+
+// The same from two vectors of 8: the valid lanes are copied out of a buffer.
+__attribute__((target("avx2"))) inline void store_block_avx2(const PackedDenseShape& layer, __m256 low, __m256 high,
+                                                             std::size_t row, std::size_t block, float* out) {
+  if (layer.relu) {
+    low = _mm256_max_ps(low, _mm256_setzero_ps());
+    high = _mm256_max_ps(high, _mm256_setzero_ps());
+  }
+  alignas(32) float lanes[kDenseBlock];
+  _mm256_store_ps(lanes, low);
+  _mm256_store_ps(lanes + 8, high);
+  std::size_t valid = std::min<std::size_t>(kDenseBlock, layer.outputs - block * kDenseBlock);
+  std::memcpy(out + row * layer.outputs + block * kDenseBlock, lanes, valid * sizeof(float));
+}
+
+// Runs tile(row, count) over the rows in groups of kRowsPerTile, then one at a time; `count` is a
+// std::integral_constant, so each group size is a tile of its own.
+template <std::size_t kRowsPerTile, typename Tile>
+void for_each_row_group(std::size_t rows, Tile tile) {
+  std::size_t row = 0;
+  for (; row + kRowsPerTile <= rows; row += kRowsPerTile)
+    tile(row, std::integral_constant<std::size_t, kRowsPerTile>{});
+  for (; row < rows; ++row) tile(row, std::integral_constant<std::size_t, 1>{});
 }
 
 // Walks the blocks [first, first + count) in tiles: `wide(block)` for eight blocks of one row at a
@@ -73,22 +106,9 @@ __attribute__((target("avx512f,fma"))) inline void f32_tile_avx512(const PackedD
   }
 #pragma GCC unroll 16
   for (std::size_t b = 0; b < kBlocks; ++b) {
-    auto mask = static_cast<__mmask16>(lane_mask(layer.outputs, block + b));
 #pragma GCC unroll 16
-    for (std::size_t r = 0; r < kRows; ++r) {
-      __m512 value = layer.relu ? _mm512_max_ps(sums[b][r], _mm512_setzero_ps()) : sums[b][r];
-      _mm512_mask_storeu_ps(out + (row + r) * layer.outputs + (block + b) * kDenseBlock, mask, value);
-    }
+    for (std::size_t r = 0; r < kRows; ++r) store_block_avx512(layer, sums[b][r], row + r, block + b, out);
   }
-}
-
-template <std::size_t kRowsPerTile, std::size_t kBlocks>
-__attribute__((target("avx512f,fma"))) inline void f32_rows_avx512(const PackedDenseF32& layer, const float* in,
-                                                                   std::size_t rows, float* out, std::size_t block) {
-  std::size_t row = 0;
-  for (; row + kRowsPerTile <= rows; row += kRowsPerTile)
-    f32_tile_avx512<kRowsPerTile, kBlocks>(layer, in, row, out, block);
-  for (; row < rows; ++row) f32_tile_avx512<1, kBlocks>(layer, in, row, out, block);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -127,26 +147,11 @@ __attribute__((target("avx2,fma"))) inline void f32_tile_avx2(const PackedDenseF
   }
 #pragma GCC unroll 16
   for (std::size_t b = 0; b < kBlocks; ++b) {
-    std::size_t valid = std::min<std::size_t>(kDenseBlock, layer.outputs - (block + b) * kDenseBlock);
 #pragma GCC unroll 16
     for (std::size_t r = 0; r < kRows; ++r) {
-      alignas(32) float lanes[kDenseBlock];
-      for (std::size_t half = 0; half < 2; ++half) {
-        __m256 value = layer.relu ? _mm256_max_ps(sums[b][half][r], _mm256_setzero_ps()) : sums[b][half][r];
-        _mm256_store_ps(lanes + half * 8, value);
-      }
-      std::memcpy(out + (row + r) * layer.outputs + (block + b) * kDenseBlock, lanes, valid * sizeof(float));
+      store_block_avx2(layer, sums[b][0][r], sums[b][1][r], row + r, block + b, out);
     }
   }
-}
-
-template <std::size_t kRowsPerTile, std::size_t kBlocks>
-__attribute__((target("avx2,fma"))) inline void f32_rows_avx2(const PackedDenseF32& layer, const float* in,
-                                                              std::size_t rows, float* out, std::size_t block) {
-  std::size_t row = 0;
-  for (; row + kRowsPerTile <= rows; row += kRowsPerTile)
-    f32_tile_avx2<kRowsPerTile, kBlocks>(layer, in, row, out, block);
-  for (; row < rows; ++row) f32_tile_avx2<1, kBlocks>(layer, in, row, out, block);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -157,10 +162,9 @@ __attribute__((target("avx512f"))) inline void int8_store_avx512(const PackedDen
                                                                  float* out) {
   std::size_t offset = block * kDenseBlock;
   __m512 scale = _mm512_mul_ps(_mm512_set1_ps(in.scales[row]), _mm512_loadu_ps(layer.scales.data() + offset));
-  __m512 value = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, _mm512_loadu_ps(layer.bias.data() + offset));
-  if (layer.relu) value = _mm512_max_ps(value, _mm512_setzero_ps());
-  _mm512_mask_storeu_ps(out + row * layer.outputs + offset, static_cast<__mmask16>(lane_mask(layer.outputs, block)),
-                        value);
+  store_block_avx512(layer,
+                     _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale, _mm512_loadu_ps(layer.bias.data() + offset)), row,
+                     block, out);
 }
 
 template <std::size_t kRows, std::size_t kBlocks>
@@ -202,17 +206,6 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void int8_tile_vnn
   }
 }
 
-template <std::size_t kRowsPerTile, std::size_t kBlocks>
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void int8_rows_vnni(const PackedDenseInt8& layer,
-                                                                                  const QuantizedRows& in, float* out,
-                                                                                  std::size_t block) {
-  std::size_t row = 0;
-  for (; row + kRowsPerTile <= in.rows; row += kRowsPerTile) {
-    int8_tile_vnni<kRowsPerTile, kBlocks>(layer, in, row, out, block);
-  }
-  for (; row < in.rows; ++row) int8_tile_vnni<1, kBlocks>(layer, in, row, out, block);
-}
-
 // AVX2 has no unsigned-by-signed dot product without 16-bit saturation, so it multiplies signed
 // by signed: |x| by w carrying x's sign, whose pair sums (at most 2 * 127 * 127) fit 16 bits.
 template <std::size_t kRows>
@@ -242,20 +235,17 @@ __attribute__((target("avx2,fma"))) inline void int8_tile_avx2(const PackedDense
     }
   }
   std::size_t offset = block * kDenseBlock;
-  std::size_t valid = std::min<std::size_t>(kDenseBlock, layer.outputs - offset);
 #pragma GCC unroll 16
   for (std::size_t r = 0; r < kRows; ++r) {
-    alignas(32) float lanes[kDenseBlock];
+    __m256 values[2];
 #pragma GCC unroll 16
     for (std::size_t half = 0; half < 2; ++half) {
       __m256 scale =
           _mm256_mul_ps(_mm256_set1_ps(in.scales[row + r]), _mm256_loadu_ps(layer.scales.data() + offset + half * 8));
-      __m256 value = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[half][r]), scale,
+      values[half] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[half][r]), scale,
                                      _mm256_loadu_ps(layer.bias.data() + offset + half * 8));
-      if (layer.relu) value = _mm256_max_ps(value, _mm256_setzero_ps());
-      _mm256_store_ps(lanes + half * 8, value);
     }
-    std::memcpy(out + (row + r) * layer.outputs + offset, lanes, valid * sizeof(float));
+    store_block_avx2(layer, values[0], values[1], row + r, block, out);
   }
 }
 
@@ -265,9 +255,20 @@ __attribute__((target("avx512f,fma"))) void dense_f32_avx512(const PackedDenseF3
                                                              std::size_t rows, float* out, std::size_t first_block,
                                                              std::size_t block_count) {
   for_each_tile(
-      rows, first_block, block_count, [&](std::size_t block) { f32_rows_avx512<1, 8>(layer, in, rows, out, block); },
-      [&](std::size_t block) { f32_rows_avx512<4, 2>(layer, in, rows, out, block); },
-      [&](std::size_t block) { f32_rows_avx512<8, 1>(layer, in, rows, out, block); });
+      rows, first_block, block_count,
+      [&](std::size_t block) {
+        for_each_row_group<1>(rows, [&](std::size_t row, auto) { f32_tile_avx512<1, 8>(layer, in, row, out, block); });
+      },
+      [&](std::size_t block) {
+        for_each_row_group<4>(rows, [&](std::size_t row, auto count) {
+          f32_tile_avx512<decltype(count)::value, 2>(layer, in, row, out, block);
+        });
+      },
+      [&](std::size_t block) {
+        for_each_row_group<8>(rows, [&](std::size_t row, auto count) {
+          f32_tile_avx512<decltype(count)::value, 1>(layer, in, row, out, block);
+        });
+      });
 }
 
 __attribute__((target("avx2,fma"))) void dense_f32_avx2(const PackedDenseF32& layer, const float* in, std::size_t rows,
@@ -276,11 +277,21 @@ __attribute__((target("avx2,fma"))) void dense_f32_avx2(const PackedDenseF32& la
       rows, first_block, block_count,
       [&](std::size_t block) {
         // Eight blocks as two tiles of four: AVX2 has half the registers.
-        f32_rows_avx2<1, 4>(layer, in, rows, out, block);
-        f32_rows_avx2<1, 4>(layer, in, rows, out, block + 4);
+        for_each_row_group<1>(rows, [&](std::size_t row, auto) {
+          f32_tile_avx2<1, 4>(layer, in, row, out, block);
+          f32_tile_avx2<1, 4>(layer, in, row, out, block + 4);
+        });
       },
-      [&](std::size_t block) { f32_rows_avx2<2, 2>(layer, in, rows, out, block); },
-      [&](std::size_t block) { f32_rows_avx2<4, 1>(layer, in, rows, out, block); });
+      [&](std::size_t block) {
+        for_each_row_group<2>(rows, [&](std::size_t row, auto count) {
+          f32_tile_avx2<decltype(count)::value, 2>(layer, in, row, out, block);
+        });
+      },
+      [&](std::size_t block) {
+        for_each_row_group<4>(rows, [&](std::size_t row, auto count) {
+          f32_tile_avx2<decltype(count)::value, 1>(layer, in, row, out, block);
+        });
+      });
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void dense_int8_avx512_vnni(const PackedDenseInt8& layer,
@@ -288,17 +299,29 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void dense_int8_avx512_vn
                                                                                    std::size_t first_block,
                                                                                    std::size_t block_count) {
   for_each_tile(
-      in.rows, first_block, block_count, [&](std::size_t block) { int8_rows_vnni<1, 8>(layer, in, out, block); },
-      [&](std::size_t block) { int8_rows_vnni<4, 2>(layer, in, out, block); },
-      [&](std::size_t block) { int8_rows_vnni<8, 1>(layer, in, out, block); });
+      in.rows, first_block, block_count,
+      [&](std::size_t block) {
+        for_each_row_group<1>(in.rows,
+                              [&](std::size_t row, auto) { int8_tile_vnni<1, 8>(layer, in, row, out, block); });
+      },
+      [&](std::size_t block) {
+        for_each_row_group<4>(in.rows, [&](std::size_t row, auto count) {
+          int8_tile_vnni<decltype(count)::value, 2>(layer, in, row, out, block);
+        });
+      },
+      [&](std::size_t block) {
+        for_each_row_group<8>(in.rows, [&](std::size_t row, auto count) {
+          int8_tile_vnni<decltype(count)::value, 1>(layer, in, row, out, block);
+        });
+      });
 }
 
 __attribute__((target("avx2,fma"))) void dense_int8_avx2(const PackedDenseInt8& layer, const QuantizedRows& in,
                                                          float* out, std::size_t first_block, std::size_t block_count) {
   for (std::size_t block = first_block; block < first_block + block_count; ++block) {
-    std::size_t row = 0;
-    for (; row + 4 <= in.rows; row += 4) int8_tile_avx2<4>(layer, in, row, out, block);
-    for (; row < in.rows; ++row) int8_tile_avx2<1>(layer, in, row, out, block);
+    for_each_row_group<4>(in.rows, [&](std::size_t row, auto count) {
+      int8_tile_avx2<decltype(count)::value>(layer, in, row, out, block);
+    });
   }
 }
 
@@ -414,33 +437,30 @@ __attribute__((target("avx512f,avx512bf16"))) inline void bf16_tile_avx512(const
   }
 #pragma GCC unroll 16
   for (std::size_t b = 0; b < kBlocks; ++b) {
-    auto mask = static_cast<__mmask16>(lane_mask(layer.outputs, block + b));
 #pragma GCC unroll 16
-    for (std::size_t r = 0; r < kRows; ++r) {
-      __m512 value = layer.relu ? _mm512_max_ps(sums[b][r], _mm512_setzero_ps()) : sums[b][r];
-      _mm512_mask_storeu_ps(out + (row + r) * layer.outputs + (block + b) * kDenseBlock, mask, value);
-    }
+    for (std::size_t r = 0; r < kRows; ++r) store_block_avx512(layer, sums[b][r], row + r, block + b, out);
   }
-}
-
-template <std::size_t kRowsPerTile, std::size_t kBlocks>
-__attribute__((target("avx512f,avx512bf16"))) inline void bf16_rows_avx512(const PackedDenseBf16& layer,
-                                                                           const Bf16Rows& in, float* out,
-                                                                           std::size_t block) {
-  std::size_t row = 0;
-  for (; row + kRowsPerTile <= in.rows; row += kRowsPerTile) {
-    bf16_tile_avx512<kRowsPerTile, kBlocks>(layer, in, row, out, block);
-  }
-  for (; row < in.rows; ++row) bf16_tile_avx512<1, kBlocks>(layer, in, row, out, block);
 }
 
 __attribute__((target("avx512f,avx512bf16"))) void dense_bf16_avx512(const PackedDenseBf16& layer, const Bf16Rows& in,
                                                                      float* out, std::size_t first_block,
                                                                      std::size_t block_count) {
   for_each_tile(
-      in.rows, first_block, block_count, [&](std::size_t block) { bf16_rows_avx512<1, 8>(layer, in, out, block); },
-      [&](std::size_t block) { bf16_rows_avx512<4, 2>(layer, in, out, block); },
-      [&](std::size_t block) { bf16_rows_avx512<8, 1>(layer, in, out, block); });
+      in.rows, first_block, block_count,
+      [&](std::size_t block) {
+        for_each_row_group<1>(in.rows,
+                              [&](std::size_t row, auto) { bf16_tile_avx512<1, 8>(layer, in, row, out, block); });
+      },
+      [&](std::size_t block) {
+        for_each_row_group<4>(in.rows, [&](std::size_t row, auto count) {
+          bf16_tile_avx512<decltype(count)::value, 2>(layer, in, row, out, block);
+        });
+      },
+      [&](std::size_t block) {
+        for_each_row_group<8>(in.rows, [&](std::size_t row, auto count) {
+          bf16_tile_avx512<decltype(count)::value, 1>(layer, in, row, out, block);
+        });
+      });
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_row_bf16_avx512(const float* in,
@@ -494,25 +514,16 @@ __attribute__((target("avx2,fma"))) inline void bf16_tile_avx2(const PackedDense
       }
     }
   }
-  std::size_t valid = std::min<std::size_t>(kDenseBlock, layer.outputs - block * kDenseBlock);
 #pragma GCC unroll 16
-  for (std::size_t r = 0; r < kRows; ++r) {
-    alignas(32) float lanes[kDenseBlock];
-#pragma GCC unroll 16
-    for (std::size_t half = 0; half < 2; ++half) {
-      __m256 value = layer.relu ? _mm256_max_ps(sums[half][r], _mm256_setzero_ps()) : sums[half][r];
-      _mm256_store_ps(lanes + half * 8, value);
-    }
-    std::memcpy(out + (row + r) * layer.outputs + block * kDenseBlock, lanes, valid * sizeof(float));
-  }
+  for (std::size_t r = 0; r < kRows; ++r) store_block_avx2(layer, sums[0][r], sums[1][r], row + r, block, out);
 }
 
 __attribute__((target("avx2,fma"))) void dense_bf16_avx2(const PackedDenseBf16& layer, const Bf16Rows& in, float* out,
                                                          std::size_t first_block, std::size_t block_count) {
   for (std::size_t block = first_block; block < first_block + block_count; ++block) {
-    std::size_t row = 0;
-    for (; row + 4 <= in.rows; row += 4) bf16_tile_avx2<4>(layer, in, row, out, block);
-    for (; row < in.rows; ++row) bf16_tile_avx2<1>(layer, in, row, out, block);
+    for_each_row_group<4>(in.rows, [&](std::size_t row, auto count) {
+      bf16_tile_avx2<decltype(count)::value>(layer, in, row, out, block);
+    });
   }
 }
 

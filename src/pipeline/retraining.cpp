@@ -1,13 +1,7 @@
 // Retraining policies: when a registered model is trained again, on which rows, how the candidate
 // is gated against the version it would replace, and whether it is deployed.
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <map>
 
 #include <fmt/format.h>
@@ -65,34 +59,14 @@ Result<std::vector<double>> deploy_shares(const std::string& deploy) {
                           deploy + "'");
 }
 
-// Holds a model's retraining lock (an flock on a file in the workspace) while it lives; take()
-// gives none while another process holds it.
-class RetrainingLock {
- public:
-  static Result<std::unique_ptr<RetrainingLock>> take(const std::string& home, const std::string& model) {
-    // The name becomes a file name: only a valid model name may.
-    SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(model));
-    std::string folder = home + "/retrain";
-    SLIPWAY_RETURN_IF_ERROR(make_directories(folder));
-    std::string path = folder + "/" + model + ".lock";
-    auto lock = std::make_unique<RetrainingLock>(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-    if (lock->descriptor_ < 0) return io_error("cannot open " + path + ": " + std::strerror(errno));
-    if (::flock(lock->descriptor_, LOCK_EX | LOCK_NB) != 0) {
-      if (errno == EWOULDBLOCK) return std::unique_ptr<RetrainingLock>();
-      return io_error("cannot lock " + path + ": " + std::strerror(errno));
-    }
-    return lock;
-  }
-  explicit RetrainingLock(int descriptor) : descriptor_(descriptor) {}
-  ~RetrainingLock() {
-    if (descriptor_ >= 0) ::close(descriptor_);  // closing releases the flock
-  }
-  RetrainingLock(const RetrainingLock&) = delete;
-  RetrainingLock& operator=(const RetrainingLock&) = delete;
-
- private:
-  int descriptor_;
-};
+// The model's retraining lock (a file in the workspace); null while another process holds it.
+Result<std::unique_ptr<FileLock>> retraining_lock(const std::string& home, const std::string& model) {
+  // The name becomes a file name: only a valid model name may.
+  SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(model));
+  std::string folder = home + "/retrain";
+  SLIPWAY_RETURN_IF_ERROR(make_directories(folder));
+  return FileLock::try_acquire(folder + "/" + model + ".lock");
+}
 
 // The longest request id joined to a label: ids come from clients, and each row keeps a copy.
 constexpr std::size_t kMaxRequestIdBytes = 256;
@@ -102,9 +76,9 @@ constexpr std::size_t kMaxRequestIdBytes = 256;
 // Returns the artifact's sha256 and how many rows it holds.
 Result<std::pair<std::string, std::size_t>> store_labelled_traffic(registry::Registry& registry,
                                                                    const RetrainPolicy& policy,
-                                                                   const registry::ModelVersion& baseline) {
-  std::string reference = baseline.model + "@" + std::to_string(baseline.version);
-  SLIPWAY_ASSIGN_OR_RETURN(auto loaded, resolve_reference(&registry, reference));
+                                                                   const registry::ModelVersion& baseline,
+                                                                   const LoadedReference& loaded) {
+  const std::string& reference = loaded.description;
   std::vector<std::string> inputs;
   for (const auto& feature : loaded.bundle->preprocessor().features()) inputs.push_back(feature.name);
   std::int64_t now = unix_time_ms();
@@ -163,7 +137,8 @@ Result<std::pair<std::string, std::size_t>> store_labelled_traffic(registry::Reg
 // The spec a retraining trains: the policy's, else the baseline's run's, pointed at the new rows.
 // `traffic`: the rows are logged requests, not the files the spec was written for.
 Result<TrainSpec> retraining_spec(registry::Registry& registry, const RetrainPolicy& policy,
-                                  const registry::ModelVersion& baseline, const std::string& data, bool traffic) {
+                                  const registry::ModelVersion& baseline, const LoadedReference& loaded,
+                                  const std::string& data, bool traffic) {
   TrainSpec spec;
   if (!policy.spec.empty()) {
     SLIPWAY_RETURN_IF_ERROR(load_spec_text(policy.spec, "the retrain policy's spec", spec));
@@ -207,8 +182,6 @@ Result<TrainSpec> retraining_spec(registry::Registry& registry, const RetrainPol
   }
   if (spec.model == "gbdt" && policy.warm_start) {
     // Boosting continues the baseline's trees over the baseline's inputs: a spec cannot drop one.
-    SLIPWAY_ASSIGN_OR_RETURN(auto loaded,
-                             resolve_reference(&registry, baseline.model + "@" + std::to_string(baseline.version)));
     for (const auto& column : spec.ignore) {
       if (loaded.bundle->preprocessor().feature_index(column)) {
         return invalid_argument("the spec ignores '" + column + "', an input of " + loaded.description +
@@ -498,7 +471,7 @@ Result<RetrainOutcome> retrain(registry::Registry& registry, const RetrainPolicy
   SLIPWAY_RETURN_IF_ERROR(check_retrain_policy(policy));
   // Decided under the lock, so two processes cannot both act on one alert.
   RetrainOutcome outcome;
-  SLIPWAY_ASSIGN_OR_RETURN(auto lock, RetrainingLock::take(registry.home(), policy.model));
+  SLIPWAY_ASSIGN_OR_RETURN(auto lock, retraining_lock(registry.home(), policy.model));
   if (lock == nullptr) {
     std::string busy = "another process is retraining " + policy.model + " now";
     // Overlapping cron runs are not a failure; a retraining asked for by name is refused.
@@ -534,9 +507,12 @@ Result<RetrainOutcome> retrain(registry::Registry& registry, const RetrainPolicy
     return std::move(outcome);
   };
   if (!baseline.ok()) return finish("failed", "no baseline: " + baseline.status().message());
+  // Loaded once: the traffic's inputs, the warm start and the gate all read it.
+  auto before = resolve_reference(&registry, outcome.baseline);
+  if (!before.ok()) return finish("failed", "cannot load the baseline: " + before.status().message());
   std::string data_path = policy.data;
   if (policy.data == "traffic") {
-    auto traffic = store_labelled_traffic(registry, policy, *baseline);
+    auto traffic = store_labelled_traffic(registry, policy, *baseline, *before);
     if (!traffic.ok()) return finish("failed", traffic.status().message());
     record.data_sha256 = traffic->first;
     data_path = registry.artifacts().path_for(record.data_sha256);
@@ -545,7 +521,7 @@ Result<RetrainOutcome> retrain(registry::Registry& registry, const RetrainPolicy
   } else {
     outcome.data = data_path;
   }
-  auto spec = retraining_spec(registry, policy, *baseline, data_path, policy.data == "traffic");
+  auto spec = retraining_spec(registry, policy, *baseline, *before, data_path, policy.data == "traffic");
   if (!spec.ok()) return finish("failed", spec.status().message());
   auto table = read_table(spec->data);
   if (!table.ok()) return finish("failed", "the new rows: " + table.status().message());
@@ -585,8 +561,6 @@ Result<RetrainOutcome> retrain(registry::Registry& registry, const RetrainPolicy
   auto candidate = model::Bundle::load(registry.artifacts().path_for(outcome.training->bundle_sha256),
                                        outcome.training->bundle_sha256);
   if (!candidate.ok()) return finish("failed", "cannot load the candidate: " + candidate.status().message());
-  auto before = resolve_reference(&registry, outcome.baseline);
-  if (!before.ok()) return finish("failed", "cannot load the baseline: " + before.status().message());
   data::Table gate_rows;
   if (!policy.gate_data.empty()) {
     auto read = read_table(policy.gate_data);

@@ -59,6 +59,17 @@ class ServingOps : public ::testing::Test {
     arguments.insert(arguments.begin(), {slipway_binary(), "--home", home_.path()});
     return run_command(arguments);
   }
+  // Logs every request to lending@1, deployed as endpoint "web", and returns every `step`th row
+  // of the lending data to send it.
+  data::Table log_endpoint_and_sample(std::uint32_t step) {
+    EXPECT_EQ(slipway({"serving-config", "lending", "--request-log-rate", "1"}).exit_code, 0);
+    EXPECT_EQ(slipway({"deploy", "web", "lending@1"}).exit_code, 0);
+    auto table = data::read_csv(data_path("lending_club.csv"));
+    EXPECT_TRUE(table.ok());
+    std::vector<std::uint32_t> rows;
+    for (std::uint32_t row = 0; table.ok() && row < table->row_count(); row += step) rows.push_back(row);
+    return table.ok() ? table->take_rows(rows) : data::Table{};
+  }
   // Starts `slipway serve --port 0 EXTRA...` and returns its port.
   int start_server(std::vector<std::string> extra) {
     std::vector<std::string> argv = {slipway_binary(), "--home", home_.path(), "--json", "serve", "--port", "0"};
@@ -867,15 +878,9 @@ TEST_F(ServingOps, SampledRequestsAreLoggedWithTheirAnswers) {
 // Monitoring from the request log: the rows an endpoint served, read back and compared with the
 // training distribution; a sample like the training data is not flagged, a shifted one is.
 TEST_F(ServingOps, MonitorReadsTheRequestLogOfAnEndpoint) {
-  ASSERT_EQ(slipway({"serving-config", "lending", "--request-log-rate", "1"}).exit_code, 0);
-  ASSERT_EQ(slipway({"deploy", "web", "lending@1"}).exit_code, 0);
+  data::Table sample = log_endpoint_and_sample(25);
   int port = start_server({});
   ASSERT_GT(port, 0);
-  auto table = data::read_csv(data_path("lending_club.csv"));
-  ASSERT_TRUE(table.ok());
-  std::vector<std::uint32_t> every_25th;
-  for (std::uint32_t row = 0; row < table->row_count(); row += 25) every_25th.push_back(row);
-  data::Table sample = table->take_rows(every_25th);
   for (const auto& body : serve::v2_requests_from_table(sample, 20, {"Class"})) {
     ASSERT_EQ(http_request(port, "POST", "/v2/models/web/infer", body).status, 200);
   }
@@ -908,15 +913,9 @@ TEST_F(ServingOps, MonitorReadsTheRequestLogOfAnEndpoint) {
 // longer request is ID/R) with the labels that arrived later, train a candidate that is gated and
 // deployed as a canary.
 TEST_F(ServingOps, RetrainsOnLabelledTraffic) {
-  ASSERT_EQ(slipway({"serving-config", "lending", "--request-log-rate", "1"}).exit_code, 0);
-  ASSERT_EQ(slipway({"deploy", "web", "lending@1"}).exit_code, 0);
+  data::Table sample = log_endpoint_and_sample(4);
   int port = start_server({});
   ASSERT_GT(port, 0);
-  auto table = data::read_csv(data_path("lending_club.csv"));
-  ASSERT_TRUE(table.ok());
-  std::vector<std::uint32_t> every_4th;
-  for (std::uint32_t row = 0; row < table->row_count(); row += 4) every_4th.push_back(row);
-  data::Table sample = table->take_rows(every_4th);
   const data::Column* label = sample.find("Class");
   ASSERT_NE(label, nullptr);
   std::ofstream labels(home_.path() + "/labels.csv");
