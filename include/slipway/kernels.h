@@ -305,4 +305,32 @@ void dense_f32(const PackedDenseF32& layer, std::span<const float> in, std::size
 void dense_int8(const PackedDenseInt8& layer, const QuantizedRows& in, std::span<float> out, int threads = 1);
 void dense_bf16(const PackedDenseBf16& layer, const Bf16Rows& in, std::span<float> out, int threads = 1);
 
+// ---------------------------------------------------------------------------------------------
+// Activations and layer normalization: what follows a dense layer in an MLP, shared by inference
+// and training so both compute the same values. Plain loops (the dense products dominate).
+
+enum class Activation {
+  kNone,
+  kRelu,      // max(x, 0)
+  kGelu,      // x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), PyTorch's and ONNX's default
+  kGeluTanh,  // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), GELU's tanh approximation
+  kTanh,
+  kSigmoid,
+};
+std::string_view activation_name(Activation activation);  // "none", "relu", "gelu", "gelu_tanh", ...
+// The activation a name names, or false.
+bool activation_by_name(std::string_view name, Activation& activation);
+
+// values[i] = activation(values[i]).
+void activate(Activation activation, std::span<float> values);
+// d activation / dx at each `inputs` value (the values before the activation), times `gradients`,
+// in place: the backward step of activate().
+void activation_backward(Activation activation, std::span<const float> inputs, std::span<float> gradients);
+
+// Each of `rows` rows of `width` values: (x - mean) / sqrt(variance + epsilon) * scale + shift, the
+// variance biased (divided by width), mean and variance summed in double. `inverse_deviations`
+// (rows values, or empty) receives 1 / sqrt(variance + epsilon) per row, for the backward step.
+void layer_norm(std::span<float> values, std::size_t rows, std::size_t width, std::span<const float> scale,
+                std::span<const float> shift, float epsilon, std::span<float> inverse_deviations = {});
+
 }  // namespace slipway::kernels

@@ -23,6 +23,7 @@
 
 #include "slipway/core.h"
 #include "slipway/data.h"
+#include "slipway/kernels.h"
 
 namespace slipway::model {
 
@@ -269,25 +270,39 @@ struct TreeEnsembleArrays {
 class CompleteTrees;   // a prediction layout for shallow trees, private to model
 class QuantizedTrees;  // its quantized form, private to model
 
-// A multilayer perceptron: dense layers, ReLU after every layer but the last (whose outputs are the
-// margins), run with the dense kernels (slipway/kernels.h) in one precision. The layers keep their
-// float32 weights (what the bundle stores); bf16 and int8 layers are packed from them when the
-// model is made, so a precision is a property of the model, not of the file's bytes.
+// A multilayer perceptron: layers of a dense product, an optional layer normalization and an
+// activation (the last layer's outputs are the margins, so it usually has none), run with the
+// dense kernels (slipway/kernels.h) in one precision. The layers keep their float32 weights (what
+// the bundle stores); bf16 and int8 layers are packed from them when the model is made, so a
+// precision is a property of the model, not of the file's bytes.
 enum class MlpPrecision { kFloat32, kBfloat16, kInt8 };
 std::string_view mlp_precision_name(MlpPrecision precision);  // "float32", "bfloat16", "int8"
+std::optional<MlpPrecision> mlp_precision_by_name(std::string_view name);
 
 struct MlpLayer {
   std::size_t inputs = 0, outputs = 0;
   SharedArray<float> weights;  // outputs x inputs, row-major (PyTorch's Linear, ONNX Gemm with transB)
   SharedArray<float> bias;     // outputs
+  // Layer normalization of the outputs before the activation (kernels::layer_norm): both empty
+  // for none, else `outputs` values each.
+  SharedArray<float> norm_scale, norm_shift;
+  float norm_epsilon = 1e-5f;
+  kernels::Activation activation = kernels::Activation::kNone;
+
+  bool normalized() const { return !norm_scale.empty(); }
 };
+
+// Float arrays by name that a training checkpoint carries besides the weights (optimizer
+// moments, the best weights so far); empty in a model to serve.
+using MlpTrainingState = std::map<std::string, SharedArray<float>>;
 
 class MlpModel final : public Model {
  public:
   // InvalidArgument unless each layer's inputs are the previous layer's outputs, the arrays have
-  // their sizes, every weight and bias is finite, and (int8) no layer is deeper than the kernels'
-  // exact-sum limit.
-  static Result<std::shared_ptr<const MlpModel>> make(std::vector<MlpLayer> layers, MlpPrecision precision);
+  // their sizes, every weight, bias and normalization value is finite, epsilon is positive, and
+  // (int8) no layer is deeper than the kernels' exact-sum limit.
+  static Result<std::shared_ptr<const MlpModel>> make(std::vector<MlpLayer> layers, MlpPrecision precision,
+                                                      MlpTrainingState training_state = {});
 
   std::string_view family() const override { return "mlp"; }
   std::size_t input_width() const override { return layers_.front().inputs; }
@@ -299,17 +314,20 @@ class MlpModel final : public Model {
 
   const std::vector<MlpLayer>& layers() const { return layers_; }
   MlpPrecision precision() const { return precision_; }
-  // The same layers in another precision (make()'s checks apply: int8 has a depth limit).
+  const MlpTrainingState& training_state() const { return training_state_; }
+  // The same layers in another precision, without training state (make()'s checks apply: int8
+  // has a depth limit).
   Result<std::shared_ptr<const MlpModel>> with_precision(MlpPrecision precision) const;
 
   struct Packed;  // the kernels' layouts of every layer
   // Use make(): this trusts the layers (make_shared needs it public).
-  MlpModel(std::vector<MlpLayer> layers, MlpPrecision precision);
+  MlpModel(std::vector<MlpLayer> layers, MlpPrecision precision, MlpTrainingState training_state);
   ~MlpModel() override;
 
  private:
   std::vector<MlpLayer> layers_;
   MlpPrecision precision_;
+  MlpTrainingState training_state_;
   std::unique_ptr<const Packed> packed_;
 };
 

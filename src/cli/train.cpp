@@ -42,8 +42,8 @@ struct TrainResult : CommandResult {
     json.key("run_id").value(outcome.run_id);
     json.key("cached_from").value(outcome.cached_from);
     json.key("model").value(outcome.spec.model);
-    if (outcome.spec.model == "gbdt") {
-      json.key("rounds").value(summary.iterations);
+    if (outcome.spec.model == "gbdt" || outcome.spec.model == "mlp") {
+      json.key(outcome.spec.model == "mlp" ? "epochs" : "rounds").value(summary.iterations);
       json.key("best_round").value(summary.best_round >= 0 ? summary.best_round + 1 : 0);
       json.key("stopped_early").value(summary.stopped_early);
       json.key("validation_rows").value(static_cast<std::uint64_t>(summary.validation_rows));
@@ -72,12 +72,13 @@ struct TrainResult : CommandResult {
       out << "cached     the bundle of run " << outcome.cached_from
           << " (the same data, code, spec and seed); --no-cache trains again\n";
     }
-    if (outcome.spec.model == "gbdt") {
-      out << "rounds     " << summary.iterations;
+    if (outcome.spec.model == "gbdt" || outcome.spec.model == "mlp") {
+      bool epochs = outcome.spec.model == "mlp";
+      out << (epochs ? "epochs     " : "rounds     ") << summary.iterations;
       if (summary.best_round >= 0) {
-        out << " (best validation " << summary.round_metric << " at round " << summary.best_round + 1
-            << (summary.stopped_early ? ", stopped early" : "") << "; " << summary.validation_rows
-            << " validation rows)";
+        out << " (best validation " << summary.round_metric << (epochs ? " at epoch " : " at round ")
+            << summary.best_round + 1 << (summary.stopped_early ? ", stopped early" : "") << "; "
+            << summary.validation_rows << " validation rows)";
       }
       out << "\n";
     }

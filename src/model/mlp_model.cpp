@@ -25,7 +25,15 @@ std::string_view mlp_precision_name(MlpPrecision precision) {
   return "float32";
 }
 
-Result<std::shared_ptr<const MlpModel>> MlpModel::make(std::vector<MlpLayer> layers, MlpPrecision precision) {
+std::optional<MlpPrecision> mlp_precision_by_name(std::string_view name) {
+  for (MlpPrecision precision : {MlpPrecision::kFloat32, MlpPrecision::kBfloat16, MlpPrecision::kInt8}) {
+    if (mlp_precision_name(precision) == name) return precision;
+  }
+  return std::nullopt;
+}
+
+Result<std::shared_ptr<const MlpModel>> MlpModel::make(std::vector<MlpLayer> layers, MlpPrecision precision,
+                                                       MlpTrainingState training_state) {
   if (layers.empty()) return invalid_argument("an MLP needs at least one layer");
   for (std::size_t index = 0; index < layers.size(); ++index) {
     const MlpLayer& layer = layers[index];
@@ -40,25 +48,36 @@ Result<std::shared_ptr<const MlpModel>> MlpModel::make(std::vector<MlpLayer> lay
         layer.bias.size() != layer.outputs) {
       return invalid_argument(which + "'s weights or bias have the wrong size");
     }
-    auto finite = [](float value) { return std::isfinite(value); };
-    if (!std::all_of(layer.weights.begin(), layer.weights.end(), finite) ||
-        !std::all_of(layer.bias.begin(), layer.bias.end(), finite)) {
-      return invalid_argument(which + " has a weight or bias that is not a finite number");
+    if (layer.norm_scale.size() != layer.norm_shift.size() ||
+        (layer.normalized() && layer.norm_scale.size() != layer.outputs)) {
+      return invalid_argument(which + "'s layer normalization does not have one scale and shift per output");
+    }
+    if (!(layer.norm_epsilon > 0.0f) || !std::isfinite(layer.norm_epsilon)) {
+      return invalid_argument(which + "'s layer normalization epsilon must be a positive number");
+    }
+    auto finite = [](const SharedArray<float>& values) {
+      return std::all_of(values.begin(), values.end(), [](float value) { return std::isfinite(value); });
+    };
+    if (!finite(layer.weights) || !finite(layer.bias) || !finite(layer.norm_scale) || !finite(layer.norm_shift)) {
+      return invalid_argument(which + " has a weight, bias or normalization value that is not a finite number");
     }
     if (precision == MlpPrecision::kInt8 && layer.inputs > kernels::kDenseInt8MaxDepth) {
       return invalid_argument(which + " has more inputs than int8 sums hold exactly (" +
                               std::to_string(kernels::kDenseInt8MaxDepth) + ")");
     }
   }
-  return std::make_shared<const MlpModel>(std::move(layers), precision);
+  return std::make_shared<const MlpModel>(std::move(layers), precision, std::move(training_state));
 }
 
-MlpModel::MlpModel(std::vector<MlpLayer> layers, MlpPrecision precision)
-    : layers_(std::move(layers)), precision_(precision), packed_(std::make_unique<Packed>()) {
+MlpModel::MlpModel(std::vector<MlpLayer> layers, MlpPrecision precision, MlpTrainingState training_state)
+    : layers_(std::move(layers)),
+      precision_(precision),
+      training_state_(std::move(training_state)),
+      packed_(std::make_unique<Packed>()) {
   auto& packed = const_cast<Packed&>(*packed_);
-  for (std::size_t index = 0; index < layers_.size(); ++index) {
-    const MlpLayer& layer = layers_[index];
-    bool relu = index + 1 < layers_.size();
+  for (const MlpLayer& layer : layers_) {
+    // A ReLU straight after the product is fused into the kernels' stores.
+    bool relu = layer.activation == kernels::Activation::kRelu && !layer.normalized();
     switch (precision_) {
       case MlpPrecision::kFloat32:
         packed.f32.push_back(kernels::pack_dense_f32(layer.weights, layer.bias, layer.outputs, layer.inputs, relu));
@@ -104,13 +123,23 @@ void MlpModel::predict_margin(std::span<const float> features, std::size_t rows,
         kernels::dense_int8(packed_->int8[index], quantized, target);
         break;
     }
+    if (layer.normalized()) {
+      kernels::layer_norm(target, rows, layer.outputs, layer.norm_scale, layer.norm_shift, layer.norm_epsilon);
+    }
+    if (layer.activation != kernels::Activation::kRelu || layer.normalized()) {
+      kernels::activate(layer.activation, target);
+    }
     in = target;
   }
 }
 
 std::size_t MlpModel::memory_bytes() const {
   std::size_t bytes = sizeof(*this);
-  for (const auto& layer : layers_) bytes += layer.weights.memory_bytes() + layer.bias.memory_bytes();
+  for (const auto& layer : layers_) {
+    bytes += layer.weights.memory_bytes() + layer.bias.memory_bytes() + layer.norm_scale.memory_bytes() +
+             layer.norm_shift.memory_bytes();
+  }
+  for (const auto& [name, values] : training_state_) bytes += values.memory_bytes();
   for (const auto& layer : packed_->f32) bytes += (layer.weights.size() + layer.bias.size()) * sizeof(float);
   for (const auto& layer : packed_->bf16) bytes += layer.weights.size() * 2 + layer.bias.size() * sizeof(float);
   for (const auto& layer : packed_->int8) {

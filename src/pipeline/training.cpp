@@ -72,7 +72,8 @@ Result<Resumption> prepare_resumption(registry::Registry& registry, TrainSpec& s
   }
   SLIPWAY_ASSIGN_OR_RETURN(
       auto bundle, model::Bundle::load(registry.artifacts().path_for(latest->bundle_sha256), latest->bundle_sha256));
-  log_info(fmt::format("resuming run {} from its checkpoint after {} rounds", run.run_id, latest->step));
+  log_info(fmt::format("resuming run {} from its checkpoint after {} {}", run.run_id, latest->step,
+                       spec.model == "mlp" ? "epochs" : "rounds"));
   return Resumption{std::move(run), bundle};
 }
 
@@ -216,10 +217,15 @@ Status fit_and_store(registry::Registry& registry, const TrainSpec& spec,
   outcome.train_seconds = static_cast<double>(monotonic_ns() - started) * 1e-9;
   log_info(fmt::format("trained {} on {} rows, {} features in {:.2f} s ({} {}{})", spec.model, fitted.rows_used,
                        fitted.bundle->preprocessor().output_width(), outcome.train_seconds, fitted.iterations,
-                       spec.model == "gbdt" ? "rounds" : "iterations", fitted.converged ? "" : ", not converged"));
+                       spec.model == "gbdt"  ? "rounds"
+                       : spec.model == "mlp" ? "epochs"
+                                             : "iterations",
+                       fitted.converged ? "" : ", not converged"));
   if (fitted.stopped_early) {
-    log_info(fmt::format("early stopping: validation {} was best at round {}; kept {} rounds", fitted.round_metric,
-                         fitted.best_round + 1, fitted.iterations));
+    const char* unit = spec.model == "mlp" ? "epoch" : "round";
+    log_info(fmt::format("early stopping: validation {} was best at {} {}; kept {}", fitted.round_metric, unit,
+                         fitted.best_round + 1,
+                         spec.model == "mlp" ? "its weights" : fmt::format("{} rounds", fitted.iterations)));
   }
   if (!fitted.history.empty()) {
     std::vector<registry::MetricRecord> records;
@@ -276,8 +282,8 @@ Result<TrainOutcome> run_training(registry::Registry& registry, TrainSpec spec, 
   SLIPWAY_ASSIGN_OR_RETURN(auto params, parse_key_values(spec.params));
   SLIPWAY_RETURN_IF_ERROR(train::resolve_parameters(spec.model, params).status());
   if (!spec.register_as.empty()) SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(spec.register_as));
-  if (spec.model != "gbdt" && (spec.checkpoint_every > 0 || !spec.init_model.empty())) {
-    return invalid_argument("--checkpoint-every and --init-model apply to --model gbdt");
+  if (spec.model != "gbdt" && spec.model != "mlp" && (spec.checkpoint_every > 0 || !spec.init_model.empty())) {
+    return invalid_argument("--checkpoint-every and --init-model apply to --model gbdt and mlp");
   }
   std::optional<LoadedReference> init_model;
   if (!spec.init_model.empty()) {

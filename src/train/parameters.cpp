@@ -43,7 +43,7 @@ std::vector<std::string> auto_and_names(std::span<const Definition> definitions)
 }  // namespace
 
 const std::vector<std::string>& model_families() {
-  static const std::vector<std::string> kFamilies = {"logistic", "linear", "gbdt"};
+  static const std::vector<std::string> kFamilies = {"logistic", "linear", "gbdt", "mlp"};
   return kFamilies;
 }
 
@@ -98,7 +98,7 @@ const std::vector<ParamDeclaration>& parameter_declarations() {
        1,
        100000,
        {},
-       {"logistic", "linear", "gbdt"},
+       {"logistic", "linear", "gbdt", "mlp"},
        "Levels kept per categorical column, most frequent first; the rest share the 'other' slot."},
       {"standardize",
        ParamType::kChoice,
@@ -114,7 +114,7 @@ const std::vector<ParamDeclaration>& parameter_declarations() {
        0,
        0,
        {},
-       {"logistic", "gbdt"},
+       {"logistic", "gbdt", "mlp"},
        "The label whose probability is the score; auto picks 1/yes/true when present, else the rarer class."},
       {"objective",
        ParamType::kChoice,
@@ -234,8 +234,93 @@ const std::vector<ParamDeclaration>& parameter_declarations() {
        0.01,
        0.9,
        {},
-       {"gbdt"},
+       {"gbdt", "mlp"},
        "Share of the training rows held out, by seed, to judge early stopping."},
+      {"hidden_units",
+       ParamType::kChoice,
+       "64,64",
+       0,
+       0,
+       {},
+       {"mlp"},
+       "Units of each hidden layer, comma-separated (\"128,64\": two layers); \"none\" for no hidden layer."},
+      {"activation",
+       ParamType::kChoice,
+       "relu",
+       0,
+       0,
+       {"relu", "gelu", "gelu_tanh", "tanh"},
+       {"mlp"},
+       "Activation after each hidden layer (gelu: the exact erf form; gelu_tanh: its tanh approximation)."},
+      {"layer_norm",
+       ParamType::kChoice,
+       "false",
+       0,
+       0,
+       {"true", "false"},
+       {"mlp"},
+       "Layer normalization of each hidden layer's outputs, before its activation."},
+      {"dropout",
+       ParamType::kDouble,
+       "0",
+       0.0,
+       0.9,
+       {},
+       {"mlp"},
+       "Share of each hidden layer's outputs zeroed in training (the rest scaled by 1 / (1 - dropout))."},
+      {"epochs", ParamType::kInt, "20", 1, 100000, {}, {"mlp"}, "Passes over the training rows."},
+      {"batch_size", ParamType::kInt, "256", 1, 65536, {}, {"mlp"}, "Rows per optimizer step."},
+      {"learning_rate",
+       ParamType::kDouble,
+       "0.001",
+       1e-7,
+       1.0,
+       {},
+       {"mlp"},
+       "AdamW's peak step size, reached after the warm-up and decayed to zero along a cosine."},
+      {"weight_decay",
+       ParamType::kDouble,
+       "0.01",
+       0.0,
+       1.0,
+       {},
+       {"mlp"},
+       "AdamW's decoupled weight decay on the dense weights (not on biases or normalization)."},
+      {"warmup_fraction",
+       ParamType::kDouble,
+       "0.05",
+       0.0,
+       0.5,
+       {},
+       {"mlp"},
+       "Share of the optimizer steps over which the learning rate rises linearly from zero."},
+      {"early_stopping_rounds",
+       ParamType::kInt,
+       "0",
+       0,
+       100000,
+       {},
+       {"mlp"},
+       "Stop when the validation loss has not improved for this many epochs, keeping the best epoch's "
+       "weights; 0 trains every epoch. Holds out validation_fraction of the training rows."},
+      {"objective",
+       ParamType::kChoice,
+       "auto",
+       0,
+       0,
+       {"auto", "binary:logistic", "multi:softmax", "reg:squarederror"},
+       {"mlp"},
+       "The loss: auto takes binary:logistic for two classes, multi:softmax for more than two text "
+       "labels and reg:squarederror (on the standardized target) for numbers."},
+      {"precision",
+       ParamType::kChoice,
+       "float32",
+       0,
+       0,
+       {"float32", "bfloat16"},
+       {"mlp"},
+       "Compute precision of the matrix products: bfloat16 multiplies in bf16 (AVX-512 BF16) with float32 "
+       "sums and float32 master weights; on a CPU without it training falls back to float32 and says so."},
   };
   // clang-format on
   return kDeclarations;
@@ -253,9 +338,10 @@ Result<std::map<std::string, std::string>> resolve_parameters(const std::string&
     if (applies_to(declaration, family)) resolved[declaration.name] = declaration.default_value;
   }
   for (const auto& [name, value] : given) {
+    // A name may be declared once per family (learning_rate's default differs for gbdt and mlp).
     const ParamDeclaration* match = nullptr;
     for (const auto& declaration : parameter_declarations()) {
-      if (declaration.name == name) match = &declaration;
+      if (declaration.name == name && (match == nullptr || applies_to(declaration, family))) match = &declaration;
     }
     if (match == nullptr) {
       std::vector<std::string> names;
@@ -311,9 +397,12 @@ std::string parameters_markdown() {
 
 namespace {
 
-const ParamDeclaration& declaration_named(std::string_view name) {
+// The declaration of `name` for `family`, or for any family when `family` is empty.
+const ParamDeclaration& declaration_named(std::string_view name, std::string_view family = {}) {
   for (const auto& declaration : parameter_declarations()) {
-    if (declaration.name == name) return declaration;
+    if (declaration.name == name && (family.empty() || applies_to(declaration, std::string(family)))) {
+      return declaration;
+    }
   }
   std::abort();  // a binding of an undeclared parameter: a programmer's mistake
 }
@@ -326,6 +415,10 @@ ConfigField<Struct> bound(std::string_view name, Member Struct::*member) {
 template <typename Struct, typename Inner, typename Member>
 ConfigField<Struct> bound(std::string_view name, Inner Struct::*inner, Member Inner::*member) {
   return config_field(config_key(declaration_named(name)), inner, member);
+}
+template <typename Member>
+ConfigField<MlpParams> mlp_bound(std::string_view name, Member MlpParams::*member) {
+  return config_field(config_key(declaration_named(name, "mlp")), member);
 }
 
 }  // namespace
@@ -375,6 +468,28 @@ const ConfigSchema<GbdtParams>& gbdt_params_schema() {
   return kSchema;
 }
 
+const ConfigSchema<MlpParams>& mlp_params_schema() {
+  using P = MlpParams;
+  static const ConfigSchema<P> kSchema("parameter", {
+                                                        mlp_bound("max_categories", &P::max_categories),
+                                                        mlp_bound("positive_class", &P::positive_class),
+                                                        mlp_bound("validation_fraction", &P::validation_fraction),
+                                                        mlp_bound("hidden_units", &P::hidden_units),
+                                                        mlp_bound("activation", &P::activation),
+                                                        mlp_bound("layer_norm", &P::layer_norm),
+                                                        mlp_bound("dropout", &P::dropout),
+                                                        mlp_bound("epochs", &P::epochs),
+                                                        mlp_bound("batch_size", &P::batch_size),
+                                                        mlp_bound("learning_rate", &P::learning_rate),
+                                                        mlp_bound("weight_decay", &P::weight_decay),
+                                                        mlp_bound("warmup_fraction", &P::warmup_fraction),
+                                                        mlp_bound("early_stopping_rounds", &P::early_stopping),
+                                                        mlp_bound("objective", &P::objective),
+                                                        mlp_bound("precision", &P::precision),
+                                                    });
+  return kSchema;
+}
+
 Result<LinearParams> linear_params(const std::map<std::string, std::string>& resolved) {
   LinearParams params = linear_params_schema().defaults();
   SLIPWAY_RETURN_IF_ERROR(linear_params_schema().apply(params, resolved));
@@ -385,6 +500,37 @@ Result<GbdtParams> gbdt_params(const std::map<std::string, std::string>& resolve
   GbdtParams params = gbdt_params_schema().defaults();
   SLIPWAY_RETURN_IF_ERROR(gbdt_params_schema().apply(params, resolved));
   return params;
+}
+
+Result<MlpParams> mlp_params(const std::map<std::string, std::string>& resolved) {
+  MlpParams params = mlp_params_schema().defaults();
+  SLIPWAY_RETURN_IF_ERROR(mlp_params_schema().apply(params, resolved));
+  SLIPWAY_ASSIGN_OR_RETURN(params.hidden, parse_hidden_units(params.hidden_units));
+  return params;
+}
+
+Result<std::vector<std::size_t>> parse_hidden_units(const std::string& text) {
+  constexpr std::size_t kMaxHiddenLayers = 32;
+  constexpr std::size_t kMaxUnits = 16384;
+  std::vector<std::size_t> units;
+  if (text == "none") return units;
+  std::size_t position = 0;
+  while (position <= text.size()) {
+    std::size_t end = std::min(text.find(',', position), text.size());
+    std::string item = text.substr(position, end - position);
+    std::size_t value = 0;
+    auto [next, error] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || error != std::errc() || next != item.data() + item.size() || value == 0 || value > kMaxUnits) {
+      return invalid_argument("hidden_units must be comma-separated layer widths from 1 to " +
+                              std::to_string(kMaxUnits) + " (e.g. 128,64) or none, not '" + text + "'");
+    }
+    units.push_back(value);
+    if (units.size() > kMaxHiddenLayers) {
+      return invalid_argument("hidden_units names more than " + std::to_string(kMaxHiddenLayers) + " layers");
+    }
+    position = end + 1;
+  }
+  return units;
 }
 
 }  // namespace slipway::train

@@ -10,6 +10,7 @@
 #include "train/gbdt_objective.h"
 #include "train/gbdt_trainer.h"
 #include "train/linear_trainer.h"
+#include "train/mlp_trainer.h"
 #include "train/training_params.h"
 
 namespace slipway::train {
@@ -194,6 +195,61 @@ Result<std::vector<RoundMetrics>> decode_history(const std::string& text) {
   return history;
 }
 
+// Rows of a matrix with their labels and weights (empty: all 1), owned.
+struct OwnedRows {
+  std::vector<float> features;
+  std::vector<double> labels;
+  std::vector<double> weights;
+};
+struct HeldOutSplit {
+  OwnedRows train, validation;
+};
+
+// Early stopping judges each round or epoch on a share of the training rows, drawn by seed.
+Result<HeldOutSplit> split_validation(std::span<const float> matrix, std::size_t width, std::span<const double> labels,
+                                      std::span<const double> weights, std::uint64_t seed, double fraction) {
+  HeldOutSplit split;
+  std::uint64_t state = seed ^ 0x76616c6964617465ULL;
+  for (std::size_t row = 0; row < labels.size(); ++row) {
+    std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    OwnedRows& side = static_cast<double>(z >> 11) * 0x1.0p-53 < fraction ? split.validation : split.train;
+    side.features.insert(side.features.end(), matrix.begin() + static_cast<std::ptrdiff_t>(row * width),
+                         matrix.begin() + static_cast<std::ptrdiff_t>((row + 1) * width));
+    side.labels.push_back(labels[row]);
+    if (!weights.empty()) side.weights.push_back(weights[row]);
+  }
+  if (split.validation.labels.empty() || split.train.labels.empty()) {
+    return invalid_argument("early stopping needs rows on both sides of validation_fraction; this table has " +
+                            std::to_string(labels.size()));
+  }
+  return split;
+}
+
+// The checkpoint's metric history and rounds (or epochs) done, from its manifest params.
+Result<std::pair<int, std::vector<RoundMetrics>>> checkpoint_progress(const model::Bundle& checkpoint) {
+  const auto& params = checkpoint.manifest().params;
+  auto rounds = params.find(kCheckpointRoundsParam);
+  auto history = params.find(kCheckpointHistoryParam);
+  if (rounds == params.end() || history == params.end()) {
+    return invalid_argument("the bundle to resume from is not a training checkpoint");
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto decoded, decode_history(history->second));
+  return std::pair{std::stoi(rounds->second), std::move(decoded)};
+}
+
+// A checkpoint bundle: the manifest with the progress in its params.
+model::Bundle checkpoint_bundle(const model::Manifest& manifest, const model::Preprocessor& preprocessor,
+                                std::shared_ptr<const model::Model> model, int done,
+                                const std::vector<RoundMetrics>& history) {
+  model::Manifest checkpoint_manifest = manifest;
+  checkpoint_manifest.params[kCheckpointRoundsParam] = std::to_string(done);
+  checkpoint_manifest.params[kCheckpointHistoryParam] = encode_history(history);
+  return model::Bundle(std::move(checkpoint_manifest), preprocessor, std::move(model));
+}
+
 struct TreeFit {
   GbdtFit details;
   std::size_t validation_rows = 0;
@@ -235,24 +291,14 @@ Result<TreeFit> fit_trees(const data::Table& rows, const std::vector<float>& mat
   GbdtMatrix validation;
   bool with_validation = options.early_stopping_rounds > 0;
   if (with_validation) {
-    double fraction = params.validation_fraction;
-    std::uint64_t state = request.seed ^ 0x76616c6964617465ULL;
-    for (std::size_t row = 0; row < rows.row_count(); ++row) {
-      std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-      z ^= z >> 31;
-      bool held_out = static_cast<double>(z >> 11) * 0x1.0p-53 < fraction;
-      auto& features = held_out ? validation_features : train_features;
-      features.insert(features.end(), matrix.begin() + static_cast<std::ptrdiff_t>(row * width),
-                      matrix.begin() + static_cast<std::ptrdiff_t>((row + 1) * width));
-      (held_out ? validation_labels : train_labels).push_back(labels.values[row]);
-      if (!weights.empty()) (held_out ? validation_weights : train_weights).push_back(weights[row]);
-    }
-    if (validation_labels.empty() || train_labels.empty()) {
-      return invalid_argument("early stopping needs rows on both sides of validation_fraction; this table has " +
-                              std::to_string(rows.row_count()));
-    }
+    SLIPWAY_ASSIGN_OR_RETURN(HeldOutSplit split, split_validation(matrix, width, labels.values, weights, request.seed,
+                                                                  params.validation_fraction));
+    train_features = std::move(split.train.features);
+    train_labels = std::move(split.train.labels);
+    train_weights = std::move(split.train.weights);
+    validation_features = std::move(split.validation.features);
+    validation_labels = std::move(split.validation.labels);
+    validation_weights = std::move(split.validation.weights);
     train = {train_features, train_labels.size(), train_labels, train_weights};
     validation = {validation_features, validation_labels.size(), validation_labels, validation_weights};
   }
@@ -260,16 +306,12 @@ Result<TreeFit> fit_trees(const data::Table& rows, const std::vector<float>& mat
   std::optional<GbdtState> start;
   if (request.resume_from != nullptr) {
     const auto* trees = dynamic_cast<const model::TreeEnsembleModel*>(&request.resume_from->model());
-    const auto& checkpoint_params = request.resume_from->manifest().params;
-    auto rounds = checkpoint_params.find(kCheckpointRoundsParam);
-    auto history = checkpoint_params.find(kCheckpointHistoryParam);
-    if (trees == nullptr || rounds == checkpoint_params.end() || history == checkpoint_params.end()) {
-      return invalid_argument("the bundle to resume from is not a training checkpoint");
-    }
+    if (trees == nullptr) return invalid_argument("the bundle to resume from is not a tree-model checkpoint");
+    SLIPWAY_ASSIGN_OR_RETURN(auto progress, checkpoint_progress(*request.resume_from));
     start.emplace();
     start->ensemble = trees->to_data();
-    start->rounds_done = std::stoi(rounds->second);
-    SLIPWAY_ASSIGN_OR_RETURN(start->history, decode_history(history->second));
+    start->rounds_done = progress.first;
+    start->history = std::move(progress.second);
   } else if (request.init_model != nullptr) {
     const auto* trees = dynamic_cast<const model::TreeEnsembleModel*>(&request.init_model->model());
     if (trees == nullptr) {
@@ -284,17 +326,88 @@ Result<TreeFit> fit_trees(const data::Table& rows, const std::vector<float>& mat
   callbacks.on_round = request.on_round;
   if (request.on_checkpoint) {
     callbacks.on_checkpoint = [&](const GbdtState& state) -> Status {
-      model::Manifest checkpoint_manifest = manifest;
-      checkpoint_manifest.params[kCheckpointRoundsParam] = std::to_string(state.rounds_done);
-      checkpoint_manifest.params[kCheckpointHistoryParam] = encode_history(state.history);
-      model::Bundle checkpoint(std::move(checkpoint_manifest), preprocessor,
-                               std::make_shared<model::TreeEnsembleModel>(state.ensemble));
-      return request.on_checkpoint(checkpoint, state.rounds_done);
+      return request.on_checkpoint(
+          checkpoint_bundle(manifest, preprocessor, std::make_shared<model::TreeEnsembleModel>(state.ensemble),
+                            state.rounds_done, state.history),
+          state.rounds_done);
     };
   }
   SLIPWAY_ASSIGN_OR_RETURN(GbdtFit fit, fit_gbdt(train, width, with_validation ? &validation : nullptr, options,
                                                  start ? &*start : nullptr, callbacks));
   return TreeFit{std::move(fit), validation.rows};
+}
+
+struct NetworkFit {
+  MlpFit details;
+  std::size_t validation_rows = 0;
+};
+
+Result<NetworkFit> fit_network(const data::Table& rows, const std::vector<float>& matrix,
+                               const model::Preprocessor& preprocessor, const Labels& labels, MlpLoss loss,
+                               const MlpParams& params, bool bf16, const TrainRequest& request,
+                               const model::Manifest& manifest, int threads) {
+  MlpOptions options;
+  options.hidden = params.hidden;
+  constexpr kernels::Activation kActivations[] = {kernels::Activation::kRelu, kernels::Activation::kGelu,
+                                                  kernels::Activation::kGeluTanh, kernels::Activation::kTanh};
+  options.activation = kActivations[static_cast<int>(params.activation)];
+  options.layer_norm = params.layer_norm;
+  options.dropout = params.dropout;
+  options.epochs = params.epochs;
+  options.batch_size = static_cast<std::size_t>(params.batch_size);
+  options.learning_rate = params.learning_rate;
+  options.weight_decay = params.weight_decay;
+  options.warmup_fraction = params.warmup_fraction;
+  options.early_stopping = params.early_stopping;
+  options.bf16 = bf16;
+  options.seed = request.seed;
+  options.thread_count = threads;
+  options.checkpoint_every = request.checkpoint_every;
+
+  const std::size_t width = preprocessor.output_width();
+  SLIPWAY_ASSIGN_OR_RETURN(std::vector<double> weights, row_weights(rows, request.weight_column));
+  MlpRows train{matrix, rows.row_count(), labels.values, weights};
+  MlpRows validation;
+  HeldOutSplit split;
+  bool with_validation = options.early_stopping > 0;
+  if (with_validation) {
+    SLIPWAY_ASSIGN_OR_RETURN(
+        split, split_validation(matrix, width, labels.values, weights, request.seed, params.validation_fraction));
+    train = {split.train.features, split.train.labels.size(), split.train.labels, split.train.weights};
+    validation = {split.validation.features, split.validation.labels.size(), split.validation.labels,
+                  split.validation.weights};
+  }
+
+  MlpStart start;
+  const model::Bundle* from = request.resume_from != nullptr ? request.resume_from.get() : request.init_model.get();
+  if (from != nullptr) {
+    start.model = std::dynamic_pointer_cast<const model::MlpModel>(from->shared_model());
+    if (start.model == nullptr) {
+      return invalid_argument(
+          std::string(request.resume_from != nullptr ? "the checkpoint to resume from" : "--init-model") +
+          " must be an MLP; this one is " + std::string(from->model().family()));
+    }
+  }
+  if (request.resume_from != nullptr) {
+    SLIPWAY_ASSIGN_OR_RETURN(auto progress, checkpoint_progress(*request.resume_from));
+    start.resume = true;
+    start.epochs_done = progress.first;
+    start.history = std::move(progress.second);
+  }
+
+  MlpCallbacks callbacks;
+  callbacks.on_epoch = request.on_round;
+  if (request.on_checkpoint) {
+    callbacks.on_checkpoint = [&](const std::shared_ptr<const model::MlpModel>& checkpoint, int epochs_done,
+                                  const std::vector<RoundMetrics>& history) -> Status {
+      return request.on_checkpoint(checkpoint_bundle(manifest, preprocessor, checkpoint, epochs_done, history),
+                                   epochs_done);
+    };
+  }
+  std::size_t outputs = loss == MlpLoss::kSoftmax ? labels.class_labels.size() : 1;
+  SLIPWAY_ASSIGN_OR_RETURN(MlpFit fit, fit_mlp(train, width, outputs, with_validation ? &validation : nullptr, loss,
+                                               options, start.model != nullptr ? &start : nullptr, callbacks));
+  return NetworkFit{std::move(fit), validation.rows};
 }
 
 }  // namespace
@@ -315,12 +428,16 @@ Result<std::string> choose_positive_label(const std::vector<std::string>& labels
 
 Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) {
   SLIPWAY_ASSIGN_OR_RETURN(auto params, resolve_parameters(request.model_family, request.params));
-  // The same values as typed structs: gbdt's or logistic/linear's (the other keeps its defaults).
+  // The same values as typed structs: the family's (the others keep their defaults).
   bool gbdt = request.model_family == "gbdt";
+  bool mlp = request.model_family == "mlp";
   GbdtParams tree_parameters;
   LinearParams linear_parameters;
+  MlpParams network_parameters;
   if (gbdt) {
     SLIPWAY_ASSIGN_OR_RETURN(tree_parameters, gbdt_params(params));
+  } else if (mlp) {
+    SLIPWAY_ASSIGN_OR_RETURN(network_parameters, mlp_params(params));
   } else {
     SLIPWAY_ASSIGN_OR_RETURN(linear_parameters, linear_params(params));
   }
@@ -339,12 +456,12 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
 
   bool classification = request.model_family == "logistic";
   bool multiclass = false;
-  if (gbdt) {
-    const std::string& objective = tree_parameters.objective;
+  if (gbdt || mlp) {
+    const std::string& objective = gbdt ? tree_parameters.objective : network_parameters.objective;
     multiclass = objective == "multi:softmax" || (objective == "auto" && many_valued_text(target));
     classification = multiclass || objective == "binary:logistic" || (objective == "auto" && two_valued(target));
   } else if (request.init_model != nullptr || request.resume_from != nullptr) {
-    return invalid_argument("warm start and resume apply to gbdt models only");
+    return invalid_argument("warm start and resume apply to gbdt and mlp models only");
   }
   if (contains(features, request.weight_column)) {
     features.erase(std::find(features.begin(), features.end(), request.weight_column));
@@ -353,8 +470,9 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
   if (multiclass) {
     SLIPWAY_ASSIGN_OR_RETURN(labels, multiclass_labels(target));
   } else if (classification) {
-    SLIPWAY_ASSIGN_OR_RETURN(
-        labels, binary_labels(target, gbdt ? tree_parameters.positive_class : linear_parameters.positive_class));
+    SLIPWAY_ASSIGN_OR_RETURN(labels, binary_labels(target, gbdt  ? tree_parameters.positive_class
+                                                           : mlp ? network_parameters.positive_class
+                                                                 : linear_parameters.positive_class));
   } else {
     SLIPWAY_ASSIGN_OR_RETURN(labels, regression_labels(target));
   }
@@ -370,6 +488,11 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
     preprocess_options.standardize = false;
     preprocess_options.impute_missing = false;
     preprocess_options.max_categories = std::min<std::size_t>(preprocess_options.max_categories, 253);
+  } else if (mlp) {
+    // A network wants inputs on one scale: standardized numbers, one-hot categories, imputed gaps.
+    preprocess_options.max_categories = network_parameters.max_categories;
+    preprocess_options.encoding = model::CategoricalEncoding::kOneHot;
+    preprocess_options.standardize = true;
   } else {
     preprocess_options.encoding = linear_parameters.categorical_encoding;
     preprocess_options.standardize = linear_parameters.standardize;
@@ -408,13 +531,29 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
   manifest.params["model"] = request.model_family;
   if (!request.weight_column.empty()) manifest.params["weight_column"] = request.weight_column;
   if (request.init_model != nullptr) manifest.params["init_model"] = request.init_model_reference;
+  // bf16 products only where the CPU has them (or SLIPWAY_DENSE_KERNEL did not rule them out):
+  // emulated they are exact but slower than float32.
+  bool bf16 = mlp && network_parameters.precision == MlpComputePrecision::kBfloat16 &&
+              kernels::dense_kernel().name == "avx512bf16";
+  if (mlp && network_parameters.precision == MlpComputePrecision::kBfloat16 && !bf16) {
+    log_warn(std::string("precision=bfloat16 needs AVX-512 BF16, which the dense kernel in use (") +
+             std::string(kernels::dense_kernel().name) + ") lacks: training in float32");
+  }
+  if (mlp) manifest.params["compute_precision"] = bf16 ? "bfloat16" : "float32";
 
   int threads = request.thread_count > 0 ? request.thread_count : default_thread_count();
   std::shared_ptr<const model::Model> fitted;
   int iterations = 0;
   bool converged = true;
   TreeFit trees;
-  if (gbdt) {
+  NetworkFit network;
+  if (mlp) {
+    MlpLoss loss = multiclass ? MlpLoss::kSoftmax : classification ? MlpLoss::kLogistic : MlpLoss::kSquared;
+    SLIPWAY_ASSIGN_OR_RETURN(network, fit_network(rows, matrix, preprocessor, labels, loss, network_parameters, bf16,
+                                                  request, manifest, threads));
+    fitted = network.details.model;
+    iterations = network.details.epochs;
+  } else if (gbdt) {
     SLIPWAY_ASSIGN_OR_RETURN(trees, fit_trees(rows, matrix, preprocessor, labels,
                                               objective_of(tree_parameters.objective, classification, multiclass),
                                               tree_parameters, request, manifest, threads));
@@ -447,6 +586,14 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
     summary.best_round = trees.details.best_round;
     summary.stopped_early = trees.details.stopped_early;
     summary.validation_rows = trees.validation_rows;
+  } else if (mlp) {
+    summary.history = std::move(network.details.history);
+    summary.round_metric = mlp_metric_name(multiclass       ? MlpLoss::kSoftmax
+                                           : classification ? MlpLoss::kLogistic
+                                                            : MlpLoss::kSquared);
+    summary.best_round = network.details.best_epoch;
+    summary.stopped_early = network.details.stopped_early;
+    summary.validation_rows = network.validation_rows;
   }
   summary.bundle =
       std::make_shared<const model::Bundle>(std::move(manifest), std::move(preprocessor), std::move(fitted));

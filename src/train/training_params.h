@@ -5,6 +5,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "slipway/core.h"
 #include "slipway/model.h"
@@ -39,12 +40,39 @@ struct GbdtParams {
   double validation_fraction = 0;
 };
 
+enum class MlpActivationChoice { kRelu, kGelu, kGeluTanh, kTanh };  // activation's choices, in order
+enum class MlpComputePrecision { kFloat32, kBfloat16 };             // precision's choices, in order
+
+struct MlpParams {
+  std::size_t max_categories = 0;
+  std::string positive_class;
+  double validation_fraction = 0;
+  std::string hidden_units;         // as given; `hidden` is its parse
+  std::vector<std::size_t> hidden;  // widths of the hidden layers
+  MlpActivationChoice activation = MlpActivationChoice::kRelu;
+  bool layer_norm = false;
+  double dropout = 0;
+  int epochs = 0;
+  int batch_size = 0;
+  double learning_rate = 0;
+  double weight_decay = 0;
+  double warmup_fraction = 0;
+  int early_stopping = 0;  // epochs without improvement; 0 for none
+  std::string objective;
+  MlpComputePrecision precision = MlpComputePrecision::kFloat32;
+};
+
 // The bindings; every declaration of the family is bound (tests/train checks it).
 const ConfigSchema<LinearParams>& linear_params_schema();
 const ConfigSchema<GbdtParams>& gbdt_params_schema();
+const ConfigSchema<MlpParams>& mlp_params_schema();
 
 // The declared defaults with `resolved` (the output of resolve_parameters) applied.
 Result<LinearParams> linear_params(const std::map<std::string, std::string>& resolved);
 Result<GbdtParams> gbdt_params(const std::map<std::string, std::string>& resolved);
+Result<MlpParams> mlp_params(const std::map<std::string, std::string>& resolved);
+
+// "128,64" as {128, 64}; "none" as no hidden layer. InvalidArgument for anything else.
+Result<std::vector<std::size_t>> parse_hidden_units(const std::string& text);
 
 }  // namespace slipway::train

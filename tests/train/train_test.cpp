@@ -56,12 +56,14 @@ TEST(Parameters, BindEveryDeclarationToTheFamilyStruct) {
   auto bound_names = [](const std::vector<std::string>& names) {
     return std::set<std::string>(names.begin(), names.end());
   };
-  for (const std::string family : {"logistic", "linear", "gbdt"}) {
+  for (const std::string family : {"logistic", "linear", "gbdt", "mlp"}) {
     auto resolved = resolve_parameters(family, {});
     ASSERT_TRUE(resolved.ok());
     std::set<std::string> declared;
     for (const auto& entry : *resolved) declared.insert(entry.first);
-    auto bound = bound_names(family == "gbdt" ? gbdt_params_schema().names() : linear_params_schema().names());
+    auto bound = bound_names(family == "gbdt"  ? gbdt_params_schema().names()
+                             : family == "mlp" ? mlp_params_schema().names()
+                                               : linear_params_schema().names());
     for (const auto& name : declared) EXPECT_TRUE(bound.count(name)) << family << " does not bind " << name;
   }
   auto gbdt = gbdt_params(*resolve_parameters(
