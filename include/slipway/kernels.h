@@ -226,6 +226,11 @@ struct PackedDenseF32 : PackedDenseShape {
 PackedDenseF32 pack_dense_f32(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
                               std::size_t depth, bool relu = false);
 
+// The same from weights stored depth x outputs (the transpose, one column per output): how a
+// backward pass holds the matrices it multiplies by. Same packed values; no fused ReLU.
+PackedDenseF32 pack_dense_f32_transposed(std::span<const float> weights_transposed, std::span<const float> bias,
+                                         std::size_t outputs, std::size_t depth);
+
 struct PackedDenseInt8 : PackedDenseShape {
   std::size_t depth4 = 0;  // depth rounded up to a multiple of 4 (the padding weighs zero)
   // [blocks][depth4 / 4][kDenseBlock][4]: 16 outputs' weights for inputs k..k+3 in 64 bytes.
@@ -245,6 +250,9 @@ struct PackedDenseBf16 : PackedDenseShape {
 };
 PackedDenseBf16 pack_dense_bf16(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
                                 std::size_t depth, bool relu = false);
+
+PackedDenseBf16 pack_dense_bf16_transposed(std::span<const float> weights_transposed, std::span<const float> bias,
+                                           std::size_t outputs, std::size_t depth);
 
 // Input rows rounded to bfloat16 for the bf16 kernels (nearest, ties to even; a subnormal input
 // becomes a signed zero, as AVX-512 BF16's conversion makes it), each padded to depth2 with zeros,

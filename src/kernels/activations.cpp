@@ -1,4 +1,5 @@
 // Activations and layer normalization after the dense products (kernels.h).
+#include <algorithm>
 #include <cmath>
 
 #include "slipway/kernels.h"
@@ -34,7 +35,7 @@ void activate(Activation activation, std::span<float> values) {
     case Activation::kNone:
       return;
     case Activation::kRelu:
-      for (float& x : values) x = x > 0.0f ? x : 0.0f;
+      for (float& x : values) x = std::max(x, 0.0f);  // no branch: signs are random
       return;
     case Activation::kGelu:
       for (float& x : values) x = 0.5f * x * (1.0f + std::erf(x * kSqrtHalf));
@@ -57,7 +58,7 @@ void activation_backward(Activation activation, std::span<const float> inputs, s
     case Activation::kNone:
       return;
     case Activation::kRelu:
-      for (std::size_t i = 0; i < count; ++i) gradients[i] = inputs[i] > 0.0f ? gradients[i] : 0.0f;
+      for (std::size_t i = 0; i < count; ++i) gradients[i] *= static_cast<float>(inputs[i] > 0.0f);
       return;
     case Activation::kGelu:
       for (std::size_t i = 0; i < count; ++i) {

@@ -201,6 +201,23 @@ PackedDenseF32 pack_dense_f32(std::span<const float> weights, std::span<const fl
   return layer;
 }
 
+PackedDenseF32 pack_dense_f32_transposed(std::span<const float> weights_transposed, std::span<const float> bias,
+                                         std::size_t outputs, std::size_t depth) {
+  PackedDenseF32 layer;
+  set_shape(layer, bias, outputs, depth, false, [](float value) { return value; });
+  layer.weights.assign(layer.blocks() * depth * kDenseBlock, 0.0f);
+  // Block b's 16 weights for input k are 16 neighbours in row k of the transpose.
+  for (std::size_t block = 0; block < layer.blocks(); ++block) {
+    std::size_t first = block * kDenseBlock;
+    std::size_t count = std::min(kDenseBlock, outputs - first);
+    float* packed = layer.weights.data() + block * depth * kDenseBlock;
+    for (std::size_t k = 0; k < depth; ++k) {
+      std::copy_n(weights_transposed.data() + k * outputs + first, count, packed + k * kDenseBlock);
+    }
+  }
+  return layer;
+}
+
 PackedDenseInt8 pack_dense_int8(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
                                 std::size_t depth, bool relu) {
   PackedDenseInt8 layer;
@@ -232,6 +249,22 @@ PackedDenseBf16 pack_dense_bf16(std::span<const float> weights, std::span<const 
     for (std::size_t k = 0; k < depth; ++k) {
       layer.weights[packed_index(output, k, layer.depth2, 2)] =
           QuantizedTreesView::float_to_bf16(flush_subnormal(weights[output * depth + k]));
+    }
+  }
+  return layer;
+}
+
+PackedDenseBf16 pack_dense_bf16_transposed(std::span<const float> weights_transposed, std::span<const float> bias,
+                                           std::size_t outputs, std::size_t depth) {
+  PackedDenseBf16 layer;
+  set_shape(layer, bias, outputs, depth, false, flush_subnormal);
+  layer.depth2 = (depth + 1) / 2 * 2;
+  layer.weights.assign(layer.blocks() * layer.depth2 * kDenseBlock, 0);
+  for (std::size_t k = 0; k < depth; ++k) {
+    const float* row = weights_transposed.data() + k * outputs;
+    for (std::size_t output = 0; output < outputs; ++output) {
+      layer.weights[packed_index(output, k, layer.depth2, 2)] =
+          QuantizedTreesView::float_to_bf16(flush_subnormal(row[output]));
     }
   }
   return layer;

@@ -64,10 +64,20 @@ struct Network {
   }
 };
 
+// out (columns x rows) = in (rows x columns) transposed, by tiles that stay in cache.
 void transpose(std::span<const float> in, std::size_t rows, std::size_t columns, std::vector<float>& out) {
+  constexpr std::size_t kTile = 16;
   out.resize(rows * columns);
-  for (std::size_t row = 0; row < rows; ++row) {
-    for (std::size_t column = 0; column < columns; ++column) out[column * rows + row] = in[row * columns + column];
+  for (std::size_t row_tile = 0; row_tile < rows; row_tile += kTile) {
+    std::size_t row_end = std::min(rows, row_tile + kTile);
+    for (std::size_t column_tile = 0; column_tile < columns; column_tile += kTile) {
+      std::size_t column_end = std::min(columns, column_tile + kTile);
+      for (std::size_t row = row_tile; row < row_end; ++row) {
+        for (std::size_t column = column_tile; column < column_end; ++column) {
+          out[column * rows + row] = in[row * columns + column];
+        }
+      }
+    }
   }
 }
 
@@ -78,13 +88,26 @@ class Products {
   Products(bool bf16, int threads) : bf16_(bf16), threads_(threads) {}
 
   void multiply(std::span<const float> weights, std::span<const float> bias, std::size_t outputs, std::size_t depth,
-                std::span<const float> in, std::size_t rows, std::span<float> out) {
+                std::span<const float> in, std::size_t rows, std::span<float> out, bool relu) {
     if (bf16_) {
-      kernels::PackedDenseBf16 packed = kernels::pack_dense_bf16(weights, bias, outputs, depth);
+      kernels::PackedDenseBf16 packed = kernels::pack_dense_bf16(weights, bias, outputs, depth, relu);
       kernels::round_rows_to_bf16(in.first(rows * depth), rows, depth, rounded_);
       kernels::dense_bf16(packed, rounded_, out.first(rows * outputs), threads_);
     } else {
-      kernels::PackedDenseF32 packed = kernels::pack_dense_f32(weights, bias, outputs, depth);
+      kernels::PackedDenseF32 packed = kernels::pack_dense_f32(weights, bias, outputs, depth, relu);
+      kernels::dense_f32(packed, in.first(rows * depth), rows, out.first(rows * outputs), threads_);
+    }
+  }
+
+  // The same with the weights given transposed (depth x outputs).
+  void multiply_by_transposed(std::span<const float> weights_transposed, std::size_t outputs, std::size_t depth,
+                              std::span<const float> in, std::size_t rows, std::span<float> out) {
+    if (bf16_) {
+      kernels::PackedDenseBf16 packed = kernels::pack_dense_bf16_transposed(weights_transposed, {}, outputs, depth);
+      kernels::round_rows_to_bf16(in.first(rows * depth), rows, depth, rounded_);
+      kernels::dense_bf16(packed, rounded_, out.first(rows * outputs), threads_);
+    } else {
+      kernels::PackedDenseF32 packed = kernels::pack_dense_f32_transposed(weights_transposed, {}, outputs, depth);
       kernels::dense_f32(packed, in.first(rows * depth), rows, out.first(rows * outputs), threads_);
     }
   }
@@ -158,10 +181,17 @@ class MlpTrainer {
       const LayerSlots& layer = network_.layers[index];
       LayerTrace& trace = traces_[index];
       std::size_t count = rows * layer.outputs;
-      trace.before_activation.resize(count);
       std::span<const float> weights(parameters_.data() + layer.weights, layer.inputs * layer.outputs);
       std::span<const float> bias(parameters_.data() + layer.bias, layer.outputs);
-      products_.multiply(weights, bias, layer.outputs, layer.inputs, in, rows, trace.before_activation);
+      if (fuses_relu(layer)) {
+        // The kernel's stores apply the ReLU; its backward step reads the outputs (positive where
+        // the inputs were).
+        trace.output.resize(count);
+        products_.multiply(weights, bias, layer.outputs, layer.inputs, in, rows, trace.output, true);
+      } else {
+        trace.before_activation.resize(count);
+        products_.multiply(weights, bias, layer.outputs, layer.inputs, in, rows, trace.before_activation, false);
+      }
       if (layer.normalized) {
         trace.normalized = trace.before_activation;
         trace.inverse_deviations.resize(rows);
@@ -178,9 +208,12 @@ class MlpTrainer {
           }
         }
       }
-      trace.output = trace.before_activation;
-      kernels::activate(layer.activation, trace.output);
+      if (!fuses_relu(layer)) {
+        trace.output = trace.before_activation;
+        kernels::activate(layer.activation, trace.output);
+      }
       bool hidden = index + 1 < network_.layers.size();
+      trace.dropout.clear();
       if (hidden && step >= 0 && options_.dropout > 0.0) {
         trace.dropout.resize(count);
         auto keep = static_cast<float>(1.0 / (1.0 - options_.dropout));
@@ -241,51 +274,58 @@ class MlpTrainer {
     for (std::size_t index = network_.layers.size(); index-- > 0;) {
       const LayerSlots& layer = network_.layers[index];
       std::span<const float> in = index == 0 ? features : std::span<const float>(traces_[index - 1].output);
-      // Weights: gradient^T (outputs x rows) times in (rows x inputs), as a dense product over rows.
+      // Weights: gradient^T (outputs x rows) times in (rows x inputs), a dense product over rows
+      // whose weight matrix, in^T, is `in` transposed.
       transpose(gradient, rows, layer.outputs, gradient_columns_);
-      transpose(in.first(rows * layer.inputs), rows, layer.inputs, input_columns_);
-      products_.multiply(input_columns_, {}, layer.inputs, rows, gradient_columns_, layer.outputs,
-                         std::span<float>(gradients_.data() + layer.weights, layer.outputs * layer.inputs));
+      products_.multiply_by_transposed(
+          in.first(rows * layer.inputs), layer.inputs, rows, gradient_columns_, layer.outputs,
+          std::span<float>(gradients_.data() + layer.weights, layer.outputs * layer.inputs));
       float* bias = gradients_.data() + layer.bias;
       for (std::size_t row = 0; row < rows; ++row) {
         for (std::size_t unit = 0; unit < layer.outputs; ++unit) bias[unit] += gradient[row * layer.outputs + unit];
       }
       if (index == 0) break;
-      // The layer below's outputs: gradient (rows x outputs) times weights (outputs x inputs).
+      // The layer below's outputs: gradient (rows x outputs) times weights (outputs x inputs), whose
+      // kernel weight matrix W^T is the weights transposed.
       const LayerSlots& below = network_.layers[index - 1];
       LayerTrace& trace = traces_[index - 1];
-      transpose(std::span<const float>(parameters_.data() + layer.weights, layer.outputs * layer.inputs), layer.outputs,
-                layer.inputs, weight_columns_);
       std::vector<float> next(rows * layer.inputs);
-      products_.multiply(weight_columns_, {}, layer.inputs, layer.outputs, gradient, rows, next);
+      products_.multiply_by_transposed(
+          std::span<const float>(parameters_.data() + layer.weights, layer.outputs * layer.inputs), layer.inputs,
+          layer.outputs, gradient, rows, next);
       if (!trace.dropout.empty()) {
         for (std::size_t i = 0; i < next.size(); ++i) next[i] *= trace.dropout[i];
       }
-      kernels::activation_backward(below.activation, trace.before_activation, next);
+      kernels::activation_backward(below.activation, fuses_relu(below) ? trace.output : trace.before_activation, next);
       if (below.normalized) normalization_backward(below, trace, rows, next);
       gradient = std::move(next);
     }
   }
 
-  // AdamW on every parameter at the 1-based step `step`.
+  // AdamW on every parameter at the 1-based step `step`, in float arithmetic (a loop the compiler
+  // vectorizes: it runs over every parameter each step).
   void update(std::int64_t step, double learning_rate) {
+    std::size_t count = network_.parameter_count;
     if (first_moments_.empty()) {
-      first_moments_.assign(network_.parameter_count, 0.0f);
-      second_moments_.assign(network_.parameter_count, 0.0f);
+      first_moments_.assign(count, 0.0f);
+      second_moments_.assign(count, 0.0f);
     }
-    double correction1 = 1.0 - std::pow(kAdamBeta1, static_cast<double>(step));
-    double correction2 = 1.0 - std::pow(kAdamBeta2, static_cast<double>(step));
-    double decay = 1.0 - learning_rate * options_.weight_decay;
-    for (std::size_t i = 0; i < network_.parameter_count; ++i) {
-      double g = gradients_[i];
-      double m = kAdamBeta1 * first_moments_[i] + (1.0 - kAdamBeta1) * g;
-      double v = kAdamBeta2 * second_moments_[i] + (1.0 - kAdamBeta2) * g * g;
-      first_moments_[i] = static_cast<float>(m);
-      second_moments_[i] = static_cast<float>(v);
-      double value = parameters_[i];
-      if (network_.decayed[i] != 0) value *= decay;
-      value -= learning_rate * (m / correction1) / (std::sqrt(v / correction2) + kAdamEpsilon);
-      parameters_[i] = static_cast<float>(value);
+    decay_.resize(count);
+    auto step_size = static_cast<float>(learning_rate / (1.0 - std::pow(kAdamBeta1, static_cast<double>(step))));
+    auto root_correction = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(kAdamBeta2, static_cast<double>(step))));
+    auto decay = static_cast<float>(1.0 - learning_rate * options_.weight_decay);
+    for (std::size_t i = 0; i < count; ++i) decay_[i] = network_.decayed[i] != 0 ? decay : 1.0f;
+    constexpr auto beta1 = static_cast<float>(kAdamBeta1), beta2 = static_cast<float>(kAdamBeta2);
+    constexpr auto epsilon = static_cast<float>(kAdamEpsilon);
+    float* parameters = parameters_.data();
+    float* m = first_moments_.data();
+    float* v = second_moments_.data();
+    const float* g = gradients_.data();
+    const float* decays = decay_.data();
+    for (std::size_t i = 0; i < count; ++i) {
+      m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
+      v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
+      parameters[i] = parameters[i] * decays[i] - step_size * m[i] / (std::sqrt(v[i]) * root_correction + epsilon);
     }
   }
 
@@ -310,6 +350,10 @@ class MlpTrainer {
   static constexpr float kLayerNormEpsilon = 1e-5f;
 
  private:
+  static bool fuses_relu(const LayerSlots& layer) {
+    return layer.activation == kernels::Activation::kRelu && !layer.normalized;
+  }
+
   void normalization_backward(const LayerSlots& layer, const LayerTrace& trace, std::size_t rows,
                               std::vector<float>& gradient) {
     const float* scale = parameters_.data() + layer.scale;
@@ -342,9 +386,9 @@ class MlpTrainer {
   std::size_t width_;
   MlpLoss loss_;
   Products products_;
-  std::vector<float> parameters_, gradients_, first_moments_, second_moments_;
+  std::vector<float> parameters_, gradients_, first_moments_, second_moments_, decay_;
   std::vector<LayerTrace> traces_;
-  std::vector<float> gradient_columns_, input_columns_, weight_columns_, ones_, zeros_;
+  std::vector<float> gradient_columns_, ones_, zeros_;
 };
 
 // The layers of `parameters`, with the target's standardization folded into the last layer
