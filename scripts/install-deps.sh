@@ -8,11 +8,12 @@ packages=(
   build-essential cmake ninja-build pkg-config ccache git clang-format clang-tidy
   # libraries (see DESIGN.md, "Dependencies")
   libboost-dev libsimdjson-dev libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev
-  libsqlite3-dev sqlite3 libssl-dev libfast-float-dev
+  libsqlite3-dev sqlite3 libssl-dev libfast-float-dev libonnx-dev libprotobuf-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev curl wrk prometheus
   # reference peers for parity tests (they install for /usr/bin/python3)
   python3 python3-numpy python3-pandas python3-sklearn python3-xgboost python3-onnx
+  python3-torch
 )
 
 sudo_cmd=()

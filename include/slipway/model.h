@@ -569,6 +569,24 @@ struct XgboostImportOptions {
   std::string target = "label";  // the label column's name, for `slipway eval` on the bundle
 };
 
+// Exports: a bundle's model in another system's format, predicting what the bundle predicts.
+// XGBoost JSON (save_model's format, loaded by XGBoost 1.7 and later) takes tree ensembles whose
+// preprocessing passes inputs through unchanged (gbdt, imported XGBoost models): categorical
+// inputs become XGBoost categorical features holding the bundle's category codes (the order of
+// FeatureTransform::levels). The base margin travels as a one-leaf tree per output.
+Result<std::string> export_xgboost_json(const Bundle& bundle);
+// ONNX (IR 8, opset 17; ai.onnx.ml 3 for trees): an MLP as Gemm, LayerNormalization and
+// activation nodes; a tree ensemble as TreeEnsembleRegressor (categorical partition splits have
+// no ONNX form and are refused). Numeric preprocessing (imputing NaN, centering, scaling) is part
+// of the graph, whose input "input" is [rows, inputs] float in the bundle's input order; a bundle
+// with categorical inputs takes its preprocessed matrix as "features" instead (`warning` says so).
+// The output "scores" is [rows, columns] as Bundle::predict gives it.
+struct OnnxExport {
+  std::vector<std::byte> bytes;
+  std::string warning;  // empty, or what a user must know to feed the graph
+};
+Result<OnnxExport> export_onnx(const Bundle& bundle);
+
 // Converts an XGBoost JSON model (save_model("m.json"), XGBoost 1.x to 3.x) into a bundle whose
 // predictions equal XGBoost's: gbtree booster; objectives binary:logistic, binary:logitraw,
 // reg:squarederror, reg:linear, reg:absoluteerror, reg:pseudohubererror, multi:softprob,

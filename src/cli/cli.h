@@ -260,6 +260,13 @@ struct ImportOptions {
   std::string bundle_out;
 };
 int run_import(const GlobalOptions& global, const ImportOptions& options);
+
+struct ExportOptions {
+  std::string reference;
+  std::string format;  // "onnx" or "xgboost-json"
+  std::string out;
+};
+int run_export(const GlobalOptions& global, const ExportOptions& options);
 // TreeSHAP contributions per row (CSV), or with importance=true the model's feature importance.
 int run_explain(const GlobalOptions& global, const std::string& reference, const std::string& data,
                 const std::string& out, bool importance);

@@ -538,6 +538,13 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       ->capture_default_str();
   import_command->add_option("--out", import_options.bundle_out, "Also write the bundle file here");
 
+  ExportOptions export_options;
+  auto* export_command = app.add_subcommand(
+      "export", "Write a model in another system's format: ONNX (MLPs, tree ensembles) or XGBoost JSON (trees)");
+  export_command->add_option("REF", export_options.reference, kReferenceHelp)->required();
+  export_command->add_option("--format", export_options.format, "onnx or xgboost-json")->required();
+  export_command->add_option("--out", export_options.out, "The file to write")->required();
+
   bool importance = false;
   auto* explain_command =
       app.add_subcommand("explain", "Explain a tree model: TreeSHAP contributions per row, or feature importance");
@@ -764,6 +771,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (params_command->parsed()) return run_params(global, markdown);
   if (verify_command->parsed()) return run_verify(global, repair);
   if (import_command->parsed()) return run_import(global, import_options);
+  if (export_command->parsed()) return run_export(global, export_options);
   if (explain_command->parsed()) return run_explain(global, reference, data_path, out, importance);
   return 1;
 }
