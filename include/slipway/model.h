@@ -569,6 +569,22 @@ struct XgboostImportOptions {
   std::string target = "label";  // the label column's name, for `slipway eval` on the bundle
 };
 
+// ONNX import: the graphs PyTorch (torch.onnx.export) and others write for MLPs, read with Debian's
+// libonnx: one input matrix; Gemm, or MatMul with an Add of the bias; LayerNormalization straight
+// after a layer; activations as operators (Relu, Sigmoid, Tanh, Gelu) or as the element-wise
+// arithmetic that computes them (PyTorch's GELU is Div, Erf, Add, Mul, Mul); Flatten, Identity,
+// Dropout and Cast pass through; Add, Sub, Mul or Div by constants before the first layer become
+// the preprocessing's centering and scaling. A final Sigmoid on one output makes a binary
+// classifier, a final Softmax a multiclass one; else the output is a regression. InvalidArgument
+// naming the operator (and node) for anything else.
+struct OnnxImportOptions {
+  std::vector<std::string> feature_names;  // in input order; empty means f0, f1, ...
+  std::vector<std::string> class_labels;   // classifiers: empty means 0, 1, ...
+  std::string source;                      // recorded in the manifest (e.g. the file path)
+  std::string target = "label";
+};
+Result<std::shared_ptr<const Bundle>> import_onnx(std::span<const std::byte> bytes, const OnnxImportOptions& options);
+
 // Exports: a bundle's model in another system's format, predicting what the bundle predicts.
 // XGBoost JSON (save_model's format, loaded by XGBoost 1.7 and later) takes tree ensembles whose
 // preprocessing passes inputs through unchanged (gbdt, imported XGBoost models): categorical

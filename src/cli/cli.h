@@ -252,8 +252,9 @@ int run_params(const GlobalOptions& global, bool markdown);
 int run_verify(const GlobalOptions& global, bool repair);
 
 struct ImportOptions {
-  std::string format;  // "xgboost"
+  std::string format;  // "xgboost" or "onnx"
   std::string model_path;
+  std::vector<std::string> class_labels;  // onnx
   std::string register_as;
   std::string schema_path;  // a CSV whose header names the features (the target column is skipped)
   std::string target = "label";

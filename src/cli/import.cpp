@@ -1,4 +1,5 @@
-// slipway import FORMAT MODEL: a model trained elsewhere (XGBoost JSON) as a bundle, optionally registered.
+// slipway import FORMAT MODEL: a model trained elsewhere (XGBoost JSON, ONNX MLPs) as a bundle, optionally
+// registered.
 #include <filesystem>
 #include <fstream>
 #include <ostream>
@@ -14,6 +15,7 @@ struct ImportResult : CommandResult {
   std::string model_path;
   std::string bundle_sha256;
   std::size_t trees = 0;
+  std::size_t layers = 0;
   std::size_t features = 0;
   std::string task;
   std::string objective;
@@ -21,15 +23,23 @@ struct ImportResult : CommandResult {
 
   void write_json(JsonWriter& json) const override {
     json.begin_object().key("bundle_sha256").value(bundle_sha256);
-    json.key("trees").value(static_cast<std::uint64_t>(trees));
+    if (layers > 0) {
+      json.key("layers").value(static_cast<std::uint64_t>(layers));
+    } else {
+      json.key("trees").value(static_cast<std::uint64_t>(trees));
+    }
     json.key("features").value(static_cast<std::uint64_t>(features));
     json.key("task").value(task);
     write_registered_json(json, registered);
     json.end_object();
   }
   void write_text(std::ostream& out) const override {
-    out << "imported   " << model_path << ": " << trees << " trees, " << features << " features, " << task << " ("
-        << objective << ")\n";
+    out << "imported   " << model_path << ": ";
+    if (layers > 0) {
+      out << layers << " dense layers, " << features << " features, " << task << "\n";
+    } else {
+      out << trees << " trees, " << features << " features, " << task << " (" << objective << ")\n";
+    }
     out << "bundle     sha256:" << bundle_sha256 << "\n";
     if (registered) out << "registered " << registered->model << " version " << registered->version << "\n";
   }
@@ -59,7 +69,7 @@ Result<registry::ModelVersion> register_import(const GlobalOptions& global, cons
   run.experiment = "imports";
   run.code_version = std::string(slipway_code_version());
   run.data_fingerprint = "";
-  run.spec = "import: xgboost\nsource: " + source + "\n";
+  run.spec = "import: " + options.format + "\nsource: " + source + "\n";
   run.params = bundle.manifest().params;
   SLIPWAY_ASSIGN_OR_RETURN(auto run_id, store->runs().start(run));
   auto stored = store->artifacts().put(bytes);  // hashes the bytes: the bundle's identity
@@ -72,33 +82,50 @@ Result<registry::ModelVersion> register_import(const GlobalOptions& global, cons
 }
 
 Result<ImportResult> import_model(const GlobalOptions& global, const ImportOptions& options) {
-  if (options.format != "xgboost") {
-    return invalid_argument("unknown model format '" + options.format + "'; supported: xgboost");
+  if (options.format != "xgboost" && options.format != "onnx") {
+    return invalid_argument("unknown model format '" + options.format + "'; supported: xgboost, onnx");
   }
   if (!options.register_as.empty()) SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(options.register_as));
-  SLIPWAY_ASSIGN_OR_RETURN(auto json, read_file(options.model_path));
-  model::XgboostImportOptions import_options;
-  import_options.source = std::filesystem::absolute(options.model_path).string();
-  import_options.target = options.target;
-  if (!options.schema_path.empty()) SLIPWAY_RETURN_IF_ERROR(read_schema(options, import_options.feature_names));
-  auto bundle = model::import_xgboost_json(json, import_options);
+  std::string source = std::filesystem::absolute(options.model_path).string();
+  std::vector<std::string> feature_names;
+  if (!options.schema_path.empty()) SLIPWAY_RETURN_IF_ERROR(read_schema(options, feature_names));
+  Result<std::shared_ptr<const model::Bundle>> bundle = invalid_argument("");
+  if (options.format == "xgboost") {
+    SLIPWAY_ASSIGN_OR_RETURN(auto json, read_file(options.model_path));
+    model::XgboostImportOptions import_options;
+    import_options.source = source;
+    import_options.target = options.target;
+    import_options.feature_names = feature_names;
+    bundle = model::import_xgboost_json(json, import_options);
+  } else {
+    SLIPWAY_ASSIGN_OR_RETURN(auto file, read_file(options.model_path));
+    model::OnnxImportOptions import_options;
+    import_options.source = source;
+    import_options.target = options.target;
+    import_options.feature_names = feature_names;
+    import_options.class_labels = options.class_labels;
+    bundle = model::import_onnx(std::as_bytes(std::span(file)), import_options);
+  }
   if (!bundle.ok()) return Status(bundle.status().code(), options.model_path + ": " + bundle.status().message());
   std::vector<std::byte> bytes = (*bundle)->serialize();
   if (!options.bundle_out.empty()) SLIPWAY_RETURN_IF_ERROR(write_file_atomic(options.bundle_out, bytes));
   ImportResult result;
   if (!options.register_as.empty()) {
-    SLIPWAY_ASSIGN_OR_RETURN(auto version, register_import(global, options, **bundle, bytes, import_options.source));
+    SLIPWAY_ASSIGN_OR_RETURN(auto version, register_import(global, options, **bundle, bytes, source));
     result.bundle_sha256 = version.bundle_sha256;
     result.registered = std::move(version);
   } else {
     result.bundle_sha256 = sha256_hex(bytes);
   }
-  const auto& trees = dynamic_cast<const model::TreeEnsembleModel&>((*bundle)->model());
   result.model_path = options.model_path;
-  result.trees = trees.roots().size();
-  result.features = trees.input_width();
+  result.features = (*bundle)->model().input_width();
   result.task = std::string(model::task_name((*bundle)->task()));
-  result.objective = (*bundle)->manifest().params.at("objective");
+  if (const auto* trees = dynamic_cast<const model::TreeEnsembleModel*>(&(*bundle)->model())) {
+    result.trees = trees->roots().size();
+    result.objective = (*bundle)->manifest().params.at("objective");
+  } else if (const auto* mlp = dynamic_cast<const model::MlpModel*>(&(*bundle)->model())) {
+    result.layers = mlp->layers().size();
+  }
   return result;
 }
 

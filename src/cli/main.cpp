@@ -525,10 +525,17 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   token_revoke->add_option("ID", token_id, "Token id (from `slipway token list`)")->required();
 
   ImportOptions import_options;
-  auto* import_command = app.add_subcommand("import", "Import a model trained elsewhere as a bundle (XGBoost JSON)");
-  import_command->add_option("FORMAT", import_options.format, "Model format: xgboost")->required();
-  import_command->add_option("MODEL", import_options.model_path, "The model file (XGBoost: save_model(\"m.json\"))")
+  auto* import_command =
+      app.add_subcommand("import", "Import a model trained elsewhere as a bundle (XGBoost JSON, ONNX MLPs)");
+  import_command->add_option("FORMAT", import_options.format, "Model format: xgboost or onnx")->required();
+  import_command
+      ->add_option("MODEL", import_options.model_path,
+                   "The model file (XGBoost: save_model(\"m.json\"); ONNX: torch.onnx.export's file)")
       ->required();
+  import_command
+      ->add_option("--labels", import_options.class_labels,
+                   "ONNX classifiers: the class labels in output order, comma-separated (default 0, 1, ...)")
+      ->delimiter(',');
   import_command->add_option("--register", import_options.register_as,
                              "Register the bundle as a new version of this model");
   import_command->add_option("--schema", import_options.schema_path,

@@ -161,6 +161,15 @@ def main():
             if not ok:
                 failures.append(name + " ORT")
 
+        if matrix is not None and name.startswith("mlp"):
+            # Out and back in: our own ONNX file imports to the same predictions.
+            schema = os.path.join(work, name + ".schema.csv")
+            pd.DataFrame(columns=[c for c in frame.columns if c not in (target, "date")]).to_csv(schema, index=False)
+            slipway(["import", "onnx", onnx_path, "--schema", schema, "--register", name + "-back"], home, binary)
+            back = os.path.join(work, name + ".back.csv")
+            slipway(["predict", name + "-back", "--data", data_path, "--out", back], home, binary)
+            compare(f"{name} onnx exported and imported again", expected, predicted_scores(back))
+
         if name.startswith("gbdt"):
             json_path = os.path.join(work, name + ".json")
             slipway(["export", name, "--format", "xgboost-json", "--out", json_path], home, binary)

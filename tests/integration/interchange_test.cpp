@@ -19,6 +19,18 @@ TEST(Interchange, ExportedModelsPredictWhatSlipwayPredictsInOtherRuntimes) {
       << result.out;
 }
 
+// MLPs exported by PyTorch import and predict what PyTorch predicts within 1e-5; a Conv is named
+// in the refusal.
+TEST(Interchange, PyTorchMlpsImportAndPredictWhatPyTorchPredicts) {
+  TempDir home;
+  auto result =
+      run_command({"/usr/bin/python3", std::string(SLIPWAY_SOURCE_DIR) + "/tests/integration/check_onnx_import.py",
+                   "--slipway", slipway_binary(), "--home", home.path(), "--data", SLIPWAY_TEST_DATA_DIR});
+  EXPECT_EQ(result.exit_code, 0) << result.out << result.err;
+  EXPECT_NE(result.out.find("ok   torch-binary-layernorm-gelu-tanh"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("ok   a Conv1d model is refused"), std::string::npos) << result.out;
+}
+
 // What cannot be exported says why, in one sentence.
 TEST(Interchange, ExportsThatCannotWorkAreRefusedClearly) {
   TempDir home;
