@@ -272,6 +272,13 @@ struct QuantizedRows {
   std::vector<float> scales;  // per row: max|x| / 127 (1 for a tiny row, NaN for a non-finite one)
 };
 void quantize_rows(std::span<const float> in, std::size_t rows, std::size_t depth, QuantizedRows& out);
+// The same with one static scale for every row (calibrated ahead, not measured per row): q =
+// round(x / scale) clamped to [-127, 127]; a row holding NaN or an infinity is zeros with scale NaN
+// as above. The reference is the plain loop; the other uses SSE2 (x86-64's baseline), same bytes.
+void quantize_rows_static(std::span<const float> in, std::size_t rows, std::size_t depth, float scale,
+                          QuantizedRows& out);
+void quantize_rows_static_reference(std::span<const float> in, std::size_t rows, std::size_t depth, float scale,
+                                    QuantizedRows& out);
 
 // Computes output blocks [first_block, first_block + block_count) of every row.
 using DenseF32Kernel = void (*)(const PackedDenseF32& layer, const float* in, std::size_t rows, float* out,

@@ -288,6 +288,9 @@ struct MlpLayer {
   SharedArray<float> norm_scale, norm_shift;
   float norm_epsilon = 1e-5f;
   kernels::Activation activation = kernels::Activation::kNone;
+  // int8 only: the static scale this layer's inputs are quantized with (calibrated ahead, see
+  // MlpModel::calibrate); 0 quantizes each row by its own largest value.
+  float input_scale = 0.0f;
 
   bool normalized() const { return !norm_scale.empty(); }
 };
@@ -318,6 +321,13 @@ class MlpModel final : public Model {
   // The same layers in another precision, without training state (make()'s checks apply: int8
   // has a depth limit).
   Result<std::shared_ptr<const MlpModel>> with_precision(MlpPrecision precision) const;
+
+  // Static int8 activation scales, one per layer, from the float32 forward pass over `rows` rows of
+  // preprocessed `features`: each layer's inputs' largest |x| (percentile 100), or that percentile
+  // of their |x| (e.g. 99.99, which lets rare outliers clip), divided by 127.
+  std::vector<float> calibrate(std::span<const float> features, std::size_t rows, double percentile) const;
+  // The same layers in int8 with those static scales.
+  Result<std::shared_ptr<const MlpModel>> with_int8_calibration(std::span<const float> input_scales) const;
 
   struct Packed;  // the kernels' layouts of every layer
   // Use make(): this trusts the layers (make_shared needs it public).

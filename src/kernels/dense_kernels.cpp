@@ -1,6 +1,9 @@
 // Dense layers: packing, quantization, the reference kernels, the dispatch table and the threaded
 // drivers. The vector variants are in dense_kernels_x86.cpp.
 #include <algorithm>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -277,6 +280,66 @@ void round_rows_to_bf16(std::span<const float> in, std::size_t rows, std::size_t
   RoundRowBf16 round_row = dense_kernel().round_row_bf16;
   for (std::size_t row = 0; row < rows; ++row)
     round_row(in.data() + row * depth, depth, out.values.data() + row * out.stride);
+}
+
+void quantize_rows_static_reference(std::span<const float> in, std::size_t rows, std::size_t depth, float scale,
+                                    QuantizedRows& out) {
+  out.rows = rows;
+  out.stride = (depth + 3) / 4 * 4;
+  out.values.assign(rows * out.stride, 128);
+  out.scales.assign(rows, scale);
+  float inverse = 1.0f / scale;
+  for (std::size_t row = 0; row < rows; ++row) {
+    const float* values = in.data() + row * depth;
+    std::uint8_t* bytes = out.values.data() + row * out.stride;
+    if (!std::all_of(values, values + depth, [](float value) { return std::isfinite(value); })) {
+      out.scales[row] = std::numeric_limits<float>::quiet_NaN();
+      continue;
+    }
+    for (std::size_t k = 0; k < depth; ++k) bytes[k] = static_cast<std::uint8_t>(quantize(values[k], inverse) + 128);
+  }
+}
+
+void quantize_rows_static(std::span<const float> in, std::size_t rows, std::size_t depth, float scale,
+                          QuantizedRows& out) {
+#if defined(__SSE2__)
+  // SSE2 is x86-64's baseline: no dispatch. cvtps2dq rounds to nearest even (the default MXCSR),
+  // as nearbyint does, so the bytes are the reference's.
+  out.rows = rows;
+  out.stride = (depth + 3) / 4 * 4;
+  out.values.assign(rows * out.stride, 128);
+  out.scales.assign(rows, scale);
+  const __m128 inverse = _mm_set1_ps(1.0f / scale);
+  const __m128 high = _mm_set1_ps(127.0f), low = _mm_set1_ps(-127.0f), zero = _mm_setzero_ps();
+  const __m128i bias = _mm_set1_epi8(static_cast<char>(0x80));
+  for (std::size_t row = 0; row < rows; ++row) {
+    const float* values = in.data() + row * depth;
+    std::uint8_t* bytes = out.values.data() + row * out.stride;
+    __m128 finite = _mm_cmpeq_ps(zero, zero);  // all ones; x * 0 is NaN exactly when x is not finite
+    std::size_t k = 0;
+    auto quantize4 = [&](std::size_t at) {
+      __m128 value = _mm_loadu_ps(values + at);
+      finite = _mm_and_ps(finite, _mm_cmpord_ps(_mm_mul_ps(value, zero), zero));
+      return _mm_cvtps_epi32(_mm_min_ps(_mm_max_ps(_mm_mul_ps(value, inverse), low), high));
+    };
+    for (; k + 16 <= depth; k += 16) {
+      __m128i first = _mm_packs_epi32(quantize4(k), quantize4(k + 4));
+      __m128i second = _mm_packs_epi32(quantize4(k + 8), quantize4(k + 12));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(bytes + k), _mm_xor_si128(_mm_packs_epi16(first, second), bias));
+    }
+    bool row_finite = _mm_movemask_ps(finite) == 0xF;
+    for (; k < depth; ++k) {
+      row_finite = row_finite && std::isfinite(values[k]);
+      if (row_finite) bytes[k] = static_cast<std::uint8_t>(quantize(values[k], 1.0f / scale) + 128);
+    }
+    if (!row_finite) {
+      std::fill_n(bytes, depth, std::uint8_t{128});
+      out.scales[row] = std::numeric_limits<float>::quiet_NaN();
+    }
+  }
+#else
+  quantize_rows_static_reference(in, rows, depth, scale, out);
+#endif
 }
 
 void quantize_rows(std::span<const float> in, std::size_t rows, std::size_t depth, QuantizedRows& out) {

@@ -26,6 +26,7 @@ void write_mlp(const Model& model, FamilyWriter& out) {
     out.fields().key("outputs").value(static_cast<std::uint64_t>(layer.outputs));
     out.fields().key("activation").value(kernels::activation_name(layer.activation));
     if (layer.normalized()) out.fields().key("layer_norm_epsilon").value(static_cast<double>(layer.norm_epsilon));
+    if (layer.input_scale > 0.0f) out.fields().key("input_scale").value(static_cast<double>(layer.input_scale));
     out.fields().end_object();
   }
   out.fields().end_array();
@@ -76,6 +77,9 @@ Result<std::shared_ptr<const Model>> read_mlp(const FamilyReader& in) {
       layer.activation = kernels::Activation::kRelu;
       unnamed_activations = true;
     }
+    double input_scale = 0.0;
+    if (element["input_scale"].get(input_scale) == simdjson::SUCCESS)
+      layer.input_scale = static_cast<float>(input_scale);
     double epsilon = 0.0;
     if (element["layer_norm_epsilon"].get(epsilon) == simdjson::SUCCESS) {
       layer.norm_epsilon = static_cast<float>(epsilon);

@@ -52,6 +52,9 @@ Result<std::shared_ptr<const MlpModel>> MlpModel::make(std::vector<MlpLayer> lay
         (layer.normalized() && layer.norm_scale.size() != layer.outputs)) {
       return invalid_argument(which + "'s layer normalization does not have one scale and shift per output");
     }
+    if (!(layer.input_scale >= 0.0f) || !std::isfinite(layer.input_scale)) {
+      return invalid_argument(which + "'s int8 input scale must be a finite number >= 0");
+    }
     if (!(layer.norm_epsilon > 0.0f) || !std::isfinite(layer.norm_epsilon)) {
       return invalid_argument(which + "'s layer normalization epsilon must be a positive number");
     }
@@ -119,7 +122,11 @@ void MlpModel::predict_margin(std::span<const float> features, std::size_t rows,
         kernels::dense_bf16(packed_->bf16[index], rounded, target);
         break;
       case MlpPrecision::kInt8:
-        kernels::quantize_rows(in, rows, layer.inputs, quantized);
+        if (layer.input_scale > 0.0f) {
+          kernels::quantize_rows_static(in, rows, layer.inputs, layer.input_scale, quantized);
+        } else {
+          kernels::quantize_rows(in, rows, layer.inputs, quantized);
+        }
         kernels::dense_int8(packed_->int8[index], quantized, target);
         break;
     }
@@ -131,6 +138,41 @@ void MlpModel::predict_margin(std::span<const float> features, std::size_t rows,
     }
     in = target;
   }
+}
+
+std::vector<float> MlpModel::calibrate(std::span<const float> features, std::size_t rows, double percentile) const {
+  std::vector<float> scales;
+  auto float32 = make(layers_, MlpPrecision::kFloat32);
+  if (!float32.ok() || rows == 0) return std::vector<float>(layers_.size(), 0.0f);
+  // The layers one at a time: each prefix of the network gives the next layer's inputs.
+  std::vector<float> inputs(features.begin(), features.begin() + static_cast<std::ptrdiff_t>(rows * input_width()));
+  for (std::size_t index = 0; index < layers_.size(); ++index) {
+    std::vector<float> magnitudes(inputs.size());
+    for (std::size_t i = 0; i < inputs.size(); ++i) magnitudes[i] = std::abs(inputs[i]);
+    float range = 0.0f;
+    if (percentile >= 100.0) {
+      range = *std::max_element(magnitudes.begin(), magnitudes.end());
+    } else {
+      auto rank = static_cast<std::size_t>(percentile / 100.0 * static_cast<double>(magnitudes.size() - 1));
+      std::nth_element(magnitudes.begin(), magnitudes.begin() + static_cast<std::ptrdiff_t>(rank), magnitudes.end());
+      range = magnitudes[rank];
+    }
+    scales.push_back(range >= kernels::kTinyMagnitude && std::isfinite(range) ? range / 127.0f : 0.0f);
+    if (index + 1 == layers_.size()) break;
+    std::vector<MlpLayer> prefix(layers_.begin(), layers_.begin() + static_cast<std::ptrdiff_t>(index + 1));
+    auto partial = make(std::move(prefix), MlpPrecision::kFloat32);
+    std::vector<float> next(rows * layers_[index].outputs);
+    (*partial)->predict_margin(features, rows, next);
+    inputs = std::move(next);
+  }
+  return scales;
+}
+
+Result<std::shared_ptr<const MlpModel>> MlpModel::with_int8_calibration(std::span<const float> input_scales) const {
+  if (input_scales.size() != layers_.size()) return invalid_argument("one int8 input scale per layer is needed");
+  std::vector<MlpLayer> layers = layers_;
+  for (std::size_t index = 0; index < layers.size(); ++index) layers[index].input_scale = input_scales[index];
+  return make(std::move(layers), MlpPrecision::kInt8);
 }
 
 std::size_t MlpModel::memory_bytes() const {

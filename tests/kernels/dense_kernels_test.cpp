@@ -198,6 +198,35 @@ TEST(DenseKernels, EveryVariantTreatsTinyNonFiniteAndSubnormalValuesAlike) {
   }
 }
 
+// Static (calibrated) quantization: the SSE2 loop gives the reference's bytes, with ties, values
+// past the range, depths that leave a tail, and rows holding NaN or an infinity.
+TEST(DenseKernels, StaticQuantizationGivesTheReferenceBytes) {
+  std::mt19937 random(21);
+  for (std::size_t depth : {1u, 3u, 15u, 16u, 17u, 40u, 257u}) {
+    std::vector<float> rows = random_rows(6, depth, random);
+    float scale = 2.5f / 127.0f;
+    rows[depth / 2] = 0.5f * scale;         // a tie: rounds to even (0)
+    rows[depth - 1] = 1.5f * scale;         // a tie: rounds to even (2)
+    if (depth > 2) rows[depth + 2] = 1e6f;  // past the range: 127
+    rows[3 * depth] = -1e30f;               // -127
+    rows[4 * depth + depth - 1] = std::numeric_limits<float>::quiet_NaN();
+    rows[5 * depth] = std::numeric_limits<float>::infinity();
+    QuantizedRows expected, actual;
+    quantize_rows_static_reference(rows, 6, depth, scale, expected);
+    quantize_rows_static(rows, 6, depth, scale, actual);
+    EXPECT_EQ(actual.values, expected.values) << "depth " << depth;
+    ASSERT_EQ(actual.scales.size(), 6u);
+    for (std::size_t row = 0; row < 6; ++row) {
+      EXPECT_EQ(std::isnan(actual.scales[row]), row >= 4) << "row " << row;
+      if (row < 4) {
+        EXPECT_EQ(actual.scales[row], scale);
+      }
+    }
+    EXPECT_EQ(expected.values[0 * expected.stride + depth / 2], depth / 2 == depth - 1 ? 130 : 128);
+    EXPECT_EQ(expected.values[3 * expected.stride], 1);  // -127 + 128
+  }
+}
+
 TEST(DenseKernels, ThreadsSplitTheOutputsWithoutChangingThem) {
   std::mt19937 random(3);
   Layer layer = random_layer(512, 512, random);

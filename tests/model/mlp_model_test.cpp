@@ -186,6 +186,46 @@ TEST(MlpModel, ABundleRoundTripsToTheSameBytesAndPredictions) {
   }
 }
 
+// Calibrated int8: per-layer static scales from the float32 pass; as accurate as per-row scales on
+// rows like the calibration ones, and kept by the bundle.
+TEST(MlpModel, CalibratedInt8StaysCloseToFloat32AndTravelsInTheBundle) {
+  std::mt19937 random(31);
+  auto float32 = *MlpModel::make(random_layers({12, 64, 32, 1}, random), MlpPrecision::kFloat32);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> rows(500 * 12);
+  for (float& value : rows) value = normal(random);
+  std::vector<float> by_max = float32->calibrate(rows, 500, 100.0);
+  std::vector<float> by_percentile = float32->calibrate(rows, 500, 99.9);
+  ASSERT_EQ(by_max.size(), 3u);
+  for (std::size_t layer = 0; layer < 3; ++layer) {
+    EXPECT_GT(by_max[layer], 0.0f);
+    EXPECT_LE(by_percentile[layer], by_max[layer]);
+  }
+  auto calibrated = float32->with_int8_calibration(by_max);
+  ASSERT_TRUE(calibrated.ok()) << calibrated.status().message();
+  std::vector<float> exact(500), approximate(500);
+  float32->predict_margin(rows, 500, exact);
+  (*calibrated)->predict_margin(rows, 500, approximate);
+  double largest_error = 0.0, largest = 0.0;
+  for (std::size_t row = 0; row < 500; ++row) {
+    largest_error = std::max(largest_error, static_cast<double>(std::abs(exact[row] - approximate[row])));
+    largest = std::max(largest, static_cast<double>(std::abs(exact[row])));
+  }
+  EXPECT_LT(largest_error, 0.05 * largest);
+
+  std::vector<FeatureTransform> features(12);
+  for (std::size_t index = 0; index < 12; ++index) features[index].name = "x" + std::to_string(index);
+  Manifest manifest;
+  manifest.task = Task::kRegression;
+  manifest.target = "y";
+  Bundle bundle(manifest, Preprocessor(features), *calibrated);
+  auto parsed = Bundle::parse(bundle.serialize());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  const auto& read = dynamic_cast<const MlpModel&>((*parsed)->model());
+  EXPECT_EQ(read.layers()[1].input_scale, by_max[1]);
+  EXPECT_EQ(bundle.predict_preprocessed(rows, 500).scores, (*parsed)->predict_preprocessed(rows, 500).scores);
+}
+
 TEST(MlpModel, ShapesThatDoNotChainAndValuesThatAreNotFiniteAreRefused) {
   std::mt19937 random(2);
   auto layers = random_layers({4, 8, 2}, random);
