@@ -175,8 +175,10 @@ struct OptimizeOptions {
   const data::Table* golden = nullptr;     // labelled rows: quality, differences and request bodies
   const data::Table* train = nullptr;      // labelled rows to retrain on ("features", "distill"); may be null
   const data::Table* unlabeled = nullptr;  // more rows for "distill", labelled by the teacher; may be null
-  double distill_alpha = 0.7;              // the teacher's weight against the label
-  double distill_temperature = 1.0;        // softens the teacher's probabilities (binary classification)
+  // Rows an MLP's int8 activation scales are calibrated on ("int8"); may be null (per-row only).
+  const data::Table* calibration = nullptr;
+  double distill_alpha = 0.7;        // the teacher's weight against the label
+  double distill_temperature = 1.0;  // softens the teacher's probabilities (binary classification)
   std::string slice_column;
   Slo slo;
   double price_per_hour = 0.0;  // 0: no cost

@@ -310,8 +310,9 @@ struct OptimizeFlags {
   std::string slo;  // "p95<=5ms@2000rps,cost<=0.02/1k,auc_drop<=0.005"
   double price_per_hour = 0.0;
   std::string candidates = "quantize,prune,features,distill,int8,sparse,serving";
-  std::string train_path;      // --train: rows to retrain on (features, distill)
-  std::string unlabeled_path;  // --unlabeled: more rows for distill, labelled by the teacher
+  std::string train_path;        // --train: rows to retrain on (features, distill)
+  std::string unlabeled_path;    // --unlabeled: more rows for distill, labelled by the teacher
+  std::string calibration_path;  // --calibration: rows an MLP's int8 activation scales are calibrated on
   double alpha = 0.7;
   double temperature = 1.0;
   std::optional<double> tolerance;

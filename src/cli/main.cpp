@@ -586,6 +586,8 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
                                "Also hold each slice of this column to the quality SLO");
   optimize_command->add_option("--train", optimize_flags.train_path,
                                "Labelled rows to retrain on, for the features and distill candidates (CSV)");
+  optimize_command->add_option("--calibration", optimize_flags.calibration_path,
+                               "MLPs: rows to calibrate int8 activation scales on (CSV; max and 99.99th percentile)");
   optimize_command->add_option("--unlabeled", optimize_flags.unlabeled_path,
                                "More rows for distillation, labelled by the model itself (CSV)");
   optimize_command->add_option("--alpha", optimize_flags.alpha, "Distillation: the teacher's weight against the label")

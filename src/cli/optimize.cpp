@@ -200,7 +200,7 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
   SLIPWAY_ASSIGN_OR_RETURN(auto loaded, store != nullptr ? pipeline::resolve_reference(store.get(), flags.reference)
                                                          : load_reference(global, flags.reference));
   SLIPWAY_ASSIGN_OR_RETURN(auto golden, pipeline::read_table(flags.data_path));
-  std::optional<data::Table> train, unlabeled;
+  std::optional<data::Table> train, unlabeled, calibration;
   if (!flags.train_path.empty()) {
     SLIPWAY_ASSIGN_OR_RETURN(train, pipeline::read_table(flags.train_path));
     options.train = &*train;
@@ -208,6 +208,10 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
   if (!flags.unlabeled_path.empty()) {
     SLIPWAY_ASSIGN_OR_RETURN(unlabeled, pipeline::read_table(flags.unlabeled_path));
     options.unlabeled = &*unlabeled;
+  }
+  if (!flags.calibration_path.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(calibration, pipeline::read_table(flags.calibration_path));
+    options.calibration = &*calibration;
   }
   if (!(flags.alpha >= 0 && flags.alpha <= 1)) return invalid_argument("--alpha must be from 0 to 1");
   if (!(flags.temperature > 0 && flags.temperature <= 100)) {
@@ -225,10 +229,10 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
     // A bare NAME is the newest version: after a --register run, one of its candidates.
     return invalid_argument("--resume needs the baseline pinned as NAME@VERSION (the run being resumed printed it)");
   }
-  options.context =
-      fmt::format("data={};slice={};tolerance={};price={};train={};unlabeled={};repeat={}", flags.data_path,
-                  flags.slice, flags.tolerance ? fmt::format("{}", *flags.tolerance) : "", flags.price_per_hour,
-                  flags.train_path, flags.unlabeled_path, flags.repeat_rate);
+  options.context = fmt::format("data={};slice={};tolerance={};price={};train={};unlabeled={};repeat={};calibration={}",
+                                flags.data_path, flags.slice,
+                                flags.tolerance ? fmt::format("{}", *flags.tolerance) : "", flags.price_per_hour,
+                                flags.train_path, flags.unlabeled_path, flags.repeat_rate, flags.calibration_path);
   std::string model = loaded.description.substr(0, loaded.description.find('@'));
   if (registering) {
     options.on_candidate = [&store, model](const optimize::CandidateResult& candidate) -> Result<std::string> {

@@ -384,6 +384,9 @@ std::vector<BuiltCandidate> distill_candidates(const model::Bundle& baseline, co
   // otherwise be taken for a binary target.
   const Student students[] = {
       {"distill:gbdt-50x4", "gbdt", {{"rounds", "50"}, {"max_depth", "4"}, {"objective", "reg:squarederror"}}},
+      {"distill:mlp-32",
+       "mlp",
+       {{"hidden_units", "32"}, {"epochs", "30"}, {"learning_rate", "0.003"}, {"objective", "reg:squarederror"}}},
       {"distill:linear", "linear", {}}};
   std::vector<BuiltCandidate> candidates;
   for (const Student& student : students) {
@@ -429,6 +432,22 @@ std::vector<BuiltCandidate> distill_candidates(const model::Bundle& baseline, co
         for (double& weight : weights) weight *= settings.temperature;
         student_model =
             std::make_shared<const model::LinearModel>(std::move(weights), linear->bias() * settings.temperature);
+      } else if (const auto* mlp = dynamic_cast<const model::MlpModel*>(student_model.get())) {
+        std::vector<model::MlpLayer> layers = mlp->layers();
+        auto scaled = [&](const model::SharedArray<float>& values) {
+          std::vector<float> out = values.to_vector();
+          for (float& value : out) value *= static_cast<float>(settings.temperature);
+          return model::SharedArray<float>(std::move(out));
+        };
+        layers.back().weights = scaled(layers.back().weights);
+        layers.back().bias = scaled(layers.back().bias);
+        auto rescaled = model::MlpModel::make(std::move(layers), mlp->precision());
+        if (!rescaled.ok()) {
+          candidate.error = "scaling the student by the temperature failed: " + rescaled.status().message();
+          candidates.push_back(std::move(candidate));
+          continue;
+        }
+        student_model = *rescaled;
       }
     }
     model::Manifest wrapped = trained->bundle->manifest();
@@ -439,6 +458,185 @@ std::vector<BuiltCandidate> distill_candidates(const model::Bundle& baseline, co
     candidate.bundle =
         std::make_shared<const model::Bundle>(std::move(wrapped), trained->bundle->preprocessor(), student_model);
     candidates.push_back(std::move(candidate));
+  }
+  return candidates;
+}
+
+std::vector<BuiltCandidate> mlp_precision_candidates(const model::Bundle& baseline, const std::string& technique,
+                                                     const data::Table* calibration) {
+  const auto* mlp = dynamic_cast<const model::MlpModel*>(&baseline.model());
+  auto failed = [&](const std::string& name, std::string why) {
+    return BuiltCandidate{name, technique, {}, nullptr, std::move(why), 1};
+  };
+  if (mlp == nullptr) return {failed(technique, "not applicable: the model is not an MLP")};
+  std::vector<BuiltCandidate> candidates;
+  if (technique == "quantize") {
+    BuiltCandidate candidate{"quantize:bf16", technique, {{"weights", "bfloat16"}, {"products", "bfloat16"}},
+                             nullptr,         "",        1};
+    auto model = mlp->with_precision(model::MlpPrecision::kBfloat16);
+    if (model.ok()) {
+      candidate.bundle = with_model(baseline, *model);
+    } else {
+      candidate.error = model.status().message();
+    }
+    return {std::move(candidate)};
+  }
+  BuiltCandidate dynamic{"int8:dynamic", technique, {{"weights", "int8"}, {"activations", "int8 per row"}},
+                         nullptr,        "",        1};
+  auto dynamic_model = mlp->with_precision(model::MlpPrecision::kInt8);
+  if (dynamic_model.ok()) {
+    dynamic.bundle = with_model(baseline, *dynamic_model);
+  } else {
+    dynamic.error = dynamic_model.status().message();
+  }
+  candidates.push_back(std::move(dynamic));
+  if (calibration == nullptr) {
+    candidates.push_back(failed("int8:calibrated", "not built: calibrating activations needs --calibration FILE"));
+    return candidates;
+  }
+  std::vector<float> features;
+  if (auto status = baseline.preprocessor().transform(*calibration, features); !status.ok()) {
+    candidates.push_back(failed("int8:calibrated", "the calibration rows do not fit the model: " + status.message()));
+    return candidates;
+  }
+  for (double percentile : {100.0, 99.99}) {
+    std::string method = percentile >= 100.0 ? "max" : "p" + format_config_number(percentile);
+    BuiltCandidate candidate{
+        "int8:calibrated-" + method,
+        technique,
+        {{"weights", "int8"},
+         {"activations", "int8 static per layer"},
+         {"calibration", method + " of |x| over " + std::to_string(calibration->row_count()) + " rows"}},
+        nullptr,
+        "",
+        2};
+    std::vector<float> scales = mlp->calibrate(features, calibration->row_count(), percentile);
+    auto model = mlp->with_int8_calibration(scales);
+    if (model.ok()) {
+      candidate.bundle = with_model(baseline, *model);
+    } else {
+      candidate.error = model.status().message();
+    }
+    candidates.push_back(std::move(candidate));
+  }
+  return candidates;
+}
+
+namespace {
+
+// The MLP without the hidden units whose weights matter least: `share` of each hidden layer.
+Result<std::shared_ptr<const model::MlpModel>> without_smallest_units(const model::MlpModel& mlp, double share) {
+  std::vector<model::MlpLayer> layers = mlp.layers();
+  for (std::size_t index = 0; index + 1 < layers.size(); ++index) {
+    model::MlpLayer& layer = layers[index];
+    model::MlpLayer& next = layers[index + 1];
+    std::size_t units = layer.outputs;
+    auto removed = static_cast<std::size_t>(share * static_cast<double>(units));
+    if (removed == 0 || removed >= units) continue;
+    std::vector<std::pair<double, std::size_t>> scores;
+    for (std::size_t unit = 0; unit < units; ++unit) {
+      double incoming = 0.0, outgoing = 0.0;
+      for (std::size_t k = 0; k < layer.inputs; ++k) incoming += std::pow(layer.weights[unit * layer.inputs + k], 2);
+      for (std::size_t output = 0; output < next.outputs; ++output) {
+        outgoing += std::pow(next.weights[output * next.inputs + unit], 2);
+      }
+      scores.emplace_back(std::sqrt(incoming) * std::sqrt(outgoing), unit);
+    }
+    std::stable_sort(scores.begin(), scores.end());
+    std::vector<bool> keep(units, true);
+    for (std::size_t rank = 0; rank < removed; ++rank) keep[scores[rank].second] = false;
+    auto kept_rows = [&](const model::SharedArray<float>& values, std::size_t width) {
+      std::vector<float> out;
+      for (std::size_t unit = 0; unit < units; ++unit) {
+        if (keep[unit])
+          out.insert(out.end(), values.begin() + static_cast<std::ptrdiff_t>(unit * width),
+                     values.begin() + static_cast<std::ptrdiff_t>((unit + 1) * width));
+      }
+      return model::SharedArray<float>(std::move(out));
+    };
+    layer.weights = kept_rows(layer.weights, layer.inputs);
+    layer.bias = kept_rows(layer.bias, 1);
+    if (layer.normalized()) {
+      layer.norm_scale = kept_rows(layer.norm_scale, 1);
+      layer.norm_shift = kept_rows(layer.norm_shift, 1);
+    }
+    std::vector<float> next_weights;
+    for (std::size_t output = 0; output < next.outputs; ++output) {
+      for (std::size_t unit = 0; unit < units; ++unit) {
+        if (keep[unit]) next_weights.push_back(next.weights[output * next.inputs + unit]);
+      }
+    }
+    next.weights = model::SharedArray<float>(std::move(next_weights));
+    layer.outputs = units - removed;
+    next.inputs = units - removed;
+  }
+  return model::MlpModel::make(std::move(layers), model::MlpPrecision::kFloat32);
+}
+
+}  // namespace
+
+std::vector<BuiltCandidate> unit_prune_candidates(const model::Bundle& baseline, const data::Table* train,
+                                                  const AlreadyMeasured& already_measured) {
+  const auto* mlp = dynamic_cast<const model::MlpModel*>(&baseline.model());
+  if (mlp == nullptr || mlp->layers().size() < 2) {
+    return {BuiltCandidate{
+        "prune:units",
+        "prune",
+        {},
+        nullptr,
+        mlp == nullptr ? "not applicable: the model is not an MLP" : "not applicable: the MLP has no hidden layer",
+        2}};
+  }
+  const model::Manifest& manifest = baseline.manifest();
+  std::vector<BuiltCandidate> candidates;
+  for (double share : {0.25, 0.5}) {
+    std::string percent = format_config_number(100 * share) + "%";
+    auto pruned = without_smallest_units(*mlp, share);
+    if (!pruned.ok()) {
+      candidates.push_back({"prune:units-" + percent, "prune", {}, nullptr, pruned.status().message(), 2});
+      continue;
+    }
+    std::string widths;
+    for (std::size_t index = 0; index + 1 < (*pruned)->layers().size(); ++index) {
+      widths += (widths.empty() ? "" : ",") + std::to_string((*pruned)->layers()[index].outputs);
+    }
+    auto pruned_bundle = with_model(baseline, *pruned);
+    candidates.push_back({"prune:units-" + percent,
+                          "prune",
+                          {{"removed", percent + " of each hidden layer"}, {"hidden_units", widths}},
+                          pruned_bundle,
+                          "",
+                          2});
+    BuiltCandidate tuned{"prune:units-" + percent + "+finetune",
+                         "prune",
+                         {{"removed", percent + " of each hidden layer"}, {"hidden_units", widths}},
+                         nullptr,
+                         "",
+                         3};
+    auto family = manifest.params.find("model");
+    if (family == manifest.params.end() || family->second != "mlp") {
+      tuned.error = "not built: fine-tuning needs an MLP slipway trained (its parameters are in the manifest)";
+    } else if (train == nullptr) {
+      tuned.error = "not built: fine-tuning retrains the pruned model; give --train FILE";
+    } else {
+      std::map<std::string, std::string> params = training_params(manifest, "mlp");
+      int epochs = params.count("epochs") != 0 ? std::atoi(params["epochs"].c_str()) : 20;
+      params["epochs"] = std::to_string(std::max(2, epochs / 4));
+      params["hidden_units"] = widths;
+      params["early_stopping_rounds"] = "0";
+      tuned.settings["epochs"] = params["epochs"];
+      std::vector<std::string> inputs;
+      for (const auto& input : baseline.preprocessor().features()) inputs.push_back(input.name);
+      train::TrainRequest request{.target = manifest.target,
+                                  .model_family = "mlp",
+                                  .features = inputs,
+                                  .params = params,
+                                  .seed = manifest.seed};
+      request.init_model = pruned_bundle;
+      request.init_model_reference = "the baseline pruned by " + percent;
+      retrain(tuned, *train, request, already_measured);
+    }
+    candidates.push_back(std::move(tuned));
   }
   return candidates;
 }

@@ -41,8 +41,8 @@ std::vector<BuiltCandidate> feature_candidates(const model::Bundle& baseline, co
 // Students distilled from the baseline (binary classification or regression): trained to
 // regress the teacher's margin mixed with the labels, alpha * teacher + (1 - alpha) * label in
 // probability space (the teacher's probability softened by `temperature` first, and the student's
-// margin scaled back by it), on `train` and the `unlabeled` rows (teacher only). Two students: a
-// GBDT of 50 rounds of depth 4, and a linear model.
+// margin scaled back by it), on `train` and the `unlabeled` rows (teacher only). Three students: a
+// GBDT of 50 rounds of depth 4, an MLP of one hidden layer of 32 units, and a linear model.
 struct DistillSettings {
   double alpha = 0.7;
   double temperature = 1.0;
@@ -86,5 +86,19 @@ struct PrunePoint {
 // stays within it. `curve` receives the quality at each round tried.
 std::vector<BuiltCandidate> prune_candidates(const model::Bundle& baseline, const data::Table& golden,
                                              std::optional<double> quality_budget, std::vector<PrunePoint>& curve);
+
+// An MLP in lower precision: bfloat16 weights and products ("quantize:bf16"); int8 weights with
+// activations quantized per row ("int8:dynamic") and, given `calibration` rows, with per-layer
+// static scales calibrated on them ("int8:calibrated-max", "int8:calibrated-p99.99"). One row
+// saying why for a model that is not an MLP.
+std::vector<BuiltCandidate> mlp_precision_candidates(const model::Bundle& baseline, const std::string& technique,
+                                                     const data::Table* calibration);
+
+// Structured pruning of an MLP: the hidden units with the smallest weights (the norm of a unit's
+// incoming weights times that of its outgoing ones) removed, a quarter and a half of each hidden
+// layer, each as it is and, given `train` rows, fine-tuned on them for a quarter of the baseline's
+// epochs (at least 2) from the pruned weights: the quality curve is the four rows.
+std::vector<BuiltCandidate> unit_prune_candidates(const model::Bundle& baseline, const data::Table* train,
+                                                  const AlreadyMeasured& already_measured = nullptr);
 
 }  // namespace slipway::optimize

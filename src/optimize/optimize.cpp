@@ -441,12 +441,23 @@ Result<OptimizeReport> Optimizer::run() {
       built.push_back({technique, technique, {}, nullptr, budget_spent("built"), 1});
       continue;
     }
-    if (technique == "quantize") {
+    bool mlp = dynamic_cast<const model::MlpModel*>(&baseline.model()) != nullptr;
+    if (technique == "quantize" && mlp) {
+      for (auto& candidate : mlp_precision_candidates(baseline, technique, options_.calibration)) {
+        built.push_back(std::move(candidate));
+      }
+    } else if (technique == "quantize") {
       built.push_back(quantize_candidate(baseline, false));
       // bfloat16 leaves only where the layout itself applies (one row says why when not).
       if (built.back().error.empty()) built.push_back(quantize_candidate(baseline, true));
     }
-    if (technique == "int8") built.push_back(int8_candidate(baseline));
+    if (technique == "int8" && mlp) {
+      for (auto& candidate : mlp_precision_candidates(baseline, technique, options_.calibration)) {
+        built.push_back(std::move(candidate));
+      }
+    } else if (technique == "int8") {
+      built.push_back(int8_candidate(baseline));
+    }
     if (technique == "sparse") {
       for (auto& candidate : sparse_candidates(baseline)) built.push_back(std::move(candidate));
     }
@@ -471,7 +482,11 @@ Result<OptimizeReport> Optimizer::run() {
         built.push_back(std::move(candidate));
       }
     }
-    if (technique == "prune") {
+    if (technique == "prune" && mlp) {
+      for (auto& candidate : unit_prune_candidates(baseline, options_.train, already_measured)) {
+        built.push_back(std::move(candidate));
+      }
+    } else if (technique == "prune") {
       std::vector<PrunePoint> curve;
       for (auto& candidate : prune_candidates(baseline, golden, budget, curve)) built.push_back(std::move(candidate));
       for (auto& candidate : depth_candidates(baseline, options_.train, already_measured)) {

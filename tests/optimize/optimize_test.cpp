@@ -216,6 +216,37 @@ TEST_F(OptimizeTest, RegressionStudentsTrackTheirTeacher) {
   }
 }
 
+// An MLP's candidates: bf16, int8 per row and calibrated, units pruned with and without
+// fine-tuning, and a smaller MLP distilled from it; each measured in the same table.
+TEST_F(OptimizeTest, MlpCandidatesAreBuiltAndMeasured) {
+  auto network = train::fit(
+      *train_, train::TrainRequest{
+                   .target = "Class", .model_family = "mlp", .params = {{"hidden_units", "64,32"}, {"epochs", "4"}}});
+  ASSERT_TRUE(network.ok()) << network.status().message();
+  OptimizeOptions options = quick(network->bundle);
+  options.techniques = {"quantize", "int8", "prune", "distill"};
+  options.calibration = train_;
+  auto report = optimize_model(options);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  std::map<std::string, const CandidateResult*> by_name;
+  for (const auto& candidate : report->candidates) by_name[candidate.name] = &candidate;
+  for (const char* name :
+       {"quantize:bf16", "int8:dynamic", "int8:calibrated-max", "int8:calibrated-p99.99", "prune:units-25%",
+        "prune:units-25%+finetune", "prune:units-50%", "prune:units-50%+finetune", "distill:mlp-32"}) {
+    ASSERT_EQ(by_name.count(name), 1u) << name;
+    const CandidateResult& candidate = *by_name[name];
+    EXPECT_EQ(candidate.error, "") << name;
+    EXPECT_GT(candidate.max_rate, 0.0) << name;
+  }
+  const double baseline_auc = report->candidates[0].quality;
+  for (const char* name : {"quantize:bf16", "int8:dynamic", "int8:calibrated-max"}) {
+    EXPECT_NEAR(by_name[name]->quality, baseline_auc, 0.02) << name;
+    EXPECT_LT(by_name[name]->loaded_bytes, report->candidates[0].loaded_bytes) << name;
+  }
+  EXPECT_EQ(by_name["prune:units-50%"]->settings.at("hidden_units"), "32,16");
+  EXPECT_EQ(by_name["prune:units-25%+finetune"]->settings.at("hidden_units"), "48,24");
+}
+
 // A resumed run takes the records of what an earlier run measured (retrained candidates are not
 // trained again), and measures what changed.
 TEST_F(OptimizeTest, AResumedRunReusesWhatWasMeasured) {
