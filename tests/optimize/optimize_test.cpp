@@ -153,7 +153,7 @@ TEST_F(OptimizeTest, BuildsMeasuresRecordsAndRecommends) {
     for (float score : scores->scores) ASSERT_TRUE(score >= 0.0f && score <= 1.0f) << score;
     EXPECT_GT(candidate.quality, 0.6) << candidate.name;  // it learned something
   }
-  EXPECT_EQ(students, 2u);
+  EXPECT_EQ(students, 3u);  // gbdt, mlp and linear
   // Not the int8 and sparse rows either (not applicable to trees).
   EXPECT_EQ(registered.size(), report->candidates.size() - 1 - serving - 2);
   EXPECT_EQ(report->prune_curve.back().first, 40u);
@@ -296,9 +296,9 @@ TEST_F(OptimizeTest, AResumedRunReusesWhatWasMeasured) {
 TEST_F(OptimizeTest, InapplicableCandidatesAreRowsAndBadRequestsAreRefused) {
   auto report = optimize_model(quick(linear_));
   ASSERT_TRUE(report.ok()) << report.status().message();
-  // baseline, quantize, prune, prune:depth, features, two distilled students, int8, two sparse,
+  // baseline, quantize, prune, prune:depth, features, three distilled students, int8, two sparse,
   // three serving configurations
-  ASSERT_EQ(report->candidates.size(), 13u);
+  ASSERT_EQ(report->candidates.size(), 14u);
   for (const auto& candidate : report->candidates) {
     if (candidate.technique == "sparse") {
       // Fewer weights, each kept one exact: a small, measured drop.
