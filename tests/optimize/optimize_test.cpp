@@ -352,7 +352,7 @@ TEST_F(OptimizeTest, InapplicableCandidatesAreRowsAndBadRequestsAreRefused) {
   options.distill_temperature = 2.0;
   auto distilled = optimize_model(options);
   ASSERT_TRUE(distilled.ok()) << distilled.status().message();
-  ASSERT_EQ(distilled->candidates.size(), 3u);
+  ASSERT_EQ(distilled->candidates.size(), 4u);  // the baseline and three students
   EXPECT_EQ(distilled->candidates[1].error, "");
   EXPECT_EQ(distilled->candidates[1].settings.at("rows"), "500");
 
