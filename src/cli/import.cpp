@@ -89,23 +89,22 @@ Result<ImportResult> import_model(const GlobalOptions& global, const ImportOptio
   std::string source = std::filesystem::absolute(options.model_path).string();
   std::vector<std::string> feature_names;
   if (!options.schema_path.empty()) SLIPWAY_RETURN_IF_ERROR(read_schema(options, feature_names));
-  Result<std::shared_ptr<const model::Bundle>> bundle = invalid_argument("");
-  if (options.format == "xgboost") {
-    SLIPWAY_ASSIGN_OR_RETURN(auto json, read_file(options.model_path));
-    model::XgboostImportOptions import_options;
-    import_options.source = source;
-    import_options.target = options.target;
-    import_options.feature_names = feature_names;
-    bundle = model::import_xgboost_json(json, import_options);
-  } else {
-    SLIPWAY_ASSIGN_OR_RETURN(auto file, read_file(options.model_path));
+  SLIPWAY_ASSIGN_OR_RETURN(auto file, read_file(options.model_path));
+  auto bundle = [&]() -> Result<std::shared_ptr<const model::Bundle>> {
+    if (options.format == "xgboost") {
+      model::XgboostImportOptions import_options;
+      import_options.source = source;
+      import_options.target = options.target;
+      import_options.feature_names = feature_names;
+      return model::import_xgboost_json(file, import_options);
+    }
     model::OnnxImportOptions import_options;
     import_options.source = source;
     import_options.target = options.target;
     import_options.feature_names = feature_names;
     import_options.class_labels = options.class_labels;
-    bundle = model::import_onnx(std::as_bytes(std::span(file)), import_options);
-  }
+    return model::import_onnx(std::as_bytes(std::span(file)), import_options);
+  }();
   if (!bundle.ok()) return Status(bundle.status().code(), options.model_path + ": " + bundle.status().message());
   std::vector<std::byte> bytes = (*bundle)->serialize();
   if (!options.bundle_out.empty()) SLIPWAY_RETURN_IF_ERROR(write_file_atomic(options.bundle_out, bytes));

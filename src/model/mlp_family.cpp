@@ -1,9 +1,9 @@
 // The MLP family's part of a bundle: "precision" and "layers" (each layer's inputs, outputs,
-// activation and layer-normalization epsilon) in the manifest, each layer's float32 weights and
-// bias in sections "mlp.N.weights" and "mlp.N.bias", its normalization in "mlp.N.norm_scale" and
-// "mlp.N.norm_shift", and a checkpoint's training state in "mlp.state.NAME" (docs/formats.md). A bf16 or int8 model
-// stores the float32 weights it was made from and packs them again at load: the packing is deterministic, so the model
-// is the same.
+// activation, layer-normalization epsilon and int8 input scale) in the manifest, each layer's
+// float32 weights and bias in sections "mlp.N.weights" and "mlp.N.bias", its normalization in
+// "mlp.N.norm_scale" and "mlp.N.norm_shift", and a checkpoint's training state in
+// "mlp.state.NAME" (docs/formats.md). A bf16 or int8 model stores the float32 weights it was made
+// from and packs them again at load: the packing is deterministic, so the model is the same.
 #include "model/model_family.h"
 
 namespace slipway::model {
@@ -82,6 +82,7 @@ Result<std::shared_ptr<const Model>> read_mlp(const FamilyReader& in) {
       layer.input_scale = static_cast<float>(input_scale);
     double epsilon = 0.0;
     if (element["layer_norm_epsilon"].get(epsilon) == simdjson::SUCCESS) {
+      if (!(epsilon > 0.0 && epsilon <= 1.0)) return data_loss("an MLP layer's layer_norm_epsilon is out of range");
       layer.norm_epsilon = static_cast<float>(epsilon);
       SLIPWAY_ASSIGN_OR_RETURN(layer.norm_scale, in.section<float>(section_name(read.size(), "norm_scale")));
       SLIPWAY_ASSIGN_OR_RETURN(layer.norm_shift, in.section<float>(section_name(read.size(), "norm_shift")));

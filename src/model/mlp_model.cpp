@@ -52,8 +52,10 @@ Result<std::shared_ptr<const MlpModel>> MlpModel::make(std::vector<MlpLayer> lay
         (layer.normalized() && layer.norm_scale.size() != layer.outputs)) {
       return invalid_argument(which + "'s layer normalization does not have one scale and shift per output");
     }
-    if (!(layer.input_scale >= 0.0f) || !std::isfinite(layer.input_scale)) {
-      return invalid_argument(which + "'s int8 input scale must be a finite number >= 0");
+    // A scale below this has no finite inverse to quantize with.
+    if (!std::isfinite(layer.input_scale) ||
+        (layer.input_scale != 0.0f && !(layer.input_scale >= kernels::kTinyMagnitude / 127.0f))) {
+      return invalid_argument(which + "'s int8 input scale must be 0 (per row) or a finite number above 1e-32");
     }
     if (!(layer.norm_epsilon > 0.0f) || !std::isfinite(layer.norm_epsilon)) {
       return invalid_argument(which + "'s layer normalization epsilon must be a positive number");
@@ -142,27 +144,29 @@ void MlpModel::predict_margin(std::span<const float> features, std::size_t rows,
 
 std::vector<float> MlpModel::calibrate(std::span<const float> features, std::size_t rows, double percentile) const {
   std::vector<float> scales;
-  auto float32 = make(layers_, MlpPrecision::kFloat32);
-  if (!float32.ok() || rows == 0) return std::vector<float>(layers_.size(), 0.0f);
-  // The layers one at a time: each prefix of the network gives the next layer's inputs.
   std::vector<float> inputs(features.begin(), features.begin() + static_cast<std::ptrdiff_t>(rows * input_width()));
   for (std::size_t index = 0; index < layers_.size(); ++index) {
-    std::vector<float> magnitudes(inputs.size());
-    for (std::size_t i = 0; i < inputs.size(); ++i) magnitudes[i] = std::abs(inputs[i]);
+    // Non-finite values (a row the preprocessing could not fill) say nothing about the range.
+    std::vector<float> magnitudes;
+    magnitudes.reserve(inputs.size());
+    for (float value : inputs) {
+      if (std::isfinite(value)) magnitudes.push_back(std::abs(value));
+    }
     float range = 0.0f;
-    if (percentile >= 100.0) {
+    if (!magnitudes.empty() && percentile >= 100.0) {
       range = *std::max_element(magnitudes.begin(), magnitudes.end());
-    } else {
+    } else if (!magnitudes.empty()) {
       auto rank = static_cast<std::size_t>(percentile / 100.0 * static_cast<double>(magnitudes.size() - 1));
       std::nth_element(magnitudes.begin(), magnitudes.begin() + static_cast<std::ptrdiff_t>(rank), magnitudes.end());
       range = magnitudes[rank];
     }
-    scales.push_back(range >= kernels::kTinyMagnitude && std::isfinite(range) ? range / 127.0f : 0.0f);
+    scales.push_back(range >= kernels::kTinyMagnitude ? range / 127.0f : 0.0f);
     if (index + 1 == layers_.size()) break;
-    std::vector<MlpLayer> prefix(layers_.begin(), layers_.begin() + static_cast<std::ptrdiff_t>(index + 1));
-    auto partial = make(std::move(prefix), MlpPrecision::kFloat32);
+    // The next layer's inputs: this layer alone, in float32, on this layer's inputs.
+    auto single = make({layers_[index]}, MlpPrecision::kFloat32);
+    if (!single.ok()) return std::vector<float>(layers_.size(), 0.0f);
     std::vector<float> next(rows * layers_[index].outputs);
-    (*partial)->predict_margin(features, rows, next);
+    (*single)->predict_margin(inputs, rows, next);
     inputs = std::move(next);
   }
   return scales;

@@ -4,8 +4,9 @@
 #include <onnx/onnx_pb.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 
-#include "model/interchange.h"
 #include "slipway/model.h"
 
 namespace slipway::model {
@@ -108,14 +109,15 @@ void set_attribute(onnx::NodeProto& node, const std::string& name, const std::ve
   for (const auto& value : values) attribute->add_strings(value);
 }
 
-// The preprocessing of numeric inputs as nodes: NaN -> impute value, then (x - center) / scale.
+// The preprocessing of numeric inputs as nodes: NaN -> impute value (NaN for an input that keeps
+// missing values missing), then (x - center) / scale.
 // Returns the name of the model's input matrix.
 std::string numeric_preprocessing(GraphBuilder& graph, const Preprocessor& preprocessor, const std::string& input) {
   const auto& features = preprocessor.features();
   std::vector<float> impute, center, inverse_scale;
   bool imputes = false, scales = false;
   for (const auto& feature : features) {
-    impute.push_back(std::isnan(feature.impute_value) ? 0.0f : static_cast<float>(feature.impute_value));
+    impute.push_back(static_cast<float>(feature.impute_value));
     imputes = imputes || !std::isnan(feature.impute_value);
     center.push_back(static_cast<float>(feature.center));
     inverse_scale.push_back(static_cast<float>(1.0 / feature.scale));
@@ -292,6 +294,12 @@ Result<OnnxExport> export_onnx(const Bundle& bundle) {
       categorical.push_back(feature.name);
     }
   }
+  if (mlp != nullptr && mlp->precision() != MlpPrecision::kFloat32) {
+    exported.warning = "the bundle computes in " + std::string(mlp_precision_name(mlp->precision())) +
+                       "; the ONNX graph computes in float32 with the weights it was made from, so its scores "
+                       "differ from the bundle's by the " +
+                       std::string(mlp_precision_name(mlp->precision())) + " rounding";
+  }
   std::string value;
   if (numeric) {
     graph.value_info(graph_proto.mutable_input(), "input", preprocessor.features().size());
@@ -299,10 +307,11 @@ Result<OnnxExport> export_onnx(const Bundle& bundle) {
   } else {
     graph.value_info(graph_proto.mutable_input(), "features", preprocessor.output_width());
     value = "features";
-    exported.warning = "the bundle has categorical inputs (" + join(categorical, ", ") +
-                       "), which ONNX cannot encode from text here: the graph's input 'features' is the "
-                       "preprocessed matrix of " +
-                       std::to_string(preprocessor.output_width()) + " columns";
+    exported.warning += std::string(exported.warning.empty() ? "" : "; ") + "the bundle has categorical inputs (" +
+                        join(categorical, ", ") +
+                        "), which ONNX cannot encode from text here: the graph's input 'features' is the "
+                        "preprocessed matrix of " +
+                        std::to_string(preprocessor.output_width()) + " columns";
   }
   if (mlp != nullptr) {
     value = mlp_nodes(graph, *mlp, value);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <numbers>
 #include <set>
 
 #include "slipway/model.h"
@@ -31,7 +32,8 @@ Result<Tensor> tensor_of(const onnx::TensorProto& proto) {
   Tensor tensor;
   std::int64_t count = 1;
   for (std::int64_t dim : proto.dims()) {
-    if (dim < 0 || (dim > 0 && count > kMaxTensorElements / dim)) {
+    // An empty tensor is no layer's weights; refusing it keeps a shape like [0, 2^40] from passing.
+    if (dim <= 0 || count > kMaxTensorElements / dim) {
       return bad_graph("tensor '" + proto.name() + "' has an impossible shape");
     }
     count *= dim;
@@ -47,7 +49,6 @@ Result<Tensor> tensor_of(const onnx::TensorProto& proto) {
     }
     return {};
   };
-  tensor.values.reserve(static_cast<std::size_t>(count));
   switch (proto.data_type()) {
     case onnx::TensorProto::FLOAT:
       if (proto.has_raw_data()) {
@@ -107,8 +108,32 @@ const std::set<std::string>& elementwise_operators() {
 }
 
 const char* kSupported =
-    "supported: Gemm, MatMul, Add, Sub, Mul, Div, Relu, Sigmoid, Tanh, Gelu (or its Erf form), Softmax, Flatten, "
-    "Identity, Dropout, LayerNormalization, Cast, Constant";
+    "supported: Gemm, MatMul, Add, Sub, Mul, Div, Relu, Sigmoid, Tanh, Gelu (or its Erf form with Pow, Sqrt, Neg, "
+    "Exp, Abs), Softmax, Flatten, Identity, Dropout, LayerNormalization, Cast to float, Constant, and "
+    "Where(IsNaN(x), values, x) before the first layer";
+
+// Inputs wider than this are no MLP Slipway serves (and a declared width sizes arrays).
+constexpr std::int64_t kMaxInputs = 1 << 20;
+
+// What every node must have before any of it is read: outputs, a first input (but Constant), no
+// empty inputs but the optional ones, and a Cast only to float.
+Status check_node(const onnx::NodeProto& node) {
+  if (node.output_size() == 0 || node.output(0).empty()) return bad_graph("node " + describe(node) + " has no output");
+  if (node.op_type() == "Constant") return {};
+  if (node.input_size() == 0 || node.input(0).empty()) return bad_graph("node " + describe(node) + " has no input");
+  bool optional_inputs = node.op_type() == "Gemm" || node.op_type() == "LayerNormalization";
+  for (const auto& input : node.input()) {
+    if (input.empty() && !optional_inputs) return bad_graph("node " + describe(node) + " has an empty input");
+  }
+  if (node.op_type() == "Cast") {
+    std::int64_t to = int_attribute(node, "to", 0);
+    if (to != onnx::TensorProto::FLOAT && to != onnx::TensorProto::DOUBLE) {
+      return bad_graph("node " + describe(node) + " casts to ONNX type " + std::to_string(to) +
+                       "; only casts to float are supported");
+    }
+  }
+  return {};
+}
 
 // The graph read as an MLP.
 class MlpReader {
@@ -129,7 +154,13 @@ class MlpReader {
     if (graph_.output_size() < 1) return bad_graph("the graph has no output");
     current_ = inputs.front()->name();
     const auto& shape = inputs.front()->type().tensor_type().shape();
-    if (shape.dim_size() == 2 && shape.dim(1).has_dim_value()) declared_width_ = shape.dim(1).dim_value();
+    if (shape.dim_size() == 2 && shape.dim(1).has_dim_value()) {
+      declared_width_ = shape.dim(1).dim_value();
+      if (declared_width_ < 1 || declared_width_ > kMaxInputs) {
+        return bad_graph("the input declares " + std::to_string(declared_width_) + " columns");
+      }
+    }
+    for (const auto& node : graph_.node()) SLIPWAY_RETURN_IF_ERROR(check_node(node));
 
     const auto& nodes = graph_.node();
     std::size_t index = 0;
@@ -137,9 +168,7 @@ class MlpReader {
       const onnx::NodeProto& node = nodes[static_cast<int>(index)];
       const std::string& op = node.op_type();
       if (op == "Constant") {
-        const auto* value = attribute(node, "value");
-        if (value == nullptr || !value->has_t()) return bad_graph(describe(node) + " holds no tensor");
-        SLIPWAY_ASSIGN_OR_RETURN(constants_[node.output(0)], tensor_of(value->t()));
+        SLIPWAY_RETURN_IF_ERROR(add_constant(node));
         ++index;
         continue;
       }
@@ -203,6 +232,15 @@ class MlpReader {
   const std::vector<float>& impute() const { return impute_; }
 
  private:
+  Status add_constant(const onnx::NodeProto& node) {
+    const auto* value = attribute(node, "value");
+    if (value == nullptr || !value->has_t()) return bad_graph(describe(node) + " holds no tensor");
+    auto tensor = tensor_of(value->t());
+    if (!tensor.ok()) return bad_graph("node " + describe(node) + ": " + tensor.status().message());
+    constants_[node.output(0)] = std::move(*tensor);
+    return {};
+  }
+
   bool consumes_current(const onnx::NodeProto& node) const {
     for (const auto& input : node.input()) {
       if (input == current_) return true;
@@ -314,6 +352,7 @@ class MlpReader {
     SLIPWAY_ASSIGN_OR_RETURN(const Tensor* c, constant(node, 1));
     if (input_scale_.empty()) {
       std::size_t width = declared_width_ > 0 ? static_cast<std::size_t>(declared_width_) : c->size();
+      if (width > static_cast<std::size_t>(kMaxInputs)) return bad_graph("the input scaling is too wide");
       input_scale_.assign(width, 1.0);
       input_shift_.assign(width, 0.0);
     }
@@ -367,9 +406,7 @@ class MlpReader {
     for (; end < static_cast<std::size_t>(nodes.size()); ++end) {
       const auto& node = nodes[static_cast<int>(end)];
       if (node.op_type() == "Constant") {
-        const auto* value = attribute(node, "value");
-        if (value == nullptr || !value->has_t()) return bad_graph(describe(node) + " holds no tensor");
-        SLIPWAY_ASSIGN_OR_RETURN(constants_[node.output(0)], tensor_of(value->t()));
+        SLIPWAY_RETURN_IF_ERROR(add_constant(node));
         continue;
       }
       if (elementwise_operators().count(node.op_type()) == 0) break;
@@ -455,7 +492,7 @@ class MlpReader {
         else if (op == "Gelu") {
           const auto* approximate = attribute(*node, "approximate");
           out[i] = approximate != nullptr && approximate->s() == "tanh"
-                       ? 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)))
+                       ? 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)))
                        : 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
         } else
           out[i] = x;  // Identity, Cast, Dropout at inference
@@ -523,6 +560,11 @@ Result<std::shared_ptr<const Bundle>> import_onnx(std::span<const std::byte> byt
                             " outputs without a Softmax; Slipway serves one regression output or classes");
   }
   std::size_t width = reader.width();
+  if (width > static_cast<std::size_t>(kMaxInputs)) {
+    return invalid_argument("ONNX model: " + std::to_string(width) + " inputs are more than an MLP here may take");
+  }
+  // The layers' shapes and values are checked before anything is sized by the width.
+  SLIPWAY_ASSIGN_OR_RETURN(auto mlp, MlpModel::make(std::move(layers), MlpPrecision::kFloat32));
   std::vector<std::string> names = options.feature_names;
   if (names.empty()) {
     for (std::size_t index = 0; index < width; ++index) names.push_back("f" + std::to_string(index));
@@ -555,7 +597,6 @@ Result<std::shared_ptr<const Bundle>> import_onnx(std::span<const std::byte> byt
     }
     inputs.push_back(std::move(input));
   }
-  SLIPWAY_ASSIGN_OR_RETURN(auto mlp, MlpModel::make(std::move(layers), MlpPrecision::kFloat32));
   Manifest manifest;
   manifest.task = task;
   manifest.target = options.target;

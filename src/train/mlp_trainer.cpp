@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <future>
+#include <numbers>
 #include <numeric>
 
 namespace slipway::train {
@@ -35,7 +36,7 @@ struct LayerSlots {
 struct Network {
   std::vector<LayerSlots> layers;
   std::size_t parameter_count = 0;
-  std::vector<std::uint8_t> decayed;  // per parameter: 1 for dense weights (AdamW decays only those)
+  std::vector<float> decayed;  // per parameter: 1 for dense weights (AdamW decays only those), else 0
 
   Network(std::size_t width, std::size_t outputs, const MlpOptions& options) {
     std::size_t inputs = width;
@@ -47,7 +48,7 @@ struct Network {
       slots.activation = hidden ? options.activation : kernels::Activation::kNone;
       slots.weights = parameter_count;
       parameter_count += units * inputs;
-      decayed.resize(parameter_count, 1);
+      decayed.resize(parameter_count, 1.0f);
       slots.bias = parameter_count;
       parameter_count += units;
       if (slots.normalized) {
@@ -55,7 +56,7 @@ struct Network {
         slots.shift = parameter_count + units;
         parameter_count += 2 * units;
       }
-      decayed.resize(parameter_count, 0);
+      decayed.resize(parameter_count, 0.0f);
       layers.push_back(slots);
       inputs = units;
     };
@@ -152,7 +153,8 @@ class MlpTrainer {
     for (std::size_t index = 0; index < network_.layers.size(); ++index) {
       const LayerSlots& layer = network_.layers[index];
       bool last = index + 1 == network_.layers.size();
-      // He for layers a rectifier follows, Glorot for the output layer.
+      // He's bound, sqrt(6 / fan_in), for every hidden layer whatever its activation (the form of
+      // PyTorch's default for Linear), Glorot's for the output layer.
       double bound = last ? std::sqrt(6.0 / static_cast<double>(layer.inputs + layer.outputs))
                           : std::sqrt(6.0 / static_cast<double>(layer.inputs));
       std::uint64_t key = mix(options_.seed ^ (0x696e6974ULL + index));
@@ -310,22 +312,23 @@ class MlpTrainer {
       first_moments_.assign(count, 0.0f);
       second_moments_.assign(count, 0.0f);
     }
-    decay_.resize(count);
     auto step_size = static_cast<float>(learning_rate / (1.0 - std::pow(kAdamBeta1, static_cast<double>(step))));
     auto root_correction = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(kAdamBeta2, static_cast<double>(step))));
     auto decay = static_cast<float>(1.0 - learning_rate * options_.weight_decay);
-    for (std::size_t i = 0; i < count; ++i) decay_[i] = network_.decayed[i] != 0 ? decay : 1.0f;
     constexpr auto beta1 = static_cast<float>(kAdamBeta1), beta2 = static_cast<float>(kAdamBeta2);
     constexpr auto epsilon = static_cast<float>(kAdamEpsilon);
     float* parameters = parameters_.data();
     float* m = first_moments_.data();
     float* v = second_moments_.data();
     const float* g = gradients_.data();
-    const float* decays = decay_.data();
+    // decayed[i] is 1 for a dense weight, 0 otherwise: 1 - mask * (1 - decay) is decay or 1.
+    const float* mask = network_.decayed.data();
+    const float shrink = 1.0f - decay;
     for (std::size_t i = 0; i < count; ++i) {
       m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
       v[i] = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
-      parameters[i] = parameters[i] * decays[i] - step_size * m[i] / (std::sqrt(v[i]) * root_correction + epsilon);
+      parameters[i] =
+          parameters[i] * (1.0f - mask[i] * shrink) - step_size * m[i] / (std::sqrt(v[i]) * root_correction + epsilon);
     }
   }
 
@@ -386,7 +389,7 @@ class MlpTrainer {
   std::size_t width_;
   MlpLoss loss_;
   Products products_;
-  std::vector<float> parameters_, gradients_, first_moments_, second_moments_, decay_;
+  std::vector<float> parameters_, gradients_, first_moments_, second_moments_;
   std::vector<LayerTrace> traces_;
   std::vector<float> gradient_columns_, ones_, zeros_;
 };
@@ -436,16 +439,26 @@ Result<std::vector<float>> parameters_of(const Network& network, const model::Ml
   std::vector<std::size_t> have = {layers.front().inputs}, want = {network.layers.front().inputs};
   for (const auto& layer : layers) have.push_back(layer.outputs);
   for (const auto& layer : network.layers) want.push_back(layer.outputs);
-  bool same = have == want;
-  for (std::size_t index = 0; same && index < layers.size(); ++index) {
-    same = layers[index].normalized() == network.layers[index].normalized &&
-           layers[index].activation == network.layers[index].activation;
+  if (have.front() != want.front()) {
+    return invalid_argument("the starting model takes " + std::to_string(have.front()) +
+                            " preprocessed inputs; these rows give " + std::to_string(want.front()));
   }
-  if (!same) {
+  if (have != want) {
     return invalid_argument("the starting model's layers (" + describe(have) + ") differ from this training's (" +
-                            describe(want) +
-                            ", with its activation and layer_norm); train with its hidden_units, activation and "
-                            "layer_norm");
+                            describe(want) + "); train with its hidden_units");
+  }
+  for (std::size_t index = 0; index < layers.size(); ++index) {
+    if (layers[index].activation != network.layers[index].activation) {
+      return invalid_argument("layer " + std::to_string(index + 1) + " of the starting model uses " +
+                              std::string(kernels::activation_name(layers[index].activation)) + ", this training " +
+                              std::string(kernels::activation_name(network.layers[index].activation)) +
+                              "; train with its activation");
+    }
+    if (layers[index].normalized() != network.layers[index].normalized) {
+      return invalid_argument(
+          "the starting model " + std::string(layers[index].normalized() ? "has" : "has no") +
+          " layer normalization; train with layer_norm=" + (layers[index].normalized() ? "true" : "false"));
+    }
   }
   std::vector<float> parameters(network.parameter_count);
   for (std::size_t index = 0; index < layers.size(); ++index) {
@@ -518,6 +531,21 @@ Result<MlpFit> fit_mlp(const MlpRows& train, std::size_t width, std::size_t outp
                        MlpLoss loss, const MlpOptions& options, const MlpStart* start, const MlpCallbacks& callbacks) {
   if (train.rows == 0) return invalid_argument("an MLP needs at least one training row");
   if (width == 0) return invalid_argument("an MLP needs at least one input");
+  // Parameters, gradients and AdamW's two moments (and the best epoch's copy) are held at once.
+  constexpr std::size_t kMaxParameters = std::size_t{1} << 26;
+  std::size_t parameter_count = 0;
+  for (std::size_t inputs = width, layer = 0; layer <= options.hidden.size(); ++layer) {
+    std::size_t units = layer < options.hidden.size() ? options.hidden[layer] : outputs;
+    parameter_count += inputs * units + 3 * units;
+    inputs = units;
+    if (parameter_count > kMaxParameters) {
+      return invalid_argument("an MLP of " + std::to_string(width) +
+                              " inputs (after one-hot encoding) and these "
+                              "hidden_units has more than " +
+                              std::to_string(kMaxParameters) +
+                              " parameters; use fewer units, or fewer categories (max_categories)");
+    }
+  }
   Network network(width, outputs, options);
 
   // The regression target is learned standardized, and the scale folded into the output layer.
@@ -559,16 +587,25 @@ Result<MlpFit> fit_mlp(const MlpRows& train, std::size_t width, std::size_t outp
         (train.weights.empty() ? 1.0 : train.weights[row]) / weight_total;
   }
 
+  if (validation != nullptr && !validation->weights.empty() &&
+      !(std::accumulate(validation->weights.begin(), validation->weights.end(), 0.0) > 0.0)) {
+    return invalid_argument("every validation row has weight 0: early stopping has nothing to judge by");
+  }
   MlpTrainer trainer(network, options, width, loss);
   MlpFit fit;
   int first_epoch = 0;
   std::vector<float> best;
   bool tracking_best = validation != nullptr && options.early_stopping > 0;
   if (start != nullptr && start->model != nullptr) {
-    SLIPWAY_ASSIGN_OR_RETURN(
-        trainer.parameters(),
-        parameters_of(network, *start->model, start->resume ? 1.0 : target_scale, start->resume ? 0.0 : target_shift));
+    // Checked against this training's shapes even on a resume, whose exact values come below.
+    SLIPWAY_ASSIGN_OR_RETURN(trainer.parameters(), parameters_of(network, *start->model, target_scale, target_shift));
     if (start->resume) {
+      if (start->epochs_done < 0 || start->epochs_done > options.epochs ||
+          start->history.size() != static_cast<std::size_t>(start->epochs_done)) {
+        return invalid_argument("the checkpoint's progress (" + std::to_string(start->epochs_done) + " epochs, " +
+                                std::to_string(start->history.size()) + " recorded) does not fit " +
+                                std::to_string(options.epochs) + " epochs");
+      }
       const auto& state = start->model->training_state();
       auto restore = [&](const char* name, std::vector<float>& into) -> Status {
         auto found = state.find(name);
@@ -578,6 +615,7 @@ Result<MlpFit> fit_mlp(const MlpRows& train, std::size_t width, std::size_t outp
         into = found->second.to_vector();
         return {};
       };
+      SLIPWAY_RETURN_IF_ERROR(restore("parameters", trainer.parameters()));
       SLIPWAY_RETURN_IF_ERROR(restore("adam_m", trainer.first_moments()));
       SLIPWAY_RETURN_IF_ERROR(restore("adam_v", trainer.second_moments()));
       if (tracking_best) SLIPWAY_RETURN_IF_ERROR(restore("best", best));
@@ -595,7 +633,7 @@ Result<MlpFit> fit_mlp(const MlpRows& train, std::size_t width, std::size_t outp
   auto learning_rate_at = [&](std::int64_t step) {  // step is 0-based
     if (step < warmup_steps) return options.learning_rate * static_cast<double>(step + 1) / warmup_steps;
     double progress = static_cast<double>(step - warmup_steps) / static_cast<double>(total_steps - warmup_steps);
-    return options.learning_rate * 0.5 * (1.0 + std::cos(M_PI * progress));
+    return options.learning_rate * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
   };
 
   // The best epoch so far, from the history (a resumed run has it there too).
@@ -653,13 +691,16 @@ Result<MlpFit> fit_mlp(const MlpRows& train, std::size_t width, std::size_t outp
     bool stop = tracking_best && epoch - best_epoch() >= options.early_stopping;
     if (callbacks.on_checkpoint && options.checkpoint_every > 0 && (epoch + 1) % options.checkpoint_every == 0 &&
         epoch + 1 < options.epochs && !stop) {
+      // The layers answer in the target's units, like any model; the exact parameters (the
+      // target standardized) travel in the state for the resume.
       model::MlpTrainingState state;
+      state["parameters"] = model::SharedArray<float>(trainer.parameters());
       state["adam_m"] = model::SharedArray<float>(trainer.first_moments());
       state["adam_v"] = model::SharedArray<float>(trainer.second_moments());
       if (tracking_best) state["best"] = model::SharedArray<float>(best);
-      SLIPWAY_ASSIGN_OR_RETURN(auto checkpoint,
-                               model::MlpModel::make(layers_of(network, trainer.parameters(), 1.0, 0.0),
-                                                     model::MlpPrecision::kFloat32, std::move(state)));
+      SLIPWAY_ASSIGN_OR_RETURN(
+          auto checkpoint, model::MlpModel::make(layers_of(network, trainer.parameters(), target_scale, target_shift),
+                                                 model::MlpPrecision::kFloat32, std::move(state)));
       SLIPWAY_RETURN_IF_ERROR(callbacks.on_checkpoint(checkpoint, epoch + 1, fit.history));
     }
     if (stop) {
@@ -677,10 +718,6 @@ Result<MlpFit> fit_mlp(const MlpRows& train, std::size_t width, std::size_t outp
                                                  model::MlpPrecision::kFloat32));
   return fit;
 }
-
-}  // namespace slipway::train
-
-namespace slipway::train {
 
 Result<std::pair<double, std::vector<float>>> mlp_loss_gradient(const model::MlpModel& model, const MlpRows& rows,
                                                                 MlpLoss loss) {

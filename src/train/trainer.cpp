@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -237,7 +238,13 @@ Result<std::pair<int, std::vector<RoundMetrics>>> checkpoint_progress(const mode
     return invalid_argument("the bundle to resume from is not a training checkpoint");
   }
   SLIPWAY_ASSIGN_OR_RETURN(auto decoded, decode_history(history->second));
-  return std::pair{std::stoi(rounds->second), std::move(decoded)};
+  int done = -1;
+  const std::string& text = rounds->second;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), done);
+  if (error != std::errc() || end != text.data() + text.size() || done < 0) {
+    return invalid_argument("the checkpoint's progress is malformed");
+  }
+  return std::pair{done, std::move(decoded)};
 }
 
 // A checkpoint bundle: the manifest with the progress in its params.
@@ -348,9 +355,9 @@ Result<NetworkFit> fit_network(const data::Table& rows, const std::vector<float>
                                const model::Manifest& manifest, int threads) {
   MlpOptions options;
   options.hidden = params.hidden;
-  constexpr kernels::Activation kActivations[] = {kernels::Activation::kRelu, kernels::Activation::kGelu,
-                                                  kernels::Activation::kGeluTanh, kernels::Activation::kTanh};
-  options.activation = kActivations[static_cast<int>(params.activation)];
+  if (!kernels::activation_by_name(params.activation, options.activation)) {
+    return invalid_argument("unknown activation '" + params.activation + "'");
+  }
   options.layer_norm = params.layer_norm;
   options.dropout = params.dropout;
   options.epochs = params.epochs;
@@ -498,16 +505,20 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
     preprocess_options.standardize = linear_parameters.standardize;
   }
   model::Preprocessor preprocessor;
-  if (request.init_model != nullptr) {
-    // A warm start continues the same function of the same inputs.
-    preprocessor = request.init_model->preprocessor();
+  // A warm start or a resume continues the same function of the same inputs: the checkpoint's
+  // preprocessing, not one fitted again on rows that may have changed.
+  const model::Bundle* continued =
+      request.resume_from != nullptr ? request.resume_from.get() : request.init_model.get();
+  if (continued != nullptr) {
+    preprocessor = continued->preprocessor();
     features.clear();
     for (const auto& input : preprocessor.features()) features.push_back(input.name);
-    if (request.init_model->task() != (multiclass       ? model::Task::kMulticlassClassification
-                                       : classification ? model::Task::kBinaryClassification
-                                                        : model::Task::kRegression) ||
-        (classification && request.init_model->manifest().class_labels != labels.class_labels)) {
-      return invalid_argument("--init-model was trained for a different task or different class labels");
+    if (continued->task() != (multiclass       ? model::Task::kMulticlassClassification
+                              : classification ? model::Task::kBinaryClassification
+                                               : model::Task::kRegression) ||
+        (classification && continued->manifest().class_labels != labels.class_labels)) {
+      return invalid_argument(std::string(request.resume_from != nullptr ? "the checkpoint" : "--init-model") +
+                              " was trained for a different task or different class labels");
     }
   } else {
     SLIPWAY_ASSIGN_OR_RETURN(preprocessor, model::Preprocessor::fit(rows, features, preprocess_options));

@@ -40,8 +40,7 @@ struct GbdtParams {
   double validation_fraction = 0;
 };
 
-enum class MlpActivationChoice { kRelu, kGelu, kGeluTanh, kTanh };  // activation's choices, in order
-enum class MlpComputePrecision { kFloat32, kBfloat16 };             // precision's choices, in order
+enum class MlpComputePrecision { kFloat32, kBfloat16 };  // precision's choices, in order
 
 struct MlpParams {
   std::size_t max_categories = 0;
@@ -49,7 +48,7 @@ struct MlpParams {
   double validation_fraction = 0;
   std::string hidden_units;         // as given; `hidden` is its parse
   std::vector<std::size_t> hidden;  // widths of the hidden layers
-  MlpActivationChoice activation = MlpActivationChoice::kRelu;
+  std::string activation;           // a name kernels::activation_by_name knows (the declaration's choices)
   bool layer_norm = false;
   double dropout = 0;
   int epochs = 0;

@@ -198,6 +198,26 @@ TEST(DenseKernels, EveryVariantTreatsTinyNonFiniteAndSubnormalValuesAlike) {
   }
 }
 
+// Packing from the transpose (how a backward pass holds its matrices) gives the same packed layer.
+TEST(DenseKernels, PackingFromTheTransposeGivesTheSameLayer) {
+  std::mt19937 random(5);
+  for (auto [outputs, depth] : {std::pair<std::size_t, std::size_t>{1, 1}, {17, 5}, {40, 33}, {16, 256}}) {
+    Layer layer = random_layer(outputs, depth, random);
+    std::vector<float> transposed(depth * outputs);
+    for (std::size_t output = 0; output < outputs; ++output) {
+      for (std::size_t k = 0; k < depth; ++k) transposed[k * outputs + output] = layer.weights[output * depth + k];
+    }
+    auto f32 = pack_dense_f32(layer.weights, layer.bias, outputs, depth);
+    auto f32_transposed = pack_dense_f32_transposed(transposed, layer.bias, outputs, depth);
+    EXPECT_EQ(f32_transposed.weights, f32.weights);
+    EXPECT_EQ(f32_transposed.bias, f32.bias);
+    auto bf16 = pack_dense_bf16(layer.weights, layer.bias, outputs, depth);
+    auto bf16_transposed = pack_dense_bf16_transposed(transposed, layer.bias, outputs, depth);
+    EXPECT_EQ(bf16_transposed.weights, bf16.weights);
+    EXPECT_EQ(bf16_transposed.bias, bf16.bias);
+  }
+}
+
 // Static (calibrated) quantization: the SSE2 loop gives the reference's bytes, with ties, values
 // past the range, depths that leave a tail, and rows holding NaN or an infinity.
 TEST(DenseKernels, StaticQuantizationGivesTheReferenceBytes) {
