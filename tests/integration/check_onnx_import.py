@@ -115,10 +115,67 @@ def main():
     print(f"{'ok  ' if ok else 'FAIL'} a Conv1d model is refused: {refused.stderr.strip()}")
     if not ok:
         failures.append("conv refusal")
+    hostile_files(binary, home, work)
     if failures:
         print(f"{len(failures)} checks failed: {', '.join(failures)}")
         return 1
     return 0
+
+
+def hostile_files(binary, home, work):
+    """Malformed and out-of-subset graphs: each refused with one error line and exit status 1."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def graph_model(nodes, initializers, inputs=None, width=4, outputs=("y",)):
+        inputs = inputs or [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", width])]
+        graph = helper.make_graph(nodes, "hostile", inputs,
+                                  [helper.make_tensor_value_info(o, TensorProto.FLOAT, ["rows", 1]) for o in outputs],
+                                  initializers)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    weights = numpy_helper.from_array(np.ones((1, 4), dtype=np.float32), "w")
+    bias = numpy_helper.from_array(np.zeros(1, dtype=np.float32), "b")
+    empty = helper.make_tensor("w", TensorProto.FLOAT, [0, 1 << 40], [])
+    cases = {
+        "no outputs": graph_model([helper.make_node("Gemm", ["x", "w", "b"], [], transB=1)], [weights, bias]),
+        "empty weights": graph_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [empty]),
+        "huge width": graph_model([helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)], [weights, bias],
+                                  width=1 << 40),
+        "transA": graph_model([helper.make_node("Gemm", ["x", "w", "b"], ["y"], transA=1, transB=1)],
+                              [weights, bias]),
+        "cast to int64": graph_model([helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1),
+                                      helper.make_node("Cast", ["g"], ["y"], to=TensorProto.INT64)], [weights, bias]),
+        "branch": graph_model([helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1),
+                               helper.make_node("Relu", ["g"], ["r"]),
+                               helper.make_node("Add", ["g", "r"], ["y"])], [weights, bias]),
+        "layer norm after activation": graph_model(
+            [helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1), helper.make_node("Relu", ["g"], ["r"]),
+             helper.make_node("LayerNormalization", ["r", "s"], ["y"])],
+            [weights, bias, numpy_helper.from_array(np.ones(1, dtype=np.float32), "s")]),
+        "two inputs": graph_model([helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)], [weights, bias],
+                                  inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", 4]),
+                                          helper.make_tensor_value_info("z", TensorProto.FLOAT, ["rows", 4])]),
+        "weights as input": graph_model([helper.make_node("Gemm", ["x", "v", "b"], ["y"], transB=1)], [bias]),
+    }
+    for name, model in cases.items():
+        path = os.path.join(work, "hostile.onnx")
+        with open(path, "wb") as out:
+            out.write(model.SerializeToString())
+        refused = slipway(binary, home, ["import", "onnx", path], check=False)
+        lines = refused.stderr.strip().splitlines()
+        ok = refused.returncode == 1 and len(lines) >= 1 and lines[-1].startswith("error: ")
+        print(f"{'ok  ' if ok else 'FAIL'} hostile ONNX file ({name}) refused: {lines[-1] if lines else refused.returncode}")
+        if not ok:
+            failures.append("hostile " + name)
+    for name, data in {"empty file": b"", "random bytes": bytes(range(256)) * 4, "text": b"not onnx at all\n"}.items():
+        path = os.path.join(work, "junk.onnx")
+        with open(path, "wb") as out:
+            out.write(data)
+        refused = slipway(binary, home, ["import", "onnx", path], check=False)
+        ok = refused.returncode == 1 and "error: " in refused.stderr
+        print(f"{'ok  ' if ok else 'FAIL'} {name} refused: {refused.stderr.strip().splitlines()[-1:]}")
+        if not ok:
+            failures.append(name)
 
 
 if __name__ == "__main__":
