@@ -198,7 +198,9 @@ Result<std::string> read_file(const std::string& path);
 
 // Writes `bytes` to `path` so that a reader sees either the old file or the whole new one, and a
 // crash at any point leaves no partial file under `path`: temp file in the same folder, fsync,
-// rename, fsync of the folder. On failure the temp file is removed.
+// rename, fsync of the folder. On failure the temp file is removed. A symlink is written through
+// to its target; a path that is empty, a directory, or an existing FIFO, device or socket is
+// refused (InvalidArgument) rather than replaced.
 Status write_file_atomic(const std::string& path, std::span<const std::byte> bytes);
 Status write_file_atomic(const std::string& path, std::string_view text);
 

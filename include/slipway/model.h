@@ -602,11 +602,11 @@ Result<std::shared_ptr<const Bundle>> import_onnx(std::span<const std::byte> byt
 // FeatureTransform::levels). The base margin travels as a one-leaf tree per output.
 Result<std::string> export_xgboost_json(const Bundle& bundle);
 // ONNX (IR 8, opset 17; ai.onnx.ml 3 for trees): an MLP as Gemm, LayerNormalization and
-// activation nodes; a tree ensemble as TreeEnsembleRegressor (categorical partition splits have
-// no ONNX form and are refused). Numeric preprocessing (imputing NaN, centering, scaling) is part
-// of the graph, whose input "input" is [rows, inputs] float in the bundle's input order; a bundle
-// with categorical inputs takes its preprocessed matrix as "features" instead (`warning` says so).
-// The output "scores" is [rows, columns] as Bundle::predict gives it.
+// activation nodes; a linear model as one Gemm; a tree ensemble as TreeEnsembleRegressor (categorical partition splits
+// have no ONNX form and are refused). Numeric preprocessing (imputing NaN, centering, scaling) is part of the graph,
+// whose input "input" is [rows, inputs] float in the bundle's input order; a bundle with categorical inputs takes its
+// preprocessed matrix as "features" instead (`warning` says so). The output "scores" is [rows, columns] as
+// Bundle::predict gives it.
 struct OnnxExport {
   std::vector<std::byte> bytes;
   std::string warning;  // empty, or what a user must know to feed the graph

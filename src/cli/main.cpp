@@ -59,9 +59,9 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   train_command->add_option("--data", train.data, "Training data (CSV with a header row)");
   train_command->add_option("--target", train.target, "Column to predict");
   train_command
-      ->add_option(
-          "--model", train.model,
-          "Model family: logistic (binary classification), linear (regression) or gbdt (boosted trees, either task)")
+      ->add_option("--model", train.model,
+                   "Model family: logistic (binary classification), linear (regression), gbdt (boosted trees) or mlp "
+                   "(multilayer perceptron); gbdt and mlp take either task")
       ->capture_default_str();
   train_command->add_option("--split", train.split, "Hold-out split: random, stratified, time:COLUMN or group:COLUMN")
       ->capture_default_str();
@@ -77,12 +77,16 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   train_command->add_option("--register", train.register_as, "Register the bundle as a new version of this model");
   train_command->add_option("--experiment", train.experiment, "Experiment the run belongs to")->capture_default_str();
   train_command->add_option("--out", train.bundle_out, "Also write the bundle file here");
-  train_command->add_option("--threads", train.threads, "Training threads (default: all cores)");
-  train_command->add_option("--weight", train.weight_column, "Column of row weights (gbdt; not used as a feature)");
+  train_command->add_option("--threads", train.threads, "Training threads (default: all cores)")
+      ->check(CLI::Range(0, 1024));
+  train_command->add_option("--weight", train.weight_column,
+                            "Column of row weights (gbdt, mlp; not used as a feature)");
   train_command->add_option("--init-model", train.init_model,
-                            "Warm start (gbdt): continue boosting from this model's trees on the new data");
-  train_command->add_option("--checkpoint-every", train.checkpoint_every,
-                            "Save a checkpoint to the artifact store every N boosting rounds (gbdt)");
+                            "Warm start (gbdt: continue boosting from its trees; mlp: start from its weights)");
+  train_command
+      ->add_option("--checkpoint-every", train.checkpoint_every,
+                   "Save a checkpoint to the artifact store every N boosting rounds (gbdt) or epochs (mlp)")
+      ->check(CLI::NonNegativeNumber);
   train_command->add_option("--resume", train.resume_run,
                             "Continue an interrupted run from its latest checkpoint (replays the run's spec)");
   bool no_progress = false;

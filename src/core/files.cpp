@@ -119,12 +119,33 @@ Status make_directories(const std::string& path) {
   return {};
 }
 
-Status write_file_atomic(const std::string& path, std::span<const std::byte> bytes) {
+Status write_file_atomic(const std::string& requested_path, std::span<const std::byte> bytes) {
+  if (requested_path.empty()) return invalid_argument("the output path is empty");
+  // A symlink is written through (its target replaced), never replaced by a file of its own; a
+  // directory, FIFO or device is not a file to replace.
+  std::string path = requested_path;
+  std::error_code error;
+  if (std::filesystem::is_symlink(path, error)) {
+    std::filesystem::path resolved = std::filesystem::weakly_canonical(path, error);
+    if (error) return io_error("cannot follow the link '" + requested_path + "': " + error.message());
+    path = resolved.string();
+  }
+  auto status = std::filesystem::status(path, error);
+  if (requested_path.back() == '/' || std::filesystem::is_directory(status)) {
+    return invalid_argument("'" + requested_path + "' is a directory; give a file path to write");
+  }
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    return invalid_argument("'" + requested_path +
+                            "' is not a regular file (a FIFO, device or socket); give a file path");
+  }
   std::filesystem::path target(path);
   std::string directory = target.has_parent_path() ? target.parent_path().string() : ".";
   std::string temp_path = directory + "/." + target.filename().string() + ".tmp-" + random_hex(6);
   FileDescriptor file(::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (file.get() < 0) return io_error("cannot create '" + temp_path + "': " + errno_text());
+  if (file.get() < 0) {
+    return io_error("cannot write '" + requested_path + "': cannot create a file in '" + directory +
+                    "': " + errno_text());
+  }
   auto fail = [&](const std::string& what) {
     std::string message = what + " '" + temp_path + "': " + errno_text();
     ::unlink(temp_path.c_str());

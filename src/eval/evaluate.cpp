@@ -18,8 +18,12 @@ Result<LabelledRows> labelled_rows(const model::Manifest& manifest, const data::
       auto found = std::find(manifest.class_labels.begin(), manifest.class_labels.end(), text);
       if (found == manifest.class_labels.end()) {
         std::string known;
-        for (const auto& label : manifest.class_labels)
-          known.append(known.empty() ? "'" : ", '").append(label).append("'");
+        for (std::size_t index = 0; index < manifest.class_labels.size() && index < 10; ++index) {
+          known.append(known.empty() ? "'" : ", '").append(manifest.class_labels[index]).append("'");
+        }
+        if (manifest.class_labels.size() > 10) {
+          known += " and " + std::to_string(manifest.class_labels.size() - 10) + " more";
+        }
         return invalid_argument("target '" + target.name + "' has the label '" + text +
                                 "', which the model never saw (it knows " + known + ")");
       }

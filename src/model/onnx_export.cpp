@@ -190,6 +190,24 @@ std::string mlp_nodes(GraphBuilder& graph, const MlpModel& mlp, std::string valu
   return value;
 }
 
+// A linear model as one Gemm: its weights in float32 (int8 weights times their scale, exactly).
+std::string linear_nodes(GraphBuilder& graph, const LinearModel& linear, const std::string& value) {
+  std::vector<float> weights;
+  if (linear.has_int8_weights()) {
+    for (std::int8_t weight : linear.int8_weights())
+      weights.push_back(static_cast<float>(weight * linear.weight_scale()));
+  } else {
+    for (double weight : linear.weights()) weights.push_back(static_cast<float>(weight));
+  }
+  float bias = static_cast<float>(linear.bias());
+  auto width = static_cast<std::int64_t>(weights.size());
+  auto& gemm = graph.node(
+      "Gemm", {value, graph.constant(weights, {1, width}, "weight"), graph.constant(std::span(&bias, 1), {1}, "bias")},
+      "linear");
+  set_attribute(gemm, "transB", std::int64_t{1});
+  return gemm.output(0);
+}
+
 Result<std::string> tree_nodes(GraphBuilder& graph, const TreeEnsembleModel& trees, const std::string& value) {
   const auto nodes = trees.nodes();
   std::vector<std::int64_t> tree_ids, node_ids, feature_ids, true_ids, false_ids, missing_tracks_true;
@@ -259,8 +277,9 @@ Result<std::string> tree_nodes(GraphBuilder& graph, const TreeEnsembleModel& tre
 Result<OnnxExport> export_onnx(const Bundle& bundle) {
   const auto* mlp = dynamic_cast<const MlpModel*>(&bundle.model());
   const auto* trees = dynamic_cast<const TreeEnsembleModel*>(&bundle.model());
-  if (mlp == nullptr && trees == nullptr) {
-    return invalid_argument("ONNX export takes MLPs and tree ensembles; this bundle's model is " +
+  const auto* linear = dynamic_cast<const LinearModel*>(&bundle.model());
+  if (mlp == nullptr && trees == nullptr && linear == nullptr) {
+    return invalid_argument("ONNX export takes MLPs, tree ensembles and linear models; this bundle's model is " +
                             std::string(bundle.model().family()));
   }
   if (trees != nullptr && trees->quantized_layout()) {
@@ -315,6 +334,8 @@ Result<OnnxExport> export_onnx(const Bundle& bundle) {
   }
   if (mlp != nullptr) {
     value = mlp_nodes(graph, *mlp, value);
+  } else if (linear != nullptr) {
+    value = linear_nodes(graph, *linear, value);
   } else {
     SLIPWAY_ASSIGN_OR_RETURN(value, tree_nodes(graph, *trees, value));
   }

@@ -119,6 +119,10 @@ constexpr std::int64_t kMaxInputs = 1 << 20;
 // empty inputs but the optional ones, and a Cast only to float.
 Status check_node(const onnx::NodeProto& node) {
   if (node.output_size() == 0 || node.output(0).empty()) return bad_graph("node " + describe(node) + " has no output");
+  if (!node.domain().empty() && node.domain() != "ai.onnx") {
+    return bad_graph("node " + describe(node) + " is from the operator domain '" + node.domain() +
+                     "', which is not supported");
+  }
   if (node.op_type() == "Constant") return {};
   if (node.input_size() == 0 || node.input(0).empty()) return bad_graph("node " + describe(node) + " has no input");
   bool optional_inputs = node.op_type() == "Gemm" || node.op_type() == "LayerNormalization";
@@ -153,7 +157,17 @@ class MlpReader {
     }
     if (graph_.output_size() < 1) return bad_graph("the graph has no output");
     current_ = inputs.front()->name();
-    const auto& shape = inputs.front()->type().tensor_type().shape();
+    const auto& type = inputs.front()->type();
+    if (type.has_tensor_type() && type.tensor_type().elem_type() != onnx::TensorProto::FLOAT &&
+        type.tensor_type().elem_type() != onnx::TensorProto::UNDEFINED) {
+      return bad_graph("the input '" + current_ + "' is not float (ONNX type " +
+                       std::to_string(type.tensor_type().elem_type()) + ")");
+    }
+    const auto& shape = type.tensor_type().shape();
+    if (type.tensor_type().has_shape() && shape.dim_size() != 2) {
+      return bad_graph("the input '" + current_ + "' has " + std::to_string(shape.dim_size()) +
+                       " dimensions; an MLP takes a matrix [rows, inputs]");
+    }
     if (shape.dim_size() == 2 && shape.dim(1).has_dim_value()) {
       declared_width_ = shape.dim(1).dim_value();
       if (declared_width_ < 1 || declared_width_ > kMaxInputs) {
@@ -216,6 +230,14 @@ class MlpReader {
       }
     }
     if (layers_.empty()) return bad_graph("the graph has no Gemm or MatMul: not an MLP");
+    if (declared_width_ > 0 && layers_.front().inputs != static_cast<std::size_t>(declared_width_)) {
+      return bad_graph("the input declares " + std::to_string(declared_width_) + " columns but the first layer takes " +
+                       std::to_string(layers_.front().inputs));
+    }
+    if (graph_.output_size() > 1) {
+      log_warn("the ONNX graph has " + std::to_string(graph_.output_size()) + " outputs; importing the first, '" +
+               graph_.output(0).name() + "'");
+    }
     if (current_ != graph_.output(0).name()) {
       return bad_graph("the output '" + graph_.output(0).name() + "' is not the end of the chain of layers");
     }
@@ -607,6 +629,10 @@ Result<std::shared_ptr<const Bundle>> import_onnx(std::span<const std::byte> byt
     }
   }
   if (!options.class_labels.empty()) {
+    std::set<std::string> distinct(options.class_labels.begin(), options.class_labels.end());
+    if (distinct.size() != options.class_labels.size() || distinct.count("") != 0) {
+      return invalid_argument("the class labels must be distinct and not empty");
+    }
     if (task == Task::kRegression || options.class_labels.size() != manifest.class_labels.size()) {
       return invalid_argument("the model has " + std::to_string(manifest.class_labels.size()) + " classes but " +
                               std::to_string(options.class_labels.size()) + " labels were given");

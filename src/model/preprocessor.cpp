@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <unordered_map>
 
 #include "slipway/model.h"
@@ -248,10 +249,21 @@ Status Preprocessor::transform(const data::Table& batch, std::vector<float>& out
     if (column == nullptr) return invalid_argument("the input has no column '" + feature.name + "'");
     if (feature.type == data::ColumnType::kNumeric) {
       if (column->type != data::ColumnType::kNumeric) {
+        // Name a value that is not a number (the column read as text because of it), with its row.
         std::string example;
-        for (std::size_t row = 0; row < column->size() && example.empty(); ++row) example = column->text_at(row);
+        std::size_t example_row = 0;
+        for (std::size_t row = 0; row < column->size() && example.empty(); ++row) {
+          if (column->is_missing(row)) continue;
+          std::string text = column->text_at(row);
+          char* end = nullptr;
+          (void)std::strtod(text.c_str(), &end);
+          if (text.empty() || end != text.c_str() + text.size()) {
+            example = text;
+            example_row = row;
+          }
+        }
         return invalid_argument("column '" + feature.name + "' must be numeric, but holds text such as '" + example +
-                                "'");
+                                "' (data row " + std::to_string(example_row + 1) + ")");
       }
       write_numbers(feature, std::span<const float>(column->numbers).first(rows), output_width_, offset, out);
     } else {

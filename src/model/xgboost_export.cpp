@@ -140,7 +140,7 @@ Result<std::string> export_xgboost_json(const Bundle& bundle) {
   const auto* trees = dynamic_cast<const TreeEnsembleModel*>(&bundle.model());
   if (trees == nullptr) {
     return invalid_argument("XGBoost JSON holds tree ensembles; this bundle's model is " +
-                            std::string(bundle.model().family()) + " (export it as onnx)");
+                            std::string(bundle.model().family()) + " (export it with --format onnx)");
   }
   SLIPWAY_ASSIGN_OR_RETURN(std::vector<std::string> names, pass_through_features(bundle, "XGBoost JSON"));
   const std::size_t groups = trees->output_count();

@@ -490,8 +490,10 @@ std::vector<BuiltCandidate> mlp_precision_candidates(const model::Bundle& baseli
     dynamic.error = dynamic_model.status().message();
   }
   candidates.push_back(std::move(dynamic));
-  if (calibration == nullptr) {
-    candidates.push_back(failed("int8:calibrated", "not built: calibrating activations needs --calibration FILE"));
+  if (calibration == nullptr || calibration->row_count() == 0) {
+    candidates.push_back(failed("int8:calibrated", calibration == nullptr
+                                                       ? "not built: calibrating activations needs --calibration FILE"
+                                                       : "not built: the calibration file has no rows"));
     return candidates;
   }
   std::vector<float> features;

@@ -31,7 +31,7 @@ Result<Reproduction> reproduce_run(registry::Registry& registry, const std::stri
     return failed_precondition("run " + run_id + " has no training spec to replay (an import?): " + loaded.message());
   }
   if (!spec.init_model.empty()) {
-    return failed_precondition("run " + run_id + " continued boosting from " + spec.init_model +
+    return failed_precondition("run " + run_id + " started from " + spec.init_model +
                                "; reproducing a warm start is not supported yet");
   }
   SLIPWAY_ASSIGN_OR_RETURN(std::string fingerprint, data_fingerprint(spec));

@@ -163,6 +163,16 @@ Status RunStore::reopen(const std::string& run_id) {
   return context_->backend->write([&](SqlTransaction& sql) -> Status {
     SLIPWAY_ASSIGN_OR_RETURN(std::string status, run_status(sql, run_id));
     if (status == "FINISHED") return failed_precondition("run '" + run_id + "' has finished; nothing to resume");
+    if (status == "RUNNING") {
+      // Two processes training one run would race to finish it: the owner must be gone.
+      SLIPWAY_ASSIGN_OR_RETURN(auto runs, read_runs(sql, "WHERE r.run_id = ?", {run_id}));
+      const RunOwner& running = runs.empty() ? owner : runs.front().owner;
+      bool this_process = running.pid == owner.pid && running.start_ticks == owner.start_ticks;
+      if (!this_process && check_owner(running).state == OwnerState::kAlive) {
+        return failed_precondition("run '" + run_id + "' is still running (process " + std::to_string(running.pid) +
+                                   "); wait for it, or stop it before resuming");
+      }
+    }
     SLIPWAY_RETURN_IF_ERROR(
         sql.execute(
                "UPDATE runs SET status = 'RUNNING', end_ms = NULL, " + std::string(kSetOwner) + " WHERE run_id = ?",

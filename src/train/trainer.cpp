@@ -39,7 +39,8 @@ Result<Labels> binary_labels(const data::Column& target, const std::string& requ
     if (found == labels.end()) {
       if (labels.size() == 2) {
         return invalid_argument("target '" + target.name + "' has more than two classes ('" + labels[0] + "', '" +
-                                labels[1] + "', '" + text + "', ...); logistic regression needs exactly two");
+                                labels[1] + "', '" + text +
+                                "', ...); binary classification needs exactly two (multiclass: --model gbdt or mlp)");
       }
       labels.push_back(text);
       counts.push_back(0);
@@ -78,7 +79,7 @@ bool two_valued(const data::Column& target) {
 
 Result<Labels> regression_labels(const data::Column& target) {
   if (target.type != data::ColumnType::kNumeric) {
-    return invalid_argument("target '" + target.name + "' holds text; linear regression needs a numeric target");
+    return invalid_argument("target '" + target.name + "' holds text; regression needs a numeric target");
   }
   Labels out;
   for (std::size_t row = 0; row < target.size(); ++row) {
@@ -512,7 +513,15 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
   if (continued != nullptr) {
     preprocessor = continued->preprocessor();
     features.clear();
-    for (const auto& input : preprocessor.features()) features.push_back(input.name);
+    for (const auto& input : preprocessor.features()) {
+      // The model reads every input it was made with; leaving one out cannot be honoured.
+      if (contains(request.excluded_columns, input.name) || input.name == request.weight_column ||
+          (!request.features.empty() && !contains(request.features, input.name))) {
+        return invalid_argument("the starting model reads the input '" + input.name +
+                                "', which this training leaves out; a warm start or resume keeps its inputs");
+      }
+      features.push_back(input.name);
+    }
     if (continued->task() != (multiclass       ? model::Task::kMulticlassClassification
                               : classification ? model::Task::kBinaryClassification
                                                : model::Task::kRegression) ||
@@ -571,7 +580,8 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
     fitted = trees.details.model;
     iterations = trees.details.rounds;
   } else {
-    if (!request.weight_column.empty()) return invalid_argument("row weights apply to gbdt models only (for now)");
+    if (!request.weight_column.empty())
+      return invalid_argument("row weights apply to gbdt and mlp models only (for now)");
     LbfgsOptions lbfgs;
     lbfgs.max_iterations = linear_parameters.max_iterations;
     lbfgs.history = linear_parameters.lbfgs_history;
@@ -604,6 +614,15 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
                                                             : MlpLoss::kSquared);
     summary.best_round = network.details.best_epoch;
     summary.stopped_early = network.details.stopped_early;
+    // A loss that rose over the epochs is almost always a step size too large for the data.
+    const auto& history = summary.history;
+    if (history.size() >= 2 && history.back().train > history.front().train) {
+      log_warn(
+          fmt::format("the training {} rose from {:.4g} (epoch 1) to {:.4g} (epoch {}): learning_rate {} may be "
+                      "too high for this data",
+                      summary.round_metric, history.front().train, history.back().train, history.size(),
+                      network_parameters.learning_rate));
+    }
     summary.validation_rows = network.validation_rows;
   }
   summary.bundle =

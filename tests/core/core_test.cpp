@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <cmath>
@@ -60,6 +61,25 @@ TEST(Files, WriteAtomicReplacesWholeFileAndLeavesNoTemp) {
   }
   EXPECT_EQ(entries, 1);
   EXPECT_FALSE(write_file_atomic(dir.file("no/such/folder/out"), std::string_view("x")).ok());
+}
+
+// A link is written through; directories, FIFOs and empty paths are refused, never replaced.
+TEST(Files, WriteAtomicFollowsLinksAndRefusesWhatIsNotAFile) {
+  testing::TempDir dir;
+  testing::write_text(dir.file("real"), "old");
+  std::filesystem::create_symlink(dir.file("real"), dir.file("link"));
+  ASSERT_TRUE(write_file_atomic(dir.file("link"), std::string_view("new")).ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.file("link")));
+  EXPECT_EQ(*read_file(dir.file("real")), "new");
+  ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0600), 0);
+  auto fifo = write_file_atomic(dir.file("fifo"), std::string_view("x"));
+  EXPECT_NE(fifo.message().find("is not a regular file"), std::string::npos) << fifo.message();
+  EXPECT_FALSE(std::filesystem::is_regular_file(dir.file("fifo")));
+  auto directory = write_file_atomic(dir.path(), std::string_view("x"));
+  EXPECT_NE(directory.message().find("is a directory"), std::string::npos) << directory.message();
+  EXPECT_NE(write_file_atomic(dir.path() + "/", std::string_view("x")).message().find("is a directory"),
+            std::string::npos);
+  EXPECT_EQ(write_file_atomic("", std::string_view("x")).message(), "the output path is empty");
 }
 
 TEST(Files, MappedFileReadsBytes) {

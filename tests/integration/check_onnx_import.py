@@ -107,12 +107,20 @@ def main():
           labels=["north", "east", "south", "west"])
 
     # An operator outside the MLP subset is named in the refusal.
-    unsupported = torch.nn.Sequential(torch.nn.Conv1d(1, 2, 3), torch.nn.Flatten(), torch.nn.Linear(16, 1))
-    path = os.path.join(work, "conv.onnx")
-    torch.onnx.export(unsupported.eval(), torch.zeros(2, 1, 10), path, opset_version=17)
+    unsupported = torch.nn.Sequential(torch.nn.Linear(10, 3), torch.nn.LogSoftmax(dim=1))
+    path = os.path.join(work, "logsoftmax.onnx")
+    torch.onnx.export(unsupported.eval(), torch.zeros(2, 10), path, opset_version=17)
     refused = slipway(binary, home, ["import", "onnx", path], check=False)
-    ok = refused.returncode == 1 and "is not supported" in refused.stderr
-    print(f"{'ok  ' if ok else 'FAIL'} a Conv1d model is refused: {refused.stderr.strip()}")
+    ok = refused.returncode == 1 and "operator 'LogSoftmax'" in refused.stderr and "is not supported" in refused.stderr
+    print(f"{'ok  ' if ok else 'FAIL'} an unsupported operator is named: {refused.stderr.strip()}")
+    if not ok:
+        failures.append("unsupported operator")
+    convolution = torch.nn.Sequential(torch.nn.Conv1d(1, 2, 3), torch.nn.Flatten(), torch.nn.Linear(16, 1))
+    path = os.path.join(work, "conv.onnx")
+    torch.onnx.export(convolution.eval(), torch.zeros(2, 1, 10), path, opset_version=17)
+    refused = slipway(binary, home, ["import", "onnx", path], check=False)
+    ok = refused.returncode == 1 and "dimensions; an MLP takes a matrix" in refused.stderr
+    print(f"{'ok  ' if ok else 'FAIL'} a Conv1d model (3-D input) is refused: {refused.stderr.strip()}")
     if not ok:
         failures.append("conv refusal")
     hostile_files(binary, home, work)
