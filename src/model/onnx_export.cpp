@@ -20,7 +20,7 @@ class GraphBuilder {
   explicit GraphBuilder(onnx::GraphProto& graph) : graph_(graph) {}
 
   // A float tensor initializer; returns its name.
-  std::string constant(std::span<const float> values, std::vector<std::int64_t> dims, const std::string& hint) {
+  std::string constant(std::span<const float> values, const std::vector<std::int64_t>& dims, const std::string& hint) {
     onnx::TensorProto* tensor = graph_.add_initializer();
     std::string name = unique(hint);
     tensor->set_name(name);
@@ -32,7 +32,7 @@ class GraphBuilder {
   std::string scalar(float value, const std::string& hint) { return constant(std::span(&value, 1), {}, hint); }
 
   // A node of `op` on `inputs`; returns its (first) output's name.
-  onnx::NodeProto& node(const std::string& op, std::vector<std::string> inputs, const std::string& output_hint,
+  onnx::NodeProto& node(const std::string& op, const std::vector<std::string>& inputs, const std::string& output_hint,
                         const std::string& domain = "") {
     onnx::NodeProto* node = graph_.add_node();
     node->set_op_type(op);
@@ -42,8 +42,8 @@ class GraphBuilder {
     node->add_output(unique(output_hint));
     return *node;
   }
-  std::string apply(const std::string& op, std::vector<std::string> inputs, const std::string& output_hint) {
-    return node(op, std::move(inputs), output_hint).output(0);
+  std::string apply(const std::string& op, const std::vector<std::string>& inputs, const std::string& output_hint) {
+    return node(op, inputs, output_hint).output(0);
   }
 
   void value_info(google::protobuf::RepeatedPtrField<onnx::ValueInfoProto>* into, const std::string& name,

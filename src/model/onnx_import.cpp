@@ -107,7 +107,7 @@ const std::set<std::string>& elementwise_operators() {
   return kOperators;
 }
 
-const char* kSupported =
+constexpr const char* kSupported =
     "supported: Gemm, MatMul, Add, Sub, Mul, Div, Relu, Sigmoid, Tanh, Gelu (or its Erf form with Pow, Sqrt, Neg, "
     "Exp, Abs), Softmax, Flatten, Identity, Dropout, LayerNormalization, Cast to float, Constant, and "
     "Where(IsNaN(x), values, x) before the first layer";

@@ -315,8 +315,8 @@ class MlpTrainer {
     auto step_size = static_cast<float>(learning_rate / (1.0 - std::pow(kAdamBeta1, static_cast<double>(step))));
     auto root_correction = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(kAdamBeta2, static_cast<double>(step))));
     auto decay = static_cast<float>(1.0 - learning_rate * options_.weight_decay);
-    constexpr auto beta1 = static_cast<float>(kAdamBeta1), beta2 = static_cast<float>(kAdamBeta2);
-    constexpr auto epsilon = static_cast<float>(kAdamEpsilon);
+    const auto beta1 = static_cast<float>(kAdamBeta1), beta2 = static_cast<float>(kAdamBeta2);
+    const auto epsilon = static_cast<float>(kAdamEpsilon);
     float* parameters = parameters_.data();
     float* m = first_moments_.data();
     float* v = second_moments_.data();
