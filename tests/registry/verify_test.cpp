@@ -1,6 +1,7 @@
 // verify_workspace: corrupt and missing artifacts, orphans, and runs left RUNNING by a process
 // that died.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -134,6 +135,37 @@ TEST_F(VerifyTest, ARunWhoseProcessDiedIsMarkedInterruptedAndCanResume) {
   EXPECT_EQ(resumed->owner.pid, ::getpid());
   EXPECT_EQ((*store_->runs().latest_checkpoint(dead_run))->step, 10);
   EXPECT_EQ(verify().problem_count(), 0u);
+}
+
+// A run whose process still trains cannot be resumed by another process (both would finish it).
+TEST_F(VerifyTest, ARunStillTrainingIsNotReopenedByAnotherProcess) {
+  store_.reset();  // no SQLite connection across the fork
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(::pipe(to_parent), 0);
+  ASSERT_EQ(::pipe(to_child), 0);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto store = Registry::open(home_.path(), false);
+    auto run_id = store.ok() ? (*store)->runs().start({}) : Result<std::string>(internal_error("no store"));
+    std::string id = run_id.ok() ? *run_id : std::string(32, '-');
+    (void)!::write(to_parent[1], id.data(), id.size());
+    char done = 0;
+    (void)!::read(to_child[0], &done, 1);  // alive until the parent says so
+    ::_exit(0);
+  }
+  std::string run_id(32, '\0');
+  ASSERT_EQ(::read(to_parent[0], run_id.data(), run_id.size()), 32);
+  open();
+  auto refused = store_->runs().reopen(run_id);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("is still running (process " + std::to_string(child) + ")"), std::string::npos)
+      << refused.message();
+  ASSERT_EQ(::write(to_child[1], "x", 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(store_->runs().reopen(run_id).ok());  // its process is gone now
+  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) ::close(fd);
 }
 
 TEST_F(VerifyTest, MarkingChecksTheOwnerHasNotChanged) {

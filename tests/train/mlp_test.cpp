@@ -225,6 +225,13 @@ TEST(MlpTrainer, WarmStartContinuesFromTheModelsWeights) {
   EXPECT_LT(continued->history.front().train, 0.7 * cold->history.front().train);
   EXPECT_EQ(continued->bundle->manifest().params.at("init_model"), "rings@1");
 
+  // Leaving out an input the starting model reads cannot be honoured.
+  TrainRequest without_x2 = request;
+  without_x2.excluded_columns = {"x2"};
+  auto left_out = fit(second, without_x2);
+  ASSERT_FALSE(left_out.ok());
+  EXPECT_NE(left_out.status().message().find("reads the input 'x2'"), std::string::npos) << left_out.status().message();
+
   request.params["hidden_units"] = "16";
   auto other_shape = fit(second, request);
   ASSERT_FALSE(other_shape.ok());
