@@ -97,11 +97,15 @@ def main():
         # Its install script fetches GPU extras from a host that may be unreachable: skip it.
         prefix = os.path.dirname(options.ort_modules)
         os.makedirs(prefix, exist_ok=True)
-        installed = subprocess.run(["npm", "install", "--ignore-scripts", "--no-audit", "--no-fund",
-                                    "onnxruntime-node@1.30.0"], cwd=prefix, capture_output=True, text=True)
-        with_ort = installed.returncode == 0
-        if not with_ort:
-            print("npm could not install onnxruntime-node: " + installed.stderr.strip()[-300:])
+        try:
+            installed = subprocess.run(["npm", "install", "--ignore-scripts", "--no-audit", "--no-fund",
+                                        "--fetch-timeout=20000", "--fetch-retries=1", "onnxruntime-node@1.30.0"],
+                                       cwd=prefix, capture_output=True, text=True, timeout=180)
+            with_ort = installed.returncode == 0
+            if not with_ort:
+                print("npm could not install onnxruntime-node: " + installed.stderr.strip()[-300:])
+        except subprocess.TimeoutExpired:
+            print("npm did not install onnxruntime-node within 3 minutes: ONNX Runtime checks skipped")
     print("ONNX Runtime: " + ("onnxruntime-node from " + options.ort_modules if with_ort else "not present, skipped"))
 
     slipway(["init"], home, binary)
