@@ -125,15 +125,18 @@ Status write_file_atomic(const std::string& requested_path, std::span<const std:
   // directory, FIFO or device is not a file to replace.
   std::string path = requested_path;
   std::error_code error;
-  if (std::filesystem::is_symlink(path, error)) {
-    std::filesystem::path resolved = std::filesystem::weakly_canonical(path, error);
+  for (int hops = 0; std::filesystem::is_symlink(path, error); ++hops) {
+    // By hand: weakly_canonical keeps a dangling link as it is, and the rename would replace it.
+    if (hops == 40) return invalid_argument("'" + requested_path + "' is a loop of symbolic links");
+    std::filesystem::path target = std::filesystem::read_symlink(path, error);
     if (error) return io_error("cannot follow the link '" + requested_path + "': " + error.message());
-    path = resolved.string();
+    path = (target.is_absolute() ? target : std::filesystem::path(path).parent_path() / target).string();
   }
   auto status = std::filesystem::status(path, error);
-  if (requested_path.back() == '/' || std::filesystem::is_directory(status)) {
+  if (std::filesystem::is_directory(status)) {
     return invalid_argument("'" + requested_path + "' is a directory; give a file path to write");
   }
+  if (path.back() == '/') return invalid_argument("'" + requested_path + "' ends with '/'; give a file path to write");
   if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
     return invalid_argument("'" + requested_path +
                             "' is not a regular file (a FIFO, device or socket); give a file path");

@@ -82,7 +82,8 @@ Result<std::shared_ptr<const Model>> read_mlp(const FamilyReader& in) {
       layer.input_scale = static_cast<float>(input_scale);
     double epsilon = 0.0;
     if (element["layer_norm_epsilon"].get(epsilon) == simdjson::SUCCESS) {
-      if (!(epsilon > 0.0 && epsilon <= 1.0)) return data_loss("an MLP layer's layer_norm_epsilon is out of range");
+      // Any positive float, as MlpModel::make takes (a value past float's range cannot be cast).
+      if (!(epsilon > 0.0 && epsilon <= 1e30)) return data_loss("an MLP layer's layer_norm_epsilon is out of range");
       layer.norm_epsilon = static_cast<float>(epsilon);
       SLIPWAY_ASSIGN_OR_RETURN(layer.norm_scale, in.section<float>(section_name(read.size(), "norm_scale")));
       SLIPWAY_ASSIGN_OR_RETURN(layer.norm_shift, in.section<float>(section_name(read.size(), "norm_shift")));

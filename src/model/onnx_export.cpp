@@ -190,7 +190,8 @@ std::string mlp_nodes(GraphBuilder& graph, const MlpModel& mlp, std::string valu
   return value;
 }
 
-// A linear model as one Gemm: its weights in float32 (int8 weights times their scale, exactly).
+// A linear model as one Gemm: its weights in float32 (int8 weights times their scale, rounded to
+// float32), computed in float32 where the bundle sums in double.
 std::string linear_nodes(GraphBuilder& graph, const LinearModel& linear, const std::string& value) {
   std::vector<float> weights;
   if (linear.has_int8_weights()) {
@@ -312,6 +313,11 @@ Result<OnnxExport> export_onnx(const Bundle& bundle) {
       numeric = false;
       categorical.push_back(feature.name);
     }
+  }
+  if (linear != nullptr) {
+    exported.warning =
+        "the bundle sums a linear model in double; the ONNX graph in float32, so scores can differ "
+        "in their last digits";
   }
   if (mlp != nullptr && mlp->precision() != MlpPrecision::kFloat32) {
     exported.warning = "the bundle computes in " + std::string(mlp_precision_name(mlp->precision())) +

@@ -158,21 +158,39 @@ class MlpReader {
     if (graph_.output_size() < 1) return bad_graph("the graph has no output");
     current_ = inputs.front()->name();
     const auto& type = inputs.front()->type();
-    if (type.has_tensor_type() && type.tensor_type().elem_type() != onnx::TensorProto::FLOAT &&
-        type.tensor_type().elem_type() != onnx::TensorProto::UNDEFINED) {
-      return bad_graph("the input '" + current_ + "' is not float (ONNX type " +
-                       std::to_string(type.tensor_type().elem_type()) + ")");
+    auto element = type.tensor_type().elem_type();
+    if (type.has_tensor_type() && element != onnx::TensorProto::FLOAT && element != onnx::TensorProto::DOUBLE &&
+        element != onnx::TensorProto::UNDEFINED) {
+      return bad_graph("the input '" + current_ + "' is not a float tensor (ONNX type " + std::to_string(element) +
+                       ")");
     }
     const auto& shape = type.tensor_type().shape();
-    if (type.tensor_type().has_shape() && shape.dim_size() != 2) {
-      return bad_graph("the input '" + current_ + "' has " + std::to_string(shape.dim_size()) +
-                       " dimensions; an MLP takes a matrix [rows, inputs]");
-    }
-    if (shape.dim_size() == 2 && shape.dim(1).has_dim_value()) {
-      declared_width_ = shape.dim(1).dim_value();
-      if (declared_width_ < 1 || declared_width_ > kMaxInputs) {
-        return bad_graph("the input declares " + std::to_string(declared_width_) + " columns");
+    // A matrix [rows, inputs], or more dimensions that a Flatten(axis=1) turns into one.
+    const onnx::NodeProto* first = nullptr;
+    for (const auto& node : graph_.node()) {
+      if (node.op_type() != "Constant") {
+        first = &node;
+        break;
       }
+    }
+    bool flattened = first != nullptr && first->op_type() == "Flatten" && int_attribute(*first, "axis", 1) == 1;
+    if (type.tensor_type().has_shape() && shape.dim_size() != 2 && !(flattened && shape.dim_size() > 2)) {
+      return bad_graph("the input '" + current_ + "' has " + std::to_string(shape.dim_size()) +
+                       " dimensions; an MLP takes a matrix [rows, inputs] (or more dimensions flattened first)");
+    }
+    if (type.tensor_type().has_shape() && shape.dim_size() >= 2) {
+      // The product of the dimensions after the rows, 0 when one is unnamed; past kMaxInputs it
+      // stops growing (no overflow), and is refused.
+      std::int64_t width = 1;
+      for (int dim = 1; dim < shape.dim_size() && width > 0 && width <= kMaxInputs; ++dim) {
+        std::int64_t value = shape.dim(dim).has_dim_value() ? shape.dim(dim).dim_value() : 0;
+        if (value < 0) return bad_graph("the input has a negative dimension");
+        width = value > kMaxInputs ? value : width * value;
+      }
+      if (width < 0 || width > kMaxInputs) {
+        return bad_graph("the input declares " + std::to_string(width) + " columns or more");
+      }
+      declared_width_ = width;
     }
     for (const auto& node : graph_.node()) SLIPWAY_RETURN_IF_ERROR(check_node(node));
 

@@ -1,6 +1,6 @@
 #include <algorithm>
+#include <charconv>
 #include <cmath>
-#include <cstdlib>
 #include <unordered_map>
 
 #include "slipway/model.h"
@@ -249,21 +249,31 @@ Status Preprocessor::transform(const data::Table& batch, std::vector<float>& out
     if (column == nullptr) return invalid_argument("the input has no column '" + feature.name + "'");
     if (feature.type == data::ColumnType::kNumeric) {
       if (column->type != data::ColumnType::kNumeric) {
-        // Name a value that is not a number (the column read as text because of it), with its row.
+        // Name a value that is not a number (the column read as text because of it): the first
+        // that std::from_chars (locale-free, no '+' or hex, like the CSV reader) does not read
+        // whole once spaces are trimmed, else the first present value.
         std::string example;
         std::size_t example_row = 0;
-        for (std::size_t row = 0; row < column->size() && example.empty(); ++row) {
+        for (std::size_t row = 0; row < column->size(); ++row) {
           if (column->is_missing(row)) continue;
           std::string text = column->text_at(row);
-          char* end = nullptr;
-          (void)std::strtod(text.c_str(), &end);
-          if (text.empty() || end != text.c_str() + text.size()) {
+          if (example.empty()) {
             example = text;
             example_row = row;
           }
+          std::size_t first = text.find_first_not_of(' '), last = text.find_last_not_of(' ');
+          double value = 0;
+          bool number =
+              first != std::string::npos &&
+              std::from_chars(text.data() + first, text.data() + last + 1, value).ptr == text.data() + last + 1;
+          if (!number) {
+            example = text;
+            example_row = row;
+            break;
+          }
         }
         return invalid_argument("column '" + feature.name + "' must be numeric, but holds text such as '" + example +
-                                "' (data row " + std::to_string(example_row + 1) + ")");
+                                "' (row " + std::to_string(example_row + 1) + " of the input)");
       }
       write_numbers(feature, std::span<const float>(column->numbers).first(rows), output_width_, offset, out);
     } else {

@@ -279,6 +279,10 @@ Result<TrainOutcome> run_training(registry::Registry& registry, TrainSpec spec, 
   }
   if (spec.data.empty()) return invalid_argument("--data is required (or 'data:' in the spec)");
   if (spec.target.empty()) return invalid_argument("--target is required (or 'target:' in the spec)");
+  if (spec.threads < 0 || spec.threads > 1024) {
+    return invalid_argument("threads must be from 0 (every core) to 1024, not " + std::to_string(spec.threads));
+  }
+  if (spec.checkpoint_every < 0) return invalid_argument("checkpoint_every must be 0 (none) or a number of steps");
   SLIPWAY_ASSIGN_OR_RETURN(auto params, parse_key_values(spec.params));
   SLIPWAY_RETURN_IF_ERROR(train::resolve_parameters(spec.model, params).status());
   if (!spec.register_as.empty()) SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(spec.register_as));

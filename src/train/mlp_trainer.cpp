@@ -615,7 +615,12 @@ Result<MlpFit> fit_mlp(const MlpRows& train, std::size_t width, std::size_t outp
         into = found->second.to_vector();
         return {};
       };
-      SLIPWAY_RETURN_IF_ERROR(restore("parameters", trainer.parameters()));
+      // Checkpoints from before the exact parameters travelled hold them, unfolded, as layers.
+      if (state.count("parameters") != 0) {
+        SLIPWAY_RETURN_IF_ERROR(restore("parameters", trainer.parameters()));
+      } else {
+        SLIPWAY_ASSIGN_OR_RETURN(trainer.parameters(), parameters_of(network, *start->model, 1.0, 0.0));
+      }
       SLIPWAY_RETURN_IF_ERROR(restore("adam_m", trainer.first_moments()));
       SLIPWAY_RETURN_IF_ERROR(restore("adam_v", trainer.second_moments()));
       if (tracking_best) SLIPWAY_RETURN_IF_ERROR(restore("best", best));

@@ -614,9 +614,10 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
                                                             : MlpLoss::kSquared);
     summary.best_round = network.details.best_epoch;
     summary.stopped_early = network.details.stopped_early;
-    // A loss that rose over the epochs is almost always a step size too large for the data.
+    // A loss that ended well above where it started is almost always a step size too large for
+    // the data (a tenth of slack: dropout's noise, a warm start that begins near the minimum).
     const auto& history = summary.history;
-    if (history.size() >= 2 && history.back().train > history.front().train) {
+    if (history.size() >= 2 && history.back().train > 1.1 * history.front().train) {
       log_warn(
           fmt::format("the training {} rose from {:.4g} (epoch 1) to {:.4g} (epoch {}): learning_rate {} may be "
                       "too high for this data",

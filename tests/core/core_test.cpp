@@ -71,6 +71,11 @@ TEST(Files, WriteAtomicFollowsLinksAndRefusesWhatIsNotAFile) {
   ASSERT_TRUE(write_file_atomic(dir.file("link"), std::string_view("new")).ok());
   EXPECT_TRUE(std::filesystem::is_symlink(dir.file("link")));
   EXPECT_EQ(*read_file(dir.file("real")), "new");
+  std::filesystem::create_directory(dir.file("sub"));
+  std::filesystem::create_symlink("sub/later", dir.file("dangling"));  // relative, target not there yet
+  ASSERT_TRUE(write_file_atomic(dir.file("dangling"), std::string_view("made")).ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(dir.file("dangling")));
+  EXPECT_EQ(*read_file(dir.file("sub/later")), "made");
   ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0600), 0);
   auto fifo = write_file_atomic(dir.file("fifo"), std::string_view("x"));
   EXPECT_NE(fifo.message().find("is not a regular file"), std::string::npos) << fifo.message();
@@ -78,6 +83,8 @@ TEST(Files, WriteAtomicFollowsLinksAndRefusesWhatIsNotAFile) {
   auto directory = write_file_atomic(dir.path(), std::string_view("x"));
   EXPECT_NE(directory.message().find("is a directory"), std::string::npos) << directory.message();
   EXPECT_NE(write_file_atomic(dir.path() + "/", std::string_view("x")).message().find("is a directory"),
+            std::string::npos);
+  EXPECT_NE(write_file_atomic(dir.file("nothing/"), std::string_view("x")).message().find("ends with '/'"),
             std::string::npos);
   EXPECT_EQ(write_file_atomic("", std::string_view("x")).message(), "the output path is empty");
 }

@@ -38,15 +38,18 @@ def slipway(binary, home, args, check=True):
     return result
 
 
-def check(name, binary, home, work, model, rows, columns, labels=None):
-    """Exports `model`, imports it, scores `rows` with slipway and compares with PyTorch."""
+def check(name, binary, home, work, model, rows, columns, labels=None, shape=None):
+    """Exports `model`, imports it, scores `rows` with slipway and compares with PyTorch. `shape`
+    (after the rows) is the tensor PyTorch takes, flattened by the model's first layer."""
     model.eval()
     path = os.path.join(work, name + ".onnx")
-    example = torch.tensor(rows[:2], dtype=torch.float32)
-    torch.onnx.export(model, example, path, input_names=["x"], output_names=["y"], opset_version=17,
+    tensor = torch.tensor(rows, dtype=torch.float32)
+    if shape:
+        tensor = tensor.reshape((len(rows),) + shape)
+    torch.onnx.export(model, tensor[:2], path, input_names=["x"], output_names=["y"], opset_version=17,
                       dynamic_axes={"x": {0: "rows"}, "y": {0: "rows"}})
     with torch.no_grad():
-        expected = model(torch.tensor(rows, dtype=torch.float32)).numpy().astype(np.float64)
+        expected = model(tensor).numpy().astype(np.float64)
     data_path = os.path.join(work, name + ".csv")
     pd.DataFrame(rows, columns=columns).to_csv(data_path, index=False, float_format="%.9g")
     arguments = ["import", "onnx", path, "--schema", data_path, "--register", name]
@@ -105,6 +108,10 @@ def main():
         torch.nn.Linear(24, 4), torch.nn.Softmax(dim=1))
     check("torch-multiclass-softmax", binary, home, work, multiclass, rows, [f"x{i}" for i in range(10)],
           labels=["north", "east", "south", "west"])
+
+    images = generator.standard_normal((200, 12)).astype(np.float32)
+    flattening = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    check("torch-flatten-3x4", binary, home, work, flattening, images, [f"p{i}" for i in range(12)], shape=(1, 3, 4))
 
     # An operator outside the MLP subset is named in the refusal.
     unsupported = torch.nn.Sequential(torch.nn.Linear(10, 3), torch.nn.LogSoftmax(dim=1))
