@@ -57,7 +57,10 @@ struct ShowResult : CommandResult {
     }
     std::vector<std::int64_t> all_steps(steps.begin(), steps.end());
     std::size_t stride = std::max<std::size_t>(1, all_steps.size() / 20);
-    std::vector<std::string> headers = {"round"};
+    // gbdt records a metric per boosting round, mlp per epoch.
+    auto model = run.params.find("model");
+    std::string unit = model != run.params.end() && model->second == "mlp" ? "epoch" : "round";
+    std::vector<std::string> headers = {unit};
     for (const auto& entry : series) headers.push_back(entry.first);
     std::vector<std::vector<std::string>> rows;
     for (std::size_t index = 0; index < all_steps.size(); ++index) {
@@ -69,7 +72,7 @@ struct ShowResult : CommandResult {
       }
       rows.push_back(std::move(row));
     }
-    out << "\nper round (" << all_steps.size() << " rounds)\n";
+    out << "\nper " << unit << " (" << all_steps.size() << " " << unit << "s)\n";
     print_table(out, headers, rows);
   }
 };
