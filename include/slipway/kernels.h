@@ -343,7 +343,8 @@ void activate(Activation activation, std::span<float> values);
 void activation_backward(Activation activation, std::span<const float> inputs, std::span<float> gradients);
 
 // Each of `rows` rows of `width` values: (x - mean) / sqrt(variance + epsilon) * scale + shift, the
-// variance biased (divided by width), mean and variance summed in double. `inverse_deviations`
+// variance biased (divided by width), mean and variance summed in double; with `scale` and `shift`
+// empty, the normalized values alone (what a backward pass keeps). `inverse_deviations`
 // (rows values, or empty) receives 1 / sqrt(variance + epsilon) per row, for the backward step.
 void layer_norm(std::span<float> values, std::size_t rows, std::size_t width, std::span<const float> scale,
                 std::span<const float> shift, float epsilon, std::span<float> inverse_deviations = {});

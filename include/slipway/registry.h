@@ -55,6 +55,8 @@ struct RunOwner {
   std::string host;              // gethostname()
   std::string boot_id;           // /proc/sys/kernel/random/boot_id: changes when the machine restarts
   std::string pid_namespace;     // /proc/self/ns/pid: pids compare only within one namespace
+
+  bool operator==(const RunOwner&) const = default;
 };
 
 struct RunRecord {

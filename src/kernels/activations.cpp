@@ -102,7 +102,11 @@ void layer_norm(std::span<float> values, std::size_t rows, std::size_t width, st
     for (std::size_t i = 0; i < width; ++i) squares += (x[i] - mean) * (x[i] - mean);
     auto inverse = static_cast<float>(1.0 / std::sqrt(squares / static_cast<double>(width) + epsilon));
     auto centre = static_cast<float>(mean);
-    for (std::size_t i = 0; i < width; ++i) x[i] = (x[i] - centre) * inverse * scale[i] + shift[i];
+    if (scale.empty()) {
+      for (std::size_t i = 0; i < width; ++i) x[i] = (x[i] - centre) * inverse;
+    } else {
+      for (std::size_t i = 0; i < width; ++i) x[i] = (x[i] - centre) * inverse * scale[i] + shift[i];
+    }
     if (!inverse_deviations.empty()) inverse_deviations[row] = inverse;
   }
 }

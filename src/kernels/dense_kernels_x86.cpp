@@ -64,6 +64,17 @@ void for_each_row_group(std::size_t rows, Tile tile) {
   for (; row < rows; ++row) tile(row, std::integral_constant<std::size_t, 1>{});
 }
 
+// With many rows, takes blocks four at a time off the front of [first, first + count) as tiles
+// of six rows, `quad(row, count, block)` (count a std::integral_constant): 24 accumulators, so
+// the weights loaded for an input are used six times and the FMA units have independent sums.
+template <typename Quad>
+void for_each_quad_tile(std::size_t rows, std::size_t& first, std::size_t& count, Quad quad) {
+  if (rows < 6) return;
+  for (; count >= 4; first += 4, count -= 4) {
+    for_each_row_group<6>(rows, [&](std::size_t row, auto group) { quad(row, group, first); });
+  }
+}
+
 // Walks the blocks [first, first + count) in tiles: `wide(block)` for eight blocks of one row at a
 // time when rows are few, `pair(block)` for two blocks over rows, `single(block)` for the rest.
 template <typename Wide, typename Pair, typename Single>
@@ -254,15 +265,9 @@ __attribute__((target("avx2,fma"))) inline void int8_tile_avx2(const PackedDense
 __attribute__((target("avx512f,fma"))) void dense_f32_avx512(const PackedDenseF32& layer, const float* in,
                                                              std::size_t rows, float* out, std::size_t first_block,
                                                              std::size_t block_count) {
-  // Many rows: four blocks by six rows at a time, 24 accumulators, so the weights loaded for an
-  // input are used six times and the FMA units have independent sums to overlap.
-  if (rows >= 6) {
-    for (; block_count >= 4; first_block += 4, block_count -= 4) {
-      for_each_row_group<6>(rows, [&](std::size_t row, auto count) {
-        f32_tile_avx512<decltype(count)::value, 4>(layer, in, row, out, first_block);
-      });
-    }
-  }
+  for_each_quad_tile(rows, first_block, block_count, [&](std::size_t row, auto count, std::size_t block) {
+    f32_tile_avx512<decltype(count)::value, 4>(layer, in, row, out, block);
+  });
   for_each_tile(
       rows, first_block, block_count,
       [&](std::size_t block) {
@@ -454,14 +459,9 @@ __attribute__((target("avx512f,avx512bf16"))) inline void bf16_tile_avx512(const
 __attribute__((target("avx512f,avx512bf16"))) void dense_bf16_avx512(const PackedDenseBf16& layer, const Bf16Rows& in,
                                                                      float* out, std::size_t first_block,
                                                                      std::size_t block_count) {
-  // Many rows: four blocks by six rows, as for fp32.
-  if (in.rows >= 6) {
-    for (; block_count >= 4; first_block += 4, block_count -= 4) {
-      for_each_row_group<6>(in.rows, [&](std::size_t row, auto count) {
-        bf16_tile_avx512<decltype(count)::value, 4>(layer, in, row, out, first_block);
-      });
-    }
-  }
+  for_each_quad_tile(in.rows, first_block, block_count, [&](std::size_t row, auto count, std::size_t block) {
+    bf16_tile_avx512<decltype(count)::value, 4>(layer, in, row, out, block);
+  });
   for_each_tile(
       in.rows, first_block, block_count,
       [&](std::size_t block) {

@@ -21,4 +21,24 @@ Result<std::vector<std::string>> pass_through_features(const Bundle& bundle, std
   return names;
 }
 
+LocalTree breadth_first(std::span<const TreeNode> nodes, std::uint32_t root) {
+  LocalTree tree;
+  tree.nodes = {root};
+  tree.parent = {-1};
+  for (std::size_t local = 0; local < tree.nodes.size(); ++local) {
+    const TreeNode& node = nodes[tree.nodes[local]];
+    if (node.is_leaf()) {
+      tree.left.push_back(-1);
+      tree.right.push_back(-1);
+      continue;
+    }
+    for (std::uint32_t child : {node.left, node.right}) {
+      (child == node.left ? tree.left : tree.right).push_back(static_cast<std::int64_t>(tree.nodes.size()));
+      tree.nodes.push_back(child);
+      tree.parent.push_back(static_cast<std::int64_t>(local));
+    }
+  }
+  return tree;
+}
+
 }  // namespace slipway::model

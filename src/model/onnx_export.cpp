@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "model/interchange.h"
 #include "slipway/model.h"
 
 namespace slipway::model {
@@ -72,41 +73,33 @@ class GraphBuilder {
   int counter_ = 0;
 };
 
-void set_attribute(onnx::NodeProto& node, const std::string& name, std::int64_t value) {
+onnx::AttributeProto& add_attribute(onnx::NodeProto& node, const std::string& name,
+                                    onnx::AttributeProto::AttributeType type) {
   auto* attribute = node.add_attribute();
   attribute->set_name(name);
-  attribute->set_type(onnx::AttributeProto::INT);
-  attribute->set_i(value);
+  attribute->set_type(type);
+  return *attribute;
+}
+void set_attribute(onnx::NodeProto& node, const std::string& name, std::int64_t value) {
+  add_attribute(node, name, onnx::AttributeProto::INT).set_i(value);
 }
 void set_attribute(onnx::NodeProto& node, const std::string& name, float value) {
-  auto* attribute = node.add_attribute();
-  attribute->set_name(name);
-  attribute->set_type(onnx::AttributeProto::FLOAT);
-  attribute->set_f(value);
+  add_attribute(node, name, onnx::AttributeProto::FLOAT).set_f(value);
 }
 void set_attribute(onnx::NodeProto& node, const std::string& name, const std::string& value) {
-  auto* attribute = node.add_attribute();
-  attribute->set_name(name);
-  attribute->set_type(onnx::AttributeProto::STRING);
-  attribute->set_s(value);
+  add_attribute(node, name, onnx::AttributeProto::STRING).set_s(value);
 }
 void set_attribute(onnx::NodeProto& node, const std::string& name, const std::vector<std::int64_t>& values) {
-  auto* attribute = node.add_attribute();
-  attribute->set_name(name);
-  attribute->set_type(onnx::AttributeProto::INTS);
-  for (auto value : values) attribute->add_ints(value);
+  auto& attribute = add_attribute(node, name, onnx::AttributeProto::INTS);
+  for (auto value : values) attribute.add_ints(value);
 }
 void set_attribute(onnx::NodeProto& node, const std::string& name, const std::vector<float>& values) {
-  auto* attribute = node.add_attribute();
-  attribute->set_name(name);
-  attribute->set_type(onnx::AttributeProto::FLOATS);
-  for (auto value : values) attribute->add_floats(value);
+  auto& attribute = add_attribute(node, name, onnx::AttributeProto::FLOATS);
+  for (auto value : values) attribute.add_floats(value);
 }
 void set_attribute(onnx::NodeProto& node, const std::string& name, const std::vector<std::string>& values) {
-  auto* attribute = node.add_attribute();
-  attribute->set_name(name);
-  attribute->set_type(onnx::AttributeProto::STRINGS);
-  for (const auto& value : values) attribute->add_strings(value);
+  auto& attribute = add_attribute(node, name, onnx::AttributeProto::STRINGS);
+  for (const auto& value : values) attribute.add_strings(value);
 }
 
 // The preprocessing of numeric inputs as nodes: NaN -> impute value (NaN for an input that keeps
@@ -217,10 +210,9 @@ Result<std::string> tree_nodes(GraphBuilder& graph, const TreeEnsembleModel& tre
   std::vector<std::int64_t> target_tree_ids, target_node_ids, target_ids;
   std::vector<float> target_weights;
   for (std::size_t tree = 0; tree < trees.roots().size(); ++tree) {
-    // Node ids local to the tree, breadth first from the root.
-    std::vector<std::uint32_t> order = {trees.roots()[tree]};
-    for (std::size_t local = 0; local < order.size(); ++local) {
-      const TreeNode& node = nodes[order[local]];
+    const LocalTree local_tree = breadth_first(nodes, trees.roots()[tree]);
+    for (std::size_t local = 0; local < local_tree.nodes.size(); ++local) {
+      const TreeNode& node = nodes[local_tree.nodes[local]];
       tree_ids.push_back(static_cast<std::int64_t>(tree));
       node_ids.push_back(static_cast<std::int64_t>(local));
       hit_rates.push_back(1.0f);
@@ -245,10 +237,8 @@ Result<std::string> tree_nodes(GraphBuilder& graph, const TreeEnsembleModel& tre
       modes.emplace_back("BRANCH_LT");
       feature_ids.push_back(node.feature());
       thresholds.push_back(node.value);
-      true_ids.push_back(static_cast<std::int64_t>(order.size()));
-      order.push_back(node.left);
-      false_ids.push_back(static_cast<std::int64_t>(order.size()));
-      order.push_back(node.right);
+      true_ids.push_back(local_tree.left[local]);
+      false_ids.push_back(local_tree.right[local]);
       missing_tracks_true.push_back(node.default_left() ? 1 : 0);
     }
   }

@@ -2,7 +2,6 @@
 // (../shared/reference/trees.md §2), so XGBoost 1.7+ loads it and predicts what the bundle does.
 #include <charconv>
 #include <cmath>
-#include <deque>
 
 #include "model/interchange.h"
 #include "slipway/model.h"
@@ -13,7 +12,7 @@ namespace {
 // XGBoost's "no parent" marker for a root.
 constexpr std::int64_t kNoParent = 2147483647;
 
-// One tree's nodes in breadth-first order (XGBoost's node 0 is the root), as struct-of-arrays.
+// One tree as XGBoost's struct-of-arrays (breadth first: node 0 is the root).
 struct XgboostTree {
   std::vector<std::int64_t> left, right, parents, split_indices, split_type;
   std::vector<float> split_conditions, base_weights, loss_changes, sum_hessian;
@@ -24,17 +23,16 @@ struct XgboostTree {
 XgboostTree convert_tree(const TreeEnsembleModel& model, std::uint32_t root) {
   const auto nodes = model.nodes();
   const auto& sets = model.arrays().category_sets;
+  const LocalTree local_tree = breadth_first(nodes, root);
   XgboostTree tree;
-  std::vector<std::uint32_t> order = {root};  // absolute indices in local order
-  std::vector<std::int64_t> parent_of = {kNoParent};
-  for (std::size_t local = 0; local < order.size(); ++local) {
-    const TreeNode& node = nodes[order[local]];
-    tree.parents.push_back(parent_of[local]);
-    float cover = model.has_statistics() ? model.cover()[order[local]] : 0.0f;
-    tree.sum_hessian.push_back(cover);
+  tree.left = local_tree.left;
+  tree.right = local_tree.right;
+  for (std::size_t local = 0; local < local_tree.nodes.size(); ++local) {
+    std::uint32_t index = local_tree.nodes[local];
+    const TreeNode& node = nodes[index];
+    tree.parents.push_back(local_tree.parent[local] < 0 ? kNoParent : local_tree.parent[local]);
+    tree.sum_hessian.push_back(model.has_statistics() ? model.cover()[index] : 0.0f);
     if (node.is_leaf()) {
-      tree.left.push_back(-1);
-      tree.right.push_back(-1);
       tree.split_indices.push_back(0);
       tree.split_type.push_back(0);
       tree.split_conditions.push_back(node.value);
@@ -43,16 +41,10 @@ XgboostTree convert_tree(const TreeEnsembleModel& model, std::uint32_t root) {
       tree.default_left.push_back(0);
       continue;
     }
-    tree.left.push_back(static_cast<std::int64_t>(order.size()));
-    order.push_back(node.left);
-    parent_of.push_back(static_cast<std::int64_t>(local));
-    tree.right.push_back(static_cast<std::int64_t>(order.size()));
-    order.push_back(node.right);
-    parent_of.push_back(static_cast<std::int64_t>(local));
     tree.split_indices.push_back(node.feature());
     tree.default_left.push_back(node.default_left() ? 1 : 0);
     tree.base_weights.push_back(0.0f);
-    tree.loss_changes.push_back(model.has_statistics() ? model.gain()[order[local]] : 0.0f);
+    tree.loss_changes.push_back(model.has_statistics() ? model.gain()[index] : 0.0f);
     if (node.is_categorical()) {
       // The set's members go right, in XGBoost as here.
       tree.split_type.push_back(1);

@@ -469,27 +469,23 @@ std::vector<BuiltCandidate> mlp_precision_candidates(const model::Bundle& baseli
     return BuiltCandidate{name, technique, {}, nullptr, std::move(why), 1};
   };
   if (mlp == nullptr) return {failed(technique, "not applicable: the model is not an MLP")};
-  std::vector<BuiltCandidate> candidates;
-  if (technique == "quantize") {
-    BuiltCandidate candidate{"quantize:bf16", technique, {{"weights", "bfloat16"}, {"products", "bfloat16"}},
-                             nullptr,         "",        1};
-    auto model = mlp->with_precision(model::MlpPrecision::kBfloat16);
+  // The candidate's bundle around `model`, or the reason it could not be made.
+  auto built = [&](BuiltCandidate candidate, const Result<std::shared_ptr<const model::MlpModel>>& model) {
     if (model.ok()) {
       candidate.bundle = with_model(baseline, *model);
     } else {
       candidate.error = model.status().message();
     }
-    return {std::move(candidate)};
+    return candidate;
+  };
+  std::vector<BuiltCandidate> candidates;
+  if (technique == "quantize") {
+    return {built({"quantize:bf16", technique, {{"weights", "bfloat16"}, {"products", "bfloat16"}}, nullptr, "", 1},
+                  mlp->with_precision(model::MlpPrecision::kBfloat16))};
   }
-  BuiltCandidate dynamic{"int8:dynamic", technique, {{"weights", "int8"}, {"activations", "int8 per row"}},
-                         nullptr,        "",        1};
-  auto dynamic_model = mlp->with_precision(model::MlpPrecision::kInt8);
-  if (dynamic_model.ok()) {
-    dynamic.bundle = with_model(baseline, *dynamic_model);
-  } else {
-    dynamic.error = dynamic_model.status().message();
-  }
-  candidates.push_back(std::move(dynamic));
+  candidates.push_back(
+      built({"int8:dynamic", technique, {{"weights", "int8"}, {"activations", "int8 per row"}}, nullptr, "", 1},
+            mlp->with_precision(model::MlpPrecision::kInt8)));
   if (calibration == nullptr || calibration->row_count() == 0) {
     candidates.push_back(failed("int8:calibrated", calibration == nullptr
                                                        ? "not built: calibrating activations needs --calibration FILE"
@@ -513,13 +509,7 @@ std::vector<BuiltCandidate> mlp_precision_candidates(const model::Bundle& baseli
         "",
         2};
     std::vector<float> scales = mlp->calibrate(features, calibration->row_count(), percentile);
-    auto model = mlp->with_int8_calibration(scales);
-    if (model.ok()) {
-      candidate.bundle = with_model(baseline, *model);
-    } else {
-      candidate.error = model.status().message();
-    }
-    candidates.push_back(std::move(candidate));
+    candidates.push_back(built(std::move(candidate), mlp->with_int8_calibration(scales)));
   }
   return candidates;
 }

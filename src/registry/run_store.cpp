@@ -167,10 +167,7 @@ Status RunStore::reopen(const std::string& run_id) {
       // Two processes training one run would race to finish it: the owner must be gone.
       SLIPWAY_ASSIGN_OR_RETURN(auto runs, read_runs(sql, "WHERE r.run_id = ?", {run_id}));
       const RunOwner& running = runs.empty() ? owner : runs.front().owner;
-      bool this_process = running.pid == owner.pid && running.start_ticks == owner.start_ticks &&
-                          running.host == owner.host && running.boot_id == owner.boot_id &&
-                          running.pid_namespace == owner.pid_namespace;
-      if (!this_process && check_owner(running).state == OwnerState::kAlive) {
+      if (running != owner && check_owner(running).state == OwnerState::kAlive) {
         return failed_precondition("run '" + run_id + "' is still running (process " + std::to_string(running.pid) +
                                    "); wait for it, or stop it before resuming");
       }
@@ -203,8 +200,7 @@ Status RunStore::mark_interrupted(const std::string& run_id, const RunOwner& own
     const RunRecord& run = runs.front();
     if (run.status != "RUNNING") return failed_precondition("run '" + run_id + "' is " + run.status + ", not RUNNING");
     const RunOwner& now = run.owner;
-    if (now.pid != owner.pid || now.start_ticks != owner.start_ticks || now.host != owner.host ||
-        now.boot_id != owner.boot_id || now.pid_namespace != owner.pid_namespace) {
+    if (now != owner) {
       return failed_precondition("run '" + run_id + "' was resumed by another process meanwhile");
     }
     SLIPWAY_RETURN_IF_ERROR(

@@ -36,7 +36,6 @@ struct LayerSlots {
 struct Network {
   std::vector<LayerSlots> layers;
   std::size_t parameter_count = 0;
-  std::vector<float> decayed;  // per parameter: 1 for dense weights (AdamW decays only those), else 0
 
   Network(std::size_t width, std::size_t outputs, const MlpOptions& options) {
     std::size_t inputs = width;
@@ -48,7 +47,6 @@ struct Network {
       slots.activation = hidden ? options.activation : kernels::Activation::kNone;
       slots.weights = parameter_count;
       parameter_count += units * inputs;
-      decayed.resize(parameter_count, 1.0f);
       slots.bias = parameter_count;
       parameter_count += units;
       if (slots.normalized) {
@@ -56,12 +54,20 @@ struct Network {
         slots.shift = parameter_count + units;
         parameter_count += 2 * units;
       }
-      decayed.resize(parameter_count, 0.0f);
       layers.push_back(slots);
       inputs = units;
     };
     for (std::size_t units : options.hidden) add(units, true);
     add(outputs, false);
+  }
+
+  // Per parameter: 1 for a dense weight (AdamW decays only those), else 0.
+  std::vector<float> decay_mask() const {
+    std::vector<float> mask(parameter_count, 0.0f);
+    for (const LayerSlots& layer : layers) {
+      std::fill_n(mask.begin() + static_cast<std::ptrdiff_t>(layer.weights), layer.inputs * layer.outputs, 1.0f);
+    }
+    return mask;
   }
 };
 
@@ -82,33 +88,29 @@ void transpose(std::span<const float> in, std::size_t rows, std::size_t columns,
   }
 }
 
-// out (rows x outputs) = in (rows x depth) times weights (outputs x depth) transposed, plus bias:
-// one dense-kernel call in the training precision.
+// How a product's weight matrix is held: outputs x depth (a layer's weights), or its transpose,
+// depth x outputs (how the backward pass holds the matrices it multiplies by).
+enum class WeightLayout { kRows, kTransposed };
+
+// out (rows x outputs) = in (rows x depth) times the weights (as outputs x depth) transposed, plus
+// bias: one dense-kernel call in the training precision.
 class Products {
  public:
   Products(bool bf16, int threads) : bf16_(bf16), threads_(threads) {}
 
-  void multiply(std::span<const float> weights, std::span<const float> bias, std::size_t outputs, std::size_t depth,
-                std::span<const float> in, std::size_t rows, std::span<float> out, bool relu) {
+  void multiply(std::span<const float> weights, WeightLayout layout, std::span<const float> bias, std::size_t outputs,
+                std::size_t depth, std::span<const float> in, std::size_t rows, std::span<float> out,
+                bool relu = false) {
+    bool rows_layout = layout == WeightLayout::kRows;
     if (bf16_) {
-      kernels::PackedDenseBf16 packed = kernels::pack_dense_bf16(weights, bias, outputs, depth, relu);
+      kernels::PackedDenseBf16 packed = rows_layout
+                                            ? kernels::pack_dense_bf16(weights, bias, outputs, depth, relu)
+                                            : kernels::pack_dense_bf16_transposed(weights, bias, outputs, depth);
       kernels::round_rows_to_bf16(in.first(rows * depth), rows, depth, rounded_);
       kernels::dense_bf16(packed, rounded_, out.first(rows * outputs), threads_);
     } else {
-      kernels::PackedDenseF32 packed = kernels::pack_dense_f32(weights, bias, outputs, depth, relu);
-      kernels::dense_f32(packed, in.first(rows * depth), rows, out.first(rows * outputs), threads_);
-    }
-  }
-
-  // The same with the weights given transposed (depth x outputs).
-  void multiply_by_transposed(std::span<const float> weights_transposed, std::size_t outputs, std::size_t depth,
-                              std::span<const float> in, std::size_t rows, std::span<float> out) {
-    if (bf16_) {
-      kernels::PackedDenseBf16 packed = kernels::pack_dense_bf16_transposed(weights_transposed, {}, outputs, depth);
-      kernels::round_rows_to_bf16(in.first(rows * depth), rows, depth, rounded_);
-      kernels::dense_bf16(packed, rounded_, out.first(rows * outputs), threads_);
-    } else {
-      kernels::PackedDenseF32 packed = kernels::pack_dense_f32_transposed(weights_transposed, {}, outputs, depth);
+      kernels::PackedDenseF32 packed = rows_layout ? kernels::pack_dense_f32(weights, bias, outputs, depth, relu)
+                                                   : kernels::pack_dense_f32_transposed(weights, bias, outputs, depth);
       kernels::dense_f32(packed, in.first(rows * depth), rows, out.first(rows * outputs), threads_);
     }
   }
@@ -189,18 +191,17 @@ class MlpTrainer {
         // The kernel's stores apply the ReLU; its backward step reads the outputs (positive where
         // the inputs were).
         trace.output.resize(count);
-        products_.multiply(weights, bias, layer.outputs, layer.inputs, in, rows, trace.output, true);
+        products_.multiply(weights, WeightLayout::kRows, bias, layer.outputs, layer.inputs, in, rows, trace.output,
+                           true);
       } else {
         trace.before_activation.resize(count);
-        products_.multiply(weights, bias, layer.outputs, layer.inputs, in, rows, trace.before_activation, false);
+        products_.multiply(weights, WeightLayout::kRows, bias, layer.outputs, layer.inputs, in, rows,
+                           trace.before_activation);
       }
       if (layer.normalized) {
         trace.normalized = trace.before_activation;
         trace.inverse_deviations.resize(rows);
-        ones_.assign(layer.outputs, 1.0f);
-        zeros_.assign(layer.outputs, 0.0f);
-        kernels::layer_norm(trace.normalized, rows, layer.outputs, ones_, zeros_, kLayerNormEpsilon,
-                            trace.inverse_deviations);
+        kernels::layer_norm(trace.normalized, rows, layer.outputs, {}, {}, kLayerNormEpsilon, trace.inverse_deviations);
         const float* scale = parameters_.data() + layer.scale;
         const float* shift = parameters_.data() + layer.shift;
         for (std::size_t row = 0; row < rows; ++row) {
@@ -279,9 +280,9 @@ class MlpTrainer {
       // Weights: gradient^T (outputs x rows) times in (rows x inputs), a dense product over rows
       // whose weight matrix, in^T, is `in` transposed.
       transpose(gradient, rows, layer.outputs, gradient_columns_);
-      products_.multiply_by_transposed(
-          in.first(rows * layer.inputs), layer.inputs, rows, gradient_columns_, layer.outputs,
-          std::span<float>(gradients_.data() + layer.weights, layer.outputs * layer.inputs));
+      products_.multiply(in.first(rows * layer.inputs), WeightLayout::kTransposed, {}, layer.inputs, rows,
+                         gradient_columns_, layer.outputs,
+                         std::span<float>(gradients_.data() + layer.weights, layer.outputs * layer.inputs));
       float* bias = gradients_.data() + layer.bias;
       for (std::size_t row = 0; row < rows; ++row) {
         for (std::size_t unit = 0; unit < layer.outputs; ++unit) bias[unit] += gradient[row * layer.outputs + unit];
@@ -292,9 +293,8 @@ class MlpTrainer {
       const LayerSlots& below = network_.layers[index - 1];
       LayerTrace& trace = traces_[index - 1];
       std::vector<float> next(rows * layer.inputs);
-      products_.multiply_by_transposed(
-          std::span<const float>(parameters_.data() + layer.weights, layer.outputs * layer.inputs), layer.inputs,
-          layer.outputs, gradient, rows, next);
+      products_.multiply(std::span<const float>(parameters_.data() + layer.weights, layer.outputs * layer.inputs),
+                         WeightLayout::kTransposed, {}, layer.inputs, layer.outputs, gradient, rows, next);
       if (!trace.dropout.empty()) {
         for (std::size_t i = 0; i < next.size(); ++i) next[i] *= trace.dropout[i];
       }
@@ -321,8 +321,9 @@ class MlpTrainer {
     float* m = first_moments_.data();
     float* v = second_moments_.data();
     const float* g = gradients_.data();
-    // decayed[i] is 1 for a dense weight, 0 otherwise: 1 - mask * (1 - decay) is decay or 1.
-    const float* mask = network_.decayed.data();
+    // mask[i] is 1 for a dense weight, 0 otherwise: 1 - mask * (1 - decay) is decay or 1.
+    if (decay_mask_.empty()) decay_mask_ = network_.decay_mask();
+    const float* mask = decay_mask_.data();
     const float shrink = 1.0f - decay;
     for (std::size_t i = 0; i < count; ++i) {
       m[i] = beta1 * m[i] + (1.0f - beta1) * g[i];
@@ -391,7 +392,8 @@ class MlpTrainer {
   Products products_;
   std::vector<float> parameters_, gradients_, first_moments_, second_moments_;
   std::vector<LayerTrace> traces_;
-  std::vector<float> gradient_columns_, ones_, zeros_;
+  std::vector<float> gradient_columns_;
+  std::vector<float> decay_mask_;
 };
 
 // The layers of `parameters`, with the target's standardization folded into the last layer
@@ -533,20 +535,12 @@ Result<MlpFit> fit_mlp(const MlpRows& train, std::size_t width, std::size_t outp
   if (width == 0) return invalid_argument("an MLP needs at least one input");
   // Parameters, gradients and AdamW's two moments (and the best epoch's copy) are held at once.
   constexpr std::size_t kMaxParameters = std::size_t{1} << 26;
-  std::size_t parameter_count = 0;
-  for (std::size_t inputs = width, layer = 0; layer <= options.hidden.size(); ++layer) {
-    std::size_t units = layer < options.hidden.size() ? options.hidden[layer] : outputs;
-    parameter_count += inputs * units + 3 * units;
-    inputs = units;
-    if (parameter_count > kMaxParameters) {
-      return invalid_argument("an MLP of " + std::to_string(width) +
-                              " inputs (after one-hot encoding) and these "
-                              "hidden_units has more than " +
-                              std::to_string(kMaxParameters) +
-                              " parameters; use fewer units, or fewer categories (max_categories)");
-    }
-  }
   Network network(width, outputs, options);
+  if (network.parameter_count > kMaxParameters) {
+    return invalid_argument("an MLP of " + std::to_string(width) + " inputs (after one-hot encoding) and these " +
+                            "hidden_units has more than " + std::to_string(kMaxParameters) +
+                            " parameters; use fewer units, or fewer categories (max_categories)");
+  }
 
   // The regression target is learned standardized, and the scale folded into the output layer.
   double weight_total = 0.0, label_mean = 0.0;

@@ -567,10 +567,10 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
   bool converged = true;
   TreeFit trees;
   NetworkFit network;
+  const MlpLoss network_loss = multiclass ? MlpLoss::kSoftmax : classification ? MlpLoss::kLogistic : MlpLoss::kSquared;
   if (mlp) {
-    MlpLoss loss = multiclass ? MlpLoss::kSoftmax : classification ? MlpLoss::kLogistic : MlpLoss::kSquared;
-    SLIPWAY_ASSIGN_OR_RETURN(network, fit_network(rows, matrix, preprocessor, labels, loss, network_parameters, bf16,
-                                                  request, manifest, threads));
+    SLIPWAY_ASSIGN_OR_RETURN(network, fit_network(rows, matrix, preprocessor, labels, network_loss, network_parameters,
+                                                  bf16, request, manifest, threads));
     fitted = network.details.model;
     iterations = network.details.epochs;
   } else if (gbdt) {
@@ -609,9 +609,7 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
     summary.validation_rows = trees.validation_rows;
   } else if (mlp) {
     summary.history = std::move(network.details.history);
-    summary.round_metric = mlp_metric_name(multiclass       ? MlpLoss::kSoftmax
-                                           : classification ? MlpLoss::kLogistic
-                                                            : MlpLoss::kSquared);
+    summary.round_metric = mlp_metric_name(network_loss);
     summary.best_round = network.details.best_epoch;
     summary.stopped_early = network.details.stopped_early;
     // A loss that ended well above where it started is almost always a step size too large for
