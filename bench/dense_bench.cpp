@@ -94,19 +94,33 @@ void BM_MlpBf16(benchmark::State& state) {
            });
 }
 
-// The 256 x 256 layer alone, per variant: what the vector code buys over the reference.
+// The 256 x 256 layer alone, per variant and precision (0 fp32, 1 bf16, 2 int8; rounding and
+// quantizing the rows included): what each instruction set buys over the reference.
 void BM_Dense256Variant(benchmark::State& state) {
-  const auto& variant = slipway::kernels::dense_kernel_variants()[static_cast<std::size_t>(state.range(0))];
+  const auto variants = slipway::kernels::dense_kernel_variants();
+  const auto& variant = variants[static_cast<std::size_t>(state.range(0))];
   std::size_t rows = static_cast<std::size_t>(state.range(1));
+  int precision = static_cast<int>(state.range(2));
   if (!variant.supported()) {
     state.SkipWithError("this CPU lacks the variant");
     return;
   }
-  state.SetLabel(std::string(variant.name));
+  state.SetLabel(std::string(variant.name) + (precision == 0 ? " fp32" : precision == 1 ? " bf16" : " int8"));
   const Mlp& net = mlp();
-  std::vector<float> input(rows * 256, 0.5f), output(rows * 256);
+  std::vector<float> input = rows_of(rows * 256 / 28 + 1), output(rows * 256);
+  input.resize(rows * 256);
+  QuantizedRows quantized;
+  slipway::kernels::Bf16Rows rounded;
   for (auto _ : state) {
-    variant.f32(net.f32[1], input.data(), rows, output.data(), 0, net.f32[1].blocks());
+    if (precision == 0) {
+      variant.f32(net.f32[1], input.data(), rows, output.data(), 0, net.f32[1].blocks());
+    } else if (precision == 1) {
+      slipway::kernels::round_rows_to_bf16(input, rows, 256, rounded);
+      variant.bf16(net.bf16[1], rounded, output.data(), 0, net.bf16[1].blocks());
+    } else {
+      slipway::kernels::quantize_rows(input, rows, 256, quantized);
+      variant.int8(net.int8[1], quantized, output.data(), 0, net.int8[1].blocks());
+    }
     benchmark::DoNotOptimize(output.data());
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * rows));
@@ -117,4 +131,4 @@ void BM_Dense256Variant(benchmark::State& state) {
 BENCHMARK(BM_MlpF32)->ArgsProduct({{1, 256}, {1, 2}})->UseRealTime();
 BENCHMARK(BM_MlpInt8)->ArgsProduct({{1, 256}, {1, 2}})->UseRealTime();
 BENCHMARK(BM_MlpBf16)->ArgsProduct({{1, 256}, {1, 2}})->UseRealTime();
-BENCHMARK(BM_Dense256Variant)->ArgsProduct({{0, 1, 2, 3}, {1, 256}});
+BENCHMARK(BM_Dense256Variant)->ArgsProduct({{0, 1, 2, 3, 4}, {1, 256}, {0, 1, 2}});

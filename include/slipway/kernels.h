@@ -189,7 +189,7 @@ const QuantizedTreeKernelVariant& quantized_tree_kernel();
 // an input row is read once per block of outputs, a block of weights once per few input rows, and
 // one input row (an LLM's decode step) reads every weight once.
 //
-// Every variant gives the reference's floats, bit for bit:
+// Every variant gives the reference's floats, bit for bit, but AMX's bf16 (see below):
 //   - fp32: each output's sum starts from its bias and adds k in order, one fused multiply-add
 //     per k (the reference calls std::fma; a vector lane does the same for its output);
 //   - int8: weights quantized per output (symmetric: weight_scale = max|w| / 127, values in
@@ -197,10 +197,15 @@ const QuantizedTreeKernelVariant& quantized_tree_kernel();
 //     integers, then fma(float(sum), in_scale * weight_scale, bias).
 //   - bf16: per pair of inputs, the odd product then the even one, each a fused multiply-add
 //     whose subnormal result is flushed to a signed zero (DenseBf16Kernel says more).
+//     AMX's tile product (tdpbf16ps) sums each 32 inputs' products its own way, which no fixed
+//     order of float steps reproduces: each output is within (depth + 1) * 2^-23 of the sum of
+//     |bias| and the products' magnitudes of the reference's (DenseKernelVariant::amx).
+//     Its outputs still depend only on their own row, not on the batch or the thread count. A
+//     product beyond float's range is an infinity there (a fused multiply-add may not overflow).
 // The int8 sums are exact only for depth <= kDenseInt8MaxDepth (127 * 127 * depth < 2^31).
 //
 // Preconditions, unchecked: finite weights; `in` holds rows * depth values, and quantized or
-// rounded rows were made for the layer's depth (stride depth4 or depth2); `out` holds rows *
+// rounded rows were made for the layer's depth (by quantize_rows or round_rows_to_bf16); `out` holds rows *
 // outputs. A quantized row holding NaN or an infinity gives NaN outputs.
 // Thread safety: packed layers are read only; any number of threads may run any variants on one.
 
@@ -231,9 +236,17 @@ PackedDenseF32 pack_dense_f32(std::span<const float> weights, std::span<const fl
 PackedDenseF32 pack_dense_f32_transposed(std::span<const float> weights_transposed, std::span<const float> bias,
                                          std::size_t outputs, std::size_t depth);
 
+// AMX multiplies tiles of 64 bytes of inputs: 64 int8 or 32 bf16 values. Packed weights and
+// rounded or quantized rows are padded (with zeros) to whole tiles, so AMX reads them in place;
+// the other variants stop at depth4 or depth2.
+inline constexpr std::size_t kAmxTileBytes = 64;
+inline constexpr std::size_t kInt8PaddedMultiple = kAmxTileBytes;
+inline constexpr std::size_t kBf16PaddedMultiple = kAmxTileBytes / 2;
+
 struct PackedDenseInt8 : PackedDenseShape {
-  std::size_t depth4 = 0;  // depth rounded up to a multiple of 4 (the padding weighs zero)
-  // [blocks][depth4 / 4][kDenseBlock][4]: 16 outputs' weights for inputs k..k+3 in 64 bytes.
+  std::size_t depth4 = 0;        // depth rounded up to a multiple of 4 (the padding weighs zero)
+  std::size_t padded_depth = 0;  // depth rounded up to kInt8PaddedMultiple: one block's inputs
+  // [blocks][padded_depth / 4][kDenseBlock][4]: 16 outputs' weights for inputs k..k+3 in 64 bytes.
   std::vector<std::int8_t> weights;
   std::vector<float> scales;       // per output (blocks * kDenseBlock, zero past `outputs`)
   std::vector<std::int32_t> sums;  // per output, the sum of its quantized weights
@@ -244,8 +257,9 @@ PackedDenseInt8 pack_dense_int8(std::span<const float> weights, std::span<const 
 // bf16 weights: each rounded to bfloat16 (nearest, ties to even), in pairs of inputs, so one
 // AVX-512 BF16 instruction (vdpbf16ps) adds two products for 16 outputs.
 struct PackedDenseBf16 : PackedDenseShape {
-  std::size_t depth2 = 0;  // depth rounded up to even (the padding weighs zero)
-  // [blocks][depth2 / 2][kDenseBlock][2]: 16 outputs' weights for inputs k and k+1.
+  std::size_t depth2 = 0;        // depth rounded up to even (the padding weighs zero)
+  std::size_t padded_depth = 0;  // depth rounded up to kBf16PaddedMultiple: one block's inputs
+  // [blocks][padded_depth / 2][kDenseBlock][2]: 16 outputs' weights for inputs k and k+1.
   std::vector<std::uint16_t> weights;
 };
 PackedDenseBf16 pack_dense_bf16(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
@@ -255,7 +269,8 @@ PackedDenseBf16 pack_dense_bf16_transposed(std::span<const float> weights_transp
                                            std::size_t outputs, std::size_t depth);
 
 // Input rows rounded to bfloat16 for the bf16 kernels (nearest, ties to even; a subnormal input
-// becomes a signed zero, as AVX-512 BF16's conversion makes it), each padded to depth2 with zeros,
+// becomes a signed zero, as AVX-512 BF16's conversion makes it), each padded with zeros to a
+// stride of kBf16PaddedMultiple,
 // with the chosen variant's row converter, whose values are the same in all.
 struct Bf16Rows {
   std::size_t rows = 0, stride = 0;
@@ -265,7 +280,8 @@ void round_rows_to_bf16(std::span<const float> in, std::size_t rows, std::size_t
 
 // Input rows quantized for the int8 kernels: q = round(x * 127 / max|x|) (to nearest, ties to
 // even) in [-127, 127], stored as q + 128 (the unsigned byte AVX-512 VNNI multiplies), rows padded
-// to depth4 with 128 (zero); with the chosen variant's row quantizer, whose bytes are the same in all.
+// with 128 (zero) to a stride of kInt8PaddedMultiple; with the chosen variant's row quantizer, whose bytes are the same
+// in all.
 struct QuantizedRows {
   std::size_t rows = 0, stride = 0;
   std::vector<std::uint8_t> values;
@@ -297,8 +313,14 @@ using DenseBf16Kernel = void (*)(const PackedDenseBf16& layer, const Bf16Rows& i
 using QuantizeRow = void (*)(const float* in, std::size_t depth, std::uint8_t* out, float* scale);
 
 struct DenseKernelVariant {
-  // "scalar", "avx2", "avx512" (AVX-512F, BW, VL and VNNI), "avx512bf16" (that and AVX-512 BF16)
+  // "scalar", "avx2", "avx512" (AVX-512F, BW, VL and VNNI), "avx512bf16" (that and AVX-512 BF16),
+  // "amx" (that and AMX-BF16 and AMX-INT8, which Linux lets this process use)
   std::string_view name;
+  // bf16 on bf16 instructions; the others emulate it in fp32 (the same bits, slower than fp32).
+  bool bf16_native;
+  // bf16 and int8 on AMX tiles, 16 and 8 times the vector kernels' multiply-adds per cycle; bf16
+  // within the bound above rather than the reference's bits.
+  bool amx;
   bool (*supported)();
   DenseF32Kernel f32;
   DenseInt8Kernel int8;

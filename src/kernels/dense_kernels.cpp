@@ -79,7 +79,7 @@ void dense_int8_reference(const PackedDenseInt8& layer, const QuantizedRows& in,
   for (std::size_t row = 0; row < in.rows; ++row) {
     const std::uint8_t* input = in.values.data() + row * in.stride;
     for (std::size_t block = first_block; block < first_block + block_count; ++block) {
-      const std::int8_t* weights = layer.weights.data() + block * layer.depth4 * kDenseBlock;
+      const std::int8_t* weights = layer.weights.data() + block * layer.padded_depth * kDenseBlock;
       for (std::size_t lane = 0; lane < kDenseBlock; ++lane) {
         std::size_t output = block * kDenseBlock + lane;
         if (output >= layer.outputs) break;
@@ -101,7 +101,7 @@ void dense_bf16_reference(const PackedDenseBf16& layer, const Bf16Rows& in, floa
   for (std::size_t row = 0; row < in.rows; ++row) {
     const std::uint16_t* input = in.values.data() + row * in.stride;
     for (std::size_t block = first_block; block < first_block + block_count; ++block) {
-      const std::uint16_t* weights = layer.weights.data() + block * layer.depth2 * kDenseBlock;
+      const std::uint16_t* weights = layer.weights.data() + block * layer.padded_depth * kDenseBlock;
       for (std::size_t lane = 0; lane < kDenseBlock; ++lane) {
         std::size_t output = block * kDenseBlock + lane;
         if (output >= layer.outputs) break;
@@ -141,15 +141,19 @@ bool cpu_has_avx512_bf16() {
   return cpu_has_avx512_vnni() && __builtin_cpu_supports("avx512bf16");
 }
 
+bool cpu_has_amx() { return cpu_has_avx512_bf16() && amx_usable(); }
+
 constexpr DenseKernelVariant kVariants[] = {
-    {"scalar", always_supported, dense_f32_reference, dense_int8_reference, quantize_row_reference,
+    {"scalar", false, false, always_supported, dense_f32_reference, dense_int8_reference, quantize_row_reference,
      dense_bf16_reference, round_row_bf16_reference},
-    {"avx2", cpu_has_avx2_fma, dense_f32_avx2, dense_int8_avx2, quantize_row_avx2, dense_bf16_avx2,
+    {"avx2", false, false, cpu_has_avx2_fma, dense_f32_avx2, dense_int8_avx2, quantize_row_avx2, dense_bf16_avx2,
      round_row_bf16_reference},
-    {"avx512", cpu_has_avx512_vnni, dense_f32_avx512, dense_int8_avx512_vnni, quantize_row_avx512, dense_bf16_avx2,
-     round_row_bf16_reference},
-    {"avx512bf16", cpu_has_avx512_bf16, dense_f32_avx512, dense_int8_avx512_vnni, quantize_row_avx512,
+    {"avx512", false, false, cpu_has_avx512_vnni, dense_f32_avx512, dense_int8_avx512_vnni, quantize_row_avx512,
+     dense_bf16_avx2, round_row_bf16_reference},
+    {"avx512bf16", true, false, cpu_has_avx512_bf16, dense_f32_avx512, dense_int8_avx512_vnni, quantize_row_avx512,
      dense_bf16_avx512, round_row_bf16_avx512},
+    {"amx", true, true, cpu_has_amx, dense_f32_avx512, dense_int8_amx, quantize_row_avx512, dense_bf16_amx,
+     round_row_bf16_avx512},
 };
 
 // Work below this many multiply-adds (tens of microseconds) runs on the calling thread: waking
@@ -171,6 +175,8 @@ void split_blocks(std::size_t blocks, std::size_t work, int threads,
     if (end > first) run(first, end - first);
   });
 }
+
+std::size_t round_up(std::size_t value, std::size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
 // Where weight k of `output` goes in a packed layout: [blocks][padded_depth / group][kDenseBlock]
 // [group], `group` consecutive inputs of one output together (1 for fp32, 2 for bf16, 4 for int8).
@@ -225,8 +231,9 @@ PackedDenseInt8 pack_dense_int8(std::span<const float> weights, std::span<const 
                                 std::size_t depth, bool relu) {
   PackedDenseInt8 layer;
   set_shape(layer, bias, outputs, depth, relu, [](float value) { return value; });
-  layer.depth4 = (depth + 3) / 4 * 4;
-  layer.weights.assign(layer.blocks() * layer.depth4 * kDenseBlock, 0);
+  layer.depth4 = round_up(depth, 4);
+  layer.padded_depth = round_up(depth, kInt8PaddedMultiple);
+  layer.weights.assign(layer.blocks() * layer.padded_depth * kDenseBlock, 0);
   layer.scales.assign(layer.bias.size(), 0.0f);
   layer.sums.assign(layer.bias.size(), 0);
   for (std::size_t output = 0; output < outputs; ++output) {
@@ -235,23 +242,41 @@ PackedDenseInt8 pack_dense_int8(std::span<const float> weights, std::span<const 
     layer.scales[output] = quantization.scale;
     for (std::size_t k = 0; k < depth; ++k) {
       std::int8_t value = std::isfinite(row[k]) ? quantize(row[k], quantization.inverse) : std::int8_t{0};
-      layer.weights[packed_index(output, k, layer.depth4, 4)] = value;
+      layer.weights[packed_index(output, k, layer.padded_depth, 4)] = value;
       layer.sums[output] += value;
     }
   }
   return layer;
 }
 
-PackedDenseBf16 pack_dense_bf16(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
-                                std::size_t depth, bool relu) {
+namespace {
+
+PackedDenseBf16 bf16_shape(std::span<const float> bias, std::size_t outputs, std::size_t depth, bool relu) {
   PackedDenseBf16 layer;
   set_shape(layer, bias, outputs, depth, relu, flush_subnormal);
-  layer.depth2 = (depth + 1) / 2 * 2;
-  layer.weights.assign(layer.blocks() * layer.depth2 * kDenseBlock, 0);
+  layer.depth2 = round_up(depth, 2);
+  layer.padded_depth = round_up(depth, kBf16PaddedMultiple);
+  layer.weights.assign(layer.blocks() * layer.padded_depth * kDenseBlock, 0);
+  return layer;
+}
+
+}  // namespace
+
+// Both packings round a row at a time with the chosen variant's converter (the same values in
+// all), then place whole pairs: the training step packs a layer's weights, and the activations it
+// multiplies by, at every step.
+PackedDenseBf16 pack_dense_bf16(std::span<const float> weights, std::span<const float> bias, std::size_t outputs,
+                                std::size_t depth, bool relu) {
+  PackedDenseBf16 layer = bf16_shape(bias, outputs, depth, relu);
+  RoundRowBf16 round_row = dense_kernel().round_row_bf16;
+  std::vector<std::uint16_t> rounded(layer.depth2, 0);
+  const std::size_t pairs = layer.depth2 / 2;
   for (std::size_t output = 0; output < outputs; ++output) {
-    for (std::size_t k = 0; k < depth; ++k) {
-      layer.weights[packed_index(output, k, layer.depth2, 2)] =
-          QuantizedTreesView::float_to_bf16(flush_subnormal(weights[output * depth + k]));
+    round_row(weights.data() + output * depth, depth, rounded.data());
+    // Output o's pair p goes to [block][p][lane]: 32 bits each, kDenseBlock pairs apart.
+    std::uint16_t* packed = layer.weights.data() + packed_index(output, 0, layer.padded_depth, 2);
+    for (std::size_t pair = 0; pair < pairs; ++pair) {
+      std::memcpy(packed + pair * kDenseBlock * 2, rounded.data() + pair * 2, 2 * sizeof(std::uint16_t));
     }
   }
   return layer;
@@ -259,15 +284,23 @@ PackedDenseBf16 pack_dense_bf16(std::span<const float> weights, std::span<const 
 
 PackedDenseBf16 pack_dense_bf16_transposed(std::span<const float> weights_transposed, std::span<const float> bias,
                                            std::size_t outputs, std::size_t depth) {
-  PackedDenseBf16 layer;
-  set_shape(layer, bias, outputs, depth, false, flush_subnormal);
-  layer.depth2 = (depth + 1) / 2 * 2;
-  layer.weights.assign(layer.blocks() * layer.depth2 * kDenseBlock, 0);
-  for (std::size_t k = 0; k < depth; ++k) {
-    const float* row = weights_transposed.data() + k * outputs;
-    for (std::size_t output = 0; output < outputs; ++output) {
-      layer.weights[packed_index(output, k, layer.depth2, 2)] =
-          QuantizedTreesView::float_to_bf16(flush_subnormal(row[output]));
+  PackedDenseBf16 layer = bf16_shape(bias, outputs, depth, false);
+  RoundRowBf16 round_row = dense_kernel().round_row_bf16;
+  // Rows k and k + 1 of the transpose rounded, each padded to whole blocks (zeros).
+  std::vector<std::uint16_t> even(layer.blocks() * kDenseBlock, 0), odd(even.size(), 0);
+  for (std::size_t k = 0; k < depth; k += 2) {
+    round_row(weights_transposed.data() + k * outputs, outputs, even.data());
+    if (k + 1 < depth) {
+      round_row(weights_transposed.data() + (k + 1) * outputs, outputs, odd.data());
+    } else {
+      std::fill(odd.begin(), odd.end(), std::uint16_t{0});
+    }
+    for (std::size_t block = 0; block < layer.blocks(); ++block) {
+      std::uint16_t* packed = layer.weights.data() + packed_index(block * kDenseBlock, k, layer.padded_depth, 2);
+      for (std::size_t lane = 0; lane < kDenseBlock; ++lane) {
+        packed[lane * 2] = even[block * kDenseBlock + lane];
+        packed[lane * 2 + 1] = odd[block * kDenseBlock + lane];
+      }
     }
   }
   return layer;
@@ -275,7 +308,7 @@ PackedDenseBf16 pack_dense_bf16_transposed(std::span<const float> weights_transp
 
 void round_rows_to_bf16(std::span<const float> in, std::size_t rows, std::size_t depth, Bf16Rows& out) {
   out.rows = rows;
-  out.stride = (depth + 1) / 2 * 2;
+  out.stride = round_up(depth, kBf16PaddedMultiple);
   out.values.assign(rows * out.stride, 0);
   RoundRowBf16 round_row = dense_kernel().round_row_bf16;
   for (std::size_t row = 0; row < rows; ++row)
@@ -285,7 +318,7 @@ void round_rows_to_bf16(std::span<const float> in, std::size_t rows, std::size_t
 void quantize_rows_static_reference(std::span<const float> in, std::size_t rows, std::size_t depth, float scale,
                                     QuantizedRows& out) {
   out.rows = rows;
-  out.stride = (depth + 3) / 4 * 4;
+  out.stride = round_up(depth, kInt8PaddedMultiple);
   out.values.assign(rows * out.stride, 128);
   out.scales.assign(rows, scale);
   float inverse = 1.0f / scale;
@@ -306,7 +339,7 @@ void quantize_rows_static(std::span<const float> in, std::size_t rows, std::size
   // SSE2 is x86-64's baseline: no dispatch. cvtps2dq rounds to nearest even (the default MXCSR),
   // as nearbyint does, so the bytes are the reference's.
   out.rows = rows;
-  out.stride = (depth + 3) / 4 * 4;
+  out.stride = round_up(depth, kInt8PaddedMultiple);
   out.values.assign(rows * out.stride, 128);
   out.scales.assign(rows, scale);
   const __m128 inverse = _mm_set1_ps(1.0f / scale);
@@ -344,7 +377,7 @@ void quantize_rows_static(std::span<const float> in, std::size_t rows, std::size
 
 void quantize_rows(std::span<const float> in, std::size_t rows, std::size_t depth, QuantizedRows& out) {
   out.rows = rows;
-  out.stride = (depth + 3) / 4 * 4;
+  out.stride = round_up(depth, kInt8PaddedMultiple);
   out.values.assign(rows * out.stride, 128);
   out.scales.resize(rows);
   QuantizeRow quantize_row = dense_kernel().quantize_row;
@@ -379,15 +412,18 @@ void dense_f32(const PackedDenseF32& layer, std::span<const float> in, std::size
 
 void dense_bf16(const PackedDenseBf16& layer, const Bf16Rows& in, std::span<float> out, int threads) {
   DenseBf16Kernel kernel = dense_kernel().bf16;
-  // A bf16 pair costs about one fp32 multiply-add.
-  split_blocks(layer.blocks(), in.rows * layer.depth2 * layer.blocks() * kDenseBlock / 2, threads,
+  // A bf16 pair costs about one fp32 multiply-add; on AMX, a sixteenth of that.
+  std::size_t work = in.rows * layer.depth2 * layer.blocks() * kDenseBlock / 2;
+  split_blocks(layer.blocks(), dense_kernel().amx ? work / 16 : work, threads,
                [&](std::size_t first, std::size_t count) { kernel(layer, in, out.data(), first, count); });
 }
 
 void dense_int8(const PackedDenseInt8& layer, const QuantizedRows& in, std::span<float> out, int threads) {
   DenseInt8Kernel kernel = dense_kernel().int8;
-  // An int8 multiply-add costs about a quarter of an fp32 one (four per VNNI lane).
-  split_blocks(layer.blocks(), in.rows * layer.depth4 * layer.blocks() * kDenseBlock / 4, threads,
+  // An int8 multiply-add costs about a quarter of an fp32 one (four per VNNI lane); on AMX, an
+  // eighth of that.
+  std::size_t work = in.rows * layer.depth4 * layer.blocks() * kDenseBlock / 4;
+  split_blocks(layer.blocks(), dense_kernel().amx ? work / 8 : work, threads,
                [&](std::size_t first, std::size_t count) { kernel(layer, in, out.data(), first, count); });
 }
 

@@ -27,6 +27,15 @@ void dense_bf16_avx2(const PackedDenseBf16& layer, const Bf16Rows& in, float* ou
                      std::size_t block_count);
 void dense_bf16_avx512(const PackedDenseBf16& layer, const Bf16Rows& in, float* out, std::size_t first_block,
                        std::size_t block_count);
+// Need AMX-BF16 or AMX-INT8, AMX-TILE and AVX-512F, and amx_usable().
+void dense_bf16_amx(const PackedDenseBf16& layer, const Bf16Rows& in, float* out, std::size_t first_block,
+                    std::size_t block_count);
+void dense_int8_amx(const PackedDenseInt8& layer, const QuantizedRows& in, float* out, std::size_t first_block,
+                    std::size_t block_count);
+// The CPU has AMX-TILE, BF16 and INT8, and the operating system lets this process use it (asked
+// once, on the first call).
+bool amx_usable();
+
 // Needs AVX-512F, BW, VL and BF16.
 void round_row_bf16_avx512(const float* in, std::size_t depth, std::uint16_t* out);
 

@@ -553,8 +553,8 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
   if (request.init_model != nullptr) manifest.params["init_model"] = request.init_model_reference;
   // bf16 products only where the CPU has them (or SLIPWAY_DENSE_KERNEL did not rule them out):
   // emulated they are exact but slower than float32.
-  bool bf16 = mlp && network_parameters.precision == MlpComputePrecision::kBfloat16 &&
-              kernels::dense_kernel().name == "avx512bf16";
+  bool bf16 =
+      mlp && network_parameters.precision == MlpComputePrecision::kBfloat16 && kernels::dense_kernel().bf16_native;
   if (mlp && network_parameters.precision == MlpComputePrecision::kBfloat16 && !bf16) {
     log_warn(std::string("precision=bfloat16 needs AVX-512 BF16, which the dense kernel in use (") +
              std::string(kernels::dense_kernel().name) + ") lacks: training in float32");

@@ -271,7 +271,7 @@ TEST(MlpTrainer, Bfloat16TrainsAsWellOrFallsBackToFloat32) {
   request.params["precision"] = "bfloat16";
   auto bfloat16 = fit(table, request);
   ASSERT_TRUE(float32.ok() && bfloat16.ok());
-  bool native = kernels::dense_kernel().name == "avx512bf16";
+  bool native = kernels::dense_kernel().bf16_native;
   EXPECT_EQ(bfloat16->bundle->manifest().params.at("compute_precision"), native ? "bfloat16" : "float32");
   auto accuracy = [&](const TrainSummary& summary) {
     return eval::evaluate(*summary.bundle, test_rows, "")->overall.get("accuracy");
