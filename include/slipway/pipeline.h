@@ -70,6 +70,8 @@ Result<data::Table> read_table(const std::string& path);
 
 // Called on the training thread; none is required.
 struct TrainCallbacks {
+  // Once the run exists (started, reopened to resume, or recorded from the step cache).
+  std::function<void(const std::string& run_id)> on_run_started;
   // After each boosting round (gbdt) or optimizer iteration; `total` may grow once known.
   std::function<void(const train::RoundMetrics& latest, int total)> on_round;
   // Once fitting ends, before evaluation and storage (successful or not): a progress bar ends here.

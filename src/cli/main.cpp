@@ -783,7 +783,12 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (token_revoke->parsed()) return run_token_revoke(global, token_id);
   if (params_command->parsed()) return run_params(global, markdown);
   if (verify_command->parsed()) return run_verify(global, repair);
-  if (import_command->parsed()) return run_import(global, import_options);
+  if (import_command->parsed()) {
+    if (import_command->get_option("--register")->count() > 0 && import_options.register_as.empty()) {
+      return fail(slipway::invalid_argument("--register needs a model name"));
+    }
+    return run_import(global, import_options);
+  }
   if (export_command->parsed()) return run_export(global, export_options);
   if (explain_command->parsed()) return run_explain(global, reference, data_path, out, importance);
   return 1;

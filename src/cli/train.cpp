@@ -1,7 +1,17 @@
 // slipway train: spec file and flags into a pipeline::TrainSpec, pipeline::run_training, the outcome.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
 #include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <mutex>
 #include <ostream>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -98,6 +108,92 @@ struct TrainResult : CommandResult {
   }
 };
 
+// Ctrl-C (SIGINT) or SIGTERM while training: the run is marked INTERRUPTED, with how to resume
+// it, instead of staying RUNNING until `slipway verify --repair` finds its process gone; then the
+// process exits 128 + the signal. The handler only writes a byte to a pipe; a thread of its own
+// opens the workspace and marks the run.
+class InterruptedRunMarker {
+ public:
+  explicit InterruptedRunMarker(const GlobalOptions& global) : global_(global) {
+    if (::pipe2(pipe_, O_CLOEXEC) != 0) return;  // no marking then; the default handling stays
+    wake_fd_.store(pipe_[1]);
+    struct sigaction action {};
+    action.sa_handler = on_signal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &previous_interrupt_);
+    sigaction(SIGTERM, &action, &previous_terminate_);
+    watcher_ = std::thread([this] { watch(); });
+  }
+  InterruptedRunMarker(const InterruptedRunMarker&) = delete;
+  InterruptedRunMarker& operator=(const InterruptedRunMarker&) = delete;
+  ~InterruptedRunMarker() {
+    if (!watcher_.joinable()) return;
+    sigaction(SIGINT, &previous_interrupt_, nullptr);
+    sigaction(SIGTERM, &previous_terminate_, nullptr);
+    char stop = kStop;
+    (void)!::write(pipe_[1], &stop, 1);
+    watcher_.join();
+    wake_fd_.store(-1);
+    ::close(pipe_[0]);
+    ::close(pipe_[1]);
+  }
+
+  void set_run(const std::string& run_id) {
+    std::lock_guard lock(mutex_);
+    run_id_ = run_id;
+  }
+
+ private:
+  static constexpr char kStop = 'q';  // not a signal's number
+  static inline std::atomic<int> wake_fd_{-1};
+
+  static void on_signal(int signal) {
+    char byte = static_cast<char>(signal);
+    (void)!::write(wake_fd_.load(), &byte, 1);
+  }
+
+  void watch() {
+    char byte = kStop;
+    while (::read(pipe_[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    if (byte == kStop) return;
+    int signal = byte;
+    std::string run_id;
+    {
+      std::lock_guard lock(mutex_);
+      run_id = run_id_;
+    }
+    std::string message = fmt::format("interrupted ({})", signal == SIGINT ? "SIGINT" : "SIGTERM");
+    if (!run_id.empty()) message += "; " + mark(run_id, signal == SIGINT ? "SIGINT" : "SIGTERM");
+    std::cerr << "\n" << message << "\n" << std::flush;
+    std::_Exit(128 + signal);
+  }
+
+  // Marks the run and says what became of it.
+  std::string mark(const std::string& run_id, const std::string& signal_name) {
+    auto store = open_workspace(global_, WorkspaceAccess::kWrite);
+    if (!store.ok()) return "run " + run_id + " left RUNNING: " + store.status().message();
+    auto run = (*store)->runs().get(run_id);
+    if (!run.ok()) return "run " + run_id + " left RUNNING: " + run.status().message();
+    if (run->status != "RUNNING") return "run " + run_id + " already ended";
+    Status marked = (*store)->runs().mark_interrupted(run_id, run->owner, "interrupted by " + signal_name);
+    if (!marked.ok()) return "run " + run_id + " left RUNNING: " + marked.message();
+    auto checkpoint = (*store)->runs().latest_checkpoint(run_id);
+    bool resumable = checkpoint.ok() && checkpoint->has_value();
+    return "run " + run_id + " marked INTERRUPTED; " +
+           (resumable ? "'slipway train --resume " + run_id + "' continues from its last checkpoint"
+                      : std::string("it had no checkpoint yet (--checkpoint-every N keeps one)"));
+  }
+
+  const GlobalOptions& global_;
+  int pipe_[2] = {-1, -1};
+  struct sigaction previous_interrupt_ {};
+  struct sigaction previous_terminate_ {};
+  std::mutex mutex_;
+  std::string run_id_;
+  std::thread watcher_;
+};
+
 Result<TrainResult> train(const GlobalOptions& global, const TrainOptions& flags,
                           const std::vector<std::string>& flags_given) {
   auto given = [&](const char* name) {
@@ -123,6 +219,8 @@ Result<TrainResult> train(const GlobalOptions& global, const TrainOptions& flags
     progress.update(latest.round + 1, detail);
   };
   callbacks.on_fit_done = [&] { progress.finish(); };
+  InterruptedRunMarker interrupted(global);
+  callbacks.on_run_started = [&](const std::string& run_id) { interrupted.set_run(run_id); };
   SLIPWAY_ASSIGN_OR_RETURN(auto outcome, pipeline::run_training(*store, std::move(spec), callbacks));
   TrainResult result;
   result.outcome = std::move(outcome);

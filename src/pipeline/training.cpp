@@ -331,6 +331,7 @@ Result<TrainOutcome> run_training(registry::Registry& registry, TrainSpec spec, 
       log_info("run " + outcome.run_id + " started");
     }
   }
+  if (callbacks.on_run_started) callbacks.on_run_started(outcome.run_id);
   if (outcome.cached_from.empty()) {
     if (auto status = fit_and_store(registry, spec, params, prepared, init_model,
                                     resumed ? resumed->checkpoint : nullptr, callbacks, outcome);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -1046,9 +1047,34 @@ TEST_F(CliTest, UsageConventions) {
   auto empty_register = train_lending({"--register", ""});
   EXPECT_EQ(empty_register.exit_code, 1);
   EXPECT_NE(empty_register.err.find("--register needs a model name"), std::string::npos);
+  auto empty_import = slipway({"import", "xgboost", "model.json", "--register", ""});
+  EXPECT_EQ(empty_import.exit_code, 1);
+  EXPECT_NE(empty_import.err.find("--register needs a model name"), std::string::npos);
   EXPECT_NE(train_lending({"--experiment", "two\nlines"}).err.find("control characters"), std::string::npos);
   EXPECT_NE(train_lending({"--experiment", std::string(10'000, 'x')}).err.find("1 to 128"), std::string::npos);
   EXPECT_EQ(slipway({"runs"}).out.find("two"), std::string::npos);  // nothing was started
+}
+
+// Ctrl-C while training marks the run INTERRUPTED and says how to resume it, rather than
+// leaving it RUNNING until `verify --repair`; the process exits 128 + SIGINT.
+TEST_F(CliTest, InterruptedTrainingMarksItsRun) {
+  ASSERT_EQ(slipway({"init"}).exit_code, 0);
+  ChildProcess training({slipway_binary(), "--home", home_.path(), "train", "--data", data_path("lending_club.csv"),
+                         "--target", "Class", "--model", "gbdt", "--param", "rounds=100000", "--param",
+                         "learning_rate=0.001", "--checkpoint-every", "10", "--no-progress"});
+  bool running = false;
+  for (int attempt = 0; attempt < 300 && !running; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    running = slipway({"runs"}).out.find("RUNNING") != std::string::npos;
+  }
+  ASSERT_TRUE(running) << "the run never started";
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  training.signal(SIGINT);
+  EXPECT_EQ(training.wait(), 128 + SIGINT);
+  auto runs = slipway({"runs"});
+  EXPECT_NE(runs.out.find("INTERRUPTED"), std::string::npos) << runs.out;
+  EXPECT_EQ(runs.out.find("RUNNING"), std::string::npos) << runs.out;
+  EXPECT_EQ(slipway({"verify"}).exit_code, 0);  // nothing left for --repair
 }
 
 }  // namespace
