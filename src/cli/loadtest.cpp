@@ -11,6 +11,61 @@
 
 namespace slipway::cli {
 
+namespace {
+
+// What one load test measured, and each --slo against it.
+struct LoadTestResult : CommandResult {
+  std::string url;
+  double rate = 0;  // the open loop's target; 0 for a closed loop
+  optimize::LoadTestReport report;
+  std::vector<std::pair<const optimize::LatencySlo*, double>> checked;
+  bool slos_met = true;
+
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("url").value(url);
+    json.key("mode").value(rate > 0 ? "open" : "closed");
+    json.key("target_rate").value(report.target_rate).key("achieved_rate").value(report.achieved_rate);
+    json.key("measured_seconds").value(report.measured_seconds);
+    json.key("requests").value(report.sent).key("succeeded").value(report.succeeded);
+    json.key("late_sends").value(report.late_sends).key("connections").value(report.connections_used);
+    json.key("status").begin_object();
+    for (const auto& [status, count] : report.status_counts) {
+      json.key(status == 0 ? "no_response" : std::to_string(status)).value(count);
+    }
+    json.end_object().key("latency_ms").begin_object();
+    json.key("mean").value(report.mean_ms).key("p50").value(report.p50_ms).key("p90").value(report.p90_ms);
+    json.key("p95").value(report.p95_ms).key("p99").value(report.p99_ms).key("p99.9").value(report.p999_ms);
+    json.key("max").value(report.max_ms).end_object();
+    json.key("slos").begin_array();
+    for (const auto& [slo, value] : checked) {
+      json.begin_object().key("slo").value(slo->text).key("value_ms").value(value);
+      json.key("met").value(value <= slo->limit_ms).end_object();
+    }
+    json.end_array().key("slos_met").value(slos_met).end_object();
+  }
+
+  void write_text(std::ostream& out) const override {
+    out << fmt::format("requests   {} in {:.2f} s: {:.1f} req/s", report.sent, report.measured_seconds,
+                       report.achieved_rate);
+    if (rate > 0) {
+      out << fmt::format(" (target {:.1f}; {} sent more than 1 ms late)", rate, report.late_sends);
+    }
+    out << "\nstatus    ";
+    for (const auto& [status, count] : report.status_counts) {
+      out << " " << (status == 0 ? std::string("no-response") : std::to_string(status)) << "=" << count;
+    }
+    out << fmt::format(
+        "\nlatency    mean {:.3f}  p50 {:.3f}  p90 {:.3f}  p95 {:.3f}  p99 {:.3f}  p99.9 {:.3f}  max {:.3f} ms\n",
+        report.mean_ms, report.p50_ms, report.p90_ms, report.p95_ms, report.p99_ms, report.p999_ms, report.max_ms);
+    for (const auto& [slo, value] : checked) {
+      out << fmt::format("slo        {}: {} ({} = {:.3f} ms)\n", slo->text, value <= slo->limit_ms ? "met" : "MISSED",
+                         slo->statistic, value);
+    }
+  }
+};
+
+}  // namespace
+
 int run_loadtest(const GlobalOptions& global, const LoadTestFlags& flags) {
   optimize::LoadTestOptions options;
   options.url = flags.url;
@@ -100,47 +155,13 @@ int run_loadtest(const GlobalOptions& global, const LoadTestFlags& flags) {
     checked.emplace_back(&slo, value);
     all_met = all_met && value <= slo.limit_ms;
   }
-  if (global.json) {
-    JsonWriter json;
-    json.begin_object().key("url").value(flags.url);
-    json.key("mode").value(options.rate > 0 ? "open" : "closed");
-    json.key("target_rate").value(report->target_rate).key("achieved_rate").value(report->achieved_rate);
-    json.key("measured_seconds").value(report->measured_seconds);
-    json.key("requests").value(report->sent).key("succeeded").value(report->succeeded);
-    json.key("late_sends").value(report->late_sends).key("connections").value(report->connections_used);
-    json.key("status").begin_object();
-    for (const auto& [status, count] : report->status_counts) {
-      json.key(status == 0 ? "no_response" : std::to_string(status)).value(count);
-    }
-    json.end_object().key("latency_ms").begin_object();
-    json.key("mean").value(report->mean_ms).key("p50").value(report->p50_ms).key("p90").value(report->p90_ms);
-    json.key("p95").value(report->p95_ms).key("p99").value(report->p99_ms).key("p99.9").value(report->p999_ms);
-    json.key("max").value(report->max_ms).end_object();
-    json.key("slos").begin_array();
-    for (const auto& [slo, value] : checked) {
-      json.begin_object().key("slo").value(slo->text).key("value_ms").value(value);
-      json.key("met").value(value <= slo->limit_ms).end_object();
-    }
-    json.end_array().key("slos_met").value(all_met).end_object();
-    print_json(json);
-    return all_met ? 0 : 1;
-  }
-  std::cout << fmt::format("requests   {} in {:.2f} s: {:.1f} req/s", report->sent, report->measured_seconds,
-                           report->achieved_rate);
-  if (options.rate > 0) {
-    std::cout << fmt::format(" (target {:.1f}; {} sent more than 1 ms late)", options.rate, report->late_sends);
-  }
-  std::cout << "\nstatus    ";
-  for (const auto& [status, count] : report->status_counts) {
-    std::cout << " " << (status == 0 ? std::string("no-response") : std::to_string(status)) << "=" << count;
-  }
-  std::cout << fmt::format(
-      "\nlatency    mean {:.3f}  p50 {:.3f}  p90 {:.3f}  p95 {:.3f}  p99 {:.3f}  p99.9 {:.3f}  max {:.3f} ms\n",
-      report->mean_ms, report->p50_ms, report->p90_ms, report->p95_ms, report->p99_ms, report->p999_ms, report->max_ms);
-  for (const auto& [slo, value] : checked) {
-    std::cout << fmt::format("slo        {}: {} ({} = {:.3f} ms)\n", slo->text,
-                             value <= slo->limit_ms ? "met" : "MISSED", slo->statistic, value);
-  }
+  LoadTestResult result;
+  result.url = flags.url;
+  result.rate = options.rate;
+  result.report = std::move(*report);
+  result.checked = std::move(checked);
+  result.slos_met = all_met;
+  render(global, result);
   return all_met ? 0 : 1;
 }
 

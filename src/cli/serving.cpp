@@ -19,6 +19,110 @@ std::string describe(const std::map<std::string, std::string>& values) {
   return text;
 }
 
+// The address a server listens on.
+struct ServingAddress : CommandResult {
+  ServingAddress(std::string host, int port) : host(std::move(host)), port(port) {}
+  std::string host;
+  int port = 0;
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("host").value(host).key("port").value(static_cast<std::int64_t>(port)).end_object();
+  }
+  void write_text(std::ostream& out) const override {
+    out << "serving on http://" << host << ":" << port << " (KServe v2 under /v2, metrics at /metrics)\n";
+  }
+};
+
+// A model's stored serving config and the config it takes effect as.
+struct ServingConfigResult : CommandResult {
+  std::string model;
+  std::map<std::string, std::string> stored, effective;
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("model").value(model);
+    json.key("stored").begin_object();
+    for (const auto& [key, value] : stored) json.key(key).value(value);
+    json.end_object();
+    json.key("effective").begin_object();
+    for (const auto& [key, value] : effective) json.key(key).value(value);
+    json.end_object().end_object();
+  }
+  void write_text(std::ostream& out) const override {
+    out << "serving config of " << model
+        << " (servers pick it up within a second; keys not stored take the server's defaults):\n";
+    for (const auto& key : serve::serving_config_keys()) {
+      bool is_stored = stored.count(key) > 0;
+      out << fmt::format("  {:<22} {:<12} {}\n", key, is_stored ? stored.at(key) : effective.at(key),
+                         is_stored ? "" : "(default)");
+    }
+  }
+};
+
+struct TokenCreated : CommandResult {
+  TokenCreated(registry::NewToken token, std::string name, std::string role)
+      : token(std::move(token)), name(std::move(name)), role(std::move(role)) {}
+  registry::NewToken token;
+  std::string name, role;
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("id").value(token.id).key("name").value(name).key("role").value(role);
+    json.key("token").value(token.secret).end_object();
+  }
+  // The secret alone on stdout, so that scripts can capture it; the note beside it on stderr.
+  void write_text(std::ostream& out) const override {
+    out << token.secret << "\n";
+    std::cerr << "token " << token.id << " (" << role << ") created; it is shown only now, the workspace keeps "
+              << "its hash. Send it as 'Authorization: Bearer TOKEN'.\n";
+  }
+};
+
+struct TokenList : CommandResult {
+  std::vector<registry::TokenRecord> tokens;
+  void write_json(JsonWriter& json) const override {
+    json.begin_array();
+    for (const auto& token : tokens) {
+      json.begin_object().key("id").value(token.id).key("name").value(token.name).key("role").value(token.role);
+      json.key("created_ms").value(token.created_ms).key("revoked_ms").value(token.revoked_ms).end_object();
+    }
+    json.end_array();
+  }
+  void write_text(std::ostream& out) const override {
+    out << fmt::format("{:<14} {:<24} {:<8} {}\n", "ID", "NAME", "ROLE", "STATE");
+    for (const auto& token : tokens) {
+      out << fmt::format("{:<14} {:<24} {:<8} {}\n", token.id, token.name, token.role,
+                         token.revoked_ms == 0 ? "active" : "revoked");
+    }
+  }
+};
+
+struct TokenRevoked : CommandResult {
+  explicit TokenRevoked(std::string id) : id(std::move(id)) {}
+  std::string id;
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("id").value(id).key("revoked").value(true).end_object();
+  }
+  void write_text(std::ostream& out) const override {
+    out << "token " << id << " revoked (servers refuse it within a second)\n";
+  }
+};
+
+// The serving config keys, as declared.
+struct ServingConfigKeys : CommandResult {
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("keys").begin_array();
+    for (const auto& key : serve::serving_config_declarations()) {
+      json.begin_object().key("name").value(key.name).key("type").value(std::string(config_type_name(key.type)));
+      json.key("default").value(key.default_value).key("allowed").value(config_allowed_text(key));
+      json.key("description").value(key.help).end_object();
+    }
+    json.end_array().end_object();
+  }
+  void write_text(std::ostream& out) const override {
+    const auto& keys = serve::serving_config_declarations();
+    std::vector<std::vector<std::string>> rows;
+    rows.reserve(keys.size());
+    for (const auto& key : keys) rows.push_back({key.name, key.default_value, config_allowed_text(key), key.help});
+    print_table(out, {"key", "default", "allowed", "description"}, rows);
+  }
+};
+
 }  // namespace
 
 std::map<std::string, std::string> ServingConfigFlags::given() const {
@@ -141,15 +245,7 @@ int run_serve(const GlobalOptions& global, const ServeOptions& flags, const Serv
              (loaded.empty() ? std::string("none yet (models registered later are served too)") : loaded));
   }
   // The first stdout line names the address, so scripts starting `serve --port 0` can find it.
-  if (global.json) {
-    JsonWriter json;
-    json.begin_object().key("host").value(flags.host).key("port").value(static_cast<std::int64_t>((*server)->port()));
-    json.end_object();
-    print_json(json);
-  } else {
-    std::cout << "serving on http://" << flags.host << ":" << (*server)->port()
-              << " (KServe v2 under /v2, metrics at /metrics)\n";
-  }
+  render(global, ServingAddress{flags.host, (*server)->port()});
   std::cout.flush();
   (*server)->run();
   log_info("server stopped");
@@ -177,27 +273,11 @@ int run_serving_config(const GlobalOptions& global, const std::string& model, co
   if (!stored.ok()) return fail(stored.status());
   auto effective = serve::apply_serving_config({}, *stored);
   if (!effective.ok()) return fail(effective.status());
-  auto values = serve::serving_config_values(*effective);
-  if (global.json) {
-    JsonWriter json;
-    json.begin_object().key("model").value(model);
-    json.key("stored").begin_object();
-    for (const auto& [key, value] : *stored) json.key(key).value(value);
-    json.end_object();
-    json.key("effective").begin_object();
-    for (const auto& [key, value] : values) json.key(key).value(value);
-    json.end_object().end_object();
-    print_json(json);
-    return 0;
-  }
-  std::cout << "serving config of " << model
-            << " (servers pick it up within a second; keys not stored take the server's defaults):\n";
-  for (const auto& key : serve::serving_config_keys()) {
-    bool is_stored = stored->count(key) > 0;
-    std::cout << fmt::format("  {:<22} {:<12} {}\n", key, is_stored ? stored->at(key) : values.at(key),
-                             is_stored ? "" : "(default)");
-  }
-  return 0;
+  ServingConfigResult result;
+  result.model = model;
+  result.stored = std::move(*stored);
+  result.effective = serve::serving_config_values(*effective);
+  return render(global, result);
 }
 
 int run_token_create(const GlobalOptions& global, const std::string& name, const std::string& role) {
@@ -205,17 +285,7 @@ int run_token_create(const GlobalOptions& global, const std::string& name, const
   if (!store.ok()) return fail(store.status());
   auto token = (*store)->tokens().create(name, role);
   if (!token.ok()) return fail(token.status());
-  if (global.json) {
-    JsonWriter json;
-    json.begin_object().key("id").value(token->id).key("name").value(name).key("role").value(role);
-    json.key("token").value(token->secret).end_object();
-    print_json(json);
-  } else {
-    std::cout << token->secret << "\n";
-    std::cerr << "token " << token->id << " (" << role << ") created; it is shown only now, the workspace keeps "
-              << "its hash. Send it as 'Authorization: Bearer TOKEN'.\n";
-  }
-  return 0;
+  return render(global, TokenCreated{*token, name, role});
 }
 
 int run_token_list(const GlobalOptions& global) {
@@ -223,31 +293,16 @@ int run_token_list(const GlobalOptions& global) {
   if (!store.ok()) return fail(store.status());
   auto tokens = (*store)->tokens().list();
   if (!tokens.ok()) return fail(tokens.status());
-  if (global.json) {
-    JsonWriter json;
-    json.begin_array();
-    for (const auto& token : *tokens) {
-      json.begin_object().key("id").value(token.id).key("name").value(token.name).key("role").value(token.role);
-      json.key("created_ms").value(token.created_ms).key("revoked_ms").value(token.revoked_ms).end_object();
-    }
-    json.end_array();
-    print_json(json);
-    return 0;
-  }
-  std::cout << fmt::format("{:<14} {:<24} {:<8} {}\n", "ID", "NAME", "ROLE", "STATE");
-  for (const auto& token : *tokens) {
-    std::cout << fmt::format("{:<14} {:<24} {:<8} {}\n", token.id, token.name, token.role,
-                             token.revoked_ms == 0 ? "active" : "revoked");
-  }
-  return 0;
+  TokenList result;
+  result.tokens = std::move(*tokens);
+  return render(global, result);
 }
 
 int run_token_revoke(const GlobalOptions& global, const std::string& id) {
   auto store = open_workspace(global, WorkspaceAccess::kWrite);
   if (!store.ok()) return fail(store.status());
   if (auto status = (*store)->tokens().revoke(id); !status.ok()) return fail(status);
-  if (!global.json) std::cout << "token " << id << " revoked (servers refuse it within a second)\n";
-  return 0;
+  return render(global, TokenRevoked{id});
 }
 
 }  // namespace slipway::cli
@@ -259,24 +314,7 @@ int run_serving_config_keys(const GlobalOptions& global, bool markdown) {
     std::cout << serve::serving_config_markdown();
     return 0;
   }
-  const auto& keys = serve::serving_config_declarations();
-  if (global.json) {
-    JsonWriter json;
-    json.begin_object().key("keys").begin_array();
-    for (const auto& key : keys) {
-      json.begin_object().key("name").value(key.name).key("type").value(std::string(config_type_name(key.type)));
-      json.key("default").value(key.default_value).key("allowed").value(config_allowed_text(key));
-      json.key("description").value(key.help).end_object();
-    }
-    json.end_array().end_object();
-    print_json(json);
-    return 0;
-  }
-  std::vector<std::vector<std::string>> rows;
-  rows.reserve(keys.size());
-  for (const auto& key : keys) rows.push_back({key.name, key.default_value, config_allowed_text(key), key.help});
-  print_table({"key", "default", "allowed", "description"}, rows);
-  return 0;
+  return render(global, ServingConfigKeys{});
 }
 
 }  // namespace slipway::cli

@@ -1,6 +1,6 @@
 // slipway verify [--repair]: renders registry::verify_workspace's report.
 #include <filesystem>
-#include <iostream>
+#include <ostream>
 
 #include "cli/cli.h"
 #include "slipway/registry.h"
@@ -42,38 +42,45 @@ void write_report_json(JsonWriter& json, const std::string& home, const registry
   json.key("problems").value(static_cast<std::uint64_t>(report.problem_count())).end_object();
 }
 
-void print_report(const std::string& home, const registry::VerifyReport& report) {
-  std::cout << "workspace  " << std::filesystem::absolute(home).string() << " (schema version " << report.schema_version
-            << ")\n";
-  std::cout << "checked    " << report.artifacts_checked << " artifacts, " << report.references_checked
-            << " rows naming an artifact\n";
-  for (const auto& problem : report.metadata_problems) std::cout << "problem    metadata store: " << problem << "\n";
+void print_report(std::ostream& out, const std::string& home, const registry::VerifyReport& report) {
+  out << "workspace  " << std::filesystem::absolute(home).string() << " (schema version " << report.schema_version
+      << ")\n";
+  out << "checked    " << report.artifacts_checked << " artifacts, " << report.references_checked
+      << " rows naming an artifact\n";
+  for (const auto& problem : report.metadata_problems) out << "problem    metadata store: " << problem << "\n";
   for (const auto& corrupt : report.corrupt_artifacts) {
-    std::cout << "problem    artifact " << corrupt.sha256 << " is corrupt: "
-              << (corrupt.error.empty() ? "its bytes hash to " + corrupt.actual_sha256 : corrupt.error);
-    for (const auto& referrer : corrupt.referrers) std::cout << "; named by " << referrer;
-    if (!corrupt.quarantined_to.empty()) std::cout << " [moved to " << corrupt.quarantined_to << "]";
-    std::cout << "\n";
+    out << "problem    artifact " << corrupt.sha256
+        << " is corrupt: " << (corrupt.error.empty() ? "its bytes hash to " + corrupt.actual_sha256 : corrupt.error);
+    for (const auto& referrer : corrupt.referrers) out << "; named by " << referrer;
+    if (!corrupt.quarantined_to.empty()) out << " [moved to " << corrupt.quarantined_to << "]";
+    out << "\n";
   }
   for (const auto& missing : report.missing_artifacts) {
-    std::cout << "problem    artifact " << missing.sha256 << " is missing; named by " << missing.referrer << "\n";
+    out << "problem    artifact " << missing.sha256 << " is missing; named by " << missing.referrer << "\n";
   }
   for (const auto& run : report.interrupted_runs) {
-    std::cout << (run.marked ? "repaired   run " : "problem    run ") << run.run_id
-              << " was left RUNNING: " << run.reason
-              << (run.marked ? " [marked INTERRUPTED; `slipway train --resume` continues it]"
-                             : " (`slipway verify --repair` marks it INTERRUPTED)")
-              << "\n";
+    out << (run.marked ? "repaired   run " : "problem    run ") << run.run_id << " was left RUNNING: " << run.reason
+        << (run.marked ? " [marked INTERRUPTED; `slipway train --resume` continues it]"
+                       : " (`slipway verify --repair` marks it INTERRUPTED)")
+        << "\n";
   }
   for (const auto& run : report.unchecked_runs) {
-    std::cout << "note       run " << run.run_id << " is RUNNING; " << run.reason << "\n";
+    out << "note       run " << run.run_id << " is RUNNING; " << run.reason << "\n";
   }
   for (const auto& orphan : report.orphan_artifacts) {
-    std::cout << "note       artifact " << orphan << " is named by no row (left by an interrupted write)\n";
+    out << "note       artifact " << orphan << " is named by no row (left by an interrupted write)\n";
   }
   std::size_t problems = report.problem_count();
-  std::cout << (problems == 0 ? "ok: no problems found" : std::to_string(problems) + " problem(s) found") << "\n";
+  out << (problems == 0 ? "ok: no problems found" : std::to_string(problems) + " problem(s) found") << "\n";
 }
+
+struct VerifyResult : CommandResult {
+  std::string home;
+  registry::VerifyReport report;
+  bool repair = false;
+  void write_json(JsonWriter& json) const override { write_report_json(json, home, report, repair); }
+  void write_text(std::ostream& out) const override { print_report(out, home, report); }
+};
 
 }  // namespace
 
@@ -83,14 +90,13 @@ int run_verify(const GlobalOptions& global, bool repair) {
   if (!store.ok()) return fail(store.status());
   auto report = registry::verify_workspace(**store, {.repair = repair});
   if (!report.ok()) return fail(report.status());
-  if (global.json) {
-    JsonWriter json;
-    write_report_json(json, global.home, *report, repair);
-    print_json(json);
-  } else {
-    print_report(global.home, *report);
-  }
-  return report->problem_count() == 0 ? 0 : 1;
+  bool clean = report->problem_count() == 0;
+  VerifyResult result;
+  result.home = global.home;
+  result.report = std::move(*report);
+  result.repair = repair;
+  render(global, result);
+  return clean ? 0 : 1;
 }
 
 }  // namespace slipway::cli
