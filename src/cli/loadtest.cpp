@@ -76,8 +76,6 @@ int run_loadtest(const GlobalOptions& global, const LoadTestFlags& flags) {
   options.threads = flags.threads;
   options.seed = flags.seed;
   options.repeat_rate = flags.repeat_rate;
-  if (options.rate < 0 || options.concurrency < 0)
-    return fail(invalid_argument("--rate and --concurrency must be positive"));
   if (options.rate == 0 && options.concurrency == 0) {
     return fail(invalid_argument("give --rate R (open loop) or --concurrency C (closed loop)"));
   }

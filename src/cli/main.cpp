@@ -230,7 +230,9 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   std::int64_t history_limit = 20;
   auto* history_command = retrain_command->add_subcommand("history", "Retrainings, newest first");
   history_command->add_option("NAME", history_model, "Only this model's");
-  history_command->add_option("--limit", history_limit, "At most this many")->capture_default_str();
+  history_command->add_option("--limit", history_limit, "At most this many")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   LabelFlags label_flags;
   auto* labels_command = app.add_subcommand("labels", "Ground truth that arrives after the predictions");
   auto* labels_ingest = labels_command->add_subcommand("ingest", "Store labels for a model's predictions, by id");
@@ -439,7 +441,9 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   ServeOptions serve_options;
   auto* serve_command = app.add_subcommand("serve", "Serve every registered model over KServe v2 HTTP");
   serve_command->add_option("--host", serve_options.host, "Address to listen on")->capture_default_str();
-  serve_command->add_option("--port", serve_options.port, "Port (0 picks a free one)")->capture_default_str();
+  serve_command->add_option("--port", serve_options.port, "Port (0 picks a free one)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
   serve_command->add_option("--threads", serve_options.threads, "Inference worker threads (default: all cores)");
   serve_command->add_option("--io-threads", serve_options.io_threads, "Threads running the HTTP event loop")
       ->check(CLI::Range(1, 64))
@@ -636,8 +640,10 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       "Send HTTP load to a URL at a fixed rate (open loop) or concurrency (closed loop) and report latency");
   loadtest_command->add_option("URL", load.url, "e.g. http://127.0.0.1:8080/v2/models/NAME/infer")->required();
   loadtest_command->add_option(
-      "--rate", load.rate, "Open loop: requests per second (latency counts from each request's intended send time)");
-  loadtest_command->add_option("--concurrency", load.concurrency, "Closed loop: requests kept outstanding");
+      "--rate", load.rate, "Open loop: requests per second (latency counts from each request's intended send time)")
+      ->check(CLI::NonNegativeNumber);
+  loadtest_command->add_option("--concurrency", load.concurrency, "Closed loop: requests kept outstanding")
+      ->check(CLI::NonNegativeNumber);
   loadtest_command->add_option("--arrival", load.arrival, "Open-loop arrivals: constant or poisson")
       ->check(CLI::IsMember({"constant", "poisson"}))
       ->capture_default_str();
@@ -681,19 +687,21 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
     // --help and --version exit 0; every usage error exits 2, as docs/cli.md promises.
-    int code = app.exit(error);
-    if (code == 0) return 0;
-    // The first word CLI11 could not place is the would-be subcommand.
+    // Without a command, the first word CLI11 could not place is a mistyped one: named with a
+    // suggestion instead of CLI11's "A subcommand is required".
+    bool no_command = app.get_subcommands().empty();
     for (const auto& word : app.remaining()) {
-      if (word.empty() || word[0] == '-') continue;
+      if (!no_command || word.empty() || word[0] == '-') continue;
       std::vector<std::string> commands;
       for (const auto* command : app.get_subcommands({})) commands.push_back(command->get_name());
+      std::cerr << "unknown command '" << word << "'";
       if (auto suggestion = slipway::closest_name(word, commands); suggestion && *suggestion != word) {
-        std::cerr << "unknown command '" << word << "'; did you mean '" << *suggestion << "'?\n";
+        std::cerr << "; did you mean '" << *suggestion << "'?";
       }
-      break;
+      std::cerr << "\nRun with --help for the commands.\n";
+      return 2;
     }
-    return 2;
+    return app.exit(error) == 0 ? 0 : 2;
   }
   if (quiet) slipway::set_log_level(slipway::LogLevel::kWarn);
   if (loadtest_command->parsed()) {

@@ -181,7 +181,6 @@ void return_large_buffers_to_the_system() { mallopt(M_MMAP_THRESHOLD, 1 << 20); 
 }  // namespace
 
 int run_serve(const GlobalOptions& global, const ServeOptions& flags, const ServingConfigFlags& defaults) {
-  if (flags.port < 0 || flags.port > 65535) return fail(invalid_argument("--port must be between 0 and 65535"));
   serve::ServerOptions options;
   options.http.host = flags.host;
   options.http.port = static_cast<std::uint16_t>(flags.port);

@@ -938,6 +938,21 @@ TEST_F(CliTest, GbdtCheckpointResumeHistoryAndWarmStart) {
   EXPECT_NE(warm_run.out.find("init_model = trees@1 sha256:"), std::string::npos) << warm_run.out;
   auto importance = slipway({"--json", "explain", home_.file("warm.bundle"), "--importance"});
   EXPECT_EQ(importance.exit_code, 0) << importance.err;
+  // Contributions to a file: --json still prints what was written, as JSON.
+  auto contributions = slipway({"explain", home_.file("warm.bundle"), "--data", data_path("lending_club.csv"), "--out",
+                                home_.file("contributions.csv"), "--json"});
+  EXPECT_EQ(contributions.exit_code, 0) << contributions.err;
+  EXPECT_EQ(contributions.out.rfind("{\"model\":", 0), 0u) << contributions.out;
+  EXPECT_NE(contributions.out.find("\"out\":"), std::string::npos) << contributions.out;
+
+  // Logs are coloured on a terminal (script(1) gives the command one) unless NO_COLOR is set.
+  std::string predict = slipway_binary() + " --home " + home_.path() + " predict trees --data " +
+                        data_path("lending_club.csv") + " --out /dev/null";
+  auto coloured = run_command({"/usr/bin/script", "-qec", predict, "/dev/null"});
+  EXPECT_NE(coloured.out.find("\x1b["), std::string::npos) << coloured.out << coloured.err;
+  auto plain = run_command({"/usr/bin/script", "-qec", predict, "/dev/null"}, {"NO_COLOR=1"});
+  EXPECT_NE(plain.out.find(" info "), std::string::npos) << plain.out;
+  EXPECT_EQ(plain.out.find("\x1b["), std::string::npos) << plain.out;
 }
 
 // Regression: an infinite feature value made train and eval spin forever in the AUC. Now the
@@ -1036,6 +1051,14 @@ TEST_F(CliTest, UsageConventions) {
   auto typo = slipway({"traon"});
   EXPECT_EQ(typo.exit_code, 2);
   EXPECT_NE(typo.err.find("did you mean 'train'?"), std::string::npos) << typo.err;
+  EXPECT_EQ(typo.err.find("A subcommand is required"), std::string::npos) << typo.err;
+  EXPECT_EQ(slipway({"serve", "--port", "99999"}).exit_code, 2);
+  EXPECT_EQ(slipway({"loadtest", "http://127.0.0.1:1/", "--rate", "-3"}).exit_code, 2);
+  // Global flags after the command, -q and --home included.
+  auto after = run_command({slipway_binary(), "models", "--home", home_.path(), "-q", "--json"});
+  EXPECT_EQ(after.exit_code, 0) << after.err;
+  EXPECT_EQ(after.out.rfind("{\"models\"", 0), 0u) << after.out;
+  EXPECT_TRUE(after.err.empty()) << after.err;
   EXPECT_EQ(slipway({"train", "--no-such-flag"}).exit_code, 2);
   EXPECT_EQ(slipway({"runs", "--limit", "-5"}).exit_code, 2);
   auto models = slipway({"models", "--json"});
