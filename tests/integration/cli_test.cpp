@@ -1026,6 +1026,17 @@ TEST_F(CliTest, ReadOnlyCommandsWriteNothingAndVerifyReportsProblems) {
                                         "--home", home_.path(), "alias", "lending@1", "production"});
     EXPECT_EQ(write_as_nobody.exit_code, 1);
     EXPECT_NE(write_as_nobody.err.find("no write permission"), std::string::npos) << write_as_nobody.err;
+    // serve, too, runs for a user who cannot write the workspace.
+    ChildProcess server({setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", slipway_binary(), "--home",
+                         home_.path(), "serve", "--port", "0"});
+    std::string address = server.read_line(20000);
+    auto colon = address.rfind(':');
+    ASSERT_NE(colon, std::string::npos) << address;
+    int port = std::stoi(address.substr(colon + 1));
+    EXPECT_EQ(http_request(port, "GET", "/v2/models/lending/ready").status, 200);
+    server.signal(SIGTERM);
+    EXPECT_EQ(server.wait(), 0);
+    EXPECT_EQ(*slipway::read_file(database), bytes_before);
   }
 
   // A corrupt bundle: reported with the rows that name it, moved aside on --repair.
