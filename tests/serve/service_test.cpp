@@ -245,6 +245,28 @@ TEST_F(ServiceTest, UnknownModelNamesDoNotGrowTheMetrics) {
   EXPECT_EQ(after.find("version=\"105\""), std::string::npos);
 }
 
+// Under --auth nothing is labelled before authorization: refused and unauthenticated requests
+// count under "(unknown)", even when they name a model that exists.
+TEST_F(ServiceTest, UnderAuthRefusalsAreNotLabelledByTheNameTheyGive) {
+  ServiceOptions options;
+  options.require_auth = true;
+  Service service(*store_, options);
+  auto admin = store_->tokens().create("ops", "admin");
+  ASSERT_TRUE(admin.ok());
+  for (int index = 0; index < 50; ++index) {
+    std::string name = "ghost" + std::to_string(index);
+    EXPECT_EQ(service.handle("POST", "/v2/models/" + name + "/infer", named_request(1)).status, 401);
+    service.record_refusal("/v2/models/" + name + "/infer", http::Refusal::kClientClosed);
+    service.record_refusal("/v2/models/lending/infer", http::Refusal::kClientClosed);
+  }
+  EXPECT_EQ(service.handle("POST", "/v2/models/lending/infer", named_request(1)).status, 401);
+  std::string metrics =
+      service.handle("GET", "/metrics", "", RequestHeaders{.authorization = "Bearer " + admin->secret}).body;
+  EXPECT_EQ(metrics.find("ghost"), std::string::npos);
+  EXPECT_EQ(metrics.find("model=\"lending\""), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("model=\"(unknown)\""), std::string::npos) << metrics;
+}
+
 TEST_F(ServiceTest, MatrixInputForAllNumericModels) {
   auto table = *data::parse_csv("a,b,y\n1,2,3\n2,1,4\n3,3,8\n4,0,6\n", "t.csv");
   auto summary =
