@@ -293,14 +293,22 @@ TEST(HttpServer, DrainAnswersInFlightRequestsWithConnectionClose) {
   std::jthread runner([&] { server->run(); });
   int port = server->port();
   asio::io_context io;
-  asio::ip::tcp::socket in_flight(io), queued(io), idle(io);
+  asio::ip::tcp::socket in_flight(io), queued(io), idle(io), arriving(io);
   in_flight.connect(local(port));
   queued.connect(local(port));
   idle.connect(local(port));
+  arriving.connect(local(port));
   asio::write(in_flight, asio::buffer(std::string("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")));
   asio::write(queued, asio::buffer(std::string("GET /queued HTTP/1.1\r\nHost: x\r\n\r\n")));
+  // A keep-alive client whose next request is half sent when the drain starts.
+  asio::write(arriving, asio::buffer(std::string("GET /v2 HTTP/1.1\r\nHost: x\r\n")));
   std::this_thread::sleep_for(50ms);
   server->stop();
+  std::this_thread::sleep_for(30ms);
+  asio::write(arriving, asio::buffer(std::string("\r\n")));
+  std::string arriving_answer = read_all(arriving);
+  EXPECT_EQ(arriving_answer.rfind("HTTP/1.1 200", 0), 0u) << arriving_answer;
+  EXPECT_NE(arriving_answer.find("Connection: close"), std::string::npos) << arriving_answer;
   std::string slow_answer = read_all(in_flight);
   EXPECT_EQ(slow_answer.rfind("HTTP/1.1 200", 0), 0u) << slow_answer;
   EXPECT_NE(slow_answer.find("Connection: close"), std::string::npos) << slow_answer;
