@@ -244,16 +244,16 @@ void ServerMetrics::record_execution(std::string_view model, std::string_view ve
   if (batched) {
     ++executions.batched_count;
     executions.batched_rows += rows;
-    // A lone request larger than the batch runs alone at its own size: the sizes are capped so
-    // clients cannot grow the map.
-    auto found = executions.by_batch_size.find(rows);
-    if (found == executions.by_batch_size.end() && executions.by_batch_size.size() < kMaxBatchSizes) {
-      found = executions.by_batch_size.emplace(rows, Outcome{}).first;
-    }
-    if (found != executions.by_batch_size.end()) {
-      ++found->second.count;
-      found->second.seconds += compute_seconds;
-    }
+  }
+  // As Triton counts them: every execution by its size, a lone request's rows or a batch's. The
+  // sizes are capped so that clients cannot grow the map.
+  auto found = executions.by_batch_size.find(rows);
+  if (found == executions.by_batch_size.end() && executions.by_batch_size.size() < kMaxBatchSizes) {
+    found = executions.by_batch_size.emplace(rows, Outcome{}).first;
+  }
+  if (found != executions.by_batch_size.end()) {
+    ++found->second.count;
+    found->second.seconds += compute_seconds;
   }
 }
 

@@ -82,7 +82,7 @@ class ServerMetrics {
     std::uint64_t rows = 0;
     std::uint64_t batched_count = 0;  // calls made by dynamic batchers
     std::uint64_t batched_rows = 0;
-    // Triton's batch_stats: batched calls by batch size (at most kMaxBatchSizes sizes).
+    // Triton's batch_stats: calls by batch size, batched or not (at most kMaxBatchSizes sizes).
     std::map<std::size_t, Outcome> by_batch_size;
   };
   static constexpr std::size_t kMaxBatchSizes = 256;

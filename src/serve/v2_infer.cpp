@@ -390,8 +390,9 @@ void Service::State::infer(const Servable& servable, std::string_view body, cons
     metrics.change_pending(name, version, 1);
     std::int64_t computing = monotonic_ns();
     auto predictions = loaded->bundle->predict_preprocessed(prepared->features, prepared->rows);
-    metrics.record_stage(name, version, Stage::kInfer, seconds_since(computing));
-    metrics.record_execution(name, version, prepared->rows, false);
+    double compute_seconds = seconds_since(computing);
+    metrics.record_stage(name, version, Stage::kInfer, compute_seconds);
+    metrics.record_execution(name, version, prepared->rows, false, compute_seconds);
     metrics.change_pending(name, version, -1);
     respond(*prepared, predictions);
     return;

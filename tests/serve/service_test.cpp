@@ -386,6 +386,18 @@ TEST_F(ServiceTest, DynamicBatchingAnswersEachRequestAsAlone) {
             std::string::npos)
       << config;
   EXPECT_NE(get("/v2/models/lending/config").body.find("\"max_batch_size\":0,\"instance_group\""), std::string::npos);
+  // Without batching, batch_stats counts each request's call at its own size, as Triton does.
+  std::string unbatched = get("/v2/models/lending/stats").body;
+  auto number_after = [&](const std::string& key, std::size_t from) {
+    return std::stoi(unbatched.substr(unbatched.find(key, from) + key.size()));
+  };
+  int unbatched_calls = 0;
+  for (auto at = unbatched.find("\"batch_size\":"); at != std::string::npos;
+       at = unbatched.find("\"batch_size\":", at + 1)) {
+    unbatched_calls += number_after("\"count\":", at);
+  }
+  EXPECT_GT(unbatched_calls, 0);
+  EXPECT_EQ(unbatched_calls, number_after("\"execution_count\":", 0)) << unbatched;
   EXPECT_NE(config.find("\"input\":[{\"name\":\"funded_amnt\",\"data_type\":\"TYPE_FP32\",\"dims\":[1]}"),
             std::string::npos);
   EXPECT_NE(config.find("\"output\":[{\"name\":\"probability\",\"data_type\":\"TYPE_FP32\",\"dims\":[1]}"),
