@@ -107,8 +107,13 @@ struct ServerOptions {
   // descriptor limit less 256 kept for files, models and the database.
   int max_connections = 0;
   // Bodies of requests being read or handled, in total: past it a request is answered 503. Each
-  // request's body is bounded by max_body_bytes; this bounds their sum. 0 = 4 x max_body_bytes.
+  // request's body is bounded by max_body_bytes; this bounds their sum, each body counted at
+  // body_memory_factor times its size. 0 = max(4, 2 x body_memory_factor) x max_body_bytes.
   std::size_t max_inflight_body_bytes = 0;
+  // What handling a body may take in memory, as a multiple of its size (a parsed JSON document is
+  // several times its text): counted so, the budget above bounds the memory requests take, not
+  // only their bytes. 1 = the bytes alone.
+  std::size_t body_memory_factor = 1;
   // How long stop() (or SIGINT/SIGTERM) waits for requests in flight before the last answers.
   std::chrono::milliseconds drain_timeout{5000};
   // Called on the event loop when the drain deadline passes with requests still in flight, so

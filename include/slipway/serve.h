@@ -205,10 +205,19 @@ class Service {
   std::unique_ptr<State> state_;
 };
 
+// What a v2 request takes in memory while it is handled, as a multiple of its body: a JSON body's
+// parsed document and decoded columns peaked at 7.2 times the body (docs/benchmarks.md, issue 9).
+inline constexpr std::size_t kV2BodyMemoryFactor = 8;
+
 struct ServerOptions {
   // The transport: address, threads, limits, timeouts, drain. Its callbacks (on_drain_deadline,
   // on_hangup, on_refusal) are the serving process's own and are replaced by Server::start.
-  http::ServerOptions http;
+  // Bodies count at kV2BodyMemoryFactor times their size against the in-flight budget.
+  http::ServerOptions http = [] {
+    http::ServerOptions transport;
+    transport.body_memory_factor = kV2BodyMemoryFactor;
+    return transport;
+  }();
   // Called on SIGHUP (e.g. to reload the --config file); without it SIGHUP is ignored.
   std::function<void(Service&)> on_hangup;
   ServiceOptions service;

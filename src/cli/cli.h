@@ -235,7 +235,9 @@ struct ServeOptions {
   std::size_t memory_budget_mb = 0;
   int max_pending = 0;      // 0: 64 per worker thread
   int max_connections = 0;  // 0: from the open-file limit
-  bool lazy = false;        // load models on their first request instead of at start
+  // Request bodies in flight, each counted at kV2BodyMemoryFactor times its size; 0: 1,024 MiB.
+  std::size_t max_request_memory_mb = 0;
+  bool lazy = false;  // load models on their first request instead of at start
   bool auth = false;        // require bearer tokens
 };
 int run_serve(const GlobalOptions& global, const ServeOptions& options, const ServingConfigFlags& defaults);

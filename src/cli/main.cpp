@@ -482,6 +482,12 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
                    "Open connections at most; at the limit the longest-idle one is closed for a new one "
                    "(default: the open-file limit less 256)")
       ->check(CLI::Range(0, 10'000'000));
+  serve_command
+      ->add_option("--max-request-memory-mb", serve_options.max_request_memory_mb,
+                   "Memory for request bodies being read or handled, each counted at 8 times its size (what a "
+                   "parsed JSON body takes); past it a request gets 503 with Retry-After (default: 1024, two "
+                   "requests at the 64 MiB body limit)")
+      ->check(CLI::Range(1, 1'048'576));
   serve_command->add_flag("--lazy", serve_options.lazy, "Load each model on its first request, not at start");
   serve_command->add_flag("--auth", serve_options.auth,
                           "Require bearer tokens (`slipway token create`): predict, deploy or admin");

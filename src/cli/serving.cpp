@@ -191,6 +191,7 @@ int run_serve(const GlobalOptions& global, const ServeOptions& flags, const Serv
   raise_open_file_limit();
   return_large_buffers_to_the_system();
   options.http.max_connections = flags.max_connections;
+  options.http.max_inflight_body_bytes = flags.max_request_memory_mb << 20;
   auto composed = compose_serving_configs(flags, defaults);
   if (!composed.ok()) return fail(composed.status());
   const serve::ModelServingConfig* server_defaults = &composed->defaults;

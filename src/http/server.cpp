@@ -130,6 +130,7 @@ class Session : public std::enable_shared_from_this<Session> {
     auto length = parser_->content_length();
     std::uint64_t reserve = length ? *length : (parser_->chunked() ? shared_.options.max_body_bytes : 0);
     if (reserve > shared_.options.max_body_bytes) return on_read_error(bhttp::error::body_limit);
+    reserve *= std::max<std::size_t>(shared_.options.body_memory_factor, 1);
     if (length) {
       // Room for a SIMD parser to read past the end: the body is parsed where it lies.
       parser_->get().body().reserve(static_cast<std::size_t>(*length) + kBodyPadding);
@@ -389,7 +390,9 @@ struct Server::State {
         options.max_pending_requests > 0 ? options.max_pending_requests : 64 * static_cast<int>(worker_count(options));
     shared.max_connections = options.max_connections > 0 ? options.max_connections : default_max_connections();
     shared.max_inflight_body_bytes =
-        options.max_inflight_body_bytes > 0 ? options.max_inflight_body_bytes : 4 * options.max_body_bytes;
+        options.max_inflight_body_bytes > 0
+            ? options.max_inflight_body_bytes
+            : std::max<std::size_t>(4, 2 * options.body_memory_factor) * options.max_body_bytes;
   }
 
   void accept() {

@@ -144,6 +144,33 @@ TEST(HttpServer, BodiesInFlightStayWithinTheBudget) {
   EXPECT_EQ(running.server().stats().inflight_body_bytes, 0u);
 }
 
+// Bodies count at body_memory_factor times their size: what their handling takes in memory.
+TEST(HttpServer, BodiesCountAtTheirMemoryFactor) {
+  ServerOptions options;
+  options.max_body_bytes = 1000;
+  options.body_memory_factor = 8;
+  RunningServer running({text_route("/v2", "v2", Execution::kWorker)}, options);  // budget 16,000
+  int port = running.port();
+  asio::io_context io;
+  asio::ip::tcp::socket first(io), second(io);
+  first.connect(local(port));
+  second.connect(local(port));
+  // Two bodies of 900 bytes held half sent: 14,400 of the 16,000 counted.
+  for (auto* socket : {&first, &second}) {
+    asio::write(*socket, asio::buffer(std::string("POST /v2/x HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n") +
+                                      std::string(450, 'a')));
+  }
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(running.server().stats().inflight_body_bytes, 14'400u);
+  EXPECT_EQ(testing::http_request(port, "POST", "/v2/y", std::string(300, 'b')).status, 503);  // 2,400 more
+  EXPECT_EQ(testing::http_request(port, "POST", "/v2/y", std::string(100, 'b')).status, 200);  // 800 more
+  for (auto* socket : {&first, &second}) {
+    asio::write(*socket, asio::buffer(std::string(450, 'a')));
+    std::string answer = read_all(*socket, 300ms);
+    EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+  }
+}
+
 // What arrives in one write is parsed at once, request after request: pipelined GETs, a body
 // with its headers, a chunked body, then Connection: close. Each is answered in order, and the
 // handler sees each body whole.
