@@ -1,0 +1,206 @@
+// The LLM engine's files: GGUF (ggml's model format, version 3), read from a mapping and
+// written, with every metadata value type and the tensor types the engine knows the sizes of.
+// The Llama forward pass, tokenizers and sampling build on it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "slipway/core.h"
+
+namespace slipway::llm {
+
+// ---------------------------------------------------------------------------------------------
+// Metadata values.
+
+enum class GgufValueType : std::uint32_t {
+  kUint8 = 0,
+  kInt8 = 1,
+  kUint16 = 2,
+  kInt16 = 3,
+  kUint32 = 4,
+  kInt32 = 5,
+  kFloat32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kUint64 = 10,
+  kInt64 = 11,
+  kFloat64 = 12,
+};
+// "u8", "i32", "f32", "string", "array", ...; "type N" for a number that is none of them.
+std::string gguf_value_type_name(GgufValueType type);
+
+// One metadata value. Integers keep their type and are read through the accessors, which convert
+// when the value fits (a count written as u32 or u64 reads the same); arrays hold elements of one
+// type, arrays of arrays included.
+class GgufValue {
+ public:
+  GgufValue() = default;
+  static GgufValue unsigned_integer(GgufValueType type, std::uint64_t value);
+  static GgufValue signed_integer(GgufValueType type, std::int64_t value);
+  static GgufValue real(GgufValueType type, double value);  // kFloat32 or kFloat64
+  static GgufValue boolean(bool value);
+  static GgufValue string(std::string value);
+  static GgufValue array(GgufValueType element_type, std::vector<GgufValue> elements);
+  // Shorthands for what converters write: u32, i32, f32, strings and arrays of them.
+  static GgufValue u32(std::uint32_t value) { return unsigned_integer(GgufValueType::kUint32, value); }
+  static GgufValue f32(float value) { return real(GgufValueType::kFloat32, value); }
+  static GgufValue strings(const std::vector<std::string>& values);
+  static GgufValue f32s(std::span<const float> values);
+  static GgufValue i32s(std::span<const std::int32_t> values);
+
+  GgufValueType type() const { return type_; }
+  GgufValueType element_type() const { return element_type_; }  // arrays only
+  bool is_integer() const;
+  // The value when it is an integer that fits; nullopt otherwise.
+  std::optional<std::uint64_t> as_unsigned() const;
+  std::optional<std::int64_t> as_signed() const;
+  std::optional<double> as_real() const;  // floats, and integers
+  std::optional<bool> as_bool() const;
+  const std::string* as_string() const;            // strings only
+  const std::vector<GgufValue>* as_array() const;  // arrays only
+  bool operator==(const GgufValue& other) const = default;
+
+ private:
+  GgufValueType type_ = GgufValueType::kUint8;
+  GgufValueType element_type_ = GgufValueType::kUint8;
+  std::uint64_t bits_ = 0;  // integers (two's complement for signed ones), bool
+  double real_ = 0;
+  std::string text_;
+  std::vector<GgufValue> elements_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Tensors.
+
+// ggml's tensor type numbers.
+enum class TensorType : std::uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ8_1 = 9,
+  kQ2_K = 10,
+  kQ3_K = 11,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kQ8_K = 15,
+  kI8 = 24,
+  kI16 = 25,
+  kI32 = 26,
+  kI64 = 27,
+  kF64 = 28,
+  kBF16 = 30,
+};
+
+// A block of `block_elements` values takes `block_bytes` bytes (1 and the element size for the
+// plain types); a row's first dimension must be a whole number of blocks.
+struct TensorTypeInfo {
+  std::string_view name;  // "F32", "Q8_0", "Q4_K", ...
+  std::size_t block_elements = 1;
+  std::size_t block_bytes = 0;
+};
+// nullptr for a type number this engine does not know.
+const TensorTypeInfo* tensor_type_info(TensorType type);
+// The type by name, case-insensitive ("q8_0", "F16"); false when there is none.
+bool tensor_type_by_name(std::string_view name, TensorType& type);
+
+struct GgufTensor {
+  std::string name;
+  std::vector<std::uint64_t> dims;  // ne[0] first: the contiguous dimension
+  TensorType type = TensorType::kF32;
+  std::uint64_t offset = 0;  // from the start of the tensor data
+  std::uint64_t bytes = 0;
+  std::uint64_t elements() const;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Reading.
+
+// A GGUF file, parsed from its header, metadata and tensor infos; tensor data is read in place
+// (from the mapping of a file, or the bytes given). Every size, offset and count is checked
+// against the bytes there are before it is used: a hostile or truncated file is an error naming
+// what is wrong, never a read past the end or an allocation its size did not pay for.
+class GgufFile {
+ public:
+  // Maps the file.
+  static Result<GgufFile> open(const std::string& path);
+  // Parses bytes the caller keeps alive as long as the result (tests, fuzzing).
+  static Result<GgufFile> parse(std::span<const std::byte> bytes, const std::string& source);
+
+  std::uint32_t version() const { return version_; }
+  std::uint64_t alignment() const { return alignment_; }
+  // Key/value pairs in file order; keys are unique.
+  const std::vector<std::pair<std::string, GgufValue>>& metadata() const { return metadata_; }
+  const GgufValue* find(std::string_view key) const;
+  // A required key of the type wanted, or an error naming the key and what was found.
+  Result<std::uint64_t> require_unsigned(std::string_view key) const;
+  Result<double> require_real(std::string_view key) const;
+  Result<std::string> require_string(std::string_view key) const;
+
+  const std::vector<GgufTensor>& tensors() const { return tensors_; }
+  const GgufTensor* tensor(std::string_view name) const;
+  // The tensor's bytes, in the mapping.
+  std::span<const std::byte> data(const GgufTensor& tensor) const;
+  const std::string& source() const { return source_; }
+
+ private:
+  std::shared_ptr<MappedFile> mapping_;  // empty when parsed from the caller's bytes
+  std::span<const std::byte> bytes_;
+  std::string source_;
+  std::uint32_t version_ = 0;
+  std::uint64_t alignment_ = 32;
+  std::uint64_t data_start_ = 0;
+  std::vector<std::pair<std::string, GgufValue>> metadata_;
+  std::vector<GgufTensor> tensors_;
+};
+
+// Limits a file must keep (the format's own, and bounds on what a reader allocates).
+inline constexpr std::uint64_t kGgufDefaultAlignment = 32;
+inline constexpr std::size_t kGgufMaxTensorNameBytes = 64;
+inline constexpr std::size_t kGgufMaxKeyBytes = 65535;
+inline constexpr std::uint32_t kGgufMaxDims = 4;
+inline constexpr std::uint32_t kGgufMaxArrayDepth = 8;
+
+// ---------------------------------------------------------------------------------------------
+// Writing.
+
+// Collects metadata and tensors, then writes a GGUF v3 file (a temporary file renamed into
+// place, so a reader never sees half of one). Tensor data is padded to `general.alignment` (32
+// unless set as a u32 multiple of 8).
+class GgufWriter {
+ public:
+  // Adds or replaces a key (the order of first addition is kept).
+  void set(const std::string& key, GgufValue value);
+  // `data` must hold exactly the bytes the type and dims imply.
+  Status add_tensor(std::string name, std::vector<std::uint64_t> dims, TensorType type, std::vector<std::byte> data);
+  Status write(const std::string& path) const;
+  // The file's bytes (tests).
+  Result<std::string> serialize() const;
+
+ private:
+  struct Pending {
+    GgufTensor info;
+    std::vector<std::byte> data;
+  };
+  std::uint64_t alignment() const;
+  std::vector<std::pair<std::string, GgufValue>> metadata_;
+  std::vector<Pending> tensors_;
+};
+
+// The bytes a tensor of `type` and `dims` takes; InvalidArgument when ne[0] is not a whole
+// number of blocks, a type is unknown, or the size overflows.
+Result<std::uint64_t> tensor_bytes(TensorType type, std::span<const std::uint64_t> dims);
+
+}  // namespace slipway::llm
