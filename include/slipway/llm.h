@@ -80,7 +80,8 @@ class GgufValue {
 // ---------------------------------------------------------------------------------------------
 // Tensors.
 
-// ggml's tensor type numbers.
+// ggml's tensor type numbers, named as ggml names them (Q4_0, Q4_K), which is how users know them.
+// NOLINTBEGIN(readability-identifier-naming)
 enum class TensorType : std::uint32_t {
   kF32 = 0,
   kF16 = 1,
@@ -103,6 +104,7 @@ enum class TensorType : std::uint32_t {
   kF64 = 28,
   kBF16 = 30,
 };
+// NOLINTEND(readability-identifier-naming)
 
 // A block of `block_elements` values takes `block_bytes` bytes (1 and the element size for the
 // plain types); a row's first dimension must be a whole number of blocks.
