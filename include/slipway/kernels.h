@@ -371,4 +371,33 @@ void activation_backward(Activation activation, std::span<const float> inputs, s
 void layer_norm(std::span<float> values, std::size_t rows, std::size_t width, std::span<const float> scale,
                 std::span<const float> shift, float epsilon, std::span<float> inverse_deviations = {});
 
+// ---------------------------------------------------------------------------------------------
+// GGUF's quantized blocks (ggml-common.h), as they lie in a file: little-endian, scales in IEEE
+// half precision. Dequantization is ggml's, value for value; quantization is ggml's reference
+// (quantize_row_q8_0_ref, quantize_row_q4_0_ref), so the same floats give the same bytes.
+
+inline constexpr std::size_t kQuantBlock = 32;  // values per Q8_0 or Q4_0 block
+
+struct BlockQ8_0 {                  // NOLINT(readability-identifier-naming): ggml's name
+  std::uint16_t scale;              // d = max|x| / 127, as a half
+  std::int8_t values[kQuantBlock];  // x = d * q
+};
+static_assert(sizeof(BlockQ8_0) == 34);
+
+struct BlockQ4_0 {                        // NOLINT(readability-identifier-naming): ggml's name
+  std::uint16_t scale;                    // d = m / -8, m the value of largest magnitude, as a half
+  std::uint8_t nibbles[kQuantBlock / 2];  // value j in the low nibble of byte j, j + 16 in the high
+};
+static_assert(sizeof(BlockQ4_0) == 18);
+
+// IEEE half precision: to nearest, ties to even (overflow to infinity, NaN kept); and back, exact.
+std::uint16_t float_to_half(float value);
+float half_to_float(std::uint16_t bits);
+
+// `values.size()` must be blocks.size() * kQuantBlock.
+void quantize_q8_0(std::span<const float> values, std::span<BlockQ8_0> blocks);
+void dequantize_q8_0(std::span<const BlockQ8_0> blocks, std::span<float> values);
+void quantize_q4_0(std::span<const float> values, std::span<BlockQ4_0> blocks);
+void dequantize_q4_0(std::span<const BlockQ4_0> blocks, std::span<float> values);
+
 }  // namespace slipway::kernels

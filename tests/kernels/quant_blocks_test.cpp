@@ -1,0 +1,109 @@
+// GGUF's Q8_0 and Q4_0 blocks and half precision: the conversions against the CPU's own (F16C),
+// the block layouts on hand-made blocks, and quantization's error within each format's bound.
+#include <gtest/gtest.h>
+#include <immintrin.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "slipway/kernels.h"
+
+namespace slipway::kernels {
+namespace {
+
+__attribute__((target("f16c"))) std::uint16_t hardware_half(float value) {
+  return static_cast<std::uint16_t>(_cvtss_sh(value, _MM_FROUND_TO_NEAREST_INT));
+}
+__attribute__((target("f16c"))) float hardware_float(std::uint16_t bits) { return _cvtsh_ss(bits); }
+
+TEST(HalfPrecision, MatchesTheCpusConversionsBothWays) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no F16C to compare with";
+  for (std::uint32_t half = 0; half < 65536; ++half) {
+    float expected = hardware_float(static_cast<std::uint16_t>(half));
+    float got = half_to_float(static_cast<std::uint16_t>(half));
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(got), std::bit_cast<std::uint32_t>(expected)) << half;
+  }
+  std::mt19937 random(7);
+  std::vector<float> values = {0.0f,     -0.0f,   65504.0f, 65519.99f, 65520.0f, 1e-8f,
+                               2.98e-8f, 6.1e-5f, 6.09e-5f, INFINITY,  -INFINITY};
+  for (int index = 0; index < 2'000'000; ++index)
+    values.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(random())));
+  for (float value : values) {
+    if (std::isnan(value)) {
+      EXPECT_TRUE(std::isnan(half_to_float(float_to_half(value))));
+      continue;
+    }
+    ASSERT_EQ(float_to_half(value), hardware_half(value)) << value;
+  }
+}
+
+TEST(QuantBlocks, Q8_0LayoutAndRoundTrip) {
+  std::vector<float> values(64);
+  for (std::size_t j = 0; j < 32; ++j) values[j] = static_cast<float>(j) - 16.0f;  // max |x| 16
+  // The second block all zeros: scale 0, values 0.
+  std::vector<BlockQ8_0> blocks(2);
+  quantize_q8_0(values, blocks);
+  EXPECT_EQ(half_to_float(blocks[0].scale), half_to_float(float_to_half(16.0f / 127.0f)));
+  EXPECT_EQ(blocks[0].values[0], -127);
+  EXPECT_EQ(blocks[0].values[16], 0);
+  EXPECT_EQ(blocks[0].values[24], std::round(8.0f * 127.0f / 16.0f));
+  EXPECT_EQ(blocks[1].scale, 0);
+  std::vector<float> back(64);
+  dequantize_q8_0(blocks, back);
+  float scale = half_to_float(blocks[0].scale);
+  for (std::size_t j = 0; j < 32; ++j) EXPECT_NEAR(back[j], values[j], scale * 0.5f + 16.0f * 1e-3f) << j;
+  for (std::size_t j = 32; j < 64; ++j) EXPECT_EQ(back[j], 0.0f);
+  // In the file, a block is the half then 32 bytes.
+  std::uint8_t raw[34];
+  std::memcpy(raw, &blocks[0], sizeof(raw));
+  EXPECT_EQ(raw[2], static_cast<std::uint8_t>(-127));
+}
+
+TEST(QuantBlocks, Q4_0LayoutAndRoundTrip) {
+  std::vector<float> values(32);
+  for (std::size_t j = 0; j < 32; ++j) values[j] = 0.25f * static_cast<float>(j) - 2.0f;  // -2 .. 5.75
+  std::vector<BlockQ4_0> blocks(1);
+  quantize_q4_0(values, blocks);
+  // The largest magnitude is +5.75: d = 5.75 / -8, so it maps to q = 0 (value -8 * d).
+  float scale = half_to_float(blocks[0].scale);
+  EXPECT_EQ(scale, half_to_float(float_to_half(5.75f / -8.0f)));
+  EXPECT_EQ(blocks[0].nibbles[15] >> 4, 0);  // value 31 = 5.75, in the high nibble of byte 15
+  std::vector<float> back(32);
+  dequantize_q4_0(blocks, back);
+  for (std::size_t j = 0; j < 32; ++j) {
+    int low = j < 16 ? blocks[0].nibbles[j] & 0x0F : blocks[0].nibbles[j - 16] >> 4;
+    EXPECT_EQ(back[j], static_cast<float>(low - 8) * scale) << j;
+    EXPECT_NEAR(back[j], values[j], std::abs(scale) * 0.5f + 5.75f * 1e-3f) << j;
+  }
+}
+
+TEST(QuantBlocks, RandomRowsStayWithinEachFormatsBound) {
+  std::mt19937 random(3);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> values(32 * 500);
+  for (float& value : values) value = normal(random);
+  std::vector<BlockQ8_0> q8(500);
+  std::vector<BlockQ4_0> q4(500);
+  quantize_q8_0(values, q8);
+  quantize_q4_0(values, q4);
+  std::vector<float> back8(values.size()), back4(values.size());
+  dequantize_q8_0(q8, back8);
+  dequantize_q4_0(q4, back4);
+  for (std::size_t block = 0; block < 500; ++block) {
+    float largest = 0;
+    for (std::size_t j = 0; j < 32; ++j) largest = std::max(largest, std::abs(values[block * 32 + j]));
+    for (std::size_t j = 0; j < 32; ++j) {
+      std::size_t at = block * 32 + j;
+      // Half a step, plus the scale's own rounding to half precision (2^-11 relative).
+      ASSERT_LE(std::abs(back8[at] - values[at]), largest / 127.0f * 0.5f + largest * 1e-3f) << at;
+      ASSERT_LE(std::abs(back4[at] - values[at]), largest / 8.0f * 1.0f + largest * 1e-3f) << at;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace slipway::kernels
