@@ -390,6 +390,16 @@ struct BlockQ4_0 {                        // NOLINT(readability-identifier-namin
 };
 static_assert(sizeof(BlockQ4_0) == 18);
 
+inline constexpr std::size_t kSuperBlock = 256;  // values per Q4_K block: 8 sub-blocks of 32
+
+struct BlockQ4_K {            // NOLINT(readability-identifier-naming): ggml's name
+  std::uint16_t scale;        // d, as a half: sub-block j's step is d * sc_j
+  std::uint16_t min_scale;    // dmin, as a half: sub-block j's offset is dmin * m_j
+  std::uint8_t scales[12];    // eight 6-bit (sc, m) pairs, packed as ggml's get_scale_min_k4 reads them
+  std::uint8_t nibbles[128];  // each 64 values: 32 bytes, sub-block 2c in the low nibbles, 2c + 1 in the high
+};
+static_assert(sizeof(BlockQ4_K) == 144);
+
 // IEEE half precision: to nearest, ties to even (overflow to infinity, NaN kept); and back, exact.
 std::uint16_t float_to_half(float value);
 float half_to_float(std::uint16_t bits);
@@ -399,5 +409,11 @@ void quantize_q8_0(std::span<const float> values, std::span<BlockQ8_0> blocks);
 void dequantize_q8_0(std::span<const BlockQ8_0> blocks, std::span<float> values);
 void quantize_q4_0(std::span<const float> values, std::span<BlockQ4_0> blocks);
 void dequantize_q4_0(std::span<const BlockQ4_0> blocks, std::span<float> values);
+// `values.size()` must be blocks.size() * kSuperBlock. Each sub-block's step and offset come from
+// its smallest and largest value (offsets only down from 0, as ggml's are); ggml's quantizer
+// searches for a step that lowers the error a little further, so its bytes may differ from
+// these while dequantization, value for value, is the same.
+void quantize_q4_k(std::span<const float> values, std::span<BlockQ4_K> blocks);
+void dequantize_q4_k(std::span<const BlockQ4_K> blocks, std::span<float> values);
 
 }  // namespace slipway::kernels

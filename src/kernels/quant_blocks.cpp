@@ -98,4 +98,101 @@ void dequantize_q4_0(std::span<const BlockQ4_0> blocks, std::span<float> values)
   }
 }
 
+namespace {
+
+// Sub-block j's 6-bit step and offset multipliers, as ggml's get_scale_min_k4 unpacks them: the
+// first four pairs in the low six bits of bytes 0-3 and 4-7, the last four split between the
+// nibbles of bytes 8-11 and the top two bits of bytes 0-7.
+void unpack_scale_min(std::size_t j, const std::uint8_t* packed, std::uint8_t& scale, std::uint8_t& min) {
+  if (j < 4) {
+    scale = packed[j] & 63;
+    min = packed[j + 4] & 63;
+  } else {
+    scale = static_cast<std::uint8_t>((packed[j + 4] & 0x0F) | ((packed[j - 4] >> 6) << 4));
+    min = static_cast<std::uint8_t>((packed[j + 4] >> 4) | ((packed[j] >> 6) << 4));
+  }
+}
+
+void pack_scale_min(std::size_t j, std::uint8_t scale, std::uint8_t min, std::uint8_t* packed) {
+  if (j < 4) {
+    packed[j] = static_cast<std::uint8_t>((packed[j] & 0xC0) | scale);
+    packed[j + 4] = static_cast<std::uint8_t>((packed[j + 4] & 0xC0) | min);
+  } else {
+    packed[j + 4] = static_cast<std::uint8_t>((scale & 0x0F) | ((min & 0x0F) << 4));
+    packed[j - 4] = static_cast<std::uint8_t>((packed[j - 4] & 0x3F) | ((scale >> 4) << 6));
+    packed[j] = static_cast<std::uint8_t>((packed[j] & 0x3F) | ((min >> 4) << 6));
+  }
+}
+
+}  // namespace
+
+void quantize_q4_k(std::span<const float> values, std::span<BlockQ4_K> blocks) {
+  constexpr std::size_t kSubBlocks = kSuperBlock / kQuantBlock;
+  for (std::size_t block = 0; block < blocks.size(); ++block) {
+    const float* x = values.data() + block * kSuperBlock;
+    BlockQ4_K& out = blocks[block];
+    // Per sub-block: x ~ step * q - offset with q in 0..15; the offset (minus the smallest value)
+    // is never below 0, as in ggml.
+    float steps[kSubBlocks], offsets[kSubBlocks];
+    float largest_step = 0.0f, largest_offset = 0.0f;
+    for (std::size_t j = 0; j < kSubBlocks; ++j) {
+      float low = std::min(0.0f, *std::min_element(x + j * kQuantBlock, x + (j + 1) * kQuantBlock));
+      float high = *std::max_element(x + j * kQuantBlock, x + (j + 1) * kQuantBlock);
+      steps[j] = (high - low) / 15.0f;
+      offsets[j] = -low;
+      largest_step = std::max(largest_step, steps[j]);
+      largest_offset = std::max(largest_offset, offsets[j]);
+    }
+    // The steps and offsets as 6-bit multiples of d and dmin.
+    float inverse_step = largest_step > 0.0f ? 63.0f / largest_step : 0.0f;
+    float inverse_offset = largest_offset > 0.0f ? 63.0f / largest_offset : 0.0f;
+    std::memset(out.scales, 0, sizeof(out.scales));
+    for (std::size_t j = 0; j < kSubBlocks; ++j) {
+      auto scale = static_cast<std::uint8_t>(std::min(63.0f, std::nearbyint(inverse_step * steps[j])));
+      auto min = static_cast<std::uint8_t>(std::min(63.0f, std::nearbyint(inverse_offset * offsets[j])));
+      pack_scale_min(j, scale, min, out.scales);
+    }
+    out.scale = float_to_half(largest_step / 63.0f);
+    out.min_scale = float_to_half(largest_offset / 63.0f);
+    // Each value against the step and offset dequantization will use.
+    float d = half_to_float(out.scale), dmin = half_to_float(out.min_scale);
+    std::uint8_t levels[kSuperBlock];
+    for (std::size_t j = 0; j < kSubBlocks; ++j) {
+      std::uint8_t scale = 0, min = 0;
+      unpack_scale_min(j, out.scales, scale, min);
+      float step = d * scale, offset = dmin * min;
+      for (std::size_t l = 0; l < kQuantBlock; ++l) {
+        float level = step > 0.0f ? std::nearbyint((x[j * kQuantBlock + l] + offset) / step) : 0.0f;
+        levels[j * kQuantBlock + l] = static_cast<std::uint8_t>(std::clamp(level, 0.0f, 15.0f));
+      }
+    }
+    for (std::size_t chunk = 0; chunk < kSuperBlock / 64; ++chunk) {
+      for (std::size_t l = 0; l < kQuantBlock; ++l) {
+        out.nibbles[chunk * 32 + l] =
+            static_cast<std::uint8_t>(levels[chunk * 64 + l] | (levels[chunk * 64 + 32 + l] << 4));
+      }
+    }
+  }
+}
+
+void dequantize_q4_k(std::span<const BlockQ4_K> blocks, std::span<float> values) {
+  for (std::size_t block = 0; block < blocks.size(); ++block) {
+    const BlockQ4_K& in = blocks[block];
+    float d = half_to_float(in.scale), dmin = half_to_float(in.min_scale);
+    float* out = values.data() + block * kSuperBlock;
+    for (std::size_t chunk = 0; chunk < kSuperBlock / 64; ++chunk) {
+      std::uint8_t scale = 0, min = 0;
+      unpack_scale_min(2 * chunk, in.scales, scale, min);
+      float low_step = d * scale, low_offset = dmin * min;
+      unpack_scale_min(2 * chunk + 1, in.scales, scale, min);
+      float high_step = d * scale, high_offset = dmin * min;
+      const std::uint8_t* nibbles = in.nibbles + chunk * 32;
+      for (std::size_t l = 0; l < kQuantBlock; ++l) {
+        out[chunk * 64 + l] = low_step * static_cast<float>(nibbles[l] & 0x0F) - low_offset;
+        out[chunk * 64 + 32 + l] = high_step * static_cast<float>(nibbles[l] >> 4) - high_offset;
+      }
+    }
+  }
+}
+
 }  // namespace slipway::kernels
