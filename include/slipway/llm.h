@@ -205,4 +205,113 @@ class GgufWriter {
 // number of blocks, a type is unknown, or the size overflows.
 Result<std::uint64_t> tensor_bytes(TensorType type, std::span<const std::uint64_t> dims);
 
+// ---------------------------------------------------------------------------------------------
+// The Llama architecture.
+
+struct LlamaConfig {
+  std::size_t embedding = 0;     // llama.embedding_length
+  std::size_t layers = 0;        // llama.block_count
+  std::size_t heads = 0;         // llama.attention.head_count
+  std::size_t kv_heads = 0;      // llama.attention.head_count_kv (grouped-query attention), else heads
+  std::size_t feed_forward = 0;  // llama.feed_forward_length
+  std::size_t vocabulary = 0;    // the token embedding's rows
+  std::size_t context = 0;       // llama.context_length
+  std::size_t head_dim = 0;      // embedding / heads
+  std::size_t rope_dims = 0;     // llama.rope.dimension_count (the rotated part of each head)
+  float rope_base = 10000.0f;    // llama.rope.freq_base
+  float rms_epsilon = 1e-5f;     // llama.attention.layer_norm_rms_epsilon
+};
+// The architecture's keys from a file; anything but `llama` is refused by name, as are shapes
+// that do not fit together (heads not dividing the width, kv_heads not dividing heads, ...).
+Result<LlamaConfig> read_llama_config(const GgufFile& file);
+
+// A weight matrix in the file's bytes: `rows` rows of `columns` values of `type` (a tensor of
+// dims [columns, rows]); row r computes output r from an input of `columns` values.
+struct WeightMatrix {
+  TensorType type = TensorType::kF32;
+  std::size_t rows = 0, columns = 0;
+  std::span<const std::byte> data;
+  std::size_t row_bytes() const;
+};
+// Row `row` of a matrix as floats (F32, F16, BF16, Q8_0, Q4_0, Q4_K).
+void dequantize_row(const WeightMatrix& matrix, std::size_t row, float* out);
+// The types a Llama's matrices may have.
+bool supported_weight_type(TensorType type);
+
+// A Llama model over a mapped GGUF file: the config and every weight, in place.
+class LlamaModel {
+ public:
+  struct Layer {
+    std::span<const float> attention_norm, ffn_norm;
+    WeightMatrix query, key, value, attention_output, gate, up, down;
+  };
+  static Result<std::shared_ptr<const LlamaModel>> open(const std::string& path);
+  static Result<std::shared_ptr<const LlamaModel>> from_file(GgufFile file);
+
+  const LlamaConfig& config() const { return config_; }
+  const GgufFile& file() const { return file_; }
+  const WeightMatrix& token_embedding() const { return token_embedding_; }
+  const WeightMatrix& output() const { return output_; }  // token_embedding when tied
+  std::span<const float> output_norm() const { return output_norm_; }
+  const std::vector<Layer>& layers() const { return layers_; }
+
+ private:
+  GgufFile file_;
+  LlamaConfig config_;
+  WeightMatrix token_embedding_, output_;
+  std::span<const float> output_norm_;
+  std::vector<Layer> layers_;
+};
+
+// Where keys and values live: in blocks of kKvBlockTokens positions, handed to sequences as they
+// grow, so that sequences of any length share one pool (and a later scheduler can page, share
+// and evict blocks). Each position holds kv_heads * head_dim floats of key and as many of value,
+// per layer.
+inline constexpr std::size_t kKvBlockTokens = 16;
+
+class KvCache {
+ public:
+  // A pool of `blocks` blocks for `config`'s layers and heads.
+  KvCache(const LlamaConfig& config, std::size_t blocks);
+  // Room for positions [0, length) of `sequence` (new sequences start empty); ResourceExhausted
+  // when the pool has no free block left.
+  Status reserve(std::size_t sequence, std::size_t length);
+  // Returns the sequence's blocks to the pool.
+  void release(std::size_t sequence);
+  float* key(std::size_t sequence, std::size_t layer, std::size_t position);
+  float* value(std::size_t sequence, std::size_t layer, std::size_t position);
+  std::size_t free_blocks() const { return free_.size(); }
+
+ private:
+  float* slot(std::size_t sequence, std::size_t layer, std::size_t position, std::size_t which);
+  std::size_t width_ = 0, layers_ = 0;
+  std::vector<float> storage_;  // [block][layer][key, value][kKvBlockTokens][width]
+  std::vector<std::size_t> free_;
+  std::vector<std::vector<std::size_t>> tables_;  // per sequence, its blocks in order
+};
+
+// One token to run: `token` of sequence `sequence` at `position` (its keys and values for the
+// positions before it are already in the cache, or earlier in the same batch).
+struct BatchToken {
+  std::size_t sequence = 0;
+  std::size_t position = 0;
+  std::int32_t token = 0;
+};
+
+// Runs the tokens through the model, storing their keys and values, and writes the logits of
+// each token whose `wants_logits` entry is true (vocabulary floats each, in order) to `logits`.
+// Products are split over `threads` (0: all cores); the results do not depend on it.
+Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchToken> batch,
+               const std::vector<bool>& wants_logits, std::vector<float>& logits, int threads = 0);
+
+// A random-weight Llama for tests and benchmarks: its shape, the type of its matrices (norms stay
+// F32), and a small SentencePiece-style tokenizer (byte fallback, a few hundred English pieces,
+// then filler pieces up to `vocabulary`).
+struct TestModelShape {
+  std::size_t embedding = 64, layers = 2, heads = 4, kv_heads = 2, feed_forward = 172, vocabulary = 512, context = 256;
+  float rope_base = 10000.0f;
+  bool tied_output = false;
+};
+Status write_test_model(const TestModelShape& shape, TensorType type, std::uint64_t seed, const std::string& path);
+
 }  // namespace slipway::llm

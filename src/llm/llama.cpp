@@ -1,0 +1,193 @@
+// The Llama architecture's config and weights, read in place from a GGUF file.
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "slipway/kernels.h"
+#include "slipway/llm.h"
+
+namespace slipway::llm {
+namespace {
+
+Result<std::size_t> positive(const GgufFile& file, const std::string& key) {
+  SLIPWAY_ASSIGN_OR_RETURN(std::uint64_t value, file.require_unsigned(key));
+  if (value == 0 || value > (std::uint64_t{1} << 24)) {
+    return invalid_argument(fmt::format("{}: '{}' is {}; it must be between 1 and 2^24", file.source(), key, value));
+  }
+  return static_cast<std::size_t>(value);
+}
+
+// A tensor by name with the dims expected, as a matrix or a vector of floats.
+Result<const GgufTensor*> find_tensor(const GgufFile& file, const std::string& name, std::vector<std::uint64_t> dims) {
+  const GgufTensor* tensor = file.tensor(name);
+  if (tensor == nullptr) return invalid_argument(file.source() + ": the tensor '" + name + "' is missing");
+  if (tensor->dims != dims) {
+    auto text = [](const std::vector<std::uint64_t>& values) { return fmt::format("[{}]", fmt::join(values, ", ")); };
+    return invalid_argument(fmt::format("{}: tensor '{}' has dims {}; the config says {}", file.source(), name,
+                                        text(tensor->dims), text(dims)));
+  }
+  return tensor;
+}
+
+Result<WeightMatrix> matrix(const GgufFile& file, const std::string& name, std::size_t rows, std::size_t columns) {
+  SLIPWAY_ASSIGN_OR_RETURN(const GgufTensor* tensor, find_tensor(file, name, {columns, rows}));
+  if (!supported_weight_type(tensor->type)) {
+    return invalid_argument(
+        fmt::format("{}: tensor '{}' is {}, which this engine does not run (F32, F16, BF16, "
+                    "Q8_0, Q4_0 and Q4_K are supported)",
+                    file.source(), name, tensor_type_info(tensor->type)->name));
+  }
+  return WeightMatrix{tensor->type, rows, columns, file.data(*tensor)};
+}
+
+Result<std::span<const float>> norm(const GgufFile& file, const std::string& name, std::size_t width) {
+  SLIPWAY_ASSIGN_OR_RETURN(const GgufTensor* tensor, find_tensor(file, name, {width}));
+  if (tensor->type != TensorType::kF32)
+    return invalid_argument(file.source() + ": the norm '" + name + "' must be F32");
+  auto bytes = file.data(*tensor);
+  if (reinterpret_cast<std::uintptr_t>(bytes.data()) % alignof(float) != 0) {
+    return invalid_argument(file.source() + ": the norm '" + name + "' is not aligned for floats");
+  }
+  return std::span<const float>(reinterpret_cast<const float*>(bytes.data()), width);
+}
+
+}  // namespace
+
+Result<LlamaConfig> read_llama_config(const GgufFile& file) {
+  SLIPWAY_ASSIGN_OR_RETURN(std::string architecture, file.require_string("general.architecture"));
+  if (architecture != "llama") {
+    return invalid_argument(
+        fmt::format("{}: the architecture '{}' is not supported (only 'llama' is)", file.source(), architecture));
+  }
+  LlamaConfig config;
+  SLIPWAY_ASSIGN_OR_RETURN(config.embedding, positive(file, "llama.embedding_length"));
+  SLIPWAY_ASSIGN_OR_RETURN(config.layers, positive(file, "llama.block_count"));
+  SLIPWAY_ASSIGN_OR_RETURN(config.heads, positive(file, "llama.attention.head_count"));
+  SLIPWAY_ASSIGN_OR_RETURN(config.feed_forward, positive(file, "llama.feed_forward_length"));
+  SLIPWAY_ASSIGN_OR_RETURN(config.context, positive(file, "llama.context_length"));
+  config.kv_heads = config.heads;
+  if (file.find("llama.attention.head_count_kv") != nullptr) {
+    SLIPWAY_ASSIGN_OR_RETURN(config.kv_heads, positive(file, "llama.attention.head_count_kv"));
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(double epsilon, file.require_real("llama.attention.layer_norm_rms_epsilon"));
+  config.rms_epsilon = static_cast<float>(epsilon);
+  if (const GgufValue* base = file.find("llama.rope.freq_base"); base != nullptr) {
+    if (!base->as_real() || !(*base->as_real() > 0))
+      return invalid_argument(file.source() + ": llama.rope.freq_base must be a positive number");
+    config.rope_base = static_cast<float>(*base->as_real());
+  }
+  if (config.embedding % config.heads != 0) {
+    return invalid_argument(fmt::format("{}: the width {} is not a multiple of the {} heads", file.source(),
+                                        config.embedding, config.heads));
+  }
+  if (config.kv_heads > config.heads || config.heads % config.kv_heads != 0) {
+    return invalid_argument(
+        fmt::format("{}: {} key/value heads do not divide the {} heads", file.source(), config.kv_heads, config.heads));
+  }
+  config.head_dim = config.embedding / config.heads;
+  config.rope_dims = config.head_dim;
+  if (file.find("llama.rope.dimension_count") != nullptr) {
+    SLIPWAY_ASSIGN_OR_RETURN(config.rope_dims, positive(file, "llama.rope.dimension_count"));
+  }
+  if (config.rope_dims > config.head_dim || config.rope_dims % 2 != 0) {
+    return invalid_argument(fmt::format("{}: llama.rope.dimension_count {} must be even and at most the head size {}",
+                                        file.source(), config.rope_dims, config.head_dim));
+  }
+  const GgufTensor* embedding = file.tensor("token_embd.weight");
+  if (embedding == nullptr || embedding->dims.size() != 2 || embedding->dims[0] != config.embedding) {
+    return invalid_argument(file.source() + ": 'token_embd.weight' is missing or not [embedding, vocabulary]");
+  }
+  config.vocabulary = static_cast<std::size_t>(embedding->dims[1]);
+  return config;
+}
+
+std::size_t WeightMatrix::row_bytes() const {
+  const TensorTypeInfo* info = tensor_type_info(type);
+  return columns / info->block_elements * info->block_bytes;
+}
+
+bool supported_weight_type(TensorType type) {
+  switch (type) {
+    case TensorType::kF32:
+    case TensorType::kF16:
+    case TensorType::kBF16:
+    case TensorType::kQ8_0:
+    case TensorType::kQ4_0:
+    case TensorType::kQ4_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void dequantize_row(const WeightMatrix& matrix, std::size_t row, float* out) {
+  const std::byte* bytes = matrix.data.data() + row * matrix.row_bytes();
+  const std::size_t columns = matrix.columns;
+  // The file's bytes may sit at any offset the alignment allows: blocks are copied out, not cast.
+  auto blocks = [&](auto block, std::size_t per_block, auto dequantize) {
+    using Block = decltype(block);
+    std::vector<Block> copied(columns / per_block);
+    std::memcpy(copied.data(), bytes, copied.size() * sizeof(Block));
+    dequantize(std::span<const Block>(copied), std::span<float>(out, columns));
+  };
+  switch (matrix.type) {
+    case TensorType::kF32:
+      std::memcpy(out, bytes, columns * sizeof(float));
+      return;
+    case TensorType::kF16:
+    case TensorType::kBF16:
+      for (std::size_t column = 0; column < columns; ++column) {
+        std::uint16_t bits = 0;
+        std::memcpy(&bits, bytes + column * 2, 2);
+        out[column] = matrix.type == TensorType::kF16 ? kernels::half_to_float(bits)
+                                                      : kernels::QuantizedTreesView::bf16_to_float(bits);
+      }
+      return;
+    case TensorType::kQ8_0:
+      return blocks(kernels::BlockQ8_0{}, kernels::kQuantBlock, kernels::dequantize_q8_0);
+    case TensorType::kQ4_0:
+      return blocks(kernels::BlockQ4_0{}, kernels::kQuantBlock, kernels::dequantize_q4_0);
+    case TensorType::kQ4_K:
+      return blocks(kernels::BlockQ4_K{}, kernels::kSuperBlock, kernels::dequantize_q4_k);
+    default:
+      std::fill(out, out + columns, 0.0f);  // not reached: load refuses other types
+  }
+}
+
+Result<std::shared_ptr<const LlamaModel>> LlamaModel::open(const std::string& path) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto file, GgufFile::open(path));
+  return from_file(std::move(file));
+}
+
+Result<std::shared_ptr<const LlamaModel>> LlamaModel::from_file(GgufFile file) {
+  auto model = std::shared_ptr<LlamaModel>(new LlamaModel());
+  model->file_ = std::move(file);
+  const GgufFile& gguf = model->file_;
+  SLIPWAY_ASSIGN_OR_RETURN(model->config_, read_llama_config(gguf));
+  const LlamaConfig& config = model->config_;
+  const std::size_t width = config.embedding, kv_width = config.kv_heads * config.head_dim;
+  SLIPWAY_ASSIGN_OR_RETURN(model->token_embedding_, matrix(gguf, "token_embd.weight", config.vocabulary, width));
+  if (gguf.tensor("output.weight") != nullptr) {
+    SLIPWAY_ASSIGN_OR_RETURN(model->output_, matrix(gguf, "output.weight", config.vocabulary, width));
+  } else {
+    model->output_ = model->token_embedding_;  // tied
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(model->output_norm_, norm(gguf, "output_norm.weight", width));
+  for (std::size_t index = 0; index < config.layers; ++index) {
+    std::string prefix = fmt::format("blk.{}.", index);
+    Layer layer;
+    SLIPWAY_ASSIGN_OR_RETURN(layer.attention_norm, norm(gguf, prefix + "attn_norm.weight", width));
+    SLIPWAY_ASSIGN_OR_RETURN(layer.ffn_norm, norm(gguf, prefix + "ffn_norm.weight", width));
+    SLIPWAY_ASSIGN_OR_RETURN(layer.query, matrix(gguf, prefix + "attn_q.weight", width, width));
+    SLIPWAY_ASSIGN_OR_RETURN(layer.key, matrix(gguf, prefix + "attn_k.weight", kv_width, width));
+    SLIPWAY_ASSIGN_OR_RETURN(layer.value, matrix(gguf, prefix + "attn_v.weight", kv_width, width));
+    SLIPWAY_ASSIGN_OR_RETURN(layer.attention_output, matrix(gguf, prefix + "attn_output.weight", width, width));
+    SLIPWAY_ASSIGN_OR_RETURN(layer.gate, matrix(gguf, prefix + "ffn_gate.weight", config.feed_forward, width));
+    SLIPWAY_ASSIGN_OR_RETURN(layer.up, matrix(gguf, prefix + "ffn_up.weight", config.feed_forward, width));
+    SLIPWAY_ASSIGN_OR_RETURN(layer.down, matrix(gguf, prefix + "ffn_down.weight", width, config.feed_forward));
+    model->layers_.push_back(layer);
+  }
+  return std::shared_ptr<const LlamaModel>(std::move(model));
+}
+
+}  // namespace slipway::llm

@@ -1,0 +1,170 @@
+// The Llama forward pass against an independent numpy one (tests/llm/llama_reference.py) on
+// random-weight models of every weight type, and the properties a server relies on: decoding
+// step by step gives the prompt's logits, thread counts and batch neighbours change nothing, and
+// bad models and inputs are refused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "slipway/llm.h"
+#include "support/test_support.h"
+
+namespace slipway::llm {
+namespace {
+
+const std::vector<std::int32_t> kPrompt = {1, 300, 301, 17, 450, 299, 3, 511};
+
+std::vector<std::vector<double>> reference_logits(const std::string& model, const std::vector<std::int32_t>& tokens) {
+  std::string list;
+  for (auto token : tokens) list += (list.empty() ? "" : ",") + std::to_string(token);
+  auto run = testing::run_command(
+      {"/usr/bin/python3", std::string(SLIPWAY_SOURCE_DIR) + "/tests/llm/llama_reference.py", model, list});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  std::vector<std::vector<double>> rows;
+  std::istringstream lines(run.out);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream numbers(line);
+    rows.emplace_back();
+    for (double value = 0; numbers >> value;) rows.back().push_back(value);
+  }
+  return rows;
+}
+
+// Every position's logits for a prompt run as one batch.
+std::vector<float> prompt_logits(const LlamaModel& model, const std::vector<std::int32_t>& tokens, int threads) {
+  KvCache cache(model.config(), 64);
+  std::vector<BatchToken> batch;
+  for (std::size_t position = 0; position < tokens.size(); ++position) batch.push_back({0, position, tokens[position]});
+  std::vector<float> logits;
+  EXPECT_TRUE(forward(model, cache, batch, std::vector<bool>(tokens.size(), true), logits, threads).ok());
+  return logits;
+}
+
+struct TypeCase {
+  TensorType type;
+  TestModelShape shape;
+};
+
+TEST(LlamaForward, AgreesWithTheNumpyReferenceForEveryWeightType) {
+  TestModelShape small;
+  small.embedding = 64;
+  small.feed_forward = 192;
+  TestModelShape tied = small;
+  tied.tied_output = true;
+  tied.kv_heads = 4;    // plain multi-head attention
+  TestModelShape wide;  // Q4_K stores rows in blocks of 256
+  wide.embedding = 256;
+  wide.feed_forward = 512;
+  wide.layers = 1;
+  for (const auto& [type, shape] :
+       {TypeCase{TensorType::kF32, small}, TypeCase{TensorType::kF32, tied}, TypeCase{TensorType::kF16, small},
+        TypeCase{TensorType::kBF16, small}, TypeCase{TensorType::kQ8_0, small}, TypeCase{TensorType::kQ4_0, small},
+        TypeCase{TensorType::kQ4_K, wide}}) {
+    SCOPED_TRACE(std::string(tensor_type_info(type)->name) + (shape.tied_output ? " tied" : ""));
+    testing::TempDir dir;
+    std::string path = dir.file("model.gguf");
+    ASSERT_TRUE(write_test_model(shape, type, 42, path).ok());
+    auto model = LlamaModel::open(path);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    EXPECT_EQ((*model)->config().vocabulary, shape.vocabulary);
+    std::vector<float> logits = prompt_logits(**model, kPrompt, 2);
+    auto expected = reference_logits(path, kPrompt);
+    ASSERT_EQ(expected.size(), kPrompt.size());
+    double largest = 0;
+    for (const auto& row : expected) {
+      for (double value : row) largest = std::max(largest, std::abs(value));
+    }
+    ASSERT_GT(largest, 0.1);
+    for (std::size_t position = 0; position < kPrompt.size(); ++position) {
+      ASSERT_EQ(expected[position].size(), shape.vocabulary);
+      for (std::size_t token = 0; token < shape.vocabulary; ++token) {
+        ASSERT_NEAR(logits[position * shape.vocabulary + token], expected[position][token], 1e-4 * largest)
+            << "position " << position << " token " << token;
+      }
+    }
+  }
+}
+
+TEST(LlamaForward, DecodingStepByStepThreadsAndBatchNeighboursChangeNothing) {
+  testing::TempDir dir;
+  TestModelShape shape;
+  shape.feed_forward = 192;
+  ASSERT_TRUE(write_test_model(shape, TensorType::kQ8_0, 7, dir.file("m.gguf")).ok());
+  auto model = *LlamaModel::open(dir.file("m.gguf"));
+  const std::size_t vocabulary = shape.vocabulary;
+  std::vector<float> whole = prompt_logits(*model, kPrompt, 1);
+  EXPECT_EQ(prompt_logits(*model, kPrompt, 2), whole);
+  // The prompt less its last token, then the last token alone (a decode step).
+  KvCache cache(model->config(), 64);
+  std::vector<BatchToken> prefix;
+  for (std::size_t position = 0; position + 1 < kPrompt.size(); ++position)
+    prefix.push_back({3, position, kPrompt[position]});
+  std::vector<float> logits;
+  ASSERT_TRUE(forward(*model, cache, prefix, std::vector<bool>(prefix.size(), false), logits).ok());
+  EXPECT_TRUE(logits.empty());
+  BatchToken last{3, kPrompt.size() - 1, kPrompt.back()};
+  // Beside it in the same batch: another sequence's first token.
+  std::vector<BatchToken> step = {{9, 0, 5}, last};
+  ASSERT_TRUE(forward(*model, cache, step, {true, true}, logits).ok());
+  ASSERT_EQ(logits.size(), 2 * vocabulary);
+  std::vector<float> alone = prompt_logits(*model, {5}, 1);
+  for (std::size_t token = 0; token < vocabulary; ++token) {
+    EXPECT_NEAR(logits[vocabulary + token], whole[(kPrompt.size() - 1) * vocabulary + token], 1e-5f) << token;
+    EXPECT_NEAR(logits[token], alone[token], 1e-5f) << token;
+  }
+  // Released blocks go back to the pool.
+  std::size_t free_before = cache.free_blocks();
+  cache.release(3);
+  EXPECT_EQ(cache.free_blocks(), free_before + 1);
+}
+
+TEST(LlamaForward, RefusesBadModelsAndInputs) {
+  testing::TempDir dir;
+  TestModelShape shape;
+  shape.feed_forward = 192;
+  ASSERT_TRUE(write_test_model(shape, TensorType::kF32, 1, dir.file("m.gguf")).ok());
+  auto model = *LlamaModel::open(dir.file("m.gguf"));
+  KvCache cache(model->config(), 1);  // 16 positions
+  std::vector<float> logits;
+  auto refused = [&](std::vector<BatchToken> batch, const std::string& expected) {
+    auto status = forward(*model, cache, batch, std::vector<bool>(batch.size(), true), logits);
+    ASSERT_FALSE(status.ok()) << expected;
+    EXPECT_NE(status.message().find(expected), std::string::npos) << status.message();
+  };
+  refused({{0, 0, -1}}, "outside the vocabulary");
+  refused({{0, 0, 512}}, "outside the vocabulary");
+  refused({{0, 256, 1}}, "past the context");
+  refused({{0, 16, 1}}, "free blocks");
+  // Another architecture, a missing tensor, shapes that do not fit.
+  GgufFile file = *GgufFile::open(dir.file("m.gguf"));
+  auto rewritten = [&](const std::string& key, GgufValue value, const std::string& drop_tensor) {
+    GgufWriter writer;
+    for (const auto& [name, existing] : file.metadata()) writer.set(name, name == key ? value : existing);
+    for (const auto& tensor : file.tensors()) {
+      if (tensor.name == drop_tensor) continue;
+      auto data = file.data(tensor);
+      EXPECT_TRUE(
+          writer.add_tensor(tensor.name, tensor.dims, tensor.type, std::vector<std::byte>(data.begin(), data.end()))
+              .ok());
+    }
+    return *writer.serialize();
+  };
+  auto load = [](const std::string& bytes) {
+    auto parsed = GgufFile::parse(std::as_bytes(std::span(bytes.data(), bytes.size())), "x.gguf");
+    EXPECT_TRUE(parsed.ok());
+    return LlamaModel::from_file(std::move(*parsed));
+  };
+  std::string mistral = rewritten("general.architecture", GgufValue::string("gptneox"), "");
+  EXPECT_NE(load(mistral).status().message().find("the architecture 'gptneox' is not supported"), std::string::npos);
+  std::string missing = rewritten("", {}, "blk.1.ffn_up.weight");
+  EXPECT_NE(load(missing).status().message().find("'blk.1.ffn_up.weight' is missing"), std::string::npos);
+  std::string heads = rewritten("llama.attention.head_count_kv", GgufValue::u32(3), "");
+  EXPECT_NE(load(heads).status().message().find("3 key/value heads do not divide the 4 heads"), std::string::npos);
+  std::string width = rewritten("llama.embedding_length", GgufValue::u32(32), "");
+  EXPECT_FALSE(load(width).ok());
+  EXPECT_FALSE(write_test_model(shape, TensorType::kQ4_K, 1, dir.file("k.gguf")).ok());  // 64 is not 256's multiple
+}
+
+}  // namespace
+}  // namespace slipway::llm
