@@ -18,7 +18,8 @@ Result<std::size_t> positive(const GgufFile& file, const std::string& key) {
 }
 
 // A tensor by name with the dims expected, as a matrix or a vector of floats.
-Result<const GgufTensor*> find_tensor(const GgufFile& file, const std::string& name, std::vector<std::uint64_t> dims) {
+Result<const GgufTensor*> find_tensor(const GgufFile& file, const std::string& name,
+                                      const std::vector<std::uint64_t>& dims) {
   const GgufTensor* tensor = file.tensor(name);
   if (tensor == nullptr) return invalid_argument(file.source() + ": the tensor '" + name + "' is missing");
   if (tensor->dims != dims) {
