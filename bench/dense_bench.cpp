@@ -25,7 +25,7 @@ struct Mlp {
 };
 
 const Mlp& mlp() {
-  static const Mlp instance = [] {
+  static const Mlp kInstance = [] {
     Mlp built;
     std::mt19937 random(1);
     for (std::size_t layer = 0; layer + 1 < built.widths.size(); ++layer) {
@@ -41,7 +41,7 @@ const Mlp& mlp() {
     }
     return built;
   }();
-  return instance;
+  return kInstance;
 }
 
 std::vector<float> rows_of(std::size_t rows) {
@@ -71,11 +71,13 @@ void time_mlp(benchmark::State& state, Layer layer) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * rows));
 }
 
+// NOLINTNEXTLINE(readability-identifier-naming): the benchmark's name, which bench/*.sh and docs use
 void BM_MlpF32(benchmark::State& state) {
   time_mlp(state, [&](std::size_t index, std::span<const float> in, std::size_t rows, std::span<float> out,
                       int threads) { slipway::kernels::dense_f32(mlp().f32[index], in, rows, out, threads); });
 }
 
+// NOLINTNEXTLINE(readability-identifier-naming): the benchmark's name, which bench/*.sh and docs use
 void BM_MlpInt8(benchmark::State& state) {
   QuantizedRows quantized;
   time_mlp(state,
@@ -85,6 +87,7 @@ void BM_MlpInt8(benchmark::State& state) {
            });
 }
 
+// NOLINTNEXTLINE(readability-identifier-naming): the benchmark's name, which bench/*.sh and docs use
 void BM_MlpBf16(benchmark::State& state) {
   slipway::kernels::Bf16Rows rounded;
   time_mlp(state,
@@ -96,6 +99,7 @@ void BM_MlpBf16(benchmark::State& state) {
 
 // The 256 x 256 layer alone, per variant and precision (0 fp32, 1 bf16, 2 int8; rounding and
 // quantizing the rows included): what each instruction set buys over the reference.
+// NOLINTNEXTLINE(readability-identifier-naming): the benchmark's name, which bench/*.sh and docs use
 void BM_Dense256Variant(benchmark::State& state) {
   const auto variants = slipway::kernels::dense_kernel_variants();
   const auto& variant = variants[static_cast<std::size_t>(state.range(0))];

@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   std::atomic<bool> stop{false};
   std::vector<std::vector<double>> latencies(static_cast<std::size_t>(threads));
   std::vector<std::thread> workers;
+  workers.reserve(static_cast<std::size_t>(threads));
   auto started = std::chrono::steady_clock::now();
   for (int index = 0; index < threads; ++index) {
     workers.emplace_back([&, index] {

@@ -15,16 +15,17 @@ struct Fixture {
 };
 
 const Fixture& fixture() {
-  static const Fixture instance = [] {
+  static const Fixture kInstance = [] {
     auto table = *slipway::data::read_csv(std::string(SLIPWAY_DATA_DIR) + "/lending_club.csv");
     auto summary = slipway::train::fit(table, slipway::train::TrainRequest{.target = "Class"});
     Fixture built{summary->bundle, table.take_rows(std::vector<std::uint32_t>{0}), {}};
     (void)built.bundle->preprocessor().transform(built.one_row, built.preprocessed_row);
     return built;
   }();
-  return instance;
+  return kInstance;
 }
 
+// NOLINTNEXTLINE(readability-identifier-naming): the benchmark's name, which bench/*.sh and docs use
 void BM_PredictOneRow_FromTable(benchmark::State& state) {
   const Fixture& f = fixture();
   for (auto _ : state) {
@@ -33,6 +34,7 @@ void BM_PredictOneRow_FromTable(benchmark::State& state) {
   }
 }
 
+// NOLINTNEXTLINE(readability-identifier-naming): the benchmark's name, which bench/*.sh and docs use
 void BM_PredictOneRow_Preprocessed(benchmark::State& state) {
   const Fixture& f = fixture();
   for (auto _ : state) {

@@ -32,7 +32,7 @@ std::vector<float> read_floats(const std::string& path) {
 }
 
 const TreeFixture& fixture() {
-  static const TreeFixture instance = [] {
+  static const TreeFixture kInstance = [] {
     TreeFixture built;
     const char* dir = std::getenv("SLIPWAY_TREE_BENCH_DIR");
     if (dir == nullptr) {
@@ -71,9 +71,10 @@ const TreeFixture& fixture() {
     if (quantized_scores.scores != ours.scores) built.error = "the quantized layout changed a prediction";
     return built;
   }();
-  return instance;
+  return kInstance;
 }
 
+// NOLINTNEXTLINE(readability-identifier-naming): the benchmark's name, which bench/*.sh and docs use
 void BM_TreeBatch100k(benchmark::State& state) {
   const TreeFixture& f = fixture();
   if (!f.error.empty()) {
@@ -101,6 +102,7 @@ void BM_TreeBatch100k(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(state.iterations() * f.row_count), benchmark::Counter::kIsRate);
 }
 
+// NOLINTNEXTLINE(readability-identifier-naming): the benchmark's name, which bench/*.sh and docs use
 void BM_TreeSingleRow(benchmark::State& state) {
   const TreeFixture& f = fixture();
   if (!f.error.empty()) {
@@ -117,6 +119,7 @@ void BM_TreeSingleRow(benchmark::State& state) {
 }
 
 // Per-call latency of single-row scoring: median and p99 over 20,000 calls, as counters.
+// NOLINTNEXTLINE(readability-identifier-naming): the benchmark's name, which bench/*.sh and docs use
 void BM_TreeSingleRowPercentiles(benchmark::State& state) {
   const TreeFixture& f = fixture();
   if (!f.error.empty()) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Style gates CI enforces: clang-format on every C++ file (no diff allowed) and clang-tidy with
 # .clang-tidy (warnings are errors) on every source file of the build in BUILD_DIR (default
-# build/release, which must have been configured: it provides compile_commands.json).
+# build/release, which must have been configured: it provides compile_commands.json): src/, tests/
+# and bench/.
 # Usage: scripts/lint.sh [BUILD_DIR]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -10,8 +11,8 @@ cd "$root"
 mapfile -t files < <(git ls-files '*.cpp' '*.h')
 echo "== clang-format: ${#files[@]} files"
 clang-format --dry-run --Werror "${files[@]}"
-mapfile -t sources < <(git ls-files 'src/*.cpp')
-echo "== clang-tidy: ${#sources[@]} sources (headers under include/ and src/ through them)"
+mapfile -t sources < <(git ls-files 'src/*.cpp' 'tests/*.cpp' 'bench/*.cpp')
+echo "== clang-tidy: ${#sources[@]} sources in src/, tests/ and bench/ (headers under include/ and src/ through them)"
 jobs=$(nproc)
 printf '%s\n' "${sources[@]}" | xargs -P "$jobs" -n 4 clang-tidy -p "$build" --quiet 2> /tmp/slipway-tidy.$$ \
   || { grep -E "error:" /tmp/slipway-tidy.$$ | sort -u; rm -f /tmp/slipway-tidy.$$; exit 1; }

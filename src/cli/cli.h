@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "slipway/core.h"
+#include "slipway/llm.h"
 #include "slipway/pipeline.h"
 #include "slipway/registry.h"
 #include "slipway/serve.h"
@@ -238,7 +239,7 @@ struct ServeOptions {
   // Request bodies in flight, each counted at kV2BodyMemoryFactor times its size; 0: 1,024 MiB.
   std::size_t max_request_memory_mb = 0;
   bool lazy = false;  // load models on their first request instead of at start
-  bool auth = false;        // require bearer tokens
+  bool auth = false;  // require bearer tokens
 };
 int run_serve(const GlobalOptions& global, const ServeOptions& options, const ServingConfigFlags& defaults);
 // Shows the model's stored serving configuration, or stores the keys given (`reset`: replacing it).
@@ -263,6 +264,15 @@ struct ImportOptions {
   std::string bundle_out;
 };
 int run_import(const GlobalOptions& global, const ImportOptions& options);
+
+struct LlmTestModelFlags {
+  std::string out;
+  std::string type = "f32";
+  std::uint64_t seed = 1;
+  llm::TestModelShape shape;
+};
+// A random-weight Llama GGUF with a small tokenizer, for tests and benchmarks.
+int run_llm_make_test_model(const GlobalOptions& global, const LlmTestModelFlags& flags);
 
 struct ExportOptions {
   std::string reference;

@@ -559,6 +559,34 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       ->capture_default_str();
   import_command->add_option("--out", import_options.bundle_out, "Also write the bundle file here");
 
+  auto* llm_command = app.add_subcommand("llm", "The LLM engine: GGUF Llama models");
+  llm_command->require_subcommand(1);
+  LlmTestModelFlags test_model;
+  auto* make_test_model = llm_command->add_subcommand(
+      "make-test-model", "Write a random-weight Llama GGUF with a small working tokenizer (for tests and benchmarks)");
+  make_test_model->add_option("OUT", test_model.out, "The .gguf file to write")->required();
+  make_test_model->add_option("--type", test_model.type, "Matrix weights: f32, f16, bf16, q8_0, q4_0 or q4_k")
+      ->capture_default_str();
+  make_test_model->add_option("--layers", test_model.shape.layers)->check(CLI::Range(1, 1024))->capture_default_str();
+  make_test_model->add_option("--dim", test_model.shape.embedding, "Width (embedding length)")
+      ->check(CLI::Range(2, 65536))
+      ->capture_default_str();
+  make_test_model->add_option("--heads", test_model.shape.heads)->check(CLI::Range(1, 1024))->capture_default_str();
+  make_test_model->add_option("--kv-heads", test_model.shape.kv_heads, "Key/value heads (grouped-query attention)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  make_test_model->add_option("--ff", test_model.shape.feed_forward, "Feed-forward width")
+      ->check(CLI::Range(1, 262144))
+      ->capture_default_str();
+  make_test_model->add_option("--vocab", test_model.shape.vocabulary, "Vocabulary size")
+      ->check(CLI::Range(400, 1 << 20))
+      ->capture_default_str();
+  make_test_model->add_option("--context", test_model.shape.context, "Context length")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  make_test_model->add_flag("--tied", test_model.shape.tied_output, "Share the token embedding as the output matrix");
+  make_test_model->add_option("--seed", test_model.seed)->capture_default_str();
+
   ExportOptions export_options;
   auto* export_command = app.add_subcommand(
       "export", "Write a model in another system's format: ONNX (MLPs, tree ensembles) or XGBoost JSON (trees)");
@@ -645,8 +673,9 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       "loadtest",
       "Send HTTP load to a URL at a fixed rate (open loop) or concurrency (closed loop) and report latency");
   loadtest_command->add_option("URL", load.url, "e.g. http://127.0.0.1:8080/v2/models/NAME/infer")->required();
-  loadtest_command->add_option(
-      "--rate", load.rate, "Open loop: requests per second (latency counts from each request's intended send time)")
+  loadtest_command
+      ->add_option("--rate", load.rate,
+                   "Open loop: requests per second (latency counts from each request's intended send time)")
       ->check(CLI::NonNegativeNumber);
   loadtest_command->add_option("--concurrency", load.concurrency, "Closed loop: requests kept outstanding")
       ->check(CLI::NonNegativeNumber);
@@ -797,6 +826,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (token_revoke->parsed()) return run_token_revoke(global, token_id);
   if (params_command->parsed()) return run_params(global, markdown);
   if (verify_command->parsed()) return run_verify(global, repair);
+  if (make_test_model->parsed()) return run_llm_make_test_model(global, test_model);
   if (import_command->parsed()) {
     if (import_command->get_option("--register")->count() > 0 && import_options.register_as.empty()) {
       return fail(slipway::invalid_argument("--register needs a model name"));

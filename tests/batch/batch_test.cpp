@@ -187,7 +187,7 @@ TEST_F(BatchJob, ShardsCutOnRecordsNumberRowsAsTheWholeFile) {
   out = header + "\r\n\r\n";
   for (int row = 1; row <= 300 && std::getline(input, line); ++row) {
     if (row == 40)
-      line = line.substr(0, line.find("\"term_")) + "\"term\n36\"" + line.substr(line.find(",", line.find("\"term_")));
+      line = line.substr(0, line.find("\"term_")) + "\"term\n36\"" + line.substr(line.find(',', line.find("\"term_")));
     if (row == 90) line = "abc" + line.substr(line.find(','));  // bad: a number that is not
     if (row == 120) line = "1,2,3";                             // bad: three fields
     out += line + (row % 50 == 0 ? "\r\n\r\n" : "\r\n");

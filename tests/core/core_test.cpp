@@ -137,7 +137,7 @@ struct Example {
 };
 
 const ConfigSchema<Example>& example_schema() {
-  static const ConfigSchema<Example> schema(
+  static const ConfigSchema<Example> kSchema(
       "example config",
       {
           config_field({"count", ConfigType::kInt, "", 0, 10, {}, "How many."}, &Example::count),
@@ -149,7 +149,7 @@ const ConfigSchema<Example>& example_schema() {
           config_field({"delay_us", ConfigType::kInt, "", 0, 1'000'000, {}, "Wait."}, &Example::delay),
           config_field({"depth", ConfigType::kInt, "", 1, 8, {}, "Deep."}, &Example::nested, &Nested::depth),
       });
-  return schema;
+  return kSchema;
 }
 
 TEST(ConfigSchema, DefaultsComeFromTheStruct) {

@@ -14,21 +14,21 @@ class CompareTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     data::Table train = testing::lending_rows(0, 2000);
-    golden_ = new data::Table(testing::lending_rows(2000, 1000));
-    logistic_ = train::fit(train, train::TrainRequest{.target = "Class"})->bundle;
-    gbdt_ = train::fit(train,
-                       train::TrainRequest{
-                           .target = "Class", .model_family = "gbdt", .params = {{"rounds", "20"}, {"max_depth", "3"}}})
-                ->bundle;
+    golden = new data::Table(testing::lending_rows(2000, 1000));
+    logistic = train::fit(train, train::TrainRequest{.target = "Class"})->bundle;
+    gbdt = train::fit(train,
+                      train::TrainRequest{
+                          .target = "Class", .model_family = "gbdt", .params = {{"rounds", "20"}, {"max_depth", "3"}}})
+               ->bundle;
   }
-  static void TearDownTestSuite() { delete golden_; }
+  static void TearDownTestSuite() { delete golden; }
 
-  static inline data::Table* golden_ = nullptr;
-  static inline std::shared_ptr<const model::Bundle> logistic_, gbdt_;
+  static inline data::Table* golden = nullptr;
+  static inline std::shared_ptr<const model::Bundle> logistic, gbdt;
 };
 
 TEST_F(CompareTest, AModelAgreesWithItself) {
-  auto same = compare(*logistic_, *logistic_, *golden_, {.tolerance = 0.0, .slice_column = "term"});
+  auto same = compare(*logistic, *logistic, *golden, {.tolerance = 0.0, .slice_column = "term"});
   ASSERT_TRUE(same.ok()) << same.status().message();
   EXPECT_TRUE(same->within_tolerance());
   EXPECT_EQ(same->overall.rows, 1000u);
@@ -44,17 +44,17 @@ TEST_F(CompareTest, AModelAgreesWithItself) {
 
 TEST_F(CompareTest, DifferencesFlipsAndQualityMatchAHandCount) {
   ComparisonOptions options{.tolerance = 0.05, .slice_column = "addr_state", .worst_rows = 5};
-  auto result = compare(*logistic_, *gbdt_, *golden_, options);
+  auto result = compare(*logistic, *gbdt, *golden, options);
   ASSERT_TRUE(result.ok()) << result.status().message();
 
-  auto a = *logistic_->predict(*golden_);
-  auto b = *gbdt_->predict(*golden_);
+  auto a = *logistic->predict(*golden);
+  auto b = *gbdt->predict(*golden);
   std::size_t beyond = 0, flips = 0;
   double largest = 0.0;
   for (std::size_t row = 0; row < a.rows; ++row) {
     double difference = std::abs(static_cast<double>(a.scores[row]) - b.scores[row]);
     beyond += difference > options.tolerance;
-    flips += logistic_->predicted_label(a, row) != gbdt_->predicted_label(b, row);
+    flips += logistic->predicted_label(a, row) != gbdt->predicted_label(b, row);
     largest = std::max(largest, difference);
   }
   ASSERT_GT(beyond, 0u);
@@ -72,11 +72,11 @@ TEST_F(CompareTest, DifferencesFlipsAndQualityMatchAHandCount) {
   const auto& first = result->worst_rows.front();
   EXPECT_EQ(first.outputs_a.at(0), a.scores[first.row]);
   EXPECT_EQ(first.outputs_b.at(0), b.scores[first.row]);
-  EXPECT_EQ(first.slice, golden_->column(*golden_->column_index("addr_state")).text_at(first.row));
+  EXPECT_EQ(first.slice, golden->column(*golden->column_index("addr_state")).text_at(first.row));
 
   // Quality agrees with evaluate(), overall and per slice; the worst slice has the largest drop.
-  auto evaluation_a = *evaluate(*logistic_, *golden_, "addr_state");
-  auto evaluation_b = *evaluate(*gbdt_, *golden_, "addr_state");
+  auto evaluation_a = *evaluate(*logistic, *golden, "addr_state");
+  auto evaluation_b = *evaluate(*gbdt, *golden, "addr_state");
   EXPECT_DOUBLE_EQ(result->metrics_a.get("auc"), evaluation_a.overall.get("auc"));
   EXPECT_DOUBLE_EQ(result->quality_drop, evaluation_a.overall.get("auc") - evaluation_b.overall.get("auc"));
   ASSERT_EQ(result->slices.size(), evaluation_a.slices.size());
@@ -103,11 +103,11 @@ TEST_F(CompareTest, DifferencesFlipsAndQualityMatchAHandCount) {
 
 TEST_F(CompareTest, UnlabelledRowsCompareOutputsOnly) {
   data::Table unlabelled;
-  for (const auto& column : golden_->columns()) {
+  for (const auto& column : golden->columns()) {
     if (column.name == "Class") continue;
     ASSERT_TRUE(unlabelled.add_column(column).ok());
   }
-  auto result = compare(*logistic_, *gbdt_, unlabelled, {});
+  auto result = compare(*logistic, *gbdt, unlabelled, {});
   ASSERT_TRUE(result.ok()) << result.status().message();
   EXPECT_FALSE(result->labelled);
   EXPECT_GT(result->overall.rows_beyond_tolerance, 0u);
@@ -129,7 +129,7 @@ TEST_F(CompareTest, AnEmptyTargetColumnComparesOutputsOnly) {
   auto table = data::parse_csv(csv, "blank.csv");
   ASSERT_TRUE(table.ok()) << table.status().message();
   ASSERT_NE(table->find("Class"), nullptr);
-  auto result = compare(*logistic_, *gbdt_, *table, {});
+  auto result = compare(*logistic, *gbdt, *table, {});
   ASSERT_TRUE(result.ok()) << result.status().message();
   EXPECT_FALSE(result->labelled);
   EXPECT_EQ(result->overall.rows, 29u);
@@ -138,17 +138,17 @@ TEST_F(CompareTest, AnEmptyTargetColumnComparesOutputsOnly) {
 TEST_F(CompareTest, IncomparableModelsAndBadOptionsAreRefused) {
   auto chicago = *data::read_csv(testing::data_path("chicago_ridership.csv"));
   auto regression = train::fit(chicago, train::TrainRequest{.target = "ridership", .model_family = "linear"})->bundle;
-  auto mixed = compare(*logistic_, *regression, *golden_, {});
+  auto mixed = compare(*logistic, *regression, *golden, {});
   ASSERT_FALSE(mixed.ok());
   EXPECT_NE(mixed.status().message().find("different questions"), std::string::npos) << mixed.status().message();
 
-  auto negative = compare(*logistic_, *gbdt_, *golden_, {.tolerance = -1});
+  auto negative = compare(*logistic, *gbdt, *golden, {.tolerance = -1});
   ASSERT_FALSE(negative.ok());
   EXPECT_NE(negative.status().message().find("tolerance"), std::string::npos);
-  EXPECT_FALSE(compare(*logistic_, *gbdt_, *golden_, {.tolerance = std::nan("")}).ok());
-  EXPECT_FALSE(compare(*logistic_, *gbdt_, *golden_, {.tolerance = INFINITY}).ok());
+  EXPECT_FALSE(compare(*logistic, *gbdt, *golden, {.tolerance = std::nan("")}).ok());
+  EXPECT_FALSE(compare(*logistic, *gbdt, *golden, {.tolerance = INFINITY}).ok());
 
-  auto no_slice = compare(*logistic_, *gbdt_, *golden_, {.slice_column = "state"});
+  auto no_slice = compare(*logistic, *gbdt, *golden, {.slice_column = "state"});
   ASSERT_FALSE(no_slice.ok());
   EXPECT_NE(no_slice.status().message().find("'state'"), std::string::npos);
 }
@@ -157,13 +157,13 @@ TEST_F(CompareTest, AGateHoldsTheCandidateToItsThresholds) {
   GateCriteria criteria{.metric = "auc"};
   ASSERT_TRUE(parse_gate_thresholds("max_drop=0, min=0.5", criteria).ok());
   EXPECT_EQ(format_gate_thresholds(criteria), "min=0.5,max_drop=0");
-  auto same = gate(*logistic_, *logistic_, *golden_, criteria, "term");
+  auto same = gate(*logistic, *logistic, *golden, criteria, "term");
   ASSERT_TRUE(same.ok()) << same.status().message();
   EXPECT_TRUE(same->passed());
   EXPECT_EQ(same->checks.size(), 3u);  // overall, then the two terms
   EXPECT_EQ(same->checks[0].drop, 0.0);
   ASSERT_TRUE(parse_gate_thresholds("min=0.99", criteria).ok());
-  auto strict = gate(*logistic_, *gbdt_, *golden_, criteria, "");
+  auto strict = gate(*logistic, *gbdt, *golden, criteria, "");
   ASSERT_TRUE(strict.ok()) << strict.status().message();
   EXPECT_FALSE(strict->passed());
   EXPECT_NE(strict->checks[0].failure.find("below the minimum 0.99"), std::string::npos);

@@ -7,6 +7,7 @@
 
 #include "slipway/data.h"
 
+// NOLINTNEXTLINE(readability-identifier-naming): libFuzzer's entry point, a fixed name
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t size) {
   std::string_view text(reinterpret_cast<const char*>(bytes), size);
   for (bool jsonl : {true, false}) {

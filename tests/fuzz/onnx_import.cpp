@@ -7,6 +7,7 @@
 
 #include "slipway/model.h"
 
+// NOLINTNEXTLINE(readability-identifier-naming): libFuzzer's entry point, a fixed name
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t size) {
   auto bundle = slipway::model::import_onnx(std::as_bytes(std::span(bytes, size)), {});
   if (bundle.ok()) {

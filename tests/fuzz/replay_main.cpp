@@ -7,6 +7,7 @@
 #include <iterator>
 #include <vector>
 
+// NOLINTNEXTLINE(readability-identifier-naming): libFuzzer's entry point, a fixed name
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t size);
 
 namespace {

@@ -28,6 +28,7 @@ slipway::serve::Service& service() {
 
 // An input starting with 'B' is a binary-tensor request: the next two bytes give the JSON
 // header's length (Inference-Header-Content-Length), the rest is the body.
+// NOLINTNEXTLINE(readability-identifier-naming): libFuzzer's entry point, a fixed name
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t size) {
   std::string_view body(reinterpret_cast<const char*>(bytes), size);
   slipway::serve::RequestHeaders headers;

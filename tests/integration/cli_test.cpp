@@ -30,7 +30,7 @@ class WebhookReceiver {
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address);
+    (void)::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address);  // port 0: any free port
     ::listen(listener_, 8);
     socklen_t length = sizeof address;
     ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length);

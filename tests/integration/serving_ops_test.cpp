@@ -24,7 +24,7 @@
 namespace slipway::testing {
 namespace {
 
-const char* kOneRow = R"({"inputs":[
+constexpr const char* kOneRow = R"({"inputs":[
     {"name":"funded_amnt","datatype":"FP32","shape":[1],"data":[16100]},
     {"name":"term","datatype":"BYTES","shape":[1],"data":["term_36"]},
     {"name":"int_rate","datatype":"FP32","shape":[1],"data":[13.99]},
@@ -198,7 +198,7 @@ std::string raw_exchange(int port, const std::string& bytes, int timeout_ms, boo
     ::close(fd);
     return "connect failed";
   }
-  timeval timeout{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  timeval timeout{timeout_ms / 1000, static_cast<suseconds_t>(timeout_ms % 1000) * 1000};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
   (void)!::write(fd, bytes.data(), bytes.size());
   if (half_close) ::shutdown(fd, SHUT_WR);
@@ -329,7 +329,7 @@ int free_port() {
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  (void)::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);  // port 0: any free port
   socklen_t length = sizeof address;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
   ::close(fd);
@@ -814,7 +814,7 @@ TEST_F(ServingOps, BatchScoresEqualTheOnlineAnswersBitForBit) {
   for (const auto& body : serve::v2_requests_from_table(*table, 500, {"Class"})) {
     auto answer = http_request(port, "POST", "/v2/models/lending/versions/1/infer", body);
     ASSERT_EQ(answer.status, 200) << answer.body.substr(0, 300);
-    auto data = answer.body.find("[", answer.body.find("\"data\"", answer.body.find("\"name\":\"probability\"")));
+    auto data = answer.body.find('[', answer.body.find("\"data\"", answer.body.find("\"name\":\"probability\"")));
     const char* cursor = answer.body.c_str() + data + 1;
     while (*cursor != ']') {
       char* end = nullptr;

@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <span>
@@ -48,9 +48,9 @@ struct Shape {
   std::size_t rows, outputs, depth;
 };
 
-const Shape kShapes[] = {{1, 1, 1},    {1, 16, 4},  {1, 130, 37},  {1, 256, 28}, {3, 17, 5},   {4, 32, 64},
-                         {5, 48, 3},   {9, 7, 100}, {13, 33, 257}, {2, 129, 16}, {8, 16, 1},   {17, 200, 28},
-                         {64, 1, 256}, {3, 145, 9}, {1, 8, 300},   {6, 250, 66}, {40, 50, 70}, {32, 32, 64}};
+constexpr Shape kShapes[] = {{1, 1, 1},    {1, 16, 4},  {1, 130, 37},  {1, 256, 28}, {3, 17, 5},   {4, 32, 64},
+                             {5, 48, 3},   {9, 7, 100}, {13, 33, 257}, {2, 129, 16}, {8, 16, 1},   {17, 200, 28},
+                             {64, 1, 256}, {3, 145, 9}, {1, 8, 300},   {6, 250, 66}, {40, 50, 70}, {32, 32, 64}};
 
 // For a variant whose bf16 is not exact (AMX): each output within (depth + 1) * 2^-23 of
 // |bias| plus its products' magnitudes, which the reference computes on the absolute values.
@@ -241,7 +241,11 @@ TEST(DenseKernels, EveryVariantTreatsTinyNonFiniteAndSubnormalValuesAlike) {
       if (!variant.supported() || (overflows_unless_fused && variant.amx)) continue;
       std::vector<float> got(2);
       variant.bf16(layer, rounded, got.data(), 0, layer.blocks());
-      EXPECT_EQ(std::memcmp(got.data(), expected.data(), sizeof(float) * 2), 0)
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), expected.begin(), expected.end(),
+                             [](float a, float b) {
+                               return std::bit_cast<std::uint32_t>(a) ==
+                                      std::bit_cast<std::uint32_t>(b);  // bit for bit
+                             }))
           << variant.name << ": " << got[0] << " " << got[1] << " vs " << expected[0] << " " << expected[1];
     }
   }
@@ -301,7 +305,7 @@ TEST(DenseKernels, ThreadsSplitTheOutputsWithoutChangingThem) {
   Layer layer = random_layer(512, 512, random);
   std::vector<float> in = random_rows(64, 512, random);
   PackedDenseF32 f32 = pack_dense_f32(layer.weights, layer.bias, layer.outputs, layer.depth);
-  std::vector<float> one(64 * 512), four(64 * 512);
+  std::vector<float> one(std::size_t{64} * 512), four(std::size_t{64} * 512);
   dense_f32(f32, in, 64, one, 1);
   dense_f32(f32, in, 64, four, 4);
   EXPECT_EQ(one, four);

@@ -1,5 +1,6 @@
 // GGUF's Q8_0 and Q4_0 blocks and half precision: the conversions against the CPU's own (F16C),
 // the block layouts on hand-made blocks, and quantization's error within each format's bound.
+#include <cpuid.h>
 #include <gtest/gtest.h>
 #include <immintrin.h>
 
@@ -15,14 +16,19 @@
 namespace slipway::kernels {
 namespace {
 
-__attribute__((target("f16c"))) std::uint16_t hardware_half(float value) {
-  return static_cast<std::uint16_t>(_cvtss_sh(value, _MM_FROUND_TO_NEAREST_INT));
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
 }
-__attribute__((target("f16c"))) float hardware_float(std::uint16_t bits) { return _cvtsh_ss(bits); }
+__attribute__((target("f16c"))) std::uint16_t hardware_half(float value) {
+  return static_cast<std::uint16_t>(_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(value), _MM_FROUND_TO_NEAREST_INT), 0));
+}
+__attribute__((target("f16c"))) float hardware_float(std::uint16_t bits) {
+  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)));
+}
 
 TEST(HalfPrecision, MatchesTheCpusConversionsBothWays) {
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no F16C to compare with";
+  if (!cpu_has_f16c()) GTEST_SKIP() << "no F16C to compare with";
   for (std::uint32_t half = 0; half < 65536; ++half) {
     float expected = hardware_float(static_cast<std::uint16_t>(half));
     float got = half_to_float(static_cast<std::uint16_t>(half));
@@ -85,7 +91,7 @@ TEST(QuantBlocks, Q4_0LayoutAndRoundTrip) {
 TEST(QuantBlocks, RandomRowsStayWithinEachFormatsBound) {
   std::mt19937 random(3);
   std::normal_distribution<float> normal(0.0f, 2.0f);
-  std::vector<float> values(32 * 500);
+  std::vector<float> values(std::size_t{32} * 500);
   for (float& value : values) value = normal(random);
   std::vector<BlockQ8_0> q8(500);
   std::vector<BlockQ4_0> q4(500);
@@ -134,7 +140,7 @@ TEST(QuantBlocks, Q4_KLayoutAndRoundTrip) {
   }
   std::mt19937 random(9);
   std::normal_distribution<float> normal(0.5f, 1.0f);
-  std::vector<float> row(256 * 40);
+  std::vector<float> row(std::size_t{256} * 40);
   for (float& value : row) value = normal(random);
   std::vector<BlockQ4_K> blocks(40);
   quantize_q4_k(row, blocks);

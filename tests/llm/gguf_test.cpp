@@ -40,9 +40,12 @@ GgufWriter small_model() {
   writer.set("x.i64", GgufValue::signed_integer(GgufValueType::kInt64, -(1LL << 40)));
   writer.set("x.f64", GgufValue::real(GgufValueType::kFloat64, 0.1));
   writer.set("x.nested", GgufValue::array(GgufValueType::kArray, {GgufValue::strings({"a"}), GgufValue::strings({})}));
-  EXPECT_TRUE(writer.add_tensor("token_embd.weight", {64, 4}, TensorType::kF32, bytes_of(64 * 4 * 4, 1)).ok());
-  EXPECT_TRUE(writer.add_tensor("blk.0.attn_q.weight", {64, 3}, TensorType::kQ8_0, bytes_of(2 * 34 * 3, 2)).ok());
-  EXPECT_TRUE(writer.add_tensor("blk.0.ffn_up.weight", {256, 2}, TensorType::kQ4_K, bytes_of(144 * 2, 3)).ok());
+  EXPECT_TRUE(
+      writer.add_tensor("token_embd.weight", {64, 4}, TensorType::kF32, bytes_of(std::size_t{64} * 4 * 4, 1)).ok());
+  EXPECT_TRUE(
+      writer.add_tensor("blk.0.attn_q.weight", {64, 3}, TensorType::kQ8_0, bytes_of(std::size_t{2} * 34 * 3, 2)).ok());
+  EXPECT_TRUE(
+      writer.add_tensor("blk.0.ffn_up.weight", {256, 2}, TensorType::kQ4_K, bytes_of(std::size_t{144} * 2, 3)).ok());
   EXPECT_TRUE(writer.add_tensor("norm", {7}, TensorType::kF16, bytes_of(14, 4)).ok());
   return writer;
 }

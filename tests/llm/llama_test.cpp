@@ -4,6 +4,7 @@
 // bad models and inputs are refused.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <sstream>
 
@@ -13,7 +14,8 @@
 namespace slipway::llm {
 namespace {
 
-const std::vector<std::int32_t> kPrompt = {1, 300, 301, 17, 450, 299, 3, 511};
+constexpr std::array<std::int32_t, 8> kPrompt = {1, 300, 301, 17, 450, 299, 3, 511};
+std::vector<std::int32_t> prompt() { return {kPrompt.begin(), kPrompt.end()}; }
 
 std::vector<std::vector<double>> reference_logits(const std::string& model, const std::vector<std::int32_t>& tokens) {
   std::string list;
@@ -68,8 +70,8 @@ TEST(LlamaForward, AgreesWithTheNumpyReferenceForEveryWeightType) {
     auto model = LlamaModel::open(path);
     ASSERT_TRUE(model.ok()) << model.status().message();
     EXPECT_EQ((*model)->config().vocabulary, shape.vocabulary);
-    std::vector<float> logits = prompt_logits(**model, kPrompt, 2);
-    auto expected = reference_logits(path, kPrompt);
+    std::vector<float> logits = prompt_logits(**model, prompt(), 2);
+    auto expected = reference_logits(path, prompt());
     ASSERT_EQ(expected.size(), kPrompt.size());
     double largest = 0;
     for (const auto& row : expected) {
@@ -93,8 +95,8 @@ TEST(LlamaForward, DecodingStepByStepThreadsAndBatchNeighboursChangeNothing) {
   ASSERT_TRUE(write_test_model(shape, TensorType::kQ8_0, 7, dir.file("m.gguf")).ok());
   auto model = *LlamaModel::open(dir.file("m.gguf"));
   const std::size_t vocabulary = shape.vocabulary;
-  std::vector<float> whole = prompt_logits(*model, kPrompt, 1);
-  EXPECT_EQ(prompt_logits(*model, kPrompt, 2), whole);
+  std::vector<float> whole = prompt_logits(*model, prompt(), 1);
+  EXPECT_EQ(prompt_logits(*model, prompt(), 2), whole);
   // The prompt less its last token, then the last token alone (a decode step).
   KvCache cache(model->config(), 64);
   std::vector<BatchToken> prefix;
@@ -138,7 +140,7 @@ TEST(LlamaForward, RefusesBadModelsAndInputs) {
   refused({{0, 16, 1}}, "free blocks");
   // Another architecture, a missing tensor, shapes that do not fit.
   GgufFile file = *GgufFile::open(dir.file("m.gguf"));
-  auto rewritten = [&](const std::string& key, GgufValue value, const std::string& drop_tensor) {
+  auto rewritten = [&](const std::string& key, const GgufValue& value, const std::string& drop_tensor) {
     GgufWriter writer;
     for (const auto& [name, existing] : file.metadata()) writer.set(name, name == key ? value : existing);
     for (const auto& tensor : file.tensors()) {

@@ -77,7 +77,7 @@ TEST(MlpModel, EachPrecisionComputesTheForwardPassWithinItsRounding) {
   std::mt19937 random(9);
   auto layers = random_layers({28, 64, 32, 3}, random);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> rows(37 * 28);
+  std::vector<float> rows(std::size_t{37} * 28);
   for (float& value : rows) value = normal(random);
   for (auto [precision, tolerance] : {std::pair{MlpPrecision::kFloat32, 1e-5}, std::pair{MlpPrecision::kBfloat16, 0.05},
                                       std::pair{MlpPrecision::kInt8, 0.08}}) {
@@ -85,7 +85,7 @@ TEST(MlpModel, EachPrecisionComputesTheForwardPassWithinItsRounding) {
     ASSERT_TRUE(model.ok()) << model.status().message();
     EXPECT_EQ((*model)->input_width(), 28u);
     EXPECT_EQ((*model)->output_count(), 3u);
-    std::vector<float> out(37 * 3);
+    std::vector<float> out(std::size_t{37} * 3);
     (*model)->predict_margin(rows, 37, out);
     for (std::size_t row = 0; row < 37; ++row) {
       auto expected = forward(layers, std::span<const float>(rows).subspan(row * 28, 28));
@@ -113,9 +113,9 @@ TEST(MlpModel, LayerNormalizationAndEveryActivationMatchDoubleArithmetic) {
     layers[1].activation = kernels::Activation::kTanh;
     auto model = MlpModel::make(layers, MlpPrecision::kFloat32);
     ASSERT_TRUE(model.ok()) << model.status().message();
-    std::vector<float> rows(11 * 9);
+    std::vector<float> rows(std::size_t{11} * 9);
     for (float& value : rows) value = 2.0f * normal(random);
-    std::vector<float> out(11 * 2);
+    std::vector<float> out(std::size_t{11} * 2);
     (*model)->predict_margin(rows, 11, out);
     for (std::size_t row = 0; row < 11; ++row) {
       auto expected = forward(layers, std::span<const float>(rows).subspan(row * 9, 9));
@@ -174,7 +174,7 @@ TEST(MlpModel, ABundleRoundTripsToTheSameBytesAndPredictions) {
     EXPECT_EQ(read.layers()[1].activation, kernels::Activation::kNone);
     ASSERT_EQ(read.training_state().count("adam_m.0"), 1u);
     EXPECT_EQ(read.training_state().at("adam_m.0").to_vector(), (std::vector<float>{1.0f, -2.0f, 3.5f}));
-    std::vector<float> rows(20 * 5);
+    std::vector<float> rows(std::size_t{20} * 5);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (float& value : rows) value = normal(random);
     auto before = bundle.predict_preprocessed(rows, 20);
@@ -192,7 +192,7 @@ TEST(MlpModel, CalibratedInt8StaysCloseToFloat32AndTravelsInTheBundle) {
   std::mt19937 random(31);
   auto float32 = *MlpModel::make(random_layers({12, 64, 32, 1}, random), MlpPrecision::kFloat32);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> rows(500 * 12);
+  std::vector<float> rows(std::size_t{500} * 12);
   for (float& value : rows) value = normal(random);
   std::vector<float> by_max = float32->calibrate(rows, 500, 100.0);
   std::vector<float> by_percentile = float32->calibrate(rows, 500, 99.9);

@@ -142,7 +142,7 @@ TEST(ModelFamilies, TreeEnsembleRoundTripsEveryOptionalSection) {
   EXPECT_EQ(trees.base_margin(), 0.25f);
   std::vector<float> rows = {2, 0, 5, 1, 3, 0, 99, 1, std::nanf(""), 0};
   EXPECT_EQ(margins(trees, rows), margins(bundle->model(), rows));
-  std::vector<float> contributions(2 * 3);
+  std::vector<float> contributions(std::size_t{2} * 3);
   EXPECT_TRUE(trees.explain(std::span<const float>(rows).first(2), contributions).ok());
 }
 

@@ -236,7 +236,7 @@ TEST(TreeEnsemble, EveryKernelMatchesAPlainWalkBitForBit) {
 }
 
 TEST(XgboostImport, RejectsWhatItCannotImportWithOneSentence) {
-  auto message = [](const std::string& json, XgboostImportOptions options = {}) {
+  auto message = [](const std::string& json, const XgboostImportOptions& options = {}) {
     auto result = import_xgboost_json(json, options);
     return result.ok() ? std::string("ok") : result.status().message();
   };

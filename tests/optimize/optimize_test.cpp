@@ -32,25 +32,25 @@ TEST(Slo, ParsesEachKindOfClause) {
 class OptimizeTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    golden_ = new data::Table(testing::lending_rows(2000, 500));
-    train_ = new data::Table(testing::lending_rows(0, 2000));
-    gbdt_ = train::fit(*train_,
-                       train::TrainRequest{
-                           .target = "Class", .model_family = "gbdt", .params = {{"rounds", "40"}, {"max_depth", "4"}}})
-                ->bundle;
-    linear_ = train::fit(*train_, train::TrainRequest{.target = "Class"})->bundle;
+    golden_set = new data::Table(testing::lending_rows(2000, 500));
+    train_set = new data::Table(testing::lending_rows(0, 2000));
+    gbdt = train::fit(*train_set,
+                      train::TrainRequest{
+                          .target = "Class", .model_family = "gbdt", .params = {{"rounds", "40"}, {"max_depth", "4"}}})
+               ->bundle;
+    linear = train::fit(*train_set, train::TrainRequest{.target = "Class"})->bundle;
   }
   static void TearDownTestSuite() {
-    delete golden_;
-    delete train_;
+    delete golden_set;
+    delete train_set;
   }
 
   static OptimizeOptions quick(std::shared_ptr<const model::Bundle> baseline) {
     OptimizeOptions options;
     options.baseline = std::move(baseline);
     options.baseline_name = "lending@1";
-    options.golden = golden_;
-    options.train = train_;
+    options.golden = golden_set;
+    options.train = train_set;
     options.slice_column = "term";
     options.slo = *parse_slo("p95<=50ms@100rps,auc_drop<=0.02");
     options.measure_time = 300ms;
@@ -58,13 +58,13 @@ class OptimizeTest : public ::testing::Test {
     return options;
   }
 
-  static inline data::Table* golden_ = nullptr;
-  static inline data::Table* train_ = nullptr;
-  static inline std::shared_ptr<const model::Bundle> gbdt_, linear_;
+  static inline data::Table* golden_set = nullptr;
+  static inline data::Table* train_set = nullptr;
+  static inline std::shared_ptr<const model::Bundle> gbdt, linear;
 };
 
 TEST_F(OptimizeTest, BuildsMeasuresRecordsAndRecommends) {
-  OptimizeOptions options = quick(gbdt_);
+  OptimizeOptions options = quick(gbdt);
   options.price_per_hour = 0.35;
   options.repeat_rate = 0.5;  // adds the response cache to the serving sweep
   std::vector<std::string> registered;
@@ -147,8 +147,8 @@ TEST_F(OptimizeTest, BuildsMeasuresRecordsAndRecommends) {
     if (candidate.technique != "distill") continue;
     ++students;
     EXPECT_EQ(candidate.bundle->task(), model::Task::kBinaryClassification);
-    EXPECT_EQ(candidate.bundle->manifest().class_labels, gbdt_->manifest().class_labels);
-    auto scores = candidate.bundle->predict(*golden_);
+    EXPECT_EQ(candidate.bundle->manifest().class_labels, gbdt->manifest().class_labels);
+    auto scores = candidate.bundle->predict(*golden_set);
     ASSERT_TRUE(scores.ok());
     for (float score : scores->scores) ASSERT_TRUE(score >= 0.0f && score <= 1.0f) << score;
     EXPECT_GT(candidate.quality, 0.6) << candidate.name;  // it learned something
@@ -163,7 +163,7 @@ TEST_F(OptimizeTest, BuildsMeasuresRecordsAndRecommends) {
 }
 
 TEST_F(OptimizeTest, GuardsKeepACandidateFromBeingRecommended) {
-  OptimizeOptions options = quick(gbdt_);
+  OptimizeOptions options = quick(gbdt);
   options.techniques = {"prune"};
   options.tolerance = 0.0;  // any changed output is refused
   options.slo = *parse_slo("p95<=50ms@100rps,auc_drop<=0.5");
@@ -219,13 +219,13 @@ TEST_F(OptimizeTest, RegressionStudentsTrackTheirTeacher) {
 // An MLP's candidates: bf16, int8 per row and calibrated, units pruned with and without
 // fine-tuning, and a smaller MLP distilled from it; each measured in the same table.
 TEST_F(OptimizeTest, MlpCandidatesAreBuiltAndMeasured) {
-  auto network = train::fit(
-      *train_, train::TrainRequest{
-                   .target = "Class", .model_family = "mlp", .params = {{"hidden_units", "64,32"}, {"epochs", "4"}}});
+  auto network = train::fit(*train_set, train::TrainRequest{.target = "Class",
+                                                            .model_family = "mlp",
+                                                            .params = {{"hidden_units", "64,32"}, {"epochs", "4"}}});
   ASSERT_TRUE(network.ok()) << network.status().message();
   OptimizeOptions options = quick(network->bundle);
   options.techniques = {"quantize", "int8", "prune", "distill"};
-  options.calibration = train_;
+  options.calibration = train_set;
   auto report = optimize_model(options);
   ASSERT_TRUE(report.ok()) << report.status().message();
   std::map<std::string, const CandidateResult*> by_name;
@@ -251,7 +251,7 @@ TEST_F(OptimizeTest, MlpCandidatesAreBuiltAndMeasured) {
 // trained again), and measures what changed.
 TEST_F(OptimizeTest, AResumedRunReusesWhatWasMeasured) {
   std::map<std::string, std::pair<std::string, std::map<std::string, std::string>>> registered;
-  OptimizeOptions options = quick(gbdt_);
+  OptimizeOptions options = quick(gbdt);
   options.techniques = {"features"};
   options.on_candidate = [&](const CandidateResult& candidate) -> Result<std::string> {
     std::string version = "lending@" + std::to_string(registered.size() + 2);
@@ -294,7 +294,7 @@ TEST_F(OptimizeTest, AResumedRunReusesWhatWasMeasured) {
 }
 
 TEST_F(OptimizeTest, InapplicableCandidatesAreRowsAndBadRequestsAreRefused) {
-  auto report = optimize_model(quick(linear_));
+  auto report = optimize_model(quick(linear));
   ASSERT_TRUE(report.ok()) << report.status().message();
   // baseline, quantize, prune, prune:depth, features, three distilled students, int8, two sparse,
   // three serving configurations
@@ -320,7 +320,7 @@ TEST_F(OptimizeTest, InapplicableCandidatesAreRowsAndBadRequestsAreRefused) {
   }
 
   // A spent budget leaves rows that say so; the baseline is always measured.
-  OptimizeOptions budgeted = quick(gbdt_);
+  OptimizeOptions budgeted = quick(gbdt);
   budgeted.techniques = {"quantize", "serving"};
   budgeted.budget = std::chrono::milliseconds(1);
   auto out_of_time = optimize_model(budgeted);
@@ -332,7 +332,7 @@ TEST_F(OptimizeTest, InapplicableCandidatesAreRowsAndBadRequestsAreRefused) {
         << out_of_time->candidates[index].name << ": " << out_of_time->candidates[index].error;
   }
 
-  OptimizeOptions options = quick(gbdt_);
+  OptimizeOptions options = quick(gbdt);
   options.techniques = {"features"};
   options.train = nullptr;
   auto untrained = optimize_model(options);
@@ -341,11 +341,11 @@ TEST_F(OptimizeTest, InapplicableCandidatesAreRowsAndBadRequestsAreRefused) {
 
   // Distillation from rows the teacher labels alone.
   data::Table unlabelled_rows;
-  for (const auto& column : golden_->columns()) {
+  for (const auto& column : golden_set->columns()) {
     if (column.name == "Class") continue;
     ASSERT_TRUE(unlabelled_rows.add_column(column).ok());
   }
-  options = quick(gbdt_);
+  options = quick(gbdt);
   options.techniques = {"distill"};
   options.train = nullptr;
   options.unlabeled = &unlabelled_rows;
@@ -356,20 +356,20 @@ TEST_F(OptimizeTest, InapplicableCandidatesAreRowsAndBadRequestsAreRefused) {
   EXPECT_EQ(distilled->candidates[1].error, "");
   EXPECT_EQ(distilled->candidates[1].settings.at("rows"), "500");
 
-  options = quick(gbdt_);
+  options = quick(gbdt);
   options.techniques = {"distill-magic"};
   EXPECT_FALSE(optimize_model(options).ok());
-  options = quick(gbdt_);
+  options = quick(gbdt);
   options.slo = *parse_slo("cost<=0.01/1k");
   auto no_price = optimize_model(options);
   ASSERT_FALSE(no_price.ok());
   EXPECT_NE(no_price.status().message().find("price"), std::string::npos);
   data::Table unlabelled;
-  for (const auto& column : golden_->columns()) {
+  for (const auto& column : golden_set->columns()) {
     if (column.name == "Class") continue;
     ASSERT_TRUE(unlabelled.add_column(column).ok());
   }
-  options = quick(gbdt_);
+  options = quick(gbdt);
   options.golden = &unlabelled;
   EXPECT_FALSE(optimize_model(options).ok());
 }

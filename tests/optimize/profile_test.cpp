@@ -13,24 +13,24 @@ using namespace std::chrono_literals;
 class ProfileTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    rows_ = new data::Table(testing::lending_rows(0, 500));
-    bundle_ = train::fit(*rows_, train::TrainRequest{.target = "Class"})->bundle;
+    rows = new data::Table(testing::lending_rows(0, 500));
+    bundle = train::fit(*rows, train::TrainRequest{.target = "Class"})->bundle;
   }
-  static void TearDownTestSuite() { delete rows_; }
+  static void TearDownTestSuite() { delete rows; }
 
   static ProfileOptions quick() {
     ProfileOptions options;
-    options.bundle = bundle_;
+    options.bundle = bundle;
     options.model = "lending";
-    options.rows = rows_;
+    options.rows = rows;
     options.rows_per_request = {1, 16};
     options.in_process_time = 50ms;
     options.server_time = 200ms;
     return options;
   }
 
-  static inline data::Table* rows_ = nullptr;
-  static inline std::shared_ptr<const model::Bundle> bundle_;
+  static inline data::Table* rows = nullptr;
+  static inline std::shared_ptr<const model::Bundle> bundle;
 };
 
 TEST_F(ProfileTest, EveryStageIsMeasuredForEveryRequestSize) {
@@ -43,8 +43,8 @@ TEST_F(ProfileTest, EveryStageIsMeasuredForEveryRequestSize) {
   auto report = profile_model(options);
   ASSERT_TRUE(report.ok()) << report.status().message();
   EXPECT_EQ(report->family, "linear");
-  EXPECT_EQ(report->bundle_bytes, bundle_->serialize().size());
-  EXPECT_EQ(report->loaded_bytes, bundle_->memory_bytes());
+  EXPECT_EQ(report->bundle_bytes, bundle->serialize().size());
+  EXPECT_EQ(report->loaded_bytes, bundle->memory_bytes());
   EXPECT_EQ(steps.size(), 7u);  // the server, then three steps per size
   ASSERT_EQ(report->sizes.size(), 2u);
   for (const auto& size : report->sizes) {
@@ -90,7 +90,7 @@ TEST_F(ProfileTest, ImpossibleRequestsAreRefusedWithTheReason) {
 
   // Rows without a column the model needs: the server's own error.
   data::Table missing;
-  for (const auto& column : rows_->columns()) {
+  for (const auto& column : rows->columns()) {
     if (column.name == "int_rate") continue;
     ASSERT_TRUE(missing.add_column(column).ok());
   }

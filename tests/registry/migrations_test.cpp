@@ -138,7 +138,7 @@ TEST_F(MigrationsTest, UpgradesTheOldestWorkspacesThatLackLaterTables) {
   std::string schema = kPreMigrationSchema;
   for (const char* table : {"checkpoints", "serving_configs", "api_tokens"}) {
     auto start = schema.find(std::string("CREATE TABLE IF NOT EXISTS ") + table);
-    schema.erase(start, schema.find(";", start) + 1 - start);
+    schema.erase(start, schema.find(';', start) + 1 - start);
   }
   EXPECT_EQ(create_old_workspace(home_.path(), schema), "");
   auto store = Registry::open(home_.path(), false);

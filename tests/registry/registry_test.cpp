@@ -100,6 +100,7 @@ TEST_F(RegistryTest, VersionsAliasesAndResolution) {
 TEST_F(RegistryTest, ConcurrentRegistrationsGetDistinctVersions) {
   auto sha = store_->artifacts().put(as_bytes("shared bundle"));
   std::vector<std::jthread> threads;
+  threads.reserve(8);
   std::vector<std::int64_t> versions(8);
   for (int index = 0; index < 8; ++index) {
     threads.emplace_back([&, index] { versions[index] = store_->models().register_version("m", *sha, "")->version; });

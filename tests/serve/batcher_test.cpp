@@ -71,6 +71,7 @@ TEST(Batcher, AFullBatchLeavesAtOnceAndEachRequestGetsItsRows) {
   config.max_queue_delay = 2s;  // never reached: the fake clock stands still, so only a full batch leaves
   Batcher batcher(linear_bundle(), config, {}, clock);
   std::vector<std::future<Answer>> answers;
+  answers.reserve(4);
   for (int request = 0; request < 4; ++request) answers.push_back(submit(batcher, 2, 100.0f * request));
   for (int request = 0; request < 4; ++request) {
     Answer answer = answers[static_cast<std::size_t>(request)].get();
@@ -108,6 +109,7 @@ TEST(Batcher, PreferredSizesCutTheBatch) {
   config.preferred_batch_sizes = {4};
   Batcher batcher(linear_bundle(), config, {}, clock);
   std::vector<std::future<Answer>> answers;
+  answers.reserve(6);
   for (int request = 0; request < 6; ++request) answers.push_back(submit(batcher, 1, 0));
   // The first four reach the preferred size and leave at once; the last two wait for the delay.
   for (std::size_t index = 0; index < 4; ++index) EXPECT_EQ(answers[index].get().timing.batch_rows, 4u);
@@ -190,6 +192,7 @@ TEST(Batcher, ManyThreadsManyRequestsEveryAnswerIsRight) {
   Batcher batcher(linear_bundle(), config);
   std::atomic<int> wrong{0};
   std::vector<std::thread> clients;
+  clients.reserve(4);
   for (int client = 0; client < 4; ++client) {
     clients.emplace_back([&, client] {
       for (int request = 0; request < 200; ++request) {

@@ -345,6 +345,7 @@ TEST_F(ServiceTest, DynamicBatchingAnswersEachRequestAsAlone) {
     expected.push_back(post("/v2/models/lending/infer", bodies.back()).body);  // unbatched service
   }
   std::vector<std::thread> clients;
+  clients.reserve(8);
   std::atomic<int> mismatches{0};
   for (int client = 0; client < 8; ++client) {
     clients.emplace_back([&, client] {

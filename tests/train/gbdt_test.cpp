@@ -79,7 +79,7 @@ TEST(GbdtMulticlass, LearnsRegionsWithOneTreePerClassPerRound) {
   const auto& trees = trees_of(*single);
   std::vector<float> row = {0.8f, 0.9f};
   std::vector<float> margins(3);
-  std::vector<float> contributions(3 * 3);
+  std::vector<float> contributions(std::size_t{3} * 3);
   trees.predict_margin(row, 1, margins);
   ASSERT_TRUE(trees.explain(row, contributions).ok());
   for (std::size_t group = 0; group < 3; ++group) {
