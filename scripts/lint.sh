@@ -13,8 +13,7 @@ echo "== clang-format: ${#files[@]} files"
 clang-format --dry-run --Werror "${files[@]}"
 mapfile -t sources < <(git ls-files 'src/*.cpp' 'tests/*.cpp' 'bench/*.cpp')
 echo "== clang-tidy: ${#sources[@]} sources in src/, tests/ and bench/ (headers under include/ and src/ through them)"
-jobs=$(nproc)
-printf '%s\n' "${sources[@]}" | xargs -P "$jobs" -n 4 clang-tidy -p "$build" --quiet 2> /tmp/slipway-tidy.$$ \
-  || { grep -E "error:" /tmp/slipway-tidy.$$ | sort -u; rm -f /tmp/slipway-tidy.$$; exit 1; }
-rm -f /tmp/slipway-tidy.$$
+# A source whose inputs (itself, its headers, its compile command, .clang-tidy) passed before is
+# not checked again: scripts/tidy_cached.py keeps the results by content hash.
+python3 scripts/tidy_cached.py "$build" "${sources[@]}"
 echo "lint: clean"

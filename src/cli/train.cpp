@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
@@ -116,7 +116,7 @@ class InterruptedRunMarker {
  public:
   explicit InterruptedRunMarker(const GlobalOptions& global) : global_(global) {
     if (::pipe2(pipe_, O_CLOEXEC) != 0) return;  // no marking then; the default handling stays
-    wake_fd_.store(pipe_[1]);
+    wake_fd.store(pipe_[1]);
     struct sigaction action {};
     action.sa_handler = on_signal;
     sigemptyset(&action.sa_mask);
@@ -133,7 +133,7 @@ class InterruptedRunMarker {
     char stop = kStop;
     (void)!::write(pipe_[1], &stop, 1);
     watcher_.join();
-    wake_fd_.store(-1);
+    wake_fd.store(-1);
     ::close(pipe_[0]);
     ::close(pipe_[1]);
   }
@@ -145,11 +145,11 @@ class InterruptedRunMarker {
 
  private:
   static constexpr char kStop = 'q';  // not a signal's number
-  static inline std::atomic<int> wake_fd_{-1};
+  static inline std::atomic<int> wake_fd{-1};
 
   static void on_signal(int signal) {
     char byte = static_cast<char>(signal);
-    (void)!::write(wake_fd_.load(), &byte, 1);
+    (void)!::write(wake_fd.load(), &byte, 1);
   }
 
   void watch() {
@@ -157,7 +157,7 @@ class InterruptedRunMarker {
     while (::read(pipe_[0], &byte, 1) < 0 && errno == EINTR) {
     }
     if (byte == kStop) return;
-    int signal = byte;
+    int signal = static_cast<unsigned char>(byte);
     std::string run_id;
     {
       std::lock_guard lock(mutex_);
