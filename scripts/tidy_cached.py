@@ -2,8 +2,10 @@
 """clang-tidy over the given sources, in parallel, skipping each source whose inputs have not
 changed since it last passed: the file, every header it includes (ninja's dependency record of
 its object), its compile command, .clang-tidy and the clang-tidy version, hashed by content (the
-clone's own path left out, so a fresh clone on the same machine reuses the results). A full run
-over the tree takes 13 minutes on two cores; CI runs it after every change.
+clone's own path left out, so a fresh clone on the same machine reuses the results). A source is
+checked again whenever its object is older than any of those files (its includes may have
+changed), or ninja has no record of it. A full run over the tree takes 13 minutes on two cores;
+CI runs it after every change.
 
 Usage: scripts/tidy_cached.py BUILD_DIR FILE...   (from the repository root; BUILD_DIR must be
 built: its compile_commands.json and .ninja_deps say what each source includes)
@@ -40,7 +42,11 @@ def main():
             return None
         listing = subprocess.run(["ninja", "-C", build, "-t", "deps", output], capture_output=True,
                                  text=True).stdout.splitlines()
-        if not listing or "deps" not in listing[0] or "STALE" in listing[0]:
+        if not listing or "#deps" not in listing[0] or "(VALID)" not in listing[0]:
+            return None  # never built, or built before its source changed: no trustworthy header list
+        try:
+            built = os.path.getmtime(os.path.join(build, output))
+        except OSError:
             return None
         digest = hashlib.sha256(common)
         digest.update(command.replace(root, ".").encode())
@@ -48,11 +54,17 @@ def main():
             absolute = os.path.realpath(os.path.join(build, dependency))
             digest.update(os.path.relpath(absolute, root).encode() if absolute.startswith(root) else absolute.encode())
             try:
+                if os.path.getmtime(absolute) > built:
+                    return None  # changed since the object was built: its includes may have changed too
                 with open(absolute, "rb") as handle:
                     digest.update(hashlib.sha256(handle.read()).digest())
             except OSError:
                 return None
         return digest.hexdigest()
+
+    def report(output):
+        lines = [line for line in output.splitlines() if "error:" in line or "Error" in line]
+        return lines or output.splitlines()[-5:]
 
     def check(path):
         marker = key(path)
@@ -70,9 +82,9 @@ def main():
             reused += cached
             if not passed:
                 failed.append(path)
-                for line in output.splitlines():
-                    if "error:" in line:
-                        print(line)
+                print(f"{path}:")
+                for line in report(output):
+                    print("  " + line)
     print(f"clang-tidy: {len(files)} sources, {reused} unchanged since they passed, {len(failed)} failing")
     return 1 if failed else 0
 

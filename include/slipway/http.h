@@ -111,8 +111,10 @@ struct ServerOptions {
   // body_memory_factor times its size. 0 = max(4, 2 x body_memory_factor) x max_body_bytes.
   std::size_t max_inflight_body_bytes = 0;
   // What handling a body may take in memory, as a multiple of its size (a parsed JSON document is
-  // several times its text): counted so, the budget above bounds the memory requests take, not
-  // only their bytes. 1 = the bytes alone.
+  // several times its text): a body counts at its bytes while it arrives and at this multiple
+  // once it has, so the budget bounds the memory requests take, not only their bytes, and a slow
+  // sender holds only what it sends. 1 = the bytes alone. Server::start refuses a budget that
+  // could not hold one body at the limit counted so.
   std::size_t body_memory_factor = 1;
   // How long stop() (or SIGINT/SIGTERM) waits for requests in flight before the last answers.
   std::chrono::milliseconds drain_timeout{5000};

@@ -404,7 +404,8 @@ static_assert(sizeof(BlockQ4_K) == 144);
 std::uint16_t float_to_half(float value);
 float half_to_float(std::uint16_t bits);
 
-// `values.size()` must be blocks.size() * kQuantBlock.
+// `values.size()` must be blocks.size() * kQuantBlock. Values are meant finite; one that is not
+// stores as 0 (or the block's scale becomes infinite), never undefined.
 void quantize_q8_0(std::span<const float> values, std::span<BlockQ8_0> blocks);
 void dequantize_q8_0(std::span<const BlockQ8_0> blocks, std::span<float> values);
 void quantize_q4_0(std::span<const float> values, std::span<BlockQ4_0> blocks);

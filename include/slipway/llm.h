@@ -133,7 +133,8 @@ struct GgufTensor {
 // A GGUF file, parsed from its header, metadata and tensor infos; tensor data is read in place
 // (from the mapping of a file, or the bytes given). Every size, offset and count is checked
 // against the bytes there are before it is used: a hostile or truncated file is an error naming
-// what is wrong, never a read past the end or an allocation its size did not pay for.
+// what is wrong, never a read past the end. Memory is bounded by the file's size and, for
+// metadata arrays, by a total of 2^22 elements.
 class GgufFile {
  public:
   // Maps the file.
@@ -170,7 +171,7 @@ class GgufFile {
 
 // Limits a file must keep (the format's own, and bounds on what a reader allocates).
 inline constexpr std::uint64_t kGgufDefaultAlignment = 32;
-inline constexpr std::size_t kGgufMaxTensorNameBytes = 64;
+inline constexpr std::size_t kGgufMaxTensorNameBytes = 63;  // ggml's 64 with its terminating NUL
 inline constexpr std::size_t kGgufMaxKeyBytes = 65535;
 inline constexpr std::uint32_t kGgufMaxDims = 4;
 inline constexpr std::uint32_t kGgufMaxArrayDepth = 8;
@@ -180,7 +181,8 @@ inline constexpr std::uint32_t kGgufMaxArrayDepth = 8;
 
 // Collects metadata and tensors, then writes a GGUF v3 file (a temporary file renamed into
 // place, so a reader never sees half of one). Tensor data is padded to `general.alignment` (32
-// unless set as a u32 multiple of 8).
+// unless set: a u32 power of two, at least 8). Keys must be 1 to 65,535 bytes and array elements
+// of their array's type.
 class GgufWriter {
  public:
   // Adds or replaces a key (the order of first addition is kept).
@@ -271,13 +273,17 @@ inline constexpr std::size_t kKvBlockTokens = 16;
 
 class KvCache {
  public:
-  // A pool of `blocks` blocks for `config`'s layers and heads.
-  KvCache(const LlamaConfig& config, std::size_t blocks);
+  // A pool of `blocks` blocks for `config`'s layers and heads, for sequences numbered below
+  // `max_sequences`.
+  KvCache(const LlamaConfig& config, std::size_t blocks, std::size_t max_sequences = 4096);
   // Room for positions [0, length) of `sequence` (new sequences start empty); ResourceExhausted
-  // when the pool has no free block left.
+  // when the pool has no free block left, InvalidArgument for a sequence past max_sequences.
   Status reserve(std::size_t sequence, std::size_t length);
-  // Returns the sequence's blocks to the pool.
+  // Returns the sequence's blocks to the pool; it starts empty again.
   void release(std::size_t sequence);
+  // Positions [0, filled) of `sequence` hold keys and values (forward() advances it).
+  std::size_t filled(std::size_t sequence) const;
+  void set_filled(std::size_t sequence, std::size_t filled);
   float* key(std::size_t sequence, std::size_t layer, std::size_t position);
   float* value(std::size_t sequence, std::size_t layer, std::size_t position);
   std::size_t free_blocks() const { return free_.size(); }
@@ -287,7 +293,9 @@ class KvCache {
   std::size_t width_ = 0, layers_ = 0;
   std::vector<float> storage_;  // [block][layer][key, value][kKvBlockTokens][width]
   std::vector<std::size_t> free_;
+  std::size_t max_sequences_ = 0;
   std::vector<std::vector<std::size_t>> tables_;  // per sequence, its blocks in order
+  std::vector<std::size_t> filled_;               // per sequence
 };
 
 // One token to run: `token` of sequence `sequence` at `position` (its keys and values for the
@@ -300,7 +308,11 @@ struct BatchToken {
 
 // Runs the tokens through the model, storing their keys and values, and writes the logits of
 // each token whose `wants_logits` entry is true (vocabulary floats each, in order) to `logits`.
-// Products are split over `threads` (0: all cores); the results do not depend on it.
+// A sequence's tokens must come in position order and continue it: each position at most the
+// sequence's filled length so far (re-running earlier positions overwrites them), never leaving a
+// gap whose keys another sequence may have left in a recycled block. The whole batch is checked
+// before anything runs; on an error the cache is as it was, but for blocks reserved. Products are
+// split over `threads` (0: all cores); the results do not depend on it.
 Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchToken> batch,
                const std::vector<bool>& wants_logits, std::vector<float>& logits, int threads = 0);
 

@@ -487,7 +487,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
                    "Memory for request bodies being read or handled, each counted at 8 times its size (what a "
                    "parsed JSON body takes); past it a request gets 503 with Retry-After (default: 1024, two "
                    "requests at the 64 MiB body limit)")
-      ->check(CLI::Range(1, 1'048'576));
+      ->check(CLI::Range(512, 1'048'576));  // at least one body at the 64 MiB limit, counted 8 times
   serve_command->add_flag("--lazy", serve_options.lazy, "Load each model on its first request, not at start");
   serve_command->add_flag("--auth", serve_options.auth,
                           "Require bearer tokens (`slipway token create`): predict, deploy or admin");

@@ -110,8 +110,9 @@ struct TrainResult : CommandResult {
 
 // Ctrl-C (SIGINT) or SIGTERM while training: the run is marked INTERRUPTED, with how to resume
 // it, instead of staying RUNNING until `slipway verify --repair` finds its process gone; then the
-// process exits 128 + the signal. The handler only writes a byte to a pipe; a thread of its own
-// opens the workspace and marks the run.
+// signal is raised again with its default action, so a calling shell or make sees death by it.
+// The handler only writes a byte to a pipe; a thread of its own opens the workspace and marks the
+// run. The handler is one-shot: a second Ctrl-C while the run is being marked ends at once.
 class InterruptedRunMarker {
  public:
   explicit InterruptedRunMarker(const GlobalOptions& global) : global_(global) {
@@ -119,6 +120,7 @@ class InterruptedRunMarker {
     wake_fd.store(pipe_[1]);
     struct sigaction action {};
     action.sa_handler = on_signal;
+    action.sa_flags = SA_RESETHAND | SA_RESTART;
     sigemptyset(&action.sa_mask);
     sigaction(SIGINT, &action, &previous_interrupt_);
     sigaction(SIGTERM, &action, &previous_terminate_);
@@ -148,8 +150,10 @@ class InterruptedRunMarker {
   static inline std::atomic<int> wake_fd{-1};
 
   static void on_signal(int signal) {
+    int saved = errno;
     char byte = static_cast<char>(signal);
     (void)!::write(wake_fd.load(), &byte, 1);
+    errno = saved;
   }
 
   void watch() {
@@ -166,7 +170,9 @@ class InterruptedRunMarker {
     std::string message = fmt::format("interrupted ({})", signal == SIGINT ? "SIGINT" : "SIGTERM");
     if (!run_id.empty()) message += "; " + mark(run_id, signal == SIGINT ? "SIGINT" : "SIGTERM");
     std::cerr << "\n" << message << "\n" << std::flush;
-    std::_Exit(128 + signal);
+    std::signal(signal, SIG_DFL);
+    std::raise(signal);
+    std::_Exit(128 + signal);  // if the signal was blocked on this thread
   }
 
   // Marks the run and says what became of it.

@@ -130,7 +130,6 @@ class Session : public std::enable_shared_from_this<Session> {
     auto length = parser_->content_length();
     std::uint64_t reserve = length ? *length : (parser_->chunked() ? shared_.options.max_body_bytes : 0);
     if (reserve > shared_.options.max_body_bytes) return on_read_error(bhttp::error::body_limit);
-    reserve *= std::max<std::size_t>(shared_.options.body_memory_factor, 1);
     if (length) {
       // Room for a SIMD parser to read past the end: the body is parsed where it lies.
       parser_->get().body().reserve(static_cast<std::size_t>(*length) + kBodyPadding);
@@ -194,6 +193,21 @@ class Session : public std::enable_shared_from_this<Session> {
       return on_read_error(error);
     }
     request_ = parser_->release();
+    // A body was admitted at its bytes while it arrived (so slow senders hold only what they
+    // send); handling it takes body_memory_factor times that, admitted now or refused.
+    std::uint64_t handling =
+        request_.body().size() * (std::max<std::size_t>(shared_.options.body_memory_factor, 1) - 1);
+    if (handling > 0) {
+      std::uint64_t before = shared_.inflight_body_bytes.fetch_add(handling);
+      body_reserved_ += handling;
+      if (before + handling > shared_.max_inflight_body_bytes) {
+        release_body_budget();
+        ++shared_.malformed_requests;
+        write(error_response(503, "the server is reading too many request bodies at once; retry later"), false, false,
+              {{"Retry-After", "1"}});
+        return;
+      }
+    }
     shared_.in_flight.fetch_add(1);
     fill_request_view();
     const Route* route = shared_.route_for(view_.path);
@@ -519,6 +533,13 @@ Result<std::unique_ptr<Server>> Server::start(std::vector<Route> routes, const S
     }
   }
   if (options.max_connections < 0) return invalid_argument("max_connections must be >= 0");
+  // A budget smaller than one largest body would refuse such a body forever, however idle.
+  std::size_t largest = std::max<std::size_t>(options.body_memory_factor, 1) * options.max_body_bytes;
+  if (options.max_inflight_body_bytes > 0 && options.max_inflight_body_bytes < largest) {
+    return invalid_argument("the budget for bodies in flight (" + std::to_string(options.max_inflight_body_bytes) +
+                            " bytes) must hold one body at the limit, counted at its memory factor (" +
+                            std::to_string(largest) + " bytes)");
+  }
   auto state = std::make_unique<State>(std::move(routes), options);
   beast::error_code error;
   auto address = asio::ip::make_address(options.host, error);

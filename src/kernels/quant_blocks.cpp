@@ -49,7 +49,9 @@ void quantize_q8_0(std::span<const float> values, std::span<BlockQ8_0> blocks) {
     float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
     blocks[block].scale = float_to_half(scale);
     for (std::size_t j = 0; j < kQuantBlock; ++j) {
-      blocks[block].values[j] = static_cast<std::int8_t>(std::round(x[j] * inverse));
+      float scaled = std::round(x[j] * inverse);  // NaN or an infinity (not finite input) stores 0
+      blocks[block].values[j] =
+          static_cast<std::int8_t>(std::isfinite(scaled) ? std::clamp(scaled, -127.0f, 127.0f) : 0.0f);
     }
   }
 }
@@ -78,8 +80,10 @@ void quantize_q4_0(std::span<const float> values, std::span<BlockQ4_0> blocks) {
     float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
     blocks[block].scale = float_to_half(scale);
     auto quantize = [&](float value) {
+      float shifted = value * inverse + 8.5f;
+      if (!std::isfinite(shifted)) return std::uint8_t{8};  // not-finite input: stored as 0
       return static_cast<std::uint8_t>(
-          std::min(15, static_cast<int>(static_cast<std::int8_t>(value * inverse + 8.5f))));
+          std::min(15, static_cast<int>(static_cast<std::int8_t>(std::clamp(shifted, 0.0f, 16.0f)))));
     };
     for (std::size_t j = 0; j < kQuantBlock / 2; ++j) {
       blocks[block].nibbles[j] = static_cast<std::uint8_t>(quantize(x[j]) | (quantize(x[j + kQuantBlock / 2]) << 4));
@@ -163,6 +167,7 @@ void quantize_q4_k(std::span<const float> values, std::span<BlockQ4_K> blocks) {
       float step = d * scale, offset = dmin * min;
       for (std::size_t l = 0; l < kQuantBlock; ++l) {
         float level = step > 0.0f ? std::nearbyint((x[j * kQuantBlock + l] + offset) / step) : 0.0f;
+        if (!std::isfinite(level)) level = 0.0f;  // not-finite input
         levels[j * kQuantBlock + l] = static_cast<std::uint8_t>(std::clamp(level, 0.0f, 15.0f));
       }
     }

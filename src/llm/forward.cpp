@@ -2,6 +2,7 @@
 // block-pooled key/value cache it reads and writes.
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -12,15 +13,21 @@ namespace slipway::llm {
 // ---------------------------------------------------------------------------------------------
 // KV cache.
 
-KvCache::KvCache(const LlamaConfig& config, std::size_t blocks)
-    : width_(config.kv_heads * config.head_dim), layers_(config.layers) {
+KvCache::KvCache(const LlamaConfig& config, std::size_t blocks, std::size_t max_sequences)
+    : width_(config.kv_heads * config.head_dim), layers_(config.layers), max_sequences_(max_sequences) {
   storage_.assign(blocks * layers_ * 2 * kKvBlockTokens * width_, 0.0f);
   free_.reserve(blocks);
   for (std::size_t block = blocks; block-- > 0;) free_.push_back(block);  // block 0 handed out first
 }
 
 Status KvCache::reserve(std::size_t sequence, std::size_t length) {
-  if (sequence >= tables_.size()) tables_.resize(sequence + 1);
+  if (sequence >= max_sequences_) {
+    return invalid_argument(fmt::format("sequence {} is past the cache's {} sequences", sequence, max_sequences_));
+  }
+  if (sequence >= tables_.size()) {
+    tables_.resize(sequence + 1);
+    filled_.resize(sequence + 1, 0);
+  }
   auto& table = tables_[sequence];
   std::size_t needed = (length + kKvBlockTokens - 1) / kKvBlockTokens;
   if (needed > table.size() && needed - table.size() > free_.size()) {
@@ -39,6 +46,13 @@ void KvCache::release(std::size_t sequence) {
   if (sequence >= tables_.size()) return;
   for (std::size_t block : tables_[sequence]) free_.push_back(block);
   tables_[sequence].clear();
+  filled_[sequence] = 0;
+}
+
+std::size_t KvCache::filled(std::size_t sequence) const { return sequence < filled_.size() ? filled_[sequence] : 0; }
+
+void KvCache::set_filled(std::size_t sequence, std::size_t filled) {
+  if (sequence < filled_.size()) filled_[sequence] = filled;
 }
 
 float* KvCache::slot(std::size_t sequence, std::size_t layer, std::size_t position, std::size_t which) {
@@ -122,6 +136,9 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
   const std::size_t tokens = batch.size(), width = config.embedding;
   const std::size_t kv_width = config.kv_heads * config.head_dim, group = config.heads / config.kv_heads;
   if (wants_logits.size() != tokens) return invalid_argument("wants_logits must have one entry per token");
+  if (threads <= 0) threads = default_thread_count();
+  // Checked whole first: where each sequence's filled length would reach, token by token.
+  std::map<std::size_t, std::size_t> reach;
   for (const auto& item : batch) {
     if (item.token < 0 || static_cast<std::size_t>(item.token) >= config.vocabulary) {
       return invalid_argument(fmt::format("token {} is outside the vocabulary of {}", item.token, config.vocabulary));
@@ -130,8 +147,14 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
       return invalid_argument(
           fmt::format("position {} is past the context of {} tokens", item.position, config.context));
     }
-    SLIPWAY_RETURN_IF_ERROR(cache.reserve(item.sequence, item.position + 1));
+    auto [entry, inserted] = reach.try_emplace(item.sequence, cache.filled(item.sequence));
+    if (item.position > entry->second) {
+      return invalid_argument(fmt::format("sequence {} has {} positions filled; position {} would leave a gap",
+                                          item.sequence, entry->second, item.position));
+    }
+    entry->second = std::max(entry->second, item.position + 1);
   }
+  for (const auto& [sequence, length] : reach) SLIPWAY_RETURN_IF_ERROR(cache.reserve(sequence, length));
   std::vector<float> x(tokens * width), normed, query, key, value, attended(tokens * width), projected, gate, up;
   for (std::size_t t = 0; t < tokens; ++t) {
     dequantize_row(model.token_embedding(), static_cast<std::size_t>(batch[t].token), x.data() + t * width);
@@ -187,6 +210,7 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
     multiply(layer.down, gate, tokens, projected, threads);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += projected[i];
   }
+  for (const auto& [sequence, length] : reach) cache.set_filled(sequence, length);
   // Only the rows that want logits go through the output matrix (a prompt wants its last).
   std::vector<float> last;
   std::size_t wanted = 0;

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cstring>
 #include <limits>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -99,7 +100,13 @@ class Cursor {
   std::uint64_t offset_ = 0;
 };
 
-Status read_value(Cursor& cursor, GgufValueType type, std::uint32_t depth, GgufValue& value);
+// Metadata array elements a file may hold in all: each is a GgufValue in memory (tens of bytes
+// for one byte of file), so a count the file's bytes could hold is not bound enough. Real
+// vocabularies (tokens, scores, types, merges) total well under a million.
+constexpr std::uint64_t kMaxArrayElements = std::uint64_t{1} << 22;
+
+Status read_value(Cursor& cursor, GgufValueType type, std::uint32_t depth, GgufValue& value,
+                  std::uint64_t& elements_left);
 
 template <typename T>
 Status read_number(Cursor& cursor, GgufValueType type, GgufValue& value) {
@@ -115,7 +122,8 @@ Status read_number(Cursor& cursor, GgufValueType type, GgufValue& value) {
   return {};
 }
 
-Status read_value(Cursor& cursor, GgufValueType type, std::uint32_t depth, GgufValue& value) {
+Status read_value(Cursor& cursor, GgufValueType type, std::uint32_t depth, GgufValue& value,
+                  std::uint64_t& elements_left) {
   switch (type) {
     case GgufValueType::kUint8:
       return read_number<std::uint8_t>(cursor, type, value);
@@ -166,8 +174,12 @@ Status read_value(Cursor& cursor, GgufValueType type, std::uint32_t depth, GgufV
         return cursor.error(fmt::format("an array claims {} elements, more than the {} bytes left can hold", count,
                                         cursor.remaining()));
       }
+      if (count > elements_left) {
+        return cursor.error(fmt::format("the metadata arrays hold more than {} elements in all", kMaxArrayElements));
+      }
+      elements_left -= count;
       std::vector<GgufValue> elements(count);
-      for (auto& item : elements) SLIPWAY_RETURN_IF_ERROR(read_value(cursor, element, depth + 1, item));
+      for (auto& item : elements) SLIPWAY_RETURN_IF_ERROR(read_value(cursor, element, depth + 1, item, elements_left));
       value = GgufValue::array(element, std::move(elements));
       return {};
     }
@@ -447,19 +459,23 @@ Result<GgufFile> GgufFile::parse(std::span<const std::byte> bytes, const std::st
     return cursor.error(fmt::format("the header claims {} metadata keys and {} tensors, more than the file can hold",
                                     metadata_count, tensor_count));
   }
-  file.metadata_.reserve(metadata_count);
+  // Reserved only up to what a plausible file has: the counts are the file's word.
+  constexpr std::uint64_t kPlausibleCount = 4096;
+  file.metadata_.reserve(std::min(metadata_count, kPlausibleCount));
+  std::unordered_set<std::string> keys, names;
+  std::uint64_t elements_left = kMaxArrayElements;
   for (std::uint64_t index = 0; index < metadata_count; ++index) {
     std::string key;
     SLIPWAY_RETURN_IF_ERROR(cursor.read_string(key, "a metadata key", kGgufMaxKeyBytes));
     if (key.empty()) return cursor.error("a metadata key is empty");
-    if (file.find(key) != nullptr) return cursor.error("metadata key '" + key + "' appears twice");
+    if (!keys.insert(key).second) return cursor.error("metadata key '" + key + "' appears twice");
     std::uint32_t type = 0;
     SLIPWAY_RETURN_IF_ERROR(cursor.read(type, "a metadata value's type"));
     if (!known_value_type(type)) {
       return cursor.error(fmt::format("metadata key '{}' has unknown value type {}", key, type));
     }
     GgufValue value;
-    SLIPWAY_RETURN_IF_ERROR(read_value(cursor, static_cast<GgufValueType>(type), 0, value));
+    SLIPWAY_RETURN_IF_ERROR(read_value(cursor, static_cast<GgufValueType>(type), 0, value, elements_left));
     file.metadata_.emplace_back(std::move(key), std::move(value));
   }
   if (const GgufValue* alignment = file.find("general.alignment")) {
@@ -469,12 +485,12 @@ Result<GgufFile> GgufFile::parse(std::span<const std::byte> bytes, const std::st
     }
     file.alignment_ = *value;
   }
-  file.tensors_.reserve(tensor_count);
+  file.tensors_.reserve(std::min(tensor_count, kPlausibleCount));
   for (std::uint64_t index = 0; index < tensor_count; ++index) {
     GgufTensor tensor;
     SLIPWAY_RETURN_IF_ERROR(cursor.read_string(tensor.name, "a tensor name", kGgufMaxTensorNameBytes));
     if (tensor.name.empty()) return cursor.error("a tensor has an empty name");
-    if (file.tensor(tensor.name) != nullptr) return cursor.error("tensor '" + tensor.name + "' appears twice");
+    if (!names.insert(tensor.name).second) return cursor.error("tensor '" + tensor.name + "' appears twice");
     std::uint32_t dims = 0;
     SLIPWAY_RETURN_IF_ERROR(cursor.read(dims, "a tensor's dimension count"));
     if (dims == 0 || dims > kGgufMaxDims) {
@@ -614,7 +630,38 @@ std::uint64_t GgufWriter::alignment() const {
   return kGgufDefaultAlignment;
 }
 
+namespace {
+
+// What the reader would refuse, refused before writing: an array whose elements are not all of
+// its declared type, or nested past the limit.
+Status check_value(const std::string& key, const GgufValue& value, std::uint32_t depth) {
+  if (value.type() != GgufValueType::kArray) return {};
+  if (depth >= kGgufMaxArrayDepth) return invalid_argument("metadata '" + key + "': arrays nested too deep");
+  for (const auto& element : *value.as_array()) {
+    if (element.type() != value.element_type()) {
+      return invalid_argument("metadata '" + key + "': an array of " + gguf_value_type_name(value.element_type()) +
+                              " holds a " + gguf_value_type_name(element.type()));
+    }
+    SLIPWAY_RETURN_IF_ERROR(check_value(key, element, depth + 1));
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<std::string> GgufWriter::serialize() const {
+  for (const auto& [key, value] : metadata_) {
+    if (key.empty() || key.size() > kGgufMaxKeyBytes)
+      return invalid_argument("a metadata key must be 1 to 65535 bytes");
+    SLIPWAY_RETURN_IF_ERROR(check_value(key, value, 0));
+    if (key == "general.alignment") {
+      auto number = value.as_unsigned();
+      if (value.type() != GgufValueType::kUint32 || !number || *number == 0 || (*number & (*number - 1)) != 0 ||
+          *number < 8) {
+        return invalid_argument("general.alignment must be a u32 power of two, at least 8");
+      }
+    }
+  }
   const std::uint64_t align = alignment();
   std::string out;
   Encoder encoder(out);
@@ -643,6 +690,7 @@ Result<std::string> GgufWriter::serialize() const {
   }
   return out;
 }
+
 
 Status GgufWriter::write(const std::string& path) const {
   SLIPWAY_ASSIGN_OR_RETURN(std::string bytes, serialize());

@@ -71,11 +71,26 @@ Result<LlamaConfig> read_llama_config(const GgufFile& file) {
     SLIPWAY_ASSIGN_OR_RETURN(config.kv_heads, positive(file, "llama.attention.head_count_kv"));
   }
   SLIPWAY_ASSIGN_OR_RETURN(double epsilon, file.require_real("llama.attention.layer_norm_rms_epsilon"));
+  if (!(epsilon > 0 && epsilon < 1)) {
+    return invalid_argument(file.source() + ": llama.attention.layer_norm_rms_epsilon must be between 0 and 1");
+  }
   config.rms_epsilon = static_cast<float>(epsilon);
   if (const GgufValue* base = file.find("llama.rope.freq_base"); base != nullptr) {
-    if (!base->as_real() || !(*base->as_real() > 0))
-      return invalid_argument(file.source() + ": llama.rope.freq_base must be a positive number");
+    if (!base->as_real() || !(*base->as_real() > 1 && *base->as_real() < 1e12)) {
+      return invalid_argument(file.source() + ": llama.rope.freq_base must be a number between 1 and 1e12");
+    }
     config.rope_base = static_cast<float>(*base->as_real());
+  }
+  // Long-context RoPE variants change every angle: refused rather than run as plain RoPE with
+  // logits that would be silently wrong.
+  if (const GgufValue* scaling = file.find("llama.rope.scaling.type");
+      scaling != nullptr && !(scaling->as_string() != nullptr && *scaling->as_string() == "none")) {
+    return invalid_argument(file.source() + ": RoPE scaling (llama.rope.scaling.type) is not supported yet");
+  }
+  if (file.tensor("rope_freqs.weight") != nullptr) {
+    return invalid_argument(file.source() +
+                            ": per-frequency RoPE factors (rope_freqs.weight, Llama 3.1's long "
+                            "context) are not supported yet");
   }
   if (config.embedding % config.heads != 0) {
     return invalid_argument(fmt::format("{}: the width {} is not a multiple of the {} heads", file.source(),

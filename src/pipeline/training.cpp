@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "pipeline/step_cache.h"
+#include "slipway/kernels.h"
 #include "slipway/pipeline.h"
 
 namespace slipway::pipeline {
@@ -119,6 +120,11 @@ std::string training_cache_key(const TrainSpec& spec, const std::map<std::string
   add("weight", spec.weight_column);
   add("init", init_model ? init_model->sha256 : "");
   add("threads", std::to_string(spec.threads > 0 ? spec.threads : default_thread_count()));
+  // bf16 products on AMX and on AVX-512 BF16 differ in their last bits (slipway/kernels.h); fp32
+  // and int8 give the same bits on every variant.
+  if (auto precision = params.find("precision"); precision != params.end() && precision->second == "bfloat16") {
+    add("dense_kernel", kernels::dense_kernel().name);
+  }
   return sha256_hex(inputs);
 }
 

@@ -246,9 +246,11 @@ void ServerMetrics::record_execution(std::string_view model, std::string_view ve
     executions.batched_rows += rows;
   }
   // As Triton counts them: every execution by its size, a lone request's rows or a batch's. The
-  // sizes are capped so that clients cannot grow the map.
+  // sizes are capped so that clients cannot grow the map, and a lone request's new size takes
+  // only the first half of the room, so request sizes cannot crowd out the batcher's.
   auto found = executions.by_batch_size.find(rows);
-  if (found == executions.by_batch_size.end() && executions.by_batch_size.size() < kMaxBatchSizes) {
+  std::size_t room = batched ? kMaxBatchSizes : kMaxBatchSizes / 2;
+  if (found == executions.by_batch_size.end() && executions.by_batch_size.size() < room) {
     found = executions.by_batch_size.emplace(rows, Outcome{}).first;
   }
   if (found != executions.by_batch_size.end()) {

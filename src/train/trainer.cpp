@@ -560,6 +560,8 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
              std::string(kernels::dense_kernel().name) + ") lacks: training in float32");
   }
   if (mlp) manifest.params["compute_precision"] = bf16 ? "bfloat16" : "float32";
+  // Which bf16 kernel ran: AMX's and AVX-512 BF16's products differ in their last bits.
+  if (bf16) manifest.params["compute_kernel"] = std::string(kernels::dense_kernel().name);
 
   int threads = request.thread_count > 0 ? request.thread_count : default_thread_count();
   std::shared_ptr<const model::Model> fitted;

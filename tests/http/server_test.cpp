@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -144,31 +145,56 @@ TEST(HttpServer, BodiesInFlightStayWithinTheBudget) {
   EXPECT_EQ(running.server().stats().inflight_body_bytes, 0u);
 }
 
-// Bodies count at body_memory_factor times their size: what their handling takes in memory.
+// Bodies count at their bytes while they arrive and at body_memory_factor times their size once
+// they are handled; a budget that could not hold one body at the limit is refused.
 TEST(HttpServer, BodiesCountAtTheirMemoryFactor) {
   ServerOptions options;
   options.max_body_bytes = 1000;
   options.body_memory_factor = 8;
-  RunningServer running({text_route("/v2", "v2", Execution::kWorker)}, options);  // budget 16,000
+  std::mutex mutex;
+  std::condition_variable released;
+  bool go = false;
+  Route held{"/held", [](const Request&) { return Execution::kWorker; },
+             [&](const Request&, const Respond& respond) {
+               std::unique_lock lock(mutex);
+               released.wait(lock, [&] { return go; });
+               respond(Response{200, "text/plain", "done", {}});
+             }};
+  RunningServer running({held, text_route("/quick", "quick")}, options);  // budget 16,000
   int port = running.port();
   asio::io_context io;
-  asio::ip::tcp::socket first(io), second(io);
-  first.connect(local(port));
-  second.connect(local(port));
-  // Two bodies of 900 bytes held half sent: 14,400 of the 16,000 counted.
+  asio::ip::tcp::socket first(io), second(io), slow(io);
+  for (auto* socket : {&first, &second, &slow}) socket->connect(local(port));
+  // Two 900-byte bodies being handled: 14,400 counted.
   for (auto* socket : {&first, &second}) {
-    asio::write(*socket, asio::buffer(std::string("POST /v2/x HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n") +
-                                      std::string(450, 'a')));
+    asio::write(*socket, asio::buffer(std::string("POST /held HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n") +
+                                      std::string(900, 'a')));
   }
-  std::this_thread::sleep_for(100ms);
+  for (int attempt = 0; attempt < 200 && running.server().stats().inflight_body_bytes < 14'400; ++attempt) {
+    std::this_thread::sleep_for(5ms);
+  }
   EXPECT_EQ(running.server().stats().inflight_body_bytes, 14'400u);
-  EXPECT_EQ(testing::http_request(port, "POST", "/v2/y", std::string(300, 'b')).status, 503);  // 2,400 more
-  EXPECT_EQ(testing::http_request(port, "POST", "/v2/y", std::string(100, 'b')).status, 200);  // 800 more
+  // One arriving slowly holds its bytes only: 450 of 900 sent, 900 counted.
+  asio::write(slow, asio::buffer(std::string("POST /quick HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n") +
+                                 std::string(450, 'c')));
+  for (int attempt = 0; attempt < 200 && running.server().stats().inflight_body_bytes < 15'300; ++attempt) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(running.server().stats().inflight_body_bytes, 15'300u);
+  EXPECT_EQ(testing::http_request(port, "POST", "/quick", std::string(300, 'b')).status, 503);  // 2,400 more
+  EXPECT_EQ(testing::http_request(port, "POST", "/quick", std::string(80, 'b')).status, 200);   // 640 more
+  {
+    std::lock_guard lock(mutex);
+    go = true;
+  }
+  released.notify_all();
   for (auto* socket : {&first, &second}) {
-    asio::write(*socket, asio::buffer(std::string(450, 'a')));
-    std::string answer = read_all(*socket, 300ms);
+    std::string answer = read_all(*socket, 1000ms);
     EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
   }
+  ServerOptions too_small = options;
+  too_small.max_inflight_body_bytes = 7999;
+  EXPECT_FALSE(Server::start({text_route("/quick", "quick")}, too_small).ok());
 }
 
 // What arrives in one write is parsed at once, request after request: pipelined GETs, a body

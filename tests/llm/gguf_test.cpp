@@ -134,7 +134,7 @@ TEST(Gguf, TensorTypesAndSizes) {
   GgufWriter writer;
   EXPECT_FALSE(writer.add_tensor("w", {32}, TensorType::kQ8_0, bytes_of(33, 0)).ok());  // 34 needed
   EXPECT_FALSE(writer.add_tensor("", {1}, TensorType::kF32, bytes_of(4, 0)).ok());
-  EXPECT_FALSE(writer.add_tensor(std::string(65, 'n'), {1}, TensorType::kF32, bytes_of(4, 0)).ok());
+  EXPECT_FALSE(writer.add_tensor(std::string(64, 'n'), {1}, TensorType::kF32, bytes_of(4, 0)).ok());
   EXPECT_TRUE(writer.add_tensor("w", {1}, TensorType::kF32, bytes_of(4, 0)).ok());
   EXPECT_FALSE(writer.add_tensor("w", {1}, TensorType::kF32, bytes_of(4, 0)).ok());  // twice
 }
@@ -191,14 +191,14 @@ TEST(Gguf, RefusesDamagedFilesSayingWhy) {
   refused(one_tensor(1, 1ULL << 40, 0, 0), "runs past the end");
   // Metadata: an unknown value type, a bool that is not 0 or 1, an array longer than the file, a
   // duplicated key, a bad alignment, nesting past the limit.
-  auto one_key = [](std::uint32_t type, const std::string& value) {
+  auto one_key = [](std::uint32_t type, const std::string& value, const std::string& key = "a.key") {
     std::string bytes = "GGUF";
     auto put = [&](auto number) { bytes.append(reinterpret_cast<const char*>(&number), sizeof(number)); };
     put(std::uint32_t{3});
     put(std::uint64_t{0});
     put(std::uint64_t{1});
-    put(std::uint64_t{5});
-    bytes += "a.key";
+    put(std::uint64_t{key.size()});
+    bytes += key;
     put(type);
     bytes += value;
     return bytes;
@@ -211,9 +211,35 @@ TEST(Gguf, RefusesDamagedFilesSayingWhy) {
   for (int depth = 0; depth < 10; ++depth) nested += std::string("\x09\0\0\0\x01\0\0\0\0\0\0\0", 12);
   refused(one_key(9, nested), "nested more than 8 deep");
   refused(one_key(8, std::string("\xff\xff\xff\xff\0\0\0\0", 8)), "truncated");
+  refused(one_key(4, std::string("\x0c\0\0\0", 4), "general.alignment"),
+          "general.alignment must be a positive multiple of 8");
+  // Arrays whose elements the file's bytes could hold, but past 2^22 in all.
+  std::uint64_t many = (std::uint64_t{1} << 22) + 1;
+  std::string huge_array = std::string("\0\0\0\0", 4) + std::string(reinterpret_cast<const char*>(&many), 8);
+  refused(one_key(9, huge_array + std::string(many, 'x')), "more than 4194304 elements in all");
+  // A hundred thousand keys: refused or read in time, never quadratic (duplicates found by hash).
+  std::string keys = "GGUF";
+  auto put = [&](auto number) { keys.append(reinterpret_cast<const char*>(&number), sizeof(number)); };
+  put(std::uint32_t{3});
+  put(std::uint64_t{0});
+  put(std::uint64_t{100'000});
+  for (std::uint32_t index = 0; index < 100'000; ++index) {
+    put(std::uint64_t{4});
+    put(index);
+    put(std::uint32_t{0});
+    keys += 'v';
+  }
+  EXPECT_TRUE(parse(keys).ok());
+  // The writer refuses what the reader would.
   GgufWriter aligned = small_model();
   aligned.set("general.alignment", GgufValue::u32(12));
-  refused(*aligned.serialize(), "general.alignment must be a positive multiple of 8");
+  EXPECT_FALSE(aligned.serialize().ok());
+  GgufWriter mixed;
+  mixed.set("k", GgufValue::array(GgufValueType::kUint32, {GgufValue::u32(1), GgufValue::f32(2)}));
+  EXPECT_FALSE(mixed.serialize().ok());
+  GgufWriter unnamed;
+  unnamed.set("", GgufValue::u32(1));
+  EXPECT_FALSE(unnamed.serialize().ok());
   std::string doubled = one_key(4, std::string("\x01\0\0\0", 4));
   std::uint64_t two = 2;
   std::memcpy(doubled.data() + 16, &two, 8);

@@ -137,7 +137,12 @@ TEST(LlamaForward, RefusesBadModelsAndInputs) {
   refused({{0, 0, -1}}, "outside the vocabulary");
   refused({{0, 0, 512}}, "outside the vocabulary");
   refused({{0, 256, 1}}, "past the context");
+  refused({{0, 3, 1}}, "would leave a gap");  // positions 0-2 never written
+  std::vector<BatchToken> sixteen;
+  for (std::size_t position = 0; position < 16; ++position) sixteen.push_back({0, position, 1});
+  ASSERT_TRUE(forward(*model, cache, sixteen, std::vector<bool>(16, false), logits).ok());
   refused({{0, 16, 1}}, "free blocks");
+  refused({{5000, 0, 1}}, "past the cache's 4096 sequences");
   // Another architecture, a missing tensor, shapes that do not fit.
   GgufFile file = *GgufFile::open(dir.file("m.gguf"));
   auto rewritten = [&](const std::string& key, const GgufValue& value, const std::string& drop_tensor) {
