@@ -691,7 +691,6 @@ Result<std::string> GgufWriter::serialize() const {
   return out;
 }
 
-
 Status GgufWriter::write(const std::string& path) const {
   SLIPWAY_ASSIGN_OR_RETURN(std::string bytes, serialize());
   return write_file_atomic(path, std::string_view(bytes));
