@@ -320,7 +320,7 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
 // F32), and a small SentencePiece-style tokenizer (byte fallback, a few hundred English pieces,
 // then filler pieces up to `vocabulary`).
 struct TestModelShape {
-  std::size_t embedding = 64, layers = 2, heads = 4, kv_heads = 2, feed_forward = 172, vocabulary = 512, context = 256;
+  std::size_t embedding = 64, layers = 2, heads = 4, kv_heads = 2, feed_forward = 192, vocabulary = 512, context = 256;
   float rope_base = 10000.0f;
   bool tied_output = false;
 };
