@@ -4,8 +4,11 @@
 // bad models and inputs are refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <sstream>
 
 #include "slipway/llm.h"
@@ -119,6 +122,66 @@ TEST(LlamaForward, DecodingStepByStepThreadsAndBatchNeighboursChangeNothing) {
   std::size_t free_before = cache.free_blocks();
   cache.release(3);
   EXPECT_EQ(cache.free_blocks(), free_before + 1);
+}
+
+// node-llama-cpp (llama.cpp's prebuilt CPU library) in ~/.cache/slipway-peers-llama, installed
+// on first use with a three-minute bound; empty when Node.js, npm or the network is missing.
+std::string llama_cpp_modules() {
+  const char* home = std::getenv("HOME");
+  if (home == nullptr || testing::run_command({"/usr/bin/env", "node", "--version"}).exit_code != 0) return "";
+  std::string prefix = std::string(home) + "/.cache/slipway-peers-llama";
+  std::string modules = prefix + "/node_modules";
+  if (std::filesystem::exists(modules + "/node-llama-cpp/dist/index.js")) return modules;
+  std::filesystem::create_directories(prefix);
+  auto installed = testing::run_command({"/usr/bin/env", "timeout", "180", "npm", "install", "--prefix", prefix, "-E",
+                                         "--omit=optional", "--no-audit", "--no-fund", "--fetch-timeout=20000",
+                                         "node-llama-cpp@3.21.1", "@node-llama-cpp/linux-x64@3.21.1"});
+  return installed.exit_code == 0 ? modules : "";
+}
+
+// Greedy tokens from the engine: the prompt as one batch, then one decode step per token.
+std::vector<std::int32_t> greedy(const LlamaModel& model, std::vector<std::int32_t> tokens, std::size_t count) {
+  KvCache cache(model.config(), 64);
+  std::vector<BatchToken> batch;
+  for (std::size_t position = 0; position < tokens.size(); ++position) batch.push_back({0, position, tokens[position]});
+  std::vector<std::int32_t> generated;
+  std::vector<float> logits;
+  while (generated.size() < count) {
+    std::vector<bool> wants(batch.size(), false);
+    wants.back() = true;
+    EXPECT_TRUE(forward(model, cache, batch, wants, logits, 1).ok());
+    auto next = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    generated.push_back(next);
+    batch = {{0, tokens.size(), next}};
+    tokens.push_back(next);
+  }
+  return generated;
+}
+
+// On the same file, the engine's greedy tokens are llama.cpp's: its loader accepts what
+// make-test-model writes, and RoPE's convention, grouped-query attention and the forward pass
+// agree.
+TEST(LlamaForward, GreedyTokensEqualLlamaCpps) {
+  std::string modules = llama_cpp_modules();
+  if (modules.empty()) GTEST_SKIP() << "Node.js or node-llama-cpp is not available";
+  testing::TempDir dir;
+  for (TensorType type : {TensorType::kF32, TensorType::kQ8_0, TensorType::kQ4_0}) {
+    SCOPED_TRACE(std::string(tensor_type_info(type)->name));
+    std::string path = dir.file("model.gguf");
+    ASSERT_TRUE(write_test_model(TestModelShape{}, type, 5, path).ok());
+    auto model = LlamaModel::open(path);
+    ASSERT_TRUE(model.ok());
+    std::string list;
+    for (auto token : kPrompt) list += (list.empty() ? "" : ",") + std::to_string(token);
+    auto peer = testing::run_command({"/usr/bin/env", "node",
+                                      std::string(SLIPWAY_SOURCE_DIR) + "/tests/llm/llama_cpp_greedy.mjs", modules,
+                                      path, list, "8"});
+    ASSERT_EQ(peer.exit_code, 0) << peer.err;
+    std::string ours = "[";
+    for (auto token : greedy(**model, prompt(), 8)) ours += (ours.size() > 1 ? "," : "") + std::to_string(token);
+    ours += "]";
+    EXPECT_EQ(ours + "\n", peer.out);
+  }
 }
 
 TEST(LlamaForward, RefusesBadModelsAndInputs) {
