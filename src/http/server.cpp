@@ -42,6 +42,7 @@ struct Shared {
   int max_worker_backlog = 0;
   int max_connections = 0;
   std::size_t max_inflight_body_bytes = 0;
+  std::size_t body_memory_factor = 1;  // options.body_memory_factor, at least 1
 
   std::atomic<int> in_flight{0};       // requests read and not yet answered
   std::atomic<int> worker_backlog{0};  // requests handed to the workers and not yet started
@@ -134,18 +135,8 @@ class Session : public std::enable_shared_from_this<Session> {
       // Room for a SIMD parser to read past the end: the body is parsed where it lies.
       parser_->get().body().reserve(static_cast<std::size_t>(*length) + kBodyPadding);
     }
-    if (reserve > 0) {
-      std::uint64_t before = shared_.inflight_body_bytes.fetch_add(reserve);
-      body_reserved_ = reserve;
-      if (before + reserve > shared_.max_inflight_body_bytes) {
-        release_body_budget();
-        ++shared_.malformed_requests;
-        request_.version(parser_->get().version());
-        write(error_response(503, "the server is reading too many request bodies at once; retry later"), false, false,
-              {{"Retry-After", "1"}});
-        return;
-      }
-    }
+    request_.version(parser_->get().version());  // for a refusal's status line
+    if (!admit_body(reserve)) return;
     // What has arrived with the headers is parsed here: a request without a body, or one whose
     // body came in the same segments (most do), is answered without another trip through the
     // event loop.
@@ -195,19 +186,7 @@ class Session : public std::enable_shared_from_this<Session> {
     request_ = parser_->release();
     // A body was admitted at its bytes while it arrived (so slow senders hold only what they
     // send); handling it takes body_memory_factor times that, admitted now or refused.
-    std::uint64_t handling =
-        request_.body().size() * (std::max<std::size_t>(shared_.options.body_memory_factor, 1) - 1);
-    if (handling > 0) {
-      std::uint64_t before = shared_.inflight_body_bytes.fetch_add(handling);
-      body_reserved_ += handling;
-      if (before + handling > shared_.max_inflight_body_bytes) {
-        release_body_budget();
-        ++shared_.malformed_requests;
-        write(error_response(503, "the server is reading too many request bodies at once; retry later"), false, false,
-              {{"Retry-After", "1"}});
-        return;
-      }
-    }
+    if (!admit_body(request_.body().size() * (shared_.body_memory_factor - 1))) return;
     shared_.in_flight.fetch_add(1);
     fill_request_view();
     const Route* route = shared_.route_for(view_.path);
@@ -343,6 +322,20 @@ class Session : public std::enable_shared_from_this<Session> {
         [message, done = std::move(done)](beast::error_code error, std::size_t bytes) { done(error, bytes); });
   }
 
+  // Adds `bytes` to this request's share of the budget for bodies in flight. Past the budget the
+  // request is answered 503 with Retry-After (the connection then closes) and false returned.
+  bool admit_body(std::uint64_t bytes) {
+    if (bytes == 0) return true;
+    std::uint64_t before = shared_.inflight_body_bytes.fetch_add(bytes);
+    body_reserved_ += bytes;
+    if (before + bytes <= shared_.max_inflight_body_bytes) return true;
+    release_body_budget();
+    ++shared_.malformed_requests;
+    write(error_response(503, "the server is reading too many request bodies at once; retry later"), false, false,
+          {{"Retry-After", "1"}});
+    return false;
+  }
+
   void release_body_budget() {
     if (body_reserved_ > 0) shared_.inflight_body_bytes.fetch_sub(std::exchange(body_reserved_, 0));
   }
@@ -403,10 +396,11 @@ struct Server::State {
     shared.max_worker_backlog =
         options.max_pending_requests > 0 ? options.max_pending_requests : 64 * static_cast<int>(worker_count(options));
     shared.max_connections = options.max_connections > 0 ? options.max_connections : default_max_connections();
+    shared.body_memory_factor = std::max<std::size_t>(options.body_memory_factor, 1);
     shared.max_inflight_body_bytes =
         options.max_inflight_body_bytes > 0
             ? options.max_inflight_body_bytes
-            : std::max<std::size_t>(4, 2 * options.body_memory_factor) * options.max_body_bytes;
+            : std::max<std::size_t>(4, 2 * shared.body_memory_factor) * options.max_body_bytes;
   }
 
   void accept() {

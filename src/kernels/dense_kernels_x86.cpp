@@ -320,26 +320,39 @@ __attribute__((target("avx2,fma"))) void dense_f32_avx2(const PackedDenseF32& la
       });
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) void dense_int8_avx512_vnni(const PackedDenseInt8& layer,
-                                                                                   const QuantizedRows& in, float* out,
-                                                                                   std::size_t first_block,
-                                                                                   std::size_t block_count) {
+namespace {
+
+// Rows [first_row, in.rows) of the VNNI kernel: all of them, or those after the AMX kernel's last
+// whole tile of 16.
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void int8_rows_vnni(const PackedDenseInt8& layer,
+                                                                           const QuantizedRows& in,
+                                                                           std::size_t first_row, float* out,
+                                                                           std::size_t first_block,
+                                                                           std::size_t block_count) {
+  const std::size_t rows = in.rows - first_row;
   for_each_tile(
-      in.rows, first_block, block_count,
+      rows, first_block, block_count,
       [&](std::size_t block) {
-        for_each_row_group<1>(in.rows,
-                              [&](std::size_t row, auto) { int8_tile_vnni<1, 8>(layer, in, row, out, block); });
+        for_each_row_group<1>(
+            rows, [&](std::size_t row, auto) { int8_tile_vnni<1, 8>(layer, in, first_row + row, out, block); });
       },
       [&](std::size_t block) {
-        for_each_row_group<4>(in.rows, [&](std::size_t row, auto count) {
-          int8_tile_vnni<decltype(count)::value, 2>(layer, in, row, out, block);
+        for_each_row_group<4>(rows, [&](std::size_t row, auto count) {
+          int8_tile_vnni<decltype(count)::value, 2>(layer, in, first_row + row, out, block);
         });
       },
       [&](std::size_t block) {
-        for_each_row_group<8>(in.rows, [&](std::size_t row, auto count) {
-          int8_tile_vnni<decltype(count)::value, 1>(layer, in, row, out, block);
+        for_each_row_group<8>(rows, [&](std::size_t row, auto count) {
+          int8_tile_vnni<decltype(count)::value, 1>(layer, in, first_row + row, out, block);
         });
       });
+}
+
+}  // namespace
+
+void dense_int8_avx512_vnni(const PackedDenseInt8& layer, const QuantizedRows& in, float* out, std::size_t first_block,
+                            std::size_t block_count) {
+  int8_rows_vnni(layer, in, 0, out, first_block, block_count);
 }
 
 __attribute__((target("avx2,fma"))) void dense_int8_avx2(const PackedDenseInt8& layer, const QuantizedRows& in,
@@ -735,14 +748,7 @@ void dense_int8_amx(const PackedDenseInt8& layer, const QuantizedRows& in, float
   // Rows after the last whole 16 cost a whole tile product each on AMX (a single row took twice
   // the vector kernel's time); the vector kernel gives them the same bits.
   const std::size_t whole = in.rows / kTileRows * kTileRows;
-  if (whole < in.rows) {
-    QuantizedRows rest;
-    rest.rows = in.rows - whole;
-    rest.stride = in.stride;
-    rest.values.assign(in.values.begin() + static_cast<std::ptrdiff_t>(whole * in.stride), in.values.end());
-    rest.scales.assign(in.scales.begin() + static_cast<std::ptrdiff_t>(whole), in.scales.end());
-    dense_int8_avx512_vnni(layer, rest, out + whole * layer.outputs, first_block, block_count);
-  }
+  if (whole < in.rows) int8_rows_vnni(layer, in, whole, out, first_block, block_count);
   if (whole == 0) return;
   for_each_amx_tile(
       in.values.data(), in.stride, whole, first_block, block_count,

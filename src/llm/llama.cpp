@@ -139,12 +139,13 @@ bool supported_weight_type(TensorType type) {
 void dequantize_row(const WeightMatrix& matrix, std::size_t row, float* out) {
   const std::byte* bytes = matrix.data.data() + row * matrix.row_bytes();
   const std::size_t columns = matrix.columns;
-  // The file's bytes may sit at any offset the alignment allows: blocks are copied out, not cast.
+  // The file's bytes may sit at any offset the alignment allows: each block is copied out, not
+  // cast (one block on the stack: this runs for every row of every product).
   auto blocks = [&](auto block, std::size_t per_block, auto dequantize) {
-    using Block = decltype(block);
-    std::vector<Block> copied(columns / per_block);
-    std::memcpy(copied.data(), bytes, copied.size() * sizeof(Block));
-    dequantize(std::span<const Block>(copied), std::span<float>(out, columns));
+    for (std::size_t first = 0; first < columns; first += per_block) {
+      std::memcpy(&block, bytes + first / per_block * sizeof(block), sizeof(block));
+      dequantize(std::span(&block, 1), std::span<float>(out + first, per_block));
+    }
   };
   switch (matrix.type) {
     case TensorType::kF32:

@@ -69,14 +69,13 @@ Result<Vocabulary> test_vocabulary(std::size_t size) {
   return vocabulary;
 }
 
-// `values` (rows x columns) in `type`'s bytes.
-Result<std::vector<std::byte>> encode(const std::vector<float>& values, std::size_t columns, TensorType type) {
+// `values` (whole rows of whole blocks) in `type`'s bytes.
+Result<std::vector<std::byte>> encode(const std::vector<float>& values, TensorType type) {
   std::vector<std::byte> bytes;
   auto append = [&](const void* data, std::size_t size) {
     const auto* first = static_cast<const std::byte*>(data);
     bytes.insert(bytes.end(), first, first + size);
   };
-  const std::size_t rows = values.size() / columns;
   switch (type) {
     case TensorType::kF32:
       append(values.data(), values.size() * sizeof(float));
@@ -108,7 +107,6 @@ Result<std::vector<std::byte>> encode(const std::vector<float>& values, std::siz
       return bytes;
     }
     default:
-      (void)rows;
       return invalid_argument("make-test-model writes F32, F16, BF16, Q8_0, Q4_0 or Q4_K");
   }
 }
@@ -186,7 +184,7 @@ Status write_test_model(const TestModelShape& shape, TensorType type, std::uint6
     std::normal_distribution<float> normal(0.0f, scale / std::sqrt(static_cast<float>(columns)));
     std::vector<float> values(rows * columns);
     for (float& value : values) value = normal(random);
-    SLIPWAY_ASSIGN_OR_RETURN(auto bytes, encode(values, columns, type));
+    SLIPWAY_ASSIGN_OR_RETURN(auto bytes, encode(values, type));
     return writer.add_tensor(name, {columns, rows}, type, std::move(bytes));
   };
   auto norm = [&](const std::string& name) -> Status {

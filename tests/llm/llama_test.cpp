@@ -36,11 +36,19 @@ std::vector<std::vector<double>> reference_logits(const std::string& model, cons
   return rows;
 }
 
+// Tokens as one batch of `sequence`, from position 0.
+std::vector<BatchToken> prompt_batch(const std::vector<std::int32_t>& tokens, std::size_t sequence = 0) {
+  std::vector<BatchToken> batch;
+  for (std::size_t position = 0; position < tokens.size(); ++position) {
+    batch.push_back({sequence, position, tokens[position]});
+  }
+  return batch;
+}
+
 // Every position's logits for a prompt run as one batch.
 std::vector<float> prompt_logits(const LlamaModel& model, const std::vector<std::int32_t>& tokens, int threads) {
   KvCache cache(model.config(), 64);
-  std::vector<BatchToken> batch;
-  for (std::size_t position = 0; position < tokens.size(); ++position) batch.push_back({0, position, tokens[position]});
+  std::vector<BatchToken> batch = prompt_batch(tokens);
   std::vector<float> logits;
   EXPECT_TRUE(forward(model, cache, batch, std::vector<bool>(tokens.size(), true), logits, threads).ok());
   return logits;
@@ -102,9 +110,9 @@ TEST(LlamaForward, DecodingStepByStepThreadsAndBatchNeighboursChangeNothing) {
   EXPECT_EQ(prompt_logits(*model, prompt(), 2), whole);
   // The prompt less its last token, then the last token alone (a decode step).
   KvCache cache(model->config(), 64);
-  std::vector<BatchToken> prefix;
-  for (std::size_t position = 0; position + 1 < kPrompt.size(); ++position)
-    prefix.push_back({3, position, kPrompt[position]});
+  std::vector<std::int32_t> all_but_last = prompt();
+  all_but_last.pop_back();
+  std::vector<BatchToken> prefix = prompt_batch(all_but_last, 3);
   std::vector<float> logits;
   ASSERT_TRUE(forward(*model, cache, prefix, std::vector<bool>(prefix.size(), false), logits).ok());
   EXPECT_TRUE(logits.empty());
@@ -142,8 +150,7 @@ std::string llama_cpp_modules() {
 // Greedy tokens from the engine: the prompt as one batch, then one decode step per token.
 std::vector<std::int32_t> greedy(const LlamaModel& model, std::vector<std::int32_t> tokens, std::size_t count) {
   KvCache cache(model.config(), 64);
-  std::vector<BatchToken> batch;
-  for (std::size_t position = 0; position < tokens.size(); ++position) batch.push_back({0, position, tokens[position]});
+  std::vector<BatchToken> batch = prompt_batch(tokens);
   std::vector<std::int32_t> generated;
   std::vector<float> logits;
   while (generated.size() < count) {
