@@ -417,4 +417,95 @@ void dequantize_q4_0(std::span<const BlockQ4_0> blocks, std::span<float> values)
 void quantize_q4_k(std::span<const float> values, std::span<BlockQ4_K> blocks);
 void dequantize_q4_k(std::span<const BlockQ4_K> blocks, std::span<float> values);
 
+// ---------------------------------------------------------------------------------------------
+// An LLM's weight products: out[t][r] = row r of a GGUF weight matrix . input row t.
+//
+// Matrices are repacked once, when a model loads, into panels of kPanelRows rows whose values
+// interleave by four inputs, so that one 64-byte load holds 16 rows' next four codes and one
+// int8 dot-product instruction (vpdpbusd) adds four products to each row's sum. The bytes per
+// value stay the file's (scales and offsets move, the codes are the same). Quantized formats
+// take their inputs quantized the same way, a block of 32 at a time (LlmInput); the float
+// formats take floats.
+//
+// Each output's arithmetic is fixed, and every variant follows it (the vector variants are the
+// scalar reference's bits): per block of 32, an exact integer sum of codes times quantized
+// inputs, less the format's offset times the inputs' sum; then, in block order, one fused
+// multiply-add into a float sum:
+//   Q8_0, Q4_0: sum = fma(float(dot - offset * input_sum), weight_scale * input_scale, sum), the
+//               offset 128 (codes are q + 128) or 8;
+//   Q4_K:       per 256, a = fma(float(dot * sc_j), input_scale_j, a) and
+//               b = fma(float(m_j * input_sum_j), input_scale_j, b) over its eight sub-blocks j,
+//               then sum = fma(d, a, sum), sum = fma(-dmin, b, sum);
+//   F32, F16, BF16: sum = fma(w_k, x_k, sum), k in order.
+// So an output depends on its own row and input alone: the same bits in any batch, under any
+// split of the panels over threads.
+
+inline constexpr std::size_t kPanelRows = 16;
+
+enum class LlmWeightFormat { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_K };  // NOLINT(readability-identifier-naming)
+bool llm_format_quantized(LlmWeightFormat format);
+// Values per block of a row in the file: 1 for the float formats, 32, or 256 for Q4_K.
+std::size_t llm_format_block(LlmWeightFormat format);
+
+struct LlmPackedMatrix {
+  LlmWeightFormat format = LlmWeightFormat::kF32;
+  std::size_t rows = 0, columns = 0;
+  std::size_t panels() const { return (rows + kPanelRows - 1) / kPanelRows; }
+  std::size_t panel_bytes = 0;  // one panel: every block of its 16 rows
+  std::size_t bytes() const { return panels() * panel_bytes; }
+  const std::byte* panel(std::size_t index) const { return storage.data() + offset + index * panel_bytes; }
+  // Panels in order from a 64-byte boundary, `offset` bytes in (so vector loads do not straddle
+  // cache lines); rows past `rows` are zeros.
+  std::vector<std::byte> storage;
+  std::size_t offset = 0;
+};
+// Repacks `rows` rows of `columns` values as they lie in a GGUF tensor of `format` (each row
+// whole blocks). `file_rows` holds exactly rows * the format's row bytes.
+LlmPackedMatrix pack_llm_matrix(LlmWeightFormat format, std::span<const std::byte> file_rows, std::size_t rows,
+                                std::size_t columns);
+
+// The input rows of a product: `tokens` rows of `columns` floats, and, for the quantized formats,
+// the same rows quantized per block of 32 (q = round(x / scale), scale = max|x| / 127, as Q8_0
+// but with the scale kept as a float) with each block's sum of q.
+struct LlmInput {
+  std::size_t tokens = 0, columns = 0;
+  const float* values = nullptr;  // the caller's; kept alive for the product
+  std::vector<std::int8_t> quantized;
+  std::vector<float> scales;
+  std::vector<std::int32_t> sums;
+};
+// Points `input` at `values` and, when `quantize` is set, quantizes them (columns a multiple of
+// 32). Not-finite values quantize as 0 and make their block's scale NaN or infinite.
+void prepare_llm_input(const float* values, std::size_t tokens, std::size_t columns, bool quantize, LlmInput& input);
+
+// Panels [first_panel, first_panel + panel_count) of `matrix` against every input row:
+// out[t * matrix.rows + r] for the rows in those panels. One thread.
+using LlmProductKernel = void (*)(const LlmPackedMatrix& matrix, const LlmInput& input, std::size_t first_panel,
+                                  std::size_t panel_count, float* out);
+
+// `blocks` blocks of 32 values into quantized values, scales and sums, as LlmInput says.
+using LlmQuantizeInput = void (*)(const float* values, std::size_t blocks, std::int8_t* quantized, float* scales,
+                                  std::int32_t* sums);
+
+// Attention over a block of kAttentionBlock cached positions. Scores: scores[i] = query . key_i,
+// the block's keys transposed ([head_dim][kAttentionBlock]), each summed in four chains of
+// every fourth dimension (fused multiply-adds, in order), then (c0 + c1) + (c2 + c3).
+inline constexpr std::size_t kAttentionBlock = 16;
+using LlmBlockScores = void (*)(const float* query, const float* keys, std::size_t head_dim, float* scores);
+// Values: out[d] = fma(weights[i], values[i * stride + d], out[d]) for i < count, in order.
+using LlmAddWeightedValues = void (*)(const float* weights, std::size_t count, const float* values, std::size_t stride,
+                                      std::size_t head_dim, float* out);
+
+struct LlmKernelVariant {
+  std::string_view name;  // "scalar", "avx2" (AVX2, FMA, F16C), "avx512" (AVX-512F, BW, VL, VNNI)
+  bool (*supported)();
+  LlmProductKernel product;
+  LlmQuantizeInput quantize_input;  // the same bytes in every variant
+  LlmBlockScores block_scores;      // and these the same bits
+  LlmAddWeightedValues add_weighted_values;
+};
+std::span<const LlmKernelVariant> llm_kernel_variants();
+// The fastest variant this CPU runs, unless SLIPWAY_LLM_KERNEL names another it runs.
+const LlmKernelVariant& llm_kernel();
+
 }  // namespace slipway::kernels

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "slipway/core.h"
+#include "slipway/kernels.h"
 
 namespace slipway::llm {
 
@@ -229,10 +230,13 @@ Result<LlamaConfig> read_llama_config(const GgufFile& file);
 
 // A weight matrix in the file's bytes: `rows` rows of `columns` values of `type` (a tensor of
 // dims [columns, rows]); row r computes output r from an input of `columns` values.
+// The matrices a forward pass multiplies also hold their rows repacked for the kernels (the
+// token embedding, read a row at a time, keeps only the file's bytes).
 struct WeightMatrix {
   TensorType type = TensorType::kF32;
   std::size_t rows = 0, columns = 0;
   std::span<const std::byte> data;
+  std::shared_ptr<const kernels::LlmPackedMatrix> packed;
   std::size_t row_bytes() const;
 };
 // Row `row` of a matrix as floats (F32, F16, BF16, Q8_0, Q4_0, Q4_K).
@@ -267,8 +271,9 @@ class LlamaModel {
 
 // Where keys and values live: in blocks of kKvBlockTokens positions, handed to sequences as they
 // grow, so that sequences of any length share one pool (and a later scheduler can page, share
-// and evict blocks). Each position holds kv_heads * head_dim floats of key and as many of value,
-// per layer.
+// and evict blocks). A block holds, per layer, its positions' keys transposed ([kv_heads *
+// head_dim][kKvBlockTokens], so one query's scores against the block are a vector sum) and
+// their values in position order ([kKvBlockTokens][kv_heads * head_dim]).
 inline constexpr std::size_t kKvBlockTokens = 16;
 
 class KvCache {
@@ -284,14 +289,19 @@ class KvCache {
   // Positions [0, filled) of `sequence` hold keys and values (forward() advances it).
   std::size_t filled(std::size_t sequence) const;
   void set_filled(std::size_t sequence, std::size_t filled);
-  float* key(std::size_t sequence, std::size_t layer, std::size_t position);
-  float* value(std::size_t sequence, std::size_t layer, std::size_t position);
+  // Writes a position's key and value (kv_heads * head_dim floats each); the position must be
+  // reserved.
+  void store(std::size_t sequence, std::size_t layer, std::size_t position, const float* key, const float* value);
+  // The keys ([width][kKvBlockTokens]) and values ([kKvBlockTokens][width]) of the sequence's
+  // `block`th block.
+  const float* keys(std::size_t sequence, std::size_t layer, std::size_t block) const;
+  const float* values(std::size_t sequence, std::size_t layer, std::size_t block) const;
   std::size_t free_blocks() const { return free_.size(); }
 
  private:
-  float* slot(std::size_t sequence, std::size_t layer, std::size_t position, std::size_t which);
+  const float* slab(std::size_t sequence, std::size_t layer, std::size_t block, std::size_t which) const;
   std::size_t width_ = 0, layers_ = 0;
-  std::vector<float> storage_;  // [block][layer][key, value][kKvBlockTokens][width]
+  std::vector<float> storage_;  // [block][layer][keys, values][kKvBlockTokens * width]
   std::vector<std::size_t> free_;
   std::size_t max_sequences_ = 0;
   std::vector<std::vector<std::size_t>> tables_;  // per sequence, its blocks in order
@@ -315,6 +325,35 @@ struct BatchToken {
 // split over `threads` (0: all cores); the results do not depend on it.
 Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchToken> batch,
                const std::vector<bool>& wants_logits, std::vector<float>& logits, int threads = 0);
+
+// ---------------------------------------------------------------------------------------------
+// Benchmarks, in llama-bench's method: pp (a prompt of `prompt_tokens` run as one batch, its
+// last token's logits wanted) and tg (`generated_tokens` decoded one at a time from an empty
+// cache), each repeated after one warm-up run, at each thread count.
+
+struct LlmBenchOptions {
+  std::size_t prompt_tokens = 512, generated_tokens = 128, repetitions = 5;
+  std::vector<int> threads = {1, 2};
+};
+struct LlmBenchFigure {
+  std::string test;  // "pp512", "tg128"
+  int threads = 1;
+  double tokens_per_second = 0, deviation = 0;  // mean and sample standard deviation over repetitions
+};
+Result<std::vector<LlmBenchFigure>> bench_model(const LlamaModel& model, const LlmBenchOptions& options);
+
+// What one token of decoding reads: every matrix's packed weights, one embedding row, the norms,
+// and the keys and values of `context` earlier positions.
+std::uint64_t decode_bytes_per_token(const LlamaModel& model, std::size_t context);
+// Multiply-adds per token in the layers' matrices (the output matrix's too when `with_output`).
+std::uint64_t multiply_adds_per_token(const LlamaModel& model, bool with_output);
+
+// The machine's measured memory read bandwidth (bytes per second) over a buffer of `bytes`,
+// read by `threads` threads with vector loads: the median of several passes.
+double measure_read_bandwidth(std::size_t bytes, int threads);
+// The core's measured peak of int8 multiply-adds per second on `threads` threads (vpdpbusd on
+// AVX-512 VNNI, else 0 where the CPU has no int8 dot-product instruction).
+double measure_int8_peak(int threads);
 
 // A random-weight Llama for tests and benchmarks: its shape, the type of its matrices (norms stay
 // F32), and a small SentencePiece-style tokenizer (byte fallback, a few hundred English pieces,

@@ -274,6 +274,14 @@ struct LlmTestModelFlags {
 // A random-weight Llama GGUF with a small tokenizer, for tests and benchmarks.
 int run_llm_make_test_model(const GlobalOptions& global, const LlmTestModelFlags& flags);
 
+struct LlmBenchFlags {
+  std::string model;
+  llm::LlmBenchOptions options;
+  std::uint64_t bandwidth_mib = 1024;
+};
+// llama-bench's pp and tg tests on a GGUF file, with the bandwidth roofline and int8 peak.
+int run_llm_bench(const GlobalOptions& global, const LlmBenchFlags& flags);
+
 struct ExportOptions {
   std::string reference;
   std::string format;  // "onnx" or "xgboost-json"

@@ -1,4 +1,4 @@
-// slipway llm …: the LLM engine's commands (make-test-model for now).
+// slipway llm …: the LLM engine's commands.
 #include <filesystem>
 #include <ostream>
 
@@ -34,7 +34,103 @@ struct TestModelResult : CommandResult {
   }
 };
 
+struct BenchResult : CommandResult {
+  std::string model, type;
+  std::uint64_t bytes = 0, parameters = 0, bytes_per_token = 0, multiply_adds = 0;
+  std::vector<llm::LlmBenchFigure> figures;
+  std::vector<std::pair<int, double>> bandwidth, int8_peak;  // per thread count, bytes/s and multiply-adds/s
+  double limit(const std::vector<std::pair<int, double>>& values, int threads) const {
+    for (const auto& [count, value] : values) {
+      if (count == threads) return value;
+    }
+    return 0;
+  }
+  // tg's roofline: tokens per second were every byte read at the measured bandwidth; pp's
+  // figure: integer operations (2 per multiply-add) per second.
+  double roofline(int threads) const {
+    return bytes_per_token == 0 ? 0 : limit(bandwidth, threads) / static_cast<double>(bytes_per_token);
+  }
+  double gops(const llm::LlmBenchFigure& figure) const {
+    return 2.0 * static_cast<double>(multiply_adds) * figure.tokens_per_second / 1e9;
+  }
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("model").value(model).key("type").value(type);
+    json.key("bytes").value(bytes).key("parameters").value(parameters);
+    json.key("decode_bytes_per_token").value(bytes_per_token);
+    json.key("results").begin_array();
+    for (const auto& figure : figures) {
+      json.begin_object()
+          .key("test")
+          .value(figure.test)
+          .key("threads")
+          .value(static_cast<std::int64_t>(figure.threads));
+      json.key("tokens_per_second").value(figure.tokens_per_second).key("deviation").value(figure.deviation);
+      if (figure.test.starts_with("tg")) {
+        double line = roofline(figure.threads);
+        json.key("roofline_tokens_per_second").value(line);
+        json.key("fraction_of_roofline").value(line > 0 ? figure.tokens_per_second / line : 0.0);
+      } else {
+        double peak = 2.0 * limit(int8_peak, figure.threads) / 1e9;
+        json.key("gops").value(gops(figure)).key("int8_peak_gops").value(peak);
+      }
+      json.end_object();
+    }
+    json.end_array();
+    json.key("read_bandwidth").begin_object();
+    for (const auto& [threads, value] : bandwidth) json.key(std::to_string(threads)).value(value);
+    json.end_object().end_object();
+  }
+  void write_text(std::ostream& out) const override {
+    out << fmt::format("{}: {} weights, {:.1f} MB, {:.1f}M parameters; decoding reads {:.1f} MB per token\n", model,
+                       type, static_cast<double>(bytes) / 1e6, static_cast<double>(parameters) / 1e6,
+                       static_cast<double>(bytes_per_token) / 1e6);
+    out << fmt::format("{:<8} {:>7} {:>20}  {}\n", "test", "threads", "tokens/s", "against the limit");
+    for (const auto& figure : figures) {
+      std::string against;
+      if (figure.test.starts_with("tg") && roofline(figure.threads) > 0) {
+        against = fmt::format("{:.0f}% of the {:.1f} tokens/s roofline",
+                              100 * figure.tokens_per_second / roofline(figure.threads), roofline(figure.threads));
+      } else if (figure.test.starts_with("pp")) {
+        double peak = 2.0 * limit(int8_peak, figure.threads) / 1e9;
+        against = peak > 0 ? fmt::format("{:.0f} GOP/s, {:.0f}% of the int8 peak {:.0f}", gops(figure),
+                                         100 * gops(figure) / peak, peak)
+                           : fmt::format("{:.0f} GOP/s", gops(figure));
+      }
+      out << fmt::format("{:<8} {:>7} {:>11.2f} ± {:<6.2f}  {}\n", figure.test, figure.threads,
+                         figure.tokens_per_second, figure.deviation, against);
+    }
+    for (const auto& [threads, value] : bandwidth) {
+      out << fmt::format("read bandwidth, {} thread{}: {:.1f} GB/s\n", threads, threads == 1 ? "" : "s", value / 1e9);
+    }
+  }
+};
+
 }  // namespace
+
+int run_llm_bench(const GlobalOptions& global, const LlmBenchFlags& flags) {
+  auto model = llm::LlamaModel::open(flags.model);
+  if (!model.ok()) return fail(model.status());
+  BenchResult result;
+  result.model = flags.model;
+  const llm::WeightMatrix& query = (*model)->layers().front().query;
+  result.type = std::string(llm::tensor_type_info(query.type)->name);
+  std::error_code error;
+  result.bytes = static_cast<std::uint64_t>(std::filesystem::file_size(flags.model, error));
+  for (const auto& tensor : (*model)->file().tensors()) result.parameters += tensor.elements();
+  // tg's tokens see, on average, half the run's positions.
+  result.bytes_per_token = llm::decode_bytes_per_token(**model, flags.options.generated_tokens / 2);
+  result.multiply_adds = llm::multiply_adds_per_token(**model, false);
+  auto figures = llm::bench_model(**model, flags.options);
+  if (!figures.ok()) return fail(figures.status());
+  result.figures = std::move(*figures);
+  for (int threads : flags.options.threads) {
+    if (flags.bandwidth_mib > 0) {
+      result.bandwidth.emplace_back(threads, llm::measure_read_bandwidth(flags.bandwidth_mib << 20, threads));
+    }
+    result.int8_peak.emplace_back(threads, llm::measure_int8_peak(threads));
+  }
+  return render(global, result);
+}
 
 int run_llm_make_test_model(const GlobalOptions& global, const LlmTestModelFlags& flags) {
   llm::TensorType type{};

@@ -586,6 +586,28 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       ->capture_default_str();
   make_test_model->add_flag("--tied", test_model.shape.tied_output, "Share the token embedding as the output matrix");
   make_test_model->add_option("--seed", test_model.seed)->capture_default_str();
+  LlmBenchFlags bench_flags;
+  auto* llm_bench = llm_command->add_subcommand(
+      "bench", "Prompt (pp) and generation (tg) tokens per second, as llama-bench measures them, with the roofline");
+  llm_bench->add_option("MODEL", bench_flags.model, "A GGUF Llama model")->required();
+  llm_bench->add_option("--prompt", bench_flags.options.prompt_tokens, "Prompt tokens per pp run (0: skip pp)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  llm_bench->add_option("--generate", bench_flags.options.generated_tokens, "Tokens per tg run (0: skip tg)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  llm_bench->add_option("--repetitions", bench_flags.options.repetitions, "Timed runs per test, after a warm-up")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  llm_bench->add_option("--threads", bench_flags.options.threads, "Thread counts to run, e.g. 1,2")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  llm_bench
+      ->add_option("--bandwidth-mib", bench_flags.bandwidth_mib,
+                   "Buffer for the read-bandwidth measurement (0: skip it); make it larger than the last-level cache")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
 
   ExportOptions export_options;
   auto* export_command = app.add_subcommand(
@@ -827,6 +849,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (params_command->parsed()) return run_params(global, markdown);
   if (verify_command->parsed()) return run_verify(global, repair);
   if (make_test_model->parsed()) return run_llm_make_test_model(global, test_model);
+  if (llm_bench->parsed()) return run_llm_bench(global, bench_flags);
   if (import_command->parsed()) {
     if (import_command->get_option("--register")->count() > 0 && import_options.register_as.empty()) {
       return fail(slipway::invalid_argument("--register needs a model name"));

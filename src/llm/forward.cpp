@@ -55,18 +55,26 @@ void KvCache::set_filled(std::size_t sequence, std::size_t filled) {
   if (sequence < filled_.size()) filled_[sequence] = filled;
 }
 
-float* KvCache::slot(std::size_t sequence, std::size_t layer, std::size_t position, std::size_t which) {
-  std::size_t block = tables_[sequence][position / kKvBlockTokens];
-  std::size_t offset = ((block * layers_ + layer) * 2 + which) * kKvBlockTokens + position % kKvBlockTokens;
-  return storage_.data() + offset * width_;
+const float* KvCache::slab(std::size_t sequence, std::size_t layer, std::size_t block, std::size_t which) const {
+  std::size_t pooled = tables_[sequence][block];
+  return storage_.data() + (((pooled * layers_ + layer) * 2 + which) * kKvBlockTokens) * width_;
 }
 
-float* KvCache::key(std::size_t sequence, std::size_t layer, std::size_t position) {
-  return slot(sequence, layer, position, 0);
+void KvCache::store(std::size_t sequence, std::size_t layer, std::size_t position, const float* key,
+                    const float* value) {
+  auto* keys = const_cast<float*>(slab(sequence, layer, position / kKvBlockTokens, 0));
+  auto* values = const_cast<float*>(slab(sequence, layer, position / kKvBlockTokens, 1));
+  std::size_t slot = position % kKvBlockTokens;
+  for (std::size_t c = 0; c < width_; ++c) keys[c * kKvBlockTokens + slot] = key[c];
+  std::copy_n(value, width_, values + slot * width_);
 }
 
-float* KvCache::value(std::size_t sequence, std::size_t layer, std::size_t position) {
-  return slot(sequence, layer, position, 1);
+const float* KvCache::keys(std::size_t sequence, std::size_t layer, std::size_t block) const {
+  return slab(sequence, layer, block, 0);
+}
+
+const float* KvCache::values(std::size_t sequence, std::size_t layer, std::size_t block) const {
+  return slab(sequence, layer, block, 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -74,26 +82,37 @@ float* KvCache::value(std::size_t sequence, std::size_t layer, std::size_t posit
 
 namespace {
 
-// out[t][r] = row r of `matrix` . in[t], for `tokens` rows of `matrix.columns` inputs. Rows are
-// split over threads; each is dequantized once and summed in one fixed order, so the result
-// does not depend on the split.
-void multiply(const WeightMatrix& matrix, const std::vector<float>& in, std::size_t tokens, std::vector<float>& out,
-              int threads) {
-  out.assign(tokens * matrix.rows, 0.0f);
-  constexpr std::size_t kRowsPerTask = 64;
-  std::size_t tasks = (matrix.rows + kRowsPerTask - 1) / kRowsPerTask;
-  parallel_for(tasks, threads, [&](std::size_t task) {
-    std::vector<float> row(matrix.columns);
-    std::size_t end = std::min(matrix.rows, (task + 1) * kRowsPerTask);
-    for (std::size_t r = task * kRowsPerTask; r < end; ++r) {
-      dequantize_row(matrix, r, row.data());
-      for (std::size_t t = 0; t < tokens; ++t) {
-        const float* x = in.data() + t * matrix.columns;
-        float sum = 0.0f;
-        for (std::size_t c = 0; c < matrix.columns; ++c) sum += row[c] * x[c];
-        out[t * matrix.rows + r] = sum;
-      }
+// out[t][r] = row r of a matrix . in[t] for every (matrix, out) pair, all sharing one input of
+// `tokens` rows: each matrix's panels are split into tasks, and one parallel loop runs them all
+// (a decode step's products are too small to pay for a loop each). The kernels give an output
+// the same bits under any split.
+struct Product {
+  const WeightMatrix* matrix;
+  std::vector<float>* out;
+};
+
+void multiply(std::initializer_list<Product> products, const std::vector<float>& in, std::size_t tokens, int threads) {
+  const WeightMatrix& first = *products.begin()->matrix;
+  kernels::LlmInput input;
+  kernels::prepare_llm_input(in.data(), tokens, first.columns, kernels::llm_format_quantized(first.packed->format),
+                             input);
+  struct Task {
+    const Product* product;
+    std::size_t first_panel, panel_count;
+  };
+  std::vector<Task> tasks;
+  for (const Product& product : products) {
+    const kernels::LlmPackedMatrix& packed = *product.matrix->packed;
+    product.out->resize(tokens * packed.rows);
+    std::size_t per_task = std::max<std::size_t>(1, packed.panels() / (4 * static_cast<std::size_t>(threads)));
+    for (std::size_t panel = 0; panel < packed.panels(); panel += per_task) {
+      tasks.push_back({&product, panel, std::min(per_task, packed.panels() - panel)});
     }
+  }
+  const kernels::LlmProductKernel kernel = kernels::llm_kernel().product;
+  parallel_for(tasks.size(), threads, [&](std::size_t index) {
+    const Task& task = tasks[index];
+    kernel(*task.product->matrix->packed, input, task.first_panel, task.panel_count, task.product->out->data());
   });
 }
 
@@ -127,6 +146,8 @@ void rotate(float* values, std::size_t heads, const LlamaConfig& config, std::si
 }
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+static_assert(kKvBlockTokens == kernels::kAttentionBlock);
 
 }  // namespace
 
@@ -163,51 +184,49 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
   for (std::size_t index = 0; index < config.layers; ++index) {
     const LlamaModel::Layer& layer = model.layers()[index];
     rms_norm(x, layer.attention_norm, config.rms_epsilon, normed);
-    multiply(layer.query, normed, tokens, query, threads);
-    multiply(layer.key, normed, tokens, key, threads);
-    multiply(layer.value, normed, tokens, value, threads);
+    multiply({{&layer.query, &query}, {&layer.key, &key}, {&layer.value, &value}}, normed, tokens, threads);
     // Every key and value of the batch is stored before any token attends: a prompt's tokens see
     // each other (each only up to its own position).
     for (std::size_t t = 0; t < tokens; ++t) {
       rotate(query.data() + t * width, config.heads, config, batch[t].position);
       rotate(key.data() + t * kv_width, config.kv_heads, config, batch[t].position);
-      std::copy_n(key.data() + t * kv_width, kv_width, cache.key(batch[t].sequence, index, batch[t].position));
-      std::copy_n(value.data() + t * kv_width, kv_width, cache.value(batch[t].sequence, index, batch[t].position));
+      cache.store(batch[t].sequence, index, batch[t].position, key.data() + t * kv_width, value.data() + t * kv_width);
     }
+    const kernels::LlmKernelVariant& variant = kernels::llm_kernel();
     parallel_for(tokens * config.heads, threads, [&](std::size_t task) {
-      std::size_t t = task / config.heads, head = task % config.heads;
+      // Head by head, so one head's keys and values stay in cache while every token reads them.
+      std::size_t head = task / tokens, t = task % tokens;
       const BatchToken& item = batch[t];
       const float* q = query.data() + t * width + head * config.head_dim;
-      std::size_t kv_offset = (head / group) * config.head_dim;
-      std::vector<float> scores(item.position + 1);
+      const std::size_t kv_offset = (head / group) * config.head_dim;
+      const std::size_t positions = item.position + 1, blocks = (positions + kKvBlockTokens - 1) / kKvBlockTokens;
+      std::vector<float> scores(blocks * kKvBlockTokens);
+      for (std::size_t b = 0; b < blocks; ++b) {
+        variant.block_scores(q, cache.keys(item.sequence, index, b) + kv_offset * kKvBlockTokens, config.head_dim,
+                             scores.data() + b * kKvBlockTokens);
+      }
       float largest = -INFINITY;
-      for (std::size_t p = 0; p <= item.position; ++p) {
-        const float* k = cache.key(item.sequence, index, p) + kv_offset;
-        float dot = 0.0f;
-        for (std::size_t d = 0; d < config.head_dim; ++d) dot += q[d] * k[d];
-        scores[p] = dot * score_scale;
-        largest = std::max(largest, scores[p]);
-      }
+      for (std::size_t p = 0; p < positions; ++p) largest = std::max(largest, scores[p] * score_scale);
       float total = 0.0f;
-      for (float& score : scores) {
-        score = std::exp(score - largest);
-        total += score;
+      for (std::size_t p = 0; p < positions; ++p) {
+        scores[p] = std::exp(scores[p] * score_scale - largest);
+        total += scores[p];
       }
+      for (std::size_t p = 0; p < positions; ++p) scores[p] /= total;
       float* out = attended.data() + t * width + head * config.head_dim;
       std::fill_n(out, config.head_dim, 0.0f);
-      for (std::size_t p = 0; p <= item.position; ++p) {
-        const float* v = cache.value(item.sequence, index, p) + kv_offset;
-        float weight = scores[p] / total;
-        for (std::size_t d = 0; d < config.head_dim; ++d) out[d] += weight * v[d];
+      for (std::size_t b = 0; b < blocks; ++b) {
+        variant.add_weighted_values(scores.data() + b * kKvBlockTokens,
+                                    std::min(kKvBlockTokens, positions - b * kKvBlockTokens),
+                                    cache.values(item.sequence, index, b) + kv_offset, kv_width, config.head_dim, out);
       }
     });
-    multiply(layer.attention_output, attended, tokens, projected, threads);
+    multiply({{&layer.attention_output, &projected}}, attended, tokens, threads);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += projected[i];
     rms_norm(x, layer.ffn_norm, config.rms_epsilon, normed);
-    multiply(layer.gate, normed, tokens, gate, threads);
-    multiply(layer.up, normed, tokens, up, threads);
+    multiply({{&layer.gate, &gate}, {&layer.up, &up}}, normed, tokens, threads);
     for (std::size_t i = 0; i < gate.size(); ++i) gate[i] = silu(gate[i]) * up[i];
-    multiply(layer.down, gate, tokens, projected, threads);
+    multiply({{&layer.down, &projected}}, gate, tokens, threads);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += projected[i];
   }
   for (const auto& [sequence, length] : reach) cache.set_filled(sequence, length);
@@ -221,7 +240,7 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
     ++wanted;
   }
   rms_norm(last, model.output_norm(), config.rms_epsilon, normed);
-  multiply(model.output(), normed, wanted, logits, threads);
+  multiply({{&model.output(), &logits}}, normed, wanted, threads);
   return {};
 }
 

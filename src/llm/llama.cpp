@@ -41,6 +41,32 @@ Result<WeightMatrix> matrix(const GgufFile& file, const std::string& name, std::
   return WeightMatrix{tensor->type, rows, columns, file.data(*tensor)};
 }
 
+kernels::LlmWeightFormat weight_format(TensorType type) {
+  switch (type) {
+    case TensorType::kF16:
+      return kernels::LlmWeightFormat::kF16;
+    case TensorType::kBF16:
+      return kernels::LlmWeightFormat::kBF16;
+    case TensorType::kQ8_0:
+      return kernels::LlmWeightFormat::kQ8_0;
+    case TensorType::kQ4_0:
+      return kernels::LlmWeightFormat::kQ4_0;
+    case TensorType::kQ4_K:
+      return kernels::LlmWeightFormat::kQ4_K;
+    default:
+      return kernels::LlmWeightFormat::kF32;
+  }
+}
+
+// A matrix the forward pass multiplies, repacked for the kernels.
+Result<WeightMatrix> packed_matrix(const GgufFile& file, const std::string& name, std::size_t rows,
+                                   std::size_t columns) {
+  SLIPWAY_ASSIGN_OR_RETURN(WeightMatrix weights, matrix(file, name, rows, columns));
+  weights.packed = std::make_shared<const kernels::LlmPackedMatrix>(
+      kernels::pack_llm_matrix(weight_format(weights.type), weights.data, rows, columns));
+  return weights;
+}
+
 Result<std::span<const float>> norm(const GgufFile& file, const std::string& name, std::size_t width) {
   SLIPWAY_ASSIGN_OR_RETURN(const GgufTensor* tensor, find_tensor(file, name, {width}));
   if (tensor->type != TensorType::kF32)
@@ -184,24 +210,22 @@ Result<std::shared_ptr<const LlamaModel>> LlamaModel::from_file(GgufFile file) {
   const LlamaConfig& config = model->config_;
   const std::size_t width = config.embedding, kv_width = config.kv_heads * config.head_dim;
   SLIPWAY_ASSIGN_OR_RETURN(model->token_embedding_, matrix(gguf, "token_embd.weight", config.vocabulary, width));
-  if (gguf.tensor("output.weight") != nullptr) {
-    SLIPWAY_ASSIGN_OR_RETURN(model->output_, matrix(gguf, "output.weight", config.vocabulary, width));
-  } else {
-    model->output_ = model->token_embedding_;  // tied
-  }
+  // Tied when there is no output matrix: the token embedding's rows are the output's.
+  std::string output_name = gguf.tensor("output.weight") != nullptr ? "output.weight" : "token_embd.weight";
+  SLIPWAY_ASSIGN_OR_RETURN(model->output_, packed_matrix(gguf, output_name, config.vocabulary, width));
   SLIPWAY_ASSIGN_OR_RETURN(model->output_norm_, norm(gguf, "output_norm.weight", width));
   for (std::size_t index = 0; index < config.layers; ++index) {
     std::string prefix = fmt::format("blk.{}.", index);
     Layer layer;
     SLIPWAY_ASSIGN_OR_RETURN(layer.attention_norm, norm(gguf, prefix + "attn_norm.weight", width));
     SLIPWAY_ASSIGN_OR_RETURN(layer.ffn_norm, norm(gguf, prefix + "ffn_norm.weight", width));
-    SLIPWAY_ASSIGN_OR_RETURN(layer.query, matrix(gguf, prefix + "attn_q.weight", width, width));
-    SLIPWAY_ASSIGN_OR_RETURN(layer.key, matrix(gguf, prefix + "attn_k.weight", kv_width, width));
-    SLIPWAY_ASSIGN_OR_RETURN(layer.value, matrix(gguf, prefix + "attn_v.weight", kv_width, width));
-    SLIPWAY_ASSIGN_OR_RETURN(layer.attention_output, matrix(gguf, prefix + "attn_output.weight", width, width));
-    SLIPWAY_ASSIGN_OR_RETURN(layer.gate, matrix(gguf, prefix + "ffn_gate.weight", config.feed_forward, width));
-    SLIPWAY_ASSIGN_OR_RETURN(layer.up, matrix(gguf, prefix + "ffn_up.weight", config.feed_forward, width));
-    SLIPWAY_ASSIGN_OR_RETURN(layer.down, matrix(gguf, prefix + "ffn_down.weight", width, config.feed_forward));
+    SLIPWAY_ASSIGN_OR_RETURN(layer.query, packed_matrix(gguf, prefix + "attn_q.weight", width, width));
+    SLIPWAY_ASSIGN_OR_RETURN(layer.key, packed_matrix(gguf, prefix + "attn_k.weight", kv_width, width));
+    SLIPWAY_ASSIGN_OR_RETURN(layer.value, packed_matrix(gguf, prefix + "attn_v.weight", kv_width, width));
+    SLIPWAY_ASSIGN_OR_RETURN(layer.attention_output, packed_matrix(gguf, prefix + "attn_output.weight", width, width));
+    SLIPWAY_ASSIGN_OR_RETURN(layer.gate, packed_matrix(gguf, prefix + "ffn_gate.weight", config.feed_forward, width));
+    SLIPWAY_ASSIGN_OR_RETURN(layer.up, packed_matrix(gguf, prefix + "ffn_up.weight", config.feed_forward, width));
+    SLIPWAY_ASSIGN_OR_RETURN(layer.down, packed_matrix(gguf, prefix + "ffn_down.weight", width, config.feed_forward));
     model->layers_.push_back(layer);
   }
   return std::shared_ptr<const LlamaModel>(std::move(model));

@@ -3,6 +3,10 @@
 against: reads a GGUF file itself (ggml's docs/gguf.md), dequantizes F32, F16, BF16, Q8_0, Q4_0
 and Q4_K as ggml-common.h lays them out, and prints the logits of every position of a prompt, a
 line of numbers per position. Usage: llama_reference.py MODEL.gguf TOKEN,TOKEN,...
+
+A quantized matrix multiplies inputs quantized as the engine's contract says (slipway/kernels.h,
+and what llama.cpp does too): per block of 32, scale = max|x| / 127 in float32 and q = x / scale
+rounded to nearest even; the product is then exact but for float rounding.
 """
 import struct
 import sys
@@ -61,7 +65,27 @@ def read_gguf(path):
         block_elements, block_bytes = TYPE_SIZES[kind]
         raw = data[start + offset:start + offset + elements // block_elements * block_bytes]
         tensors[name] = dequantize(raw, kind, elements).reshape(list(reversed(dims)))
+        if kind in QUANTIZED_TYPES:
+            QUANTIZED_TENSORS.add(name)
     return metadata, tensors
+
+
+QUANTIZED_TYPES = {8, 2, 12}
+QUANTIZED_TENSORS = set()
+
+
+def quantize_input(x):
+    blocks = x.astype(np.float32).reshape(x.shape[0], -1, 32)
+    scale = np.abs(blocks).max(axis=2, keepdims=True) / np.float32(127)
+    inverse = np.where(scale > 0, np.float32(1) / np.where(scale > 0, scale, 1), np.float32(0)).astype(np.float32)
+    q = np.clip(np.rint(blocks * inverse), -127, 127)
+    return (q.astype(np.float64) * scale.astype(np.float64)).reshape(x.shape)
+
+
+def product(x, tensors, name):
+    if name in QUANTIZED_TENSORS:
+        x = quantize_input(x)
+    return x @ tensors[name].T
 
 
 def halves(raw):
@@ -139,9 +163,9 @@ def main():
     for layer in range(metadata["llama.block_count"]):
         p = f"blk.{layer}."
         h = rms_norm(x, w[p + "attn_norm.weight"], eps)
-        q = rotate(h @ w[p + "attn_q.weight"].T, positions, heads, head_dim, rope_dims, base)
-        k = rotate(h @ w[p + "attn_k.weight"].T, positions, kv_heads, head_dim, rope_dims, base)
-        v = h @ w[p + "attn_v.weight"].T
+        q = rotate(product(h, w, p + "attn_q.weight"), positions, heads, head_dim, rope_dims, base)
+        k = rotate(product(h, w, p + "attn_k.weight"), positions, kv_heads, head_dim, rope_dims, base)
+        v = product(h, w, p + "attn_v.weight")
         attended = np.zeros_like(q)
         group = heads // kv_heads
         for head in range(heads):
@@ -154,13 +178,13 @@ def main():
             scores = np.exp(scores - scores.max(axis=1, keepdims=True))
             scores /= scores.sum(axis=1, keepdims=True)
             attended[:, head * head_dim:(head + 1) * head_dim] = scores @ vh
-        x = x + attended @ w[p + "attn_output.weight"].T
+        x = x + product(attended, w, p + "attn_output.weight")
         h = rms_norm(x, w[p + "ffn_norm.weight"], eps)
-        gate = h @ w[p + "ffn_gate.weight"].T
-        up = h @ w[p + "ffn_up.weight"].T
-        x = x + (gate / (1 + np.exp(-gate)) * up) @ w[p + "ffn_down.weight"].T
-    output = w.get("output.weight", w["token_embd.weight"])
-    logits = rms_norm(x, w["output_norm.weight"], eps) @ output.T
+        gate = product(h, w, p + "ffn_gate.weight")
+        up = product(h, w, p + "ffn_up.weight")
+        x = x + product(gate / (1 + np.exp(-gate)) * up, w, p + "ffn_down.weight")
+    output = "output.weight" if "output.weight" in w else "token_embd.weight"
+    logits = product(rms_norm(x, w["output_norm.weight"], eps), w, output)
     for row in logits:
         print(" ".join("%.17g" % value for value in row))
 

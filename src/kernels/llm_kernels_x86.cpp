@@ -1,0 +1,368 @@
+// The AVX2 and AVX-512 LLM weight products: llm_kernels_tile.inc's tiles, compiled once per
+// instruction set over a vector of 16 rows. AVX-512 adds four code-times-input products per row
+// in one vpdpbusd; AVX2 has no such instruction and takes vpmaddubsw then vpmaddwd, and, since
+// vpmaddubsw saturates past 32,767, multiplies Q8_0's codes as signed values (the sign moved to
+// the input) rather than as q + 128. Both give the reference's integer sums, so every output is
+// the scalar reference's bits.
+#include "kernels/llm_kernels_x86.h"
+
+// GCC 12's AVX-512 headers pass an undefined source to masked builtins: a known false positive.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace slipway::kernels {
+namespace {
+
+std::int32_t four_inputs(const std::int8_t* x) {
+  std::int32_t value = 0;
+  std::memcpy(&value, x, 4);
+  return value;
+}
+
+}  // namespace
+
+bool cpu_has_avx2_f16c() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+bool cpu_has_avx512_vnni_f16c() {
+  __builtin_cpu_init();
+  return cpu_has_avx2_f16c() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
+
+// ---------------------------------------------------------------------------------------------
+// AVX-512: one register holds a panel's 16 rows.
+
+namespace avx512 {
+namespace {
+#define SLIPWAY_TILE_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")))
+
+using Floats = __m512;
+using Ints = __m512i;
+using Codes = __m512i;
+constexpr std::int32_t kQ8CodeOffset = 128;  // vpdpbusd multiplies the codes q + 128 as stored
+constexpr int kPanelsAlone = 3;
+constexpr int kPanelsTogether = 2;
+
+SLIPWAY_TILE_TARGET inline Floats zero_floats() { return _mm512_setzero_ps(); }
+SLIPWAY_TILE_TARGET inline Ints zero_ints() { return _mm512_setzero_si512(); }
+SLIPWAY_TILE_TARGET inline Floats broadcast(float value) { return _mm512_set1_ps(value); }
+SLIPWAY_TILE_TARGET inline Ints broadcast_int(std::int32_t value) { return _mm512_set1_epi32(value); }
+SLIPWAY_TILE_TARGET inline Floats fma_(Floats a, Floats b, Floats c) { return _mm512_fmadd_ps(a, b, c); }
+SLIPWAY_TILE_TARGET inline Floats fnma_(Floats a, Floats b, Floats c) { return _mm512_fnmadd_ps(a, b, c); }
+SLIPWAY_TILE_TARGET inline Floats mul_(Floats a, Floats b) { return _mm512_mul_ps(a, b); }
+SLIPWAY_TILE_TARGET inline Floats to_floats(Ints value) { return _mm512_cvtepi32_ps(value); }
+SLIPWAY_TILE_TARGET inline Ints sub_ints(Ints a, Ints b) { return _mm512_sub_epi32(a, b); }
+SLIPWAY_TILE_TARGET inline Ints mul_ints(Ints a, Ints b) { return _mm512_mullo_epi32(a, b); }
+SLIPWAY_TILE_TARGET inline Floats load_halves(const std::uint8_t* at) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
+}
+SLIPWAY_TILE_TARGET inline Ints load_bytes(const std::uint8_t* at) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
+}
+template <LlmWeightFormat kFormat>
+SLIPWAY_TILE_TARGET inline Floats load_weights(const std::uint8_t* at) {
+  if constexpr (kFormat == LlmWeightFormat::kF32) return _mm512_loadu_ps(at);
+  if constexpr (kFormat == LlmWeightFormat::kF16) return load_halves(at);
+  __m512i widened = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(widened, 16));
+}
+SLIPWAY_TILE_TARGET inline Codes load_codes(const std::uint8_t* at) { return _mm512_loadu_si512(at); }
+SLIPWAY_TILE_TARGET inline Ints dot_q8(Ints sum, Codes codes, const std::int8_t* x) {
+  return _mm512_dpbusd_epi32(sum, codes, _mm512_set1_epi32(four_inputs(x)));
+}
+template <int T>
+SLIPWAY_TILE_TARGET inline void nibble_dots(const std::uint8_t* nibbles, const std::int8_t* x, std::size_t stride,
+                                            Ints (&dot)[T]) {
+  const __m512i low_mask = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+  for (std::size_t h = 0; h < 4; ++h) {
+    __m512i bytes = load_codes(nibbles + h * kPanelRows * 4);
+    __m512i low = _mm512_and_si512(bytes, low_mask), high = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low_mask);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      dot[t] = _mm512_dpbusd_epi32(dot[t], low, _mm512_set1_epi32(four_inputs(x + t * stride + 8 * h)));
+      dot[t] = _mm512_dpbusd_epi32(dot[t], high, _mm512_set1_epi32(four_inputs(x + t * stride + 8 * h + 4)));
+    }
+  }
+}
+SLIPWAY_TILE_TARGET inline void store_rows(Floats value, float* out, std::size_t rows) {
+  if (rows == kPanelRows) {
+    _mm512_storeu_ps(out, value);
+  } else {
+    _mm512_mask_storeu_ps(out, static_cast<__mmask16>((1U << rows) - 1U), value);
+  }
+}
+
+#include "kernels/llm_kernels_tile.inc"  // NOLINT(bugprone-suspicious-include)
+#undef SLIPWAY_TILE_TARGET
+}  // namespace
+}  // namespace avx512
+
+// ---------------------------------------------------------------------------------------------
+// AVX2: a panel's 16 rows in two registers of 8.
+
+namespace avx2 {
+namespace {
+#define SLIPWAY_TILE_TARGET __attribute__((target("avx2,fma,f16c")))
+
+struct Floats {
+  __m256 low, high;
+};
+struct Ints {
+  __m256i low, high;
+};
+using Codes = Ints;
+constexpr std::int32_t kQ8CodeOffset = 0;  // dot_q8 multiplies q itself, not q + 128
+constexpr int kPanelsAlone = 4;
+constexpr int kPanelsTogether = 1;
+
+SLIPWAY_TILE_TARGET inline Floats zero_floats() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+SLIPWAY_TILE_TARGET inline Ints zero_ints() { return {_mm256_setzero_si256(), _mm256_setzero_si256()}; }
+SLIPWAY_TILE_TARGET inline Floats broadcast(float value) { return {_mm256_set1_ps(value), _mm256_set1_ps(value)}; }
+SLIPWAY_TILE_TARGET inline Ints broadcast_int(std::int32_t value) {
+  return {_mm256_set1_epi32(value), _mm256_set1_epi32(value)};
+}
+SLIPWAY_TILE_TARGET inline Floats fma_(Floats a, Floats b, Floats c) {
+  return {_mm256_fmadd_ps(a.low, b.low, c.low), _mm256_fmadd_ps(a.high, b.high, c.high)};
+}
+SLIPWAY_TILE_TARGET inline Floats fnma_(Floats a, Floats b, Floats c) {
+  return {_mm256_fnmadd_ps(a.low, b.low, c.low), _mm256_fnmadd_ps(a.high, b.high, c.high)};
+}
+SLIPWAY_TILE_TARGET inline Floats mul_(Floats a, Floats b) {
+  return {_mm256_mul_ps(a.low, b.low), _mm256_mul_ps(a.high, b.high)};
+}
+SLIPWAY_TILE_TARGET inline Floats to_floats(Ints value) {
+  return {_mm256_cvtepi32_ps(value.low), _mm256_cvtepi32_ps(value.high)};
+}
+SLIPWAY_TILE_TARGET inline Ints sub_ints(Ints a, Ints b) {
+  return {_mm256_sub_epi32(a.low, b.low), _mm256_sub_epi32(a.high, b.high)};
+}
+SLIPWAY_TILE_TARGET inline Ints mul_ints(Ints a, Ints b) {
+  return {_mm256_mullo_epi32(a.low, b.low), _mm256_mullo_epi32(a.high, b.high)};
+}
+SLIPWAY_TILE_TARGET inline Floats load_halves(const std::uint8_t* at) {
+  return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at))),
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at + 16)))};
+}
+SLIPWAY_TILE_TARGET inline Ints load_bytes(const std::uint8_t* at) {
+  return {_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(at))),
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(at + 8)))};
+}
+SLIPWAY_TILE_TARGET inline __m256 widen_bf16(const std::uint8_t* at) {
+  __m256i widened = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(widened, 16));
+}
+template <LlmWeightFormat kFormat>
+SLIPWAY_TILE_TARGET inline Floats load_weights(const std::uint8_t* at) {
+  if constexpr (kFormat == LlmWeightFormat::kF32) {
+    return {_mm256_loadu_ps(reinterpret_cast<const float*>(at)),
+            _mm256_loadu_ps(reinterpret_cast<const float*>(at) + 8)};
+  }
+  if constexpr (kFormat == LlmWeightFormat::kF16) return load_halves(at);
+  return {widen_bf16(at), widen_bf16(at + 16)};
+}
+SLIPWAY_TILE_TARGET inline Codes load_codes(const std::uint8_t* at) {
+  return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)),
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(at + 32))};
+}
+// Four products per 32-bit lane, unsigned codes (at most 255 when the inputs' signs are moved
+// onto them, so a pair stays within vpmaddubsw's 16 bits) times signed inputs.
+SLIPWAY_TILE_TARGET inline __m256i dot_lane(__m256i sum, __m256i codes, __m256i inputs) {
+  return _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(codes, inputs), _mm256_set1_epi16(1)));
+}
+SLIPWAY_TILE_TARGET inline __m256i dot_signed(__m256i sum, __m256i codes, __m256i inputs) {
+  __m256i values = _mm256_xor_si256(codes, _mm256_set1_epi8(static_cast<char>(0x80)));
+  return dot_lane(sum, _mm256_abs_epi8(values), _mm256_sign_epi8(inputs, values));
+}
+SLIPWAY_TILE_TARGET inline Ints dot_q8(Ints sum, Codes codes, const std::int8_t* x) {
+  __m256i inputs = _mm256_set1_epi32(four_inputs(x));
+  return {dot_signed(sum.low, codes.low, inputs), dot_signed(sum.high, codes.high, inputs)};
+}
+template <int T>
+SLIPWAY_TILE_TARGET inline void nibble_dots(const std::uint8_t* nibbles, const std::int8_t* x, std::size_t stride,
+                                            Ints (&dot)[T]) {
+  const __m256i low_mask = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 4
+  for (std::size_t h = 0; h < 4; ++h) {
+    Codes bytes = load_codes(nibbles + h * kPanelRows * 4);
+    Codes low{_mm256_and_si256(bytes.low, low_mask), _mm256_and_si256(bytes.high, low_mask)};
+    Codes high{_mm256_and_si256(_mm256_srli_epi16(bytes.low, 4), low_mask),
+               _mm256_and_si256(_mm256_srli_epi16(bytes.high, 4), low_mask)};
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      __m256i first = _mm256_set1_epi32(four_inputs(x + t * stride + 8 * h));
+      __m256i second = _mm256_set1_epi32(four_inputs(x + t * stride + 8 * h + 4));
+      dot[t].low = dot_lane(dot_lane(dot[t].low, low.low, first), high.low, second);
+      dot[t].high = dot_lane(dot_lane(dot[t].high, low.high, first), high.high, second);
+    }
+  }
+}
+SLIPWAY_TILE_TARGET inline void store_rows(Floats value, float* out, std::size_t rows) {
+  if (rows == kPanelRows) {
+    _mm256_storeu_ps(out, value.low);
+    _mm256_storeu_ps(out + 8, value.high);
+    return;
+  }
+  alignas(32) float all[kPanelRows];
+  _mm256_store_ps(all, value.low);
+  _mm256_store_ps(all + 8, value.high);
+  std::copy_n(all, rows, out);
+}
+
+#include "kernels/llm_kernels_tile.inc"  // NOLINT(bugprone-suspicious-include)
+#undef SLIPWAY_TILE_TARGET
+}  // namespace
+}  // namespace avx2
+
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void llm_quantize_input_avx512(const float* values,
+                                                                                    std::size_t blocks,
+                                                                                    std::int8_t* quantized,
+                                                                                    float* scales, std::int32_t* sums) {
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512i low = _mm512_set1_epi32(-127), high = _mm512_set1_epi32(127);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    __m512 first = _mm512_loadu_ps(values + b * kQuantBlock), second = _mm512_loadu_ps(values + b * kQuantBlock + 16);
+    // x - x is 0 for a finite x and NaN for an infinity or a NaN.
+    __mmask16 not_finite = _mm512_cmp_ps_mask(_mm512_sub_ps(first, first), zero, _CMP_NEQ_UQ) |
+                           _mm512_cmp_ps_mask(_mm512_sub_ps(second, second), zero, _CMP_NEQ_UQ);
+    __m512 largest = _mm512_max_ps(_mm512_abs_ps(first), _mm512_abs_ps(second));
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, largest);
+    float top = 0.0f;
+    for (float lane : lanes) top = std::max(top, lane);
+    float scale = not_finite == 0 ? top / 127.0f : __builtin_nanf("");
+    float inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
+    __m512 factor = _mm512_set1_ps(inverse);
+    // To nearest, ties to even (the default rounding); a NaN or infinity (not-finite input)
+    // converts to INT_MIN and is set to 0, as the reference does.
+    __m512 first_scaled = _mm512_mul_ps(first, factor), second_scaled = _mm512_mul_ps(second, factor);
+    __m512i q0 = _mm512_cvtps_epi32(first_scaled), q1 = _mm512_cvtps_epi32(second_scaled);
+    q0 = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(_mm512_sub_ps(first_scaled, first_scaled), zero, _CMP_EQ_OQ), q0);
+    q1 = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask(_mm512_sub_ps(second_scaled, second_scaled), zero, _CMP_EQ_OQ), q1);
+    q0 = _mm512_min_epi32(_mm512_max_epi32(q0, low), high);
+    q1 = _mm512_min_epi32(_mm512_max_epi32(q1, low), high);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(quantized + b * kQuantBlock), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(quantized + b * kQuantBlock + 16), _mm512_cvtepi32_epi8(q1));
+    alignas(64) std::int32_t total[16];
+    _mm512_store_si512(total, _mm512_add_epi32(q0, q1));
+    std::int32_t sum = 0;
+    for (std::int32_t lane : total) sum += lane;
+    scales[b] = scale;
+    sums[b] = sum;
+  }
+}
+
+// Attention: a key block's 16 positions are one AVX-512 register (two AVX2 ones); the values'
+// dimensions, 64 at a time, four.
+
+__attribute__((target("avx512f"))) void llm_block_scores_avx512(const float* query, const float* keys,
+                                                                std::size_t head_dim, float* scores) {
+  __m512 chains[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  std::size_t d = 0;
+  for (; d + 4 <= head_dim; d += 4) {
+#pragma GCC unroll 4
+    for (std::size_t c = 0; c < 4; ++c) {
+      chains[c] =
+          _mm512_fmadd_ps(_mm512_set1_ps(query[d + c]), _mm512_loadu_ps(keys + (d + c) * kAttentionBlock), chains[c]);
+    }
+  }
+  for (std::size_t c = 0; d < head_dim; ++d, ++c) {
+    chains[c] = _mm512_fmadd_ps(_mm512_set1_ps(query[d]), _mm512_loadu_ps(keys + d * kAttentionBlock), chains[c]);
+  }
+  _mm512_storeu_ps(scores, _mm512_add_ps(_mm512_add_ps(chains[0], chains[1]), _mm512_add_ps(chains[2], chains[3])));
+}
+
+__attribute__((target("avx2,fma"))) void llm_block_scores_avx2(const float* query, const float* keys,
+                                                               std::size_t head_dim, float* scores) {
+  __m256 chains[4][2] = {};
+  std::size_t d = 0;
+  for (; d + 4 <= head_dim; d += 4) {
+#pragma GCC unroll 4
+    for (std::size_t c = 0; c < 4; ++c) {
+      __m256 q = _mm256_set1_ps(query[d + c]);
+      chains[c][0] = _mm256_fmadd_ps(q, _mm256_loadu_ps(keys + (d + c) * kAttentionBlock), chains[c][0]);
+      chains[c][1] = _mm256_fmadd_ps(q, _mm256_loadu_ps(keys + (d + c) * kAttentionBlock + 8), chains[c][1]);
+    }
+  }
+  for (std::size_t c = 0; d < head_dim; ++d, ++c) {
+    __m256 q = _mm256_set1_ps(query[d]);
+    chains[c][0] = _mm256_fmadd_ps(q, _mm256_loadu_ps(keys + d * kAttentionBlock), chains[c][0]);
+    chains[c][1] = _mm256_fmadd_ps(q, _mm256_loadu_ps(keys + d * kAttentionBlock + 8), chains[c][1]);
+  }
+  for (std::size_t half = 0; half < 2; ++half) {
+    _mm256_storeu_ps(scores + 8 * half, _mm256_add_ps(_mm256_add_ps(chains[0][half], chains[1][half]),
+                                                      _mm256_add_ps(chains[2][half], chains[3][half])));
+  }
+}
+
+__attribute__((target("avx512f"))) void llm_add_weighted_values_avx512(const float* weights, std::size_t count,
+                                                                       const float* values, std::size_t stride,
+                                                                       std::size_t head_dim, float* out) {
+  std::size_t d = 0;
+  for (; d + 64 <= head_dim; d += 64) {
+    __m512 sums[4];
+    for (std::size_t j = 0; j < 4; ++j) sums[j] = _mm512_loadu_ps(out + d + 16 * j);
+    for (std::size_t i = 0; i < count; ++i) {
+      __m512 weight = _mm512_set1_ps(weights[i]);
+#pragma GCC unroll 4
+      for (std::size_t j = 0; j < 4; ++j) {
+        sums[j] = _mm512_fmadd_ps(weight, _mm512_loadu_ps(values + i * stride + d + 16 * j), sums[j]);
+      }
+    }
+    for (std::size_t j = 0; j < 4; ++j) _mm512_storeu_ps(out + d + 16 * j, sums[j]);
+  }
+  for (; d + 16 <= head_dim; d += 16) {
+    __m512 sum = _mm512_loadu_ps(out + d);
+    for (std::size_t i = 0; i < count; ++i) {
+      sum = _mm512_fmadd_ps(_mm512_set1_ps(weights[i]), _mm512_loadu_ps(values + i * stride + d), sum);
+    }
+    _mm512_storeu_ps(out + d, sum);
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    for (std::size_t l = d; l < head_dim; ++l) out[l] = std::fma(weights[i], values[i * stride + l], out[l]);
+  }
+}
+
+__attribute__((target("avx2,fma"))) void llm_add_weighted_values_avx2(const float* weights, std::size_t count,
+                                                                      const float* values, std::size_t stride,
+                                                                      std::size_t head_dim, float* out) {
+  std::size_t d = 0;
+  for (; d + 32 <= head_dim; d += 32) {
+    __m256 sums[4];
+    for (std::size_t j = 0; j < 4; ++j) sums[j] = _mm256_loadu_ps(out + d + 8 * j);
+    for (std::size_t i = 0; i < count; ++i) {
+      __m256 weight = _mm256_set1_ps(weights[i]);
+#pragma GCC unroll 4
+      for (std::size_t j = 0; j < 4; ++j) {
+        sums[j] = _mm256_fmadd_ps(weight, _mm256_loadu_ps(values + i * stride + d + 8 * j), sums[j]);
+      }
+    }
+    for (std::size_t j = 0; j < 4; ++j) _mm256_storeu_ps(out + d + 8 * j, sums[j]);
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    for (std::size_t l = d; l < head_dim; ++l) out[l] = std::fma(weights[i], values[i * stride + l], out[l]);
+  }
+}
+
+void llm_product_avx2(const LlmPackedMatrix& matrix, const LlmInput& input, std::size_t first_panel,
+                      std::size_t panel_count, float* out) {
+  avx2::product(matrix, input, first_panel, panel_count, out);
+}
+
+void llm_product_avx512(const LlmPackedMatrix& matrix, const LlmInput& input, std::size_t first_panel,
+                        std::size_t panel_count, float* out) {
+  avx512::product(matrix, input, first_panel, panel_count, out);
+}
+
+}  // namespace slipway::kernels

@@ -1,0 +1,52 @@
+// The packed records of LLM weight panels, and the AVX2 and AVX-512 products over them (the
+// contract is in slipway/kernels.h). Private to kernels: llm_kernels.cpp packs the records and
+// calls a product only where the CPU has its instruction set.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "slipway/kernels.h"
+
+namespace slipway::kernels {
+
+// A panel's layout. Codes interleave by four inputs, [input / 4][row][input % 4], so one 64-byte
+// load holds the 16 rows' next four.
+// Q8_0 and Q4_0 (blocks of 32 inputs): every block's codes, then every block's 16 scales as
+// halves, so the codes of each block start on a cache line. Q8_0's codes are q + 128; Q4_0's are
+// nibbles [4][row][4], byte j of group h holding input 8h + j low and 8h + 4 + j high.
+inline constexpr std::size_t kQ8CodesBytes = kPanelRows * kQuantBlock;
+inline constexpr std::size_t kQ4CodesBytes = kPanelRows * kQuantBlock / 2;
+inline constexpr std::size_t kScalesBytes = kPanelRows * 2;
+// Q4_K (records of 256 inputs): d and dmin as halves, the eight sub-blocks' 6-bit multipliers sc_j
+// and m_j ([j][row] bytes each), then each sub-block's nibbles as Q4_0's; 37 cache lines.
+inline constexpr std::size_t kQ4KScaleOffset = 0;
+inline constexpr std::size_t kQ4KMinScaleOffset = kPanelRows * 2;
+inline constexpr std::size_t kQ4KMultipliersOffset = kPanelRows * 4;
+inline constexpr std::size_t kQ4KOffsetsOffset = kQ4KMultipliersOffset + kPanelRows * 8;
+inline constexpr std::size_t kQ4KCodesOffset = kQ4KOffsetsOffset + kPanelRows * 8;
+inline constexpr std::size_t kQ4KRecordBytes = kQ4KCodesOffset + 8 * kQ4CodesBytes;
+// The float formats: one record per input, [row] values of 4 or 2 bytes.
+
+bool cpu_has_avx2_f16c();
+bool cpu_has_avx512_vnni_f16c();
+
+// Need AVX2, FMA and F16C; AVX-512F, BW, VL, VNNI and F16C.
+void llm_product_avx2(const LlmPackedMatrix& matrix, const LlmInput& input, std::size_t first_panel,
+                      std::size_t panel_count, float* out);
+void llm_product_avx512(const LlmPackedMatrix& matrix, const LlmInput& input, std::size_t first_panel,
+                        std::size_t panel_count, float* out);
+
+// Needs AVX-512F, BW and VL.
+void llm_quantize_input_avx512(const float* values, std::size_t blocks, std::int8_t* quantized, float* scales,
+                               std::int32_t* sums);
+
+// Need AVX2 and FMA; AVX-512F.
+void llm_block_scores_avx2(const float* query, const float* keys, std::size_t head_dim, float* scores);
+void llm_add_weighted_values_avx2(const float* weights, std::size_t count, const float* values, std::size_t stride,
+                                  std::size_t head_dim, float* out);
+void llm_block_scores_avx512(const float* query, const float* keys, std::size_t head_dim, float* scores);
+void llm_add_weighted_values_avx512(const float* weights, std::size_t count, const float* values, std::size_t stride,
+                                    std::size_t head_dim, float* out);
+
+}  // namespace slipway::kernels

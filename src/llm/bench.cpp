@@ -1,0 +1,180 @@
+// `slipway llm bench`'s measurements: llama-bench's pp and tg tests over the engine, and the two
+// physical limits they are read against (memory read bandwidth, the int8 dot-product peak).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "slipway/llm.h"
+
+namespace slipway::llm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+std::vector<BatchToken> random_tokens(const LlamaConfig& config, std::size_t count, std::size_t first_position) {
+  std::mt19937 random(17);
+  std::uniform_int_distribution<std::int32_t> token(0, static_cast<std::int32_t>(config.vocabulary) - 1);
+  std::vector<BatchToken> batch(count);
+  for (std::size_t i = 0; i < count; ++i) batch[i] = {0, first_position + i, token(random)};
+  return batch;
+}
+
+// Seconds for one run of the test: the prompt as one batch, or tokens decoded one by one.
+Result<double> run_once(const LlamaModel& model, bool prompt, std::size_t tokens, int threads) {
+  const LlamaConfig& config = model.config();
+  KvCache cache(config, (tokens + kKvBlockTokens - 1) / kKvBlockTokens, 1);
+  std::vector<float> logits;
+  std::vector<BatchToken> batch = random_tokens(config, tokens, 0);
+  auto start = Clock::now();
+  if (prompt) {
+    std::vector<bool> wants(tokens, false);
+    wants.back() = true;
+    SLIPWAY_RETURN_IF_ERROR(forward(model, cache, batch, wants, logits, threads));
+  } else {
+    const std::vector<bool> wants = {true};
+    for (const BatchToken& token : batch) {
+      SLIPWAY_RETURN_IF_ERROR(forward(model, cache, std::span(&token, 1), wants, logits, threads));
+    }
+  }
+  return seconds_since(start);
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+}  // namespace
+
+Result<std::vector<LlmBenchFigure>> bench_model(const LlamaModel& model, const LlmBenchOptions& options) {
+  const LlamaConfig& config = model.config();
+  for (std::size_t tokens : {options.prompt_tokens, options.generated_tokens}) {
+    if (tokens > config.context) {
+      return invalid_argument(fmt::format("{} tokens do not fit the model's context of {}", tokens, config.context));
+    }
+  }
+  std::vector<LlmBenchFigure> figures;
+  for (int threads : options.threads) {
+    for (bool prompt : {true, false}) {
+      std::size_t tokens = prompt ? options.prompt_tokens : options.generated_tokens;
+      if (tokens == 0) continue;
+      SLIPWAY_RETURN_IF_ERROR(run_once(model, prompt, tokens, threads).status());  // warm-up
+      std::vector<double> rates;
+      for (std::size_t repetition = 0; repetition < std::max<std::size_t>(1, options.repetitions); ++repetition) {
+        SLIPWAY_ASSIGN_OR_RETURN(double seconds, run_once(model, prompt, tokens, threads));
+        rates.push_back(static_cast<double>(tokens) / seconds);
+      }
+      double mean = std::accumulate(rates.begin(), rates.end(), 0.0) / static_cast<double>(rates.size());
+      double squares = 0;
+      for (double rate : rates) squares += (rate - mean) * (rate - mean);
+      double deviation = rates.size() > 1 ? std::sqrt(squares / static_cast<double>(rates.size() - 1)) : 0.0;
+      figures.push_back({fmt::format("{}{}", prompt ? "pp" : "tg", tokens), threads, mean, deviation});
+    }
+  }
+  return figures;
+}
+
+std::uint64_t decode_bytes_per_token(const LlamaModel& model, std::size_t context) {
+  const LlamaConfig& config = model.config();
+  auto packed = [](const WeightMatrix& matrix) { return static_cast<std::uint64_t>(matrix.packed->bytes()); };
+  std::uint64_t bytes = packed(model.output()) + model.token_embedding().row_bytes() + config.embedding * 4;
+  for (const auto& layer : model.layers()) {
+    for (const WeightMatrix* matrix :
+         {&layer.query, &layer.key, &layer.value, &layer.attention_output, &layer.gate, &layer.up, &layer.down}) {
+      bytes += packed(*matrix);
+    }
+    bytes += 2 * config.embedding * 4;
+  }
+  bytes += static_cast<std::uint64_t>(context) * config.layers * 2 * config.kv_heads * config.head_dim * 4;
+  return bytes;
+}
+
+std::uint64_t multiply_adds_per_token(const LlamaModel& model, bool with_output) {
+  auto size = [](const WeightMatrix& matrix) { return static_cast<std::uint64_t>(matrix.rows) * matrix.columns; };
+  std::uint64_t total = with_output ? size(model.output()) : 0;
+  for (const auto& layer : model.layers()) {
+    for (const WeightMatrix* matrix :
+         {&layer.query, &layer.key, &layer.value, &layer.attention_output, &layer.gate, &layer.up, &layer.down}) {
+      total += size(*matrix);
+    }
+  }
+  return total;
+}
+
+namespace {
+
+__attribute__((target("avx2"))) std::uint64_t read_avx2(const std::byte* data, std::size_t bytes) {
+  __m256i sum0 = _mm256_setzero_si256(), sum1 = _mm256_setzero_si256();
+  for (std::size_t at = 0; at + 64 <= bytes; at += 64) {
+    sum0 = _mm256_xor_si256(sum0, _mm256_load_si256(reinterpret_cast<const __m256i*>(data + at)));
+    sum1 = _mm256_xor_si256(sum1, _mm256_load_si256(reinterpret_cast<const __m256i*>(data + at + 32)));
+  }
+  sum0 = _mm256_xor_si256(sum0, sum1);
+  return static_cast<std::uint64_t>(_mm256_extract_epi64(sum0, 0) ^ _mm256_extract_epi64(sum0, 3));
+}
+
+__attribute__((target("avx512f,avx512vnni"))) double int8_peak_avx512(std::uint64_t iterations) {
+  __m512i a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(2);
+  __m512i acc[16];
+  for (auto& value : acc) value = _mm512_setzero_si512();
+  auto start = Clock::now();
+  for (std::uint64_t i = 0; i < iterations; ++i) {
+#pragma GCC unroll 16
+    for (auto& value : acc) value = _mm512_dpbusd_epi32(value, a, b);
+    __asm__ volatile("" : "+v"(a));  // keeps the loop from being folded
+  }
+  double seconds = seconds_since(start);
+  __m512i total = acc[0];
+  for (int i = 1; i < 16; ++i) total = _mm512_add_epi32(total, acc[i]);
+  alignas(64) std::int32_t lanes[16];
+  _mm512_store_si512(lanes, total);
+  volatile std::int32_t sink = lanes[0];  // keeps the sums live
+  (void)sink;
+  return static_cast<double>(iterations) * 16 * 64 / seconds;
+}
+
+bool cpu_has_vnni() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
+}
+
+}  // namespace
+
+double measure_read_bandwidth(std::size_t bytes, int threads) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2")) return 0;
+  threads = std::max(threads, 1);
+  std::size_t per_thread = bytes / static_cast<std::size_t>(threads) / 64 * 64;
+  auto* data = static_cast<std::byte*>(std::aligned_alloc(64, per_thread * static_cast<std::size_t>(threads)));
+  if (data == nullptr) return 0;
+  std::fill_n(data, per_thread * static_cast<std::size_t>(threads), std::byte{1});  // every page mapped
+  std::vector<double> rates;
+  std::vector<std::uint64_t> sinks(static_cast<std::size_t>(threads));
+  for (int pass = 0; pass < 7; ++pass) {
+    auto start = Clock::now();
+    parallel_for(static_cast<std::size_t>(threads), threads,
+                 [&](std::size_t part) { sinks[part] = read_avx2(data + part * per_thread, per_thread); });
+    rates.push_back(static_cast<double>(per_thread * static_cast<std::size_t>(threads)) / seconds_since(start));
+  }
+  std::free(data);
+  return median(rates);
+}
+
+double measure_int8_peak(int threads) {
+  if (!cpu_has_vnni()) return 0;
+  threads = std::max(threads, 1);
+  constexpr std::uint64_t kIterations = 10'000'000;
+  std::vector<double> rates(static_cast<std::size_t>(threads));
+  parallel_for(rates.size(), threads, [&](std::size_t part) { rates[part] = int8_peak_avx512(kIterations); });
+  return std::accumulate(rates.begin(), rates.end(), 0.0);
+}
+
+}  // namespace slipway::llm

@@ -1,0 +1,274 @@
+// The LLM weight products: every variant against the scalar reference bit for bit, the reference
+// against a double-precision sum over the dequantized weights and inputs, and an output's
+// independence from the batch and the split of panels.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "slipway/kernels.h"
+
+namespace slipway::kernels {
+namespace {
+
+struct Matrix {
+  std::vector<std::byte> file_rows;
+  std::vector<float> dequantized;  // rows * columns
+};
+
+template <class Block>
+void append_blocks(const std::vector<Block>& blocks, std::vector<std::byte>& out) {
+  const auto* bytes = reinterpret_cast<const std::byte*>(blocks.data());
+  out.insert(out.end(), bytes, bytes + blocks.size() * sizeof(Block));
+}
+
+// A random matrix as a GGUF tensor of `format` holds it, and the values the file means.
+Matrix random_matrix(LlmWeightFormat format, std::size_t rows, std::size_t columns, std::uint32_t seed) {
+  std::mt19937 random(seed);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  std::vector<float> values(rows * columns);
+  for (float& value : values) value = normal(random);
+  Matrix matrix;
+  matrix.dequantized.resize(values.size());
+  switch (format) {
+    case LlmWeightFormat::kF32:
+      matrix.dequantized = values;
+      matrix.file_rows.resize(values.size() * 4);
+      std::memcpy(matrix.file_rows.data(), values.data(), values.size() * 4);
+      break;
+    case LlmWeightFormat::kF16:
+    case LlmWeightFormat::kBF16:
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        std::uint16_t bits = 0;
+        if (format == LlmWeightFormat::kF16) {
+          bits = float_to_half(values[i]);
+          matrix.dequantized[i] = half_to_float(bits);
+        } else {
+          bits = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(values[i]) >> 16);
+          matrix.dequantized[i] = std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+        }
+        matrix.file_rows.push_back(static_cast<std::byte>(bits & 0xFF));
+        matrix.file_rows.push_back(static_cast<std::byte>(bits >> 8));
+      }
+      break;
+    case LlmWeightFormat::kQ8_0: {
+      std::vector<BlockQ8_0> blocks(values.size() / kQuantBlock);
+      quantize_q8_0(values, blocks);
+      dequantize_q8_0(blocks, matrix.dequantized);
+      append_blocks(blocks, matrix.file_rows);
+      break;
+    }
+    case LlmWeightFormat::kQ4_0: {
+      std::vector<BlockQ4_0> blocks(values.size() / kQuantBlock);
+      quantize_q4_0(values, blocks);
+      dequantize_q4_0(blocks, matrix.dequantized);
+      append_blocks(blocks, matrix.file_rows);
+      break;
+    }
+    case LlmWeightFormat::kQ4_K: {
+      std::vector<BlockQ4_K> blocks(values.size() / kSuperBlock);
+      quantize_q4_k(values, blocks);
+      dequantize_q4_k(blocks, matrix.dequantized);
+      append_blocks(blocks, matrix.file_rows);
+      break;
+    }
+  }
+  return matrix;
+}
+
+std::vector<float> run(const LlmKernelVariant& variant, const LlmPackedMatrix& packed, const LlmInput& input) {
+  std::vector<float> out(input.tokens * packed.rows, -1.0f);
+  variant.product(packed, input, 0, packed.panels(), out.data());
+  return out;
+}
+
+const LlmWeightFormat kFormats[] = {LlmWeightFormat::kF32,  LlmWeightFormat::kF16,  LlmWeightFormat::kBF16,
+                                    LlmWeightFormat::kQ8_0, LlmWeightFormat::kQ4_0, LlmWeightFormat::kQ4_K};
+
+class LlmProduct : public ::testing::TestWithParam<LlmWeightFormat> {};
+
+TEST_P(LlmProduct, AgreesWithDoublePrecisionOverTheDequantizedValues) {
+  const LlmWeightFormat format = GetParam();
+  const std::size_t rows = 37, columns = 512, tokens = 7;  // a partial last panel; tokens past a group of four
+  Matrix matrix = random_matrix(format, rows, columns, 11);
+  LlmPackedMatrix packed = pack_llm_matrix(format, matrix.file_rows, rows, columns);
+  std::mt19937 random(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(tokens * columns);
+  for (float& value : x) value = normal(random);
+  LlmInput input;
+  prepare_llm_input(x.data(), tokens, columns, llm_format_quantized(format), input);
+  std::vector<float> out = run(llm_kernel_variants()[0], packed, input);
+  for (std::size_t t = 0; t < tokens; ++t) {
+    for (std::size_t r = 0; r < rows; ++r) {
+      double expected = 0, magnitude = 0;
+      for (std::size_t k = 0; k < columns; ++k) {
+        double in = x[t * columns + k];
+        if (llm_format_quantized(format)) {
+          in = static_cast<double>(input.quantized[t * columns + k]) * input.scales[(t * columns + k) / kQuantBlock];
+        }
+        expected += matrix.dequantized[r * columns + k] * in;
+        magnitude += std::abs(matrix.dequantized[r * columns + k] * in);
+      }
+      ASSERT_NEAR(out[t * rows + r], expected, 1e-5 * magnitude) << "token " << t << " row " << r;
+    }
+  }
+}
+
+TEST_P(LlmProduct, EveryVariantGivesTheReferencesBits) {
+  const LlmWeightFormat format = GetParam();
+  const std::size_t rows = 83, columns = 768;
+  Matrix matrix = random_matrix(format, rows, columns, 5);
+  LlmPackedMatrix packed = pack_llm_matrix(format, matrix.file_rows, rows, columns);
+  for (std::size_t tokens : {1, 2, 3, 4, 5, 9}) {
+    std::mt19937 random(static_cast<std::uint32_t>(tokens));
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    std::vector<float> x(tokens * columns);
+    for (float& value : x) value = normal(random);
+    LlmInput input;
+    prepare_llm_input(x.data(), tokens, columns, llm_format_quantized(format), input);
+    std::vector<float> reference = run(llm_kernel_variants()[0], packed, input);
+    for (const auto& variant : llm_kernel_variants()) {
+      if (!variant.supported()) continue;
+      std::vector<float> got = run(variant, packed, input);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(reference[i]))
+            << variant.name << " tokens " << tokens << " output " << i;
+      }
+    }
+  }
+}
+
+TEST_P(LlmProduct, AnOutputDependsOnItsOwnRowAndInputAlone) {
+  const LlmWeightFormat format = GetParam();
+  const std::size_t rows = 70, columns = 256, tokens = 6;
+  Matrix matrix = random_matrix(format, rows, columns, 9);
+  LlmPackedMatrix packed = pack_llm_matrix(format, matrix.file_rows, rows, columns);
+  std::vector<float> x(tokens * columns);
+  std::mt19937 random(1);
+  std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
+  for (float& value : x) value = uniform(random);
+  const LlmKernelVariant& variant = llm_kernel();
+  LlmInput batch;
+  prepare_llm_input(x.data(), tokens, columns, llm_format_quantized(format), batch);
+  std::vector<float> together = run(variant, packed, batch);
+  for (std::size_t t = 0; t < tokens; ++t) {
+    LlmInput alone;
+    prepare_llm_input(x.data() + t * columns, 1, columns, llm_format_quantized(format), alone);
+    // Panels one call at a time, as threads would split them.
+    std::vector<float> out(rows);
+    for (std::size_t panel = 0; panel < packed.panels(); ++panel) variant.product(packed, alone, panel, 1, out.data());
+    for (std::size_t r = 0; r < rows; ++r) {
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(out[r]), std::bit_cast<std::uint32_t>(together[t * rows + r]))
+          << "token " << t << " row " << r;
+    }
+  }
+}
+
+std::string format_name(const ::testing::TestParamInfo<LlmWeightFormat>& info) {
+  static const char* const kNames[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K"};
+  return kNames[static_cast<int>(info.param)];
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, LlmProduct, ::testing::ValuesIn(kFormats), format_name);
+
+TEST(LlmInput, NotFiniteValuesMakeTheirBlocksScaleNaN) {
+  std::vector<float> x(64, 1.0f);
+  x[40] = INFINITY;
+  LlmInput input;
+  prepare_llm_input(x.data(), 1, 64, true, input);
+  EXPECT_FLOAT_EQ(input.scales[0], 1.0f / 127.0f);
+  EXPECT_EQ(input.sums[0], 32 * 127);
+  EXPECT_TRUE(std::isnan(input.scales[1]));
+  EXPECT_EQ(input.sums[1], 0);
+}
+
+TEST(LlmInput, EveryVariantQuantizesToTheReferencesBytes) {
+  std::mt19937 random(4);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const std::size_t blocks = 64;
+  std::vector<float> x(blocks * kQuantBlock);
+  for (float& value : x) value = normal(random);
+  // Blocks of ties, zeros, huge and tiny values, and not-finite ones.
+  for (std::size_t k = 0; k < kQuantBlock; ++k) {
+    x[k] = static_cast<float>(k) - 15.5f;
+    x[kQuantBlock + k] = 0.0f;
+    x[2 * kQuantBlock + k] = k % 2 == 0 ? 3e38f : -1e-40f;
+    x[3 * kQuantBlock + k] = 1e-44f * static_cast<float>(k);
+  }
+  x[4 * kQuantBlock + 3] = NAN;
+  x[5 * kQuantBlock + 30] = -INFINITY;
+  auto quantize = [&](const LlmKernelVariant& variant, std::vector<std::int8_t>& q, std::vector<float>& scales,
+                      std::vector<std::int32_t>& sums) {
+    q.assign(x.size(), 99);
+    scales.assign(blocks, -1.0f);
+    sums.assign(blocks, -1);
+    variant.quantize_input(x.data(), blocks, q.data(), scales.data(), sums.data());
+  };
+  std::vector<std::int8_t> expected_q, q;
+  std::vector<float> expected_scales, scales;
+  std::vector<std::int32_t> expected_sums, sums;
+  quantize(llm_kernel_variants()[0], expected_q, expected_scales, expected_sums);
+  for (const auto& variant : llm_kernel_variants()) {
+    if (!variant.supported()) continue;
+    quantize(variant, q, scales, sums);
+    EXPECT_EQ(q, expected_q) << variant.name;
+    EXPECT_EQ(sums, expected_sums) << variant.name;
+    for (std::size_t b = 0; b < blocks; ++b) {
+      EXPECT_EQ(std::bit_cast<std::uint32_t>(scales[b]), std::bit_cast<std::uint32_t>(expected_scales[b]))
+          << variant.name << " block " << b;
+    }
+  }
+  EXPECT_EQ(expected_q[0], -127);
+  EXPECT_EQ(expected_q[kQuantBlock - 1], 127);
+  EXPECT_EQ(expected_q[15], -4);  // -0.5 * 127 / 15.5 = -4.097
+}
+
+TEST(LlmAttention, EveryVariantGivesTheReferencesBits) {
+  std::mt19937 random(8);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (std::size_t head_dim : {64, 128, 80, 7}) {
+    const std::size_t stride = head_dim * 3;  // values of other heads between one position's
+    std::vector<float> query(head_dim), keys(head_dim * kAttentionBlock), values(kAttentionBlock * stride);
+    std::vector<float> weights(kAttentionBlock), start(head_dim);
+    for (auto* vector : {&query, &keys, &values, &weights, &start}) {
+      for (float& value : *vector) value = normal(random);
+    }
+    std::vector<float> expected_scores(kAttentionBlock), expected_out = start;
+    const LlmKernelVariant& reference = llm_kernel_variants()[0];
+    reference.block_scores(query.data(), keys.data(), head_dim, expected_scores.data());
+    reference.add_weighted_values(weights.data(), 11, values.data(), stride, head_dim, expected_out.data());
+    double direct = 0;
+    for (std::size_t d = 0; d < head_dim; ++d) direct += static_cast<double>(query[d]) * keys[d * kAttentionBlock + 5];
+    EXPECT_NEAR(expected_scores[5], direct, 1e-4);
+    for (const auto& variant : llm_kernel_variants()) {
+      if (!variant.supported()) continue;
+      std::vector<float> scores(kAttentionBlock), out = start;
+      variant.block_scores(query.data(), keys.data(), head_dim, scores.data());
+      variant.add_weighted_values(weights.data(), 11, values.data(), stride, head_dim, out.data());
+      for (std::size_t i = 0; i < kAttentionBlock; ++i) {
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(scores[i]), std::bit_cast<std::uint32_t>(expected_scores[i]))
+            << variant.name << " head_dim " << head_dim << " position " << i;
+      }
+      for (std::size_t d = 0; d < head_dim; ++d) {
+        ASSERT_EQ(std::bit_cast<std::uint32_t>(out[d]), std::bit_cast<std::uint32_t>(expected_out[d]))
+            << variant.name << " head_dim " << head_dim << " dimension " << d;
+      }
+    }
+  }
+}
+
+TEST(LlmInput, AZeroBlockQuantizesToZerosWithScaleZero) {
+  std::vector<float> x(32, 0.0f);
+  LlmInput input;
+  prepare_llm_input(x.data(), 1, 32, true, input);
+  EXPECT_EQ(input.scales[0], 0.0f);
+  EXPECT_EQ(input.sums[0], 0);
+}
+
+}  // namespace
+}  // namespace slipway::kernels
