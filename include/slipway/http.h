@@ -42,6 +42,9 @@ class Request {
   std::string_view header(std::string_view name) const { return header_lookup_ ? header_lookup_(name) : ""; }
   // How many times the header appears (to refuse duplicates of single-valued headers).
   std::size_t header_count(std::string_view name) const { return header_counter_ ? header_counter_(name) : 0; }
+  // True once the client has closed its connection: long work (generating text) polls it to stop
+  // early. The function may be copied and called from any thread until the request is answered.
+  std::function<bool()> client_gone = [] { return false; };
 
   // For the server and tests: where header() looks.
   void set_header_lookup(std::function<std::string_view(std::string_view)> lookup,
@@ -55,11 +58,32 @@ class Request {
   std::function<std::size_t(std::string_view)> header_counter_;
 };
 
+// The writing end of a response sent as it is produced (chunked transfer encoding: server-sent
+// events, generated tokens). Thread-safe: a producer on any thread writes chunks, which go out in
+// order on the connection's event loop.
+class ResponseStream {
+ public:
+  virtual ~ResponseStream() = default;
+  // Queues a chunk. False once the client has gone, or when it reads so slowly that more than
+  // kMaxPendingStreamBytes wait for it (the response is then abandoned): the producer stops.
+  virtual bool write(std::string chunk) = 0;
+  // Ends the response (the connection then serves its next request); later writes are refused.
+  virtual void finish() = 0;
+  // True once the client has closed its connection or a write to it failed: checked between
+  // tokens, so abandoned work stops.
+  virtual bool client_gone() const = 0;
+};
+inline constexpr std::size_t kMaxPendingStreamBytes = std::size_t{4} << 20;
+
 struct Response {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;  // extra ones, e.g. Retry-After
+  // Set to stream the body instead: the status and headers are sent, then this is called (on the
+  // event loop: it must only hand the stream to its producer) and `body` is ignored. A client
+  // that disconnects or stops reading for read_timeout ends the stream.
+  std::function<void(std::shared_ptr<ResponseStream>)> start_stream;
 };
 
 // {"error": message} with the status: the one shape every Slipway API uses for errors.

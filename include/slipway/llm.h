@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "slipway/core.h"
+#include "slipway/http.h"
 #include "slipway/kernels.h"
 
 namespace slipway::llm {
@@ -208,6 +210,19 @@ class GgufWriter {
 // number of blocks, a type is unknown, or the size overflows.
 Result<std::uint64_t> tensor_bytes(TensorType type, std::span<const std::uint64_t> dims);
 
+// `values` (whole rows of whole blocks) in `type`'s bytes: F32, F16, BF16, Q8_0, Q4_0 or Q4_K
+// (ggml's reference quantizers for Q8_0 and Q4_0; see kernels.h for Q4_K).
+Result<std::vector<std::byte>> encode_tensor(std::span<const float> values, TensorType type);
+// ggml's general.file_type for a model whose matrices are all `type` (Q4_K: 15, Q4_K_M's number).
+std::uint32_t gguf_file_type(TensorType type);
+
+// Rewrites a GGUF model with its matrices (the 2-D `.weight` tensors) in `type` (Q8_0, Q4_0 or
+// Q4_K; F16 and BF16 too): each row dequantized and quantized again, a matrix whose rows are not
+// whole blocks of `type` kept as it is (Q8_0 when those fit); norms and every metadata key
+// copied, general.file_type set. `progress` is told the bytes of matrices done and in all.
+Status quantize_model(const std::string& in, const std::string& out, TensorType type,
+                      const std::function<void(std::uint64_t done, std::uint64_t total)>& progress = {});
+
 // ---------------------------------------------------------------------------------------------
 // The Llama architecture.
 
@@ -327,6 +342,221 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
                const std::vector<bool>& wants_logits, std::vector<float>& logits, int threads = 0);
 
 // ---------------------------------------------------------------------------------------------
+// Tokenizers and chat templates, from a GGUF file's tokenizer.* keys.
+
+// SentencePiece-style (`tokenizer.ggml.model` = "llama": scores, byte fallback, "▁" for spaces)
+// or byte-level BPE ("gpt2": merges, GPT-2's byte-to-unicode map and pre-tokenization). Both
+// give llama.cpp's tokens (its llm_tokenizer_spm and llm_tokenizer_bpe, checked against it in
+// tests/llm/tokenizer_test.cpp); "gpt2" splits words as tokenizer.ggml.pre says: GPT-2's regex
+// ("gpt-2", and when the key is absent), Llama-3's ("llama-bpe", ...) or Qwen2's ("qwen2"); other
+// pre-tokenizers are refused. Immutable once made, so any thread may call it; copies share data.
+// A default-constructed Tokenizer has no tokens: encode gives none, decode nothing.
+class Tokenizer {
+ public:
+  // The tokenizer a file describes; InvalidArgument naming what is missing or malformed (an
+  // unknown model, tokens and scores of different lengths, a special token id out of range, ...).
+  static Result<Tokenizer> from_gguf(const GgufFile& file);
+
+  // The text's tokens, BOS first when `add_special` is set and the file's add_bos_token says so
+  // (true for "llama" when absent), EOS last when add_eos_token says so. Control tokens' text
+  // ("<s>", "<|im_end|>") in `text` is matched as those tokens only when `parse_special` is set;
+  // otherwise it is ordinary text. User-defined tokens (type 4) are always matched, as llama.cpp
+  // and Hugging Face do. Any bytes encode, invalid UTF-8 included, and decode back unchanged
+  // without parse_special (but for "▁" itself, which SentencePiece reads as a space).
+  std::vector<std::int32_t> encode(std::string_view text, bool add_special = true, bool parse_special = false) const;
+  // The tokens' text; control and unknown tokens (BOS, EOS, <unk>) give nothing unless
+  // `render_special` is set, ids outside the vocabulary nothing at all. Byte tokens join into
+  // UTF-8. SentencePiece's leading space ("▁" that encode put before the text) is dropped from the
+  // first piece, or from the one after a leading BOS when the BOS is not rendered, so
+  // decode(encode(text)) == text; llama.cpp drops it only from the very first piece. To continue
+  // text (a completion after its prompt), join piece()s instead.
+  std::string decode(std::span<const std::int32_t> tokens, bool render_special = false) const;
+  // One token's bytes as decode adds them mid-text ("▁" as a space, a byte token as its byte,
+  // which alone may be part of a UTF-8 character): what a stream sends token by token.
+  std::string piece(std::int32_t token, bool render_special = false) const;
+
+  std::size_t size() const;
+  std::string_view model() const;  // "llama" or "gpt2"
+  // -1 when there is none (a "llama" file that names none gets llama.cpp's defaults, 1 and 2).
+  std::int32_t bos() const;
+  std::int32_t eos() const;
+  bool adds_bos() const;  // whether encode(text, add_special = true) puts BOS first
+  // EOS, and the end-of-turn tokens chat models stop at (tokenizer.ggml.eot_token_id and
+  // eom_token_id, <|eot_id|>, <|im_end|>, <|end|>, ...: llama.cpp's list) when the vocabulary has them.
+  bool ends_generation(std::int32_t token) const;
+  // The token whose text is exactly `text`, or -1.
+  std::int32_t find(std::string_view text) const;
+
+ private:
+  struct Data;
+  const Data& data() const;  // data_, or an empty vocabulary when default-constructed
+  std::shared_ptr<const Data> data_;
+};
+
+struct ChatMessage {
+  std::string role;  // "system", "user", "assistant" (others as the template allows)
+  std::string content;
+};
+// The prompt for `messages` in the model's chat format, chosen from the file's
+// tokenizer.chat_template by its shape (Jinja is not run; the formats are written out in
+// src/llm/chat_template.cpp as their reference templates render them): Llama-2 ("[INST]" with
+// "<<SYS>>"), Llama-3 ("<|start_header_id|>"), ChatML ("<|im_start|>"), or, with no template in the
+// file, ChatML when the vocabulary has <|im_start|> and Llama-2 otherwise. `template_name`
+// ("llama2", "llama3", "chatml") overrides the file (InvalidArgument for another name).
+// FailedPrecondition for a template of another shape (Mistral's, Gemma's, ...), naming its first
+// characters; InvalidArgument for no messages, or a role the format has no place for (Llama-2:
+// an optional first system message, then user and assistant alternating; Llama-3 and ChatML:
+// system, user, assistant, tool, and Llama-3's ipython). Ends with the assistant's header when
+// `add_generation_prompt` (Llama-2 has none: the model answers after "[/INST]"). The BOS a format
+// starts with is text in the result ("<s>", "<|begin_of_text|>"; ChatML's when the tokenizer adds
+// one), so encode it with add_special = false and parse_special = true.
+Result<std::string> render_chat(const GgufFile& file, const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
+                                bool add_generation_prompt = true, std::string_view template_name = {});
+
+// ---------------------------------------------------------------------------------------------
+// Sampling: the next token from a step's logits.
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0: greedy (the largest logit; the lowest token id on a tie)
+  std::size_t top_k = 0;     // keep the k likeliest tokens; 0: all
+  float top_p = 1.0f;        // keep the likeliest tokens whose probabilities reach p
+  float min_p = 0.0f;        // drop tokens less likely than min_p times the likeliest
+  // Over the last kPenaltyWindow tokens (prompt and generated): a repeated token's logit is
+  // divided by repetition_penalty when positive and multiplied when negative (CTRL's, and
+  // llama.cpp's), then lowered by presence_penalty once and frequency_penalty per occurrence
+  // (OpenAI's).
+  float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  std::optional<std::uint64_t> seed;                       // the same seed and request give the same tokens
+  std::vector<std::pair<std::int32_t, float>> logit_bias;  // added to those tokens' logits first
+  std::size_t top_logprobs = 0;                            // alternatives reported per token (at most 20)
+};
+inline constexpr std::size_t kPenaltyWindow = 64;
+inline constexpr std::size_t kMaxTopLogprobs = 20;
+// InvalidArgument naming the parameter out of range (temperature in [0, 2] as OpenAI's, top_p in
+// (0, 1], min_p in [0, 1], penalties in [-2, 2] and repetition in (0, 10], top_logprobs <= 20).
+Status validate(const SamplingParams& params);
+
+struct TokenChoice {
+  std::int32_t token = 0;
+  float logprob = 0;  // log-probability under the model's distribution after penalties (no temperature)
+};
+struct SampledToken {
+  TokenChoice chosen;
+  std::vector<TokenChoice> top;  // top_logprobs alternatives, likeliest first
+};
+
+// Steps: penalties, then greedy or (temperature, top-k, top-p, min-p, a draw). Applied in place to
+// the logits (one step's, vocabulary floats). Not-finite logits are never chosen unless all are.
+class Sampler {
+ public:
+  explicit Sampler(const SamplingParams& params);
+  SampledToken sample(std::span<float> logits, std::span<const std::int32_t> history);
+
+ private:
+  SamplingParams params_;
+  std::uint64_t state_;  // splitmix64: the same seed, the same draws, on every platform
+  std::vector<std::pair<float, std::int32_t>> candidates_;
+  double uniform();
+};
+
+// ---------------------------------------------------------------------------------------------
+// Generation: an engine thread runs every admitted request's next tokens through one forward
+// pass per step (prompts in chunks, decoding sequences one token each), samples, and reports.
+
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+std::string_view finish_reason_name(FinishReason reason);  // "stop", "length", "cancelled", "error"
+
+struct GenerationEvent {
+  SampledToken sampled;
+  // The text this token releases: possibly empty (part of a UTF-8 character, or text that may
+  // begin a stop string, is held back until it cannot), possibly more than the token's own.
+  std::string text;
+};
+struct GenerationResult {
+  FinishReason reason = FinishReason::kStop;
+  std::string text;   // held text the last token did not release (stopped by an end token), to append
+  std::string error;  // kError only
+  std::size_t prompt_tokens = 0, completion_tokens = 0;
+};
+
+struct GenerationRequest {
+  std::vector<std::int32_t> prompt;
+  std::size_t max_tokens = 16;  // cut to what the context leaves after the prompt
+  SamplingParams sampling;
+  std::vector<std::string> stop;  // stop strings: the text ends before the first found
+  bool ignore_eos = false;
+  // Called on the engine's thread for each token; false cancels the request. Then on_finish,
+  // exactly once, also for a request cancelled or failed before its first token.
+  std::function<bool(const GenerationEvent&)> on_token;
+  std::function<void(const GenerationResult&)> on_finish;
+};
+
+struct EngineOptions {
+  std::size_t parallel = 4;        // sequences decoding at once (their KV blocks are reserved whole)
+  std::size_t context = 0;         // tokens per sequence; 0: the model's context length
+  std::size_t max_waiting = 256;   // requests queued for a free sequence; more are refused
+  std::size_t prompt_chunk = 512;  // prompt tokens per forward pass
+  int threads = 0;                 // 0: all cores
+};
+
+struct EngineStats {
+  std::size_t running = 0, waiting = 0;
+  std::uint64_t prompt_tokens = 0, generated_tokens = 0, requests = 0;
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> start(std::shared_ptr<const LlamaModel> model, Tokenizer tokenizer,
+                                               const EngineOptions& options);
+  // Stops the thread: requests running or waiting finish as kCancelled.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request. InvalidArgument for an empty prompt, a token outside the vocabulary or a
+  // prompt the context cannot hold with one generated token; ResourceExhausted when max_waiting
+  // requests wait. On an error no callback is called.
+  Status submit(GenerationRequest request);
+  const LlamaModel& model() const;
+  const Tokenizer& tokenizer() const;
+  std::size_t context() const;
+  EngineStats stats() const;
+  // Prometheus text: tokens, requests running and waiting, time to first token and inter-token
+  // latency histograms, labelled model="name".
+  std::string metrics_text(std::string_view name) const;
+
+ private:
+  struct State;
+  explicit Engine(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The OpenAI API over engines: GET /v1/models, POST /v1/completions and /v1/chat/completions,
+// streamed as server-sent events when asked. Errors take OpenAI's shape,
+// {"error": {"message", "type", "param", "code"}}.
+
+struct ServedLlm {
+  std::string id;  // the `model` requests name
+  std::shared_ptr<Engine> engine;
+  std::int64_t created = 0;  // Unix seconds, for /v1/models
+};
+
+class OpenAiApi {
+ public:
+  explicit OpenAiApi(std::vector<ServedLlm> models);
+  // A request under /v1, answered once: at once (errors, /v1/models) or from the engine's thread.
+  // A generation stops when its client disconnects.
+  void handle(const http::Request& request, http::Respond respond) const;
+  // Each engine's metrics, labelled by model.
+  std::string metrics_text() const;
+  const std::vector<ServedLlm>& models() const { return models_; }
+
+ private:
+  std::vector<ServedLlm> models_;
+};
+
+// ---------------------------------------------------------------------------------------------
 // Benchmarks, in llama-bench's method: pp (a prompt of `prompt_tokens` run as one batch, its
 // last token's logits wanted) and tg (`generated_tokens` decoded one at a time from an empty
 // cache), each repeated after one warm-up run, at each thread count.
@@ -356,12 +586,17 @@ double measure_read_bandwidth(std::size_t bytes, int threads);
 double measure_int8_peak(int threads);
 
 // A random-weight Llama for tests and benchmarks: its shape, the type of its matrices (norms stay
-// F32), and a small SentencePiece-style tokenizer (byte fallback, a few hundred English pieces,
-// then filler pieces up to `vocabulary`).
+// F32), and a small tokenizer of `vocabulary` tokens: "llama", SentencePiece-style (byte
+// fallback, a few hundred English pieces, then filler pieces); "gpt2", byte-level BPE (GPT-2's
+// 256 byte characters, merges building common English words, <|endoftext|> as BOS and EOS,
+// pre-tokenizer "gpt-2", no BOS added); or "llama3", the same pieces with Llama-3's special
+// tokens (<|begin_of_text|> added as BOS, <|eot_id|>, ...), pre-tokenizer "llama-bpe" and its chat
+// template.
 struct TestModelShape {
   std::size_t embedding = 64, layers = 2, heads = 4, kv_heads = 2, feed_forward = 192, vocabulary = 512, context = 256;
   float rope_base = 10000.0f;
   bool tied_output = false;
+  std::string tokenizer = "llama";
 };
 Status write_test_model(const TestModelShape& shape, TensorType type, std::uint64_t seed, const std::string& path);
 

@@ -11,6 +11,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -19,6 +21,7 @@
 #include "slipway/core.h"
 #include "slipway/data.h"
 #include "slipway/http.h"
+#include "slipway/llm.h"
 #include "slipway/model.h"
 #include "slipway/registry.h"
 
@@ -198,6 +201,12 @@ class Service {
                            std::map<std::string, std::map<std::string, std::string>> overrides);
   // Prometheus text exposition of the server's metrics.
   std::string metrics_text() const;
+  // For routes served beside this protocol (the OpenAI API): the answer an unauthorized request
+  // to `target` gets, as the other routes give it (401, 403), or nullopt when it may proceed.
+  std::optional<HttpResponse> check_access(std::string_view target, std::string_view authorization);
+  // The LLMs served beside this protocol, set before serving: their Prometheus text, appended to
+  // /metrics, and their names, which warm_up() leaves alone.
+  void set_llms(std::function<std::string()> metrics, std::function<std::set<std::string>()> names);
 
  private:
   friend Result<InferStageTimes> time_v2_infer(std::shared_ptr<const model::Bundle> bundle, std::string_view body);
@@ -221,7 +230,16 @@ struct ServerOptions {
   // Called on SIGHUP (e.g. to reload the --config file); without it SIGHUP is ignored.
   std::function<void(Service&)> on_hangup;
   ServiceOptions service;
+  // Registered LLMs (GGUF files) are served with the OpenAI API under /v1, each by an engine
+  // with these options, loaded at start.
+  llm::EngineOptions llm;
 };
+
+// The registered models whose serving version (the `production` alias, else the newest) is a
+// GGUF LLM, each loaded with an engine; a model that fails to load is logged and left out.
+std::vector<llm::ServedLlm> load_registered_llms(registry::Registry& registry, const llm::EngineOptions& options);
+// Whether a stored artifact is a GGUF file (an LLM) rather than a bundle.
+bool is_gguf_artifact(const std::string& path);
 
 class Server {
  public:

@@ -255,7 +255,7 @@ int run_params(const GlobalOptions& global, bool markdown);
 int run_verify(const GlobalOptions& global, bool repair);
 
 struct ImportOptions {
-  std::string format;  // "xgboost" or "onnx"
+  std::string format;  // "xgboost", "onnx" or "gguf"
   std::string model_path;
   std::vector<std::string> class_labels;  // onnx
   std::string register_as;
@@ -277,10 +277,28 @@ int run_llm_make_test_model(const GlobalOptions& global, const LlmTestModelFlags
 struct LlmBenchFlags {
   std::string model;
   llm::LlmBenchOptions options;
-  std::uint64_t bandwidth_mib = 1024;
+  std::uint64_t bandwidth_mib = 0;  // 0: the bytes one decoded token reads
+  bool skip_bandwidth = false;
 };
 // llama-bench's pp and tg tests on a GGUF file, with the bandwidth roofline and int8 peak.
 int run_llm_bench(const GlobalOptions& global, const LlmBenchFlags& flags);
+
+// A GGUF model's matrices re-encoded as q8_0, q4_0, q4_k, f16 or bf16.
+int run_llm_quantize(const GlobalOptions& global, const std::string& in, const std::string& out,
+                     const std::string& type);
+
+struct LlmServeFlags {
+  std::string model;  // a GGUF file
+  std::string name;   // the model id requests use; the file's stem when empty
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  llm::EngineOptions engine;
+  int io_threads = 2;
+  int max_connections = 0;
+  std::string api_key;  // required as a bearer token when set (or SLIPWAY_API_KEY)
+};
+// The OpenAI API over one GGUF file.
+int run_llm_serve(const GlobalOptions& global, const LlmServeFlags& flags);
 
 struct ExportOptions {
   std::string reference;

@@ -1,10 +1,13 @@
 // slipway llm …: the LLM engine's commands.
+#include <ctime>
 #include <filesystem>
+#include <iostream>
 #include <ostream>
 
 #include <fmt/format.h>
 
 #include "cli/cli.h"
+#include "slipway/http.h"
 #include "slipway/llm.h"
 
 namespace slipway::cli {
@@ -105,7 +108,140 @@ struct BenchResult : CommandResult {
   }
 };
 
+struct LlmServingAddress : CommandResult {
+  std::string host, model;
+  int port = 0;
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("host").value(host).key("port").value(static_cast<std::int64_t>(port));
+    json.key("model").value(model).end_object();
+  }
+  void write_text(std::ostream& out) const override {
+    out << "serving " << model << " on http://" << host << ":" << port
+        << " (OpenAI API under /v1, metrics at /metrics)\n";
+  }
+};
+
+// Equal strings of equal length, in time that depends only on the length.
+bool constant_time_equal(std::string_view left, std::string_view right) {
+  if (left.size() != right.size()) return false;
+  unsigned char difference = 0;
+  for (std::size_t index = 0; index < left.size(); ++index) {
+    difference |= static_cast<unsigned char>(left[index] ^ right[index]);
+  }
+  return difference == 0;
+}
+
+http::Response unauthorized() {
+  return http::Response{401,
+                        "application/json",
+                        R"({"error":{"message":"this server requires an API key: send 'Authorization: Bearer KEY'",)"
+                        R"("type":"authentication_error","param":null,"code":"invalid_api_key"}})",
+                        {{"WWW-Authenticate", "Bearer realm=\"slipway\""}},
+                        {}};
+}
+
+struct QuantizeResult : CommandResult {
+  std::string in, out, type;
+  std::uint64_t bytes_in = 0, bytes_out = 0;
+  double seconds = 0;
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("in").value(in).key("out").value(out).key("type").value(type);
+    json.key("bytes_in").value(bytes_in).key("bytes_out").value(bytes_out).key("seconds").value(seconds).end_object();
+  }
+  void write_text(std::ostream& out_stream) const override {
+    out_stream << fmt::format("wrote {} ({}): {:.1f} MB from {:.1f} MB in {:.1f} s\n", out, type,
+                              static_cast<double>(bytes_out) / 1e6, static_cast<double>(bytes_in) / 1e6, seconds);
+  }
+};
+
 }  // namespace
+
+int run_llm_quantize(const GlobalOptions& global, const std::string& in, const std::string& out,
+                     const std::string& type_name) {
+  llm::TensorType type{};
+  if (!llm::tensor_type_by_name(type_name, type))
+    return fail(invalid_argument("--type must be q8_0, q4_0, q4_k, f16 or bf16"));
+  auto start = std::chrono::steady_clock::now();
+  int reported = -1;
+  // Progress on stderr in tenths, so a multi-gigabyte model shows it is moving.
+  auto progress = [&](std::uint64_t done, std::uint64_t total) {
+    int tenth = total == 0 ? 10 : static_cast<int>(done * 10 / total);
+    if (tenth == reported) return;
+    reported = tenth;
+    std::cerr << fmt::format("quantizing {}: {}%\n", in, tenth * 10);
+  };
+  if (auto status = llm::quantize_model(in, out, type, progress); !status.ok()) return fail(status);
+  QuantizeResult result;
+  result.in = in;
+  result.out = out;
+  result.type = std::string(llm::tensor_type_info(type)->name);
+  std::error_code error;
+  result.bytes_in = static_cast<std::uint64_t>(std::filesystem::file_size(in, error));
+  result.bytes_out = static_cast<std::uint64_t>(std::filesystem::file_size(out, error));
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return render(global, result);
+}
+
+int run_llm_serve(const GlobalOptions& global, const LlmServeFlags& flags) {
+  auto file = llm::GgufFile::open(flags.model);
+  if (!file.ok()) return fail(file.status());
+  auto tokenizer = llm::Tokenizer::from_gguf(*file);
+  if (!tokenizer.ok()) return fail(tokenizer.status());
+  auto model = llm::LlamaModel::from_file(std::move(*file));
+  if (!model.ok()) return fail(model.status());
+  auto engine = llm::Engine::start(*model, std::move(*tokenizer), flags.engine);
+  if (!engine.ok()) return fail(engine.status());
+  std::string name = flags.name.empty() ? std::filesystem::path(flags.model).stem().string() : flags.name;
+  auto api = std::make_shared<llm::OpenAiApi>(std::vector<llm::ServedLlm>{
+      {name, std::shared_ptr<llm::Engine>(std::move(*engine)), static_cast<std::int64_t>(std::time(nullptr))}});
+  // Everything but /health needs the key when one is set; OpenAI's clients send it as a bearer token.
+  auto authorized = [key = flags.api_key](const http::Request& request) {
+    if (key.empty()) return true;
+    std::string_view header = request.header("Authorization");
+    return header.size() > 7 && (header.substr(0, 7) == "Bearer " || header.substr(0, 7) == "bearer ") &&
+           constant_time_equal(header.substr(7), key);
+  };
+  std::vector<http::Route> routes;
+  routes.push_back(http::Route{"/v1",
+                               [](const http::Request& request) {
+                                 // Parsing and tokenizing a long prompt takes milliseconds: not on the event loop.
+                                 return request.method == "POST" ? http::Execution::kWorker
+                                                                 : http::Execution::kEventLoop;
+                               },
+                               [api, authorized](const http::Request& request, http::Respond respond) {
+                                 if (!authorized(request)) return respond(unauthorized());
+                                 api->handle(request, std::move(respond));
+                               }});
+  routes.push_back(
+      http::Route{"/metrics", nullptr, [api, authorized](const http::Request& request, http::Respond respond) {
+                    if (!authorized(request)) return respond(unauthorized());
+                    respond(http::Response{200, "text/plain; version=0.0.4", api->metrics_text(), {}, {}});
+                  }});
+  routes.push_back(http::Route{"/health", nullptr, [](const http::Request&, http::Respond respond) {
+                                 respond(http::Response{200, "application/json", R"({"status":"ok"})", {}, {}});
+                               }});
+  http::ServerOptions options;
+  options.host = flags.host;
+  options.port = static_cast<std::uint16_t>(flags.port);
+  options.io_threads = flags.io_threads;
+  options.max_connections = flags.max_connections;
+  options.max_body_bytes = std::size_t{8} << 20;
+  auto server = http::Server::start(std::move(routes), options);
+  if (!server.ok()) return fail(server.status());
+  const llm::LlamaConfig& config = (*model)->config();
+  log_info(fmt::format("{}: {} layers, width {}, context {} per sequence, {} sequence(s) at once{}", flags.model,
+                       config.layers, config.embedding, api->models().front().engine->context(), flags.engine.parallel,
+                       flags.api_key.empty() ? "" : ", API key required"));
+  LlmServingAddress address;
+  address.host = flags.host;
+  address.port = (*server)->port();
+  address.model = name;
+  render(global, address);
+  std::cout.flush();
+  (*server)->run();
+  log_info("server stopped");
+  return 0;
+}
 
 int run_llm_bench(const GlobalOptions& global, const LlmBenchFlags& flags) {
   auto model = llm::LlamaModel::open(flags.model);
@@ -124,8 +260,9 @@ int run_llm_bench(const GlobalOptions& global, const LlmBenchFlags& flags) {
   if (!figures.ok()) return fail(figures.status());
   result.figures = std::move(*figures);
   for (int threads : flags.options.threads) {
-    if (flags.bandwidth_mib > 0) {
-      result.bandwidth.emplace_back(threads, llm::measure_read_bandwidth(flags.bandwidth_mib << 20, threads));
+    if (!flags.skip_bandwidth) {
+      std::size_t bytes = flags.bandwidth_mib > 0 ? flags.bandwidth_mib << 20 : result.bytes_per_token;
+      result.bandwidth.emplace_back(threads, llm::measure_read_bandwidth(bytes, threads));
     }
     result.int8_peak.emplace_back(threads, llm::measure_int8_peak(threads));
   }

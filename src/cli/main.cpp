@@ -540,8 +540,8 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
 
   ImportOptions import_options;
   auto* import_command =
-      app.add_subcommand("import", "Import a model trained elsewhere as a bundle (XGBoost JSON, ONNX MLPs)");
-  import_command->add_option("FORMAT", import_options.format, "Model format: xgboost or onnx")->required();
+      app.add_subcommand("import", "Import a model trained elsewhere (XGBoost JSON, ONNX MLPs, GGUF LLMs)");
+  import_command->add_option("FORMAT", import_options.format, "Model format: xgboost, onnx or gguf")->required();
   import_command
       ->add_option("MODEL", import_options.model_path,
                    "The model file (XGBoost: save_model(\"m.json\"); ONNX: torch.onnx.export's file)")
@@ -605,9 +605,48 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       ->capture_default_str();
   llm_bench
       ->add_option("--bandwidth-mib", bench_flags.bandwidth_mib,
-                   "Buffer for the read-bandwidth measurement (0: skip it); make it larger than the last-level cache")
-      ->check(CLI::Range(0, 1 << 20))
+                   "Buffer for the read-bandwidth measurement (default: the bytes one decoded token reads, so the "
+                   "roofline compares like with like)")
+      ->check(CLI::Range(1, 1 << 20));
+  llm_bench->add_flag("--no-bandwidth", bench_flags.skip_bandwidth, "Skip the bandwidth measurement and roofline");
+
+  std::string quantize_in, quantize_out, quantize_type;
+  auto* llm_quantize = llm_command->add_subcommand(
+      "quantize", "Re-encode a GGUF model's matrices (Q8_0, Q4_0, Q4_K, F16, BF16); llama.cpp loads what it writes");
+  llm_quantize->add_option("IN", quantize_in, "The GGUF model to read")->required();
+  llm_quantize->add_option("OUT", quantize_out, "The GGUF file to write")->required();
+  llm_quantize->add_option("--type", quantize_type, "q8_0, q4_0, q4_k, f16 or bf16")->required();
+
+  LlmServeFlags llm_serve_flags;
+  auto* llm_serve = llm_command->add_subcommand(
+      "serve", "Serve a GGUF model with the OpenAI API: /v1/models, /v1/completions, /v1/chat/completions");
+  llm_serve->add_option("MODEL", llm_serve_flags.model, "A GGUF Llama model")->required();
+  llm_serve->add_option("--name", llm_serve_flags.name, "The model id requests name (default: the file's stem)");
+  llm_serve->add_option("--host", llm_serve_flags.host)->capture_default_str();
+  llm_serve->add_option("--port", llm_serve_flags.port, "0 picks a free port")
+      ->check(CLI::Range(0, 65535))
       ->capture_default_str();
+  llm_serve->add_option("--parallel", llm_serve_flags.engine.parallel, "Sequences decoding at once")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  llm_serve->add_option("--ctx", llm_serve_flags.engine.context, "Tokens per sequence (0: the model's context)")
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
+  llm_serve->add_option("--threads", llm_serve_flags.engine.threads, "Threads for the forward pass (0: all cores)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  llm_serve
+      ->add_option("--max-waiting", llm_serve_flags.engine.max_waiting,
+                   "Requests queued for a free sequence; more are answered 429")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  llm_serve
+      ->add_option("--max-connections", llm_serve_flags.max_connections, "Open connections (0: from the file limit)")
+      ->check(CLI::Range(0, 1 << 24));
+  llm_serve
+      ->add_option("--api-key", llm_serve_flags.api_key,
+                   "Require 'Authorization: Bearer KEY' (also from SLIPWAY_API_KEY)")
+      ->envname("SLIPWAY_API_KEY");
 
   ExportOptions export_options;
   auto* export_command = app.add_subcommand(
@@ -850,6 +889,8 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (verify_command->parsed()) return run_verify(global, repair);
   if (make_test_model->parsed()) return run_llm_make_test_model(global, test_model);
   if (llm_bench->parsed()) return run_llm_bench(global, bench_flags);
+  if (llm_serve->parsed()) return run_llm_serve(global, llm_serve_flags);
+  if (llm_quantize->parsed()) return run_llm_quantize(global, quantize_in, quantize_out, quantize_type);
   if (import_command->parsed()) {
     if (import_command->get_option("--register")->count() > 0 && import_options.register_as.empty()) {
       return fail(slipway::invalid_argument("--register needs a model name"));

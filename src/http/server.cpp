@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -253,7 +254,157 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   }
 
-  void answer(Response response) { write(std::move(response), keep_alive(), true); }
+  void answer(Response response) {
+    if (response.start_stream) return start_stream(std::move(response));
+    write(std::move(response), keep_alive(), true);
+  }
+
+  // A streamed response: the headers now, with chunked transfer encoding, then each chunk the
+  // producer writes, then the last chunk; the connection then reads its next request.
+  //
+  // The chunks wait in a StreamQueue the session and the producer's Stream share. The Stream
+  // also holds the session, which has no pending operation to keep it alive while the producer
+  // works between chunks; a Stream dropped unfinished abandons the response.
+  struct StreamQueue {
+    std::mutex mutex;
+    std::deque<std::string> chunks;
+    std::size_t pending_bytes = 0;
+    bool finished = false;
+    std::atomic<bool> gone{false};
+  };
+
+  class Stream final : public ResponseStream {
+   public:
+    Stream(std::shared_ptr<Session> session, std::shared_ptr<StreamQueue> queue)
+        : session_(std::move(session)), queue_(std::move(queue)), fd_(session_->stream_.socket().native_handle()) {}
+    ~Stream() override {
+      bool finished = false;
+      {
+        std::lock_guard lock(queue_->mutex);
+        finished = queue_->finished;
+      }
+      if (!finished) queue_->gone.store(true);
+      kick();
+    }
+
+    bool write(std::string chunk) override {
+      if (queue_->gone.load()) {
+        kick();  // so the session learns of it and closes, even if no write reached it
+        return false;
+      }
+      {
+        std::lock_guard lock(queue_->mutex);
+        if (queue_->finished) return false;
+        if (queue_->pending_bytes + chunk.size() > kMaxPendingStreamBytes) {
+          queue_->gone.store(true);  // a client this slow is abandoned: its bytes would pile up here
+        } else {
+          queue_->pending_bytes += chunk.size();
+          queue_->chunks.push_back(std::move(chunk));
+        }
+      }
+      kick();
+      return !queue_->gone.load();
+    }
+
+    void finish() override {
+      {
+        std::lock_guard lock(queue_->mutex);
+        queue_->finished = true;
+      }
+      kick();
+    }
+
+    bool client_gone() const override {
+      if (queue_->gone.load()) return true;
+      char byte = 0;
+      if (::recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+        queue_->gone.store(true);
+        kick();
+      }
+      return queue_->gone.load();
+    }
+
+   private:
+    void kick() const {
+      asio::post(session_->stream_.get_executor(), [session = session_] { session->pump_stream(); });
+    }
+    std::shared_ptr<Session> session_;
+    std::shared_ptr<StreamQueue> queue_;
+    int fd_;
+  };
+
+  void start_stream(Response response) {
+    auto header = std::make_shared<bhttp::response<bhttp::empty_body>>(static_cast<bhttp::status>(response.status),
+                                                                       request_.version());
+    header->set(bhttp::field::server, "slipway");
+    header->set(bhttp::field::content_type, response.content_type);
+    for (const auto& [name, value] : response.headers) header->set(name, value);
+    header->keep_alive(keep_alive());
+    header->chunked(true);
+    auto serializer = std::make_shared<bhttp::response_serializer<bhttp::empty_body>>(*header);
+    stream_queue_ = std::make_shared<StreamQueue>();
+    stream_writing_ = true;
+    stream_.expires_after(shared_.options.read_timeout);
+    bhttp::async_write_header(stream_, *serializer,
+                              [self = shared_from_this(), header, serializer](beast::error_code error, std::size_t) {
+                                self->stream_writing_ = false;
+                                if (error) return self->end_stream(false);
+                                self->pump_stream();
+                              });
+    response.start_stream(std::make_shared<Stream>(shared_from_this(), stream_queue_));
+  }
+
+  // Writes the stream's next chunk, or its end; one write at a time, on this session's strand.
+  void pump_stream() {
+    if (!stream_queue_ || stream_writing_) return;
+    StreamQueue& queue = *stream_queue_;
+    if (queue.gone.load()) return end_stream(false);
+    std::shared_ptr<std::string> chunk;
+    bool finished = false;
+    {
+      std::lock_guard lock(queue.mutex);
+      if (!queue.chunks.empty()) {
+        chunk = std::make_shared<std::string>(std::move(queue.chunks.front()));
+        queue.chunks.pop_front();
+      }
+      finished = queue.finished;
+    }
+    if (!chunk && !finished) return;
+    stream_writing_ = true;
+    stream_.expires_after(shared_.options.read_timeout);
+    if (chunk) {
+      asio::async_write(stream_, bhttp::make_chunk(asio::buffer(*chunk)),
+                        [self = shared_from_this(), chunk](beast::error_code error, std::size_t) {
+                          self->stream_writing_ = false;
+                          {
+                            std::lock_guard lock(self->stream_queue_->mutex);
+                            self->stream_queue_->pending_bytes -= chunk->size();
+                          }
+                          if (error) return self->end_stream(false);
+                          self->pump_stream();
+                        });
+      return;
+    }
+    asio::async_write(stream_, bhttp::make_chunk_last(),
+                      [self = shared_from_this()](beast::error_code error, std::size_t) {
+                        self->stream_writing_ = false;
+                        self->end_stream(!error);
+                      });
+  }
+
+  // The stream is over: written whole (`complete`), or abandoned with its client.
+  void end_stream(bool complete) {
+    if (!stream_queue_) return;
+    stream_queue_->gone.store(true);  // later writes are refused either way
+    stream_queue_.reset();
+    shared_.in_flight.fetch_sub(1);
+    release_body_budget();
+    if (!complete || !keep_alive()) {
+      close();
+      return;
+    }
+    read();
+  }
 
   bool keep_alive() const { return request_.keep_alive() && !shared_.draining.load(); }
 
@@ -266,6 +417,10 @@ class Session : public std::enable_shared_from_this<Session> {
     view_.path = path_of(view_.target);
     view_.body = request_.body();
     view_.body_padding = request_.body().capacity() - request_.body().size();
+    view_.client_gone = [self = std::weak_ptr<Session>(shared_from_this())] {
+      auto session = self.lock();
+      return !session || session->peer_closed();
+    };
     view_.set_header_lookup(
         [this](std::string_view name) -> std::string_view {
           auto found = request_.find(beast::string_view(name.data(), name.size()));
@@ -360,6 +515,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::uint64_t body_reserved_ = 0;
   std::atomic<std::int64_t> idle_since_{0};
   Shared& shared_;
+  std::shared_ptr<StreamQueue> stream_queue_;  // while a streamed response is being sent
+  bool stream_writing_ = false;
 };
 
 std::size_t worker_count(const ServerOptions& options) {

@@ -1,8 +1,10 @@
 // slipway llm make-test-model: a random-weight Llama in GGUF with a small working tokenizer.
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <set>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -67,6 +69,122 @@ Result<Vocabulary> test_vocabulary(std::size_t size) {
   }
   for (std::size_t filler = 0; vocabulary.tokens.size() < size; ++filler) add(fmt::format("<filler{}>", filler), 1);
   return vocabulary;
+}
+
+// Byte-level BPE pieces: GPT-2's 256 byte characters (in byte order), the pieces merges build
+// (each word assembled left to right, after a space "Ġ" first, so that " the" becomes one token,
+// then alone), filler up to the vocabulary, and the special tokens last (as GPT-2's
+// <|endoftext|> and Llama 3's <|begin_of_text|>, ... are).
+struct BytePairVocabulary {
+  std::vector<std::string> tokens;
+  std::vector<std::int32_t> types;  // 1 normal, 3 control
+  std::vector<std::string> merges;
+};
+
+Result<BytePairVocabulary> byte_pair_vocabulary(std::size_t size, const std::vector<std::string>& specials) {
+  // GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the others for
+  // U+0100 onwards.
+  std::array<std::string, 256> characters;
+  for (int byte = 0, extra = 0x100; byte < 256; ++byte) {
+    bool printable = (byte >= 0x21 && byte <= 0x7E) || (byte >= 0xA1 && byte <= 0xAC) || byte >= 0xAE;
+    int code_point = printable ? byte : extra++;
+    characters[static_cast<std::size_t>(byte)] =
+        code_point < 0x80
+            ? std::string(1, static_cast<char>(code_point))
+            : std::string{static_cast<char>(0xC0 | (code_point >> 6)), static_cast<char>(0x80 | (code_point & 0x3F))};
+  }
+  BytePairVocabulary vocabulary;
+  std::set<std::string> seen;
+  auto add = [&](const std::string& piece, std::int32_t type) {
+    if (seen.insert(piece).second) {
+      vocabulary.tokens.push_back(piece);
+      vocabulary.types.push_back(type);
+    }
+  };
+  for (const std::string& character : characters) add(character, 1);
+  auto build = [&](const std::string& word) {
+    std::string piece;
+    for (unsigned char byte : word) {
+      const std::string& next = characters[byte];
+      if (!piece.empty()) {
+        std::string merge = piece + " " + next;
+        if (seen.count(piece + next) == 0) vocabulary.merges.push_back(merge);
+        add(piece + next, 1);
+      }
+      piece += next;
+    }
+  };
+  // Common English words, and a few accented, Cyrillic and Japanese ones whose merges join
+  // pieces of UTF-8 characters, as GPT-2's do.
+  std::vector<std::string> words;
+  std::istringstream list(
+      "the of and to in is that it for on with as was model data train serve hello world a an be this by "
+      "caf\xc3\xa9 \xc3\xbc"
+      "ber \xd0\xbc\xd0\xb8\xd1\x80 \xe6\x97\xa5\xe6\x9c\xac");
+  for (std::string word; list >> word;) words.push_back(word);
+  for (const std::string& word : words) build(" " + word);
+  for (const std::string& word : words) build(word);
+  for (const char* ending : {"ing", "ed", "er", "es", "ly", "'s", "..."}) build(ending);
+  const std::size_t minimum = vocabulary.tokens.size() + specials.size();
+  if (size < minimum) {
+    return invalid_argument(
+        fmt::format("a test model's byte-level BPE vocabulary needs at least {} tokens (the byte characters, the "
+                    "merged pieces and the special tokens)",
+                    minimum));
+  }
+  for (std::size_t filler = 0; vocabulary.tokens.size() + specials.size() < size; ++filler) {
+    add(fmt::format("<filler{}>", filler), 1);
+  }
+  for (const std::string& special : specials) add(special, 3);
+  return vocabulary;
+}
+
+// Llama 3 Instruct's chat template (meta-llama/Meta-Llama-3-8B-Instruct).
+constexpr std::string_view kLlama3ChatTemplate =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + "
+    "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+    "{% endif %}";
+
+// The tokenizer.* keys for `shape.tokenizer`.
+Status set_tokenizer(const TestModelShape& shape, GgufWriter& writer) {
+  if (shape.tokenizer == "llama") {
+    SLIPWAY_ASSIGN_OR_RETURN(Vocabulary vocabulary, test_vocabulary(shape.vocabulary));
+    writer.set("tokenizer.ggml.model", GgufValue::string("llama"));
+    writer.set("tokenizer.ggml.tokens", GgufValue::strings(vocabulary.tokens));
+    writer.set("tokenizer.ggml.scores", GgufValue::f32s(vocabulary.scores));
+    writer.set("tokenizer.ggml.token_type", GgufValue::i32s(vocabulary.types));
+    writer.set("tokenizer.ggml.unknown_token_id", GgufValue::u32(0));
+    writer.set("tokenizer.ggml.bos_token_id", GgufValue::u32(1));
+    writer.set("tokenizer.ggml.eos_token_id", GgufValue::u32(2));
+    writer.set("tokenizer.ggml.add_bos_token", GgufValue::boolean(true));
+    writer.set("tokenizer.ggml.add_eos_token", GgufValue::boolean(false));
+    return Status::ok_status();
+  }
+  const bool llama3 = shape.tokenizer == "llama3";
+  if (!llama3 && shape.tokenizer != "gpt2") {
+    return invalid_argument(
+        fmt::format("a test model's tokenizer is \"llama\", \"gpt2\" or \"llama3\", not \"{}\"", shape.tokenizer));
+  }
+  const std::vector<std::string> specials =
+      llama3 ? std::vector<std::string>{"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                                        "<|end_header_id|>", "<|eot_id|>"}
+             : std::vector<std::string>{"<|endoftext|>"};
+  SLIPWAY_ASSIGN_OR_RETURN(BytePairVocabulary vocabulary, byte_pair_vocabulary(shape.vocabulary, specials));
+  const auto first_special = static_cast<std::uint32_t>(vocabulary.tokens.size() - specials.size());
+  writer.set("tokenizer.ggml.model", GgufValue::string("gpt2"));
+  // "gpt-2" and "llama-bpe" are the names llama.cpp gives GPT-2's and Llama 3's word splits.
+  writer.set("tokenizer.ggml.pre", GgufValue::string(llama3 ? "llama-bpe" : "gpt-2"));
+  writer.set("tokenizer.ggml.tokens", GgufValue::strings(vocabulary.tokens));
+  writer.set("tokenizer.ggml.token_type", GgufValue::i32s(vocabulary.types));
+  writer.set("tokenizer.ggml.merges", GgufValue::strings(vocabulary.merges));
+  writer.set("tokenizer.ggml.bos_token_id", GgufValue::u32(first_special));
+  writer.set("tokenizer.ggml.eos_token_id", GgufValue::u32(first_special + (llama3 ? 1 : 0)));
+  writer.set("tokenizer.ggml.add_bos_token", GgufValue::boolean(llama3));
+  writer.set("tokenizer.ggml.add_eos_token", GgufValue::boolean(false));
+  if (llama3) writer.set("tokenizer.chat_template", GgufValue::string(std::string(kLlama3ChatTemplate)));
+  return Status::ok_status();
 }
 
 // `values` (whole rows of whole blocks) in `type`'s bytes.
@@ -151,7 +269,6 @@ Status write_test_model(const TestModelShape& shape, TensorType type, std::uint6
                     "size ({}) must be multiples of it",
                     info->name, info->block_elements, shape.embedding, shape.feed_forward));
   }
-  SLIPWAY_ASSIGN_OR_RETURN(Vocabulary vocabulary, test_vocabulary(shape.vocabulary));
   const std::size_t head_dim = shape.embedding / shape.heads, kv_width = shape.kv_heads * head_dim;
   GgufWriter writer;
   writer.set("general.architecture", GgufValue::string("llama"));
@@ -168,15 +285,7 @@ Status write_test_model(const TestModelShape& shape, TensorType type, std::uint6
   writer.set("llama.attention.layer_norm_rms_epsilon", GgufValue::f32(1e-5f));
   writer.set("llama.rope.freq_base", GgufValue::f32(shape.rope_base));
   writer.set("llama.vocab_size", GgufValue::u32(static_cast<std::uint32_t>(shape.vocabulary)));
-  writer.set("tokenizer.ggml.model", GgufValue::string("llama"));
-  writer.set("tokenizer.ggml.tokens", GgufValue::strings(vocabulary.tokens));
-  writer.set("tokenizer.ggml.scores", GgufValue::f32s(vocabulary.scores));
-  writer.set("tokenizer.ggml.token_type", GgufValue::i32s(vocabulary.types));
-  writer.set("tokenizer.ggml.unknown_token_id", GgufValue::u32(0));
-  writer.set("tokenizer.ggml.bos_token_id", GgufValue::u32(1));
-  writer.set("tokenizer.ggml.eos_token_id", GgufValue::u32(2));
-  writer.set("tokenizer.ggml.add_bos_token", GgufValue::boolean(true));
-  writer.set("tokenizer.ggml.add_eos_token", GgufValue::boolean(false));
+  SLIPWAY_RETURN_IF_ERROR(set_tokenizer(shape, writer));
 
   std::mt19937_64 random(seed);
   // Matrices scaled by 1 / sqrt(inputs), so activations keep about unit size through the layers.

@@ -176,6 +176,9 @@ Result<std::shared_ptr<LoadedModel>> ModelManager::load_version(const std::strin
   }
   std::string what = "model '" + name + "' version " + std::to_string(version.version);
   if (bundle == nullptr) {
+    if (is_gguf_artifact(registry_.artifacts().path_for(version.bundle_sha256))) {
+      return failed_precondition(what + " is an LLM (GGUF): it is served with the OpenAI API under /v1, not v2");
+    }
     auto read = model::Bundle::load(registry_.artifacts().path_for(version.bundle_sha256), version.bundle_sha256);
     if (!read.ok()) {
       metrics_.record_load(name, false);
@@ -426,11 +429,12 @@ std::vector<ModelState> ModelManager::index(bool ready_only) {
   return states;
 }
 
-std::vector<std::string> ModelManager::load_all() {
+std::vector<std::string> ModelManager::load_all(const std::set<std::string>& skip) {
   std::vector<std::string> loaded;
   auto models = registry_.models().list();
   if (!models.ok()) return loaded;
   for (const auto& summary : *models) {
+    if (skip.contains(summary.name)) continue;
     auto servable = acquire(summary.name, std::nullopt);
     if (servable.ok()) {
       loaded.push_back(summary.name + "@" + servable->model->version_text);

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,7 +91,7 @@ class ModelManager {
   Status unload(const std::string& name);
   std::vector<ModelState> index(bool ready_only);
   // Loads the default version of every registered model; "name@version" for each one loaded.
-  std::vector<std::string> load_all();
+  std::vector<std::string> load_all(const std::set<std::string>& skip = {});
   // Answers queued batched requests Unavailable and stops batching; later loads do not batch.
   void stop_batching();
 

@@ -1,4 +1,5 @@
-// The serving process: the v2 Service on the http module's server, with /metrics beside it.
+// The serving process: the v2 Service on the http module's server, with /metrics beside it, and
+// the OpenAI API under /v1 for registered LLMs.
 #include "slipway/serve.h"
 
 namespace slipway::serve {
@@ -25,6 +26,7 @@ struct Server::State {
   State(registry::Registry& registry, const ServerOptions& options) : service(registry, options.service) {}
 
   Service service;
+  std::shared_ptr<llm::OpenAiApi> llms;  // none when no LLM is registered
   // Declared after the service: destroyed first, so no request reaches a destroyed service.
   std::unique_ptr<http::Server> http;
 };
@@ -55,6 +57,28 @@ Result<std::unique_ptr<Server>> Server::start(registry::Registry& registry, cons
                                handle});
   routes.push_back(http::Route{"/metrics", nullptr, handle});
   routes.push_back(http::Route{"/api", [](const http::Request&) { return http::Execution::kWorker; }, handle});
+  std::vector<llm::ServedLlm> llms = load_registered_llms(registry, options.llm);
+  if (!llms.empty()) {
+    state->llms = std::make_shared<llm::OpenAiApi>(std::move(llms));
+    service.set_llms([api = state->llms] { return api->metrics_text(); },
+                     [api = state->llms] {
+                       std::set<std::string> names;
+                       for (const auto& served : api->models()) names.insert(served.id);
+                       return names;
+                     });
+    // The OpenAI API takes the predict role, as inference does.
+    routes.push_back(
+        http::Route{"/v1",
+                    [](const http::Request& request) {
+                      return request.method == "POST" ? http::Execution::kWorker : http::Execution::kEventLoop;
+                    },
+                    [&service, api = state->llms](const http::Request& request, const http::Respond& respond) {
+                      if (auto refused = service.check_access(request.target, request.header("Authorization"))) {
+                        return respond(to_http(std::move(*refused)));
+                      }
+                      api->handle(request, respond);
+                    }});
+  }
 
   http::ServerOptions transport = options.http;
   // Queued batch requests are answered 503 while the event loop that writes them still runs.

@@ -142,10 +142,24 @@ bool Service::needs_worker(std::string_view target) {
   return ends_with("/infer") || ends_with("/load") || ends_with("/unload") || path.starts_with("/api/");
 }
 
-std::vector<std::string> Service::warm_up() { return state_->manager.load_all(); }
+std::vector<std::string> Service::warm_up() {
+  std::set<std::string> llms;
+  if (state_->llm_names) llms = state_->llm_names();
+  return state_->manager.load_all(llms);
+}
+
+std::optional<HttpResponse> Service::check_access(std::string_view target, std::string_view authorization) {
+  return state_->authorize(role_required(path_segments(target)), authorization, nullptr);
+}
+
+void Service::set_llms(std::function<std::string()> metrics, std::function<std::set<std::string>()> names) {
+  state_->extra_metrics = std::move(metrics);
+  state_->llm_names = std::move(names);
+}
 
 std::string Service::metrics_text() const {
-  return state_->metrics.prometheus_text() + state_->request_log.metrics_text() + state_->alert_metrics();
+  return state_->metrics.prometheus_text() + state_->request_log.metrics_text() + state_->alert_metrics() +
+         (state_->extra_metrics ? state_->extra_metrics() : std::string());
 }
 
 std::string Service::State::alert_metrics() {

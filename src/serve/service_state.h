@@ -123,6 +123,10 @@ struct Service::State {
   std::chrono::steady_clock::time_point alerts_fetched;
   // service.cpp: the alerts as Prometheus gauges ("" when there are none).
   std::string alert_metrics();
+  // The LLMs served beside (set once before serving): their metrics, and their names, which
+  // warm_up leaves to them.
+  std::function<std::string()> extra_metrics;
+  std::function<std::set<std::string>()> llm_names;
 
   // API tokens, re-read from the registry every registry_refresh so revocations take effect.
   std::mutex tokens_mutex;

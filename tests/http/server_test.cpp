@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -370,6 +371,107 @@ TEST(HttpServer, DrainAnswersInFlightRequestsWithConnectionClose) {
   EXPECT_EQ(queued_answer.rfind("HTTP/1.1 503", 0), 0u) << queued_answer;
   EXPECT_EQ(read_all(idle), "");  // closed cleanly, with nothing sent
   runner.join();
+}
+
+}  // namespace
+}  // namespace slipway::http
+
+namespace slipway::http {
+namespace {
+
+// A route that streams `count` chunks from its own thread, `pause` apart, and records whether
+// the producer saw its client leave.
+struct StreamingRoute {
+  std::atomic<bool> saw_gone{false};
+  std::atomic<int> written{0};
+  std::vector<std::jthread> producers;
+  std::mutex mutex;
+
+  Route route(int count, std::chrono::milliseconds pause) {
+    return Route{"/stream", nullptr, [this, count, pause](const Request&, const Respond& respond) {
+                   Response response{200, "text/event-stream", {}, {}};
+                   response.start_stream = [this, count, pause](std::shared_ptr<ResponseStream> stream) {
+                     std::lock_guard lock(mutex);
+                     producers.emplace_back([this, stream, count, pause] {
+                       for (int i = 0; i < count; ++i) {
+                         if (stream->client_gone() || !stream->write("data: " + std::to_string(i) + "\n\n")) {
+                           saw_gone = true;
+                           return;
+                         }
+                         ++written;
+                         std::this_thread::sleep_for(pause);
+                       }
+                       stream->finish();
+                     });
+                   };
+                   respond(std::move(response));
+                 }};
+  }
+  ~StreamingRoute() {
+    std::lock_guard lock(mutex);
+    producers.clear();
+  }
+};
+
+TEST(HttpServer, AStreamedResponseArrivesChunkedAndTheConnectionServesTheNextRequest) {
+  StreamingRoute streaming;
+  RunningServer running({streaming.route(3, 10ms), text_route("/after", "after")}, ServerOptions{});
+  asio::io_context io;
+  asio::ip::tcp::socket socket(io);
+  socket.connect(local(running.port()));
+  std::string request =
+      "GET /stream HTTP/1.1\r\nHost: x\r\n\r\nGET /after HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  asio::write(socket, asio::buffer(request));
+  std::string received = read_all(socket);
+  EXPECT_NE(received.find("Transfer-Encoding: chunked"), std::string::npos) << received;
+  EXPECT_NE(received.find("text/event-stream"), std::string::npos);
+  auto first = received.find("data: 0"), second = received.find("data: 1"), third = received.find("data: 2");
+  EXPECT_TRUE(first != std::string::npos && first < second && second < third) << received;
+  auto last_chunk = received.find("\r\n0\r\n\r\n");
+  ASSERT_NE(last_chunk, std::string::npos) << received;
+  EXPECT_NE(received.find("after /after", last_chunk), std::string::npos) << received;
+}
+
+TEST(HttpServer, AStreamsProducerLearnsThatItsClientLeft) {
+  StreamingRoute streaming;
+  RunningServer running({streaming.route(100000, 1ms)}, ServerOptions{});
+  {
+    asio::io_context io;
+    asio::ip::tcp::socket socket(io);
+    socket.connect(local(running.port()));
+    asio::write(socket, asio::buffer(std::string("GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")));
+    std::this_thread::sleep_for(100ms);
+  }  // closed mid-stream
+  for (int i = 0; i < 200 && !streaming.saw_gone; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(streaming.saw_gone.load());
+  EXPECT_LT(streaming.written.load(), 100000);
+  EXPECT_EQ(running.server().stats().connections_open, 0u);
+}
+
+TEST(HttpServer, AHandlerCanAskWhetherItsClientLeft) {
+  std::promise<bool> gone;
+  std::atomic<bool> answered{false};
+  Route slow{"/slow", [](const Request&) { return Execution::kWorker; },
+             [&](const Request& request, const Respond& respond) {
+               auto client_gone = request.client_gone;
+               bool left = false;
+               for (int i = 0; i < 300 && !left; ++i) {
+                 std::this_thread::sleep_for(10ms);
+                 left = client_gone();
+               }
+               gone.set_value(left);
+               answered = true;
+               respond(Response{200, "text/plain", "late", {}});
+             }};
+  RunningServer running({slow}, ServerOptions{});
+  {
+    asio::io_context io;
+    asio::ip::tcp::socket socket(io);
+    socket.connect(local(running.port()));
+    asio::write(socket, asio::buffer(std::string("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")));
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_TRUE(gone.get_future().get());
 }
 
 }  // namespace

@@ -7,10 +7,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
 #include <sstream>
 
+#include "llm/llama_cpp_peer.h"
 #include "slipway/llm.h"
 #include "support/test_support.h"
 
@@ -132,21 +131,6 @@ TEST(LlamaForward, DecodingStepByStepThreadsAndBatchNeighboursChangeNothing) {
   EXPECT_EQ(cache.free_blocks(), free_before + 1);
 }
 
-// node-llama-cpp (llama.cpp's prebuilt CPU library) in ~/.cache/slipway-peers-llama, installed
-// on first use with a three-minute bound; empty when Node.js, npm or the network is missing.
-std::string llama_cpp_modules() {
-  const char* home = std::getenv("HOME");
-  if (home == nullptr || testing::run_command({"/usr/bin/env", "node", "--version"}).exit_code != 0) return "";
-  std::string prefix = std::string(home) + "/.cache/slipway-peers-llama";
-  std::string modules = prefix + "/node_modules";
-  if (std::filesystem::exists(modules + "/node-llama-cpp/dist/index.js")) return modules;
-  std::filesystem::create_directories(prefix);
-  auto installed = testing::run_command({"/usr/bin/env", "timeout", "180", "npm", "install", "--prefix", prefix, "-E",
-                                         "--omit=optional", "--no-audit", "--no-fund", "--fetch-timeout=20000",
-                                         "node-llama-cpp@3.21.1", "@node-llama-cpp/linux-x64@3.21.1"});
-  return installed.exit_code == 0 ? modules : "";
-}
-
 // Greedy tokens from the engine: the prompt as one batch, then one decode step per token.
 std::vector<std::int32_t> greedy(const LlamaModel& model, std::vector<std::int32_t> tokens, std::size_t count) {
   KvCache cache(model.config(), 64);
@@ -169,7 +153,7 @@ std::vector<std::int32_t> greedy(const LlamaModel& model, std::vector<std::int32
 // make-test-model writes, and RoPE's convention, grouped-query attention and the forward pass
 // agree.
 TEST(LlamaForward, GreedyTokensEqualLlamaCpps) {
-  std::string modules = llama_cpp_modules();
+  std::string modules = testing::llama_cpp_modules();
   if (modules.empty()) GTEST_SKIP() << "Node.js or node-llama-cpp is not available";
   testing::TempDir dir;
   for (TensorType type : {TensorType::kF32, TensorType::kQ8_0, TensorType::kQ4_0}) {
