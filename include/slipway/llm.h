@@ -489,15 +489,23 @@ struct GenerationRequest {
   // exactly once, also for a request cancelled or failed before its first token.
   std::function<bool(const GenerationEvent&)> on_token;
   std::function<void(const GenerationResult&)> on_finish;
+  // Asked when the request is admitted and before each step: true cancels it (its client left),
+  // so a prompt nobody waits for is not run.
+  std::function<bool()> cancelled;
 };
 
 struct EngineOptions {
-  std::size_t parallel = 4;        // sequences decoding at once (their KV blocks are reserved whole)
-  std::size_t context = 0;         // tokens per sequence; 0: the model's context length
-  std::size_t max_waiting = 256;   // requests queued for a free sequence; more are refused
+  std::size_t parallel = 4;  // sequences decoding at once (their KV blocks are reserved whole)
+  // Tokens per sequence; 0: the model's context length, at most kDefaultContextCap.
+  std::size_t context = 0;
+  std::size_t max_waiting = 256;   // choices queued for a free sequence; more are refused
   std::size_t prompt_chunk = 512;  // prompt tokens per forward pass
   int threads = 0;                 // 0: all cores
+  // The key/value cache is allocated whole at start (parallel x context positions): past this
+  // many bytes the engine refuses to start, naming what would fit.
+  std::uint64_t max_cache_bytes = std::uint64_t{4} << 30;
 };
+inline constexpr std::size_t kDefaultContextCap = 4096;
 
 struct EngineStats {
   std::size_t running = 0, waiting = 0;
@@ -513,10 +521,17 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Queues a request. InvalidArgument for an empty prompt, a token outside the vocabulary or a
-  // prompt the context cannot hold with one generated token; ResourceExhausted when max_waiting
-  // requests wait. On an error no callback is called.
+  // Queues requests, all or none. InvalidArgument for an empty prompt, a token outside the
+  // vocabulary or a prompt the context cannot hold with one generated token; ResourceExhausted
+  // when they would make more than max_waiting wait. On an error no callback is called.
+  Status submit(std::vector<GenerationRequest> requests);
   Status submit(GenerationRequest request);
+  // Finishes every request running or waiting now as kCancelled with `reason` as its error (a
+  // server's drain deadline), answering them; later requests run as usual.
+  void cancel_all(const std::string& reason);
+  // Cancels everything (as cancel_all, "the server is shutting down") and stops the thread; later
+  // submits are refused. The destructor does it too.
+  void shutdown();
   const LlamaModel& model() const;
   const Tokenizer& tokenizer() const;
   std::size_t context() const;
@@ -550,10 +565,17 @@ class OpenAiApi {
   void handle(const http::Request& request, http::Respond respond) const;
   // Each engine's metrics, labelled by model.
   std::string metrics_text() const;
+  // Engine::cancel_all and Engine::shutdown on every model: a server calls them at its drain
+  // deadline and before its connections go, so every request is answered while it can be.
+  void cancel_all(const std::string& reason) const;
+  void shutdown() const;
   const std::vector<ServedLlm>& models() const { return models_; }
 
  private:
   std::vector<ServedLlm> models_;
+  // Per model, the most bytes of text one token stands for: a prompt longer than the context
+  // times this cannot fit, and is refused before it is tokenized.
+  std::vector<std::size_t> max_token_bytes_;
 };
 
 // ---------------------------------------------------------------------------------------------

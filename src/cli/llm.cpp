@@ -226,6 +226,8 @@ int run_llm_serve(const GlobalOptions& global, const LlmServeFlags& flags) {
   options.io_threads = flags.io_threads;
   options.max_connections = flags.max_connections;
   options.max_body_bytes = std::size_t{8} << 20;
+  // Generations still running at the drain deadline are answered (503) while the loop can write.
+  options.on_drain_deadline = [api] { api->cancel_all("the server is shutting down"); };
   auto server = http::Server::start(std::move(routes), options);
   if (!server.ok()) return fail(server.status());
   const llm::LlamaConfig& config = (*model)->config();
@@ -239,6 +241,7 @@ int run_llm_serve(const GlobalOptions& global, const LlmServeFlags& flags) {
   render(global, address);
   std::cout.flush();
   (*server)->run();
+  api->shutdown();  // before the server goes: an answer's last write needs its event loop
   log_info("server stopped");
   return 0;
 }

@@ -288,6 +288,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
 
     bool write(std::string chunk) override {
+      if (chunk.empty()) return !queue_->gone.load();  // an empty chunk would end the response
       if (queue_->gone.load()) {
         kick();  // so the session learns of it and closes, even if no write reached it
         return false;

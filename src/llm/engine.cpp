@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -115,6 +117,7 @@ struct Engine::State {
   std::condition_variable wake;
   std::deque<Waiting> waiting;
   bool stopping = false;
+  std::optional<std::string> cancel_reason;  // cancel_all's, until the thread has acted on it
   std::size_t running_count = 0;
   EngineStats totals;
   Histogram time_to_first_token, inter_token_latency;
@@ -137,10 +140,25 @@ struct Engine::State {
     std::vector<Sequence*> sampled;
     std::vector<float> logits;
     while (true) {
+      std::optional<std::string> cancel;
+      std::deque<Waiting> cancelled_waiting;
       {
         std::unique_lock lock(mutex);
-        wake.wait(lock, [&] { return stopping || !running.empty() || !waiting.empty(); });
+        wake.wait(lock, [&] { return stopping || cancel_reason || !running.empty() || !waiting.empty(); });
         if (stopping) break;
+        if (cancel_reason) {
+          cancel = std::exchange(cancel_reason, std::nullopt);
+          cancelled_waiting.swap(waiting);
+        }
+      }
+      if (cancel) {
+        for (auto& sequence : running) finish(*sequence, FinishReason::kCancelled, *cancel);
+        finish_waiting(cancelled_waiting, *cancel);
+        release_finished(running, free_slots);
+        continue;
+      }
+      {
+        std::unique_lock lock(mutex);
         while (!waiting.empty() && !free_slots.empty()) {
           auto sequence = std::make_unique<Sequence>(free_slots.back(), std::move(waiting.front().request),
                                                      waiting.front().submitted);
@@ -152,59 +170,80 @@ struct Engine::State {
       }
       for (auto& sequence : running) {
         if (sequence->tokens.empty()) admit(*sequence);
+        if (sequence->request.cancelled && sequence->request.cancelled())
+          finish(*sequence, FinishReason::kCancelled, {});
       }
-      // One step: each decoding sequence's last token, and prompt tokens up to the chunk.
-      batch.clear();
-      wants.clear();
-      sampled.clear();
-      std::size_t prompt_budget = options.prompt_chunk;
-      for (auto& sequence : running) {
-        if (sequence->done) continue;
-        std::size_t end = sequence->tokens.size();
-        if (end - sequence->processed > 1)
-          end = std::min(end, sequence->processed + std::max<std::size_t>(prompt_budget, 1));
-        if (end - sequence->processed > 1) prompt_budget -= std::min(prompt_budget, end - sequence->processed);
-        for (std::size_t position = sequence->processed; position < end; ++position) {
-          batch.push_back({sequence->slot, position, sequence->tokens[position]});
-          wants.push_back(false);
-        }
-        if (end == sequence->tokens.size()) {
-          wants.back() = true;
-          sampled.push_back(sequence.get());
-        }
-        sequence->processed = end;
+      // A failure here (memory, a callback's) ends the step's requests, not the server.
+      try {
+        step_all(running, batch, wants, sampled, logits);
+      } catch (const std::exception& error) {
+        for (auto& sequence : running) finish(*sequence, FinishReason::kError, error.what());
       }
-      if (!batch.empty()) {
-        Status status = forward(*model, cache, batch, wants, logits, options.threads);
-        if (!status.ok()) {
-          for (auto& sequence : running) finish(*sequence, FinishReason::kError, status.message());
-        } else {
-          const std::size_t vocabulary = model->config().vocabulary;
-          for (std::size_t i = 0; i < sampled.size(); ++i) {
-            step(*sampled[i], std::span<float>(logits.data() + i * vocabulary, vocabulary));
-          }
-        }
-      }
-      for (auto it = running.begin(); it != running.end();) {
-        if ((*it)->done) {
-          cache.release((*it)->slot);
-          free_slots.push_back((*it)->slot);
-          it = running.erase(it);
-        } else {
-          ++it;
-        }
-      }
+      release_finished(running, free_slots);
     }
-    for (auto& sequence : running) finish(*sequence, FinishReason::kCancelled, {});
+    const std::string reason = "the server is shutting down";
+    for (auto& sequence : running) finish(*sequence, FinishReason::kCancelled, reason);
     std::deque<Waiting> left;
     {
       std::lock_guard lock(mutex);
       left.swap(waiting);
     }
-    for (auto& entry : left) {
+    finish_waiting(left, reason);
+  }
+
+  void finish_waiting(std::deque<Waiting>& entries, const std::string& reason) {
+    for (auto& entry : entries) {
       Sequence sequence(0, std::move(entry.request), entry.submitted);
-      sequence.tokens = sequence.request.prompt;
-      finish(sequence, FinishReason::kCancelled, {});
+      finish(sequence, FinishReason::kCancelled, reason);
+    }
+  }
+
+  void release_finished(std::vector<std::unique_ptr<Sequence>>& running, std::vector<std::size_t>& free_slots) {
+    for (auto it = running.begin(); it != running.end();) {
+      if ((*it)->done) {
+        cache.release((*it)->slot);
+        free_slots.push_back((*it)->slot);
+        it = running.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // One step: each decoding sequence's last token, and prompt tokens up to the chunk, through one
+  // forward pass; then each sequence that reached its end samples.
+  void step_all(std::vector<std::unique_ptr<Sequence>>& running, std::vector<BatchToken>& batch,
+                std::vector<bool>& wants, std::vector<Sequence*>& sampled, std::vector<float>& logits) {
+    batch.clear();
+    wants.clear();
+    sampled.clear();
+    std::size_t prompt_budget = options.prompt_chunk;
+    for (auto& sequence : running) {
+      if (sequence->done) continue;
+      std::size_t end = sequence->tokens.size();
+      if (end - sequence->processed > 1) {
+        end = std::min(end, sequence->processed + std::max<std::size_t>(prompt_budget, 1));
+        prompt_budget -= std::min(prompt_budget, end - sequence->processed);
+      }
+      for (std::size_t position = sequence->processed; position < end; ++position) {
+        batch.push_back({sequence->slot, position, sequence->tokens[position]});
+        wants.push_back(false);
+      }
+      if (end == sequence->tokens.size()) {
+        wants.back() = true;
+        sampled.push_back(sequence.get());
+      }
+      sequence->processed = end;
+    }
+    if (batch.empty()) return;
+    Status status = forward(*model, cache, batch, wants, logits, options.threads);
+    if (!status.ok()) {
+      for (auto& sequence : running) finish(*sequence, FinishReason::kError, status.message());
+      return;
+    }
+    const std::size_t vocabulary = model->config().vocabulary;
+    for (std::size_t i = 0; i < sampled.size(); ++i) {
+      step(*sampled[i], std::span<float>(logits.data() + i * vocabulary, vocabulary));
     }
   }
 
@@ -218,6 +257,10 @@ struct Engine::State {
   void step(Sequence& sequence, std::span<float> logits) {
     SampledToken next = sequence.sampler.sample(logits, sequence.tokens);
     const std::int32_t token = next.chosen.token;
+    if (std::isinf(next.chosen.logprob) && next.chosen.logprob < 0) {
+      return finish(sequence, FinishReason::kError,
+                    "the model's logits are not finite (NaN or infinite): its weights may be damaged");
+    }
     auto now = Clock::now();
     {
       std::lock_guard lock(mutex);
@@ -282,21 +325,41 @@ Engine::Engine(std::unique_ptr<State> state) : state_(std::move(state)) {}
 Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> model, Tokenizer tokenizer,
                                               const EngineOptions& options) {
   EngineOptions chosen = options;
-  const std::size_t model_context = model->config().context;
-  if (chosen.context == 0) chosen.context = model_context;
-  if (chosen.context > model_context) {
+  const LlamaConfig& config = model->config();
+  if (chosen.context == 0) chosen.context = std::min(config.context, kDefaultContextCap);
+  if (chosen.context > config.context) {
     return invalid_argument(
-        fmt::format("the context of {} tokens is longer than the model's {}", chosen.context, model_context));
+        fmt::format("the context of {} tokens is longer than the model's {}", chosen.context, config.context));
   }
   if (chosen.parallel == 0 || chosen.parallel > 1024) return invalid_argument("parallel must be between 1 and 1024");
   if (chosen.prompt_chunk == 0) chosen.prompt_chunk = 512;
-  auto state = std::make_unique<State>(std::move(model), std::move(tokenizer), chosen);
-  State* raw = state.get();
-  state->thread = std::thread([raw] { raw->run(); });
-  return std::unique_ptr<Engine>(new Engine(std::move(state)));
+  // The cache is allocated whole: its size is checked (in long double, so no product overflows).
+  const long double positions = static_cast<long double>(chosen.parallel) *
+                                static_cast<long double>((chosen.context + kKvBlockTokens - 1) / kKvBlockTokens) *
+                                kKvBlockTokens;
+  const long double bytes = positions * static_cast<long double>(config.layers) * 2 *
+                            static_cast<long double>(config.kv_heads * config.head_dim) * sizeof(float);
+  if (bytes > static_cast<long double>(chosen.max_cache_bytes)) {
+    return resource_exhausted(fmt::format(
+        "the key/value cache for {} sequence(s) of {} tokens takes {:.1f} GB, more than the {:.1f} GB allowed; "
+        "lower the context (--ctx) or the sequences (--parallel)",
+        chosen.parallel, chosen.context, static_cast<double>(bytes) / 1e9,
+        static_cast<double>(chosen.max_cache_bytes) / 1e9));
+  }
+  try {
+    auto state = std::make_unique<State>(std::move(model), std::move(tokenizer), chosen);
+    State* raw = state.get();
+    state->thread = std::thread([raw] { raw->run(); });
+    return std::unique_ptr<Engine>(new Engine(std::move(state)));
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted(
+        fmt::format("no memory for the key/value cache ({:.1f} GB)", static_cast<double>(bytes) / 1e9));
+  }
 }
 
-Engine::~Engine() {
+Engine::~Engine() { shutdown(); }
+
+void Engine::shutdown() {
   {
     std::lock_guard lock(state_->mutex);
     state_->stopping = true;
@@ -305,26 +368,44 @@ Engine::~Engine() {
   if (state_->thread.joinable()) state_->thread.join();
 }
 
-Status Engine::submit(GenerationRequest request) {
-  const std::size_t vocabulary = state_->model->config().vocabulary;
-  if (request.prompt.empty()) return invalid_argument("the prompt has no tokens");
-  for (std::int32_t token : request.prompt) {
-    if (token < 0 || static_cast<std::size_t>(token) >= vocabulary) {
-      return invalid_argument(fmt::format("token {} is outside the vocabulary of {}", token, vocabulary));
-    }
-  }
-  if (request.prompt.size() >= state_->options.context) {
-    return invalid_argument(fmt::format("the prompt has {} tokens; the context holds {} with the reply",
-                                        request.prompt.size(), state_->options.context));
-  }
-  SLIPWAY_RETURN_IF_ERROR(validate(request.sampling));
+void Engine::cancel_all(const std::string& reason) {
   {
     std::lock_guard lock(state_->mutex);
-    if (state_->waiting.size() >= state_->options.max_waiting) {
-      return resource_exhausted(
-          fmt::format("{} requests are already waiting for this model; retry later", state_->waiting.size()));
+    state_->cancel_reason = reason;
+  }
+  state_->wake.notify_all();
+}
+
+Status Engine::submit(GenerationRequest request) {
+  std::vector<GenerationRequest> one;
+  one.push_back(std::move(request));
+  return submit(std::move(one));
+}
+
+Status Engine::submit(std::vector<GenerationRequest> requests) {
+  const std::size_t vocabulary = state_->model->config().vocabulary;
+  for (const GenerationRequest& request : requests) {
+    if (request.prompt.empty()) return invalid_argument("the prompt has no tokens");
+    for (std::int32_t token : request.prompt) {
+      if (token < 0 || static_cast<std::size_t>(token) >= vocabulary) {
+        return invalid_argument(fmt::format("token {} is outside the vocabulary of {}", token, vocabulary));
+      }
     }
-    state_->waiting.push_back({std::move(request), Clock::now()});
+    if (request.prompt.size() >= state_->options.context) {
+      return invalid_argument(fmt::format("the prompt has {} tokens; the context holds {} with the reply",
+                                          request.prompt.size(), state_->options.context));
+    }
+    SLIPWAY_RETURN_IF_ERROR(validate(request.sampling));
+  }
+  {
+    std::lock_guard lock(state_->mutex);
+    if (state_->stopping) return unavailable("the server is shutting down");
+    if (state_->waiting.size() + requests.size() > state_->options.max_waiting) {
+      return resource_exhausted(
+          fmt::format("{} generations are already waiting for this model (at most {}); retry later",
+                      state_->waiting.size(), state_->options.max_waiting));
+    }
+    for (auto& request : requests) state_->waiting.push_back({std::move(request), Clock::now()});
   }
   state_->wake.notify_one();
   return {};

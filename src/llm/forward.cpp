@@ -92,10 +92,13 @@ struct Product {
 };
 
 void multiply(std::initializer_list<Product> products, const std::vector<float>& in, std::size_t tokens, int threads) {
-  const WeightMatrix& first = *products.begin()->matrix;
+  // A file may mix float and quantized matrices sharing an input: quantized for any that wants it
+  // (the float kernels read the floats, which stay).
+  const bool quantize = std::any_of(products.begin(), products.end(), [](const Product& product) {
+    return kernels::llm_format_quantized(product.matrix->packed->format);
+  });
   kernels::LlmInput input;
-  kernels::prepare_llm_input(in.data(), tokens, first.columns, kernels::llm_format_quantized(first.packed->format),
-                             input);
+  kernels::prepare_llm_input(in.data(), tokens, products.begin()->matrix->columns, quantize, input);
   struct Task {
     const Product* product;
     std::size_t first_panel, panel_count;

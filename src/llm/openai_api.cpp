@@ -23,6 +23,7 @@ constexpr std::size_t kMaxChoices = 64;  // prompts times n, per request
 constexpr std::size_t kMaxStops = 4;     // OpenAI's
 constexpr std::size_t kMaxStopBytes = 256;
 constexpr std::size_t kMaxMessages = 4096;
+constexpr std::size_t kMaxLogitBias = 300;  // OpenAI's limit
 
 http::Response api_error(int status, std::string_view message, std::string_view param = {},
                          std::string_view code = {}) {
@@ -46,21 +47,36 @@ struct Refusal {
   std::string message, param, code;
 };
 
-// Text that is valid UTF-8: each invalid byte becomes U+FFFD (JSON strings must be UTF-8; a
-// token may be part of a character).
+// The length of the UTF-8 character at `at`, or 0 when its bytes are not one (Unicode's table
+// 3-7: no overlong forms, no surrogates, nothing past U+10FFFF).
+std::size_t utf8_character(std::string_view text, std::size_t at) {
+  auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[at + i]); };
+  unsigned char lead = byte(0);
+  if (lead < 0x80) return 1;
+  std::size_t length = lead >= 0xC2 && lead <= 0xDF   ? 2
+                       : lead >= 0xE0 && lead <= 0xEF ? 3
+                       : lead >= 0xF0 && lead <= 0xF4 ? 4
+                                                      : 0;
+  if (length == 0 || at + length > text.size()) return 0;
+  unsigned char low = 0x80, high = 0xBF;  // the second byte's range
+  if (lead == 0xE0) low = 0xA0;
+  if (lead == 0xED) high = 0x9F;
+  if (lead == 0xF0) low = 0x90;
+  if (lead == 0xF4) high = 0x8F;
+  if (byte(1) < low || byte(1) > high) return 0;
+  for (std::size_t i = 2; i < length; ++i) {
+    if ((byte(i) & 0xC0) != 0x80) return 0;
+  }
+  return length;
+}
+
+// Text that is valid UTF-8: each byte that does not begin a valid character becomes U+FFFD (JSON
+// strings must be UTF-8; a token may be part of a character).
 std::string valid_utf8(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {
-    auto byte = static_cast<unsigned char>(text[i]);
-    std::size_t length = byte < 0x80             ? 1
-                         : (byte & 0xE0) == 0xC0 ? 2
-                         : (byte & 0xF0) == 0xE0 ? 3
-                         : (byte & 0xF8) == 0xF0 ? 4
-                                                 : 0;
-    bool valid = length > 0 && i + length <= text.size() && !(length == 2 && byte < 0xC2);
-    for (std::size_t k = 1; valid && k < length; ++k) valid = (static_cast<unsigned char>(text[i + k]) & 0xC0) == 0x80;
-    if (valid) {
+    if (std::size_t length = utf8_character(text, i); length > 0) {
       out.append(text.substr(i, length));
       i += length;
     } else {
@@ -95,7 +111,10 @@ struct Ask {
 
 class Parser {
  public:
-  Parser(const std::vector<ServedLlm>& models, bool chat) : models_(models) { ask_.chat = chat; }
+  Parser(const std::vector<ServedLlm>& models, const std::vector<std::size_t>& max_token_bytes, bool chat)
+      : models_(models), max_token_bytes_(max_token_bytes) {
+    ask_.chat = chat;
+  }
 
   std::optional<Refusal> parse(std::string_view body) {
     simdjson::padded_string padded(body);
@@ -232,6 +251,9 @@ class Parser {
       simdjson::dom::object biases;
       if (at("logit_bias").get(biases) != simdjson::SUCCESS) return bad("logit_bias", "'logit_bias' must be an object");
       const std::size_t vocabulary = ask_.model->engine->model().config().vocabulary;
+      if (biases.size() > kMaxLogitBias) {
+        return bad("logit_bias", fmt::format("'logit_bias' may hold at most {} tokens", kMaxLogitBias));
+      }
       for (auto field : biases) {
         std::int64_t token = -1;
         auto [end, error] = std::from_chars(field.key.data(), field.key.data() + field.key.size(), token);
@@ -239,6 +261,9 @@ class Parser {
         if (error != std::errc() || end != field.key.data() + field.key.size() || token < 0 ||
             static_cast<std::size_t>(token) >= vocabulary || !bias) {
           return bad("logit_bias", "'logit_bias' maps token ids of the vocabulary to numbers from -100 to 100");
+        }
+        for (const auto& [seen, _] : sampling.logit_bias) {
+          if (seen == token) return bad("logit_bias", fmt::format("'logit_bias' names token {} twice", token));
         }
         sampling.logit_bias.emplace_back(static_cast<std::int32_t>(token), static_cast<float>(*bias));
       }
@@ -287,6 +312,7 @@ class Parser {
       return std::nullopt;
     };
     if (value.get(text) == simdjson::SUCCESS) {
+      if (auto refused = too_long(text.size())) return refused;
       ask_.prompts.push_back(tokenizer.encode(text, true, true));
     } else {
       simdjson::dom::array list;
@@ -300,6 +326,7 @@ class Parser {
         for (element item : list) {
           simdjson::dom::array tokens;
           if (item.get(text) == simdjson::SUCCESS) {
+            if (auto refused = too_long(text.size())) return refused;
             ask_.prompts.push_back(tokenizer.encode(text, true, true));
           } else if (item.get(tokens) == simdjson::SUCCESS) {
             if (auto refused = add_tokens(tokens)) return refused;
@@ -345,6 +372,9 @@ class Parser {
       }
       chat.push_back(std::move(message));
     }
+    std::size_t bytes = 0;
+    for (const auto& message : chat) bytes += message.content.size();
+    if (auto refused = too_long(bytes)) return refused;
     const Engine& engine = *ask_.model->engine;
     auto rendered = render_chat(engine.model().file(), engine.tokenizer(), chat, true);
     if (!rendered.ok()) return bad("messages", rendered.status().message());
@@ -370,7 +400,18 @@ class Parser {
     return std::nullopt;
   }
 
+  // A text of more bytes than this cannot fit the context: refused before it is tokenized.
+  std::optional<Refusal> too_long(std::size_t bytes) {
+    const std::size_t index = static_cast<std::size_t>(ask_.model - models_.data());
+    const std::size_t context = ask_.model->engine->context();
+    if (bytes / std::max<std::size_t>(max_token_bytes_[index], 1) < context) return std::nullopt;
+    return Refusal{
+        400, fmt::format("the prompt's {} bytes are more tokens than the model's context of {} holds", bytes, context),
+        ask_.chat ? "messages" : "prompt", "context_length_exceeded"};
+  }
+
   const std::vector<ServedLlm>& models_;
+  const std::vector<std::size_t>& max_token_bytes_;
   simdjson::dom::parser parser_;
   simdjson::dom::object object_;
   Ask ask_;
@@ -396,8 +437,13 @@ struct Job : std::enable_shared_from_this<Job> {
   std::vector<Choice> choices;
   std::size_t remaining = 0, prompt_tokens = 0, completion_tokens = 0;
   std::string failure;
+  int failure_status = 500;
   std::shared_ptr<http::ResponseStream> stream;
-  std::string pending;  // stream chunks written before the stream started
+  std::string pending;     // stream chunks written before the stream started
+  bool abandoned = false;  // the stream refused a chunk: its client left or stopped reading
+
+  // Whether the client has gone (under the mutex): its generations stop.
+  bool gone() const { return abandoned || (stream ? stream->client_gone() : client_gone()); }
 
   const Tokenizer& tokenizer() const { return ask.model->engine->tokenizer(); }
 
@@ -498,7 +544,7 @@ struct Job : std::enable_shared_from_this<Job> {
 
   void emit(std::string event) {  // under the mutex
     if (stream) {
-      stream->write(std::move(event));
+      abandoned = abandoned || !stream->write(std::move(event));
     } else {
       pending += event;
     }
@@ -516,7 +562,7 @@ struct Job : std::enable_shared_from_this<Job> {
       std::size_t count = choice.tokens.size();
       emit(chunk(index, event.text, ask.logprobs ? count - 1 : 0, ask.logprobs ? count : 0, {}));
     }
-    return !client_gone();
+    return !gone();
   }
 
   void on_finish(std::size_t index, const GenerationResult& result) {
@@ -525,7 +571,12 @@ struct Job : std::enable_shared_from_this<Job> {
     choice.text += result.text;
     choice.finish_reason = std::string(finish_reason_name(result.reason));
     completion_tokens += result.completion_tokens;
-    if (result.reason == FinishReason::kError) failure = result.error;
+    // An error, or a cancellation the server made (its drain deadline), is the request's answer; a
+    // cancellation for a client that left answers nobody.
+    if (result.reason == FinishReason::kError || (result.reason == FinishReason::kCancelled && !result.error.empty())) {
+      failure = result.error;
+      failure_status = result.reason == FinishReason::kError ? 500 : 503;
+    }
     if (ask.stream) {
       if (!result.text.empty()) emit(chunk(index, result.text, 0, 0, {}));
       if (result.reason == FinishReason::kStop || result.reason == FinishReason::kLength) {
@@ -535,7 +586,7 @@ struct Job : std::enable_shared_from_this<Job> {
     if (--remaining > 0) return;
     if (ask.stream) {
       if (!failure.empty()) {
-        emit("data: " + api_error(500, failure).body + "\n\n");
+        emit("data: " + api_error(failure_status, failure).body + "\n\n");
       } else if (ask.include_usage) {
         JsonWriter json;
         begin_chunk(json);
@@ -548,7 +599,7 @@ struct Job : std::enable_shared_from_this<Job> {
       if (stream) stream->finish();
       return;
     }
-    http::Response response = failure.empty() ? answer() : api_error(500, failure);
+    http::Response response = failure.empty() ? answer() : api_error(failure_status, failure);
     lock.unlock();
     respond(std::move(response));
   }
@@ -612,7 +663,24 @@ void list_models(const std::vector<ServedLlm>& models, std::string_view only, co
 
 }  // namespace
 
-OpenAiApi::OpenAiApi(std::vector<ServedLlm> models) : models_(std::move(models)) {}
+OpenAiApi::OpenAiApi(std::vector<ServedLlm> models) : models_(std::move(models)) {
+  for (const auto& model : models_) {
+    const Tokenizer& tokenizer = model.engine->tokenizer();
+    std::size_t longest = 1;
+    for (std::size_t token = 0; token < tokenizer.size(); ++token) {
+      longest = std::max(longest, tokenizer.piece(static_cast<std::int32_t>(token), true).size());
+    }
+    max_token_bytes_.push_back(longest);
+  }
+}
+
+void OpenAiApi::cancel_all(const std::string& reason) const {
+  for (const auto& model : models_) model.engine->cancel_all(reason);
+}
+
+void OpenAiApi::shutdown() const {
+  for (const auto& model : models_) model.engine->shutdown();
+}
 
 void OpenAiApi::handle(const http::Request& request, http::Respond respond) const {
   const std::string_view path = request.path;
@@ -626,7 +694,7 @@ void OpenAiApi::handle(const http::Request& request, http::Respond respond) cons
                                       " (this server has /v1/models, /v1/completions and /v1/chat/completions)"));
   }
   if (request.method != "POST") return respond(api_error(405, "use POST for " + std::string(path)));
-  Parser parser(models_, chat);
+  Parser parser(models_, max_token_bytes_, chat);
   if (auto refused = parser.parse(request.body)) {
     return respond(api_error(refused->status, refused->message, refused->param, refused->code));
   }
@@ -642,9 +710,7 @@ void OpenAiApi::handle(const http::Request& request, http::Respond respond) cons
   job->remaining = job->choices.size();
   Engine& engine = *ask.model->engine;
   for (const auto& prompt : ask.prompts) job->prompt_tokens += prompt.size();
-  // Submitted under the job's lock, so no answer goes out before every choice is queued (or a
-  // refusal has been decided).
-  std::unique_lock lock(job->mutex);
+  std::vector<GenerationRequest> generations;
   for (std::size_t index = 0; index < job->choices.size(); ++index) {
     GenerationRequest generation;
     generation.prompt = ask.prompts[index / ask.n];
@@ -655,17 +721,23 @@ void OpenAiApi::handle(const http::Request& request, http::Respond respond) cons
     generation.ignore_eos = ask.ignore_eos;
     generation.on_token = [job, index](const GenerationEvent& event) { return job->on_token(index, event); };
     generation.on_finish = [job, index](const GenerationResult& result) { job->on_finish(index, result); };
-    Status submitted = engine.submit(std::move(generation));
-    if (!submitted.ok()) {
-      // Choices already queued finish as cancelled, into a job nobody answers.
-      job->remaining = SIZE_MAX;
-      job->client_gone = [] { return true; };
-      int status = submitted.code() == StatusCode::kResourceExhausted ? 429 : 400;
-      lock.unlock();
-      http::Response refused = api_error(status, submitted.message());
-      if (status == 429) refused.headers.emplace_back("Retry-After", "1");
-      return respond(std::move(refused));
-    }
+    generation.cancelled = [job] {
+      std::lock_guard lock(job->mutex);
+      return job->gone();
+    };
+    generations.push_back(std::move(generation));
+  }
+  // Submitted under the job's lock, so no answer goes out before every choice is queued; all
+  // choices are queued or none.
+  std::unique_lock lock(job->mutex);
+  if (Status submitted = engine.submit(std::move(generations)); !submitted.ok()) {
+    lock.unlock();
+    int status = submitted.code() == StatusCode::kResourceExhausted ? 429
+                 : submitted.code() == StatusCode::kUnavailable     ? 503
+                                                                    : 400;
+    http::Response refused = api_error(status, submitted.message());
+    if (status != 400) refused.headers.emplace_back("Retry-After", "1");
+    return respond(std::move(refused));
   }
   if (!ask.stream) return;
   http::Response response{200, "text/event-stream", {}, {{"Cache-Control", "no-cache"}}, {}};

@@ -187,66 +187,6 @@ Status set_tokenizer(const TestModelShape& shape, GgufWriter& writer) {
   return Status::ok_status();
 }
 
-// `values` (whole rows of whole blocks) in `type`'s bytes.
-Result<std::vector<std::byte>> encode(const std::vector<float>& values, TensorType type) {
-  std::vector<std::byte> bytes;
-  auto append = [&](const void* data, std::size_t size) {
-    const auto* first = static_cast<const std::byte*>(data);
-    bytes.insert(bytes.end(), first, first + size);
-  };
-  switch (type) {
-    case TensorType::kF32:
-      append(values.data(), values.size() * sizeof(float));
-      return bytes;
-    case TensorType::kF16:
-    case TensorType::kBF16:
-      for (float value : values) {
-        std::uint16_t bits = type == TensorType::kF16 ? kernels::float_to_half(value)
-                                                      : kernels::QuantizedTreesView::float_to_bf16(value);
-        append(&bits, 2);
-      }
-      return bytes;
-    case TensorType::kQ8_0: {
-      std::vector<kernels::BlockQ8_0> blocks(values.size() / kernels::kQuantBlock);
-      kernels::quantize_q8_0(values, blocks);
-      append(blocks.data(), blocks.size() * sizeof(blocks[0]));
-      return bytes;
-    }
-    case TensorType::kQ4_0: {
-      std::vector<kernels::BlockQ4_0> blocks(values.size() / kernels::kQuantBlock);
-      kernels::quantize_q4_0(values, blocks);
-      append(blocks.data(), blocks.size() * sizeof(blocks[0]));
-      return bytes;
-    }
-    case TensorType::kQ4_K: {
-      std::vector<kernels::BlockQ4_K> blocks(values.size() / kernels::kSuperBlock);
-      kernels::quantize_q4_k(values, blocks);
-      append(blocks.data(), blocks.size() * sizeof(blocks[0]));
-      return bytes;
-    }
-    default:
-      return invalid_argument("make-test-model writes F32, F16, BF16, Q8_0, Q4_0 or Q4_K");
-  }
-}
-
-// ggml's general.file_type for a model whose matrices are all `type`.
-std::uint32_t file_type(TensorType type) {
-  switch (type) {
-    case TensorType::kF16:
-      return 1;
-    case TensorType::kQ4_0:
-      return 2;
-    case TensorType::kQ8_0:
-      return 7;
-    case TensorType::kQ4_K:
-      return 15;  // Q4_K_M's number; every matrix here is Q4_K
-    case TensorType::kBF16:
-      return 32;
-    default:
-      return 0;
-  }
-}
-
 }  // namespace
 
 Status write_test_model(const TestModelShape& shape, TensorType type, std::uint64_t seed, const std::string& path) {
@@ -273,7 +213,7 @@ Status write_test_model(const TestModelShape& shape, TensorType type, std::uint6
   GgufWriter writer;
   writer.set("general.architecture", GgufValue::string("llama"));
   writer.set("general.name", GgufValue::string("slipway test model"));
-  writer.set("general.file_type", GgufValue::u32(file_type(type)));
+  writer.set("general.file_type", GgufValue::u32(gguf_file_type(type)));
   if (info->block_elements > 1) writer.set("general.quantization_version", GgufValue::u32(2));
   writer.set("llama.context_length", GgufValue::u32(static_cast<std::uint32_t>(shape.context)));
   writer.set("llama.embedding_length", GgufValue::u32(static_cast<std::uint32_t>(shape.embedding)));
@@ -293,7 +233,7 @@ Status write_test_model(const TestModelShape& shape, TensorType type, std::uint6
     std::normal_distribution<float> normal(0.0f, scale / std::sqrt(static_cast<float>(columns)));
     std::vector<float> values(rows * columns);
     for (float& value : values) value = normal(random);
-    SLIPWAY_ASSIGN_OR_RETURN(auto bytes, encode(values, type));
+    SLIPWAY_ASSIGN_OR_RETURN(auto bytes, encode_tensor(values, type));
     return writer.add_tensor(name, {columns, rows}, type, std::move(bytes));
   };
   auto norm = [&](const std::string& name) -> Status {

@@ -30,11 +30,15 @@ std::vector<llm::ServedLlm> load_registered_llms(registry::Registry& registry, c
     std::string path = registry.artifacts().path_for(version->bundle_sha256);
     if (!is_gguf_artifact(path)) continue;
     auto loaded = [&]() -> Result<std::shared_ptr<llm::Engine>> {
-      SLIPWAY_ASSIGN_OR_RETURN(auto file, llm::GgufFile::open(path));
-      SLIPWAY_ASSIGN_OR_RETURN(auto tokenizer, llm::Tokenizer::from_gguf(file));
-      SLIPWAY_ASSIGN_OR_RETURN(auto model, llm::LlamaModel::from_file(std::move(file)));
-      SLIPWAY_ASSIGN_OR_RETURN(auto engine, llm::Engine::start(std::move(model), std::move(tokenizer), options));
-      return std::shared_ptr<llm::Engine>(std::move(engine));
+      try {  // a model too large for memory fails alone, not the server
+        SLIPWAY_ASSIGN_OR_RETURN(auto file, llm::GgufFile::open(path));
+        SLIPWAY_ASSIGN_OR_RETURN(auto tokenizer, llm::Tokenizer::from_gguf(file));
+        SLIPWAY_ASSIGN_OR_RETURN(auto model, llm::LlamaModel::from_file(std::move(file)));
+        SLIPWAY_ASSIGN_OR_RETURN(auto engine, llm::Engine::start(std::move(model), std::move(tokenizer), options));
+        return std::shared_ptr<llm::Engine>(std::move(engine));
+      } catch (const std::bad_alloc&) {
+        return resource_exhausted("not enough memory to load it");
+      }
     }();
     if (!loaded.ok()) {
       log_error(fmt::format("LLM '{}' version {} cannot be served: {}", summary.name, version->version,

@@ -38,6 +38,7 @@ Server::~Server() {
   // before the HTTP server goes: a queued request holds its connection's session.
   state_->service.stop_batching();
   state_->service.stop_deadlines();
+  if (state_->llms) state_->llms->shutdown();
   state_->http.reset();
 }
 
@@ -82,7 +83,10 @@ Result<std::unique_ptr<Server>> Server::start(registry::Registry& registry, cons
 
   http::ServerOptions transport = options.http;
   // Queued batch requests are answered 503 while the event loop that writes them still runs.
-  transport.on_drain_deadline = [&service] { service.stop_batching(); };
+  transport.on_drain_deadline = [&service, llms = state->llms] {
+    service.stop_batching();
+    if (llms) llms->cancel_all("the server is shutting down");
+  };
   transport.on_hangup = nullptr;
   if (options.on_hangup) {
     transport.on_hangup = [&service, on_hangup = options.on_hangup] { on_hangup(service); };

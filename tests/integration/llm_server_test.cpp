@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "support/test_support.h"
 
@@ -140,6 +141,78 @@ TEST_F(LlmServer, AStreamEndsWithDoneAndUsage) {
   EXPECT_NE(streamed.body.find(R"("delta":{"role":"assistant","content":"")"), std::string::npos) << streamed.body;
   EXPECT_NE(streamed.body.find(R"("choices":[],"usage":{"prompt_tokens")"), std::string::npos) << streamed.body;
   EXPECT_TRUE(streamed.body.ends_with("data: [DONE]\n\n")) << streamed.body;
+}
+
+// SIGTERM with a generation running: it is answered (503, "shutting down") at the drain
+// deadline, and the server exits cleanly.
+TEST(LlmServerShutdown, AGenerationRunningAtTheDrainDeadlineIsAnswered) {
+  TempDir dir;
+  std::string model = dir.file("long.gguf");
+  ASSERT_EQ(run_command({slipway_binary(), "llm", "make-test-model", model, "--context", "16384"}).exit_code, 0);
+  ChildProcess server({slipway_binary(), "--json", "llm", "serve", model, "--port", "0", "--ctx", "16384"});
+  std::string first_line = server.read_line(20000);
+  auto at = first_line.find("\"port\":");
+  ASSERT_NE(at, std::string::npos) << first_line;
+  int port = std::stoi(first_line.substr(at + 7));
+  HttpResult answer;
+  std::thread client([&] {
+    answer = http_request(port, "POST", "/v1/completions",
+                          R"({"model":"long","prompt":"hello","max_tokens":16000,"ignore_eos":true})");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  server.signal(SIGTERM);
+  client.join();
+  EXPECT_EQ(server.wait(), 0);
+  EXPECT_EQ(answer.status, 503) << answer.body;
+  EXPECT_NE(answer.body.find("shutting down"), std::string::npos) << answer.body;
+}
+
+// A GGUF imported into the registry is served by `slipway serve` under /v1 with the predict
+// role, beside (not through) the v2 protocol.
+TEST(RegisteredLlm, ImportedGgufIsServedUnderV1WithAuthRoles) {
+  TempDir home;
+  std::string model = home.file("tiny.gguf");
+  ASSERT_EQ(run_command({slipway_binary(), "llm", "make-test-model", model, "--type", "q4_0"}).exit_code, 0);
+  auto imported =
+      run_command({slipway_binary(), "--home", home.path(), "--json", "import", "gguf", model, "--register", "chat"});
+  ASSERT_EQ(imported.exit_code, 0) << imported.err;
+  EXPECT_NE(imported.out.find(R"("task":"text generation")"), std::string::npos) << imported.out;
+  EXPECT_NE(imported.out.find(R"("version":1)"), std::string::npos) << imported.out;
+  // Refused before anything is stored: not GGUF, a bundle-only flag, a junk name.
+  write_text(home.file("junk.gguf"), "GGUF....");
+  auto junk = run_command(
+      {slipway_binary(), "--home", home.path(), "import", "gguf", home.file("junk.gguf"), "--register", "x"});
+  EXPECT_EQ(junk.exit_code, 1);
+  EXPECT_NE(junk.err.find("junk.gguf"), std::string::npos) << junk.err;
+  EXPECT_EQ(run_command({slipway_binary(), "--home", home.path(), "import", "gguf", model, "--out", home.file("b")})
+                .exit_code,
+            1);
+  EXPECT_EQ(
+      run_command({slipway_binary(), "--home", home.path(), "import", "gguf", model, "--register", "../bad"}).exit_code,
+      1);
+  auto token = run_command({slipway_binary(), "--home", home.path(), "token", "create", "app", "--role", "predict"});
+  ASSERT_EQ(token.exit_code, 0) << token.err;
+  std::string secret = token.out.substr(0, token.out.find('\n'));
+  ChildProcess server({slipway_binary(), "--home", home.path(), "--json", "serve", "--port", "0", "--auth"});
+  std::string first_line = server.read_line(20000);
+  auto at = first_line.find("\"port\":");
+  ASSERT_NE(at, std::string::npos) << first_line;
+  int port = std::stoi(first_line.substr(at + 7));
+  std::vector<std::pair<std::string, std::string>> auth = {{"Authorization", "Bearer " + secret}};
+  EXPECT_EQ(http_request(port, "GET", "/v1/models").status, 401);
+  auto models = http_request(port, "GET", "/v1/models", "", auth);
+  EXPECT_EQ(models.status, 200);
+  EXPECT_NE(models.body.find(R"("id":"chat")"), std::string::npos) << models.body;
+  auto chat = http_request(port, "POST", "/v1/chat/completions",
+                           R"({"model":"chat","messages":[{"role":"user","content":"hi"}],"max_tokens":4})", auth);
+  EXPECT_EQ(chat.status, 200) << chat.body;
+  EXPECT_NE(chat.body.find(R"("object":"chat.completion")"), std::string::npos) << chat.body;
+  // v2 tells the caller where the model is served.
+  auto v2 = http_request(port, "POST", "/v2/models/chat/infer", R"({"inputs":[]})", auth);
+  EXPECT_GE(v2.status, 400);
+  EXPECT_NE(v2.body.find("/v1"), std::string::npos) << v2.body;
+  server.signal(SIGTERM);
+  EXPECT_EQ(server.wait(), 0);
 }
 
 }  // namespace

@@ -205,6 +205,57 @@ TEST_F(EngineTest, StoppingCancelsWhatRunsAndWaits) {
   EXPECT_EQ(waiting.get().result.reason, FinishReason::kCancelled);
 }
 
+TEST_F(EngineTest, CancelAllAnswersEveryRequestWithTheReasonAndTheEngineGoesOn) {
+  EngineOptions options;
+  options.parallel = 1;
+  auto engine = start(options);
+  std::future<Outcome> running = generate(*engine, greedy("hello", 400)),
+                       waiting = generate(*engine, greedy("world", 400));
+  engine->cancel_all("draining");
+  for (auto* outcome : {&running, &waiting}) {
+    GenerationResult result = outcome->get().result;
+    EXPECT_EQ(result.reason, FinishReason::kCancelled);
+    EXPECT_EQ(result.error, "draining");
+  }
+  EXPECT_EQ(generate(*engine, greedy("again", 3)).get().result.reason, FinishReason::kLength);
+  engine->shutdown();
+  EXPECT_EQ(engine->submit(greedy("late", 3)).code(), StatusCode::kUnavailable);
+}
+
+TEST_F(EngineTest, ARequestWhoseClientLeftIsNotRun) {
+  EngineOptions options;
+  options.parallel = 1;
+  auto engine = start(options);
+  GenerationRequest request = greedy("hello", 50);
+  request.cancelled = [] { return true; };
+  Outcome outcome = generate(*engine, request).get();
+  EXPECT_EQ(outcome.result.reason, FinishReason::kCancelled);
+  EXPECT_TRUE(outcome.tokens.empty());
+  EXPECT_EQ(engine->stats().generated_tokens, 0u);
+}
+
+TEST_F(EngineTest, ChoicesAreQueuedAllOrNone) {
+  EngineOptions options;
+  options.parallel = 1;
+  options.max_waiting = 3;
+  auto engine = start(options);
+  std::vector<GenerationRequest> four(4, greedy("hello", 2));
+  EXPECT_EQ(engine->submit(std::move(four)).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(engine->stats().waiting, 0u);
+  std::vector<GenerationRequest> three(3, greedy("hello", 2));
+  EXPECT_TRUE(engine->submit(std::move(three)).ok());
+}
+
+TEST_F(EngineTest, ACacheLargerThanAllowedIsRefusedByName) {
+  EngineOptions options;
+  options.parallel = 64;
+  options.max_cache_bytes = 1 << 20;
+  auto engine = Engine::start(loaded_.model, loaded_.tokenizer, options);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(engine.status().message().find("--ctx"), std::string::npos) << engine.status().message();
+}
+
 TEST_F(EngineTest, MetricsCountTokensAndLatencies) {
   auto engine = start();
   generate(*engine, greedy("hello", 5)).get();

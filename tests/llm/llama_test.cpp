@@ -175,6 +175,49 @@ TEST(LlamaForward, GreedyTokensEqualLlamaCpps) {
   }
 }
 
+// A file may give matrices that share an input different types (q in F16, k and v in Q8_0): the
+// input is quantized for those that want it, and the logits are the numpy reference's.
+TEST(LlamaForward, MatricesOfMixedTypesShareAnInput) {
+  testing::TempDir dir;
+  std::string f16 = dir.file("f16.gguf"), mixed = dir.file("mixed.gguf");
+  ASSERT_TRUE(write_test_model(TestModelShape{}, TensorType::kF16, 42, f16).ok());
+  auto file = GgufFile::open(f16);
+  ASSERT_TRUE(file.ok());
+  GgufWriter writer;
+  for (const auto& [key, value] : file->metadata()) writer.set(key, value);
+  for (const auto& tensor : file->tensors()) {
+    auto bytes = file->data(tensor);
+    bool requantize = tensor.name.find("attn_k") != std::string::npos ||
+                      tensor.name.find("attn_v") != std::string::npos ||
+                      tensor.name.find("ffn_up") != std::string::npos;
+    if (!requantize) {
+      ASSERT_TRUE(writer.add_tensor(tensor.name, tensor.dims, tensor.type, {bytes.begin(), bytes.end()}).ok());
+      continue;
+    }
+    WeightMatrix matrix{tensor.type, tensor.dims[1], tensor.dims[0], bytes, nullptr};
+    std::vector<float> values(matrix.rows * matrix.columns);
+    for (std::size_t r = 0; r < matrix.rows; ++r) dequantize_row(matrix, r, values.data() + r * matrix.columns);
+    auto encoded = encode_tensor(values, TensorType::kQ8_0);
+    ASSERT_TRUE(encoded.ok());
+    ASSERT_TRUE(writer.add_tensor(tensor.name, tensor.dims, TensorType::kQ8_0, std::move(*encoded)).ok());
+  }
+  ASSERT_TRUE(writer.write(mixed).ok());
+  auto model = LlamaModel::open(mixed);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  std::vector<float> logits = prompt_logits(**model, prompt(), 1);
+  auto expected = reference_logits(mixed, prompt());
+  double largest = 0;
+  for (const auto& row : expected) {
+    for (double value : row) largest = std::max(largest, std::abs(value));
+  }
+  const std::size_t vocabulary = (*model)->config().vocabulary;
+  for (std::size_t position = 0; position < expected.size(); ++position) {
+    for (std::size_t token = 0; token < vocabulary; ++token) {
+      ASSERT_NEAR(logits[position * vocabulary + token], expected[position][token], 1e-4 * largest);
+    }
+  }
+}
+
 TEST(LlamaForward, RefusesBadModelsAndInputs) {
   testing::TempDir dir;
   TestModelShape shape;
