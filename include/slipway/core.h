@@ -142,6 +142,8 @@ class Sha256 {
 
 std::string sha256_hex(std::span<const std::byte> bytes);
 std::string sha256_hex(std::string_view text);
+// Equal strings, compared in time that depends only on their lengths (secrets: tokens, keys).
+bool constant_time_equal(std::string_view left, std::string_view right);
 std::string to_hex(std::span<const std::uint8_t> bytes);
 // Hex digest of a file's bytes, streamed.
 Result<std::string> sha256_file(const std::string& path);

@@ -415,6 +415,9 @@ void dequantize_q4_0(std::span<const BlockQ4_0> blocks, std::span<float> values)
 // searches for a step that lowers the error a little further, so its bytes may differ from
 // these while dequantization, value for value, is the same.
 void quantize_q4_k(std::span<const float> values, std::span<BlockQ4_K> blocks);
+// Sub-block j's (0-7) 6-bit step and offset multipliers from a Q4_K block's packed `scales`, as
+// ggml's get_scale_min_k4 unpacks them.
+void unpack_q4_k_scale_min(std::size_t j, const std::uint8_t* packed, std::uint8_t& scale, std::uint8_t& min);
 void dequantize_q4_k(std::span<const BlockQ4_K> blocks, std::span<float> values);
 
 // ---------------------------------------------------------------------------------------------

@@ -562,7 +562,7 @@ class OpenAiApi {
   explicit OpenAiApi(std::vector<ServedLlm> models);
   // A request under /v1, answered once: at once (errors, /v1/models) or from the engine's thread.
   // A generation stops when its client disconnects.
-  void handle(const http::Request& request, http::Respond respond) const;
+  void handle(const http::Request& request, const http::Respond& respond) const;
   // Each engine's metrics, labelled by model.
   std::string metrics_text() const;
   // Engine::cancel_all and Engine::shutdown on every model: a server calls them at its drain

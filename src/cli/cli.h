@@ -238,8 +238,9 @@ struct ServeOptions {
   int max_connections = 0;  // 0: from the open-file limit
   // Request bodies in flight, each counted at kV2BodyMemoryFactor times its size; 0: 1,024 MiB.
   std::size_t max_request_memory_mb = 0;
-  bool lazy = false;  // load models on their first request instead of at start
-  bool auth = false;  // require bearer tokens
+  bool lazy = false;       // load models on their first request instead of at start
+  bool auth = false;       // require bearer tokens
+  llm::EngineOptions llm;  // each registered LLM's engine
 };
 int run_serve(const GlobalOptions& global, const ServeOptions& options, const ServingConfigFlags& defaults);
 // Shows the model's stored serving configuration, or stores the keys given (`reset`: replacing it).

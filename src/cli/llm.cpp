@@ -121,16 +121,6 @@ struct LlmServingAddress : CommandResult {
   }
 };
 
-// Equal strings of equal length, in time that depends only on the length.
-bool constant_time_equal(std::string_view left, std::string_view right) {
-  if (left.size() != right.size()) return false;
-  unsigned char difference = 0;
-  for (std::size_t index = 0; index < left.size(); ++index) {
-    difference |= static_cast<unsigned char>(left[index] ^ right[index]);
-  }
-  return difference == 0;
-}
-
 http::Response unauthorized() {
   return http::Response{401,
                         "application/json",
@@ -208,16 +198,16 @@ int run_llm_serve(const GlobalOptions& global, const LlmServeFlags& flags) {
                                  return request.method == "POST" ? http::Execution::kWorker
                                                                  : http::Execution::kEventLoop;
                                },
-                               [api, authorized](const http::Request& request, http::Respond respond) {
+                               [api, authorized](const http::Request& request, const http::Respond& respond) {
                                  if (!authorized(request)) return respond(unauthorized());
-                                 api->handle(request, std::move(respond));
+                                 api->handle(request, respond);
                                }});
   routes.push_back(
-      http::Route{"/metrics", nullptr, [api, authorized](const http::Request& request, http::Respond respond) {
+      http::Route{"/metrics", nullptr, [api, authorized](const http::Request& request, const http::Respond& respond) {
                     if (!authorized(request)) return respond(unauthorized());
                     respond(http::Response{200, "text/plain; version=0.0.4", api->metrics_text(), {}, {}});
                   }});
-  routes.push_back(http::Route{"/health", nullptr, [](const http::Request&, http::Respond respond) {
+  routes.push_back(http::Route{"/health", nullptr, [](const http::Request&, const http::Respond& respond) {
                                  respond(http::Response{200, "application/json", R"({"status":"ok"})", {}, {}});
                                }});
   http::ServerOptions options;

@@ -213,6 +213,7 @@ int run_serve(const GlobalOptions& global, const ServeOptions& flags, const Serv
   options.service.fallback_cache_bytes = flags.fallback_cache_bytes;
   options.service.memory_budget_bytes = flags.memory_budget_mb << 20;
   options.service.require_auth = flags.auth;
+  options.llm = flags.llm;
   auto store = open_workspace(global, WorkspaceAccess::kReadOnly);
   if (!store.ok()) return fail(store.status());
   options.service.request_log_directory =

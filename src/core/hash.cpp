@@ -47,6 +47,15 @@ std::string sha256_hex(std::span<const std::byte> bytes) {
 
 std::string sha256_hex(std::string_view text) { return sha256_hex(std::as_bytes(std::span(text.data(), text.size()))); }
 
+bool constant_time_equal(std::string_view left, std::string_view right) {
+  if (left.size() != right.size()) return false;
+  unsigned char difference = 0;
+  for (std::size_t index = 0; index < left.size(); ++index) {
+    difference |= static_cast<unsigned char>(left[index] ^ right[index]);
+  }
+  return difference == 0;
+}
+
 Result<std::string> sha256_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return io_error("cannot open '" + path + "' for reading");

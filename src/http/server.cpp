@@ -255,7 +255,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void answer(Response response) {
-    if (response.start_stream) return start_stream(std::move(response));
+    if (response.start_stream) return start_stream(response);
     write(std::move(response), keep_alive(), true);
   }
 
@@ -334,7 +334,7 @@ class Session : public std::enable_shared_from_this<Session> {
     int fd_;
   };
 
-  void start_stream(Response response) {
+  void start_stream(const Response& response) {
     auto header = std::make_shared<bhttp::response<bhttp::empty_body>>(static_cast<bhttp::status>(response.status),
                                                                        request_.version());
     header->set(bhttp::field::server, "slipway");

@@ -76,17 +76,6 @@ void place_nibbles(const std::uint8_t* codes, std::size_t row, std::uint8_t* rec
   }
 }
 
-// Sub-block j's 6-bit multipliers of a Q4_K block (quant_blocks.cpp packs them the same way).
-void q4_k_scale_min(std::size_t j, const std::uint8_t* packed, std::uint8_t& scale, std::uint8_t& min) {
-  if (j < 4) {
-    scale = packed[j] & 63;
-    min = packed[j + 4] & 63;
-  } else {
-    scale = static_cast<std::uint8_t>((packed[j + 4] & 0x0F) | ((packed[j - 4] >> 6) << 4));
-    min = static_cast<std::uint8_t>((packed[j + 4] >> 4) | ((packed[j] >> 6) << 4));
-  }
-}
-
 // Places block `b` (of `blocks` per row) of one row, as the file holds it, into its panel.
 void pack_block(LlmWeightFormat format, const std::byte* source, std::size_t row, std::byte* panel_start, std::size_t b,
                 std::size_t blocks) {
@@ -130,8 +119,8 @@ void pack_block(LlmWeightFormat format, const std::byte* source, std::size_t row
       std::memcpy(record + kQ4KScaleOffset + row * 2, &block.scale, 2);
       std::memcpy(record + kQ4KMinScaleOffset + row * 2, &block.min_scale, 2);
       for (std::size_t j = 0; j < kSuperBlock / kQuantBlock; ++j) {
-        q4_k_scale_min(j, block.scales, record[kQ4KMultipliersOffset + j * kPanelRows + row],
-                       record[kQ4KOffsetsOffset + j * kPanelRows + row]);
+        unpack_q4_k_scale_min(j, block.scales, record[kQ4KMultipliersOffset + j * kPanelRows + row],
+                              record[kQ4KOffsetsOffset + j * kPanelRows + row]);
         std::uint8_t codes[kQuantBlock];
         const std::uint8_t* nibbles = block.nibbles + (j / 2) * kQuantBlock;
         for (std::size_t l = 0; l < kQuantBlock; ++l) codes[l] = j % 2 == 0 ? nibbles[l] & 0x0F : nibbles[l] >> 4;
@@ -284,7 +273,7 @@ void add_weighted_values_scalar(const float* weights, std::size_t count, const f
 
 bool always() { return true; }
 
-const LlmKernelVariant kLlmVariants[] = {
+constexpr LlmKernelVariant kLlmVariants[] = {
     {"scalar", always, product_scalar, quantize_input_scalar, block_scores_scalar, add_weighted_values_scalar},
     {"avx2", cpu_has_avx2_f16c, llm_product_avx2, quantize_input_scalar, llm_block_scores_avx2,
      llm_add_weighted_values_avx2},

@@ -11,6 +11,7 @@
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -31,7 +32,10 @@ std::int32_t four_inputs(const std::int8_t* x) {
 
 bool cpu_has_avx2_f16c() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  // F16C is read from CPUID (leaf 1, ECX): not every compiler's __builtin_cpu_supports names it.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
 bool cpu_has_avx512_vnni_f16c() {
@@ -58,9 +62,11 @@ SLIPWAY_TILE_TARGET inline Floats zero_floats() { return _mm512_setzero_ps(); }
 SLIPWAY_TILE_TARGET inline Ints zero_ints() { return _mm512_setzero_si512(); }
 SLIPWAY_TILE_TARGET inline Floats broadcast(float value) { return _mm512_set1_ps(value); }
 SLIPWAY_TILE_TARGET inline Ints broadcast_int(std::int32_t value) { return _mm512_set1_epi32(value); }
-SLIPWAY_TILE_TARGET inline Floats fma_(Floats a, Floats b, Floats c) { return _mm512_fmadd_ps(a, b, c); }
-SLIPWAY_TILE_TARGET inline Floats fnma_(Floats a, Floats b, Floats c) { return _mm512_fnmadd_ps(a, b, c); }
-SLIPWAY_TILE_TARGET inline Floats mul_(Floats a, Floats b) { return _mm512_mul_ps(a, b); }
+SLIPWAY_TILE_TARGET inline Floats fused_multiply_add(Floats a, Floats b, Floats c) { return _mm512_fmadd_ps(a, b, c); }
+SLIPWAY_TILE_TARGET inline Floats negated_multiply_add(Floats a, Floats b, Floats c) {
+  return _mm512_fnmadd_ps(a, b, c);
+}
+SLIPWAY_TILE_TARGET inline Floats multiply(Floats a, Floats b) { return _mm512_mul_ps(a, b); }
 SLIPWAY_TILE_TARGET inline Floats to_floats(Ints value) { return _mm512_cvtepi32_ps(value); }
 SLIPWAY_TILE_TARGET inline Ints sub_ints(Ints a, Ints b) { return _mm512_sub_epi32(a, b); }
 SLIPWAY_TILE_TARGET inline Ints mul_ints(Ints a, Ints b) { return _mm512_mullo_epi32(a, b); }
@@ -133,13 +139,13 @@ SLIPWAY_TILE_TARGET inline Floats broadcast(float value) { return {_mm256_set1_p
 SLIPWAY_TILE_TARGET inline Ints broadcast_int(std::int32_t value) {
   return {_mm256_set1_epi32(value), _mm256_set1_epi32(value)};
 }
-SLIPWAY_TILE_TARGET inline Floats fma_(Floats a, Floats b, Floats c) {
+SLIPWAY_TILE_TARGET inline Floats fused_multiply_add(Floats a, Floats b, Floats c) {
   return {_mm256_fmadd_ps(a.low, b.low, c.low), _mm256_fmadd_ps(a.high, b.high, c.high)};
 }
-SLIPWAY_TILE_TARGET inline Floats fnma_(Floats a, Floats b, Floats c) {
+SLIPWAY_TILE_TARGET inline Floats negated_multiply_add(Floats a, Floats b, Floats c) {
   return {_mm256_fnmadd_ps(a.low, b.low, c.low), _mm256_fnmadd_ps(a.high, b.high, c.high)};
 }
-SLIPWAY_TILE_TARGET inline Floats mul_(Floats a, Floats b) {
+SLIPWAY_TILE_TARGET inline Floats multiply(Floats a, Floats b) {
   return {_mm256_mul_ps(a.low, b.low), _mm256_mul_ps(a.high, b.high)};
 }
 SLIPWAY_TILE_TARGET inline Floats to_floats(Ints value) {

@@ -102,12 +102,10 @@ void dequantize_q4_0(std::span<const BlockQ4_0> blocks, std::span<float> values)
   }
 }
 
-namespace {
-
 // Sub-block j's 6-bit step and offset multipliers, as ggml's get_scale_min_k4 unpacks them: the
 // first four pairs in the low six bits of bytes 0-3 and 4-7, the last four split between the
 // nibbles of bytes 8-11 and the top two bits of bytes 0-7.
-void unpack_scale_min(std::size_t j, const std::uint8_t* packed, std::uint8_t& scale, std::uint8_t& min) {
+void unpack_q4_k_scale_min(std::size_t j, const std::uint8_t* packed, std::uint8_t& scale, std::uint8_t& min) {
   if (j < 4) {
     scale = packed[j] & 63;
     min = packed[j + 4] & 63;
@@ -116,6 +114,8 @@ void unpack_scale_min(std::size_t j, const std::uint8_t* packed, std::uint8_t& s
     min = static_cast<std::uint8_t>((packed[j + 4] >> 4) | ((packed[j] >> 6) << 4));
   }
 }
+
+namespace {
 
 void pack_scale_min(std::size_t j, std::uint8_t scale, std::uint8_t min, std::uint8_t* packed) {
   if (j < 4) {
@@ -163,7 +163,7 @@ void quantize_q4_k(std::span<const float> values, std::span<BlockQ4_K> blocks) {
     std::uint8_t levels[kSuperBlock];
     for (std::size_t j = 0; j < kSubBlocks; ++j) {
       std::uint8_t scale = 0, min = 0;
-      unpack_scale_min(j, out.scales, scale, min);
+      unpack_q4_k_scale_min(j, out.scales, scale, min);
       float step = d * scale, offset = dmin * min;
       for (std::size_t l = 0; l < kQuantBlock; ++l) {
         float level = step > 0.0f ? std::nearbyint((x[j * kQuantBlock + l] + offset) / step) : 0.0f;
@@ -187,9 +187,9 @@ void dequantize_q4_k(std::span<const BlockQ4_K> blocks, std::span<float> values)
     float* out = values.data() + block * kSuperBlock;
     for (std::size_t chunk = 0; chunk < kSuperBlock / 64; ++chunk) {
       std::uint8_t scale = 0, min = 0;
-      unpack_scale_min(2 * chunk, in.scales, scale, min);
+      unpack_q4_k_scale_min(2 * chunk, in.scales, scale, min);
       float low_step = d * scale, low_offset = dmin * min;
-      unpack_scale_min(2 * chunk + 1, in.scales, scale, min);
+      unpack_q4_k_scale_min(2 * chunk + 1, in.scales, scale, min);
       float high_step = d * scale, high_offset = dmin * min;
       const std::uint8_t* nibbles = in.nibbles + chunk * 32;
       for (std::size_t l = 0; l < kQuantBlock; ++l) {

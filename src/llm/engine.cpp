@@ -208,6 +208,8 @@ struct Engine::State {
         ++it;
       }
     }
+    std::lock_guard lock(mutex);
+    running_count = running.size();
   }
 
   // One step: each decoding sequence's last token, and prompt tokens up to the chunk, through one
@@ -334,9 +336,9 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
   if (chosen.parallel == 0 || chosen.parallel > 1024) return invalid_argument("parallel must be between 1 and 1024");
   if (chosen.prompt_chunk == 0) chosen.prompt_chunk = 512;
   // The cache is allocated whole: its size is checked (in long double, so no product overflows).
-  const long double positions = static_cast<long double>(chosen.parallel) *
-                                static_cast<long double>((chosen.context + kKvBlockTokens - 1) / kKvBlockTokens) *
-                                kKvBlockTokens;
+  const std::size_t blocks_per_sequence = (chosen.context + kKvBlockTokens - 1) / kKvBlockTokens;
+  const long double positions =
+      static_cast<long double>(chosen.parallel) * static_cast<long double>(blocks_per_sequence * kKvBlockTokens);
   const long double bytes = positions * static_cast<long double>(config.layers) * 2 *
                             static_cast<long double>(config.kv_heads * config.head_dim) * sizeof(float);
   if (bytes > static_cast<long double>(chosen.max_cache_bytes)) {

@@ -630,8 +630,8 @@ struct Job : std::enable_shared_from_this<Job> {
 
 std::string request_id(std::string_view prefix) {
   static std::atomic<std::uint64_t> counter{0};
-  static const std::uint64_t salt = std::random_device{}() * 0x9E3779B97F4A7C15ULL;
-  return fmt::format("{}{:016x}{:08x}", prefix, salt, counter.fetch_add(1));
+  static const std::uint64_t kSalt = std::random_device{}() * 0x9E3779B97F4A7C15ULL;
+  return fmt::format("{}{:016x}{:08x}", prefix, kSalt, counter.fetch_add(1));
 }
 
 void list_models(const std::vector<ServedLlm>& models, std::string_view only, const http::Respond& respond) {
@@ -682,7 +682,7 @@ void OpenAiApi::shutdown() const {
   for (const auto& model : models_) model.engine->shutdown();
 }
 
-void OpenAiApi::handle(const http::Request& request, http::Respond respond) const {
+void OpenAiApi::handle(const http::Request& request, const http::Respond& respond) const {
   const std::string_view path = request.path;
   if (path == "/v1/models" || path.starts_with("/v1/models/")) {
     if (request.method != "GET") return respond(api_error(405, "use GET for " + std::string(path)));

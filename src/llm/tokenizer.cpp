@@ -372,7 +372,7 @@ struct ByteCharacters {
 };
 
 const ByteCharacters& byte_characters() {
-  static const ByteCharacters table = [] {
+  static const ByteCharacters kTable = [] {
     ByteCharacters characters;
     characters.byte.fill(-1);
     std::uint32_t next_extra = 0x100;
@@ -384,7 +384,7 @@ const ByteCharacters& byte_characters() {
     }
     return characters;
   }();
-  return table;
+  return kTable;
 }
 
 // A byte-level BPE token's bytes: each character's byte; a character outside GPT-2's map passes
@@ -435,7 +435,8 @@ constexpr std::string_view kEndOfGenerationTexts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
     "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
     "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",  // DeepSeek's, in full-width bars
+    // DeepSeek's, in full-width bars; split so that "e" is not read as a hex digit of \x9c.
+    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",  // NOLINT(bugprone-suspicious-missing-comma)
 };
 // clang-format on
 

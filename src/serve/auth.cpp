@@ -25,16 +25,6 @@ std::string_view role_name(Role role) {
   }
 }
 
-// Equal strings of equal length, in time that depends only on the length.
-bool constant_time_equal(std::string_view left, std::string_view right) {
-  if (left.size() != right.size()) return false;
-  unsigned char difference = 0;
-  for (std::size_t index = 0; index < left.size(); ++index) {
-    difference |= static_cast<unsigned char>(left[index] ^ right[index]);
-  }
-  return difference == 0;
-}
-
 }  // namespace
 
 Role role_required(const std::vector<std::string_view>& segments) {

@@ -390,7 +390,7 @@ struct StreamingRoute {
   Route route(int count, std::chrono::milliseconds pause) {
     return Route{"/stream", nullptr, [this, count, pause](const Request&, const Respond& respond) {
                    Response response{200, "text/event-stream", {}, {}};
-                   response.start_stream = [this, count, pause](std::shared_ptr<ResponseStream> stream) {
+                   response.start_stream = [this, count, pause](const std::shared_ptr<ResponseStream>& stream) {
                      std::lock_guard lock(mutex);
                      producers.emplace_back([this, stream, count, pause] {
                        for (int i = 0; i < count; ++i) {

@@ -86,8 +86,8 @@ std::vector<float> run(const LlmKernelVariant& variant, const LlmPackedMatrix& p
   return out;
 }
 
-const LlmWeightFormat kFormats[] = {LlmWeightFormat::kF32,  LlmWeightFormat::kF16,  LlmWeightFormat::kBF16,
-                                    LlmWeightFormat::kQ8_0, LlmWeightFormat::kQ4_0, LlmWeightFormat::kQ4_K};
+constexpr LlmWeightFormat kFormats[] = {LlmWeightFormat::kF32,  LlmWeightFormat::kF16,  LlmWeightFormat::kBF16,
+                                        LlmWeightFormat::kQ8_0, LlmWeightFormat::kQ4_0, LlmWeightFormat::kQ4_K};
 
 class LlmProduct : public ::testing::TestWithParam<LlmWeightFormat> {};
 

@@ -108,6 +108,7 @@ TEST_F(EngineTest, GreedyTokensEqualAPlainLoopAloneAndBesideOtherSequences) {
   EXPECT_EQ(alone.result.prompt_tokens, request.prompt.size());
   // Six at once on four sequences: batched with other prompts and other positions, and queued.
   std::vector<std::future<Outcome>> running;
+  running.reserve(6);
   for (int i = 0; i < 6; ++i) running.push_back(generate(*engine, i % 2 == 0 ? request : greedy("a b c d e f g", 30)));
   for (int i = 0; i < 6; ++i) {
     Outcome outcome = running[static_cast<std::size_t>(i)].get();

@@ -103,7 +103,9 @@ Tokens encode_with(const GgufWriter& writer, std::string_view text) {
 
 // Texts in many scripts, with the spacing and punctuation the pre-tokenizers treat specially.
 const std::vector<std::string>& multilingual_texts() {
-  static const std::vector<std::string> texts = {
+  // Literals split where a hex escape would run into the next letter.
+  // NOLINTBEGIN(bugprone-suspicious-missing-comma)
+  static const std::vector<std::string> kTexts = {
       "Hello world",
       "hello world, the model is serving data that it trained on.",
       "  leading spaces,  double  spaces and a trailing one ",
@@ -124,7 +126,8 @@ const std::vector<std::string>& multilingual_texts() {
       "it's don't WE'RE they'll I'd you've 'quoted'",
       "x=1;  y = [2, 3]...\t{\"key\": \"<value>\"}",
   };
-  return texts;
+  // NOLINTEND(bugprone-suspicious-missing-comma)
+  return kTexts;
 }
 
 // ---------------------------------------------------------------------------------------------
