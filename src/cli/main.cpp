@@ -596,6 +596,12 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       ->capture_default_str();
   make_test_model->add_flag("--tied", test_model.shape.tied_output, "Share the token embedding as the output matrix");
   make_test_model->add_option("--seed", test_model.seed)->capture_default_str();
+  make_test_model
+      ->add_option(
+          "--tokenizer", test_model.shape.tokenizer,
+          "llama (SentencePiece), gpt2 (byte-level BPE) or llama3 (BPE with Llama-3's chat tokens and template)")
+      ->check(CLI::IsMember({"llama", "gpt2", "llama3"}))
+      ->capture_default_str();
   LlmBenchFlags bench_flags;
   auto* llm_bench = llm_command->add_subcommand(
       "bench", "Prompt (pp) and generation (tg) tokens per second, as llama-bench measures them, with the roofline");
