@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "kernels/dense_kernels_x86.h"
+#include "kernels/variant_choice.h"
 #include "slipway/core.h"
 #include "slipway/kernels.h"
 
@@ -389,17 +390,8 @@ void quantize_rows(std::span<const float> in, std::size_t rows, std::size_t dept
 std::span<const DenseKernelVariant> dense_kernel_variants() { return kVariants; }
 
 const DenseKernelVariant& dense_kernel() {
-  static const DenseKernelVariant& chosen = []() -> const DenseKernelVariant& {
-    const char* requested = std::getenv("SLIPWAY_DENSE_KERNEL");
-    std::string_view name = requested == nullptr ? "" : requested;
-    for (const auto& variant : kVariants) {
-      if (variant.name == name && variant.supported()) return variant;
-    }
-    for (auto variant = std::rbegin(kVariants); variant != std::rend(kVariants); ++variant) {
-      if (variant->supported()) return *variant;
-    }
-    return kVariants[0];
-  }();
+  static const DenseKernelVariant& chosen =
+      choose_variant(std::span<const DenseKernelVariant>(kVariants), "SLIPWAY_DENSE_KERNEL");
   return chosen;
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "kernels/llm_kernels_x86.h"
+#include "kernels/variant_choice.h"
 #include "slipway/core.h"
 #include "slipway/kernels.h"
 
@@ -324,17 +325,8 @@ void prepare_llm_input(const float* values, std::size_t tokens, std::size_t colu
 std::span<const LlmKernelVariant> llm_kernel_variants() { return kLlmVariants; }
 
 const LlmKernelVariant& llm_kernel() {
-  static const LlmKernelVariant& chosen = []() -> const LlmKernelVariant& {
-    const char* requested = std::getenv("SLIPWAY_LLM_KERNEL");
-    std::string_view name = requested == nullptr ? "" : requested;
-    for (const auto& variant : kLlmVariants) {
-      if (variant.name == name && variant.supported()) return variant;
-    }
-    for (auto variant = std::rbegin(kLlmVariants); variant != std::rend(kLlmVariants); ++variant) {
-      if (variant->supported()) return *variant;
-    }
-    return kLlmVariants[0];
-  }();
+  static const LlmKernelVariant& chosen =
+      choose_variant(std::span<const LlmKernelVariant>(kLlmVariants), "SLIPWAY_LLM_KERNEL");
   return chosen;
 }
 
