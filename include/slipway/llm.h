@@ -336,8 +336,12 @@ struct BatchToken {
 // A sequence's tokens must come in position order and continue it: each position at most the
 // sequence's filled length so far (re-running earlier positions overwrites them), never leaving a
 // gap whose keys another sequence may have left in a recycled block. The whole batch is checked
-// before anything runs; on an error the cache is as it was, but for blocks reserved. Products are
-// split over `threads` (0: all cores); the results do not depend on it.
+// before anything runs; on an error the cache is as it was, but for blocks reserved. The work is
+// split over the team's threads; the results do not depend on how many.
+Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchToken> batch,
+               const std::vector<bool>& wants_logits, std::vector<float>& logits, ThreadTeam& team);
+// The same on a team of `threads` (0: all cores) started for this one call: for a run of calls,
+// keep a team.
 Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchToken> batch,
                const std::vector<bool>& wants_logits, std::vector<float>& logits, int threads = 0);
 

@@ -5,6 +5,10 @@
 #include <mutex>
 #include <thread>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "slipway/core.h"
 
 namespace slipway {
@@ -106,6 +110,96 @@ void parallel_for(std::size_t task_count, int thread_count, const std::function<
   std::unique_lock lock(state->mutex);
   state->closed = true;
   state->done.wait(lock, [&] { return state->active_helpers == 0; });
+}
+
+// ---------------------------------------------------------------------------------------------
+// ThreadTeam.
+
+namespace {
+
+void cpu_relax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+
+// How long a team's idle thread spins before it sleeps: long enough to span the gaps between a
+// forward pass's loops and between its tokens, short enough that an idle server sleeps.
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(1000);
+
+}  // namespace
+
+ThreadTeam::ThreadTeam(int threads) {
+  if (threads <= 0) threads = default_thread_count();
+  workers_.reserve(static_cast<std::size_t>(threads - 1));
+  for (int index = 1; index < threads; ++index) workers_.emplace_back([this] { work(); });
+}
+
+ThreadTeam::~ThreadTeam() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    generation_.fetch_add(1);  // ends the spinning threads' wait too
+  }
+  wake_.notify_all();
+  for (auto& worker : workers_) worker.join();
+}
+
+void ThreadTeam::drain() {
+  for (std::size_t index = next_.fetch_add(1); index < task_count_; index = next_.fetch_add(1)) (*task_)(index);
+}
+
+void ThreadTeam::run(std::size_t task_count, const std::function<void(std::size_t)>& task) {
+  if (workers_.empty() || task_count <= 1) {
+    for (std::size_t index = 0; index < task_count; ++index) task(index);
+    return;
+  }
+  task_ = &task;
+  task_count_ = task_count;
+  next_.store(0);
+  working_.store(static_cast<int>(workers_.size()));
+  // Sequentially consistent, paired with the sleeper's increment of sleeping_ before it reads the
+  // generation: either the sleeper sees the new loop or this sees the sleeper and wakes it.
+  generation_.fetch_add(1);
+  if (sleeping_.load() > 0) {
+    std::lock_guard lock(mutex_);
+    wake_.notify_all();
+  }
+  drain();
+  // Yielding now and then lets a team thread that shares this core (more threads than cores, or
+  // a busy machine) finish its task instead of waiting out this thread's time slice.
+  for (unsigned spins = 1; working_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins % 64 == 0) {
+      std::this_thread::yield();
+    } else {
+      cpu_relax();
+    }
+  }
+}
+
+void ThreadTeam::work() {
+  std::uint64_t seen = 0;
+  while (true) {
+    auto spin_until = std::chrono::steady_clock::now() + kSpinBeforeSleep;
+    for (unsigned spins = 1; generation_.load(std::memory_order_acquire) == seen; ++spins) {
+      if (spins % 64 != 0) {
+        cpu_relax();
+        continue;
+      }
+      std::this_thread::yield();
+      if (std::chrono::steady_clock::now() > spin_until) {
+        std::unique_lock lock(mutex_);
+        sleeping_.fetch_add(1);
+        wake_.wait(lock, [&] { return stopping_ || generation_.load() != seen; });
+        sleeping_.fetch_sub(1);
+        break;
+      }
+    }
+    if (stopping_) return;
+    seen = generation_.load(std::memory_order_acquire);
+    drain();
+    working_.fetch_sub(1, std::memory_order_release);
+  }
 }
 
 }  // namespace slipway

@@ -28,7 +28,7 @@ std::vector<BatchToken> random_tokens(const LlamaConfig& config, std::size_t cou
 }
 
 // Seconds for one run of the test: the prompt as one batch, or tokens decoded one by one.
-Result<double> run_once(const LlamaModel& model, bool prompt, std::size_t tokens, int threads) {
+Result<double> run_once(const LlamaModel& model, bool prompt, std::size_t tokens, ThreadTeam& team) {
   const LlamaConfig& config = model.config();
   KvCache cache(config, (tokens + kKvBlockTokens - 1) / kKvBlockTokens, 1);
   std::vector<float> logits;
@@ -37,11 +37,11 @@ Result<double> run_once(const LlamaModel& model, bool prompt, std::size_t tokens
   if (prompt) {
     std::vector<bool> wants(tokens, false);
     wants.back() = true;
-    SLIPWAY_RETURN_IF_ERROR(forward(model, cache, batch, wants, logits, threads));
+    SLIPWAY_RETURN_IF_ERROR(forward(model, cache, batch, wants, logits, team));
   } else {
     const std::vector<bool> wants = {true};
     for (const BatchToken& token : batch) {
-      SLIPWAY_RETURN_IF_ERROR(forward(model, cache, std::span(&token, 1), wants, logits, threads));
+      SLIPWAY_RETURN_IF_ERROR(forward(model, cache, std::span(&token, 1), wants, logits, team));
     }
   }
   return seconds_since(start);
@@ -63,13 +63,14 @@ Result<std::vector<LlmBenchFigure>> bench_model(const LlamaModel& model, const L
   }
   std::vector<LlmBenchFigure> figures;
   for (int threads : options.threads) {
+    ThreadTeam team(threads);
     for (bool prompt : {true, false}) {
       std::size_t tokens = prompt ? options.prompt_tokens : options.generated_tokens;
       if (tokens == 0) continue;
-      SLIPWAY_RETURN_IF_ERROR(run_once(model, prompt, tokens, threads).status());  // warm-up
+      SLIPWAY_RETURN_IF_ERROR(run_once(model, prompt, tokens, team).status());  // warm-up
       std::vector<double> rates;
       for (std::size_t repetition = 0; repetition < std::max<std::size_t>(1, options.repetitions); ++repetition) {
-        SLIPWAY_ASSIGN_OR_RETURN(double seconds, run_once(model, prompt, tokens, threads));
+        SLIPWAY_ASSIGN_OR_RETURN(double seconds, run_once(model, prompt, tokens, team));
         rates.push_back(static_cast<double>(tokens) / seconds);
       }
       double mean = std::accumulate(rates.begin(), rates.end(), 0.0) / static_cast<double>(rates.size());

@@ -112,6 +112,7 @@ struct Engine::State {
   Tokenizer tokenizer;
   EngineOptions options;
   KvCache cache;
+  ThreadTeam team;  // the forward pass's, used by the engine thread only
 
   mutable std::mutex mutex;
   std::condition_variable wake;
@@ -129,7 +130,8 @@ struct Engine::State {
         tokenizer(std::move(tokenizer_in)),
         options(options_in),
         cache(model->config(), options.parallel * ((options.context + kKvBlockTokens - 1) / kKvBlockTokens),
-              options.parallel) {}
+              options.parallel),
+        team(options.threads) {}
 
   void run() {
     std::vector<std::unique_ptr<Sequence>> running;
@@ -238,7 +240,7 @@ struct Engine::State {
       sequence->processed = end;
     }
     if (batch.empty()) return;
-    Status status = forward(*model, cache, batch, wants, logits, options.threads);
+    Status status = forward(*model, cache, batch, wants, logits, team);
     if (!status.ok()) {
       for (auto& sequence : running) finish(*sequence, FinishReason::kError, status.message());
       return;

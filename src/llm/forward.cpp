@@ -91,7 +91,8 @@ struct Product {
   std::vector<float>* out;
 };
 
-void multiply(std::initializer_list<Product> products, const std::vector<float>& in, std::size_t tokens, int threads) {
+void multiply(std::initializer_list<Product> products, const std::vector<float>& in, std::size_t tokens,
+              ThreadTeam& team) {
   // A file may mix float and quantized matrices sharing an input: quantized for any that wants it
   // (the float kernels read the floats, which stay).
   const bool quantize = std::any_of(products.begin(), products.end(), [](const Product& product) {
@@ -107,13 +108,13 @@ void multiply(std::initializer_list<Product> products, const std::vector<float>&
   for (const Product& product : products) {
     const kernels::LlmPackedMatrix& packed = *product.matrix->packed;
     product.out->resize(tokens * packed.rows);
-    std::size_t per_task = std::max<std::size_t>(1, packed.panels() / (4 * static_cast<std::size_t>(threads)));
+    std::size_t per_task = std::max<std::size_t>(1, packed.panels() / (4 * static_cast<std::size_t>(team.size())));
     for (std::size_t panel = 0; panel < packed.panels(); panel += per_task) {
       tasks.push_back({&product, panel, std::min(per_task, packed.panels() - panel)});
     }
   }
   const kernels::LlmProductKernel kernel = kernels::llm_kernel().product;
-  parallel_for(tasks.size(), threads, [&](std::size_t index) {
+  team.run(tasks.size(), [&](std::size_t index) {
     const Task& task = tasks[index];
     kernel(*task.product->matrix->packed, input, task.first_panel, task.panel_count, task.product->out->data());
   });
@@ -155,12 +156,11 @@ static_assert(kKvBlockTokens == kernels::kAttentionBlock);
 }  // namespace
 
 Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchToken> batch,
-               const std::vector<bool>& wants_logits, std::vector<float>& logits, int threads) {
+               const std::vector<bool>& wants_logits, std::vector<float>& logits, ThreadTeam& team) {
   const LlamaConfig& config = model.config();
   const std::size_t tokens = batch.size(), width = config.embedding;
   const std::size_t kv_width = config.kv_heads * config.head_dim, group = config.heads / config.kv_heads;
   if (wants_logits.size() != tokens) return invalid_argument("wants_logits must have one entry per token");
-  if (threads <= 0) threads = default_thread_count();
   // Checked whole first: where each sequence's filled length would reach, token by token.
   std::map<std::size_t, std::size_t> reach;
   for (const auto& item : batch) {
@@ -187,7 +187,7 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
   for (std::size_t index = 0; index < config.layers; ++index) {
     const LlamaModel::Layer& layer = model.layers()[index];
     rms_norm(x, layer.attention_norm, config.rms_epsilon, normed);
-    multiply({{&layer.query, &query}, {&layer.key, &key}, {&layer.value, &value}}, normed, tokens, threads);
+    multiply({{&layer.query, &query}, {&layer.key, &key}, {&layer.value, &value}}, normed, tokens, team);
     // Every key and value of the batch is stored before any token attends: a prompt's tokens see
     // each other (each only up to its own position).
     for (std::size_t t = 0; t < tokens; ++t) {
@@ -196,7 +196,7 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
       cache.store(batch[t].sequence, index, batch[t].position, key.data() + t * kv_width, value.data() + t * kv_width);
     }
     const kernels::LlmKernelVariant& variant = kernels::llm_kernel();
-    parallel_for(tokens * config.heads, threads, [&](std::size_t task) {
+    team.run(tokens * config.heads, [&](std::size_t task) {
       // Head by head, so one head's keys and values stay in cache while every token reads them.
       std::size_t head = task / tokens, t = task % tokens;
       const BatchToken& item = batch[t];
@@ -224,12 +224,12 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
                                     cache.values(item.sequence, index, b) + kv_offset, kv_width, config.head_dim, out);
       }
     });
-    multiply({{&layer.attention_output, &projected}}, attended, tokens, threads);
+    multiply({{&layer.attention_output, &projected}}, attended, tokens, team);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += projected[i];
     rms_norm(x, layer.ffn_norm, config.rms_epsilon, normed);
-    multiply({{&layer.gate, &gate}, {&layer.up, &up}}, normed, tokens, threads);
+    multiply({{&layer.gate, &gate}, {&layer.up, &up}}, normed, tokens, team);
     for (std::size_t i = 0; i < gate.size(); ++i) gate[i] = silu(gate[i]) * up[i];
-    multiply({{&layer.down, &projected}}, gate, tokens, threads);
+    multiply({{&layer.down, &projected}}, gate, tokens, team);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += projected[i];
   }
   for (const auto& [sequence, length] : reach) cache.set_filled(sequence, length);
@@ -243,8 +243,14 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
     ++wanted;
   }
   rms_norm(last, model.output_norm(), config.rms_epsilon, normed);
-  multiply({{&model.output(), &logits}}, normed, wanted, threads);
+  multiply({{&model.output(), &logits}}, normed, wanted, team);
   return {};
+}
+
+Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchToken> batch,
+               const std::vector<bool>& wants_logits, std::vector<float>& logits, int threads) {
+  ThreadTeam team(threads);
+  return forward(model, cache, batch, wants_logits, logits, team);
 }
 
 }  // namespace slipway::llm

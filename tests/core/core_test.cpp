@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <set>
+#include <thread>
 
 #include "slipway/core.h"
 #include "support/test_support.h"
@@ -105,6 +107,42 @@ TEST(Parallel, RunsEveryIndexOnce) {
   parallel_for(hits.size(), 4, [&](std::size_t index) { hits[index].fetch_add(1); });
   for (const auto& hit : hits) EXPECT_EQ(hit.load(), 1);
   parallel_for(0, 4, [&](std::size_t) { FAIL(); });
+}
+
+TEST(ThreadTeam, RunsEveryIndexOnceLoopAfterLoop) {
+  ThreadTeam team(3);
+  EXPECT_EQ(team.size(), 3);
+  std::vector<std::atomic<int>> hits(257);
+  for (int loop = 0; loop < 2000; ++loop) {
+    team.run(hits.size(), [&](std::size_t index) { hits[index].fetch_add(1); });
+  }
+  for (const auto& hit : hits) EXPECT_EQ(hit.load(), 2000);
+  team.run(0, [&](std::size_t) { FAIL(); });
+}
+
+TEST(ThreadTeam, WakesThreadsThatFellAsleep) {
+  ThreadTeam team(2);
+  std::atomic<int> total{0};
+  for (int loop = 0; loop < 3; ++loop) {
+    // Past the team's spinning time, so its thread sleeps and must be woken.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::set<std::thread::id> runners;
+    std::mutex mutex;
+    team.run(64, [&](std::size_t) {
+      total.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      std::lock_guard lock(mutex);
+      runners.insert(std::this_thread::get_id());
+    });
+    EXPECT_EQ(runners.size(), 2u) << "loop " << loop;
+  }
+  EXPECT_EQ(total.load(), 3 * 64);
+}
+
+TEST(ThreadTeam, OfOneRunsOnTheCaller) {
+  ThreadTeam team(1);
+  const auto caller = std::this_thread::get_id();
+  team.run(10, [&](std::size_t) { EXPECT_EQ(std::this_thread::get_id(), caller); });
 }
 
 TEST(RandomHex, HasRequestedLengthAndVaries) {
