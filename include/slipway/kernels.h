@@ -490,14 +490,30 @@ using LlmProductKernel = void (*)(const LlmPackedMatrix& matrix, const LlmInput&
 using LlmQuantizeInput = void (*)(const float* values, std::size_t blocks, std::int8_t* quantized, float* scales,
                                   std::int32_t* sums);
 
-// Attention over a block of kAttentionBlock cached positions. Scores: scores[i] = query . key_i,
-// the block's keys transposed ([head_dim][kAttentionBlock]), each summed in four chains of
-// every fourth dimension (fused multiply-adds, in order), then (c0 + c1) + (c2 + c3).
+// Attention over a block of kAttentionBlock cached positions, for up to kAttentionQueries queries
+// at once (a prompt's consecutive tokens: they share the block's loads).
 inline constexpr std::size_t kAttentionBlock = 16;
-using LlmBlockScores = void (*)(const float* query, const float* keys, std::size_t head_dim, float* scores);
-// Values: out[d] = fma(weights[i], values[i * stride + d], out[d]) for i < count, in order.
-using LlmAddWeightedValues = void (*)(const float* weights, std::size_t count, const float* values, std::size_t stride,
-                                      std::size_t head_dim, float* out);
+inline constexpr std::size_t kAttentionQueries = 4;
+// Scores: scores[q * score_stride + i] = query_q . key_i for q < query_count, query_q at
+// queries + q * query_stride and the block's keys transposed ([head_dim][kAttentionBlock]); each
+// dot product summed in four chains of every fourth dimension (fused multiply-adds, in order),
+// then (c0 + c1) + (c2 + c3).
+using LlmBlockScores = void (*)(const float* queries, std::size_t query_stride, std::size_t query_count,
+                                const float* keys, std::size_t head_dim, float* scores, std::size_t score_stride);
+// Softmax of scores[0, count) * scale, in place: x = s * scale; e = kernels::llm_exp(x - max x);
+// each e divided by the total, summed in 16 lanes (position mod 16, in order) whose halves are
+// then added (lane j + 8 to lane j, then j + 4, j + 2, j + 1). NaN scores weigh 0.
+using LlmSoftmax = void (*)(float* scores, std::size_t count, float scale);
+// Values: out_q[d] = fma(weights_q[i], values[i * value_stride + d], out_q[d]) for i < count, in
+// order, for q < query_count (weights_q = weights + q * weight_stride, out_q = out + q * out_stride).
+using LlmAddWeightedValues = void (*)(const float* weights, std::size_t weight_stride, std::size_t query_count,
+                                      std::size_t count, const float* values, std::size_t value_stride,
+                                      std::size_t head_dim, float* out, std::size_t out_stride);
+// exp(x) to within 2 ulp for x in [-87, 88]; 0 below -87 and for NaN. Every variant's softmax
+// computes it with these operations: n = nearbyint(x * log2(e)); r = fma(n, -ln2_hi, x),
+// r = fma(n, -ln2_lo, r); Cephes' degree-5 polynomial p(r) by fused multiply-adds;
+// (fma(p, r * r, r) + 1) * 2^n.
+float llm_exp(float x);
 
 struct LlmKernelVariant {
   std::string_view name;  // "scalar", "avx2" (AVX2, FMA, F16C), "avx512" (AVX-512F, BW, VL, VNNI)
@@ -505,6 +521,7 @@ struct LlmKernelVariant {
   LlmProductKernel product;
   LlmQuantizeInput quantize_input;  // the same bytes in every variant
   LlmBlockScores block_scores;      // and these the same bits
+  LlmSoftmax softmax;
   LlmAddWeightedValues add_weighted_values;
 };
 std::span<const LlmKernelVariant> llm_kernel_variants();

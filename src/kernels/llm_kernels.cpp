@@ -2,9 +2,11 @@
 // block, and the scalar reference product whose arithmetic the vector variants (in
 // llm_kernels_x86.cpp) follow bit for bit.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include "kernels/llm_kernels_x86.h"
 #include "kernels/variant_choice.h"
@@ -253,36 +255,76 @@ void quantize_input_scalar(const float* values, std::size_t blocks, std::int8_t*
   }
 }
 
-void block_scores_scalar(const float* query, const float* keys, std::size_t head_dim, float* scores) {
-  float chains[4][kAttentionBlock] = {};
-  for (std::size_t d = 0; d < head_dim; ++d) {
-    for (std::size_t i = 0; i < kAttentionBlock; ++i) {
-      chains[d % 4][i] = std::fma(query[d], keys[d * kAttentionBlock + i], chains[d % 4][i]);
+void block_scores_scalar(const float* queries, std::size_t query_stride, std::size_t query_count, const float* keys,
+                         std::size_t head_dim, float* scores, std::size_t score_stride) {
+  for (std::size_t q = 0; q < query_count; ++q) {
+    const float* query = queries + q * query_stride;
+    float chains[4][kAttentionBlock] = {};
+    for (std::size_t d = 0; d < head_dim; ++d) {
+      for (std::size_t i = 0; i < kAttentionBlock; ++i) {
+        chains[d % 4][i] = std::fma(query[d], keys[d * kAttentionBlock + i], chains[d % 4][i]);
+      }
     }
-  }
-  for (std::size_t i = 0; i < kAttentionBlock; ++i) {
-    scores[i] = (chains[0][i] + chains[1][i]) + (chains[2][i] + chains[3][i]);
+    for (std::size_t i = 0; i < kAttentionBlock; ++i) {
+      scores[q * score_stride + i] = (chains[0][i] + chains[1][i]) + (chains[2][i] + chains[3][i]);
+    }
   }
 }
 
-void add_weighted_values_scalar(const float* weights, std::size_t count, const float* values, std::size_t stride,
-                                std::size_t head_dim, float* out) {
-  for (std::size_t i = 0; i < count; ++i) {
-    for (std::size_t d = 0; d < head_dim; ++d) out[d] = std::fma(weights[i], values[i * stride + d], out[d]);
+void softmax_scalar(float* scores, std::size_t count, float scale) {
+  float largest = -INFINITY;
+  for (std::size_t p = 0; p < count; ++p) {
+    float x = scores[p] * scale;
+    largest = x > largest ? x : largest;  // NaN kept out, as the vector max does
+  }
+  float lanes[kAttentionBlock] = {};
+  for (std::size_t p = 0; p < count; ++p) {
+    scores[p] = llm_exp(scores[p] * scale - largest);
+    lanes[p % kAttentionBlock] += scores[p];
+  }
+  for (std::size_t width = kAttentionBlock / 2; width > 0; width /= 2) {
+    for (std::size_t j = 0; j < width; ++j) lanes[j] += lanes[j + width];
+  }
+  for (std::size_t p = 0; p < count; ++p) scores[p] /= lanes[0];
+}
+
+void add_weighted_values_scalar(const float* weights, std::size_t weight_stride, std::size_t query_count,
+                                std::size_t count, const float* values, std::size_t value_stride,
+                                std::size_t head_dim, float* out, std::size_t out_stride) {
+  for (std::size_t q = 0; q < query_count; ++q) {
+    for (std::size_t i = 0; i < count; ++i) {
+      for (std::size_t d = 0; d < head_dim; ++d) {
+        out[q * out_stride + d] = std::fma(weights[q * weight_stride + i], values[i * value_stride + d],
+                                           out[q * out_stride + d]);
+      }
+    }
   }
 }
 
 bool always() { return true; }
 
 constexpr LlmKernelVariant kLlmVariants[] = {
-    {"scalar", always, product_scalar, quantize_input_scalar, block_scores_scalar, add_weighted_values_scalar},
-    {"avx2", cpu_has_avx2_f16c, llm_product_avx2, quantize_input_scalar, llm_block_scores_avx2,
+    {"scalar", always, product_scalar, quantize_input_scalar, block_scores_scalar, softmax_scalar,
+     add_weighted_values_scalar},
+    {"avx2", cpu_has_avx2_f16c, llm_product_avx2, quantize_input_scalar, llm_block_scores_avx2, llm_softmax_avx2,
      llm_add_weighted_values_avx2},
     {"avx512", cpu_has_avx512_vnni_f16c, llm_product_avx512, llm_quantize_input_avx512, llm_block_scores_avx512,
-     llm_add_weighted_values_avx512},
+     llm_softmax_avx512, llm_add_weighted_values_avx512},
 };
 
 }  // namespace
+
+float llm_exp(float x) {
+  if (!(x >= kExpLowest)) return 0.0f;
+  x = std::min(x, kExpHighest);
+  float n = std::nearbyint(x * kLog2E);
+  float r = std::fma(n, -kLn2High, x);
+  r = std::fma(n, -kLn2Low, r);
+  float p = kExpPolynomial[0];
+  for (std::size_t k = 1; k < std::size(kExpPolynomial); ++k) p = std::fma(p, r, kExpPolynomial[k]);
+  float y = std::fma(p, r * r, r) + 1.0f;
+  return y * std::bit_cast<float>((static_cast<std::int32_t>(n) + 127) << 23);
+}
 
 LlmPackedMatrix pack_llm_matrix(LlmWeightFormat format, std::span<const std::byte> file_rows, std::size_t rows,
                                 std::size_t columns) {

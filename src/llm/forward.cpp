@@ -132,19 +132,102 @@ void rms_norm(const std::vector<float>& in, std::span<const float> weight, float
   }
 }
 
-// Rotates adjacent pairs (x[2i], x[2i+1]) of each head by position * base^(-2i / rope_dims), as
-// GGUF's Llama convention has it (checkpoints converted from rotate-half are permuted to it).
-void rotate(float* values, std::size_t heads, const LlamaConfig& config, std::size_t position) {
+// The rotary embedding's cosine and sine for each token's position and each pair of dimensions:
+// pair i turns by position * base^(-2i / rope_dims), as GGUF's Llama convention has it
+// (checkpoints converted from rotate-half are permuted to it). Computed once per pass, not per
+// layer.
+std::vector<float> rotations(std::span<const BatchToken> batch, const LlamaConfig& config) {
+  const std::size_t pairs = config.rope_dims / 2;
+  std::vector<double> frequencies(pairs);
+  for (std::size_t pair = 0; pair < pairs; ++pair) {
+    frequencies[pair] = std::pow(static_cast<double>(config.rope_base),
+                                 -2.0 * static_cast<double>(pair) / static_cast<double>(config.rope_dims));
+  }
+  std::vector<float> table(batch.size() * pairs * 2);
+  for (std::size_t t = 0; t < batch.size(); ++t) {
+    for (std::size_t pair = 0; pair < pairs; ++pair) {
+      double angle = static_cast<double>(batch[t].position) * frequencies[pair];
+      table[(t * pairs + pair) * 2] = static_cast<float>(std::cos(angle));
+      table[(t * pairs + pair) * 2 + 1] = static_cast<float>(std::sin(angle));
+    }
+  }
+  return table;
+}
+
+// Rotates the adjacent pairs (x[2i], x[2i+1]) of each head by one token's rotations.
+void rotate(float* values, std::size_t heads, const LlamaConfig& config, const float* rotation) {
   for (std::size_t pair = 0; pair < config.rope_dims / 2; ++pair) {
-    double angle = static_cast<double>(position) *
-                   std::pow(static_cast<double>(config.rope_base),
-                            -2.0 * static_cast<double>(pair) / static_cast<double>(config.rope_dims));
-    auto cosine = static_cast<float>(std::cos(angle)), sine = static_cast<float>(std::sin(angle));
+    const float cosine = rotation[2 * pair], sine = rotation[2 * pair + 1];
     for (std::size_t head = 0; head < heads; ++head) {
       float* x = values + head * config.head_dim + 2 * pair;
       float first = x[0], second = x[1];
       x[0] = first * cosine - second * sine;
       x[1] = first * sine + second * cosine;
+    }
+  }
+}
+
+// Runs of up to kAttentionQueries batch tokens of one sequence at consecutive positions (a
+// prompt's): they attend together, sharing the loads of each block of keys and values.
+struct QueryTile {
+  std::size_t first_token, count;
+};
+
+std::vector<QueryTile> query_tiles(std::span<const BatchToken> batch) {
+  std::vector<QueryTile> tiles;
+  for (std::size_t t = 0; t < batch.size(); ++t) {
+    if (!tiles.empty()) {
+      QueryTile& last = tiles.back();
+      const BatchToken& previous = batch[t - 1];
+      if (last.count < kernels::kAttentionQueries && batch[t].sequence == previous.sequence &&
+          batch[t].position == previous.position + 1) {
+        ++last.count;
+        continue;
+      }
+    }
+    tiles.push_back({t, 1});
+  }
+  return tiles;
+}
+
+// One head's attention for one tile of queries, into `out` (the tile's rows of the attended
+// values). Each query's arithmetic is what it would be alone: its scores, its softmax, and its
+// positions' values in order, the positions every query of the tile has first, then its own.
+void attend(const LlamaModel& model, const KvCache& cache, std::span<const BatchToken> batch, std::size_t layer,
+            std::size_t head, QueryTile tile, const std::vector<float>& query, float* out) {
+  const LlamaConfig& config = model.config();
+  const kernels::LlmKernelVariant& variant = kernels::llm_kernel();
+  const std::size_t width = config.embedding, kv_width = config.kv_heads * config.head_dim;
+  const std::size_t kv_offset = (head / (config.heads / config.kv_heads)) * config.head_dim;
+  const BatchToken& first = batch[tile.first_token];
+  const std::size_t shortest = first.position + 1, longest = shortest + tile.count - 1;
+  const std::size_t blocks = (longest + kKvBlockTokens - 1) / kKvBlockTokens, row = blocks * kKvBlockTokens;
+  std::vector<float> scores(tile.count * row);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    variant.block_scores(query.data() + tile.first_token * width + head * config.head_dim, width, tile.count,
+                         cache.keys(first.sequence, layer, b) + kv_offset * kKvBlockTokens, config.head_dim,
+                         scores.data() + b * kKvBlockTokens, row);
+  }
+  const float score_scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
+  for (std::size_t q = 0; q < tile.count; ++q) variant.softmax(scores.data() + q * row, shortest + q, score_scale);
+  for (std::size_t q = 0; q < tile.count; ++q) std::fill_n(out + q * width, config.head_dim, 0.0f);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const float* values = cache.values(first.sequence, layer, b) + kv_offset;
+    const std::size_t start = b * kKvBlockTokens;
+    auto in_block = [&](std::size_t positions) {
+      return std::min(kKvBlockTokens, positions - std::min(positions, start));
+    };
+    const std::size_t shared = in_block(shortest);
+    if (shared > 0) {
+      variant.add_weighted_values(scores.data() + start, row, tile.count, shared, values, kv_width, config.head_dim,
+                                  out, width);
+    }
+    for (std::size_t q = 0; q < tile.count; ++q) {
+      const std::size_t own = in_block(shortest + q);
+      if (own > shared) {
+        variant.add_weighted_values(scores.data() + q * row + start + shared, row, 1, own - shared,
+                                    values + shared * kv_width, kv_width, config.head_dim, out + q * width, width);
+      }
     }
   }
 }
@@ -159,7 +242,7 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
                const std::vector<bool>& wants_logits, std::vector<float>& logits, ThreadTeam& team) {
   const LlamaConfig& config = model.config();
   const std::size_t tokens = batch.size(), width = config.embedding;
-  const std::size_t kv_width = config.kv_heads * config.head_dim, group = config.heads / config.kv_heads;
+  const std::size_t kv_width = config.kv_heads * config.head_dim;
   if (wants_logits.size() != tokens) return invalid_argument("wants_logits must have one entry per token");
   // Checked whole first: where each sequence's filled length would reach, token by token.
   std::map<std::size_t, std::size_t> reach;
@@ -183,7 +266,9 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
   for (std::size_t t = 0; t < tokens; ++t) {
     dequantize_row(model.token_embedding(), static_cast<std::size_t>(batch[t].token), x.data() + t * width);
   }
-  const float score_scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
+  const std::vector<float> rotation = rotations(batch, config);
+  const std::size_t pairs = config.rope_dims / 2;
+  const std::vector<QueryTile> tiles = query_tiles(batch);
   for (std::size_t index = 0; index < config.layers; ++index) {
     const LlamaModel::Layer& layer = model.layers()[index];
     rms_norm(x, layer.attention_norm, config.rms_epsilon, normed);
@@ -191,38 +276,16 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
     // Every key and value of the batch is stored before any token attends: a prompt's tokens see
     // each other (each only up to its own position).
     for (std::size_t t = 0; t < tokens; ++t) {
-      rotate(query.data() + t * width, config.heads, config, batch[t].position);
-      rotate(key.data() + t * kv_width, config.kv_heads, config, batch[t].position);
+      rotate(query.data() + t * width, config.heads, config, rotation.data() + t * pairs * 2);
+      rotate(key.data() + t * kv_width, config.kv_heads, config, rotation.data() + t * pairs * 2);
       cache.store(batch[t].sequence, index, batch[t].position, key.data() + t * kv_width, value.data() + t * kv_width);
     }
-    const kernels::LlmKernelVariant& variant = kernels::llm_kernel();
-    team.run(tokens * config.heads, [&](std::size_t task) {
-      // Head by head, so one head's keys and values stay in cache while every token reads them.
-      std::size_t head = task / tokens, t = task % tokens;
-      const BatchToken& item = batch[t];
-      const float* q = query.data() + t * width + head * config.head_dim;
-      const std::size_t kv_offset = (head / group) * config.head_dim;
-      const std::size_t positions = item.position + 1, blocks = (positions + kKvBlockTokens - 1) / kKvBlockTokens;
-      std::vector<float> scores(blocks * kKvBlockTokens);
-      for (std::size_t b = 0; b < blocks; ++b) {
-        variant.block_scores(q, cache.keys(item.sequence, index, b) + kv_offset * kKvBlockTokens, config.head_dim,
-                             scores.data() + b * kKvBlockTokens);
-      }
-      float largest = -INFINITY;
-      for (std::size_t p = 0; p < positions; ++p) largest = std::max(largest, scores[p] * score_scale);
-      float total = 0.0f;
-      for (std::size_t p = 0; p < positions; ++p) {
-        scores[p] = std::exp(scores[p] * score_scale - largest);
-        total += scores[p];
-      }
-      for (std::size_t p = 0; p < positions; ++p) scores[p] /= total;
-      float* out = attended.data() + t * width + head * config.head_dim;
-      std::fill_n(out, config.head_dim, 0.0f);
-      for (std::size_t b = 0; b < blocks; ++b) {
-        variant.add_weighted_values(scores.data() + b * kKvBlockTokens,
-                                    std::min(kKvBlockTokens, positions - b * kKvBlockTokens),
-                                    cache.values(item.sequence, index, b) + kv_offset, kv_width, config.head_dim, out);
-      }
+    // Head by head, so one head's keys and values stay in cache while every tile reads them.
+    team.run(config.heads * tiles.size(), [&](std::size_t task) {
+      const std::size_t head = task / tiles.size();
+      const QueryTile& tile = tiles[task % tiles.size()];
+      attend(model, cache, batch, index, head, tile, query,
+             attended.data() + tile.first_token * width + head * config.head_dim);
     });
     multiply({{&layer.attention_output, &projected}}, attended, tokens, team);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += projected[i];

@@ -1,6 +1,7 @@
 // The LLM weight products: every variant against the scalar reference bit for bit, the reference
 // against a double-precision sum over the dequantized weights and inputs, and an output's
 // independence from the batch and the split of panels.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -228,38 +229,104 @@ TEST(LlmInput, EveryVariantQuantizesToTheReferencesBytes) {
   EXPECT_EQ(expected_q[15], -4);  // -0.5 * 127 / 15.5 = -4.097
 }
 
-TEST(LlmAttention, EveryVariantGivesTheReferencesBits) {
+void expect_same_bits(const std::vector<float>& got, const std::vector<float>& expected, const std::string& what) {
+  ASSERT_EQ(got.size(), expected.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(expected[i])) << what << " at " << i;
+  }
+}
+
+TEST(LlmAttention, EveryVariantGivesTheReferencesBitsForEveryTile) {
   std::mt19937 random(8);
   std::normal_distribution<float> normal(0.0f, 1.0f);
+  const LlmKernelVariant& reference = llm_kernel_variants()[0];
   for (std::size_t head_dim : {64, 128, 80, 7}) {
-    const std::size_t stride = head_dim * 3;  // values of other heads between one position's
-    std::vector<float> query(head_dim), keys(head_dim * kAttentionBlock), values(kAttentionBlock * stride);
-    std::vector<float> weights(kAttentionBlock), start(head_dim);
-    for (auto* vector : {&query, &keys, &values, &weights, &start}) {
-      for (float& value : *vector) value = normal(random);
-    }
-    std::vector<float> expected_scores(kAttentionBlock), expected_out = start;
-    const LlmKernelVariant& reference = llm_kernel_variants()[0];
-    reference.block_scores(query.data(), keys.data(), head_dim, expected_scores.data());
-    reference.add_weighted_values(weights.data(), 11, values.data(), stride, head_dim, expected_out.data());
-    double direct = 0;
-    for (std::size_t d = 0; d < head_dim; ++d) direct += static_cast<double>(query[d]) * keys[d * kAttentionBlock + 5];
-    EXPECT_NEAR(expected_scores[5], direct, 1e-4);
-    for (const auto& variant : llm_kernel_variants()) {
-      if (!variant.supported()) continue;
-      std::vector<float> scores(kAttentionBlock), out = start;
-      variant.block_scores(query.data(), keys.data(), head_dim, scores.data());
-      variant.add_weighted_values(weights.data(), 11, values.data(), stride, head_dim, out.data());
-      for (std::size_t i = 0; i < kAttentionBlock; ++i) {
-        ASSERT_EQ(std::bit_cast<std::uint32_t>(scores[i]), std::bit_cast<std::uint32_t>(expected_scores[i]))
-            << variant.name << " head_dim " << head_dim << " position " << i;
+    for (std::size_t queries = 1; queries <= 7; ++queries) {  // past kAttentionQueries too
+      const std::size_t query_stride = head_dim + 5, score_stride = 3 * kAttentionBlock;
+      const std::size_t value_stride = head_dim * 3;  // values of other heads between one position's
+      const std::size_t out_stride = head_dim + 3, count = 11;
+      std::vector<float> query(queries * query_stride), keys(head_dim * kAttentionBlock);
+      std::vector<float> values(kAttentionBlock * value_stride), start(queries * out_stride);
+      for (auto* vector : {&query, &keys, &values, &start}) {
+        for (float& value : *vector) value = normal(random);
       }
+      std::vector<float> expected_scores(queries * score_stride, 9.0f), expected_out = start;
+      reference.block_scores(query.data(), query_stride, queries, keys.data(), head_dim, expected_scores.data(),
+                             score_stride);
+      reference.add_weighted_values(expected_scores.data(), score_stride, queries, count, values.data(),
+                                    value_stride, head_dim, expected_out.data(), out_stride);
+      const std::size_t last = queries - 1;
+      double direct = 0, weighted = start[last * out_stride + 2];
       for (std::size_t d = 0; d < head_dim; ++d) {
-        ASSERT_EQ(std::bit_cast<std::uint32_t>(out[d]), std::bit_cast<std::uint32_t>(expected_out[d]))
-            << variant.name << " head_dim " << head_dim << " dimension " << d;
+        direct += static_cast<double>(query[last * query_stride + d]) * keys[d * kAttentionBlock + 5];
+      }
+      for (std::size_t i = 0; i < count; ++i) {
+        weighted += static_cast<double>(expected_scores[last * score_stride + i]) * values[i * value_stride + 2];
+      }
+      EXPECT_NEAR(expected_scores[last * score_stride + 5], direct, 1e-4);
+      EXPECT_NEAR(expected_out[last * out_stride + 2], weighted, 1e-3);
+      EXPECT_EQ(expected_scores[last * score_stride + kAttentionBlock], 9.0f) << "wrote past its 16 scores";
+      for (const auto& variant : llm_kernel_variants()) {
+        if (!variant.supported()) continue;
+        std::vector<float> scores(queries * score_stride, 9.0f), out = start;
+        variant.block_scores(query.data(), query_stride, queries, keys.data(), head_dim, scores.data(), score_stride);
+        variant.add_weighted_values(expected_scores.data(), score_stride, queries, count, values.data(),
+                                    value_stride, head_dim, out.data(), out_stride);
+        std::string what = fmt::format("{} head_dim {} queries {}", variant.name, head_dim, queries);
+        expect_same_bits(scores, expected_scores, what + " scores");
+        expect_same_bits(out, expected_out, what + " values");
       }
     }
   }
+}
+
+TEST(LlmAttention, SoftmaxGivesTheReferencesBitsAndSumsToOne) {
+  std::mt19937 random(9);
+  std::normal_distribution<float> normal(0.0f, 30.0f);
+  const LlmKernelVariant& reference = llm_kernel_variants()[0];
+  for (std::size_t count : {1, 5, 8, 15, 16, 17, 31, 100, 513}) {
+    std::vector<float> scores(count + 4, 7.0f);
+    for (std::size_t p = 0; p < count; ++p) scores[p] = normal(random);
+    if (count > 3) scores[2] = NAN;  // weighs nothing
+    std::vector<float> expected = scores;
+    reference.softmax(expected.data(), count, 0.125f);
+    double total = 0, largest = -INFINITY, exact_total = 0;
+    for (std::size_t p = 0; p < count; ++p) {
+      total += expected[p];
+      if (!std::isnan(scores[p])) largest = std::max(largest, static_cast<double>(scores[p]) * 0.125);
+    }
+    for (std::size_t p = 0; p < count; ++p) {
+      if (!std::isnan(scores[p])) exact_total += std::exp(static_cast<double>(scores[p]) * 0.125 - largest);
+    }
+    EXPECT_NEAR(total, 1.0, 1e-5) << count;
+    for (std::size_t p = 0; p < count; ++p) {
+      if (std::isnan(scores[p])) {
+        EXPECT_EQ(expected[p], 0.0f);
+        continue;
+      }
+      double e = std::exp(static_cast<double>(scores[p]) * 0.125 - largest);
+      EXPECT_NEAR(expected[p], e / exact_total, 1e-7 + 1e-5 * e / exact_total) << count << " at " << p;
+    }
+    EXPECT_EQ(expected[count], 7.0f) << "wrote past count";
+    for (const auto& variant : llm_kernel_variants()) {
+      if (!variant.supported()) continue;
+      std::vector<float> got = scores;
+      variant.softmax(got.data(), count, 0.125f);
+      expect_same_bits(got, expected, fmt::format("{} count {}", variant.name, count));
+    }
+  }
+}
+
+TEST(LlmAttention, ExpIsWithinTwoUlps) {
+  for (float x = -87.0f; x <= 88.0f; x += 0.0137f) {
+    float got = llm_exp(x), expected = static_cast<float>(std::exp(static_cast<double>(x)));
+    ASSERT_LE(std::abs(std::bit_cast<std::int32_t>(got) - std::bit_cast<std::int32_t>(expected)), 2) << x;
+  }
+  EXPECT_EQ(llm_exp(0.0f), 1.0f);
+  EXPECT_EQ(llm_exp(-90.0f), 0.0f);
+  EXPECT_EQ(llm_exp(-INFINITY), 0.0f);
+  EXPECT_EQ(llm_exp(NAN), 0.0f);
+  EXPECT_TRUE(std::isfinite(llm_exp(1000.0f)));
 }
 
 TEST(LlmInput, AZeroBlockQuantizesToZerosWithScaleZero) {

@@ -122,13 +122,37 @@ TEST(LlamaForward, DecodingStepByStepThreadsAndBatchNeighboursChangeNothing) {
   ASSERT_EQ(logits.size(), 2 * vocabulary);
   std::vector<float> alone = prompt_logits(*model, {5}, 1);
   for (std::size_t token = 0; token < vocabulary; ++token) {
-    EXPECT_NEAR(logits[vocabulary + token], whole[(kPrompt.size() - 1) * vocabulary + token], 1e-5f) << token;
-    EXPECT_NEAR(logits[token], alone[token], 1e-5f) << token;
+    // The same bits: a query's attention is the same arithmetic alone or in a prompt's tile.
+    EXPECT_EQ(logits[vocabulary + token], whole[(kPrompt.size() - 1) * vocabulary + token]) << token;
+    EXPECT_EQ(logits[token], alone[token]) << token;
   }
   // Released blocks go back to the pool.
   std::size_t free_before = cache.free_blocks();
   cache.release(3);
   EXPECT_EQ(cache.free_blocks(), free_before + 1);
+}
+
+TEST(LlamaForward, APromptInChunksGivesTheWholePromptsBits) {
+  testing::TempDir dir;
+  TestModelShape shape;
+  ASSERT_TRUE(write_test_model(shape, TensorType::kQ4_0, 8, dir.file("m.gguf")).ok());
+  auto model = *LlamaModel::open(dir.file("m.gguf"));
+  std::vector<std::int32_t> tokens;
+  for (std::int32_t i = 0; i < 37; ++i) tokens.push_back((i * 131 + 7) % static_cast<std::int32_t>(shape.vocabulary));
+  const std::vector<float> whole = prompt_logits(*model, tokens, 2);
+  // Chunks that start off the tiles of four and whose tiles straddle blocks of 16 positions.
+  KvCache cache(model->config(), 64);
+  std::vector<BatchToken> batch = prompt_batch(tokens, 5);
+  std::vector<float> logits;
+  for (auto [first, end] : {std::pair<std::size_t, std::size_t>{0, 6}, {6, 15}, {15, 33}, {33, 37}}) {
+    std::vector<BatchToken> chunk(batch.begin() + static_cast<std::ptrdiff_t>(first),
+                                  batch.begin() + static_cast<std::ptrdiff_t>(end));
+    ASSERT_TRUE(forward(*model, cache, chunk, std::vector<bool>(chunk.size(), true), logits, 1).ok());
+    ASSERT_EQ(logits.size(), chunk.size() * shape.vocabulary);
+    EXPECT_TRUE(std::equal(logits.begin(), logits.end(),
+                           whole.begin() + static_cast<std::ptrdiff_t>(first * shape.vocabulary)))
+        << "tokens " << first << " to " << end;
+  }
 }
 
 // Greedy tokens from the engine: the prompt as one batch, then one decode step per token.

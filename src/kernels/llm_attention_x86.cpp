@@ -1,0 +1,315 @@
+// The AVX2 and AVX-512 attention kernels: scores of up to four queries against a block of 16
+// cached keys, their softmax, and the weighted sum of the block's values. Each does the scalar
+// reference's operations in its order (slipway/kernels.h), lanes holding positions or dimensions,
+// so every variant gives the reference's bits; sharing a block's loads between queries, not
+// reordering arithmetic, is where the speed comes from.
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/llm_kernels_x86.h"
+
+// GCC 12's AVX-512 headers pass an undefined source to masked builtins: a known false positive.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace slipway::kernels {
+namespace {
+
+#define SLIPWAY_AVX512 __attribute__((target("avx512f")))
+#define SLIPWAY_AVX2 __attribute__((target("avx2,fma")))
+
+// ---------------------------------------------------------------------------------------------
+// Scores. Four chains per query (dimension mod 4), the block's 16 keys of a dimension in one load.
+
+template <std::size_t kQueries>
+SLIPWAY_AVX512 void block_scores_512(const float* queries, std::size_t query_stride, const float* keys,
+                                     std::size_t head_dim, float* scores, std::size_t score_stride) {
+  __m512 chains[kQueries][4];
+#pragma GCC unroll 4
+  for (std::size_t q = 0; q < kQueries; ++q) {
+#pragma GCC unroll 4
+    for (std::size_t chain = 0; chain < 4; ++chain) chains[q][chain] = _mm512_setzero_ps();
+  }
+  auto step = [&](std::size_t d, std::size_t chain) SLIPWAY_AVX512 {
+    __m512 key = _mm512_loadu_ps(keys + d * kAttentionBlock);
+#pragma GCC unroll 4
+    for (std::size_t q = 0; q < kQueries; ++q) {
+      chains[q][chain] = _mm512_fmadd_ps(_mm512_set1_ps(queries[q * query_stride + d]), key, chains[q][chain]);
+    }
+  };
+  std::size_t d = 0;
+  for (; d + 4 <= head_dim; d += 4) {
+    step(d, 0), step(d + 1, 1), step(d + 2, 2), step(d + 3, 3);
+  }
+  for (std::size_t chain = 0; d < head_dim; ++d, ++chain) step(d, chain);
+#pragma GCC unroll 4
+  for (std::size_t q = 0; q < kQueries; ++q) {
+    _mm512_storeu_ps(scores + q * score_stride, _mm512_add_ps(_mm512_add_ps(chains[q][0], chains[q][1]),
+                                                              _mm512_add_ps(chains[q][2], chains[q][3])));
+  }
+}
+
+// Eight positions (half a block) for up to two queries: AVX2's sixteen registers hold no more.
+template <std::size_t kQueries>
+SLIPWAY_AVX2 void block_scores_256(const float* queries, std::size_t query_stride, const float* keys,
+                                   std::size_t head_dim, float* scores, std::size_t score_stride) {
+  for (std::size_t half = 0; half < 2; ++half) {
+    __m256 chains[kQueries][4];
+#pragma GCC unroll 4
+    for (std::size_t q = 0; q < kQueries; ++q) {
+#pragma GCC unroll 4
+      for (std::size_t chain = 0; chain < 4; ++chain) chains[q][chain] = _mm256_setzero_ps();
+    }
+    auto step = [&](std::size_t d, std::size_t chain) SLIPWAY_AVX2 {
+      __m256 key = _mm256_loadu_ps(keys + d * kAttentionBlock + 8 * half);
+#pragma GCC unroll 4
+      for (std::size_t q = 0; q < kQueries; ++q) {
+        chains[q][chain] = _mm256_fmadd_ps(_mm256_set1_ps(queries[q * query_stride + d]), key, chains[q][chain]);
+      }
+    };
+    std::size_t d = 0;
+    for (; d + 4 <= head_dim; d += 4) {
+      step(d, 0), step(d + 1, 1), step(d + 2, 2), step(d + 3, 3);
+    }
+    for (std::size_t chain = 0; d < head_dim; ++d, ++chain) step(d, chain);
+#pragma GCC unroll 4
+    for (std::size_t q = 0; q < kQueries; ++q) {
+      _mm256_storeu_ps(scores + q * score_stride + 8 * half,
+                       _mm256_add_ps(_mm256_add_ps(chains[q][0], chains[q][1]),
+                                     _mm256_add_ps(chains[q][2], chains[q][3])));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Softmax. llm_exp's operations lane by lane; masked-off lanes read -inf, which weighs 0.
+
+SLIPWAY_AVX512 __m512 exp_512(__m512 x) {
+  const __mmask16 in_range = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpLowest), _CMP_GE_OQ);
+  x = _mm512_min_ps(x, _mm512_set1_ps(kExpHighest));
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2High), x);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2Low), r);
+  __m512 p = _mm512_set1_ps(kExpPolynomial[0]);
+  for (std::size_t k = 1; k < std::size(kExpPolynomial); ++k) {
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpPolynomial[k]));
+  }
+  __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  __m512i exponent = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(in_range, y, _mm512_castsi512_ps(exponent));
+}
+
+SLIPWAY_AVX2 __m256 exp_256(__m256 x) {
+  const __m256 in_range = _mm256_cmp_ps(x, _mm256_set1_ps(kExpLowest), _CMP_GE_OQ);
+  x = _mm256_min_ps(x, _mm256_set1_ps(kExpHighest));
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2High), x);
+  r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Low), r);
+  __m256 p = _mm256_set1_ps(kExpPolynomial[0]);
+  for (std::size_t k = 1; k < std::size(kExpPolynomial); ++k) {
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpPolynomial[k]));
+  }
+  __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+  __m256i exponent = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(in_range, _mm256_mul_ps(y, _mm256_castsi256_ps(exponent)));
+}
+
+// The total of lanes 0-7 (each already lane j + lane j + 8): j + 4, then j + 2, then j + 1.
+SLIPWAY_AVX2 float add_halves_256(__m256 lanes) {
+  __m128 four = _mm_add_ps(_mm256_castps256_ps128(lanes), _mm256_extractf128_ps(lanes, 1));
+  __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  return _mm_cvtss_f32(_mm_add_ss(two, _mm_shuffle_ps(two, two, 1)));
+}
+
+SLIPWAY_AVX512 __mmask16 tail_mask(std::size_t left) {
+  return left >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << left) - 1);
+}
+
+SLIPWAY_AVX2 __m256i tail_mask_256(std::size_t left) {
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<std::size_t>(left, 8))), lanes);
+}
+
+// Eight lanes of scores from p, -inf past count.
+SLIPWAY_AVX2 __m256 load_scores_256(const float* scores, std::size_t p, std::size_t count) {
+  if (p + 8 <= count) return _mm256_loadu_ps(scores + p);
+  if (p >= count) return _mm256_set1_ps(-INFINITY);
+  __m256i mask = tail_mask_256(count - p);
+  return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(scores + p, mask), _mm256_castsi256_ps(mask));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// The variants' entry points.
+
+SLIPWAY_AVX512 void llm_block_scores_avx512(const float* queries, std::size_t query_stride, std::size_t query_count,
+                                            const float* keys, std::size_t head_dim, float* scores,
+                                            std::size_t score_stride) {
+  std::size_t q = 0;
+  for (; q + 4 <= query_count; q += 4) {
+    block_scores_512<4>(queries + q * query_stride, query_stride, keys, head_dim, scores + q * score_stride,
+                        score_stride);
+  }
+  queries += q * query_stride;
+  scores += q * score_stride;
+  switch (query_count - q) {
+    case 3: return block_scores_512<3>(queries, query_stride, keys, head_dim, scores, score_stride);
+    case 2: return block_scores_512<2>(queries, query_stride, keys, head_dim, scores, score_stride);
+    case 1: return block_scores_512<1>(queries, query_stride, keys, head_dim, scores, score_stride);
+    default: return;
+  }
+}
+
+SLIPWAY_AVX2 void llm_block_scores_avx2(const float* queries, std::size_t query_stride, std::size_t query_count,
+                                        const float* keys, std::size_t head_dim, float* scores,
+                                        std::size_t score_stride) {
+  std::size_t q = 0;
+  for (; q + 2 <= query_count; q += 2) {
+    block_scores_256<2>(queries + q * query_stride, query_stride, keys, head_dim, scores + q * score_stride,
+                        score_stride);
+  }
+  if (q < query_count) {
+    block_scores_256<1>(queries + q * query_stride, query_stride, keys, head_dim, scores + q * score_stride,
+                        score_stride);
+  }
+}
+
+SLIPWAY_AVX512 void llm_softmax_avx512(float* scores, std::size_t count, float scale) {
+  const __m512 scale_vector = _mm512_set1_ps(scale);
+  const __m512 minus_infinity = _mm512_set1_ps(-INFINITY);
+  __m512 largest = minus_infinity;
+  for (std::size_t p = 0; p < count; p += 16) {
+    __m512 x = _mm512_mul_ps(_mm512_mask_loadu_ps(minus_infinity, tail_mask(count - p), scores + p), scale_vector);
+    largest = _mm512_max_ps(x, largest);  // the second operand where either is NaN
+  }
+  const __m512 shift = _mm512_set1_ps(_mm512_reduce_max_ps(largest));
+  __m512 lanes = _mm512_setzero_ps();
+  for (std::size_t p = 0; p < count; p += 16) {
+    const __mmask16 mask = tail_mask(count - p);
+    __m512 x = _mm512_mul_ps(_mm512_mask_loadu_ps(minus_infinity, mask, scores + p), scale_vector);
+    __m512 e = exp_512(_mm512_sub_ps(x, shift));
+    _mm512_mask_storeu_ps(scores + p, mask, e);
+    lanes = _mm512_add_ps(lanes, e);
+  }
+  float total = add_halves_256(_mm256_add_ps(_mm512_castps512_ps256(lanes),
+                                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(lanes), 1))));
+  const __m512 total_vector = _mm512_set1_ps(total);
+  for (std::size_t p = 0; p < count; p += 16) {
+    const __mmask16 mask = tail_mask(count - p);
+    _mm512_mask_storeu_ps(scores + p, mask, _mm512_div_ps(_mm512_maskz_loadu_ps(mask, scores + p), total_vector));
+  }
+}
+
+SLIPWAY_AVX2 void llm_softmax_avx2(float* scores, std::size_t count, float scale) {
+  const __m256 scale_vector = _mm256_set1_ps(scale);
+  __m256 largest = _mm256_set1_ps(-INFINITY);
+  for (std::size_t p = 0; p < count; p += 8) {
+    largest = _mm256_max_ps(_mm256_mul_ps(load_scores_256(scores, p, count), scale_vector), largest);
+  }
+  __m128 four = _mm_max_ps(_mm256_castps256_ps128(largest), _mm256_extractf128_ps(largest, 1));
+  __m128 two = _mm_max_ps(four, _mm_movehl_ps(four, four));
+  const __m256 shift = _mm256_set1_ps(_mm_cvtss_f32(_mm_max_ss(two, _mm_shuffle_ps(two, two, 1))));
+  __m256 lanes[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};  // lanes 0-7 and 8-15
+  for (std::size_t p = 0; p < count; p += 16) {
+    for (std::size_t half = 0; half < 2; ++half) {
+      const std::size_t at = p + 8 * half;
+      __m256 e = exp_256(_mm256_sub_ps(_mm256_mul_ps(load_scores_256(scores, at, count), scale_vector), shift));
+      if (at + 8 <= count) {
+        _mm256_storeu_ps(scores + at, e);
+      } else if (at < count) {
+        _mm256_maskstore_ps(scores + at, tail_mask_256(count - at), e);
+      }
+      lanes[half] = _mm256_add_ps(lanes[half], e);
+    }
+  }
+  const __m256 total = _mm256_set1_ps(add_halves_256(_mm256_add_ps(lanes[0], lanes[1])));
+  std::size_t p = 0;
+  for (; p + 8 <= count; p += 8) _mm256_storeu_ps(scores + p, _mm256_div_ps(_mm256_loadu_ps(scores + p), total));
+  for (; p < count; ++p) scores[p] /= _mm256_cvtss_f32(total);
+}
+
+SLIPWAY_AVX512 void llm_add_weighted_values_avx512(const float* weights, std::size_t weight_stride,
+                                                   std::size_t query_count, std::size_t count, const float* values,
+                                                   std::size_t value_stride, std::size_t head_dim, float* out,
+                                                   std::size_t out_stride) {
+  for (std::size_t first = 0; first < query_count; first += kAttentionQueries) {
+    const std::size_t queries = std::min(kAttentionQueries, query_count - first);
+    const float* tile_weights = weights + first * weight_stride;
+    float* tile_out = out + first * out_stride;
+    std::size_t d = 0;
+    // Four vectors of dimensions by up to four queries: sixteen sums held while the positions pass.
+    for (; d + 64 <= head_dim; d += 64) {
+      __m512 sums[kAttentionQueries][4];
+      for (std::size_t q = 0; q < queries; ++q) {
+        for (std::size_t j = 0; j < 4; ++j) sums[q][j] = _mm512_loadu_ps(tile_out + q * out_stride + d + 16 * j);
+      }
+      for (std::size_t i = 0; i < count; ++i) {
+        __m512 value[4];
+        for (std::size_t j = 0; j < 4; ++j) value[j] = _mm512_loadu_ps(values + i * value_stride + d + 16 * j);
+        for (std::size_t q = 0; q < queries; ++q) {
+          __m512 weight = _mm512_set1_ps(tile_weights[q * weight_stride + i]);
+#pragma GCC unroll 4
+          for (std::size_t j = 0; j < 4; ++j) sums[q][j] = _mm512_fmadd_ps(weight, value[j], sums[q][j]);
+        }
+      }
+      for (std::size_t q = 0; q < queries; ++q) {
+        for (std::size_t j = 0; j < 4; ++j) _mm512_storeu_ps(tile_out + q * out_stride + d + 16 * j, sums[q][j]);
+      }
+    }
+    for (; d < head_dim; d += 16) {
+      const __mmask16 mask = tail_mask(head_dim - d);
+      for (std::size_t q = 0; q < queries; ++q) {
+        __m512 sum = _mm512_maskz_loadu_ps(mask, tile_out + q * out_stride + d);
+        for (std::size_t i = 0; i < count; ++i) {
+          sum = _mm512_fmadd_ps(_mm512_set1_ps(tile_weights[q * weight_stride + i]),
+                                _mm512_maskz_loadu_ps(mask, values + i * value_stride + d), sum);
+        }
+        _mm512_mask_storeu_ps(tile_out + q * out_stride + d, mask, sum);
+      }
+    }
+  }
+}
+
+SLIPWAY_AVX2 void llm_add_weighted_values_avx2(const float* weights, std::size_t weight_stride,
+                                               std::size_t query_count, std::size_t count, const float* values,
+                                               std::size_t value_stride, std::size_t head_dim, float* out,
+                                               std::size_t out_stride) {
+  for (std::size_t first = 0; first < query_count; first += kAttentionQueries) {
+    const std::size_t queries = std::min(kAttentionQueries, query_count - first);
+    const float* tile_weights = weights + first * weight_stride;
+    float* tile_out = out + first * out_stride;
+    std::size_t d = 0;
+    for (; d + 16 <= head_dim; d += 16) {
+      __m256 sums[kAttentionQueries][2];
+      for (std::size_t q = 0; q < queries; ++q) {
+        for (std::size_t j = 0; j < 2; ++j) sums[q][j] = _mm256_loadu_ps(tile_out + q * out_stride + d + 8 * j);
+      }
+      for (std::size_t i = 0; i < count; ++i) {
+        __m256 value[2];
+        for (std::size_t j = 0; j < 2; ++j) value[j] = _mm256_loadu_ps(values + i * value_stride + d + 8 * j);
+        for (std::size_t q = 0; q < queries; ++q) {
+          __m256 weight = _mm256_set1_ps(tile_weights[q * weight_stride + i]);
+          for (std::size_t j = 0; j < 2; ++j) sums[q][j] = _mm256_fmadd_ps(weight, value[j], sums[q][j]);
+        }
+      }
+      for (std::size_t q = 0; q < queries; ++q) {
+        for (std::size_t j = 0; j < 2; ++j) _mm256_storeu_ps(tile_out + q * out_stride + d + 8 * j, sums[q][j]);
+      }
+    }
+    for (std::size_t q = 0; q < queries; ++q) {
+      for (std::size_t i = 0; i < count; ++i) {
+        for (std::size_t l = d; l < head_dim; ++l) {
+          tile_out[q * out_stride + l] =
+              std::fma(tile_weights[q * weight_stride + i], values[i * value_stride + l], tile_out[q * out_stride + l]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace slipway::kernels
