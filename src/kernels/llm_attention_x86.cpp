@@ -78,9 +78,8 @@ SLIPWAY_AVX2 void block_scores_256(const float* queries, std::size_t query_strid
     for (std::size_t chain = 0; d < head_dim; ++d, ++chain) step(d, chain);
 #pragma GCC unroll 4
     for (std::size_t q = 0; q < kQueries; ++q) {
-      _mm256_storeu_ps(scores + q * score_stride + 8 * half,
-                       _mm256_add_ps(_mm256_add_ps(chains[q][0], chains[q][1]),
-                                     _mm256_add_ps(chains[q][2], chains[q][3])));
+      _mm256_storeu_ps(scores + q * score_stride + 8 * half, _mm256_add_ps(_mm256_add_ps(chains[q][0], chains[q][1]),
+                                                                           _mm256_add_ps(chains[q][2], chains[q][3])));
     }
   }
 }
@@ -91,7 +90,8 @@ SLIPWAY_AVX2 void block_scores_256(const float* queries, std::size_t query_strid
 SLIPWAY_AVX512 __m512 exp_512(__m512 x) {
   const __mmask16 in_range = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpLowest), _CMP_GE_OQ);
   x = _mm512_min_ps(x, _mm512_set1_ps(kExpHighest));
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 n =
+      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2High), x);
   r = _mm512_fmadd_ps(n, _mm512_set1_ps(-kLn2Low), r);
   __m512 p = _mm512_set1_ps(kExpPolynomial[0]);
@@ -158,10 +158,14 @@ SLIPWAY_AVX512 void llm_block_scores_avx512(const float* queries, std::size_t qu
   queries += q * query_stride;
   scores += q * score_stride;
   switch (query_count - q) {
-    case 3: return block_scores_512<3>(queries, query_stride, keys, head_dim, scores, score_stride);
-    case 2: return block_scores_512<2>(queries, query_stride, keys, head_dim, scores, score_stride);
-    case 1: return block_scores_512<1>(queries, query_stride, keys, head_dim, scores, score_stride);
-    default: return;
+    case 3:
+      return block_scores_512<3>(queries, query_stride, keys, head_dim, scores, score_stride);
+    case 2:
+      return block_scores_512<2>(queries, query_stride, keys, head_dim, scores, score_stride);
+    case 1:
+      return block_scores_512<1>(queries, query_stride, keys, head_dim, scores, score_stride);
+    default:
+      return;
   }
 }
 
@@ -275,10 +279,9 @@ SLIPWAY_AVX512 void llm_add_weighted_values_avx512(const float* weights, std::si
   }
 }
 
-SLIPWAY_AVX2 void llm_add_weighted_values_avx2(const float* weights, std::size_t weight_stride,
-                                               std::size_t query_count, std::size_t count, const float* values,
-                                               std::size_t value_stride, std::size_t head_dim, float* out,
-                                               std::size_t out_stride) {
+SLIPWAY_AVX2 void llm_add_weighted_values_avx2(const float* weights, std::size_t weight_stride, std::size_t query_count,
+                                               std::size_t count, const float* values, std::size_t value_stride,
+                                               std::size_t head_dim, float* out, std::size_t out_stride) {
   for (std::size_t first = 0; first < query_count; first += kAttentionQueries) {
     const std::size_t queries = std::min(kAttentionQueries, query_count - first);
     const float* tile_weights = weights + first * weight_stride;

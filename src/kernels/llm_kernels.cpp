@@ -289,13 +289,13 @@ void softmax_scalar(float* scores, std::size_t count, float scale) {
 }
 
 void add_weighted_values_scalar(const float* weights, std::size_t weight_stride, std::size_t query_count,
-                                std::size_t count, const float* values, std::size_t value_stride,
-                                std::size_t head_dim, float* out, std::size_t out_stride) {
+                                std::size_t count, const float* values, std::size_t value_stride, std::size_t head_dim,
+                                float* out, std::size_t out_stride) {
   for (std::size_t q = 0; q < query_count; ++q) {
     for (std::size_t i = 0; i < count; ++i) {
       for (std::size_t d = 0; d < head_dim; ++d) {
-        out[q * out_stride + d] = std::fma(weights[q * weight_stride + i], values[i * value_stride + d],
-                                           out[q * out_stride + d]);
+        out[q * out_stride + d] =
+            std::fma(weights[q * weight_stride + i], values[i * value_stride + d], out[q * out_stride + d]);
       }
     }
   }

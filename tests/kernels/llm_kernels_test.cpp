@@ -253,8 +253,8 @@ TEST(LlmAttention, EveryVariantGivesTheReferencesBitsForEveryTile) {
       std::vector<float> expected_scores(queries * score_stride, 9.0f), expected_out = start;
       reference.block_scores(query.data(), query_stride, queries, keys.data(), head_dim, expected_scores.data(),
                              score_stride);
-      reference.add_weighted_values(expected_scores.data(), score_stride, queries, count, values.data(),
-                                    value_stride, head_dim, expected_out.data(), out_stride);
+      reference.add_weighted_values(expected_scores.data(), score_stride, queries, count, values.data(), value_stride,
+                                    head_dim, expected_out.data(), out_stride);
       const std::size_t last = queries - 1;
       double direct = 0, weighted = start[last * out_stride + 2];
       for (std::size_t d = 0; d < head_dim; ++d) {
@@ -270,8 +270,8 @@ TEST(LlmAttention, EveryVariantGivesTheReferencesBitsForEveryTile) {
         if (!variant.supported()) continue;
         std::vector<float> scores(queries * score_stride, 9.0f), out = start;
         variant.block_scores(query.data(), query_stride, queries, keys.data(), head_dim, scores.data(), score_stride);
-        variant.add_weighted_values(expected_scores.data(), score_stride, queries, count, values.data(),
-                                    value_stride, head_dim, out.data(), out_stride);
+        variant.add_weighted_values(expected_scores.data(), score_stride, queries, count, values.data(), value_stride,
+                                    head_dim, out.data(), out_stride);
         std::string what = fmt::format("{} head_dim {} queries {}", variant.name, head_dim, queries);
         expect_same_bits(scores, expected_scores, what + " scores");
         expect_same_bits(out, expected_out, what + " values");

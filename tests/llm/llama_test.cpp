@@ -149,8 +149,8 @@ TEST(LlamaForward, APromptInChunksGivesTheWholePromptsBits) {
                                   batch.begin() + static_cast<std::ptrdiff_t>(end));
     ASSERT_TRUE(forward(*model, cache, chunk, std::vector<bool>(chunk.size(), true), logits, 1).ok());
     ASSERT_EQ(logits.size(), chunk.size() * shape.vocabulary);
-    EXPECT_TRUE(std::equal(logits.begin(), logits.end(),
-                           whole.begin() + static_cast<std::ptrdiff_t>(first * shape.vocabulary)))
+    EXPECT_TRUE(
+        std::equal(logits.begin(), logits.end(), whole.begin() + static_cast<std::ptrdiff_t>(first * shape.vocabulary)))
         << "tokens " << first << " to " << end;
   }
 }
