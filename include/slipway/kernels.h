@@ -509,6 +509,8 @@ using LlmSoftmax = void (*)(float* scores, std::size_t count, float scale);
 using LlmAddWeightedValues = void (*)(const float* weights, std::size_t weight_stride, std::size_t query_count,
                                       std::size_t count, const float* values, std::size_t value_stride,
                                       std::size_t head_dim, float* out, std::size_t out_stride);
+// SwiGLU's gate: gate[i] = gate[i] / (1 + llm_exp(-gate[i])) * up[i], for i < count.
+using LlmSiluMultiply = void (*)(float* gate, const float* up, std::size_t count);
 // exp(x) to within 2 ulp for x in [-87, 88]; 0 below -87 and for NaN. Every variant's softmax
 // computes it with these operations: n = nearbyint(x * log2(e)); r = fma(n, -ln2_hi, x),
 // r = fma(n, -ln2_lo, r); Cephes' degree-5 polynomial p(r) by fused multiply-adds;
@@ -523,6 +525,7 @@ struct LlmKernelVariant {
   LlmBlockScores block_scores;      // and these the same bits
   LlmSoftmax softmax;
   LlmAddWeightedValues add_weighted_values;
+  LlmSiluMultiply silu_multiply;
 };
 std::span<const LlmKernelVariant> llm_kernel_variants();
 // The fastest variant this CPU runs, unless SLIPWAY_LLM_KERNEL names another it runs.

@@ -1,5 +1,5 @@
-// The AVX2 and AVX-512 attention kernels: scores of up to four queries against a block of 16
-// cached keys, their softmax, and the weighted sum of the block's values. Each does the scalar
+// The AVX2 and AVX-512 attention kernels (scores of up to four queries against a block of 16
+// cached keys, their softmax, and the weighted sum of the block's values) and SwiGLU's gate. Each does the scalar
 // reference's operations in its order (slipway/kernels.h), lanes holding positions or dimensions,
 // so every variant gives the reference's bits; sharing a block's loads between queries, not
 // reordering arithmetic, is where the speed comes from.
@@ -313,6 +313,27 @@ SLIPWAY_AVX2 void llm_add_weighted_values_avx2(const float* weights, std::size_t
       }
     }
   }
+}
+
+SLIPWAY_AVX512 void llm_silu_multiply_avx512(float* gate, const float* up, std::size_t count) {
+  const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+  for (std::size_t i = 0; i < count; i += 16) {
+    const __mmask16 mask = tail_mask(count - i);
+    __m512 x = _mm512_maskz_loadu_ps(mask, gate + i);
+    __m512 silu = _mm512_div_ps(x, _mm512_add_ps(one, exp_512(_mm512_sub_ps(zero, x))));
+    _mm512_mask_storeu_ps(gate + i, mask, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(mask, up + i)));
+  }
+}
+
+SLIPWAY_AVX2 void llm_silu_multiply_avx2(float* gate, const float* up, std::size_t count) {
+  const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    __m256 x = _mm256_loadu_ps(gate + i);
+    __m256 silu = _mm256_div_ps(x, _mm256_add_ps(one, exp_256(_mm256_sub_ps(zero, x))));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+  }
+  for (; i < count; ++i) gate[i] = gate[i] / (1.0f + llm_exp(-gate[i])) * up[i];
 }
 
 }  // namespace slipway::kernels

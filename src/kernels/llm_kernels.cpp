@@ -301,15 +301,19 @@ void add_weighted_values_scalar(const float* weights, std::size_t weight_stride,
   }
 }
 
+void silu_multiply_scalar(float* gate, const float* up, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) gate[i] = gate[i] / (1.0f + llm_exp(-gate[i])) * up[i];
+}
+
 bool always() { return true; }
 
 constexpr LlmKernelVariant kLlmVariants[] = {
     {"scalar", always, product_scalar, quantize_input_scalar, block_scores_scalar, softmax_scalar,
-     add_weighted_values_scalar},
+     add_weighted_values_scalar, silu_multiply_scalar},
     {"avx2", cpu_has_avx2_f16c, llm_product_avx2, quantize_input_scalar, llm_block_scores_avx2, llm_softmax_avx2,
-     llm_add_weighted_values_avx2},
+     llm_add_weighted_values_avx2, llm_silu_multiply_avx2},
     {"avx512", cpu_has_avx512_vnni_f16c, llm_product_avx512, llm_quantize_input_avx512, llm_block_scores_avx512,
-     llm_softmax_avx512, llm_add_weighted_values_avx512},
+     llm_softmax_avx512, llm_add_weighted_values_avx512, llm_silu_multiply_avx512},
 };
 
 }  // namespace

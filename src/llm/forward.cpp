@@ -120,16 +120,26 @@ void multiply(std::initializer_list<Product> products, const std::vector<float>&
   });
 }
 
-// x / sqrt(mean(x^2) + epsilon) * weight, row by row.
-void rms_norm(const std::vector<float>& in, std::span<const float> weight, float epsilon, std::vector<float>& out) {
+// x / sqrt(mean(x^2) + epsilon) * weight, for `rows` rows.
+void rms_norm(const float* in, std::size_t rows, std::span<const float> weight, float epsilon, float* out) {
   const std::size_t width = weight.size();
-  out.resize(in.size());
-  for (std::size_t start = 0; start < in.size(); start += width) {
+  for (std::size_t start = 0; start < rows * width; start += width) {
     double squares = 0;
     for (std::size_t i = 0; i < width; ++i) squares += static_cast<double>(in[start + i]) * in[start + i];
     auto scale = static_cast<float>(1.0 / std::sqrt(squares / static_cast<double>(width) + epsilon));
     for (std::size_t i = 0; i < width; ++i) out[start + i] = in[start + i] * scale * weight[i];
   }
+}
+
+// Runs body(first_token, count) over the tokens split among the team: the per-token steps between
+// the products, worth sharing for a prompt (a decode step's single token runs on the caller).
+template <typename Body>
+void over_tokens(ThreadTeam& team, std::size_t tokens, const Body& body) {
+  const std::size_t parts = std::min(tokens, 4 * static_cast<std::size_t>(team.size()));
+  team.run(parts, [&](std::size_t part) {
+    const std::size_t first = tokens * part / parts, end = tokens * (part + 1) / parts;
+    body(first, end - first);
+  });
 }
 
 // The rotary embedding's cosine and sine for each token's position and each pair of dimensions:
@@ -232,8 +242,6 @@ void attend(const LlamaModel& model, const KvCache& cache, std::span<const Batch
   }
 }
 
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
-
 static_assert(kKvBlockTokens == kernels::kAttentionBlock);
 
 }  // namespace
@@ -269,17 +277,25 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
   const std::vector<float> rotation = rotations(batch, config);
   const std::size_t pairs = config.rope_dims / 2;
   const std::vector<QueryTile> tiles = query_tiles(batch);
+  const kernels::LlmKernelVariant& variant = kernels::llm_kernel();
+  normed.resize(tokens * width);
   for (std::size_t index = 0; index < config.layers; ++index) {
     const LlamaModel::Layer& layer = model.layers()[index];
-    rms_norm(x, layer.attention_norm, config.rms_epsilon, normed);
+    over_tokens(team, tokens, [&](std::size_t first, std::size_t count) {
+      rms_norm(x.data() + first * width, count, layer.attention_norm, config.rms_epsilon,
+               normed.data() + first * width);
+    });
     multiply({{&layer.query, &query}, {&layer.key, &key}, {&layer.value, &value}}, normed, tokens, team);
     // Every key and value of the batch is stored before any token attends: a prompt's tokens see
     // each other (each only up to its own position).
-    for (std::size_t t = 0; t < tokens; ++t) {
-      rotate(query.data() + t * width, config.heads, config, rotation.data() + t * pairs * 2);
-      rotate(key.data() + t * kv_width, config.kv_heads, config, rotation.data() + t * pairs * 2);
-      cache.store(batch[t].sequence, index, batch[t].position, key.data() + t * kv_width, value.data() + t * kv_width);
-    }
+    over_tokens(team, tokens, [&](std::size_t first, std::size_t count) {
+      for (std::size_t t = first; t < first + count; ++t) {
+        rotate(query.data() + t * width, config.heads, config, rotation.data() + t * pairs * 2);
+        rotate(key.data() + t * kv_width, config.kv_heads, config, rotation.data() + t * pairs * 2);
+        cache.store(batch[t].sequence, index, batch[t].position, key.data() + t * kv_width,
+                    value.data() + t * kv_width);
+      }
+    });
     // Head by head, so one head's keys and values stay in cache while every tile reads them.
     team.run(config.heads * tiles.size(), [&](std::size_t task) {
       const std::size_t head = task / tiles.size();
@@ -288,12 +304,19 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
              attended.data() + tile.first_token * width + head * config.head_dim);
     });
     multiply({{&layer.attention_output, &projected}}, attended, tokens, team);
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += projected[i];
-    rms_norm(x, layer.ffn_norm, config.rms_epsilon, normed);
+    over_tokens(team, tokens, [&](std::size_t first, std::size_t count) {
+      for (std::size_t i = first * width; i < (first + count) * width; ++i) x[i] += projected[i];
+      rms_norm(x.data() + first * width, count, layer.ffn_norm, config.rms_epsilon, normed.data() + first * width);
+    });
     multiply({{&layer.gate, &gate}, {&layer.up, &up}}, normed, tokens, team);
-    for (std::size_t i = 0; i < gate.size(); ++i) gate[i] = silu(gate[i]) * up[i];
+    const std::size_t hidden = gate.size() / tokens;
+    over_tokens(team, tokens, [&](std::size_t first, std::size_t count) {
+      variant.silu_multiply(gate.data() + first * hidden, up.data() + first * hidden, count * hidden);
+    });
     multiply({{&layer.down, &projected}}, gate, tokens, team);
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += projected[i];
+    over_tokens(team, tokens, [&](std::size_t first, std::size_t count) {
+      for (std::size_t i = first * width; i < (first + count) * width; ++i) x[i] += projected[i];
+    });
   }
   for (const auto& [sequence, length] : reach) cache.set_filled(sequence, length);
   // Only the rows that want logits go through the output matrix (a prompt wants its last).
@@ -305,7 +328,8 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
                 x.begin() + static_cast<std::ptrdiff_t>((t + 1) * width));
     ++wanted;
   }
-  rms_norm(last, model.output_norm(), config.rms_epsilon, normed);
+  normed.resize(last.size());
+  rms_norm(last.data(), wanted, model.output_norm(), config.rms_epsilon, normed.data());
   multiply({{&model.output(), &logits}}, normed, wanted, team);
   return {};
 }

@@ -317,6 +317,32 @@ TEST(LlmAttention, SoftmaxGivesTheReferencesBitsAndSumsToOne) {
   }
 }
 
+TEST(LlmSwiGlu, EveryVariantGivesTheReferencesBits) {
+  std::mt19937 random(10);
+  std::normal_distribution<float> normal(0.0f, 8.0f);
+  std::vector<float> gate(1000), up(1000);
+  for (std::size_t i = 0; i < gate.size(); ++i) gate[i] = normal(random), up[i] = normal(random);
+  gate[3] = 200.0f, gate[4] = -200.0f, gate[5] = NAN;
+  const std::size_t count = 997;  // a tail past every vector width
+  std::vector<float> expected = gate;
+  llm_kernel_variants()[0].silu_multiply(expected.data(), up.data(), count);
+  for (std::size_t i = 0; i < count; ++i) {
+    double x = gate[i], exact = x / (1.0 + std::exp(-x)) * up[i];
+    if (std::isnan(x)) {
+      EXPECT_TRUE(std::isnan(expected[i]));
+    } else {
+      EXPECT_NEAR(expected[i], exact, 1e-5 * std::abs(exact) + 1e-30) << i;
+    }
+  }
+  EXPECT_EQ(expected[count], gate[count]) << "wrote past count";
+  for (const auto& variant : llm_kernel_variants()) {
+    if (!variant.supported()) continue;
+    std::vector<float> got = gate;
+    variant.silu_multiply(got.data(), up.data(), count);
+    expect_same_bits(got, expected, std::string(variant.name));
+  }
+}
+
 TEST(LlmAttention, ExpIsWithinTwoUlps) {
   for (float x = -87.0f; x <= 88.0f; x += 0.0137f) {
     float got = llm_exp(x), expected = static_cast<float>(std::exp(static_cast<double>(x)));
