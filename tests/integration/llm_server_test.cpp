@@ -148,8 +148,14 @@ TEST_F(LlmServer, AStreamEndsWithDoneAndUsage) {
 TEST(LlmServerShutdown, AGenerationRunningAtTheDrainDeadlineIsAnswered) {
   TempDir dir;
   std::string model = dir.file("long.gguf");
-  ASSERT_EQ(run_command({slipway_binary(), "llm", "make-test-model", model, "--context", "16384"}).exit_code, 0);
-  ChildProcess server({slipway_binary(), "--json", "llm", "serve", model, "--port", "0", "--ctx", "16384"});
+  // Wide enough that 16,000 tokens take far longer than the drain deadline (the tiny default
+  // model decodes them in about five seconds).
+  ASSERT_EQ(run_command({slipway_binary(), "llm", "make-test-model", model, "--context", "16384", "--layers", "8",
+                         "--dim", "256", "--kv-heads", "1", "--ff", "1024"})
+                .exit_code,
+            0);
+  ChildProcess server(
+      {slipway_binary(), "--json", "llm", "serve", model, "--port", "0", "--ctx", "16384", "--parallel", "1"});
   std::string first_line = server.read_line(20000);
   auto at = first_line.find("\"port\":");
   ASSERT_NE(at, std::string::npos) << first_line;
