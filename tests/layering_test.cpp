@@ -10,6 +10,8 @@
 #include <sstream>
 #include <string>
 
+#include "support/test_support.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -31,7 +33,7 @@ std::set<std::string> split_names(const std::string& text) {
 
 // The table between the "layers" markers of docs/architecture.md.
 Graph documented_layers() {
-  std::string text = read_text(fs::path(SLIPWAY_SOURCE_DIR) / "docs/architecture.md");
+  std::string text = read_text(fs::path(slipway::testing::source_dir()) / "docs/architecture.md");
   auto begin = text.find("<!-- layers: begin -->");
   auto end = text.find("<!-- layers: end -->");
   EXPECT_NE(begin, std::string::npos);
@@ -50,7 +52,7 @@ Graph documented_layers() {
 
 // slipway_module(NAME ... DEPENDS ... PRIVATE_DEPENDS ...): the slipway_* libraries it names.
 Graph declared_dependencies() {
-  std::string text = read_text(fs::path(SLIPWAY_SOURCE_DIR) / "CMakeLists.txt");
+  std::string text = read_text(fs::path(slipway::testing::source_dir()) / "CMakeLists.txt");
   Graph graph;
   std::regex module(R"(slipway_module\((\w+)([^)]*)\))");
   std::regex library(R"(slipway_(\w+))");
@@ -98,7 +100,7 @@ TEST(Layering, CMakeDeclaresTheDocumentedDependencies) {
 
 TEST(Layering, EveryIncludeRespectsTheLayers) {
   Graph documented = documented_layers();
-  fs::path root(SLIPWAY_SOURCE_DIR);
+  fs::path root(slipway::testing::source_dir());
   std::regex public_include(R"(#include\s+"slipway/(\w+)\.h")");
   std::regex private_include(R"(#include\s+"(\w+)/[\w./]+")");
   std::vector<std::string> violations;

@@ -246,6 +246,12 @@ class JsonWriter {
 };
 
 void append_json_string(std::string& out, std::string_view text);
+
+// UTF-8 as Unicode defines it (table 3-7: no overlong forms, no surrogates, nothing past
+// U+10FFFF). The length of the character at `at` (< text.size()), or 0 when the bytes there are
+// not one.
+std::size_t utf8_character_length(std::string_view text, std::size_t at);
+bool is_valid_utf8(std::string_view text);
 // Appends `text` as one CSV field: as it is, or quoted (quotes doubled) when it holds a comma,
 // quote or line break.
 void append_csv_field(std::string& out, std::string_view text);

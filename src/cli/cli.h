@@ -16,6 +16,10 @@
 #include "slipway/registry.h"
 #include "slipway/serve.h"
 
+namespace CLI {
+class App;
+}
+
 namespace slipway::cli {
 
 struct GlobalOptions {
@@ -300,6 +304,21 @@ struct LlmServeFlags {
 };
 // The OpenAI API over one GGUF file.
 int run_llm_serve(const GlobalOptions& global, const LlmServeFlags& flags);
+
+// `slipway llm` and its subcommands: registered on the app by add_llm_commands, which fills these
+// flags; run_llm_command runs the one that was parsed (nullopt when none was).
+struct LlmCommands {
+  CLI::App* make_test_model = nullptr;
+  CLI::App* bench = nullptr;
+  CLI::App* quantize = nullptr;
+  CLI::App* serve = nullptr;
+  LlmTestModelFlags test_model;
+  LlmBenchFlags bench_flags;
+  std::string quantize_in, quantize_out, quantize_type;
+  LlmServeFlags serve_flags;
+};
+void add_llm_commands(CLI::App& app, LlmCommands& commands);
+std::optional<int> run_llm_command(const GlobalOptions& global, const LlmCommands& commands);
 
 struct ExportOptions {
   std::string reference;

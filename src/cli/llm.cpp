@@ -1,4 +1,6 @@
 // slipway llm …: the LLM engine's commands.
+#include <CLI/CLI.hpp>
+
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -275,6 +277,124 @@ int run_llm_make_test_model(const GlobalOptions& global, const LlmTestModelFlags
   std::error_code error;
   result.bytes = static_cast<std::size_t>(std::filesystem::file_size(flags.out, error));
   return render(global, result);
+}
+
+void add_llm_commands(CLI::App& app, LlmCommands& commands) {
+  auto* llm_command = app.add_subcommand("llm", "The LLM engine: GGUF Llama models");
+  llm_command->require_subcommand(1);
+  commands.make_test_model = llm_command->add_subcommand(
+      "make-test-model", "Write a random-weight Llama GGUF with a small working tokenizer (for tests and benchmarks)");
+  commands.make_test_model->add_option("OUT", commands.test_model.out, "The .gguf file to write")->required();
+  commands.make_test_model
+      ->add_option("--type", commands.test_model.type, "Matrix weights: f32, f16, bf16, q8_0, q4_0 or q4_k")
+      ->capture_default_str();
+  commands.make_test_model->add_option("--layers", commands.test_model.shape.layers)
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  commands.make_test_model->add_option("--dim", commands.test_model.shape.embedding, "Width (embedding length)")
+      ->check(CLI::Range(2, 65536))
+      ->capture_default_str();
+  commands.make_test_model->add_option("--heads", commands.test_model.shape.heads)
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  commands.make_test_model
+      ->add_option("--kv-heads", commands.test_model.shape.kv_heads, "Key/value heads (grouped-query attention)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  commands.make_test_model->add_option("--ff", commands.test_model.shape.feed_forward, "Feed-forward width")
+      ->check(CLI::Range(1, 262144))
+      ->capture_default_str();
+  commands.make_test_model->add_option("--vocab", commands.test_model.shape.vocabulary, "Vocabulary size")
+      ->check(CLI::Range(400, 1 << 20))
+      ->capture_default_str();
+  commands.make_test_model->add_option("--context", commands.test_model.shape.context, "Context length")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  commands.make_test_model->add_flag("--tied", commands.test_model.shape.tied_output,
+                                     "Share the token embedding as the output matrix");
+  commands.make_test_model->add_option("--seed", commands.test_model.seed)->capture_default_str();
+  commands.make_test_model
+      ->add_option(
+          "--tokenizer", commands.test_model.shape.tokenizer,
+          "llama (SentencePiece), gpt2 (byte-level BPE) or llama3 (BPE with Llama-3's chat tokens and template)")
+      ->check(CLI::IsMember({"llama", "gpt2", "llama3"}))
+      ->capture_default_str();
+  commands.bench = llm_command->add_subcommand(
+      "bench", "Prompt (pp) and generation (tg) tokens per second, as llama-bench measures them, with the roofline");
+  commands.bench->add_option("MODEL", commands.bench_flags.model, "A GGUF Llama model")->required();
+  commands.bench
+      ->add_option("--prompt", commands.bench_flags.options.prompt_tokens, "Prompt tokens per pp run (0: skip pp)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  commands.bench
+      ->add_option("--generate", commands.bench_flags.options.generated_tokens, "Tokens per tg run (0: skip tg)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  commands.bench
+      ->add_option("--repetitions", commands.bench_flags.options.repetitions, "Timed runs per test, after a warm-up")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  commands.bench->add_option("--threads", commands.bench_flags.options.threads, "Thread counts to run, e.g. 1,2")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  commands.bench
+      ->add_option("--bandwidth-mib", commands.bench_flags.bandwidth_mib,
+                   "Buffer for the read-bandwidth measurement (default: the bytes one decoded token reads, so the "
+                   "roofline compares like with like)")
+      ->check(CLI::Range(1, 1 << 20));
+  commands.bench->add_flag("--no-bandwidth", commands.bench_flags.skip_bandwidth,
+                           "Skip the bandwidth measurement and roofline");
+
+  commands.quantize = llm_command->add_subcommand(
+      "quantize", "Re-encode a GGUF model's matrices (Q8_0, Q4_0, Q4_K, F16, BF16); llama.cpp loads what it writes");
+  commands.quantize->add_option("IN", commands.quantize_in, "The GGUF model to read")->required();
+  commands.quantize->add_option("OUT", commands.quantize_out, "The GGUF file to write")->required();
+  commands.quantize->add_option("--type", commands.quantize_type, "q8_0, q4_0, q4_k, f16 or bf16")->required();
+
+  commands.serve = llm_command->add_subcommand(
+      "serve", "Serve a GGUF model with the OpenAI API: /v1/models, /v1/completions, /v1/chat/completions");
+  commands.serve->add_option("MODEL", commands.serve_flags.model, "A GGUF Llama model")->required();
+  commands.serve->add_option("--name", commands.serve_flags.name,
+                             "The model id requests name (default: the file's stem)");
+  commands.serve->add_option("--host", commands.serve_flags.host)->capture_default_str();
+  commands.serve->add_option("--port", commands.serve_flags.port, "0 picks a free port")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  commands.serve->add_option("--parallel", commands.serve_flags.engine.parallel, "Sequences decoding at once")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  commands.serve
+      ->add_option("--ctx", commands.serve_flags.engine.context, "Tokens per sequence (0: the model's context)")
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
+  commands.serve
+      ->add_option("--threads", commands.serve_flags.engine.threads, "Threads for the forward pass (0: all cores)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  commands.serve
+      ->add_option("--max-waiting", commands.serve_flags.engine.max_waiting,
+                   "Requests queued for a free sequence; more are answered 429")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  commands.serve
+      ->add_option("--max-connections", commands.serve_flags.max_connections,
+                   "Open connections (0: from the file limit)")
+      ->check(CLI::Range(0, 1 << 24));
+  commands.serve
+      ->add_option("--api-key", commands.serve_flags.api_key,
+                   "Require 'Authorization: Bearer KEY' (also from SLIPWAY_API_KEY)")
+      ->envname("SLIPWAY_API_KEY");
+}
+
+std::optional<int> run_llm_command(const GlobalOptions& global, const LlmCommands& commands) {
+  if (commands.make_test_model->parsed()) return run_llm_make_test_model(global, commands.test_model);
+  if (commands.bench->parsed()) return run_llm_bench(global, commands.bench_flags);
+  if (commands.serve->parsed()) return run_llm_serve(global, commands.serve_flags);
+  if (commands.quantize->parsed()) {
+    return run_llm_quantize(global, commands.quantize_in, commands.quantize_out, commands.quantize_type);
+  }
+  return std::nullopt;
 }
 
 }  // namespace slipway::cli

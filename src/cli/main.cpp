@@ -569,100 +569,8 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       ->capture_default_str();
   import_command->add_option("--out", import_options.bundle_out, "Also write the bundle file here");
 
-  auto* llm_command = app.add_subcommand("llm", "The LLM engine: GGUF Llama models");
-  llm_command->require_subcommand(1);
-  LlmTestModelFlags test_model;
-  auto* make_test_model = llm_command->add_subcommand(
-      "make-test-model", "Write a random-weight Llama GGUF with a small working tokenizer (for tests and benchmarks)");
-  make_test_model->add_option("OUT", test_model.out, "The .gguf file to write")->required();
-  make_test_model->add_option("--type", test_model.type, "Matrix weights: f32, f16, bf16, q8_0, q4_0 or q4_k")
-      ->capture_default_str();
-  make_test_model->add_option("--layers", test_model.shape.layers)->check(CLI::Range(1, 1024))->capture_default_str();
-  make_test_model->add_option("--dim", test_model.shape.embedding, "Width (embedding length)")
-      ->check(CLI::Range(2, 65536))
-      ->capture_default_str();
-  make_test_model->add_option("--heads", test_model.shape.heads)->check(CLI::Range(1, 1024))->capture_default_str();
-  make_test_model->add_option("--kv-heads", test_model.shape.kv_heads, "Key/value heads (grouped-query attention)")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
-  make_test_model->add_option("--ff", test_model.shape.feed_forward, "Feed-forward width")
-      ->check(CLI::Range(1, 262144))
-      ->capture_default_str();
-  make_test_model->add_option("--vocab", test_model.shape.vocabulary, "Vocabulary size")
-      ->check(CLI::Range(400, 1 << 20))
-      ->capture_default_str();
-  make_test_model->add_option("--context", test_model.shape.context, "Context length")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  make_test_model->add_flag("--tied", test_model.shape.tied_output, "Share the token embedding as the output matrix");
-  make_test_model->add_option("--seed", test_model.seed)->capture_default_str();
-  make_test_model
-      ->add_option(
-          "--tokenizer", test_model.shape.tokenizer,
-          "llama (SentencePiece), gpt2 (byte-level BPE) or llama3 (BPE with Llama-3's chat tokens and template)")
-      ->check(CLI::IsMember({"llama", "gpt2", "llama3"}))
-      ->capture_default_str();
-  LlmBenchFlags bench_flags;
-  auto* llm_bench = llm_command->add_subcommand(
-      "bench", "Prompt (pp) and generation (tg) tokens per second, as llama-bench measures them, with the roofline");
-  llm_bench->add_option("MODEL", bench_flags.model, "A GGUF Llama model")->required();
-  llm_bench->add_option("--prompt", bench_flags.options.prompt_tokens, "Prompt tokens per pp run (0: skip pp)")
-      ->check(CLI::Range(0, 1 << 20))
-      ->capture_default_str();
-  llm_bench->add_option("--generate", bench_flags.options.generated_tokens, "Tokens per tg run (0: skip tg)")
-      ->check(CLI::Range(0, 1 << 20))
-      ->capture_default_str();
-  llm_bench->add_option("--repetitions", bench_flags.options.repetitions, "Timed runs per test, after a warm-up")
-      ->check(CLI::Range(1, 1000))
-      ->capture_default_str();
-  llm_bench->add_option("--threads", bench_flags.options.threads, "Thread counts to run, e.g. 1,2")
-      ->delimiter(',')
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
-  llm_bench
-      ->add_option("--bandwidth-mib", bench_flags.bandwidth_mib,
-                   "Buffer for the read-bandwidth measurement (default: the bytes one decoded token reads, so the "
-                   "roofline compares like with like)")
-      ->check(CLI::Range(1, 1 << 20));
-  llm_bench->add_flag("--no-bandwidth", bench_flags.skip_bandwidth, "Skip the bandwidth measurement and roofline");
-
-  std::string quantize_in, quantize_out, quantize_type;
-  auto* llm_quantize = llm_command->add_subcommand(
-      "quantize", "Re-encode a GGUF model's matrices (Q8_0, Q4_0, Q4_K, F16, BF16); llama.cpp loads what it writes");
-  llm_quantize->add_option("IN", quantize_in, "The GGUF model to read")->required();
-  llm_quantize->add_option("OUT", quantize_out, "The GGUF file to write")->required();
-  llm_quantize->add_option("--type", quantize_type, "q8_0, q4_0, q4_k, f16 or bf16")->required();
-
-  LlmServeFlags llm_serve_flags;
-  auto* llm_serve = llm_command->add_subcommand(
-      "serve", "Serve a GGUF model with the OpenAI API: /v1/models, /v1/completions, /v1/chat/completions");
-  llm_serve->add_option("MODEL", llm_serve_flags.model, "A GGUF Llama model")->required();
-  llm_serve->add_option("--name", llm_serve_flags.name, "The model id requests name (default: the file's stem)");
-  llm_serve->add_option("--host", llm_serve_flags.host)->capture_default_str();
-  llm_serve->add_option("--port", llm_serve_flags.port, "0 picks a free port")
-      ->check(CLI::Range(0, 65535))
-      ->capture_default_str();
-  llm_serve->add_option("--parallel", llm_serve_flags.engine.parallel, "Sequences decoding at once")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
-  llm_serve->add_option("--ctx", llm_serve_flags.engine.context, "Tokens per sequence (0: the model's context)")
-      ->check(CLI::Range(0, 1 << 24))
-      ->capture_default_str();
-  llm_serve->add_option("--threads", llm_serve_flags.engine.threads, "Threads for the forward pass (0: all cores)")
-      ->check(CLI::Range(0, 1024))
-      ->capture_default_str();
-  llm_serve
-      ->add_option("--max-waiting", llm_serve_flags.engine.max_waiting,
-                   "Requests queued for a free sequence; more are answered 429")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  llm_serve
-      ->add_option("--max-connections", llm_serve_flags.max_connections, "Open connections (0: from the file limit)")
-      ->check(CLI::Range(0, 1 << 24));
-  llm_serve
-      ->add_option("--api-key", llm_serve_flags.api_key,
-                   "Require 'Authorization: Bearer KEY' (also from SLIPWAY_API_KEY)")
-      ->envname("SLIPWAY_API_KEY");
+  LlmCommands llm_commands;
+  add_llm_commands(app, llm_commands);
 
   ExportOptions export_options;
   auto* export_command = app.add_subcommand(
@@ -903,10 +811,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (token_revoke->parsed()) return run_token_revoke(global, token_id);
   if (params_command->parsed()) return run_params(global, markdown);
   if (verify_command->parsed()) return run_verify(global, repair);
-  if (make_test_model->parsed()) return run_llm_make_test_model(global, test_model);
-  if (llm_bench->parsed()) return run_llm_bench(global, bench_flags);
-  if (llm_serve->parsed()) return run_llm_serve(global, llm_serve_flags);
-  if (llm_quantize->parsed()) return run_llm_quantize(global, quantize_in, quantize_out, quantize_type);
+  if (auto code = run_llm_command(global, llm_commands)) return *code;
   if (import_command->parsed()) {
     if (import_command->get_option("--register")->count() > 0 && import_options.register_as.empty()) {
       return fail(slipway::invalid_argument("--register needs a model name"));

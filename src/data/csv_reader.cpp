@@ -289,15 +289,9 @@ std::pair<std::size_t, std::size_t> first_invalid_utf8(std::string_view text) {
   std::size_t line_start = 0;
   std::size_t pos = 0;
   while (pos < text.size()) {
-    auto byte = static_cast<unsigned char>(text[pos]);
-    std::size_t length = byte < 0x80           ? 1
-                         : (byte >> 5) == 0x6  ? 2
-                         : (byte >> 4) == 0xE  ? 3
-                         : (byte >> 3) == 0x1E ? 4
-                                               : 0;
-    bool valid = length > 0 && pos + length <= text.size() && simdjson::validate_utf8(text.data() + pos, length);
-    if (!valid) return {line, pos - line_start + 1};
-    if (byte == '\n') {
+    std::size_t length = utf8_character_length(text, pos);
+    if (length == 0) return {line, pos - line_start + 1};
+    if (text[pos] == '\n') {
       ++line;
       line_start = pos + 1;
     }

@@ -47,36 +47,13 @@ struct Refusal {
   std::string message, param, code;
 };
 
-// The length of the UTF-8 character at `at`, or 0 when its bytes are not one (Unicode's table
-// 3-7: no overlong forms, no surrogates, nothing past U+10FFFF).
-std::size_t utf8_character(std::string_view text, std::size_t at) {
-  auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[at + i]); };
-  unsigned char lead = byte(0);
-  if (lead < 0x80) return 1;
-  std::size_t length = lead >= 0xC2 && lead <= 0xDF   ? 2
-                       : lead >= 0xE0 && lead <= 0xEF ? 3
-                       : lead >= 0xF0 && lead <= 0xF4 ? 4
-                                                      : 0;
-  if (length == 0 || at + length > text.size()) return 0;
-  unsigned char low = 0x80, high = 0xBF;  // the second byte's range
-  if (lead == 0xE0) low = 0xA0;
-  if (lead == 0xED) high = 0x9F;
-  if (lead == 0xF0) low = 0x90;
-  if (lead == 0xF4) high = 0x8F;
-  if (byte(1) < low || byte(1) > high) return 0;
-  for (std::size_t i = 2; i < length; ++i) {
-    if ((byte(i) & 0xC0) != 0x80) return 0;
-  }
-  return length;
-}
-
 // Text that is valid UTF-8: each byte that does not begin a valid character becomes U+FFFD (JSON
 // strings must be UTF-8; a token may be part of a character).
 std::string valid_utf8(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {
-    if (std::size_t length = utf8_character(text, i); length > 0) {
+    if (std::size_t length = utf8_character_length(text, i); length > 0) {
       out.append(text.substr(i, length));
       i += length;
     } else {

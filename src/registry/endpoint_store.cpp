@@ -469,7 +469,7 @@ Result<RolloutCriteria> parse_criteria(std::string_view text) {
 
 Status EndpointStore::configure(const std::string& endpoint, const EndpointSettings& settings) {
   auto short_text = [](const std::optional<std::string>& text) {
-    return !text || (text->size() <= 256 && valid_utf8(*text));
+    return !text || (text->size() <= 256 && is_valid_utf8(*text));
   };
   if (!short_text(settings.owner)) return invalid_argument("the owner must be UTF-8 text of at most 256 bytes");
   if (!short_text(settings.slo)) return invalid_argument("the SLO must be UTF-8 text of at most 256 bytes");
@@ -519,7 +519,7 @@ Status validate_fallback(std::string_view fallback) {
   if (fallback == "none" || fallback == "main" || fallback == "previous" || fallback == "cached") return {};
   if (fallback.starts_with("constant:")) {
     std::string_view value = fallback.substr(9);
-    if (!value.empty() && value.size() <= 256 && valid_utf8(value)) return {};
+    if (!value.empty() && value.size() <= 256 && is_valid_utf8(value)) return {};
     return invalid_argument("a constant fallback needs a value of at most 256 bytes: constant:0.5, constant:LABEL");
   }
   return invalid_argument(

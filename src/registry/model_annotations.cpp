@@ -18,7 +18,7 @@ Status check_tag_key(const std::string& key) {
 
 Status check_text(std::string_view what, const std::string& text) {
   if (text.size() > kMaxText) return invalid_argument(std::string(what) + " is over 8 KiB");
-  if (!valid_utf8(text)) return invalid_argument(std::string(what) + " is not UTF-8 text");
+  if (!is_valid_utf8(text)) return invalid_argument(std::string(what) + " is not UTF-8 text");
   return {};
 }
 

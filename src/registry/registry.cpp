@@ -53,23 +53,6 @@ Status validate_alias_name(const std::string& alias) {
   return {};
 }
 
-bool valid_utf8(std::string_view text) {
-  for (std::size_t at = 0; at < text.size();) {
-    auto byte = static_cast<unsigned char>(text[at]);
-    std::size_t length = byte < 0x80           ? 1
-                         : (byte >> 5) == 0x6  ? 2
-                         : (byte >> 4) == 0xE  ? 3
-                         : (byte >> 3) == 0x1E ? 4
-                                               : 0;
-    if (length == 0 || at + length > text.size()) return false;
-    for (std::size_t next = 1; next < length; ++next) {
-      if ((static_cast<unsigned char>(text[at + next]) >> 6) != 0x2) return false;
-    }
-    at += length;
-  }
-  return true;
-}
-
 Status validate_experiment_name(const std::string& experiment) {
   auto refuse = [&](const std::string& why) {
     std::string shown = experiment.size() > 40 ? experiment.substr(0, 40) + "..." : experiment;
@@ -83,7 +66,7 @@ Status validate_experiment_name(const std::string& experiment) {
     auto byte = static_cast<unsigned char>(c);
     if (byte < 0x20 || byte == 0x7f) return refuse("control characters such as newlines are not allowed");
   }
-  if (!valid_utf8(experiment)) return refuse("it is not UTF-8 text");
+  if (!is_valid_utf8(experiment)) return refuse("it is not UTF-8 text");
   return {};
 }
 

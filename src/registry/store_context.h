@@ -16,9 +16,6 @@ struct StoreContext {
   std::string actor;  // who the audit log names: $USER, else the account name, else "uid:N"
 };
 
-// Whether `text` is well-formed UTF-8.
-bool valid_utf8(std::string_view text);
-
 // NotFound, naming `model`, when no model has that name.
 Status check_model_exists(SqlTransaction& sql, const std::string& model);
 

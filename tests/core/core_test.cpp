@@ -145,6 +145,20 @@ TEST(ThreadTeam, OfOneRunsOnTheCaller) {
   team.run(10, [&](std::size_t) { EXPECT_EQ(std::this_thread::get_id(), caller); });
 }
 
+TEST(Utf8, AcceptsWellFormedTextAndRefusesWhatUnicodeForbids) {
+  EXPECT_TRUE(is_valid_utf8(""));
+  EXPECT_TRUE(is_valid_utf8("plain, \xc3\xa9t\xc3\xa9, \xe4\xb8\xad, \xf0\x9f\x98\x80, \xf4\x8f\xbf\xbf"));
+  EXPECT_EQ(utf8_character_length("\xf0\x9f\x98\x80", 0), 4u);
+  EXPECT_EQ(utf8_character_length("a\xc3\xa9", 1), 2u);
+  for (std::string_view bad : {"\xc0\x80", "\xe0\x80\xaf", "\xf0\x80\x80\xaf",  // overlong forms
+                               "\xed\xa0\x80",                                  // a surrogate
+                               "\xf4\x90\x80\x80", "\xf5\x80\x80\x80",          // past U+10FFFF
+                               "\x80", "\xc3", "\xe4\xb8", "\xc3(", "\xff"}) {
+    EXPECT_FALSE(is_valid_utf8(bad)) << ::testing::PrintToString(std::string(bad));
+    EXPECT_EQ(utf8_character_length(bad, 0), 0u);
+  }
+}
+
 TEST(RandomHex, HasRequestedLengthAndVaries) {
   auto first = random_hex(16);
   EXPECT_EQ(first.size(), 32u);

@@ -11,8 +11,8 @@ namespace {
 TEST(Interchange, ExportedModelsPredictWhatSlipwayPredictsInOtherRuntimes) {
   TempDir home;
   auto result =
-      run_command({"/usr/bin/python3", std::string(SLIPWAY_SOURCE_DIR) + "/tests/integration/check_exports.py",
-                   "--slipway", slipway_binary(), "--home", home.path(), "--data", SLIPWAY_TEST_DATA_DIR});
+      run_command({"/usr/bin/python3", slipway::testing::source_dir() + "/tests/integration/check_exports.py",
+                   "--slipway", slipway_binary(), "--home", home.path(), "--data", slipway::testing::data_dir()});
   EXPECT_EQ(result.exit_code, 0) << result.out << result.err;
   EXPECT_NE(result.out.find("ok   gbdt-binary-categorical xgboost-json"), std::string::npos) << result.out;
   EXPECT_NE(result.out.find("ok   mlp-regression-layernorm-gelu onnx (numpy evaluator)"), std::string::npos)
@@ -24,8 +24,8 @@ TEST(Interchange, ExportedModelsPredictWhatSlipwayPredictsInOtherRuntimes) {
 TEST(Interchange, PyTorchMlpsImportAndPredictWhatPyTorchPredicts) {
   TempDir home;
   auto result =
-      run_command({"/usr/bin/python3", std::string(SLIPWAY_SOURCE_DIR) + "/tests/integration/check_onnx_import.py",
-                   "--slipway", slipway_binary(), "--home", home.path(), "--data", SLIPWAY_TEST_DATA_DIR});
+      run_command({"/usr/bin/python3", slipway::testing::source_dir() + "/tests/integration/check_onnx_import.py",
+                   "--slipway", slipway_binary(), "--home", home.path(), "--data", slipway::testing::data_dir()});
   EXPECT_EQ(result.exit_code, 0) << result.out << result.err;
   EXPECT_NE(result.out.find("ok   torch-binary-layernorm-gelu-tanh"), std::string::npos) << result.out;
   EXPECT_NE(result.out.find("ok   an unsupported operator is named"), std::string::npos) << result.out;

@@ -58,7 +58,7 @@ TEST_F(LlmServer, TheOfficialOpenAiClientWorksUnchanged) {
   std::string modules = openai_modules();
   if (modules.empty()) GTEST_SKIP() << "Node.js or the openai package is not available";
   auto run =
-      run_command({"/usr/bin/env", "node", std::string(SLIPWAY_SOURCE_DIR) + "/tests/integration/openai_client.mjs",
+      run_command({"/usr/bin/env", "node", slipway::testing::source_dir() + "/tests/integration/openai_client.mjs",
                    modules, "http://127.0.0.1:" + std::to_string(port_) + "/v1", "secret", "tiny"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const std::string& seen = run.out;

@@ -26,7 +26,7 @@ struct Reference {
 Reference make_reference(const TempDir& dir, const std::string& data, const std::string& target,
                          const std::string& positive, const std::string& objective, bool categorical = false) {
   std::vector<std::string> command = {
-      "/usr/bin/python3", std::string(SLIPWAY_SOURCE_DIR) + "/tests/integration/xgboost_reference.py",
+      "/usr/bin/python3", slipway::testing::source_dir() + "/tests/integration/xgboost_reference.py",
       data_path(data),    target,
       positive,           objective,
       dir.path()};

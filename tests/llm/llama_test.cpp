@@ -23,7 +23,7 @@ std::vector<std::vector<double>> reference_logits(const std::string& model, cons
   std::string list;
   for (auto token : tokens) list += (list.empty() ? "" : ",") + std::to_string(token);
   auto run = testing::run_command(
-      {"/usr/bin/python3", std::string(SLIPWAY_SOURCE_DIR) + "/tests/llm/llama_reference.py", model, list});
+      {"/usr/bin/python3", slipway::testing::source_dir() + "/tests/llm/llama_reference.py", model, list});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   std::vector<std::vector<double>> rows;
   std::istringstream lines(run.out);
@@ -189,8 +189,8 @@ TEST(LlamaForward, GreedyTokensEqualLlamaCpps) {
     std::string list;
     for (auto token : kPrompt) list += (list.empty() ? "" : ",") + std::to_string(token);
     auto peer = testing::run_command({"/usr/bin/env", "node",
-                                      std::string(SLIPWAY_SOURCE_DIR) + "/tests/llm/llama_cpp_greedy.mjs", modules,
-                                      path, list, "8"});
+                                      slipway::testing::source_dir() + "/tests/llm/llama_cpp_greedy.mjs", modules, path,
+                                      list, "8"});
     ASSERT_EQ(peer.exit_code, 0) << peer.err;
     std::string ours = "[";
     for (auto token : greedy(**model, prompt(), 8)) ours += (ours.size() > 1 ? "," : "") + std::to_string(token);

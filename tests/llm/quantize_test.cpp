@@ -123,8 +123,8 @@ TEST(LlmQuantize, LlamaCppLoadsTheOutputAndAgrees) {
     auto model = LlamaModel::open(path);
     ASSERT_TRUE(model.ok());
     auto peer = testing::run_command({"/usr/bin/env", "node",
-                                      std::string(SLIPWAY_SOURCE_DIR) + "/tests/llm/llama_cpp_greedy.mjs", modules,
-                                      path, "1,300,301,302", "4"});
+                                      slipway::testing::source_dir() + "/tests/llm/llama_cpp_greedy.mjs", modules, path,
+                                      "1,300,301,302", "4"});
     ASSERT_EQ(peer.exit_code, 0) << peer.err;
     std::string ours = "[";
     for (auto token : greedy(**model, prompt, 4)) ours += (ours.size() > 1 ? "," : "") + std::to_string(token);

@@ -164,8 +164,8 @@ std::vector<PeerResult> llama_cpp_tokens(const std::string& modules, const std::
   for (const auto& [text, special] : cases) list += (special ? "1 " : "0 ") + hex(text) + "\n";
   testing::write_text(dir.file("cases.txt"), list);
   auto run = testing::run_command({"/usr/bin/env", "node",
-                                   std::string(SLIPWAY_SOURCE_DIR) + "/tests/llm/llama_cpp_tokenize.mjs", modules,
-                                   model, dir.file("cases.txt")});
+                                   slipway::testing::source_dir() + "/tests/llm/llama_cpp_tokenize.mjs", modules, model,
+                                   dir.file("cases.txt")});
   EXPECT_EQ(run.exit_code, 0) << run.err;
   std::vector<PeerResult> results;
   std::istringstream lines(run.out);

@@ -29,7 +29,7 @@ std::vector<Fixture> fixtures() {
 }
 
 std::string fixture_path(const std::string& file) {
-  return std::string(SLIPWAY_SOURCE_DIR) + "/tests/model/fixtures/" + file;
+  return slipway::testing::source_dir() + "/tests/model/fixtures/" + file;
 }
 
 std::vector<std::byte> fixture_bytes(const std::string& name) {

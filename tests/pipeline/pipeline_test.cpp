@@ -193,7 +193,7 @@ TEST(Retraining, IsDueOnAlertsOnScheduleAndNeverInTheCooldown) {
 }
 
 TEST(Retraining, PolicyKeysAreDocumented) {
-  std::string docs = *read_file(std::string(SLIPWAY_SOURCE_DIR) + "/docs/cli.md");
+  std::string docs = *read_file(slipway::testing::source_dir() + "/docs/cli.md");
   std::string table = retrain_policy_schema().markdown_table();
   EXPECT_NE(docs.find(table), std::string::npos) << "docs/cli.md lacks the retrain policy keys:\n" << table;
 }

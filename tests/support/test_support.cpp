@@ -56,6 +56,8 @@ TempDir::~TempDir() {
 }
 
 std::string data_path(const std::string& file) { return std::string(SLIPWAY_TEST_DATA_DIR) + "/" + file; }
+std::string data_dir() { return SLIPWAY_TEST_DATA_DIR; }
+std::string source_dir() { return SLIPWAY_SOURCE_DIR; }
 std::string slipway_binary() { return SLIPWAY_BINARY; }
 
 void write_text(const std::string& path, const std::string& text) {

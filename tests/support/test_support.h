@@ -24,6 +24,8 @@ class TempDir {
 };
 
 std::string data_path(const std::string& file);  // a file under the repository's data/
+std::string data_dir();
+std::string source_dir();  // the repository's root
 std::string slipway_binary();
 void write_text(const std::string& path, const std::string& text);
 

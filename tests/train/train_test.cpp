@@ -161,7 +161,7 @@ TEST(Fit, LogisticAucMatchesScikitLearn) {
   for (auto row : split->test_rows) rows_file << row << "\n";
   rows_file.close();
   auto peer =
-      testing::run_command({"/usr/bin/python3", std::string(SLIPWAY_SOURCE_DIR) + "/tests/train/sklearn_logistic.py",
+      testing::run_command({"/usr/bin/python3", slipway::testing::source_dir() + "/tests/train/sklearn_logistic.py",
                             testing::data_path("lending_club.csv"), "Class",
                             summary->bundle->manifest().class_labels[1], dir.file("test_rows.txt")});
   ASSERT_EQ(peer.exit_code, 0) << peer.err;
