@@ -43,7 +43,7 @@ for shape in "${shapes[@]}"; do
   else
     args=(--layers 16 --dim 2048 --heads 32 --kv-heads 8 --ff 8192 --vocab 32000 --context 1024)
   fi
-  for type in f16 q8_0 q4_0; do
+  for type in f16 q8_0 q4_0 q4_k; do
     file=$(make_model "$shape" "$type" "${args[@]}")
     ours=$("$slipway" --json llm bench "$file" --threads 1,2 --repetitions "$reps")
     peer=""

@@ -5,19 +5,18 @@
 #pragma once
 
 #include <array>
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -252,6 +251,7 @@ void append_json_string(std::string& out, std::string_view text);
 // not one.
 std::size_t utf8_character_length(std::string_view text, std::size_t at);
 bool is_valid_utf8(std::string_view text);
+
 // Appends `text` as one CSV field: as it is, or quoted (quotes doubled) when it holds a comma,
 // quote or line break.
 void append_csv_field(std::string& out, std::string_view text);
@@ -271,35 +271,26 @@ void parallel_for(std::size_t task_count, int thread_count, const std::function<
 // about sixty per token, each a few tens of microseconds of work, where parallel_for's wake-up
 // through a condition variable would cost as much as the work. Between loops the team's threads
 // spin for a while (about a millisecond) before they sleep, so a loop that follows soon starts in
-// well under a microsecond. run() is called from one thread at a time.
+// well under a microsecond. A loop ends when its tasks are done, whether or not every thread got
+// to it, so a thread the system has preempted (more threads than cores) delays no one.
 class ThreadTeam {
  public:
-  // `threads` counts the caller, which takes part in every loop (0: all cores).
+  // `threads` counts the caller, which takes part in every loop (0: the cores this process may
+  // use). Threads the system refuses to start leave a smaller team.
   explicit ThreadTeam(int threads);
   ~ThreadTeam();
   ThreadTeam(const ThreadTeam&) = delete;
   ThreadTeam& operator=(const ThreadTeam&) = delete;
 
-  int size() const { return static_cast<int>(workers_.size()) + 1; }
-  // Runs task(index) for index in [0, task_count) and returns when all have finished. Tasks must
-  // not throw; which thread runs which index is unspecified.
+  int size() const;
+  // Runs task(index) for index in [0, task_count) and returns when all have finished. One thread
+  // calls run() at a time, and not from inside a task. Tasks must not throw; which thread runs
+  // which index is unspecified.
   void run(std::size_t task_count, const std::function<void(std::size_t)>& task);
 
  private:
-  void work();
-  void drain();
-
-  std::vector<std::thread> workers_;
-  // One loop: published before `generation_` is advanced, read by workers after they see it.
-  const std::function<void(std::size_t)>* task_ = nullptr;
-  std::size_t task_count_ = 0;
-  std::atomic<std::size_t> next_{0};
-  std::atomic<std::uint64_t> generation_{0};
-  std::atomic<int> working_{0};  // workers yet to finish the current loop
-  std::atomic<int> sleeping_{0};
-  std::atomic<bool> stopping_{false};
-  std::mutex mutex_;
-  std::condition_variable wake_;
+  struct State;
+  std::unique_ptr<State> state_;
 };
 
 // ---------------------------------------------------------------------------------------------

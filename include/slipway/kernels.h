@@ -511,8 +511,8 @@ using LlmAddWeightedValues = void (*)(const float* weights, std::size_t weight_s
                                       std::size_t head_dim, float* out, std::size_t out_stride);
 // SwiGLU's gate: gate[i] = gate[i] / (1 + llm_exp(-gate[i])) * up[i], for i < count.
 using LlmSiluMultiply = void (*)(float* gate, const float* up, std::size_t count);
-// exp(x) to within 2 ulp for x in [-87, 88]; 0 below -87 and for NaN. Every variant's softmax
-// computes it with these operations: n = nearbyint(x * log2(e)); r = fma(n, -ln2_hi, x),
+// exp(x) to within 2 ulp for x in [-87, 88]; 0 below -87 and for NaN; exp(88) above 88. Every
+// variant computes it with these operations: n = nearbyint(x * log2(e)); r = fma(n, -ln2_hi, x),
 // r = fma(n, -ln2_lo, r); Cephes' degree-5 polynomial p(r) by fused multiply-adds;
 // (fma(p, r * r, r) + 1) * 2^n.
 float llm_exp(float x);

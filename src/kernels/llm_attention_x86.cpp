@@ -19,8 +19,9 @@
 namespace slipway::kernels {
 namespace {
 
-#define SLIPWAY_AVX512 __attribute__((target("avx512f")))
+#define SLIPWAY_AVX512 __attribute__((target("avx512f,avx2,fma")))
 #define SLIPWAY_AVX2 __attribute__((target("avx2,fma")))
+#define SLIPWAY_INLINE inline __attribute__((always_inline))
 
 // ---------------------------------------------------------------------------------------------
 // Scores. Four chains per query (dimension mod 4), the block's 16 keys of a dimension in one load.
@@ -87,7 +88,7 @@ SLIPWAY_AVX2 void block_scores_256(const float* queries, std::size_t query_strid
 // ---------------------------------------------------------------------------------------------
 // Softmax. llm_exp's operations lane by lane; masked-off lanes read -inf, which weighs 0.
 
-SLIPWAY_AVX512 __m512 exp_512(__m512 x) {
+SLIPWAY_AVX512 SLIPWAY_INLINE __m512 exp_512(__m512 x) {
   const __mmask16 in_range = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpLowest), _CMP_GE_OQ);
   x = _mm512_min_ps(x, _mm512_set1_ps(kExpHighest));
   __m512 n =
@@ -103,7 +104,7 @@ SLIPWAY_AVX512 __m512 exp_512(__m512 x) {
   return _mm512_maskz_mul_ps(in_range, y, _mm512_castsi512_ps(exponent));
 }
 
-SLIPWAY_AVX2 __m256 exp_256(__m256 x) {
+SLIPWAY_AVX2 SLIPWAY_INLINE __m256 exp_256(__m256 x) {
   const __m256 in_range = _mm256_cmp_ps(x, _mm256_set1_ps(kExpLowest), _CMP_GE_OQ);
   x = _mm256_min_ps(x, _mm256_set1_ps(kExpHighest));
   __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -306,9 +307,9 @@ SLIPWAY_AVX2 void llm_add_weighted_values_avx2(const float* weights, std::size_t
     }
     for (std::size_t q = 0; q < queries; ++q) {
       for (std::size_t i = 0; i < count; ++i) {
-        for (std::size_t l = d; l < head_dim; ++l) {
-          tile_out[q * out_stride + l] =
-              std::fma(tile_weights[q * weight_stride + i], values[i * value_stride + l], tile_out[q * out_stride + l]);
+        for (std::size_t dim = d; dim < head_dim; ++dim) {
+          tile_out[q * out_stride + dim] = std::fma(tile_weights[q * weight_stride + i], values[i * value_stride + dim],
+                                                    tile_out[q * out_stride + dim]);
         }
       }
     }

@@ -273,9 +273,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void llm_quantize_input_avx
   }
 }
 
-// Attention: a key block's 16 positions are one AVX-512 register (two AVX2 ones); the values'
-// dimensions, 64 at a time, four.
-
 void llm_product_avx2(const LlmPackedMatrix& matrix, const LlmInput& input, std::size_t first_panel,
                       std::size_t panel_count, float* out) {
   avx2::product(matrix, input, first_panel, panel_count, out);

@@ -114,7 +114,7 @@ namespace {
 
 // Reads `bytes` as four streams at once, a cache line from each per step: one stream leaves the
 // core's memory-level parallelism unused and understates what a product reading four panels at
-// once gets (it measured 20-60% below the decode rate itself on this VM).
+// once gets (on the 2-core Xeon of docs/benchmarks.md it measured 20-60% below the decode rate itself).
 __attribute__((target("avx2"))) std::uint64_t read_avx2(const std::byte* data, std::size_t bytes) {
   constexpr std::size_t kStreams = 4;
   const std::size_t stream_bytes = bytes / kStreams / 64 * 64;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -203,16 +204,18 @@ std::vector<QueryTile> query_tiles(std::span<const BatchToken> batch) {
 // One head's attention for one tile of queries, into `out` (the tile's rows of the attended
 // values). Each query's arithmetic is what it would be alone: its scores, its softmax, and its
 // positions' values in order, the positions every query of the tile has first, then its own.
-void attend(const LlamaModel& model, const KvCache& cache, std::span<const BatchToken> batch, std::size_t layer,
+void attend(const LlamaConfig& config, const KvCache& cache, std::span<const BatchToken> batch, std::size_t layer,
             std::size_t head, QueryTile tile, const std::vector<float>& query, float* out) {
-  const LlamaConfig& config = model.config();
   const kernels::LlmKernelVariant& variant = kernels::llm_kernel();
   const std::size_t width = config.embedding, kv_width = config.kv_heads * config.head_dim;
   const std::size_t kv_offset = (head / (config.heads / config.kv_heads)) * config.head_dim;
   const BatchToken& first = batch[tile.first_token];
   const std::size_t shortest = first.position + 1, longest = shortest + tile.count - 1;
   const std::size_t blocks = (longest + kKvBlockTokens - 1) / kKvBlockTokens, row = blocks * kKvBlockTokens;
-  std::vector<float> scores(tile.count * row);
+  // Each team thread's own, grown to the longest tile it has seen (four rows of the context at
+  // most): no allocation per head and tile.
+  thread_local std::vector<float> scores;
+  if (scores.size() < tile.count * row) scores.resize(tile.count * row);
   for (std::size_t b = 0; b < blocks; ++b) {
     variant.block_scores(query.data() + tile.first_token * width + head * config.head_dim, width, tile.count,
                          cache.keys(first.sequence, layer, b) + kv_offset * kKvBlockTokens, config.head_dim,
@@ -252,9 +255,17 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
   const std::size_t tokens = batch.size(), width = config.embedding;
   const std::size_t kv_width = config.kv_heads * config.head_dim;
   if (wants_logits.size() != tokens) return invalid_argument("wants_logits must have one entry per token");
-  // Checked whole first: where each sequence's filled length would reach, token by token.
+  logits.clear();
+  if (tokens == 0) return {};
+  // Checked whole first: where each sequence's filled length would reach, token by token, and
+  // that no position comes twice (the tokens store their keys in parallel).
   std::map<std::size_t, std::size_t> reach;
+  std::set<std::pair<std::size_t, std::size_t>> positions;
   for (const auto& item : batch) {
+    if (!positions.emplace(item.sequence, item.position).second) {
+      return invalid_argument(
+          fmt::format("position {} of sequence {} comes twice in the batch", item.position, item.sequence));
+    }
     if (item.token < 0 || static_cast<std::size_t>(item.token) >= config.vocabulary) {
       return invalid_argument(fmt::format("token {} is outside the vocabulary of {}", item.token, config.vocabulary));
     }
@@ -300,7 +311,7 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
     team.run(config.heads * tiles.size(), [&](std::size_t task) {
       const std::size_t head = task / tiles.size();
       const QueryTile& tile = tiles[task % tiles.size()];
-      attend(model, cache, batch, index, head, tile, query,
+      attend(config, cache, batch, index, head, tile, query,
              attended.data() + tile.first_token * width + head * config.head_dim);
     });
     multiply({{&layer.attention_output, &projected}}, attended, tokens, team);
@@ -309,7 +320,7 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
       rms_norm(x.data() + first * width, count, layer.ffn_norm, config.rms_epsilon, normed.data() + first * width);
     });
     multiply({{&layer.gate, &gate}, {&layer.up, &up}}, normed, tokens, team);
-    const std::size_t hidden = gate.size() / tokens;
+    const std::size_t hidden = config.feed_forward;
     over_tokens(team, tokens, [&](std::size_t first, std::size_t count) {
       variant.silu_multiply(gate.data() + first * hidden, up.data() + first * hidden, count * hidden);
     });

@@ -49,7 +49,7 @@ struct Refusal {
 
 // Text that is valid UTF-8: each byte that does not begin a valid character becomes U+FFFD (JSON
 // strings must be UTF-8; a token may be part of a character).
-std::string valid_utf8(std::string_view text) {
+std::string replace_invalid_utf8(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {
@@ -151,8 +151,9 @@ class Parser {
       if (served.id == name) ask_.model = &served;
     }
     if (ask_.model == nullptr) {
-      return Refusal{404, fmt::format("the model '{}' does not exist on this server", valid_utf8(name.substr(0, 200))),
-                     "model", "model_not_found"};
+      return Refusal{
+          404, fmt::format("the model '{}' does not exist on this server", replace_invalid_utf8(name.substr(0, 200))),
+          "model", "model_not_found"};
     }
     return std::nullopt;
   }
@@ -426,13 +427,13 @@ struct Job : std::enable_shared_from_this<Job> {
 
   void write_token_logprobs(JsonWriter& json, const SampledToken& token) const {
     std::string piece = tokenizer().piece(token.chosen.token, true);
-    json.begin_object().key("token").value(valid_utf8(piece)).key("logprob").value(token.chosen.logprob);
+    json.begin_object().key("token").value(replace_invalid_utf8(piece)).key("logprob").value(token.chosen.logprob);
     json.key("bytes").begin_array();
     for (char byte : piece) json.value(static_cast<std::int64_t>(static_cast<unsigned char>(byte)));
     json.end_array().key("top_logprobs").begin_array();
     for (const auto& alternative : token.top) {
       std::string text = tokenizer().piece(alternative.token, true);
-      json.begin_object().key("token").value(valid_utf8(text)).key("logprob").value(alternative.logprob);
+      json.begin_object().key("token").value(replace_invalid_utf8(text)).key("logprob").value(alternative.logprob);
       json.key("bytes").begin_array();
       for (char byte : text) json.value(static_cast<std::int64_t>(static_cast<unsigned char>(byte)));
       json.end_array().end_object();
@@ -454,14 +455,14 @@ struct Job : std::enable_shared_from_this<Job> {
     }
     json.begin_object().key("tokens").begin_array();
     for (std::size_t i = first; i < end; ++i)
-      json.value(valid_utf8(tokenizer().piece(choice.tokens[i].chosen.token, true)));
+      json.value(replace_invalid_utf8(tokenizer().piece(choice.tokens[i].chosen.token, true)));
     json.end_array().key("token_logprobs").begin_array();
     for (std::size_t i = first; i < end; ++i) json.value(choice.tokens[i].chosen.logprob);
     json.end_array().key("top_logprobs").begin_array();
     for (std::size_t i = first; i < end; ++i) {
       json.begin_object();
       for (const auto& alternative : choice.tokens[i].top) {
-        json.key(valid_utf8(tokenizer().piece(alternative.token, true))).value(alternative.logprob);
+        json.key(replace_invalid_utf8(tokenizer().piece(alternative.token, true))).value(alternative.logprob);
       }
       json.end_object();
     }
@@ -499,11 +500,11 @@ struct Job : std::enable_shared_from_this<Job> {
       if (opening.empty() && first_token == end_token && text.empty() && finish_reason.empty()) {
         json.key("role").value("assistant").key("content").value("");
       } else if (!text.empty()) {
-        json.key("content").value(valid_utf8(text));
+        json.key("content").value(replace_invalid_utf8(text));
       }
       json.end_object();
     } else {
-      json.key("text").value(valid_utf8(text));
+      json.key("text").value(replace_invalid_utf8(text));
     }
     json.key("logprobs");
     if (end_token > first_token) {
@@ -589,10 +590,15 @@ struct Job : std::enable_shared_from_this<Job> {
       const Choice& choice = choices[index];
       json.begin_object().key("index").value(static_cast<std::uint64_t>(index));
       if (ask.chat) {
-        json.key("message").begin_object().key("role").value("assistant").key("content").value(valid_utf8(choice.text));
+        json.key("message")
+            .begin_object()
+            .key("role")
+            .value("assistant")
+            .key("content")
+            .value(replace_invalid_utf8(choice.text));
         json.end_object();
       } else {
-        json.key("text").value(valid_utf8(choice.text));
+        json.key("text").value(replace_invalid_utf8(choice.text));
       }
       json.key("logprobs");
       write_logprobs(json, choice, 0, choice.tokens.size());
@@ -628,9 +634,9 @@ void list_models(const std::vector<ServedLlm>& models, std::string_view only, co
         return respond(http::Response{200, "application/json", json.take(), {}, {}});
       }
     }
-    return respond(
-        api_error(404, fmt::format("the model '{}' does not exist on this server", valid_utf8(only.substr(0, 200))),
-                  "model", "model_not_found"));
+    return respond(api_error(
+        404, fmt::format("the model '{}' does not exist on this server", replace_invalid_utf8(only.substr(0, 200))),
+        "model", "model_not_found"));
   }
   json.begin_object().key("object").value("list").key("data").begin_array();
   for (const auto& model : models) write_model(model);
@@ -667,7 +673,7 @@ void OpenAiApi::handle(const http::Request& request, const http::Respond& respon
   }
   const bool chat = path == "/v1/chat/completions";
   if (!chat && path != "/v1/completions") {
-    return respond(api_error(404, "no route for " + valid_utf8(path.substr(0, 200)) +
+    return respond(api_error(404, "no route for " + replace_invalid_utf8(path.substr(0, 200)) +
                                       " (this server has /v1/models, /v1/completions and /v1/chat/completions)"));
   }
   if (request.method != "POST") return respond(api_error(405, "use POST for " + std::string(path)));

@@ -582,7 +582,7 @@ void Tokenizer::Data::encode_sentencepiece(std::string_view fragment, bool space
   };
   std::vector<Symbol> symbols;
   for (std::size_t offset = 0; offset < text.size();) {
-    std::size_t length = character_length(text, offset);
+    std::size_t length = lenient_character_length(text, offset);
     auto index = static_cast<std::int64_t>(symbols.size());
     symbols.push_back({offset, length, index - 1, offset + length == text.size() ? -1 : index + 1});
     offset += length;

@@ -257,7 +257,7 @@ void append_utf8(std::string& out, std::uint32_t code_point) {
 // bytes follow (llama.cpp's rule: overlong forms and surrogates pass), else 1, a byte alone.
 // llama.cpp's SentencePiece split trusts the lead byte, letting a stray one swallow the next
 // bytes (a space's "▁" included, which then decodes as "▁"); standing alone keeps text lossless.
-std::size_t character_length(std::string_view text, std::size_t offset) {
+std::size_t lenient_character_length(std::string_view text, std::size_t offset) {
   const auto lead = static_cast<std::uint8_t>(text[offset]);
   const std::size_t length = lead < 0x80             ? 1
                              : (lead & 0xE0) == 0xC0 ? 2
@@ -277,7 +277,7 @@ std::vector<Character> characters(std::string_view text) {
   std::vector<Character> result;
   result.reserve(text.size());
   for (std::size_t offset = 0; offset < text.size();) {
-    const std::size_t length = character_length(text, offset);
+    const std::size_t length = lenient_character_length(text, offset);
     const auto lead = static_cast<std::uint8_t>(text[offset]);
     std::uint32_t code_point = lead & kLeadBits[length];
     for (std::size_t at = offset + 1; at < offset + length; ++at) {

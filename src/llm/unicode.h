@@ -24,7 +24,7 @@ struct Character {
 
 // The length of the UTF-8 character at `offset`: its lead byte's count when the continuation
 // bytes follow (llama.cpp's rule: overlong forms and surrogates pass), else 1, a byte alone.
-std::size_t character_length(std::string_view text, std::size_t offset);
+std::size_t lenient_character_length(std::string_view text, std::size_t offset);
 // The text's characters: code points, and kInvalidCodePoint for each byte that starts none.
 std::vector<Character> characters(std::string_view text);
 void append_utf8(std::string& out, std::uint32_t code_point);

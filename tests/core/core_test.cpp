@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
 #include <set>
 #include <thread>
@@ -122,21 +123,31 @@ TEST(ThreadTeam, RunsEveryIndexOnceLoopAfterLoop) {
 
 TEST(ThreadTeam, WakesThreadsThatFellAsleep) {
   ThreadTeam team(2);
-  std::atomic<int> total{0};
   for (int loop = 0; loop < 3; ++loop) {
     // Past the team's spinning time, so its thread sleeps and must be woken.
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    std::set<std::thread::id> runners;
     std::mutex mutex;
-    team.run(64, [&](std::size_t) {
-      total.fetch_add(1);
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-      std::lock_guard lock(mutex);
+    std::condition_variable arrived;
+    std::set<std::thread::id> runners;
+    // Two tasks, each waiting (at most ten seconds) until the other thread has taken one: only a
+    // woken team thread lets them finish at once.
+    team.run(2, [&](std::size_t) {
+      std::unique_lock lock(mutex);
       runners.insert(std::this_thread::get_id());
+      arrived.notify_all();
+      arrived.wait_for(lock, std::chrono::seconds(10), [&] { return runners.size() == 2; });
     });
     EXPECT_EQ(runners.size(), 2u) << "loop " << loop;
   }
-  EXPECT_EQ(total.load(), 3 * 64);
+}
+
+TEST(ThreadTeam, MoreThreadsThanCoresRunEveryTaskOnce) {
+  // Eight threads on a machine of few cores: threads preempted mid-claim, or waking after their
+  // loop has ended and the next begun, must neither lose a task nor run one twice.
+  ThreadTeam team(8);
+  std::atomic<std::size_t> total{0};
+  for (int loop = 0; loop < 1000; ++loop) team.run(4, [&](std::size_t) { total.fetch_add(1); });
+  EXPECT_EQ(total.load(), 4000u);
 }
 
 TEST(ThreadTeam, OfOneRunsOnTheCaller) {

@@ -289,14 +289,18 @@ TEST(LlmAttention, SoftmaxGivesTheReferencesBitsAndSumsToOne) {
     for (std::size_t p = 0; p < count; ++p) scores[p] = normal(random);
     if (count > 3) scores[2] = NAN;  // weighs nothing
     std::vector<float> expected = scores;
-    reference.softmax(expected.data(), count, 0.125f);
+    // 1/sqrt(80): a scale whose product rounds (a power of two would hide a fused multiply-add).
+    const float scale = 1.0f / std::sqrt(80.0f);
+    reference.softmax(expected.data(), count, scale);
     double total = 0, largest = -INFINITY, exact_total = 0;
     for (std::size_t p = 0; p < count; ++p) {
       total += expected[p];
-      if (!std::isnan(scores[p])) largest = std::max(largest, static_cast<double>(scores[p]) * 0.125);
+      if (!std::isnan(scores[p]))
+        largest = std::max(largest, static_cast<double>(scores[p]) * static_cast<double>(scale));
     }
     for (std::size_t p = 0; p < count; ++p) {
-      if (!std::isnan(scores[p])) exact_total += std::exp(static_cast<double>(scores[p]) * 0.125 - largest);
+      if (!std::isnan(scores[p]))
+        exact_total += std::exp(static_cast<double>(scores[p]) * static_cast<double>(scale) - largest);
     }
     EXPECT_NEAR(total, 1.0, 1e-5) << count;
     for (std::size_t p = 0; p < count; ++p) {
@@ -304,14 +308,14 @@ TEST(LlmAttention, SoftmaxGivesTheReferencesBitsAndSumsToOne) {
         EXPECT_EQ(expected[p], 0.0f);
         continue;
       }
-      double e = std::exp(static_cast<double>(scores[p]) * 0.125 - largest);
+      double e = std::exp(static_cast<double>(scores[p]) * static_cast<double>(scale) - largest);
       EXPECT_NEAR(expected[p], e / exact_total, 1e-7 + 1e-5 * e / exact_total) << count << " at " << p;
     }
     EXPECT_EQ(expected[count], 7.0f) << "wrote past count";
     for (const auto& variant : llm_kernel_variants()) {
       if (!variant.supported()) continue;
       std::vector<float> got = scores;
-      variant.softmax(got.data(), count, 0.125f);
+      variant.softmax(got.data(), count, scale);
       expect_same_bits(got, expected, fmt::format("{} count {}", variant.name, count));
     }
   }
