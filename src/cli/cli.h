@@ -16,7 +16,7 @@
 #include "slipway/registry.h"
 #include "slipway/serve.h"
 
-namespace CLI {
+namespace CLI {  // NOLINT(readability-identifier-naming): CLI11's name
 class App;
 }
 

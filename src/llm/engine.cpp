@@ -9,6 +9,7 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
@@ -337,6 +338,11 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
   }
   if (chosen.parallel == 0 || chosen.parallel > 1024) return invalid_argument("parallel must be between 1 and 1024");
   if (chosen.prompt_chunk == 0) chosen.prompt_chunk = 512;
+  // Team threads spin between loops: more than the cores only take turns burning them.
+  if (const int cores = default_thread_count(); chosen.threads > cores) {
+    log_warn(fmt::format("{} threads asked for, {} cores to run them: using {}", chosen.threads, cores, cores));
+    chosen.threads = cores;
+  }
   // The cache is allocated whole: its size is checked (in long double, so no product overflows).
   const std::size_t blocks_per_sequence = (chosen.context + kKvBlockTokens - 1) / kKvBlockTokens;
   const long double positions =
@@ -358,6 +364,8 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
   } catch (const std::bad_alloc&) {
     return resource_exhausted(
         fmt::format("no memory for the key/value cache ({:.1f} GB)", static_cast<double>(bytes) / 1e9));
+  } catch (const std::system_error& error) {
+    return resource_exhausted(fmt::format("cannot start the engine's thread: {}", error.what()));
   }
 }
 

@@ -137,8 +137,10 @@ TEST(LlamaForward, APromptInChunksGivesTheWholePromptsBits) {
   TestModelShape shape;
   ASSERT_TRUE(write_test_model(shape, TensorType::kQ4_0, 8, dir.file("m.gguf")).ok());
   auto model = *LlamaModel::open(dir.file("m.gguf"));
-  std::vector<std::int32_t> tokens;
-  for (std::int32_t i = 0; i < 37; ++i) tokens.push_back((i * 131 + 7) % static_cast<std::int32_t>(shape.vocabulary));
+  std::vector<std::int32_t> tokens(37);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<std::int32_t>((i * 131 + 7) % shape.vocabulary);
+  }
   const std::vector<float> whole = prompt_logits(*model, tokens, 2);
   // Chunks that start off the tiles of four and whose tiles straddle blocks of 16 positions.
   KvCache cache(model->config(), 64);
