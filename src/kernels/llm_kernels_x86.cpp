@@ -57,8 +57,7 @@ using Codes = __m512i;
 constexpr std::int32_t kQ8CodeOffset = 128;  // vpdpbusd multiplies the codes q + 128 as stored
 // Measured on pp512 and tg128 of the 110M shape: larger tiles spill registers.
 constexpr int kPanelsAlone = 3;
-constexpr int kPanelsFloat = 2, kTokensFloat = 4;
-constexpr int kPanelsQuantized = 1, kTokensQuantized = 4;
+constexpr int kPanelsFloat = 2, kPanelsQuantized = 1;
 
 SLIPWAY_TILE_TARGET inline Floats zero_floats() { return _mm512_setzero_ps(); }
 SLIPWAY_TILE_TARGET inline Ints zero_ints() { return _mm512_setzero_si512(); }
@@ -134,8 +133,7 @@ using Codes = Ints;
 constexpr std::int32_t kQ8CodeOffset = 0;  // dot_q8 multiplies q itself, not q + 128
 // AVX2's sixteen registers hold four rows' float and integer sums, in halves.
 constexpr int kPanelsAlone = 4;
-constexpr int kPanelsFloat = 1, kTokensFloat = 4;
-constexpr int kPanelsQuantized = 1, kTokensQuantized = 4;
+constexpr int kPanelsFloat = 1, kPanelsQuantized = 1;
 
 SLIPWAY_TILE_TARGET inline Floats zero_floats() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
 SLIPWAY_TILE_TARGET inline Ints zero_ints() { return {_mm256_setzero_si256(), _mm256_setzero_si256()}; }
