@@ -8,15 +8,9 @@
 // The loops over a tile's rows and blocks are unrolled by pragma: -O2 would keep the accumulators
 // in memory otherwise, at a third of the speed.
 #include "kernels/dense_kernels_x86.h"
+#include "kernels/x86_intrinsics.h"
 
-// GCC 12's AVX-512 headers pass an undefined source to the masked builtins of plain intrinsics
-// (max, reduce, convert) and then warn that it is used uninitialized: a known false positive.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <cpuid.h>
-#include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 

@@ -3,18 +3,11 @@
 // reference's operations in its order (slipway/kernels.h), lanes holding positions or dimensions,
 // so every variant gives the reference's bits; sharing a block's loads between queries, not
 // reordering arithmetic, is where the speed comes from.
-#include <immintrin.h>
-
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/llm_kernels_x86.h"
-
-// GCC 12's AVX-512 headers pass an undefined source to masked builtins: a known false positive.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "kernels/x86_intrinsics.h"
 
 namespace slipway::kernels {
 namespace {

@@ -5,14 +5,9 @@
 // the input) rather than as q + 128. Both give the reference's integer sums, so every output is
 // the scalar reference's bits.
 #include "kernels/llm_kernels_x86.h"
+#include "kernels/x86_intrinsics.h"
 
-// GCC 12's AVX-512 headers pass an undefined source to masked builtins: a known false positive.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #include <cpuid.h>
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
