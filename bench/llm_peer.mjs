@@ -2,7 +2,8 @@
 // llama-bench's method: pp = a prompt of N random tokens decoded as one batch, tg = M tokens
 // decoded one at a time from an empty context; a warm-up, then REPS timed runs; tokens/s as
 // mean and sample standard deviation. Prints one JSON line per test.
-// Usage: node llm_peer.mjs NODE_MODULES_DIR MODEL.gguf THREADS PROMPT GENERATE REPS
+// Usage: [PEER_MMAP=0] node llm_peer.mjs NODE_MODULES_DIR MODEL.gguf THREADS PROMPT GENERATE REPS
+// (PEER_MMAP=0: weights read into memory, not mapped from the file)
 import path from "node:path";
 import {pathToFileURL} from "node:url";
 
@@ -11,7 +12,7 @@ const threads = Number(threadsText), prompt = Number(promptText), generate = Num
 const reps = Number(repsText);
 const {getLlama} = await import(pathToFileURL(path.join(modules, "node-llama-cpp", "dist", "index.js")).href);
 const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
-const model = await llama.loadModel({modelPath});
+const model = await llama.loadModel({modelPath, useMmap: process.env.PEER_MMAP !== "0"});
 const vocabulary = model.tokens.vocabularySize ?? 32000;
 let seed = 17;
 const random = () => (seed = (seed * 1103515245 + 12345) % 2147483648) % vocabulary;

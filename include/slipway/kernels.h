@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "slipway/core.h"
+
 namespace slipway::kernels {
 
 // ---------------------------------------------------------------------------------------------
@@ -456,11 +458,10 @@ struct LlmPackedMatrix {
   std::size_t panels() const { return (rows + kPanelRows - 1) / kPanelRows; }
   std::size_t panel_bytes = 0;  // one panel: every block of its 16 rows
   std::size_t bytes() const { return panels() * panel_bytes; }
-  const std::byte* panel(std::size_t index) const { return storage.data() + offset + index * panel_bytes; }
-  // Panels in order from a 64-byte boundary, `offset` bytes in (so vector loads do not straddle
-  // cache lines); rows past `rows` are zeros.
-  std::vector<std::byte> storage;
-  std::size_t offset = 0;
+  const std::byte* panel(std::size_t index) const { return storage.data() + index * panel_bytes; }
+  // Panels in order from a page boundary, each whole cache lines (so vector loads do not straddle
+  // them); rows past `rows` are zeros.
+  HugePageBuffer storage;
 };
 // Repacks `rows` rows of `columns` values as they lie in a GGUF tensor of `format` (each row
 // whole blocks). `file_rows` holds exactly rows * the format's row bytes.

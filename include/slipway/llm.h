@@ -316,7 +316,7 @@ class KvCache {
  private:
   const float* slab(std::size_t sequence, std::size_t layer, std::size_t block, std::size_t which) const;
   std::size_t width_ = 0, layers_ = 0;
-  std::vector<float> storage_;  // [block][layer][keys, values][kKvBlockTokens * width]
+  HugePageBuffer storage_;  // floats [block][layer][keys, values][kKvBlockTokens * width]
   std::vector<std::size_t> free_;
   std::size_t max_sequences_ = 0;
   std::vector<std::vector<std::size_t>> tables_;  // per sequence, its blocks in order

@@ -5,8 +5,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
+#include <new>
 
 #include "slipway/core.h"
 
@@ -75,6 +78,70 @@ void MappedFile::advise_normal_access() const {
 MappedFile::~MappedFile() {
   if (address_ != nullptr) ::munmap(address_, size_);
 }
+
+namespace {
+// Under AddressSanitizer the buffer comes from the heap, so reads past its end are still caught
+// (ASan does not watch anonymous mappings).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kFromHeap = true;
+#else
+constexpr bool kFromHeap = false;
+#endif
+constexpr std::align_val_t kHeapAlignment{64};
+}  // namespace
+
+HugePageBuffer::HugePageBuffer(std::size_t bytes) : size_(bytes) {
+  if (bytes == 0) return;
+  if (bytes > static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max())) throw std::bad_alloc();
+  if constexpr (kFromHeap) {
+    address_ = ::operator new(bytes, kHeapAlignment);
+    std::memset(address_, 0, bytes);
+    return;
+  }
+  constexpr std::size_t kHugePage = std::size_t{2} << 20;
+  // Over-mapped by a huge page, then trimmed, so the buffer starts on a huge-page boundary (the
+  // kernel backs only whole aligned 2 MiB ranges with huge pages).
+  const std::size_t whole = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  if (whole < bytes || whole + kHugePage < whole) throw std::bad_alloc();
+  void* mapped = ::mmap(nullptr, whole + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapped == MAP_FAILED) throw std::bad_alloc();
+  auto start = reinterpret_cast<std::uintptr_t>(mapped);
+  auto aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
+  if (aligned > start) ::munmap(mapped, aligned - start);
+  if (std::size_t tail = start + kHugePage - aligned; tail > 0) {
+    ::munmap(reinterpret_cast<void*>(aligned + whole), tail);
+  }
+  address_ = reinterpret_cast<void*>(aligned);
+  mapped_ = whole;
+  // Refused (EINVAL) where the kernel has no transparent huge pages: small pages then.
+  ::madvise(address_, mapped_, MADV_HUGEPAGE);
+}
+
+HugePageBuffer::HugePageBuffer(HugePageBuffer&& other) noexcept
+    : address_(std::exchange(other.address_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      mapped_(std::exchange(other.mapped_, 0)) {}
+
+void HugePageBuffer::release() {
+  if (address_ == nullptr) return;
+  if constexpr (kFromHeap) {
+    ::operator delete(address_, kHeapAlignment);
+  } else {
+    ::munmap(address_, mapped_);
+  }
+}
+
+HugePageBuffer& HugePageBuffer::operator=(HugePageBuffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    address_ = std::exchange(other.address_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    mapped_ = std::exchange(other.mapped_, 0);
+  }
+  return *this;
+}
+
+HugePageBuffer::~HugePageBuffer() { release(); }
 
 Result<std::string> read_file(const std::string& path) {
   FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));

@@ -341,15 +341,14 @@ LlmPackedMatrix pack_llm_matrix(LlmWeightFormat format, std::span<const std::byt
   // Whole cache lines per panel, so that every panel starts on one as the first does.
   constexpr std::size_t kLine = 64;
   matrix.panel_bytes = (blocks * panel_block_bytes(format) + kLine - 1) / kLine * kLine;
-  matrix.storage.assign(matrix.bytes() + kLine, std::byte{0});
-  matrix.offset = (kLine - reinterpret_cast<std::uintptr_t>(matrix.storage.data()) % kLine) % kLine;
+  matrix.storage = HugePageBuffer(matrix.bytes());
   // A model's matrices are gigabytes: packed a panel per task, on every core.
   parallel_for(matrix.panels(), default_thread_count(), [&](std::size_t panel) {
     for (std::size_t r = panel * kPanelRows; r < std::min(rows, (panel + 1) * kPanelRows); ++r) {
       const std::byte* source = file_rows.data() + r * row_bytes;
       for (std::size_t b = 0; b < blocks; ++b) {
         pack_block(format, source + b * file_block_bytes(format), r % kPanelRows,
-                   matrix.storage.data() + matrix.offset + panel * matrix.panel_bytes, b, blocks);
+                   matrix.storage.data() + panel * matrix.panel_bytes, b, blocks);
       }
     }
   });

@@ -163,9 +163,10 @@ double measure_read_bandwidth(std::size_t bytes, int threads) {
   if (!__builtin_cpu_supports("avx2")) return 0;
   threads = std::max(threads, 1);
   std::size_t per_thread = bytes / static_cast<std::size_t>(threads) / 256 * 256;
-  auto* data = static_cast<std::byte*>(std::aligned_alloc(64, per_thread * static_cast<std::size_t>(threads)));
-  if (data == nullptr) return 0;
-  std::fill_n(data, per_thread * static_cast<std::size_t>(threads), std::byte{1});  // every page mapped
+  // In pages as the weights lie, so the roofline compares like with like.
+  HugePageBuffer buffer(per_thread * static_cast<std::size_t>(threads));
+  std::byte* data = buffer.data();
+  std::fill_n(data, buffer.size(), std::byte{1});  // every page mapped
   std::vector<double> rates;
   std::vector<std::uint64_t> sinks(static_cast<std::size_t>(threads));
   for (int pass = 0; pass < 7; ++pass) {
@@ -174,7 +175,6 @@ double measure_read_bandwidth(std::size_t bytes, int threads) {
                  [&](std::size_t part) { sinks[part] = read_avx2(data + part * per_thread, per_thread); });
     rates.push_back(static_cast<double>(per_thread * static_cast<std::size_t>(threads)) / seconds_since(start));
   }
-  std::free(data);
   return median(rates);
 }
 

@@ -16,7 +16,7 @@ namespace slipway::llm {
 
 KvCache::KvCache(const LlamaConfig& config, std::size_t blocks, std::size_t max_sequences)
     : width_(config.kv_heads * config.head_dim), layers_(config.layers), max_sequences_(max_sequences) {
-  storage_.assign(blocks * layers_ * 2 * kKvBlockTokens * width_, 0.0f);
+  storage_ = HugePageBuffer(blocks * layers_ * 2 * kKvBlockTokens * width_ * sizeof(float));
   free_.reserve(blocks);
   for (std::size_t block = blocks; block-- > 0;) free_.push_back(block);  // block 0 handed out first
 }
@@ -58,7 +58,8 @@ void KvCache::set_filled(std::size_t sequence, std::size_t filled) {
 
 const float* KvCache::slab(std::size_t sequence, std::size_t layer, std::size_t block, std::size_t which) const {
   std::size_t pooled = tables_[sequence][block];
-  return storage_.data() + (((pooled * layers_ + layer) * 2 + which) * kKvBlockTokens) * width_;
+  return reinterpret_cast<const float*>(storage_.data()) +
+         (((pooled * layers_ + layer) * 2 + which) * kKvBlockTokens) * width_;
 }
 
 void KvCache::store(std::size_t sequence, std::size_t layer, std::size_t position, const float* key,

@@ -1,10 +1,14 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
+#include <cstdint>
 #include <filesystem>
+#include <limits>
+#include <new>
 #include <set>
 #include <thread>
 
@@ -101,6 +105,23 @@ TEST(Files, MappedFileReadsBytes) {
   testing::write_text(dir.file("empty"), "");
   EXPECT_EQ(MappedFile::open(dir.file("empty"))->size(), 0u);
   EXPECT_FALSE(MappedFile::open(dir.path()).ok());
+}
+
+TEST(Memory, HugePageBufferIsZeroedAlignedAndMovable) {
+  constexpr std::size_t kHugePage = std::size_t{2} << 20;
+  HugePageBuffer buffer(3 * kHugePage + 5);
+  ASSERT_EQ(buffer.size(), 3 * kHugePage + 5);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(buffer.data()) % 64, 0u);
+  EXPECT_TRUE(std::all_of(buffer.data(), buffer.data() + buffer.size(), [](std::byte b) { return b == std::byte{0}; }));
+  buffer.data()[buffer.size() - 1] = std::byte{7};  // the whole size is writable
+  HugePageBuffer moved(std::move(buffer));
+  EXPECT_EQ(buffer.data(), nullptr);  // NOLINT(bugprone-use-after-move): moved-from is empty
+  EXPECT_EQ(buffer.size(), 0u);       // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(moved.data()[moved.size() - 1], std::byte{7});
+  moved = HugePageBuffer(10);
+  EXPECT_EQ(moved.size(), 10u);
+  EXPECT_EQ(HugePageBuffer(0).data(), nullptr);
+  EXPECT_THROW(HugePageBuffer(std::numeric_limits<std::size_t>::max() - 1), std::bad_alloc);
 }
 
 TEST(Parallel, RunsEveryIndexOnce) {

@@ -30,7 +30,10 @@ class LlmServer : public ::testing::Test {
  protected:
   void SetUp() override {
     model_ = dir_.file("tiny.gguf");
-    auto made = run_command({slipway_binary(), "llm", "make-test-model", model_, "--type", "q8_0", "--context", "512"});
+    // Wide and long enough that the stream the client aborts is still generating when the abort
+    // arrives: a smaller model wrote all its tokens into the socket first on a fast machine.
+    auto made = run_command({slipway_binary(), "llm", "make-test-model", model_, "--type", "q8_0", "--context", "2048",
+                             "--dim", "256", "--ff", "1024", "--layers", "4"});
     ASSERT_EQ(made.exit_code, 0) << made.err;
     server_ = std::make_unique<ChildProcess>(std::vector<std::string>{
         slipway_binary(), "--json", "llm", "serve", model_, "--port", "0", "--api-key", "secret", "--parallel", "2"});

@@ -64,7 +64,7 @@ seen.errors = {
 
 // A stream the client abandons: the server cancels it (its metrics count a cancelled request).
 const controller = new AbortController();
-const long = await client.completions.create({model, prompt: "tell me a long story", max_tokens: 400, stream: true, ignore_eos: true},
+const long = await client.completions.create({model, prompt: "tell me a long story", max_tokens: 2000, stream: true, ignore_eos: true},
                                             {signal: controller.signal});
 let received = 0;
 try {
