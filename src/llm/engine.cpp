@@ -343,7 +343,8 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
     log_warn(fmt::format("{} threads asked for, {} cores to run them: using {}", chosen.threads, cores, cores));
     chosen.threads = cores;
   }
-  // The cache is allocated whole: its size is checked (in long double, so no product overflows).
+  // The cache is reserved whole (its pages committed as sequences fill them): its size is checked
+  // (in long double, so no product overflows).
   const std::size_t blocks_per_sequence = (chosen.context + kKvBlockTokens - 1) / kKvBlockTokens;
   const long double positions =
       static_cast<long double>(chosen.parallel) * static_cast<long double>(blocks_per_sequence * kKvBlockTokens);

@@ -1,5 +1,6 @@
 // The Llama architecture's config and weights, read in place from a GGUF file.
 #include <cstring>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -62,8 +63,13 @@ kernels::LlmWeightFormat weight_format(TensorType type) {
 Result<WeightMatrix> packed_matrix(const GgufFile& file, const std::string& name, std::size_t rows,
                                    std::size_t columns) {
   SLIPWAY_ASSIGN_OR_RETURN(WeightMatrix weights, matrix(file, name, rows, columns));
-  weights.packed = std::make_shared<const kernels::LlmPackedMatrix>(
-      kernels::pack_llm_matrix(weight_format(weights.type), weights.data, rows, columns));
+  try {
+    weights.packed = std::make_shared<const kernels::LlmPackedMatrix>(
+        kernels::pack_llm_matrix(weight_format(weights.type), weights.data, rows, columns));
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted(fmt::format("{}: no memory for the weights '{}' ({:.1f} MB)", file.source(), name,
+                                          static_cast<double>(weights.data.size()) / 1e6));
+  }
   return weights;
 }
 
