@@ -204,7 +204,7 @@ class MappedFile {
 class HugePageBuffer {
  public:
   HugePageBuffer() = default;
-  // Throws std::bad_alloc when the system refuses the memory.
+  // Throws std::bad_alloc when the system refuses the memory. A moved-from buffer is empty.
   explicit HugePageBuffer(std::size_t bytes);
   HugePageBuffer(HugePageBuffer&& other) noexcept;
   HugePageBuffer& operator=(HugePageBuffer&& other) noexcept;

@@ -605,7 +605,8 @@ std::uint64_t decode_bytes_per_token(const LlamaModel& model, std::size_t contex
 std::uint64_t multiply_adds_per_token(const LlamaModel& model, bool with_output);
 
 // The machine's measured memory read bandwidth (bytes per second) over a buffer of `bytes`,
-// read by `threads` threads with vector loads: the median of several passes.
+// read by `threads` threads with vector loads: the median of several passes. 0 where the CPU
+// lacks AVX2 or the memory cannot be had.
 double measure_read_bandwidth(std::size_t bytes, int threads);
 // The core's measured peak of int8 multiply-adds per second on `threads` threads (vpdpbusd on
 // AVX-512 VNNI, else 0 where the CPU has no int8 dot-product instruction).

@@ -105,13 +105,12 @@ HugePageBuffer::HugePageBuffer(std::size_t bytes) : size_(bytes) {
   if (whole < bytes || whole + kHugePage < whole) throw std::bad_alloc();
   void* mapped = ::mmap(nullptr, whole + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapped == MAP_FAILED) throw std::bad_alloc();
-  auto start = reinterpret_cast<std::uintptr_t>(mapped);
-  auto aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
-  if (aligned > start) ::munmap(mapped, aligned - start);
-  if (std::size_t tail = start + kHugePage - aligned; tail > 0) {
-    ::munmap(reinterpret_cast<void*>(aligned + whole), tail);
-  }
-  address_ = reinterpret_cast<void*>(aligned);
+  auto* base = static_cast<std::byte*>(mapped);
+  const std::size_t lead = (kHugePage - reinterpret_cast<std::uintptr_t>(mapped) % kHugePage) % kHugePage;
+  std::byte* aligned = base + lead;
+  if (lead > 0) ::munmap(base, lead);
+  ::munmap(aligned + whole, kHugePage - lead);  // the rest of the extra huge page (never empty)
+  address_ = aligned;
   mapped_ = whole;
   // Refused (EINVAL) where the kernel has no transparent huge pages: small pages then.
   ::madvise(address_, mapped_, MADV_HUGEPAGE);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <new>
 #include <numeric>
 #include <random>
 
@@ -164,7 +165,12 @@ double measure_read_bandwidth(std::size_t bytes, int threads) {
   threads = std::max(threads, 1);
   std::size_t per_thread = bytes / static_cast<std::size_t>(threads) / 256 * 256;
   // In pages as the weights lie, so the roofline compares like with like.
-  HugePageBuffer buffer(per_thread * static_cast<std::size_t>(threads));
+  HugePageBuffer buffer;
+  try {
+    buffer = HugePageBuffer(per_thread * static_cast<std::size_t>(threads));
+  } catch (const std::bad_alloc&) {
+    return 0;
+  }
   std::byte* data = buffer.data();
   std::fill_n(data, buffer.size(), std::byte{1});  // every page mapped
   std::vector<double> rates;

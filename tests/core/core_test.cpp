@@ -112,6 +112,9 @@ TEST(Memory, HugePageBufferIsZeroedAlignedAndMovable) {
   HugePageBuffer buffer(3 * kHugePage + 5);
   ASSERT_EQ(buffer.size(), 3 * kHugePage + 5);
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(buffer.data()) % 64, 0u);
+#if !defined(__SANITIZE_ADDRESS__)
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(buffer.data()) % kHugePage, 0u);  // where huge pages start
+#endif
   EXPECT_TRUE(std::all_of(buffer.data(), buffer.data() + buffer.size(), [](std::byte b) { return b == std::byte{0}; }));
   buffer.data()[buffer.size() - 1] = std::byte{7};  // the whole size is writable
   HugePageBuffer moved(std::move(buffer));
