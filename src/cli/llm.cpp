@@ -105,7 +105,9 @@ struct BenchResult : CommandResult {
                          figure.tokens_per_second, figure.deviation, against);
     }
     for (const auto& [threads, value] : bandwidth) {
-      out << fmt::format("read bandwidth, {} thread{}: {:.1f} GB/s\n", threads, threads == 1 ? "" : "s", value / 1e9);
+      out << fmt::format("read bandwidth, {} thread{}: ", threads, threads == 1 ? "" : "s")
+          << (value > 0 ? fmt::format("{:.1f} GB/s\n", value / 1e9)
+                        : std::string("not measured (no AVX2, or no memory for the buffer)\n"));
     }
   }
 };
