@@ -101,8 +101,8 @@ HugePageBuffer::HugePageBuffer(std::size_t bytes) : size_(bytes) {
   constexpr std::size_t kHugePage = std::size_t{2} << 20;
   // Over-mapped by a huge page, then trimmed, so the buffer starts on a huge-page boundary (the
   // kernel backs only whole aligned 2 MiB ranges with huge pages).
+  // No overflow: bytes is at most PTRDIFF_MAX, checked above.
   const std::size_t whole = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-  if (whole < bytes || whole + kHugePage < whole) throw std::bad_alloc();
   void* mapped = ::mmap(nullptr, whole + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapped == MAP_FAILED) throw std::bad_alloc();
   auto* base = static_cast<std::byte*>(mapped);
