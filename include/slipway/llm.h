@@ -3,6 +3,7 @@
 // The Llama forward pass, tokenizers and sampling build on it.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -11,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "slipway/core.h"
@@ -284,11 +286,19 @@ class LlamaModel {
   std::vector<Layer> layers_;
 };
 
-// Where keys and values live: in blocks of kKvBlockTokens positions, handed to sequences as they
-// grow, so that sequences of any length share one pool (and a later scheduler can page, share
-// and evict blocks). A block holds, per layer, its positions' keys transposed ([kv_heads *
-// head_dim][kKvBlockTokens], so one query's scores against the block are a vector sum) and
-// their values in position order ([kKvBlockTokens][kv_heads * head_dim]).
+// Where keys and values live: a pool of blocks of kKvBlockTokens positions, preallocated, that
+// sequences take as they grow (vLLM's PagedAttention). Each sequence has a block table (its
+// blocks in position order); blocks carry reference counts, so sequences can share them: a fork
+// (`n` > 1 choices of one prompt) shares its parent's blocks, and the first write into a shared
+// block copies it (copy on write). With prefix caching, a whole block is known by a hash chained
+// over its tokens and its parent block's hash (and a salt, so tenants never share): a sequence
+// whose prompt starts with cached blocks takes them instead of computing them again. Blocks
+// nobody holds stay cached until the pool needs them, the least recently released first (a
+// sequence's last block before its first, as vLLM, since longer prefixes are shared less).
+//
+// A block holds, per layer, its positions' keys transposed ([kv_heads * head_dim][kKvBlockTokens],
+// so one query's scores against the block are a vector sum) and their values in position order
+// ([kKvBlockTokens][kv_heads * head_dim]).
 inline constexpr std::size_t kKvBlockTokens = 16;
 
 class KvCache {
@@ -296,31 +306,86 @@ class KvCache {
   // A pool of `blocks` blocks for `config`'s layers and heads, for sequences numbered below
   // `max_sequences`.
   KvCache(const LlamaConfig& config, std::size_t blocks, std::size_t max_sequences = 4096);
-  // Room for positions [0, length) of `sequence` (new sequences start empty); ResourceExhausted
-  // when the pool has no free block left, InvalidArgument for a sequence past max_sequences.
+  // The bytes one block takes for `config`.
+  static std::uint64_t block_bytes(const LlamaConfig& config);
+
+  // Room to write positions [first, end) of `sequence` (new sequences start empty): blocks
+  // appended up to `end`, taken from the free ones (evicting the least recently used cached
+  // block when none is free otherwise), and each block holding a position in [first, end) made
+  // the sequence's own: copied when shared, forgotten by the prefix cache when cached (its
+  // contents change). ResourceExhausted when the pool has too few blocks (blocks appended before
+  // stay with the sequence); InvalidArgument for a sequence past max_sequences.
+  Status prepare(std::size_t sequence, std::size_t first, std::size_t end);
+  // prepare(sequence, filled(sequence), length).
   Status reserve(std::size_t sequence, std::size_t length);
-  // Returns the sequence's blocks to the pool; it starts empty again.
+  // Drops the sequence's hold on its blocks; it starts empty again.
   void release(std::size_t sequence);
+  // `child` (which must be empty) shares every block of `parent` and its filled length.
+  Status fork(std::size_t parent, std::size_t child);
+  // The blocks a sequence of `length` positions would take that the pool cannot give now.
+  std::size_t blocks_short(std::size_t sequence, std::size_t length) const;
+
+  // Prefix caching. Gives the empty `sequence` the cached blocks holding the longest run of whole
+  // blocks at the start of `tokens` under `salt`, at most `limit` positions' worth, and sets its
+  // filled length to what they hold (returned).
+  std::size_t attach_cached_prefix(std::size_t sequence, std::span<const std::int32_t> tokens, std::uint64_t salt,
+                                   std::size_t limit);
+  // Makes the sequence's whole filled blocks (positions [0, filled) holding `tokens`' first
+  // ones) findable by attach_cached_prefix under `salt`. Blocks already cached stay as they are.
+  void publish(std::size_t sequence, std::span<const std::int32_t> tokens, std::uint64_t salt);
+
   // Positions [0, filled) of `sequence` hold keys and values (forward() advances it).
   std::size_t filled(std::size_t sequence) const;
   void set_filled(std::size_t sequence, std::size_t filled);
   // Writes a position's key and value (kv_heads * head_dim floats each); the position must be
-  // reserved.
+  // prepared.
   void store(std::size_t sequence, std::size_t layer, std::size_t position, const float* key, const float* value);
   // The keys ([width][kKvBlockTokens]) and values ([kKvBlockTokens][width]) of the sequence's
   // `block`th block.
   const float* keys(std::size_t sequence, std::size_t layer, std::size_t block) const;
   const float* values(std::size_t sequence, std::size_t layer, std::size_t block) const;
-  std::size_t free_blocks() const { return free_.size(); }
+
+  std::size_t total_blocks() const { return references_.size(); }
+  // Blocks no sequence holds (cached ones included, which are evicted as needed).
+  std::size_t free_blocks() const { return free_count_; }
+  // Blocks findable by their hash (held or not).
+  std::size_t cached_blocks() const { return by_hash_.size(); }
+  std::size_t blocks_of(std::size_t sequence) const;
 
  private:
-  const float* slab(std::size_t sequence, std::size_t layer, std::size_t block, std::size_t which) const;
-  std::size_t width_ = 0, layers_ = 0;
+  static constexpr std::size_t kNone = SIZE_MAX;
+  struct Cached {  // what a cached block holds, checked on every hit so a hash collision is a miss
+    std::uint64_t hash = 0;
+    std::size_t parent = kNone;  // the block before it in its chain
+    std::array<std::int32_t, kKvBlockTokens> tokens{};
+    bool valid = false;
+  };
+  float* slab(std::size_t block, std::size_t layer, std::size_t which);
+  const float* slab(std::size_t block, std::size_t layer, std::size_t which) const;
+  std::size_t take_block();          // from the free list's head, evicting it from the cache
+  void put_back(std::size_t block);  // the free list's tail when cached, its head when not
+  void unlink(std::size_t block);    // out of the free list
+  void forget(std::size_t block);    // out of the prefix cache
+  void hold(std::size_t block);      // one more reference, out of the free list at the first
+  void drop(std::size_t block);      // one fewer, back on the free list at the last
+  std::vector<std::size_t>& table(std::size_t sequence);
+
+  std::size_t width_ = 0, layers_ = 0, block_floats_ = 0;
   HugePageBuffer storage_;  // floats [block][layer][keys, values][kKvBlockTokens * width]
-  std::vector<std::size_t> free_;
   std::size_t max_sequences_ = 0;
+  std::vector<std::uint32_t> references_;     // per block
+  std::vector<std::size_t> previous_, next_;  // the free list: per block, kNone at the ends
+  std::size_t head_ = kNone, tail_ = kNone, free_count_ = 0;
+  std::vector<Cached> cached_;  // per block
+  std::unordered_map<std::uint64_t, std::size_t> by_hash_;
+  struct Chain {  // how far a sequence's blocks are published, and the chain's end
+    std::size_t blocks = 0;
+    std::uint64_t hash = 0;
+    std::size_t parent = kNone;
+  };
   std::vector<std::vector<std::size_t>> tables_;  // per sequence, its blocks in order
   std::vector<std::size_t> filled_;               // per sequence
+  std::vector<Chain> chains_;                     // per sequence
 };
 
 // One token to run: `token` of sequence `sequence` at `position` (its keys and values for the
@@ -464,8 +529,10 @@ class Sampler {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Generation: an engine thread runs every admitted request's next tokens through one forward
-// pass per step (prompts in chunks, decoding sequences one token each), samples, and reports.
+// Generation: an engine thread schedules requests continuously (vLLM's way: decoding sequences
+// and prompt chunks share each step's forward pass under a token budget; finished sequences leave
+// and waiting ones join at every step), over the paged KV cache with prefix caching, samples, and
+// reports.
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
 std::string_view finish_reason_name(FinishReason reason);  // "stop", "length", "cancelled", "error"
@@ -494,26 +561,42 @@ struct GenerationRequest {
   std::function<bool(const GenerationEvent&)> on_token;
   std::function<void(const GenerationResult&)> on_finish;
   // Asked when the request is admitted and before each step: true cancels it (its client left),
-  // so a prompt nobody waits for is not run.
+  // so a prompt nobody waits for is not run, and its blocks are freed at once.
   std::function<bool()> cancelled;
+  // The prefix cache shares blocks only between requests of the same salt (a tenant's).
+  std::uint64_t cache_salt = 0;
 };
 
+// The scheduler's limits, named after vLLM's: each step runs one forward pass over at most
+// max_batched_tokens tokens: the next token of every decoding sequence first, then chunks of
+// prompts (so a long prompt never stalls decoding for more than a step), of at most max_sequences
+// sequences. Sequences take KV blocks as they grow; when the pool runs out the youngest running
+// sequence is preempted (its blocks freed, its tokens computed again later, its output unchanged).
 struct EngineOptions {
-  std::size_t parallel = 4;  // sequences decoding at once (their KV blocks are reserved whole)
+  std::size_t max_sequences = 16;        // vLLM's max_num_seqs
+  std::size_t max_batched_tokens = 512;  // vLLM's max_num_batched_tokens; at least max_sequences
   // Tokens per sequence; 0: the model's context length, at most kDefaultContextCap.
   std::size_t context = 0;
-  std::size_t max_waiting = 256;   // choices queued for a free sequence; more are refused
-  std::size_t prompt_chunk = 512;  // prompt tokens per forward pass
-  int threads = 0;                 // 0: all cores
-  // The key/value cache is allocated whole at start (parallel x context positions): past this
-  // many bytes the engine refuses to start, naming what would fit.
-  std::uint64_t max_cache_bytes = std::uint64_t{4} << 30;
+  std::size_t max_waiting = 256;  // choices queued for a sequence; more are refused
+  int threads = 0;                // 0: all cores
+  // The KV cache's pool in bytes, reserved at start (its pages committed as blocks are first
+  // written); 0: enough for max_sequences whole contexts, within kDefaultKvCacheBytes. A pool that
+  // cannot hold one whole context is refused at start, with the numbers.
+  std::uint64_t kv_cache_bytes = 0;
+  // Whole blocks of prompts kept and reused across requests (by the salt's tenant only).
+  bool prefix_caching = true;
 };
 inline constexpr std::size_t kDefaultContextCap = 4096;
+inline constexpr std::size_t kMaxEngineSequences = 1024;
+inline constexpr std::uint64_t kDefaultKvCacheBytes = std::uint64_t{4} << 30;
 
 struct EngineStats {
   std::size_t running = 0, waiting = 0;
   std::uint64_t prompt_tokens = 0, generated_tokens = 0, requests = 0;
+  std::uint64_t cached_prompt_tokens = 0;            // prompt tokens taken from the prefix cache
+  std::uint64_t prefix_hits = 0, prefix_misses = 0;  // admissions that found cached blocks, and not
+  std::uint64_t preemptions = 0, forks = 0;
+  std::size_t kv_blocks = 0, kv_blocks_used = 0, kv_blocks_cached = 0;
 };
 
 class Engine {
@@ -528,6 +611,8 @@ class Engine {
   // Queues requests, all or none. InvalidArgument for an empty prompt, a token outside the
   // vocabulary or a prompt the context cannot hold with one generated token; ResourceExhausted
   // when they would make more than max_waiting wait. On an error no callback is called.
+  // Requests with the same prompt and salt (`n` choices) compute it once: the later ones fork the
+  // first's KV blocks, sharing them until they write (copy on write), and sample from its logits.
   Status submit(std::vector<GenerationRequest> requests);
   Status submit(GenerationRequest request);
   // Finishes every request running or waiting now as kCancelled with `reason` as its error (a

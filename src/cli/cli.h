@@ -304,6 +304,10 @@ struct LlmServeFlags {
 };
 // The OpenAI API over one GGUF file.
 int run_llm_serve(const GlobalOptions& global, const LlmServeFlags& flags);
+// The engine's scheduler and cache flags (--max-num-seqs, --max-num-batched-tokens, --ctx,
+// --kv-cache-mb, --no-prefix-caching; --threads too when `prefix` is empty), each named
+// "--" + prefix + name.
+void add_engine_flags(CLI::App* command, llm::EngineOptions& options, const std::string& prefix);
 
 // `slipway llm` and its subcommands: registered on the app by add_llm_commands, which fills these
 // flags; run_llm_command runs the one that was parsed (nullopt when none was).

@@ -226,8 +226,8 @@ int run_llm_serve(const GlobalOptions& global, const LlmServeFlags& flags) {
   if (!server.ok()) return fail(server.status());
   const llm::LlamaConfig& config = (*model)->config();
   log_info(fmt::format("{}: {} layers, width {}, context {} per sequence, {} sequence(s) at once{}", flags.model,
-                       config.layers, config.embedding, api->models().front().engine->context(), flags.engine.parallel,
-                       flags.api_key.empty() ? "" : ", API key required"));
+                       config.layers, config.embedding, api->models().front().engine->context(),
+                       flags.engine.max_sequences, flags.api_key.empty() ? "" : ", API key required"));
   LlmServingAddress address;
   address.host = flags.host;
   address.port = (*server)->port();
@@ -279,6 +279,38 @@ int run_llm_make_test_model(const GlobalOptions& global, const LlmTestModelFlags
   std::error_code error;
   result.bytes = static_cast<std::size_t>(std::filesystem::file_size(flags.out, error));
   return render(global, result);
+}
+
+void add_engine_flags(CLI::App* command, llm::EngineOptions& options, const std::string& prefix) {
+  const std::string scope = prefix.empty() ? "" : "Registered LLMs. ";
+  command
+      ->add_option(fmt::format("--{0}max-num-seqs,--{0}parallel", prefix), options.max_sequences,
+                   scope + "Sequences running at once (vLLM's max_num_seqs)")
+      ->check(CLI::Range(std::size_t{1}, llm::kMaxEngineSequences))
+      ->capture_default_str();
+  command
+      ->add_option(fmt::format("--{}max-num-batched-tokens", prefix), options.max_batched_tokens,
+                   scope + "Tokens per forward pass: each running sequence's next token, then prompt chunks")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  command
+      ->add_option(fmt::format("--{}ctx", prefix), options.context,
+                   scope + "Tokens per sequence (0: the model's context, at most 4096)")
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
+  command
+      ->add_option_function<std::uint64_t>(
+          fmt::format("--{}kv-cache-mb", prefix), [&options](std::uint64_t mb) { options.kv_cache_bytes = mb << 20; },
+          scope + "The key/value cache's pool in MiB (default: every sequence's whole context, at most 4096)")
+      ->check(CLI::Range(1, 1 << 24));
+  command->add_flag_callback(
+      fmt::format("--{}no-prefix-caching", prefix), [&options] { options.prefix_caching = false; },
+      scope + "Compute every prompt whole, reusing no cached blocks");
+  if (prefix.empty()) {
+    command->add_option("--threads", options.threads, "Threads for the forward pass (0: all cores)")
+        ->check(CLI::Range(0, 1024))
+        ->capture_default_str();
+  }
 }
 
 void add_llm_commands(CLI::App& app, LlmCommands& commands) {
@@ -363,17 +395,7 @@ void add_llm_commands(CLI::App& app, LlmCommands& commands) {
   commands.serve->add_option("--port", commands.serve_flags.port, "0 picks a free port")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  commands.serve->add_option("--parallel", commands.serve_flags.engine.parallel, "Sequences decoding at once")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
-  commands.serve
-      ->add_option("--ctx", commands.serve_flags.engine.context, "Tokens per sequence (0: the model's context)")
-      ->check(CLI::Range(0, 1 << 24))
-      ->capture_default_str();
-  commands.serve
-      ->add_option("--threads", commands.serve_flags.engine.threads, "Threads for the forward pass (0: all cores)")
-      ->check(CLI::Range(0, 1024))
-      ->capture_default_str();
+  add_engine_flags(commands.serve, commands.serve_flags.engine, "");
   commands.serve
       ->add_option("--max-waiting", commands.serve_flags.engine.max_waiting,
                    "Requests queued for a free sequence; more are answered 429")

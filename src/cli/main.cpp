@@ -445,16 +445,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   serve_command->add_option("--threads", serve_options.threads, "Inference worker threads (default: all cores)");
-  serve_command
-      ->add_option("--llm-parallel", serve_options.llm.parallel,
-                   "Registered LLMs: sequences decoding at once, per model")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
-  serve_command
-      ->add_option("--llm-ctx", serve_options.llm.context,
-                   "Registered LLMs: tokens per sequence (0: the model's context, at most 4096)")
-      ->check(CLI::Range(0, 1 << 24))
-      ->capture_default_str();
+  add_engine_flags(serve_command, serve_options.llm, "llm-");
   serve_command->add_option("--io-threads", serve_options.io_threads, "Threads running the HTTP event loop")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();

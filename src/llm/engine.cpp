@@ -86,25 +86,32 @@ std::size_t stop_prefix_tail(std::string_view text, const std::vector<std::strin
   return longest;
 }
 
+// A request's life in the engine: waiting, running in a slot (a KV cache sequence), perhaps
+// preempted back to waiting (its blocks freed, its tokens kept to be computed again), finished.
 struct Sequence {
-  std::size_t slot = 0;
   GenerationRequest request;
   std::vector<std::int32_t> tokens;  // prompt, then generated
   std::size_t processed = 0;         // tokens whose keys and values are in the cache
+  std::size_t scheduled = 0;         // tokens in this step's batch
   std::size_t generated = 0;
   std::size_t limit = 0;  // max tokens, cut to the context
+  std::size_t slot = 0;   // while running
   Sampler sampler;
   std::string held;  // text not yet released
   Clock::time_point submitted, last_token;
   bool done = false;
-  Sequence(std::size_t slot, GenerationRequest request, Clock::time_point submitted)
-      : slot(slot), request(std::move(request)), sampler(this->request.sampling), submitted(submitted) {}
+  // Choices of the same prompt submitted with this one: they wait with it, and once its prompt is
+  // computed each forks its blocks and samples from the same logits.
+  std::vector<std::unique_ptr<Sequence>> followers;
+  Sequence(GenerationRequest request_in, Clock::time_point submitted)
+      : request(std::move(request_in)), sampler(request.sampling), submitted(submitted) {
+    tokens = request.prompt;
+  }
+  bool decoding() const { return processed + 1 == tokens.size(); }
+  std::size_t choices() const { return 1 + followers.size(); }
 };
 
-struct Waiting {
-  GenerationRequest request;
-  Clock::time_point submitted;
-};
+using SequencePtr = std::unique_ptr<Sequence>;
 
 }  // namespace
 
@@ -117,7 +124,9 @@ struct Engine::State {
 
   mutable std::mutex mutex;
   std::condition_variable wake;
-  std::deque<Waiting> waiting;
+  std::deque<SequencePtr> waiting;  // submitted: the thread takes them from here
+  std::size_t waiting_choices = 0;  // in `waiting`, followers included
+  std::size_t queued_choices = 0;   // in `queued`, as of the last step
   bool stopping = false;
   std::optional<std::string> cancel_reason;  // cancel_all's, until the thread has acted on it
   std::size_t running_count = 0;
@@ -126,82 +135,75 @@ struct Engine::State {
   std::array<std::uint64_t, 4> finished{};  // by FinishReason
   std::thread thread;
 
-  State(std::shared_ptr<const LlamaModel> model_in, Tokenizer tokenizer_in, const EngineOptions& options_in)
+  // The engine thread's own: running in admission order (the youngest preempted first), queued
+  // (taken from `waiting`, preempted ones at the front), free slots.
+  std::vector<SequencePtr> running;
+  std::deque<SequencePtr> queued;
+  std::vector<std::size_t> free_slots;
+  std::vector<BatchToken> batch;
+  std::vector<bool> wants;
+  std::vector<Sequence*> sampled;
+  std::vector<float> logits;
+
+  State(std::shared_ptr<const LlamaModel> model_in, Tokenizer tokenizer_in, const EngineOptions& options_in,
+        std::size_t blocks)
       : model(std::move(model_in)),
         tokenizer(std::move(tokenizer_in)),
         options(options_in),
-        cache(model->config(), options.parallel * ((options.context + kKvBlockTokens - 1) / kKvBlockTokens),
-              options.parallel),
-        team(options.threads) {}
+        cache(model->config(), blocks, options.max_sequences),
+        team(options.threads) {
+    for (std::size_t slot = options.max_sequences; slot-- > 0;) free_slots.push_back(slot);
+  }
 
   void run() {
-    std::vector<std::unique_ptr<Sequence>> running;
-    std::vector<std::size_t> free_slots;
-    for (std::size_t slot = options.parallel; slot-- > 0;) free_slots.push_back(slot);
-    std::vector<BatchToken> batch;
-    std::vector<bool> wants;
-    std::vector<Sequence*> sampled;
-    std::vector<float> logits;
     while (true) {
       std::optional<std::string> cancel;
-      std::deque<Waiting> cancelled_waiting;
       {
         std::unique_lock lock(mutex);
-        wake.wait(lock, [&] { return stopping || cancel_reason || !running.empty() || !waiting.empty(); });
+        wake.wait(lock,
+                  [&] { return stopping || cancel_reason || !running.empty() || !queued.empty() || !waiting.empty(); });
         if (stopping) break;
-        if (cancel_reason) {
-          cancel = std::exchange(cancel_reason, std::nullopt);
-          cancelled_waiting.swap(waiting);
-        }
+        cancel = std::exchange(cancel_reason, std::nullopt);
+        take_waiting();
       }
       if (cancel) {
-        for (auto& sequence : running) finish(*sequence, FinishReason::kCancelled, *cancel);
-        finish_waiting(cancelled_waiting, *cancel);
-        release_finished(running, free_slots);
+        cancel_everything(*cancel);
         continue;
-      }
-      {
-        std::unique_lock lock(mutex);
-        while (!waiting.empty() && !free_slots.empty()) {
-          auto sequence = std::make_unique<Sequence>(free_slots.back(), std::move(waiting.front().request),
-                                                     waiting.front().submitted);
-          free_slots.pop_back();
-          waiting.pop_front();
-          running.push_back(std::move(sequence));
-        }
-        running_count = running.size();
-      }
-      for (auto& sequence : running) {
-        if (sequence->tokens.empty()) admit(*sequence);
-        if (sequence->request.cancelled && sequence->request.cancelled())
-          finish(*sequence, FinishReason::kCancelled, {});
       }
       // A failure here (memory, a callback's) ends the step's requests, not the server.
       try {
-        step_all(running, batch, wants, sampled, logits);
+        schedule_and_step();
       } catch (const std::exception& error) {
         for (auto& sequence : running) finish(*sequence, FinishReason::kError, error.what());
       }
-      release_finished(running, free_slots);
+      release_finished();
     }
-    const std::string reason = "the server is shutting down";
-    for (auto& sequence : running) finish(*sequence, FinishReason::kCancelled, reason);
-    std::deque<Waiting> left;
     {
       std::lock_guard lock(mutex);
-      left.swap(waiting);
+      take_waiting();
     }
-    finish_waiting(left, reason);
+    cancel_everything("the server is shutting down");
   }
 
-  void finish_waiting(std::deque<Waiting>& entries, const std::string& reason) {
-    for (auto& entry : entries) {
-      Sequence sequence(0, std::move(entry.request), entry.submitted);
-      finish(sequence, FinishReason::kCancelled, reason);
-    }
+  void take_waiting() {  // with the mutex held
+    for (auto& sequence : waiting) queued.push_back(std::move(sequence));
+    waiting.clear();
+    queued_choices += std::exchange(waiting_choices, 0);
   }
 
-  void release_finished(std::vector<std::unique_ptr<Sequence>>& running, std::vector<std::size_t>& free_slots) {
+  void cancel_everything(const std::string& reason) {
+    for (auto& sequence : running) finish(*sequence, FinishReason::kCancelled, reason);
+    while (!queued.empty()) finish_queued(FinishReason::kCancelled, reason);
+    release_finished();
+  }
+
+  void finish_queued(FinishReason reason, std::string_view error) {
+    SequencePtr sequence = std::move(queued.front());
+    queued.pop_front();
+    finish(*sequence, reason, error);
+  }
+
+  void release_finished() {
     for (auto it = running.begin(); it != running.end();) {
       if ((*it)->done) {
         cache.release((*it)->slot);
@@ -211,25 +213,112 @@ struct Engine::State {
         ++it;
       }
     }
+    std::size_t choices = 0;
+    for (const auto& sequence : queued) choices += sequence->choices();
     std::lock_guard lock(mutex);
     running_count = running.size();
+    queued_choices = choices;
+    totals.kv_blocks_used = cache.total_blocks() - cache.free_blocks();
+    totals.kv_blocks_cached = cache.cached_blocks();
   }
 
-  // One step: each decoding sequence's last token, and prompt tokens up to the chunk, through one
-  // forward pass; then each sequence that reached its end samples.
-  void step_all(std::vector<std::unique_ptr<Sequence>>& running, std::vector<BatchToken>& batch,
-                std::vector<bool>& wants, std::vector<Sequence*>& sampled, std::vector<float>& logits) {
+  // The youngest running sequence back to the front of the queue with its blocks freed:
+  // computed again when there is room (the prefix cache keeps much of it), its tokens and sampler
+  // kept, so its output is unchanged. `counted` unless it was only just admitted.
+  void preempt_youngest(bool counted = true) {
+    Sequence& sequence = *running.back();
+    cache.release(sequence.slot);
+    free_slots.push_back(sequence.slot);
+    sequence.processed = sequence.scheduled = 0;
+    queued.push_front(std::move(running.back()));
+    running.pop_back();
+    if (!counted) return;
+    std::lock_guard lock(mutex);
+    ++totals.preemptions;
+  }
+
+  // Room in the cache for this step's tokens of `sequence`, preempting younger sequences (and at
+  // last the sequence itself) while there is none; false when the sequence itself was preempted.
+  bool make_room(Sequence& sequence, std::size_t count) {
+    while (true) {
+      Status status = cache.prepare(sequence.slot, sequence.processed, sequence.processed + count);
+      if (status.ok()) return true;
+      if (status.code() != StatusCode::kResourceExhausted) throw std::runtime_error(status.message());
+      const bool itself = running.back().get() == &sequence;
+      preempt_youngest();
+      if (itself) return false;
+    }
+  }
+
+  // A queued sequence starts in a free slot, taking what the prefix cache holds of its tokens
+  // (all but the last, whose logits it needs).
+  void admit(SequencePtr sequence) {
+    sequence->slot = free_slots.back();
+    free_slots.pop_back();
+    if (options.prefix_caching) {
+      sequence->processed = cache.attach_cached_prefix(sequence->slot, sequence->tokens, sequence->request.cache_salt,
+                                                       sequence->tokens.size() - 1);
+      std::lock_guard lock(mutex);
+      ++(sequence->processed > 0 ? totals.prefix_hits : totals.prefix_misses);
+      totals.cached_prompt_tokens += sequence->processed;
+    }
+    running.push_back(std::move(sequence));
+  }
+
+  // One step, vLLM's way: every decoding sequence's token first, then prompt chunks of running
+  // sequences, then queued sequences admitted, all under the step's token budget; then one
+  // forward pass, and each sequence whose tokens are all computed samples.
+  void schedule_and_step() {
+    for (auto& sequence : running) {
+      if (sequence->request.cancelled && sequence->request.cancelled()) finish(*sequence, FinishReason::kCancelled, {});
+    }
+    release_finished();
+    std::size_t budget = options.max_batched_tokens;
+    for (auto& sequence : running) sequence->scheduled = 0;
+    auto schedule = [&](Sequence& sequence) {
+      const std::size_t count = std::min(sequence.tokens.size() - sequence.processed, budget);
+      if (count == 0 || !make_room(sequence, count)) return;
+      sequence.scheduled = count;
+      budget -= count;
+    };
+    for (std::size_t i = 0; i < running.size(); ++i) {
+      if (running[i]->decoding()) schedule(*running[i]);
+    }
+    for (std::size_t i = 0; i < running.size() && budget > 0; ++i) {
+      if (!running[i]->decoding() && running[i]->scheduled == 0) schedule(*running[i]);
+    }
+    // Queued sequences join while the budget, the slots and the cache allow (a preempted one
+    // waits for the next step: it just gave its blocks up).
+    while (budget > 0 && !queued.empty() && !free_slots.empty()) {
+      if (queued.front()->request.cancelled && queued.front()->request.cancelled()) {
+        finish_queued(FinishReason::kCancelled, {});
+        continue;
+      }
+      admit(std::move(queued.front()));
+      queued.pop_front();
+      Sequence& sequence = *running.back();
+      const std::size_t count = std::min(sequence.tokens.size() - sequence.processed, budget);
+      if (!cache.prepare(sequence.slot, sequence.processed, sequence.processed + count).ok()) {
+        preempt_youngest(false);
+        break;
+      }
+      sequence.scheduled = count;
+      budget -= count;
+    }
+    {
+      std::lock_guard lock(mutex);
+      running_count = running.size();
+    }
+    run_batch();
+  }
+
+  void run_batch() {
     batch.clear();
     wants.clear();
     sampled.clear();
-    std::size_t prompt_budget = options.prompt_chunk;
     for (auto& sequence : running) {
-      if (sequence->done) continue;
-      std::size_t end = sequence->tokens.size();
-      if (end - sequence->processed > 1) {
-        end = std::min(end, sequence->processed + std::max<std::size_t>(prompt_budget, 1));
-        prompt_budget -= std::min(prompt_budget, end - sequence->processed);
-      }
+      if (sequence->done || sequence->scheduled == 0) continue;
+      const std::size_t end = sequence->processed + sequence->scheduled;
       for (std::size_t position = sequence->processed; position < end; ++position) {
         batch.push_back({sequence->slot, position, sequence->tokens[position]});
         wants.push_back(false);
@@ -238,7 +327,6 @@ struct Engine::State {
         wants.back() = true;
         sampled.push_back(sequence.get());
       }
-      sequence->processed = end;
     }
     if (batch.empty()) return;
     Status status = forward(*model, cache, batch, wants, logits, team);
@@ -246,17 +334,41 @@ struct Engine::State {
       for (auto& sequence : running) finish(*sequence, FinishReason::kError, status.message());
       return;
     }
+    for (auto& sequence : running) {
+      sequence->processed += std::exchange(sequence->scheduled, 0);
+      if (options.prefix_caching) cache.publish(sequence->slot, sequence->tokens, sequence->request.cache_salt);
+    }
     const std::size_t vocabulary = model->config().vocabulary;
     for (std::size_t i = 0; i < sampled.size(); ++i) {
-      step(*sampled[i], std::span<float>(logits.data() + i * vocabulary, vocabulary));
+      std::span<float> row(logits.data() + i * vocabulary, vocabulary);
+      if (!sampled[i]->followers.empty()) fork_followers(*sampled[i], row);
+      step(*sampled[i], row);
     }
   }
 
-  void admit(Sequence& sequence) {
-    sequence.tokens = sequence.request.prompt;
-    sequence.limit = std::min(sequence.request.max_tokens, options.context - sequence.tokens.size());
-    std::lock_guard lock(mutex);
-    totals.prompt_tokens += sequence.tokens.size();
+  // The choices waiting on `leader`'s prompt share its blocks and sample from its logits; those
+  // with no free slot queue at the front as sequences of their own.
+  void fork_followers(Sequence& leader, std::span<const float> row) {
+    std::vector<float> copy;
+    for (auto& follower : leader.followers) {
+      if (free_slots.empty()) {
+        queued.push_front(std::move(follower));
+        continue;
+      }
+      follower->slot = free_slots.back();
+      free_slots.pop_back();
+      if (Status forked = cache.fork(leader.slot, follower->slot); !forked.ok()) {
+        throw std::runtime_error(forked.message());
+      }
+      follower->processed = leader.processed;
+      copy.assign(row.begin(), row.end());
+      Sequence& forked = *follower;
+      running.push_back(std::move(follower));
+      step(forked, copy);
+      std::lock_guard lock(mutex);
+      ++totals.forks;
+    }
+    leader.followers.clear();
   }
 
   void step(Sequence& sequence, std::span<float> logits) {
@@ -306,7 +418,10 @@ struct Engine::State {
     if (reason) finish(sequence, *reason, {});
   }
 
+  // Answers the sequence. Choices still waiting on it queue on their own.
   void finish(Sequence& sequence, FinishReason reason, std::string_view error, std::string held = {}) {
+    for (auto& follower : sequence.followers) queued.push_front(std::move(follower));
+    sequence.followers.clear();
     if (sequence.done) return;
     sequence.done = true;
     {
@@ -336,35 +451,50 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
     return invalid_argument(
         fmt::format("the context of {} tokens is longer than the model's {}", chosen.context, config.context));
   }
-  if (chosen.parallel == 0 || chosen.parallel > 1024) return invalid_argument("parallel must be between 1 and 1024");
-  if (chosen.prompt_chunk == 0) chosen.prompt_chunk = 512;
+  if (chosen.max_sequences == 0 || chosen.max_sequences > kMaxEngineSequences) {
+    return invalid_argument(fmt::format("max_num_seqs must be between 1 and {}", kMaxEngineSequences));
+  }
+  if (chosen.max_batched_tokens < chosen.max_sequences || chosen.max_batched_tokens > (std::size_t{1} << 20)) {
+    return invalid_argument(fmt::format(
+        "max_num_batched_tokens ({}) must be at least max_num_seqs ({}), so every running sequence decodes each step, "
+        "and at most 1048576",
+        chosen.max_batched_tokens, chosen.max_sequences));
+  }
   // Team threads spin between loops: more than the cores only take turns burning them.
   if (const int cores = default_thread_count(); chosen.threads > cores) {
     log_warn(fmt::format("{} threads asked for, {} cores to run them: using {}", chosen.threads, cores, cores));
     chosen.threads = cores;
   }
-  // The cache is reserved whole (its pages committed as sequences fill them): its size is checked
-  // (in long double, so no product overflows).
-  const std::size_t blocks_per_sequence = (chosen.context + kKvBlockTokens - 1) / kKvBlockTokens;
-  const long double positions =
-      static_cast<long double>(chosen.parallel) * static_cast<long double>(blocks_per_sequence * kKvBlockTokens);
-  const long double bytes = positions * static_cast<long double>(config.layers) * 2 *
-                            static_cast<long double>(config.kv_heads * config.head_dim) * sizeof(float);
-  if (bytes > static_cast<long double>(chosen.max_cache_bytes)) {
+  // The pool is reserved whole (its pages committed as blocks are first written), from the budget;
+  // by default enough for every sequence's whole context, within kDefaultKvCacheBytes.
+  const std::uint64_t block_bytes = KvCache::block_bytes(config);
+  const std::uint64_t sequence_blocks = (chosen.context + kKvBlockTokens - 1) / kKvBlockTokens;
+  if (chosen.kv_cache_bytes == 0) {
+    chosen.kv_cache_bytes =
+        std::max(sequence_blocks * block_bytes,
+                 std::min<std::uint64_t>(chosen.max_sequences * sequence_blocks * block_bytes, kDefaultKvCacheBytes));
+  }
+  const std::uint64_t blocks = chosen.kv_cache_bytes / block_bytes;
+  if (blocks < sequence_blocks) {
+    std::uint64_t weights = 0;
+    for (const GgufTensor& tensor : model->file().tensors()) weights += tensor.bytes;
+    constexpr double kMiB = 1 << 20;
     return resource_exhausted(fmt::format(
-        "the key/value cache for {} sequence(s) of {} tokens takes {:.1f} GB, more than the {:.1f} GB allowed; "
-        "lower the context (--ctx) or the sequences (--parallel)",
-        chosen.parallel, chosen.context, static_cast<double>(bytes) / 1e9,
-        static_cast<double>(chosen.max_cache_bytes) / 1e9));
+        "a key/value cache of {:.1f} MiB holds {} blocks of {} tokens ({:.3f} MiB each for this model, whose weights "
+        "take {:.1f} MiB); one sequence of {} tokens needs {} blocks ({:.1f} MiB): raise the cache to at least that "
+        "(--kv-cache-mb) or lower the context (--ctx)",
+        static_cast<double>(chosen.kv_cache_bytes) / kMiB, blocks, kKvBlockTokens,
+        static_cast<double>(block_bytes) / kMiB, static_cast<double>(weights) / kMiB, chosen.context, sequence_blocks,
+        static_cast<double>(sequence_blocks * block_bytes) / kMiB));
   }
   try {
-    auto state = std::make_unique<State>(std::move(model), std::move(tokenizer), chosen);
+    auto state = std::make_unique<State>(std::move(model), std::move(tokenizer), chosen, blocks);
     State* raw = state.get();
     state->thread = std::thread([raw] { raw->run(); });
     return std::unique_ptr<Engine>(new Engine(std::move(state)));
   } catch (const std::bad_alloc&) {
     return resource_exhausted(
-        fmt::format("no memory for the key/value cache ({:.1f} GB)", static_cast<double>(bytes) / 1e9));
+        fmt::format("no memory for the key/value cache ({:.1f} MB)", static_cast<double>(blocks * block_bytes) / 1e6));
   } catch (const std::system_error& error) {
     return resource_exhausted(fmt::format("cannot start the engine's thread: {}", error.what()));
   }
@@ -397,6 +527,7 @@ Status Engine::submit(GenerationRequest request) {
 
 Status Engine::submit(std::vector<GenerationRequest> requests) {
   const std::size_t vocabulary = state_->model->config().vocabulary;
+  const std::size_t context = state_->options.context;
   for (const GenerationRequest& request : requests) {
     if (request.prompt.empty()) return invalid_argument("the prompt has no tokens");
     for (std::int32_t token : request.prompt) {
@@ -404,21 +535,42 @@ Status Engine::submit(std::vector<GenerationRequest> requests) {
         return invalid_argument(fmt::format("token {} is outside the vocabulary of {}", token, vocabulary));
       }
     }
-    if (request.prompt.size() >= state_->options.context) {
-      return invalid_argument(fmt::format("the prompt has {} tokens; the context holds {} with the reply",
-                                          request.prompt.size(), state_->options.context));
+    if (request.prompt.size() >= context) {
+      return invalid_argument(
+          fmt::format("the prompt has {} tokens; the context holds {} with the reply", request.prompt.size(), context));
     }
     SLIPWAY_RETURN_IF_ERROR(validate(request.sampling));
+  }
+  // A request with the prompt (and salt) of one before it is that one's follower: its prompt is
+  // computed once.
+  const auto submitted = Clock::now();
+  std::vector<SequencePtr> leaders;
+  std::uint64_t prompt_tokens = 0;
+  for (auto& request : requests) {
+    prompt_tokens += request.prompt.size();
+    auto sequence = std::make_unique<Sequence>(std::move(request), submitted);
+    sequence->limit = std::min(sequence->request.max_tokens, context - sequence->tokens.size());
+    auto leader = std::find_if(leaders.begin(), leaders.end(), [&](const SequencePtr& candidate) {
+      return candidate->tokens == sequence->tokens && candidate->request.cache_salt == sequence->request.cache_salt;
+    });
+    if (leader == leaders.end()) {
+      leaders.push_back(std::move(sequence));
+    } else {
+      (*leader)->followers.push_back(std::move(sequence));
+    }
   }
   {
     std::lock_guard lock(state_->mutex);
     if (state_->stopping) return unavailable("the server is shutting down");
-    if (state_->waiting.size() + requests.size() > state_->options.max_waiting) {
+    const std::size_t waiting = state_->waiting_choices + state_->queued_choices;
+    if (waiting + requests.size() > state_->options.max_waiting) {
       return resource_exhausted(
-          fmt::format("{} generations are already waiting for this model (at most {}); retry later",
-                      state_->waiting.size(), state_->options.max_waiting));
+          fmt::format("{} generations are already waiting for this model (at most {}); retry later", waiting,
+                      state_->options.max_waiting));
     }
-    for (auto& request : requests) state_->waiting.push_back({std::move(request), Clock::now()});
+    state_->waiting_choices += requests.size();
+    state_->totals.prompt_tokens += prompt_tokens;
+    for (auto& leader : leaders) state_->waiting.push_back(std::move(leader));
   }
   state_->wake.notify_one();
   return {};
@@ -431,8 +583,9 @@ std::size_t Engine::context() const { return state_->options.context; }
 EngineStats Engine::stats() const {
   std::lock_guard lock(state_->mutex);
   EngineStats stats = state_->totals;
+  stats.kv_blocks = state_->cache.total_blocks();
   stats.running = state_->running_count;
-  stats.waiting = state_->waiting.size();
+  stats.waiting = state_->waiting_choices + state_->queued_choices;
   return stats;
 }
 
@@ -448,12 +601,25 @@ std::string Engine::metrics_text(std::string_view name) const {
   out += fmt::format("slipway_llm_prompt_tokens_total{{{}}} {}\n", labels, state_->totals.prompt_tokens);
   out += fmt::format("slipway_llm_generation_tokens_total{{{}}} {}\n", labels, state_->totals.generated_tokens);
   out += fmt::format("slipway_llm_requests_running{{{}}} {}\n", labels, state_->running_count);
-  out += fmt::format("slipway_llm_requests_waiting{{{}}} {}\n", labels, state_->waiting.size());
+  out +=
+      fmt::format("slipway_llm_requests_waiting{{{}}} {}\n", labels, state_->waiting_choices + state_->queued_choices);
   for (FinishReason reason :
        {FinishReason::kStop, FinishReason::kLength, FinishReason::kCancelled, FinishReason::kError}) {
     out += fmt::format("slipway_llm_requests_finished_total{{{},reason=\"{}\"}} {}\n", labels,
                        finish_reason_name(reason), state_->finished[static_cast<std::size_t>(reason)]);
   }
+  const EngineStats& totals = state_->totals;
+  out += fmt::format("slipway_llm_prompt_tokens_cached_total{{{}}} {}\n", labels, totals.cached_prompt_tokens);
+  out += fmt::format("slipway_llm_prefix_cache_hits_total{{{}}} {}\n", labels, totals.prefix_hits);
+  out += fmt::format("slipway_llm_prefix_cache_misses_total{{{}}} {}\n", labels, totals.prefix_misses);
+  out += fmt::format("slipway_llm_preemptions_total{{{}}} {}\n", labels, totals.preemptions);
+  out += fmt::format("slipway_llm_forked_sequences_total{{{}}} {}\n", labels, totals.forks);
+  const std::size_t blocks = state_->cache.total_blocks();
+  out += fmt::format("slipway_llm_kv_cache_blocks{{{}}} {}\n", labels, blocks);
+  out += fmt::format("slipway_llm_kv_cache_blocks_used{{{}}} {}\n", labels, totals.kv_blocks_used);
+  out += fmt::format("slipway_llm_kv_cache_blocks_cached{{{}}} {}\n", labels, totals.kv_blocks_cached);
+  out += fmt::format("slipway_llm_kv_cache_usage_ratio{{{}}} {}\n", labels,
+                     static_cast<double>(totals.kv_blocks_used) / static_cast<double>(blocks));
   state_->time_to_first_token.write(out, "slipway_llm_time_to_first_token_seconds", labels);
   state_->inter_token_latency.write(out, "slipway_llm_inter_token_latency_seconds", labels);
   return out;

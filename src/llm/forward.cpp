@@ -1,5 +1,4 @@
-// The Llama forward pass over a batch of tokens from any sequences at any positions, and the
-// block-pooled key/value cache it reads and writes.
+// The Llama forward pass over a batch of tokens from any sequences at any positions.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -10,74 +9,6 @@
 #include "slipway/llm.h"
 
 namespace slipway::llm {
-
-// ---------------------------------------------------------------------------------------------
-// KV cache.
-
-KvCache::KvCache(const LlamaConfig& config, std::size_t blocks, std::size_t max_sequences)
-    : width_(config.kv_heads * config.head_dim), layers_(config.layers), max_sequences_(max_sequences) {
-  storage_ = HugePageBuffer(blocks * layers_ * 2 * kKvBlockTokens * width_ * sizeof(float));
-  free_.reserve(blocks);
-  for (std::size_t block = blocks; block-- > 0;) free_.push_back(block);  // block 0 handed out first
-}
-
-Status KvCache::reserve(std::size_t sequence, std::size_t length) {
-  if (sequence >= max_sequences_) {
-    return invalid_argument(fmt::format("sequence {} is past the cache's {} sequences", sequence, max_sequences_));
-  }
-  if (sequence >= tables_.size()) {
-    tables_.resize(sequence + 1);
-    filled_.resize(sequence + 1, 0);
-  }
-  auto& table = tables_[sequence];
-  std::size_t needed = (length + kKvBlockTokens - 1) / kKvBlockTokens;
-  if (needed > table.size() && needed - table.size() > free_.size()) {
-    return resource_exhausted(
-        fmt::format("the key/value cache has {} free blocks of {} tokens; sequence {} needs {} more", free_.size(),
-                    kKvBlockTokens, sequence, needed - table.size()));
-  }
-  while (table.size() < needed) {
-    table.push_back(free_.back());
-    free_.pop_back();
-  }
-  return {};
-}
-
-void KvCache::release(std::size_t sequence) {
-  if (sequence >= tables_.size()) return;
-  for (std::size_t block : tables_[sequence]) free_.push_back(block);
-  tables_[sequence].clear();
-  filled_[sequence] = 0;
-}
-
-std::size_t KvCache::filled(std::size_t sequence) const { return sequence < filled_.size() ? filled_[sequence] : 0; }
-
-void KvCache::set_filled(std::size_t sequence, std::size_t filled) {
-  if (sequence < filled_.size()) filled_[sequence] = filled;
-}
-
-const float* KvCache::slab(std::size_t sequence, std::size_t layer, std::size_t block, std::size_t which) const {
-  std::size_t pooled = tables_[sequence][block];
-  return reinterpret_cast<const float*>(storage_.data()) +
-         (((pooled * layers_ + layer) * 2 + which) * kKvBlockTokens) * width_;
-}
-
-void KvCache::store(std::size_t sequence, std::size_t layer, std::size_t position, const float* key,
-                    const float* value) {
-  auto* keys = const_cast<float*>(slab(sequence, layer, position / kKvBlockTokens, 0));
-  auto* values = const_cast<float*>(slab(sequence, layer, position / kKvBlockTokens, 1));
-  std::size_t slot = position % kKvBlockTokens;
-  for (std::size_t c = 0; c < width_; ++c) keys[c * kKvBlockTokens + slot] = key[c];
-  std::copy_n(value, width_, values + slot * width_);
-}
-
-const float* KvCache::keys(std::size_t sequence, std::size_t layer, std::size_t block) const {
-  return slab(sequence, layer, block, 0);
-}
-
-const float* KvCache::values(std::size_t sequence, std::size_t layer, std::size_t block) const {
-  return slab(sequence, layer, block, 1);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Forward pass.
@@ -258,9 +189,12 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
   if (wants_logits.size() != tokens) return invalid_argument("wants_logits must have one entry per token");
   logits.clear();
   if (tokens == 0) return {};
-  // Checked whole first: where each sequence's filled length would reach, token by token, and
-  // that no position comes twice (the tokens store their keys in parallel).
-  std::map<std::size_t, std::size_t> reach;
+  // Checked whole first: where each sequence's writes start and its filled length would reach,
+  // token by token, and that no position comes twice (the tokens store their keys in parallel).
+  struct Writes {
+    std::size_t first, end;
+  };
+  std::map<std::size_t, Writes> reach;
   std::set<std::pair<std::size_t, std::size_t>> positions;
   for (const auto& item : batch) {
     if (!positions.emplace(item.sequence, item.position).second) {
@@ -274,14 +208,17 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
       return invalid_argument(
           fmt::format("position {} is past the context of {} tokens", item.position, config.context));
     }
-    auto [entry, inserted] = reach.try_emplace(item.sequence, cache.filled(item.sequence));
-    if (item.position > entry->second) {
+    auto [entry, inserted] = reach.try_emplace(item.sequence, Writes{item.position, cache.filled(item.sequence)});
+    Writes& writes = entry->second;
+    if (item.position > writes.end) {
       return invalid_argument(fmt::format("sequence {} has {} positions filled; position {} would leave a gap",
-                                          item.sequence, entry->second, item.position));
+                                          item.sequence, writes.end, item.position));
     }
-    entry->second = std::max(entry->second, item.position + 1);
+    writes.first = std::min(writes.first, item.position);
+    writes.end = std::max(writes.end, item.position + 1);
   }
-  for (const auto& [sequence, length] : reach) SLIPWAY_RETURN_IF_ERROR(cache.reserve(sequence, length));
+  for (const auto& [sequence, writes] : reach)
+    SLIPWAY_RETURN_IF_ERROR(cache.prepare(sequence, writes.first, writes.end));
   std::vector<float> x(tokens * width), normed, query, key, value, attended(tokens * width), projected, gate, up;
   for (std::size_t t = 0; t < tokens; ++t) {
     dequantize_row(model.token_embedding(), static_cast<std::size_t>(batch[t].token), x.data() + t * width);
@@ -330,7 +267,7 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
       for (std::size_t i = first * width; i < (first + count) * width; ++i) x[i] += projected[i];
     });
   }
-  for (const auto& [sequence, length] : reach) cache.set_filled(sequence, length);
+  for (const auto& [sequence, writes] : reach) cache.set_filled(sequence, writes.end);
   // Only the rows that want logits go through the output matrix (a prompt wants its last).
   std::vector<float> last;
   std::size_t wanted = 0;

@@ -84,6 +84,7 @@ struct Ask {
   std::vector<std::string> stop;
   bool logprobs = false;  // per token logprobs wanted
   std::vector<std::vector<std::int32_t>> prompts;
+  std::string cache_salt;  // vLLM's: only requests with the same salt share cached prompt blocks
 };
 
 class Parser {
@@ -216,6 +217,13 @@ class Parser {
       ask_.include_usage = usage;
     }
     if (auto refused = flag("ignore_eos", ask_.ignore_eos)) return refused;
+    if (has("cache_salt")) {
+      std::string_view salt;
+      if (at("cache_salt").get(salt) != simdjson::SUCCESS || salt.empty() || salt.size() > 1024) {
+        return bad("cache_salt", "'cache_salt' must be a string of 1 to 1024 bytes");
+      }
+      ask_.cache_salt = salt;
+    }
     if (ask_.chat) {
       if (auto refused = flag("logprobs", ask_.logprobs)) return refused;
       if (auto refused = count("top_logprobs", 0, kMaxTopLogprobs, top_logprobs)) return refused;
@@ -693,6 +701,9 @@ void OpenAiApi::handle(const http::Request& request, const http::Respond& respon
   job->remaining = job->choices.size();
   Engine& engine = *ask.model->engine;
   for (const auto& prompt : ask.prompts) job->prompt_tokens += prompt.size();
+  // Tenants never share cached prompts: the salt covers the caller's credentials and its own.
+  const std::uint64_t salt =
+      std::hash<std::string_view>{}(request.header("authorization")) * 31 + std::hash<std::string>{}(ask.cache_salt);
   std::vector<GenerationRequest> generations;
   for (std::size_t index = 0; index < job->choices.size(); ++index) {
     GenerationRequest generation;
@@ -702,6 +713,7 @@ void OpenAiApi::handle(const http::Request& request, const http::Respond& respon
     if (ask.sampling.seed) generation.sampling.seed = *ask.sampling.seed + index;  // n choices differ, reproducibly
     generation.stop = ask.stop;
     generation.ignore_eos = ask.ignore_eos;
+    generation.cache_salt = salt;
     generation.on_token = [job, index](const GenerationEvent& event) { return job->on_token(index, event); };
     generation.on_finish = [job, index](const GenerationResult& result) { job->on_finish(index, result); };
     generation.cancelled = [job] {

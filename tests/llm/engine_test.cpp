@@ -2,6 +2,7 @@
 // other sequences; stop strings, lengths, end tokens, cancellation, seeds, and its refusals.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
 #include <thread>
 
@@ -164,7 +165,7 @@ TEST_F(EngineTest, TheSameSeedGivesTheSameTextAcrossEngines) {
 
 TEST_F(EngineTest, RefusesWhatCannotRunAndBoundsItsQueue) {
   EngineOptions options;
-  options.parallel = 1;
+  options.max_sequences = 1;
   options.max_waiting = 1;
   options.context = 64;
   auto engine = start(options);
@@ -195,7 +196,7 @@ TEST_F(EngineTest, RefusesWhatCannotRunAndBoundsItsQueue) {
 
 TEST_F(EngineTest, StoppingCancelsWhatRunsAndWaits) {
   EngineOptions options;
-  options.parallel = 1;
+  options.max_sequences = 1;
   std::future<Outcome> running, waiting;
   {
     auto engine = start(options);
@@ -208,7 +209,7 @@ TEST_F(EngineTest, StoppingCancelsWhatRunsAndWaits) {
 
 TEST_F(EngineTest, CancelAllAnswersEveryRequestWithTheReasonAndTheEngineGoesOn) {
   EngineOptions options;
-  options.parallel = 1;
+  options.max_sequences = 1;
   auto engine = start(options);
   std::future<Outcome> running = generate(*engine, greedy("hello", 400)),
                        waiting = generate(*engine, greedy("world", 400));
@@ -225,7 +226,7 @@ TEST_F(EngineTest, CancelAllAnswersEveryRequestWithTheReasonAndTheEngineGoesOn) 
 
 TEST_F(EngineTest, ARequestWhoseClientLeftIsNotRun) {
   EngineOptions options;
-  options.parallel = 1;
+  options.max_sequences = 1;
   auto engine = start(options);
   GenerationRequest request = greedy("hello", 50);
   request.cancelled = [] { return true; };
@@ -237,7 +238,7 @@ TEST_F(EngineTest, ARequestWhoseClientLeftIsNotRun) {
 
 TEST_F(EngineTest, ChoicesAreQueuedAllOrNone) {
   EngineOptions options;
-  options.parallel = 1;
+  options.max_sequences = 1;
   options.max_waiting = 3;
   auto engine = start(options);
   std::vector<GenerationRequest> four(4, greedy("hello", 2));
@@ -247,14 +248,22 @@ TEST_F(EngineTest, ChoicesAreQueuedAllOrNone) {
   EXPECT_TRUE(engine->submit(std::move(three)).ok());
 }
 
-TEST_F(EngineTest, ACacheLargerThanAllowedIsRefusedByName) {
+TEST_F(EngineTest, ACacheBudgetTooSmallForOneSequenceIsRefusedWithTheNumbers) {
   EngineOptions options;
-  options.parallel = 64;
-  options.max_cache_bytes = 1 << 20;
+  options.context = 512;
+  options.kv_cache_bytes = KvCache::block_bytes(loaded_.model->config()) * 31;  // 32 blocks needed
   auto engine = Engine::start(loaded_.model, loaded_.tokenizer, options);
   ASSERT_FALSE(engine.ok());
   EXPECT_EQ(engine.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(engine.status().message().find("--ctx"), std::string::npos) << engine.status().message();
+  const std::string& message = engine.status().message();
+  EXPECT_NE(message.find("holds 31 blocks"), std::string::npos) << message;
+  EXPECT_NE(message.find("needs 32 blocks"), std::string::npos) << message;
+  EXPECT_NE(message.find("weights take"), std::string::npos) << message;
+  EXPECT_NE(message.find("--kv-cache-mb"), std::string::npos) << message;
+  options.kv_cache_bytes += KvCache::block_bytes(loaded_.model->config());
+  EXPECT_TRUE(Engine::start(loaded_.model, loaded_.tokenizer, options).ok());
+  options.max_batched_tokens = options.max_sequences - 1;
+  EXPECT_EQ(Engine::start(loaded_.model, loaded_.tokenizer, options).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(EngineTest, MetricsCountTokensAndLatencies) {
@@ -265,6 +274,162 @@ TEST_F(EngineTest, MetricsCountTokensAndLatencies) {
   EXPECT_NE(text.find("slipway_llm_time_to_first_token_seconds_count{model=\"tiny\"} 1"), std::string::npos);
   EXPECT_NE(text.find("slipway_llm_inter_token_latency_seconds_count{model=\"tiny\"} 4"), std::string::npos);
   EXPECT_NE(text.find("slipway_llm_requests_finished_total{model=\"tiny\",reason=\"length\"} 1"), std::string::npos);
+}
+
+// Every scheduling technique changes when a token is computed, never its bits: the greedy tokens
+// equal a plain loop's.
+
+std::vector<std::future<Outcome>> generate_all(Engine& engine, std::vector<GenerationRequest> requests) {
+  std::vector<std::future<Outcome>> futures;
+  for (auto& request : requests) {
+    auto outcome = std::make_shared<Outcome>();
+    auto promise = std::make_shared<std::promise<Outcome>>();
+    request.on_token = [outcome](const GenerationEvent& event) {
+      outcome->tokens.push_back(event.sampled.chosen.token);
+      return true;
+    };
+    request.on_finish = [outcome, promise](const GenerationResult& result) {
+      outcome->result = result;
+      promise->set_value(*outcome);
+    };
+    futures.push_back(promise->get_future());
+  }
+  Status status = engine.submit(std::move(requests));
+  EXPECT_TRUE(status.ok()) << status.message();
+  return futures;
+}
+
+// `count` different prompts, of 10 words and more.
+std::vector<std::vector<std::int32_t>> varied_prompts(const Tokenizer& tokenizer, std::size_t count) {
+  const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "then", "ran", "far", "away", "home"};
+  std::vector<std::vector<std::int32_t>> prompts;
+  for (std::size_t i = 0; i < count; ++i) {
+    std::string text;
+    for (std::size_t w = 0; w < 10 + 2 * i; ++w) text += std::string(words[(w * (i + 3)) % 12]) + " ";
+    prompts.push_back(tokenizer.encode(text));
+  }
+  return prompts;
+}
+
+TEST_F(EngineTest, AFloodLargerThanThePoolCompletesUnchangedThroughChunksAndPreemption) {
+  const auto prompts = varied_prompts(loaded_.tokenizer, 10);
+  std::vector<std::vector<std::int32_t>> expected;
+  for (const auto& prompt : prompts) expected.push_back(plain_greedy(*loaded_.model, prompt, 40));
+  struct Setting {
+    bool prefix_caching;
+    std::size_t max_batched_tokens;
+  };
+  for (Setting setting : {Setting{false, 512}, Setting{true, 8}}) {
+    EngineOptions options;
+    options.context = 160;  // 10 blocks a sequence, 12 in the pool: 8 sequences of 3-8 blocks cannot all fit
+    options.max_sequences = 8;
+    options.max_batched_tokens = setting.max_batched_tokens;
+    options.prefix_caching = setting.prefix_caching;
+    options.kv_cache_bytes = KvCache::block_bytes(loaded_.model->config()) * 12;
+    auto engine = start(options);
+    std::vector<GenerationRequest> requests;
+    for (const auto& prompt : prompts) {
+      GenerationRequest request = greedy("", 40);
+      request.prompt = prompt;
+      requests.push_back(std::move(request));
+    }
+    std::vector<std::future<Outcome>> futures;
+    for (auto& request : requests) futures.push_back(generate(*engine, std::move(request)));
+    for (std::size_t i = 0; i < futures.size(); ++i) {
+      Outcome outcome = futures[i].get();
+      EXPECT_EQ(outcome.result.reason, FinishReason::kLength) << outcome.result.error;
+      EXPECT_EQ(outcome.tokens, expected[i]) << i << " with prefix caching " << setting.prefix_caching;
+    }
+    EngineStats stats = engine->stats();
+    EXPECT_GT(stats.preemptions, 0u);
+    EXPECT_EQ(stats.requests, prompts.size());
+    std::string metrics = engine->metrics_text("m");
+    EXPECT_NE(metrics.find("slipway_llm_preemptions_total{model=\"m\"} " + std::to_string(stats.preemptions)),
+              std::string::npos);
+  }
+}
+
+TEST_F(EngineTest, PrefixCachingReusesASharedPromptWithinATenantAndChangesNoToken) {
+  auto engine = start();
+  std::vector<std::int32_t> system = loaded_.tokenizer.encode(
+      "You are a helpful assistant who answers briefly and kindly, and who never makes things up. Answer the "
+      "question about the story of the cat who sat on the mat and then ran far away from home.");
+  ASSERT_GT(system.size(), 40u);
+  auto with = [&](std::string_view question, std::uint64_t salt) {
+    GenerationRequest request = greedy("", 12);
+    request.prompt = system;
+    auto tail = loaded_.tokenizer.encode(question, false);
+    request.prompt.insert(request.prompt.end(), tail.begin(), tail.end());
+    request.cache_salt = salt;
+    return request;
+  };
+  const std::size_t shared = system.size() / kKvBlockTokens * kKvBlockTokens;
+  GenerationRequest first = with(" where did the cat go?", 1), second = with(" who sat on the mat?", 1);
+  EXPECT_EQ(generate(*engine, first).get().tokens, plain_greedy(*loaded_.model, first.prompt, 12));
+  EXPECT_EQ(engine->stats().cached_prompt_tokens, 0u);
+  EXPECT_EQ(generate(*engine, second).get().tokens, plain_greedy(*loaded_.model, second.prompt, 12));
+  EngineStats stats = engine->stats();
+  EXPECT_EQ(stats.cached_prompt_tokens, shared);
+  EXPECT_EQ(stats.prefix_hits, 1u);
+  EXPECT_EQ(stats.prefix_misses, 1u);
+  // Another tenant's request computes everything itself.
+  GenerationRequest other = with(" who sat on the mat?", 2);
+  EXPECT_EQ(generate(*engine, other).get().tokens, plain_greedy(*loaded_.model, other.prompt, 12));
+  EXPECT_EQ(engine->stats().cached_prompt_tokens, shared);
+  // The same request again reuses all its whole blocks but the one holding its last token.
+  EXPECT_EQ(generate(*engine, second).get().tokens, plain_greedy(*loaded_.model, second.prompt, 12));
+  EXPECT_EQ(engine->stats().cached_prompt_tokens,
+            shared + (second.prompt.size() - 1) / kKvBlockTokens * kKvBlockTokens);
+  std::string metrics = engine->metrics_text("m");
+  EXPECT_NE(metrics.find("slipway_llm_prefix_cache_hits_total{model=\"m\"} 2"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("slipway_llm_prefix_cache_misses_total{model=\"m\"} 2"), std::string::npos) << metrics;
+}
+
+TEST_F(EngineTest, ChoicesOfOnePromptForkItsBlocksAndSampleAsAlone) {
+  auto engine = start();
+  GenerationRequest request = greedy("the quick brown fox jumps over the lazy dog and the cat", 20);
+  const std::vector<std::int32_t> expected = plain_greedy(*loaded_.model, request.prompt, 20);
+  for (auto& future : generate_all(*engine, std::vector<GenerationRequest>(3, request))) {
+    EXPECT_EQ(future.get().tokens, expected);
+  }
+  EXPECT_EQ(engine->stats().forks, 2u);
+  // Sampled choices with their own seeds: each as it would be alone.
+  std::vector<GenerationRequest> sampled(3, request);
+  for (std::size_t i = 0; i < sampled.size(); ++i) {
+    sampled[i].sampling.temperature = 1.0f;
+    sampled[i].sampling.seed = 10 + i;
+  }
+  std::vector<std::vector<std::int32_t>> alone;
+  for (const auto& choice : sampled) alone.push_back(generate(*engine, choice).get().tokens);
+  auto futures = generate_all(*engine, sampled);
+  for (std::size_t i = 0; i < futures.size(); ++i) EXPECT_EQ(futures[i].get().tokens, alone[i]) << i;
+  EXPECT_EQ(engine->stats().forks, 4u);
+  EXPECT_NE(alone[0], alone[1]);
+}
+
+TEST_F(EngineTest, ACancelledRequestFreesItsBlocksAtOnce) {
+  EngineOptions options;
+  options.prefix_caching = false;
+  auto engine = start(options);
+  auto gone = std::make_shared<std::atomic<bool>>(false);
+  GenerationRequest request = greedy("hello there", 400);
+  request.cancelled = [gone] { return gone->load(); };
+  auto tokens = std::make_shared<std::promise<void>>();
+  request.on_token = [tokens, count = 0](const GenerationEvent&) mutable {
+    if (++count == 40) tokens->set_value();
+    return true;
+  };
+  auto finished = std::make_shared<std::promise<FinishReason>>();
+  request.on_finish = [finished](const GenerationResult& result) { finished->set_value(result.reason); };
+  ASSERT_TRUE(engine->submit(std::move(request)).ok());
+  tokens->get_future().wait();
+  EXPECT_GE(engine->stats().kv_blocks_used, 3u);
+  gone->store(true);
+  EXPECT_EQ(finished->get_future().get(), FinishReason::kCancelled);
+  for (int i = 0; i < 200 && engine->stats().kv_blocks_used != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(engine->stats().kv_blocks_used, 0u);
 }
 
 }  // namespace

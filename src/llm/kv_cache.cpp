@@ -1,0 +1,258 @@
+// The paged key/value cache: a pool of blocks with reference counts, copy on write, and a prefix
+// cache of whole blocks known by chained hashes, evicted least recently used first.
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "slipway/llm.h"
+
+namespace slipway::llm {
+
+namespace {
+
+std::uint64_t mix(std::uint64_t value) {  // splitmix64's finalizer
+  value += 0x9E3779B97F4A7C15ULL;
+  value = (value ^ (value >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  value = (value ^ (value >> 27)) * 0x94D049BB133111EBULL;
+  return value ^ (value >> 31);
+}
+
+// A block's hash: its parent's (or, for a first block, the salt's) and its tokens.
+std::uint64_t chain_hash(std::uint64_t parent, std::span<const std::int32_t> tokens) {
+  std::uint64_t hash = parent;
+  for (std::int32_t token : tokens) hash = mix(hash ^ static_cast<std::uint32_t>(token));
+  return hash;
+}
+
+std::uint64_t chain_start(std::uint64_t salt) { return mix(salt ^ 0x736C69707761794BULL); }
+
+}  // namespace
+
+KvCache::KvCache(const LlamaConfig& config, std::size_t blocks, std::size_t max_sequences)
+    : width_(config.kv_heads * config.head_dim),
+      layers_(config.layers),
+      block_floats_(layers_ * 2 * kKvBlockTokens * width_),
+      storage_(blocks * block_floats_ * sizeof(float)),
+      max_sequences_(max_sequences),
+      references_(blocks, 0),
+      previous_(blocks, kNone),
+      next_(blocks, kNone),
+      cached_(blocks) {
+  for (std::size_t block = blocks; block-- > 0;) put_back(block);  // block 0 handed out first
+}
+
+std::uint64_t KvCache::block_bytes(const LlamaConfig& config) {
+  return std::uint64_t{config.layers} * 2 * kKvBlockTokens * config.kv_heads * config.head_dim * sizeof(float);
+}
+
+float* KvCache::slab(std::size_t block, std::size_t layer, std::size_t which) {
+  return reinterpret_cast<float*>(storage_.data()) + block * block_floats_ +
+         (layer * 2 + which) * kKvBlockTokens * width_;
+}
+
+const float* KvCache::slab(std::size_t block, std::size_t layer, std::size_t which) const {
+  return reinterpret_cast<const float*>(storage_.data()) + block * block_floats_ +
+         (layer * 2 + which) * kKvBlockTokens * width_;
+}
+
+void KvCache::unlink(std::size_t block) {
+  const std::size_t before = previous_[block], after = next_[block];
+  (before == kNone ? head_ : next_[before]) = after;
+  (after == kNone ? tail_ : previous_[after]) = before;
+  previous_[block] = next_[block] = kNone;
+  --free_count_;
+}
+
+void KvCache::put_back(std::size_t block) {
+  // A block holding nothing reusable goes first, so cached ones live longest.
+  if (cached_[block].valid) {
+    previous_[block] = tail_;
+    (tail_ == kNone ? head_ : next_[tail_]) = block;
+    tail_ = block;
+  } else {
+    next_[block] = head_;
+    (head_ == kNone ? tail_ : previous_[head_]) = block;
+    head_ = block;
+  }
+  ++free_count_;
+}
+
+void KvCache::forget(std::size_t block) {
+  Cached& cached = cached_[block];
+  if (!cached.valid) return;
+  by_hash_.erase(cached.hash);
+  cached.valid = false;
+}
+
+std::size_t KvCache::take_block() {
+  const std::size_t block = head_;
+  if (block == kNone) return kNone;
+  unlink(block);
+  forget(block);
+  references_[block] = 1;
+  return block;
+}
+
+void KvCache::hold(std::size_t block) {
+  if (references_[block]++ == 0) unlink(block);
+}
+
+void KvCache::drop(std::size_t block) {
+  if (--references_[block] == 0) put_back(block);
+}
+
+std::vector<std::size_t>& KvCache::table(std::size_t sequence) {
+  if (sequence >= tables_.size()) {
+    tables_.resize(sequence + 1);
+    filled_.resize(sequence + 1, 0);
+    chains_.resize(sequence + 1);
+  }
+  return tables_[sequence];
+}
+
+Status KvCache::prepare(std::size_t sequence, std::size_t first, std::size_t end) {
+  if (sequence >= max_sequences_) {
+    return invalid_argument(fmt::format("sequence {} is past the cache's {} sequences", sequence, max_sequences_));
+  }
+  std::vector<std::size_t>& blocks = table(sequence);
+  const std::size_t needed = (end + kKvBlockTokens - 1) / kKvBlockTokens;
+  auto exhausted = [&] {
+    return resource_exhausted(fmt::format("the key/value cache has {} free blocks of {} tokens; sequence {} needs more",
+                                          free_count_, kKvBlockTokens, sequence));
+  };
+  for (std::size_t index = first / kKvBlockTokens; index < std::min(blocks.size(), needed); ++index) {
+    const std::size_t block = blocks[index];
+    if (references_[block] > 1) {
+      const std::size_t copy = take_block();
+      if (copy == kNone) return exhausted();
+      std::memcpy(slab(copy, 0, 0), slab(block, 0, 0), block_floats_ * sizeof(float));
+      drop(block);
+      blocks[index] = copy;
+    } else {
+      forget(block);
+    }
+  }
+  while (blocks.size() < needed) {
+    const std::size_t block = take_block();
+    if (block == kNone) return exhausted();
+    blocks.push_back(block);
+  }
+  // Published blocks past the first written one are no longer what their chain says.
+  Chain& chain = chains_[sequence];
+  if (chain.blocks > first / kKvBlockTokens) chain = {};
+  return {};
+}
+
+Status KvCache::reserve(std::size_t sequence, std::size_t length) {
+  return prepare(sequence, std::min(filled(sequence), length), length);
+}
+
+std::size_t KvCache::blocks_short(std::size_t sequence, std::size_t length) const {
+  const std::size_t needed = (length + kKvBlockTokens - 1) / kKvBlockTokens;
+  const std::size_t held = blocks_of(sequence);
+  return needed > held + free_count_ ? needed - held - free_count_ : 0;
+}
+
+std::size_t KvCache::blocks_of(std::size_t sequence) const {
+  return sequence < tables_.size() ? tables_[sequence].size() : 0;
+}
+
+void KvCache::release(std::size_t sequence) {
+  if (sequence >= tables_.size()) return;
+  // Last block first onto the free list: it is evicted before the prefix it continues.
+  for (auto block = tables_[sequence].rbegin(); block != tables_[sequence].rend(); ++block) drop(*block);
+  tables_[sequence].clear();
+  filled_[sequence] = 0;
+  chains_[sequence] = {};
+}
+
+Status KvCache::fork(std::size_t parent, std::size_t child) {
+  if (parent >= max_sequences_ || child >= max_sequences_) {
+    return invalid_argument(
+        fmt::format("sequence {} is past the cache's {} sequences", std::max(parent, child), max_sequences_));
+  }
+  if (parent == child || blocks_of(child) != 0) {
+    return invalid_argument(fmt::format("sequence {} must be empty to be forked into", child));
+  }
+  table(std::max(parent, child));
+  for (std::size_t block : tables_[parent]) hold(block);
+  tables_[child] = tables_[parent];
+  filled_[child] = filled_[parent];
+  chains_[child] = chains_[parent];
+  return {};
+}
+
+std::size_t KvCache::attach_cached_prefix(std::size_t sequence, std::span<const std::int32_t> tokens,
+                                          std::uint64_t salt, std::size_t limit) {
+  if (sequence >= max_sequences_ || blocks_of(sequence) != 0) return 0;
+  std::vector<std::size_t>& blocks = table(sequence);
+  Chain chain{0, chain_start(salt), kNone};
+  const std::size_t usable = std::min(tokens.size(), limit) / kKvBlockTokens;
+  while (chain.blocks < usable) {
+    auto block_tokens = tokens.subspan(chain.blocks * kKvBlockTokens, kKvBlockTokens);
+    const std::uint64_t hash = chain_hash(chain.hash, block_tokens);
+    auto found = by_hash_.find(hash);
+    if (found == by_hash_.end()) break;
+    const Cached& cached = cached_[found->second];
+    if (cached.parent != chain.parent || !std::equal(block_tokens.begin(), block_tokens.end(), cached.tokens.begin())) {
+      break;
+    }
+    hold(found->second);
+    blocks.push_back(found->second);
+    chain = {chain.blocks + 1, hash, found->second};
+  }
+  chains_[sequence] = chain;
+  filled_[sequence] = chain.blocks * kKvBlockTokens;
+  return filled_[sequence];
+}
+
+void KvCache::publish(std::size_t sequence, std::span<const std::int32_t> tokens, std::uint64_t salt) {
+  if (sequence >= tables_.size()) return;
+  Chain& chain = chains_[sequence];
+  if (chain.blocks == 0) chain = {0, chain_start(salt), kNone};
+  const std::size_t whole = std::min(filled_[sequence], tokens.size()) / kKvBlockTokens;
+  for (; chain.blocks < whole; ++chain.blocks) {
+    auto block_tokens = tokens.subspan(chain.blocks * kKvBlockTokens, kKvBlockTokens);
+    const std::uint64_t hash = chain_hash(chain.hash, block_tokens);
+    const std::size_t block = tables_[sequence][chain.blocks];
+    auto [entry, inserted] = by_hash_.try_emplace(hash, block);
+    if (inserted) {
+      Cached& cached = cached_[block];
+      cached.hash = hash;
+      cached.parent = chain.parent;
+      std::copy(block_tokens.begin(), block_tokens.end(), cached.tokens.begin());
+      cached.valid = true;
+    }
+    // The next block's parent is the block its chain finds: this one, or the one cached first
+    // with the same tokens (a prompt computed twice at once).
+    chain.hash = hash;
+    chain.parent = entry->second;
+  }
+}
+
+std::size_t KvCache::filled(std::size_t sequence) const { return sequence < filled_.size() ? filled_[sequence] : 0; }
+
+void KvCache::set_filled(std::size_t sequence, std::size_t filled) {
+  if (sequence < filled_.size()) filled_[sequence] = filled;
+}
+
+void KvCache::store(std::size_t sequence, std::size_t layer, std::size_t position, const float* key,
+                    const float* value) {
+  const std::size_t block = tables_[sequence][position / kKvBlockTokens];
+  float* keys = slab(block, layer, 0);
+  float* values = slab(block, layer, 1);
+  const std::size_t slot = position % kKvBlockTokens;
+  for (std::size_t c = 0; c < width_; ++c) keys[c * kKvBlockTokens + slot] = key[c];
+  std::copy_n(value, width_, values + slot * width_);
+}
+
+const float* KvCache::keys(std::size_t sequence, std::size_t layer, std::size_t block) const {
+  return slab(tables_[sequence][block], layer, 0);
+}
+
+const float* KvCache::values(std::size_t sequence, std::size_t layer, std::size_t block) const {
+  return slab(tables_[sequence][block], layer, 1);
+}
+
+}  // namespace slipway::llm

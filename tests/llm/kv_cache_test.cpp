@@ -1,0 +1,165 @@
+// The paged KV cache: blocks on demand, reference counts, copy on write, and the prefix cache
+// (chained hashes, salts, least-recently-used eviction); and forward() over shared blocks.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "slipway/llm.h"
+#include "support/test_support.h"
+
+namespace slipway::llm {
+namespace {
+
+LlamaConfig small_config() {
+  LlamaConfig config;
+  config.embedding = 8;
+  config.layers = 2;
+  config.heads = 2;
+  config.kv_heads = 1;
+  config.head_dim = 4;
+  config.context = 256;
+  return config;
+}
+
+std::vector<float> filled_with(float value) { return std::vector<float>(4, value); }
+
+std::vector<std::int32_t> tokens(std::size_t count, std::int32_t first = 1) {
+  std::vector<std::int32_t> out(count);
+  std::iota(out.begin(), out.end(), first);
+  return out;
+}
+
+TEST(KvCache, SequencesTakeBlocksAsTheyGrowAndGiveThemBack) {
+  KvCache cache(small_config(), 4, 8);
+  EXPECT_EQ(cache.free_blocks(), 4u);
+  ASSERT_TRUE(cache.reserve(0, 17).ok());  // two blocks
+  EXPECT_EQ(cache.blocks_of(0), 2u);
+  EXPECT_EQ(cache.free_blocks(), 2u);
+  ASSERT_TRUE(cache.reserve(1, 32).ok());
+  EXPECT_EQ(cache.free_blocks(), 0u);
+  EXPECT_EQ(cache.blocks_short(0, 48), 1u);
+  Status full = cache.reserve(0, 33);
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(full.message().find("free blocks"), std::string::npos) << full.message();
+  cache.release(1);
+  EXPECT_EQ(cache.free_blocks(), 2u);
+  EXPECT_TRUE(cache.reserve(0, 48).ok());
+  EXPECT_EQ(cache.reserve(8, 1).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(KvCache, AForkSharesBlocksUntilItWritesThenCopies) {
+  const LlamaConfig config = small_config();
+  KvCache cache(config, 4, 8);
+  ASSERT_TRUE(cache.reserve(0, 20).ok());
+  for (std::size_t position = 0; position < 20; ++position) {
+    auto value = filled_with(static_cast<float>(position));
+    for (std::size_t layer = 0; layer < config.layers; ++layer)
+      cache.store(0, layer, position, value.data(), value.data());
+  }
+  cache.set_filled(0, 20);
+  ASSERT_TRUE(cache.fork(0, 1).ok());
+  EXPECT_EQ(cache.filled(1), 20u);
+  EXPECT_EQ(cache.free_blocks(), 2u);  // shared, not copied
+  EXPECT_EQ(cache.values(1, 1, 1), cache.values(0, 1, 1));
+  // The child writes position 20, in the shared second block: it gets a copy, the first block
+  // stays shared.
+  ASSERT_TRUE(cache.prepare(1, 20, 21).ok());
+  EXPECT_EQ(cache.free_blocks(), 1u);
+  EXPECT_EQ(cache.values(1, 0, 0), cache.values(0, 0, 0));
+  EXPECT_NE(cache.values(1, 1, 1), cache.values(0, 1, 1));
+  auto written = filled_with(-1.0f);
+  cache.store(1, 1, 20, written.data(), written.data());
+  EXPECT_EQ(cache.values(1, 1, 1)[4 * 4], -1.0f);
+  EXPECT_EQ(cache.values(0, 1, 1)[4 * 4], 0.0f);   // the parent's position 20 untouched
+  EXPECT_EQ(cache.values(1, 1, 1)[3 * 4], 19.0f);  // the copy kept position 19
+  EXPECT_EQ(cache.keys(1, 0, 1)[0 * kKvBlockTokens + 3], 19.0f);
+  cache.release(0);
+  EXPECT_EQ(cache.free_blocks(), 2u);  // the first block is still the child's
+  cache.release(1);
+  EXPECT_EQ(cache.free_blocks(), 4u);
+  EXPECT_EQ(cache.fork(1, 1).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(KvCache, PublishedBlocksAreFoundByTheirTokensAndSaltOnly) {
+  KvCache cache(small_config(), 8, 8);
+  const std::vector<std::int32_t> prompt = tokens(40);
+  ASSERT_TRUE(cache.reserve(0, 40).ok());
+  cache.set_filled(0, 40);
+  cache.publish(0, prompt, 7);
+  EXPECT_EQ(cache.cached_blocks(), 2u);  // the third block is not whole
+  EXPECT_EQ(cache.attach_cached_prefix(1, prompt, 7, 39), 32u);
+  EXPECT_EQ(cache.keys(1, 0, 1), cache.keys(0, 0, 1));
+  EXPECT_EQ(cache.filled(1), 32u);
+  EXPECT_EQ(cache.attach_cached_prefix(2, prompt, 7, 20), 16u);  // the limit, in whole blocks
+  EXPECT_EQ(cache.attach_cached_prefix(3, prompt, 8, 39), 0u);   // another tenant's salt
+  std::vector<std::int32_t> other = prompt;
+  other[20] = 999;  // the second block differs
+  EXPECT_EQ(cache.attach_cached_prefix(4, other, 7, 39), 16u);
+  other[0] = 999;  // so does the first: nothing of its chain matches
+  EXPECT_EQ(cache.attach_cached_prefix(5, other, 7, 39), 0u);
+  for (std::size_t sequence = 0; sequence < 6; ++sequence) cache.release(sequence);
+  EXPECT_EQ(cache.free_blocks(), 8u);
+  EXPECT_EQ(cache.cached_blocks(), 2u);  // free, and still findable
+  EXPECT_EQ(cache.attach_cached_prefix(0, prompt, 7, 40), 32u);
+}
+
+TEST(KvCache, UncachedBlocksGoFirstThenTheLeastRecentlyReleasedLastBlockFirst) {
+  KvCache cache(small_config(), 4, 8);
+  const std::vector<std::int32_t> prompt = tokens(32);
+  ASSERT_TRUE(cache.reserve(0, 32).ok());
+  cache.set_filled(0, 32);
+  cache.publish(0, prompt, 0);
+  cache.release(0);
+  // Two uncached blocks are free: a sequence of two blocks takes them and evicts nothing.
+  ASSERT_TRUE(cache.reserve(1, 32).ok());
+  EXPECT_EQ(cache.cached_blocks(), 2u);
+  // A third block evicts the chain's last block first: its first block still hits.
+  ASSERT_TRUE(cache.reserve(1, 48).ok());
+  EXPECT_EQ(cache.cached_blocks(), 1u);
+  EXPECT_EQ(cache.attach_cached_prefix(2, prompt, 0, 32), 16u);
+}
+
+TEST(KvCache, WritingIntoACachedBlockForgetsIt) {
+  KvCache cache(small_config(), 4, 8);
+  const std::vector<std::int32_t> prompt = tokens(16);
+  ASSERT_TRUE(cache.reserve(0, 16).ok());
+  cache.set_filled(0, 16);
+  cache.publish(0, prompt, 0);
+  ASSERT_EQ(cache.cached_blocks(), 1u);
+  ASSERT_TRUE(cache.prepare(0, 15, 17).ok());
+  EXPECT_EQ(cache.cached_blocks(), 0u);
+}
+
+// A prompt whose first blocks come from another sequence's cache gives the bits of the prompt
+// computed whole, and so does a fork's continuation.
+TEST(KvCache, ForwardOverCachedAndForkedBlocksGivesTheSameBits) {
+  testing::TempDir dir;
+  const std::string path = dir.file("model.gguf");
+  TestModelShape shape;
+  ASSERT_TRUE(write_test_model(shape, TensorType::kQ8_0, 3, path).ok());
+  auto model = LlamaModel::open(path);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const std::vector<std::int32_t> prompt = tokens(45, 3);
+  auto run = [&](KvCache& cache, std::size_t sequence, std::size_t from, std::size_t to) {
+    std::vector<BatchToken> batch;
+    for (std::size_t i = from; i < to; ++i) batch.push_back({sequence, i, prompt[i]});
+    std::vector<bool> wants(batch.size(), false);
+    wants.back() = true;
+    std::vector<float> logits;
+    EXPECT_TRUE(forward(**model, cache, batch, wants, logits, 1).ok());
+    return logits;
+  };
+  KvCache whole((*model)->config(), 8, 4);
+  const std::vector<float> expected = run(whole, 0, 0, prompt.size());
+  KvCache shared((*model)->config(), 16, 4);
+  run(shared, 0, 0, 40);
+  shared.publish(0, prompt, 0);
+  ASSERT_EQ(shared.attach_cached_prefix(1, prompt, 0, prompt.size() - 1), 32u);
+  EXPECT_EQ(run(shared, 1, 32, prompt.size()), expected);
+  ASSERT_TRUE(shared.fork(0, 2).ok());
+  EXPECT_EQ(run(shared, 2, 40, prompt.size()), expected);
+  EXPECT_EQ(run(shared, 0, 40, prompt.size()), expected);  // the parent's own blocks are unchanged
+}
+
+}  // namespace
+}  // namespace slipway::llm
