@@ -301,13 +301,22 @@ class LlamaModel {
 // ([kKvBlockTokens][kv_heads * head_dim]).
 inline constexpr std::size_t kKvBlockTokens = 16;
 
+// How keys and values are kept: as floats, or as int8 with one float scale per head and position
+// (each head's vector quantized symmetrically: scale = max |x| / 127), 3.8 times smaller at a
+// head size of 64. Attention reads int8 blocks dequantized a head at a time.
+enum class KvCacheType { kF32, kInt8 };
+std::string_view kv_cache_type_name(KvCacheType type);  // "f32", "int8"
+bool kv_cache_type_by_name(std::string_view name, KvCacheType& type);
+
 class KvCache {
  public:
   // A pool of `blocks` blocks for `config`'s layers and heads, for sequences numbered below
   // `max_sequences`.
-  KvCache(const LlamaConfig& config, std::size_t blocks, std::size_t max_sequences = 4096);
+  KvCache(const LlamaConfig& config, std::size_t blocks, std::size_t max_sequences = 4096,
+          KvCacheType type = KvCacheType::kF32);
   // The bytes one block takes for `config`.
-  static std::uint64_t block_bytes(const LlamaConfig& config);
+  static std::uint64_t block_bytes(const LlamaConfig& config, KvCacheType type = KvCacheType::kF32);
+  KvCacheType type() const { return type_; }
 
   // Room to write positions [first, end) of `sequence` (new sequences start empty): blocks
   // appended up to `end`, taken from the free ones (evicting the least recently used cached
@@ -340,10 +349,13 @@ class KvCache {
   // Writes a position's key and value (kv_heads * head_dim floats each); the position must be
   // prepared.
   void store(std::size_t sequence, std::size_t layer, std::size_t position, const float* key, const float* value);
-  // The keys ([width][kKvBlockTokens]) and values ([kKvBlockTokens][width]) of the sequence's
-  // `block`th block.
-  const float* keys(std::size_t sequence, std::size_t layer, std::size_t block) const;
-  const float* values(std::size_t sequence, std::size_t layer, std::size_t block) const;
+  // One key/value head of the sequence's `block`th block as floats: its keys [head_dim]
+  // [kKvBlockTokens], and its values [kKvBlockTokens] rows `value_stride` floats apart. In place
+  // for F32; for int8, dequantized into `scratch` (head_dim * kKvBlockTokens floats).
+  const float* head_keys(std::size_t sequence, std::size_t layer, std::size_t block, std::size_t kv_head,
+                         float* scratch) const;
+  const float* head_values(std::size_t sequence, std::size_t layer, std::size_t block, std::size_t kv_head,
+                           float* scratch, std::size_t& value_stride) const;
 
   std::size_t total_blocks() const { return references_.size(); }
   // Blocks no sequence holds (cached ones included, which are evicted as needed).
@@ -360,8 +372,10 @@ class KvCache {
     std::array<std::int32_t, kKvBlockTokens> tokens{};
     bool valid = false;
   };
-  float* slab(std::size_t block, std::size_t layer, std::size_t which);
-  const float* slab(std::size_t block, std::size_t layer, std::size_t which) const;
+  // A block's layer: keys, then values (floats or int8), then for int8 the keys' scales
+  // [kv_heads][kKvBlockTokens] and the values' [kKvBlockTokens][kv_heads].
+  std::byte* layer_data(std::size_t block, std::size_t layer);
+  const std::byte* layer_data(std::size_t block, std::size_t layer) const;
   std::size_t take_block();          // from the free list's head, evicting it from the cache
   void put_back(std::size_t block);  // the free list's tail when cached, its head when not
   void unlink(std::size_t block);    // out of the free list
@@ -370,8 +384,9 @@ class KvCache {
   void drop(std::size_t block);      // one fewer, back on the free list at the last
   std::vector<std::size_t>& table(std::size_t sequence);
 
-  std::size_t width_ = 0, layers_ = 0, block_floats_ = 0;
-  HugePageBuffer storage_;  // floats [block][layer][keys, values][kKvBlockTokens * width]
+  KvCacheType type_ = KvCacheType::kF32;
+  std::size_t width_ = 0, layers_ = 0, kv_heads_ = 0, head_dim_ = 0, layer_bytes_ = 0, block_bytes_ = 0;
+  HugePageBuffer storage_;  // [block][layer]
   std::size_t max_sequences_ = 0;
   std::vector<std::uint32_t> references_;     // per block
   std::vector<std::size_t> previous_, next_;  // the free list: per block, kNone at the ends
@@ -514,17 +529,58 @@ struct SampledToken {
   std::vector<TokenChoice> top;  // top_logprobs alternatives, likeliest first
 };
 
+// A distribution sampling draws from: the tokens it may choose, in token order, with their
+// probabilities (summing to 1).
+struct TokenDistribution {
+  std::vector<std::int32_t> tokens;
+  std::vector<double> probabilities;
+  double probability(std::int32_t token) const;  // 0 for a token not in it
+  std::int32_t draw(double uniform) const;       // by a draw in [0, 1)
+};
+
+// Speculative sampling's rule for one drafted token (Leviathan et al., arXiv 2211.17192): accepted
+// with probability min(1, p(x) / q(x)), else replaced by a token drawn from norm(max(0, p - q)).
+// With p the target's distribution and q the draft's (one-hot for a deterministic drafter), the
+// token that comes out is distributed as p exactly. `uniform` gives draws in [0, 1).
+struct DraftVerdict {
+  bool accepted = false;
+  std::int32_t token = 0;  // the drafted token, or its replacement
+};
+DraftVerdict judge_draft(const TokenDistribution& target, const TokenDistribution& draft, std::int32_t drafted,
+                         const std::function<double()>& uniform);
+
+// Prompt lookup (n-gram speculation): the latest earlier occurrence of the last n tokens (n from
+// max_match down to min_match), and up to `count` tokens that followed it; none when no n matches.
+std::vector<std::int32_t> propose_ngram(std::span<const std::int32_t> tokens, std::size_t min_match,
+                                        std::size_t max_match, std::size_t count);
+
 // Steps: penalties, then greedy or (temperature, top-k, top-p, min-p, a draw). Applied in place to
 // the logits (one step's, vocabulary floats). Not-finite logits are never chosen unless all are.
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
   SampledToken sample(std::span<float> logits, std::span<const std::int32_t> history);
+  // The distribution sample() draws from (greedy: all on the largest logit), and a draw from one.
+  TokenDistribution distribution(std::span<float> logits, std::span<const std::int32_t> history);
+  std::int32_t draw(const TokenDistribution& distribution);
+  // The token at a position whose `drafted` token was proposed (by a draft model whose
+  // distribution there was `draft`, or by a deterministic drafter when null): greedy, the largest
+  // logit, `accepted` when that is the drafted token; sampled, judge_draft's rule.
+  SampledToken judge(std::span<float> logits, std::span<const std::int32_t> history, std::int32_t drafted,
+                     const TokenDistribution* draft, bool& accepted);
+  bool greedy() const { return params_.temperature == 0.0f; }
 
  private:
+  void apply_penalties(std::span<float> logits, std::span<const std::int32_t> history) const;
+  SampledToken report(std::span<const float> logits, std::int32_t token) const;
+  // Fills candidates_ and weights_ (likeliest first); returns how many top-p and min-p keep.
+  std::size_t weigh_candidates(std::span<const float> logits);
+  std::int32_t draw_candidate(std::size_t cut);
+  TokenDistribution kept_distribution(std::size_t cut) const;
   SamplingParams params_;
   std::uint64_t state_;  // splitmix64: the same seed, the same draws, on every platform
   std::vector<std::pair<float, std::int32_t>> candidates_;
+  std::vector<double> weights_;
   double uniform();
 };
 
@@ -567,6 +623,18 @@ struct GenerationRequest {
   std::uint64_t cache_salt = 0;
 };
 
+// Speculative decoding: each decoding sequence's next tokens proposed, by prompt lookup in its own
+// tokens or by a draft model, and checked by the target in the step's one forward pass. Greedy
+// output is the target's plain greedy output; sampled output has the target's distribution.
+enum class SpeculativeMethod { kNone, kNgram, kDraft };
+struct SpeculativeOptions {
+  SpeculativeMethod method = SpeculativeMethod::kNone;
+  std::size_t tokens = 4;                      // vLLM's num_speculative_tokens
+  std::size_t lookup_min = 2, lookup_max = 4;  // prompt_lookup_min and _max (kNgram)
+  std::shared_ptr<const LlamaModel> draft;     // kDraft: the same vocabulary as the target
+};
+inline constexpr std::size_t kMaxSpeculativeTokens = 16;
+
 // The scheduler's limits, named after vLLM's: each step runs one forward pass over at most
 // max_batched_tokens tokens: the next token of every decoding sequence first, then chunks of
 // prompts (so a long prompt never stalls decoding for more than a step), of at most max_sequences
@@ -583,8 +651,10 @@ struct EngineOptions {
   // written); 0: enough for max_sequences whole contexts, within kDefaultKvCacheBytes. A pool that
   // cannot hold one whole context is refused at start, with the numbers.
   std::uint64_t kv_cache_bytes = 0;
+  KvCacheType kv_cache_type = KvCacheType::kF32;  // vLLM's kv_cache_dtype
   // Whole blocks of prompts kept and reused across requests (by the salt's tenant only).
   bool prefix_caching = true;
+  SpeculativeOptions speculative;
 };
 inline constexpr std::size_t kDefaultContextCap = 4096;
 inline constexpr std::size_t kMaxEngineSequences = 1024;
@@ -597,6 +667,8 @@ struct EngineStats {
   std::uint64_t prefix_hits = 0, prefix_misses = 0;  // admissions that found cached blocks, and not
   std::uint64_t preemptions = 0, forks = 0;
   std::size_t kv_blocks = 0, kv_blocks_used = 0, kv_blocks_cached = 0;
+  // Speculative decoding: checks (steps a sequence had proposals in), tokens proposed, accepted.
+  std::uint64_t speculative_checks = 0, draft_tokens = 0, accepted_tokens = 0;
 };
 
 class Engine {
@@ -675,6 +747,7 @@ class OpenAiApi {
 struct LlmBenchOptions {
   std::size_t prompt_tokens = 512, generated_tokens = 128, repetitions = 5;
   std::vector<int> threads = {1, 2};
+  KvCacheType kv_cache_type = KvCacheType::kF32;
 };
 struct LlmBenchFigure {
   std::string test;  // "pp512", "tg128"
@@ -682,6 +755,17 @@ struct LlmBenchFigure {
   double tokens_per_second = 0, deviation = 0;  // mean and sample standard deviation over repetitions
 };
 Result<std::vector<LlmBenchFigure>> bench_model(const LlamaModel& model, const LlmBenchOptions& options);
+
+// What a quantized KV cache costs in quality: a prompt of `prompt_tokens` random tokens run with
+// an F32 cache and with one of `type`, every position's logits compared.
+struct KvCacheQuality {
+  std::size_t positions = 0;
+  double max_abs_difference = 0, rms_difference = 0;
+  double logit_rms = 0;       // of the F32 cache's logits, for scale
+  double top1_agreement = 0;  // positions whose largest logit is the same token
+};
+Result<KvCacheQuality> compare_kv_cache(const LlamaModel& model, KvCacheType type, std::size_t prompt_tokens,
+                                        int threads);
 
 // What one token of decoding reads: every matrix's packed weights, one embedding row, the norms,
 // and the keys and values of `context` earlier positions.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <iosfwd>
 #include <map>
 #include <memory>
@@ -298,6 +299,8 @@ struct LlmServeFlags {
   std::string host = "127.0.0.1";
   int port = 8080;
   llm::EngineOptions engine;
+  std::string speculative;  // "", "ngram" or "draft"
+  std::string draft_model;  // a GGUF file, for "draft"
   int io_threads = 2;
   int max_connections = 0;
   std::string api_key;  // required as a bearer token when set (or SLIPWAY_API_KEY)
@@ -308,6 +311,11 @@ int run_llm_serve(const GlobalOptions& global, const LlmServeFlags& flags);
 // --kv-cache-mb, --no-prefix-caching; --threads too when `prefix` is empty), each named
 // "--" + prefix + name.
 void add_engine_flags(CLI::App* command, llm::EngineOptions& options, const std::string& prefix);
+
+// A subcommand registered in its own file: runs it when it was parsed, else returns nullopt.
+using LlmSubcommandRunner = std::function<std::optional<int>(const GlobalOptions&)>;
+// `slipway llm bench-serve` (llm_bench_serve.cpp): adds it under `llm_command` and sets `run`.
+void add_llm_bench_serve_command(CLI::App* llm_command, LlmSubcommandRunner& run);
 
 // `slipway llm` and its subcommands: registered on the app by add_llm_commands, which fills these
 // flags; run_llm_command runs the one that was parsed (nullopt when none was).
@@ -320,6 +328,7 @@ struct LlmCommands {
   LlmBenchFlags bench_flags;
   std::string quantize_in, quantize_out, quantize_type;
   LlmServeFlags serve_flags;
+  LlmSubcommandRunner run_bench_serve;  // set by add_llm_bench_serve_command
 };
 void add_llm_commands(CLI::App& app, LlmCommands& commands);
 std::optional<int> run_llm_command(const GlobalOptions& global, const LlmCommands& commands);

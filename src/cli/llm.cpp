@@ -4,6 +4,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <ostream>
 
 #include <fmt/format.h>
@@ -44,6 +45,8 @@ struct BenchResult : CommandResult {
   std::uint64_t bytes = 0, parameters = 0, bytes_per_token = 0, multiply_adds = 0;
   std::vector<llm::LlmBenchFigure> figures;
   std::vector<std::pair<int, double>> bandwidth, int8_peak;  // per thread count, bytes/s and multiply-adds/s
+  std::string kv_cache_type = "f32";
+  std::optional<llm::KvCacheQuality> kv_quality;  // a quantized cache's against F32
   double limit(const std::vector<std::pair<int, double>>& values, int threads) const {
     for (const auto& [count, value] : values) {
       if (count == threads) return value;
@@ -83,7 +86,18 @@ struct BenchResult : CommandResult {
     json.end_array();
     json.key("read_bandwidth").begin_object();
     for (const auto& [threads, value] : bandwidth) json.key(std::to_string(threads)).value(value);
-    json.end_object().end_object();
+    json.end_object();
+    json.key("kv_cache_type").value(kv_cache_type);
+    if (kv_quality) {
+      json.key("kv_cache_quality").begin_object();
+      json.key("positions").value(static_cast<std::uint64_t>(kv_quality->positions));
+      json.key("max_abs_logit_difference").value(kv_quality->max_abs_difference);
+      json.key("rms_logit_difference").value(kv_quality->rms_difference);
+      json.key("logit_rms").value(kv_quality->logit_rms);
+      json.key("top1_agreement").value(kv_quality->top1_agreement);
+      json.end_object();
+    }
+    json.end_object();
   }
   void write_text(std::ostream& out) const override {
     out << fmt::format("{}: {} weights, {:.1f} MB, {:.1f}M parameters; decoding reads {:.1f} MB per token\n", model,
@@ -103,6 +117,13 @@ struct BenchResult : CommandResult {
       }
       out << fmt::format("{:<8} {:>7} {:>11.2f} ± {:<6.2f}  {}\n", figure.test, figure.threads,
                          figure.tokens_per_second, figure.deviation, against);
+    }
+    if (kv_quality) {
+      out << fmt::format(
+          "{} KV cache against f32 over {} positions: logits differ by at most {:.4f}, RMS {:.4f} (the logits' RMS "
+          "is {:.3f}); the same top token at {:.1f}% of positions\n",
+          kv_cache_type, kv_quality->positions, kv_quality->max_abs_difference, kv_quality->rms_difference,
+          kv_quality->logit_rms, 100 * kv_quality->top1_agreement);
     }
     for (const auto& [threads, value] : bandwidth) {
       out << fmt::format("read bandwidth, {} thread{}: ", threads, threads == 1 ? "" : "s")
@@ -183,7 +204,17 @@ int run_llm_serve(const GlobalOptions& global, const LlmServeFlags& flags) {
   if (!tokenizer.ok()) return fail(tokenizer.status());
   auto model = llm::LlamaModel::from_file(std::move(*file));
   if (!model.ok()) return fail(model.status());
-  auto engine = llm::Engine::start(*model, std::move(*tokenizer), flags.engine);
+  llm::EngineOptions engine_options = flags.engine;
+  llm::SpeculativeOptions& speculative = engine_options.speculative;
+  if (flags.speculative == "ngram") speculative.method = llm::SpeculativeMethod::kNgram;
+  if (flags.speculative == "draft") {
+    if (flags.draft_model.empty()) return fail(invalid_argument("--speculative draft needs --draft-model FILE"));
+    auto draft = llm::LlamaModel::open(flags.draft_model);
+    if (!draft.ok()) return fail(draft.status());
+    speculative.method = llm::SpeculativeMethod::kDraft;
+    speculative.draft = *draft;
+  }
+  auto engine = llm::Engine::start(*model, std::move(*tokenizer), engine_options);
   if (!engine.ok()) return fail(engine.status());
   std::string name = flags.name.empty() ? std::filesystem::path(flags.model).stem().string() : flags.name;
   auto api = std::make_shared<llm::OpenAiApi>(std::vector<llm::ServedLlm>{
@@ -256,6 +287,14 @@ int run_llm_bench(const GlobalOptions& global, const LlmBenchFlags& flags) {
   auto figures = llm::bench_model(**model, flags.options);
   if (!figures.ok()) return fail(figures.status());
   result.figures = std::move(*figures);
+  result.kv_cache_type = std::string(llm::kv_cache_type_name(flags.options.kv_cache_type));
+  if (flags.options.kv_cache_type != llm::KvCacheType::kF32) {
+    auto quality =
+        llm::compare_kv_cache(**model, flags.options.kv_cache_type,
+                              std::min<std::size_t>(512, (*model)->config().context), flags.options.threads.back());
+    if (!quality.ok()) return fail(quality.status());
+    result.kv_quality = *quality;
+  }
   for (int threads : flags.options.threads) {
     if (!flags.skip_bandwidth) {
       std::size_t bytes = flags.bandwidth_mib > 0 ? flags.bandwidth_mib << 20 : result.bytes_per_token;
@@ -303,6 +342,14 @@ void add_engine_flags(CLI::App* command, llm::EngineOptions& options, const std:
           fmt::format("--{}kv-cache-mb", prefix), [&options](std::uint64_t mb) { options.kv_cache_bytes = mb << 20; },
           scope + "The key/value cache's pool in MiB (default: every sequence's whole context, at most 4096)")
       ->check(CLI::Range(1, 1 << 24));
+  command
+      ->add_option_function<std::string>(
+          fmt::format("--{}kv-cache-dtype", prefix),
+          [&options](const std::string& name) { llm::kv_cache_type_by_name(name, options.kv_cache_type); },
+          scope +
+              "How keys and values are kept: f32, or int8 (a scale per head and position; 3.8x the sequences in "
+              "the same memory at head size 64)")
+      ->check(CLI::IsMember({"f32", "int8", "auto"}));
   command->add_flag_callback(
       fmt::format("--{}no-prefix-caching", prefix), [&options] { options.prefix_caching = false; },
       scope + "Compute every prompt whole, reusing no cached blocks");
@@ -379,6 +426,14 @@ void add_llm_commands(CLI::App& app, LlmCommands& commands) {
       ->check(CLI::Range(1, 1 << 20));
   commands.bench->add_flag("--no-bandwidth", commands.bench_flags.skip_bandwidth,
                            "Skip the bandwidth measurement and roofline");
+  commands.bench
+      ->add_option_function<std::string>(
+          "--kv-cache-dtype",
+          [&options = commands.bench_flags.options](const std::string& name) {
+            llm::kv_cache_type_by_name(name, options.kv_cache_type);
+          },
+          "The KV cache's type for the runs: f32, or int8 (then also its logits against f32's on a 512-token prompt)")
+      ->check(CLI::IsMember({"f32", "int8"}));
 
   commands.quantize = llm_command->add_subcommand(
       "quantize", "Re-encode a GGUF model's matrices (Q8_0, Q4_0, Q4_K, F16, BF16); llama.cpp loads what it writes");
@@ -396,6 +451,24 @@ void add_llm_commands(CLI::App& app, LlmCommands& commands) {
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   add_engine_flags(commands.serve, commands.serve_flags.engine, "");
+  llm::SpeculativeOptions& speculative = commands.serve_flags.engine.speculative;
+  commands.serve
+      ->add_option("--speculative", commands.serve_flags.speculative,
+                   "Speculative decoding: 'ngram' (prompt lookup in each sequence's own tokens) or 'draft' (a draft "
+                   "model proposes, see --draft-model); greedy output is unchanged, sampled output keeps its "
+                   "distribution")
+      ->check(CLI::IsMember({"ngram", "draft"}));
+  commands.serve->add_option("--draft-model", commands.serve_flags.draft_model,
+                             "A smaller GGUF model with the same vocabulary (or the model quantized harder)");
+  commands.serve->add_option("--num-speculative-tokens", speculative.tokens, "Tokens proposed per sequence and step")
+      ->check(CLI::Range(std::size_t{1}, llm::kMaxSpeculativeTokens))
+      ->capture_default_str();
+  commands.serve->add_option("--prompt-lookup-max", speculative.lookup_max, "ngram: the longest suffix looked up")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  commands.serve->add_option("--prompt-lookup-min", speculative.lookup_min, "ngram: the shortest suffix looked up")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   commands.serve
       ->add_option("--max-waiting", commands.serve_flags.engine.max_waiting,
                    "Requests queued for a free sequence; more are answered 429")
@@ -409,12 +482,14 @@ void add_llm_commands(CLI::App& app, LlmCommands& commands) {
       ->add_option("--api-key", commands.serve_flags.api_key,
                    "Require 'Authorization: Bearer KEY' (also from SLIPWAY_API_KEY)")
       ->envname("SLIPWAY_API_KEY");
+  add_llm_bench_serve_command(llm_command, commands.run_bench_serve);
 }
 
 std::optional<int> run_llm_command(const GlobalOptions& global, const LlmCommands& commands) {
   if (commands.make_test_model->parsed()) return run_llm_make_test_model(global, commands.test_model);
   if (commands.bench->parsed()) return run_llm_bench(global, commands.bench_flags);
   if (commands.serve->parsed()) return run_llm_serve(global, commands.serve_flags);
+  if (auto code = commands.run_bench_serve(global)) return code;
   if (commands.quantize->parsed()) {
     return run_llm_quantize(global, commands.quantize_in, commands.quantize_out, commands.quantize_type);
   }

@@ -29,9 +29,9 @@ std::vector<BatchToken> random_tokens(const LlamaConfig& config, std::size_t cou
 }
 
 // Seconds for one run of the test: the prompt as one batch, or tokens decoded one by one.
-Result<double> run_once(const LlamaModel& model, bool prompt, std::size_t tokens, ThreadTeam& team) {
+Result<double> run_once(const LlamaModel& model, bool prompt, std::size_t tokens, KvCacheType type, ThreadTeam& team) {
   const LlamaConfig& config = model.config();
-  KvCache cache(config, (tokens + kKvBlockTokens - 1) / kKvBlockTokens, 1);
+  KvCache cache(config, (tokens + kKvBlockTokens - 1) / kKvBlockTokens, 1, type);
   std::vector<float> logits;
   std::vector<BatchToken> batch = random_tokens(config, tokens, 0);
   auto start = Clock::now();
@@ -55,6 +55,47 @@ double median(std::vector<double> values) {
 
 }  // namespace
 
+Result<KvCacheQuality> compare_kv_cache(const LlamaModel& model, KvCacheType type, std::size_t prompt_tokens,
+                                        int threads) {
+  const LlamaConfig& config = model.config();
+  if (prompt_tokens == 0 || prompt_tokens > config.context) {
+    return invalid_argument(
+        fmt::format("{} tokens do not fit the model's context of {}", prompt_tokens, config.context));
+  }
+  ThreadTeam team(threads);
+  const std::vector<BatchToken> batch = random_tokens(config, prompt_tokens, 0);
+  const std::vector<bool> wants(prompt_tokens, true);
+  auto logits_with = [&](KvCacheType kind) -> Result<std::vector<float>> {
+    KvCache cache(config, (prompt_tokens + kKvBlockTokens - 1) / kKvBlockTokens, 1, kind);
+    std::vector<float> logits;
+    SLIPWAY_RETURN_IF_ERROR(forward(model, cache, batch, wants, logits, team));
+    return logits;
+  };
+  SLIPWAY_ASSIGN_OR_RETURN(std::vector<float> exact, logits_with(KvCacheType::kF32));
+  SLIPWAY_ASSIGN_OR_RETURN(std::vector<float> other, logits_with(type));
+  KvCacheQuality quality;
+  quality.positions = prompt_tokens;
+  double squares = 0, exact_squares = 0;
+  std::size_t agree = 0;
+  const std::size_t vocabulary = config.vocabulary;
+  for (std::size_t position = 0; position < prompt_tokens; ++position) {
+    const float* a = exact.data() + position * vocabulary;
+    const float* b = other.data() + position * vocabulary;
+    for (std::size_t i = 0; i < vocabulary; ++i) {
+      const double difference = static_cast<double>(a[i]) - b[i];
+      quality.max_abs_difference = std::max(quality.max_abs_difference, std::fabs(difference));
+      squares += difference * difference;
+      exact_squares += static_cast<double>(a[i]) * a[i];
+    }
+    agree += std::max_element(a, a + vocabulary) - a == std::max_element(b, b + vocabulary) - b ? 1 : 0;
+  }
+  const auto count = static_cast<double>(exact.size());
+  quality.rms_difference = std::sqrt(squares / count);
+  quality.logit_rms = std::sqrt(exact_squares / count);
+  quality.top1_agreement = static_cast<double>(agree) / static_cast<double>(prompt_tokens);
+  return quality;
+}
+
 Result<std::vector<LlmBenchFigure>> bench_model(const LlamaModel& model, const LlmBenchOptions& options) {
   const LlamaConfig& config = model.config();
   for (std::size_t tokens : {options.prompt_tokens, options.generated_tokens}) {
@@ -68,10 +109,10 @@ Result<std::vector<LlmBenchFigure>> bench_model(const LlamaModel& model, const L
     for (bool prompt : {true, false}) {
       std::size_t tokens = prompt ? options.prompt_tokens : options.generated_tokens;
       if (tokens == 0) continue;
-      SLIPWAY_RETURN_IF_ERROR(run_once(model, prompt, tokens, team).status());  // warm-up
+      SLIPWAY_RETURN_IF_ERROR(run_once(model, prompt, tokens, options.kv_cache_type, team).status());  // warm-up
       std::vector<double> rates;
       for (std::size_t repetition = 0; repetition < std::max<std::size_t>(1, options.repetitions); ++repetition) {
-        SLIPWAY_ASSIGN_OR_RETURN(double seconds, run_once(model, prompt, tokens, team));
+        SLIPWAY_ASSIGN_OR_RETURN(double seconds, run_once(model, prompt, tokens, options.kv_cache_type, team));
         rates.push_back(static_cast<double>(tokens) / seconds);
       }
       double mean = std::accumulate(rates.begin(), rates.end(), 0.0) / static_cast<double>(rates.size());

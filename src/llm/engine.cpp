@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "slipway/llm.h"
+#include "speculative.h"
 
 namespace slipway::llm {
 
@@ -97,6 +98,11 @@ struct Sequence {
   std::size_t limit = 0;  // max tokens, cut to the context
   std::size_t slot = 0;   // while running
   Sampler sampler;
+  // Speculative decoding: this step's proposed tokens, the draft's distributions for them (sampled
+  // decoding with a draft model), and the draft's own sampler.
+  std::vector<std::int32_t> proposal;
+  std::vector<TokenDistribution> proposal_distributions;
+  std::optional<Sampler> draft_sampler;
   std::string held;  // text not yet released
   Clock::time_point submitted, last_token;
   bool done = false;
@@ -120,7 +126,8 @@ struct Engine::State {
   Tokenizer tokenizer;
   EngineOptions options;
   KvCache cache;
-  ThreadTeam team;  // the forward pass's, used by the engine thread only
+  ThreadTeam team;                    // the forward pass's, used by the engine thread only
+  std::unique_ptr<DraftModel> draft;  // speculative decoding with a draft model
 
   mutable std::mutex mutex;
   std::condition_variable wake;
@@ -142,16 +149,24 @@ struct Engine::State {
   std::vector<std::size_t> free_slots;
   std::vector<BatchToken> batch;
   std::vector<bool> wants;
-  std::vector<Sequence*> sampled;
+  struct Rows {  // a sequence's rows of the step's logits
+    Sequence* sequence;
+    std::size_t first, count;
+  };
+  std::vector<Rows> sampled;
   std::vector<float> logits;
+  std::vector<DraftJob> draft_jobs;
 
   State(std::shared_ptr<const LlamaModel> model_in, Tokenizer tokenizer_in, const EngineOptions& options_in,
         std::size_t blocks)
       : model(std::move(model_in)),
         tokenizer(std::move(tokenizer_in)),
         options(options_in),
-        cache(model->config(), blocks, options.max_sequences),
+        cache(model->config(), blocks, options.max_sequences, options.kv_cache_type),
         team(options.threads) {
+    if (options.speculative.method == SpeculativeMethod::kDraft) {
+      draft = std::make_unique<DraftModel>(options.speculative.draft, options.max_sequences, blocks);
+    }
     for (std::size_t slot = options.max_sequences; slot-- > 0;) free_slots.push_back(slot);
   }
 
@@ -203,10 +218,15 @@ struct Engine::State {
     finish(*sequence, reason, error);
   }
 
+  void release_slot(std::size_t slot) {
+    cache.release(slot);
+    if (draft) draft->release(slot);
+  }
+
   void release_finished() {
     for (auto it = running.begin(); it != running.end();) {
       if ((*it)->done) {
-        cache.release((*it)->slot);
+        release_slot((*it)->slot);
         free_slots.push_back((*it)->slot);
         it = running.erase(it);
       } else {
@@ -227,9 +247,11 @@ struct Engine::State {
   // kept, so its output is unchanged. `counted` unless it was only just admitted.
   void preempt_youngest(bool counted = true) {
     Sequence& sequence = *running.back();
-    cache.release(sequence.slot);
+    release_slot(sequence.slot);
     free_slots.push_back(sequence.slot);
     sequence.processed = sequence.scheduled = 0;
+    sequence.proposal.clear();
+    sequence.proposal_distributions.clear();
     queued.push_front(std::move(running.back()));
     running.pop_back();
     if (!counted) return;
@@ -274,18 +296,26 @@ struct Engine::State {
     }
     release_finished();
     std::size_t budget = options.max_batched_tokens;
-    for (auto& sequence : running) sequence->scheduled = 0;
-    auto schedule = [&](Sequence& sequence) {
-      const std::size_t count = std::min(sequence.tokens.size() - sequence.processed, budget);
+    std::vector<Sequence*> decoding;
+    for (auto& sequence : running) {
+      sequence->scheduled = 0;
+      if (sequence->decoding()) decoding.push_back(sequence.get());
+    }
+    propose(decoding, budget - std::min(budget, decoding.size()));
+    auto schedule = [&](Sequence& sequence, std::size_t wanted) {
+      const std::size_t count = std::min(wanted, budget);
       if (count == 0 || !make_room(sequence, count)) return;
       sequence.scheduled = count;
+      if (!sequence.proposal.empty()) sequence.proposal.resize(count - 1);
       budget -= count;
     };
     for (std::size_t i = 0; i < running.size(); ++i) {
-      if (running[i]->decoding()) schedule(*running[i]);
+      if (running[i]->decoding()) schedule(*running[i], 1 + running[i]->proposal.size());
     }
     for (std::size_t i = 0; i < running.size() && budget > 0; ++i) {
-      if (!running[i]->decoding() && running[i]->scheduled == 0) schedule(*running[i]);
+      Sequence& sequence = *running[i];
+      if (!sequence.decoding() && sequence.scheduled == 0)
+        schedule(sequence, sequence.tokens.size() - sequence.processed);
     }
     // Queued sequences join while the budget, the slots and the cache allow (a preempted one
     // waits for the next step: it just gave its blocks up).
@@ -312,20 +342,57 @@ struct Engine::State {
     run_batch();
   }
 
+  // Proposals for the decoding sequences' next tokens (prompt lookup or the draft model), within
+  // `spare` tokens of the step's budget.
+  void propose(const std::vector<Sequence*>& decoding, std::size_t spare) {
+    const SpeculativeOptions& speculative = options.speculative;
+    if (speculative.method == SpeculativeMethod::kNone) return;
+    draft_jobs.clear();
+    for (Sequence* sequence : decoding) {
+      sequence->proposal.clear();
+      sequence->proposal_distributions.clear();
+      // Every proposed token may be emitted, with one more: within the limit and the context.
+      const std::size_t room = std::min({speculative.tokens, spare, sequence->limit - sequence->generated - 1,
+                                         options.context - sequence->tokens.size()});
+      if (room == 0) continue;
+      if (speculative.method == SpeculativeMethod::kNgram) {
+        sequence->proposal = propose_ngram(sequence->tokens, speculative.lookup_min, speculative.lookup_max, room);
+        spare -= sequence->proposal.size();
+        continue;
+      }
+      if (!sequence->draft_sampler) {
+        SamplingParams params = sequence->request.sampling;
+        if (params.seed) params.seed = *params.seed ^ 0x6472616674ULL;  // its own reproducible draws
+        sequence->draft_sampler.emplace(params);
+      }
+      draft_jobs.push_back({sequence->slot, sequence->tokens, room, &*sequence->draft_sampler, &sequence->proposal,
+                            sequence->sampler.greedy() ? nullptr : &sequence->proposal_distributions});
+      spare -= room;
+    }
+    if (!draft_jobs.empty()) draft->propose(draft_jobs, team);
+  }
+
+  // The step's batch: each scheduled sequence's tokens (and proposals after a decoding one's last
+  // token), the logits wanted where a sequence samples (every proposed position).
   void run_batch() {
     batch.clear();
     wants.clear();
     sampled.clear();
+    std::size_t rows = 0;
     for (auto& sequence : running) {
       if (sequence->done || sequence->scheduled == 0) continue;
-      const std::size_t end = sequence->processed + sequence->scheduled;
+      const std::size_t end = sequence->processed + sequence->scheduled, known = sequence->tokens.size();
+      const bool speculating = !sequence->proposal.empty();
       for (std::size_t position = sequence->processed; position < end; ++position) {
-        batch.push_back({sequence->slot, position, sequence->tokens[position]});
-        wants.push_back(false);
+        const std::int32_t token = position < known ? sequence->tokens[position] : sequence->proposal[position - known];
+        batch.push_back({sequence->slot, position, token});
+        wants.push_back(speculating);
       }
-      if (end == sequence->tokens.size()) {
+      if (end >= known) {
         wants.back() = true;
-        sampled.push_back(sequence.get());
+        const std::size_t count = speculating ? sequence->scheduled : 1;
+        sampled.push_back({sequence.get(), rows, count});
+        rows += count;
       }
     }
     if (batch.empty()) return;
@@ -335,15 +402,55 @@ struct Engine::State {
       return;
     }
     for (auto& sequence : running) {
-      sequence->processed += std::exchange(sequence->scheduled, 0);
-      if (options.prefix_caching) cache.publish(sequence->slot, sequence->tokens, sequence->request.cache_salt);
+      if (sequence->proposal.empty()) sequence->processed += std::exchange(sequence->scheduled, 0);
     }
     const std::size_t vocabulary = model->config().vocabulary;
-    for (std::size_t i = 0; i < sampled.size(); ++i) {
-      std::span<float> row(logits.data() + i * vocabulary, vocabulary);
-      if (!sampled[i]->followers.empty()) fork_followers(*sampled[i], row);
-      step(*sampled[i], row);
+    for (const Rows& entry : sampled) {
+      Sequence& sequence = *entry.sequence;
+      std::span<float> row(logits.data() + entry.first * vocabulary, vocabulary);
+      if (!sequence.proposal.empty()) {
+        check_proposal(sequence, entry.first);
+        continue;
+      }
+      if (!sequence.followers.empty()) fork_followers(sequence, row);
+      step(sequence, row);
     }
+    if (options.prefix_caching) {
+      for (auto& sequence : running) cache.publish(sequence->slot, sequence->tokens, sequence->request.cache_salt);
+    }
+  }
+
+  // A speculating sequence's rows: the token at each proposed position judged against the
+  // proposal, emitted, until one is not the proposed token (or all were, and the last row gives
+  // one more). The cache keeps the positions whose tokens stand.
+  void check_proposal(Sequence& sequence, std::size_t first_row) {
+    const std::size_t vocabulary = model->config().vocabulary;
+    const std::size_t proposed = sequence.proposal.size(), fed = sequence.processed;
+    std::size_t accepted = 0;
+    for (std::size_t j = 0; j <= proposed && !sequence.done; ++j) {
+      std::span<float> row(logits.data() + (first_row + j) * vocabulary, vocabulary);
+      bool matched = false;
+      if (j < proposed) {
+        const TokenDistribution* draft_distribution =
+            sequence.proposal_distributions.empty() ? nullptr : &sequence.proposal_distributions[j];
+        emit(sequence, sequence.sampler.judge(row, sequence.tokens, sequence.proposal[j], draft_distribution, matched));
+      } else {
+        emit(sequence, sequence.sampler.sample(row, sequence.tokens));
+      }
+      if (!matched) break;
+      ++accepted;
+    }
+    sequence.processed = fed + 1 + accepted;
+    sequence.scheduled = 0;
+    cache.set_filled(sequence.slot, sequence.processed);
+    // The draft saw the proposals but the last: those accepted stand in its cache too.
+    if (draft) draft->keep(sequence.slot, fed + 1 + std::min(accepted, proposed - 1));
+    sequence.proposal.clear();
+    sequence.proposal_distributions.clear();
+    std::lock_guard lock(mutex);
+    ++totals.speculative_checks;
+    totals.draft_tokens += proposed;
+    totals.accepted_tokens += accepted;
   }
 
   // The choices waiting on `leader`'s prompt share its blocks and sample from its logits; those
@@ -372,7 +479,12 @@ struct Engine::State {
   }
 
   void step(Sequence& sequence, std::span<float> logits) {
-    SampledToken next = sequence.sampler.sample(logits, sequence.tokens);
+    emit(sequence, sequence.sampler.sample(logits, sequence.tokens));
+  }
+
+  // A token the sequence chose: counted, checked against its end tokens, stop strings and limit,
+  // and its released text reported.
+  void emit(Sequence& sequence, SampledToken next) {
     const std::int32_t token = next.chosen.token;
     if (std::isinf(next.chosen.logprob) && next.chosen.logprob < 0) {
       return finish(sequence, FinishReason::kError,
@@ -442,6 +554,35 @@ struct Engine::State {
 
 Engine::Engine(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
+namespace {
+
+Status check_speculative(const SpeculativeOptions& speculative, const LlamaConfig& config, std::size_t context) {
+  if (speculative.method == SpeculativeMethod::kNone) return {};
+  if (speculative.tokens == 0 || speculative.tokens > kMaxSpeculativeTokens) {
+    return invalid_argument(fmt::format("num_speculative_tokens must be between 1 and {}", kMaxSpeculativeTokens));
+  }
+  if (speculative.method == SpeculativeMethod::kNgram) {
+    if (speculative.lookup_min == 0 || speculative.lookup_min > speculative.lookup_max || speculative.lookup_max > 64) {
+      return invalid_argument("prompt lookup needs 1 <= prompt_lookup_min <= prompt_lookup_max <= 64");
+    }
+    return {};
+  }
+  if (!speculative.draft) return invalid_argument("speculative decoding with a draft model needs the draft model");
+  const LlamaConfig& draft = speculative.draft->config();
+  if (draft.vocabulary != config.vocabulary) {
+    return invalid_argument(
+        fmt::format("the draft model's vocabulary has {} tokens, the model's {}: they must be the same",
+                    draft.vocabulary, config.vocabulary));
+  }
+  if (draft.context < context) {
+    return invalid_argument(
+        fmt::format("the draft model's context of {} tokens is shorter than the {} served", draft.context, context));
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> model, Tokenizer tokenizer,
                                               const EngineOptions& options) {
   EngineOptions chosen = options;
@@ -460,6 +601,9 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
         "and at most 1048576",
         chosen.max_batched_tokens, chosen.max_sequences));
   }
+  if (Status speculative = check_speculative(chosen.speculative, config, chosen.context); !speculative.ok()) {
+    return speculative;
+  }
   // Team threads spin between loops: more than the cores only take turns burning them.
   if (const int cores = default_thread_count(); chosen.threads > cores) {
     log_warn(fmt::format("{} threads asked for, {} cores to run them: using {}", chosen.threads, cores, cores));
@@ -467,7 +611,7 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
   }
   // The pool is reserved whole (its pages committed as blocks are first written), from the budget;
   // by default enough for every sequence's whole context, within kDefaultKvCacheBytes.
-  const std::uint64_t block_bytes = KvCache::block_bytes(config);
+  const std::uint64_t block_bytes = KvCache::block_bytes(config, chosen.kv_cache_type);
   const std::uint64_t sequence_blocks = (chosen.context + kKvBlockTokens - 1) / kKvBlockTokens;
   if (chosen.kv_cache_bytes == 0) {
     chosen.kv_cache_bytes =
@@ -620,6 +764,13 @@ std::string Engine::metrics_text(std::string_view name) const {
   out += fmt::format("slipway_llm_kv_cache_blocks_cached{{{}}} {}\n", labels, totals.kv_blocks_cached);
   out += fmt::format("slipway_llm_kv_cache_usage_ratio{{{}}} {}\n", labels,
                      static_cast<double>(totals.kv_blocks_used) / static_cast<double>(blocks));
+  out += fmt::format("slipway_llm_spec_decode_checks_total{{{}}} {}\n", labels, totals.speculative_checks);
+  out += fmt::format("slipway_llm_spec_decode_draft_tokens_total{{{}}} {}\n", labels, totals.draft_tokens);
+  out += fmt::format("slipway_llm_spec_decode_accepted_tokens_total{{{}}} {}\n", labels, totals.accepted_tokens);
+  out += fmt::format("slipway_llm_spec_decode_acceptance_ratio{{{}}} {}\n", labels,
+                     totals.draft_tokens == 0
+                         ? 0.0
+                         : static_cast<double>(totals.accepted_tokens) / static_cast<double>(totals.draft_tokens));
   state_->time_to_first_token.write(out, "slipway_llm_time_to_first_token_seconds", labels);
   state_->inter_token_latency.write(out, "slipway_llm_inter_token_latency_seconds", labels);
   return out;

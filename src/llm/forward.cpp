@@ -139,39 +139,41 @@ std::vector<QueryTile> query_tiles(std::span<const BatchToken> batch) {
 void attend(const LlamaConfig& config, const KvCache& cache, std::span<const BatchToken> batch, std::size_t layer,
             std::size_t head, QueryTile tile, const std::vector<float>& query, float* out) {
   const kernels::LlmKernelVariant& variant = kernels::llm_kernel();
-  const std::size_t width = config.embedding, kv_width = config.kv_heads * config.head_dim;
-  const std::size_t kv_offset = (head / (config.heads / config.kv_heads)) * config.head_dim;
+  const std::size_t width = config.embedding;
+  const std::size_t kv_head = head / (config.heads / config.kv_heads);
   const BatchToken& first = batch[tile.first_token];
   const std::size_t shortest = first.position + 1, longest = shortest + tile.count - 1;
   const std::size_t blocks = (longest + kKvBlockTokens - 1) / kKvBlockTokens, row = blocks * kKvBlockTokens;
   // Each team thread's own, grown to the longest tile it has seen (four rows of the context at
   // most): no allocation per head and tile.
-  thread_local std::vector<float> scores;
+  thread_local std::vector<float> scores, scratch;
   if (scores.size() < tile.count * row) scores.resize(tile.count * row);
+  scratch.resize(config.head_dim * kKvBlockTokens);  // an int8 cache's block, dequantized
   for (std::size_t b = 0; b < blocks; ++b) {
     variant.block_scores(query.data() + tile.first_token * width + head * config.head_dim, width, tile.count,
-                         cache.keys(first.sequence, layer, b) + kv_offset * kKvBlockTokens, config.head_dim,
+                         cache.head_keys(first.sequence, layer, b, kv_head, scratch.data()), config.head_dim,
                          scores.data() + b * kKvBlockTokens, row);
   }
   const float score_scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
   for (std::size_t q = 0; q < tile.count; ++q) variant.softmax(scores.data() + q * row, shortest + q, score_scale);
   for (std::size_t q = 0; q < tile.count; ++q) std::fill_n(out + q * width, config.head_dim, 0.0f);
   for (std::size_t b = 0; b < blocks; ++b) {
-    const float* values = cache.values(first.sequence, layer, b) + kv_offset;
+    std::size_t stride = 0;
+    const float* values = cache.head_values(first.sequence, layer, b, kv_head, scratch.data(), stride);
     const std::size_t start = b * kKvBlockTokens;
     auto in_block = [&](std::size_t positions) {
       return std::min(kKvBlockTokens, positions - std::min(positions, start));
     };
     const std::size_t shared = in_block(shortest);
     if (shared > 0) {
-      variant.add_weighted_values(scores.data() + start, row, tile.count, shared, values, kv_width, config.head_dim,
-                                  out, width);
+      variant.add_weighted_values(scores.data() + start, row, tile.count, shared, values, stride, config.head_dim, out,
+                                  width);
     }
     for (std::size_t q = 0; q < tile.count; ++q) {
       const std::size_t own = in_block(shortest + q);
       if (own > shared) {
         variant.add_weighted_values(scores.data() + q * row + start + shared, row, 1, own - shared,
-                                    values + shared * kv_width, kv_width, config.head_dim, out + q * width, width);
+                                    values + shared * stride, stride, config.head_dim, out + q * width, width);
       }
     }
   }

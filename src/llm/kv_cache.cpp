@@ -1,6 +1,7 @@
 // The paged key/value cache: a pool of blocks with reference counts, copy on write, and a prefix
 // cache of whole blocks known by chained hashes, evicted least recently used first.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -29,11 +30,38 @@ std::uint64_t chain_start(std::uint64_t salt) { return mix(salt ^ 0x736C69707761
 
 }  // namespace
 
-KvCache::KvCache(const LlamaConfig& config, std::size_t blocks, std::size_t max_sequences)
-    : width_(config.kv_heads * config.head_dim),
+std::string_view kv_cache_type_name(KvCacheType type) { return type == KvCacheType::kInt8 ? "int8" : "f32"; }
+
+bool kv_cache_type_by_name(std::string_view name, KvCacheType& type) {
+  if (name == "f32" || name == "auto") {
+    type = KvCacheType::kF32;
+  } else if (name == "int8") {
+    type = KvCacheType::kInt8;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+std::size_t layer_bytes(const LlamaConfig& config, KvCacheType type) {
+  const std::size_t width = config.kv_heads * config.head_dim;
+  if (type == KvCacheType::kF32) return 2 * kKvBlockTokens * width * sizeof(float);
+  return 2 * kKvBlockTokens * width + 2 * kKvBlockTokens * config.kv_heads * sizeof(float);
+}
+
+}  // namespace
+
+KvCache::KvCache(const LlamaConfig& config, std::size_t blocks, std::size_t max_sequences, KvCacheType type)
+    : type_(type),
+      width_(config.kv_heads * config.head_dim),
       layers_(config.layers),
-      block_floats_(layers_ * 2 * kKvBlockTokens * width_),
-      storage_(blocks * block_floats_ * sizeof(float)),
+      kv_heads_(config.kv_heads),
+      head_dim_(config.head_dim),
+      layer_bytes_(layer_bytes(config, type)),
+      block_bytes_(layers_ * layer_bytes_),
+      storage_(blocks * block_bytes_),
       max_sequences_(max_sequences),
       references_(blocks, 0),
       previous_(blocks, kNone),
@@ -42,18 +70,16 @@ KvCache::KvCache(const LlamaConfig& config, std::size_t blocks, std::size_t max_
   for (std::size_t block = blocks; block-- > 0;) put_back(block);  // block 0 handed out first
 }
 
-std::uint64_t KvCache::block_bytes(const LlamaConfig& config) {
-  return std::uint64_t{config.layers} * 2 * kKvBlockTokens * config.kv_heads * config.head_dim * sizeof(float);
+std::uint64_t KvCache::block_bytes(const LlamaConfig& config, KvCacheType type) {
+  return std::uint64_t{config.layers} * layer_bytes(config, type);
 }
 
-float* KvCache::slab(std::size_t block, std::size_t layer, std::size_t which) {
-  return reinterpret_cast<float*>(storage_.data()) + block * block_floats_ +
-         (layer * 2 + which) * kKvBlockTokens * width_;
+std::byte* KvCache::layer_data(std::size_t block, std::size_t layer) {
+  return storage_.data() + block * block_bytes_ + layer * layer_bytes_;
 }
 
-const float* KvCache::slab(std::size_t block, std::size_t layer, std::size_t which) const {
-  return reinterpret_cast<const float*>(storage_.data()) + block * block_floats_ +
-         (layer * 2 + which) * kKvBlockTokens * width_;
+const std::byte* KvCache::layer_data(std::size_t block, std::size_t layer) const {
+  return storage_.data() + block * block_bytes_ + layer * layer_bytes_;
 }
 
 void KvCache::unlink(std::size_t block) {
@@ -126,7 +152,7 @@ Status KvCache::prepare(std::size_t sequence, std::size_t first, std::size_t end
     if (references_[block] > 1) {
       const std::size_t copy = take_block();
       if (copy == kNone) return exhausted();
-      std::memcpy(slab(copy, 0, 0), slab(block, 0, 0), block_floats_ * sizeof(float));
+      std::memcpy(layer_data(copy, 0), layer_data(block, 0), block_bytes_);
       drop(block);
       blocks[index] = copy;
     } else {
@@ -239,20 +265,67 @@ void KvCache::set_filled(std::size_t sequence, std::size_t filled) {
 
 void KvCache::store(std::size_t sequence, std::size_t layer, std::size_t position, const float* key,
                     const float* value) {
-  const std::size_t block = tables_[sequence][position / kKvBlockTokens];
-  float* keys = slab(block, layer, 0);
-  float* values = slab(block, layer, 1);
+  std::byte* data = layer_data(tables_[sequence][position / kKvBlockTokens], layer);
   const std::size_t slot = position % kKvBlockTokens;
-  for (std::size_t c = 0; c < width_; ++c) keys[c * kKvBlockTokens + slot] = key[c];
-  std::copy_n(value, width_, values + slot * width_);
+  if (type_ == KvCacheType::kF32) {
+    auto* keys = reinterpret_cast<float*>(data);
+    auto* values = keys + kKvBlockTokens * width_;
+    for (std::size_t c = 0; c < width_; ++c) keys[c * kKvBlockTokens + slot] = key[c];
+    std::copy_n(value, width_, values + slot * width_);
+    return;
+  }
+  auto* keys = reinterpret_cast<std::int8_t*>(data);
+  auto* values = keys + kKvBlockTokens * width_;
+  auto* key_scales = reinterpret_cast<float*>(values + kKvBlockTokens * width_);
+  auto* value_scales = key_scales + kv_heads_ * kKvBlockTokens;
+  // Symmetric int8 per head: the head's largest magnitude maps to 127.
+  auto quantize = [&](const float* in, float& scale, auto&& put) {
+    float largest = 0;
+    for (std::size_t c = 0; c < head_dim_; ++c) largest = std::max(largest, std::fabs(in[c]));
+    scale = largest / 127.0f;
+    const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
+    for (std::size_t c = 0; c < head_dim_; ++c) put(c, static_cast<std::int8_t>(std::lrint(in[c] * inverse)));
+  };
+  for (std::size_t head = 0; head < kv_heads_; ++head) {
+    const std::size_t first = head * head_dim_;
+    quantize(key + first, key_scales[head * kKvBlockTokens + slot],
+             [&](std::size_t c, std::int8_t q) { keys[(first + c) * kKvBlockTokens + slot] = q; });
+    quantize(value + first, value_scales[slot * kv_heads_ + head],
+             [&](std::size_t c, std::int8_t q) { values[slot * width_ + first + c] = q; });
+  }
 }
 
-const float* KvCache::keys(std::size_t sequence, std::size_t layer, std::size_t block) const {
-  return slab(tables_[sequence][block], layer, 0);
+const float* KvCache::head_keys(std::size_t sequence, std::size_t layer, std::size_t block, std::size_t kv_head,
+                                float* scratch) const {
+  const std::byte* data = layer_data(tables_[sequence][block], layer);
+  const std::size_t first = kv_head * head_dim_;
+  if (type_ == KvCacheType::kF32) return reinterpret_cast<const float*>(data) + first * kKvBlockTokens;
+  const auto* keys = reinterpret_cast<const std::int8_t*>(data) + first * kKvBlockTokens;
+  const float* scales = reinterpret_cast<const float*>(data + 2 * kKvBlockTokens * width_) + kv_head * kKvBlockTokens;
+  for (std::size_t c = 0; c < head_dim_; ++c) {
+    for (std::size_t p = 0; p < kKvBlockTokens; ++p) {
+      scratch[c * kKvBlockTokens + p] = keys[c * kKvBlockTokens + p] * scales[p];
+    }
+  }
+  return scratch;
 }
 
-const float* KvCache::values(std::size_t sequence, std::size_t layer, std::size_t block) const {
-  return slab(tables_[sequence][block], layer, 1);
+const float* KvCache::head_values(std::size_t sequence, std::size_t layer, std::size_t block, std::size_t kv_head,
+                                  float* scratch, std::size_t& value_stride) const {
+  const std::byte* data = layer_data(tables_[sequence][block], layer);
+  const std::size_t first = kv_head * head_dim_;
+  if (type_ == KvCacheType::kF32) {
+    value_stride = width_;
+    return reinterpret_cast<const float*>(data) + kKvBlockTokens * width_ + first;
+  }
+  const auto* values = reinterpret_cast<const std::int8_t*>(data) + kKvBlockTokens * width_;
+  const float* scales = reinterpret_cast<const float*>(data + 2 * kKvBlockTokens * width_) + kv_heads_ * kKvBlockTokens;
+  for (std::size_t p = 0; p < kKvBlockTokens; ++p) {
+    const float scale = scales[p * kv_heads_ + kv_head];
+    for (std::size_t c = 0; c < head_dim_; ++c) scratch[p * head_dim_ + c] = values[p * width_ + first + c] * scale;
+  }
+  value_stride = head_dim_;
+  return scratch;
 }
 
 }  // namespace slipway::llm

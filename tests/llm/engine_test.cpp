@@ -432,5 +432,64 @@ TEST_F(EngineTest, ACancelledRequestFreesItsBlocksAtOnce) {
   EXPECT_EQ(engine->stats().kv_blocks_used, 0u);
 }
 
+TEST_F(EngineTest, SpeculativeGreedyOutputIsPlainGreedyWithNgramsAndADraftModel) {
+  // The same weights quantized harder as the draft: it mostly agrees.
+  const std::string draft_path = dir_.file("draft.gguf");
+  TestModelShape shape;
+  shape.context = 512;
+  ASSERT_TRUE(write_test_model(shape, TensorType::kQ4_0, 5, draft_path).ok());
+  auto draft = LlamaModel::open(draft_path);
+  ASSERT_TRUE(draft.ok()) << draft.status().message();
+  const auto prompts = varied_prompts(loaded_.tokenizer, 4);
+  std::vector<std::vector<std::int32_t>> expected;
+  for (const auto& prompt : prompts) expected.push_back(plain_greedy(*loaded_.model, prompt, 60));
+  for (SpeculativeMethod method : {SpeculativeMethod::kNgram, SpeculativeMethod::kDraft}) {
+    EngineOptions options;
+    options.speculative.method = method;
+    options.speculative.draft = *draft;
+    options.speculative.lookup_min = 1;
+    auto engine = start(options);
+    std::vector<std::future<Outcome>> futures;
+    for (const auto& prompt : prompts) {
+      GenerationRequest request = greedy("", 60);
+      request.prompt = prompt;
+      futures.push_back(generate(*engine, std::move(request)));
+    }
+    for (std::size_t i = 0; i < futures.size(); ++i) {
+      EXPECT_EQ(futures[i].get().tokens, expected[i]) << i << " method " << static_cast<int>(method);
+    }
+    EngineStats stats = engine->stats();
+    EXPECT_GT(stats.draft_tokens, 0u);
+    EXPECT_GT(stats.accepted_tokens, 0u);
+    EXPECT_LE(stats.accepted_tokens, stats.draft_tokens);
+    EXPECT_EQ(stats.generated_tokens, 240u);
+    EXPECT_NE(engine->metrics_text("m").find("slipway_llm_spec_decode_acceptance_ratio{model=\"m\"} "),
+              std::string::npos);
+    // Sampled speculation runs to the end too (its distribution is the rule's, tested alone).
+    GenerationRequest sampled = greedy("once upon a time", 40);
+    sampled.sampling.temperature = 0.8f;
+    sampled.sampling.seed = 3;
+    Outcome outcome = generate(*engine, sampled).get();
+    EXPECT_EQ(outcome.result.reason, FinishReason::kLength);
+    EXPECT_EQ(outcome.tokens.size(), 40u);
+  }
+}
+
+TEST_F(EngineTest, SpeculativeOptionsAreChecked) {
+  EngineOptions options;
+  options.speculative.method = SpeculativeMethod::kDraft;
+  EXPECT_EQ(Engine::start(loaded_.model, loaded_.tokenizer, options).status().code(), StatusCode::kInvalidArgument);
+  const std::string other = dir_.file("other.gguf");
+  TestModelShape shape;
+  shape.vocabulary = 1024;
+  ASSERT_TRUE(write_test_model(shape, TensorType::kQ8_0, 5, other).ok());
+  options.speculative.draft = *LlamaModel::open(other);
+  auto refused = Engine::start(loaded_.model, loaded_.tokenizer, options);
+  EXPECT_NE(refused.status().message().find("vocabulary"), std::string::npos) << refused.status().message();
+  options.speculative.method = SpeculativeMethod::kNgram;
+  options.speculative.tokens = 0;
+  EXPECT_EQ(Engine::start(loaded_.model, loaded_.tokenizer, options).status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace slipway::llm

@@ -2,6 +2,7 @@
 // (chained hashes, salts, least-recently-used eviction); and forward() over shared blocks.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
 
 #include "slipway/llm.h"
@@ -60,19 +61,23 @@ TEST(KvCache, AForkSharesBlocksUntilItWritesThenCopies) {
   ASSERT_TRUE(cache.fork(0, 1).ok());
   EXPECT_EQ(cache.filled(1), 20u);
   EXPECT_EQ(cache.free_blocks(), 2u);  // shared, not copied
-  EXPECT_EQ(cache.values(1, 1, 1), cache.values(0, 1, 1));
+  std::size_t stride = 0;
+  auto values = [&](std::size_t sequence, std::size_t layer, std::size_t block) {
+    return cache.head_values(sequence, layer, block, 0, nullptr, stride);
+  };
+  EXPECT_EQ(values(1, 1, 1), values(0, 1, 1));
   // The child writes position 20, in the shared second block: it gets a copy, the first block
   // stays shared.
   ASSERT_TRUE(cache.prepare(1, 20, 21).ok());
   EXPECT_EQ(cache.free_blocks(), 1u);
-  EXPECT_EQ(cache.values(1, 0, 0), cache.values(0, 0, 0));
-  EXPECT_NE(cache.values(1, 1, 1), cache.values(0, 1, 1));
+  EXPECT_EQ(values(1, 0, 0), values(0, 0, 0));
+  EXPECT_NE(values(1, 1, 1), values(0, 1, 1));
   auto written = filled_with(-1.0f);
   cache.store(1, 1, 20, written.data(), written.data());
-  EXPECT_EQ(cache.values(1, 1, 1)[4 * 4], -1.0f);
-  EXPECT_EQ(cache.values(0, 1, 1)[4 * 4], 0.0f);   // the parent's position 20 untouched
-  EXPECT_EQ(cache.values(1, 1, 1)[3 * 4], 19.0f);  // the copy kept position 19
-  EXPECT_EQ(cache.keys(1, 0, 1)[0 * kKvBlockTokens + 3], 19.0f);
+  EXPECT_EQ(values(1, 1, 1)[4 * 4], -1.0f);
+  EXPECT_EQ(values(0, 1, 1)[4 * 4], 0.0f);   // the parent's position 20 untouched
+  EXPECT_EQ(values(1, 1, 1)[3 * 4], 19.0f);  // the copy kept position 19
+  EXPECT_EQ(cache.head_keys(1, 0, 1, 0, nullptr)[0 * kKvBlockTokens + 3], 19.0f);
   cache.release(0);
   EXPECT_EQ(cache.free_blocks(), 2u);  // the first block is still the child's
   cache.release(1);
@@ -88,7 +93,7 @@ TEST(KvCache, PublishedBlocksAreFoundByTheirTokensAndSaltOnly) {
   cache.publish(0, prompt, 7);
   EXPECT_EQ(cache.cached_blocks(), 2u);  // the third block is not whole
   EXPECT_EQ(cache.attach_cached_prefix(1, prompt, 7, 39), 32u);
-  EXPECT_EQ(cache.keys(1, 0, 1), cache.keys(0, 0, 1));
+  EXPECT_EQ(cache.head_keys(1, 0, 1, 0, nullptr), cache.head_keys(0, 0, 1, 0, nullptr));
   EXPECT_EQ(cache.filled(1), 32u);
   EXPECT_EQ(cache.attach_cached_prefix(2, prompt, 7, 20), 16u);  // the limit, in whole blocks
   EXPECT_EQ(cache.attach_cached_prefix(3, prompt, 8, 39), 0u);   // another tenant's salt
@@ -159,6 +164,79 @@ TEST(KvCache, ForwardOverCachedAndForkedBlocksGivesTheSameBits) {
   ASSERT_TRUE(shared.fork(0, 2).ok());
   EXPECT_EQ(run(shared, 2, 40, prompt.size()), expected);
   EXPECT_EQ(run(shared, 0, 40, prompt.size()), expected);  // the parent's own blocks are unchanged
+}
+
+TEST(KvCache, Int8KeepsEachHeadWithinHalfAStepOfItsScaleInAQuarterOfTheBytes) {
+  LlamaConfig config = small_config();
+  config.kv_heads = 2;
+  config.head_dim = 64;
+  EXPECT_EQ(KvCache::block_bytes(config, KvCacheType::kF32), 2u * 2 * 16 * 128 * 4);
+  EXPECT_EQ(KvCache::block_bytes(config, KvCacheType::kInt8), 2u * (2 * 16 * 128 + 2 * 16 * 2 * 4));
+  KvCache cache(config, 2, 2, KvCacheType::kInt8);
+  ASSERT_TRUE(cache.reserve(0, 16).ok());
+  // Head 1's keys are 100 times head 0's: each head has its own scale.
+  auto key_at = [](std::size_t position, std::size_t c) {
+    return std::sin(static_cast<float>(position * 131 + c)) * (c < 64 ? 1.0f : 100.0f);
+  };
+  auto value_at = [](std::size_t position, std::size_t c) {
+    return std::cos(static_cast<float>(position * 71 + c)) * 3.0f;
+  };
+  std::vector<float> key(128), value(128);
+  for (std::size_t position = 0; position < 16; ++position) {
+    for (std::size_t c = 0; c < 128; ++c) {
+      key[c] = key_at(position, c);
+      value[c] = value_at(position, c);
+    }
+    cache.store(0, 1, position, key.data(), value.data());
+  }
+  std::vector<float> scratch(64 * kKvBlockTokens);
+  for (std::size_t head = 0; head < 2; ++head) {
+    const float* keys = cache.head_keys(0, 1, 0, head, scratch.data());
+    for (std::size_t position = 0; position < 16; ++position) {
+      float largest = 0;
+      for (std::size_t c = 0; c < 64; ++c) largest = std::max(largest, std::fabs(key_at(position, head * 64 + c)));
+      for (std::size_t c = 0; c < 64; ++c) {
+        EXPECT_NEAR(keys[c * kKvBlockTokens + position], key_at(position, head * 64 + c), largest / 127 * 0.5001f);
+      }
+    }
+    std::size_t stride = 0;
+    const float* values = cache.head_values(0, 1, 0, head, scratch.data(), stride);
+    EXPECT_EQ(stride, 64u);
+    for (std::size_t position = 0; position < 16; ++position) {
+      for (std::size_t c = 0; c < 64; ++c) {
+        EXPECT_NEAR(values[position * stride + c], value_at(position, head * 64 + c), 3.0f / 127 * 0.5001f);
+      }
+    }
+  }
+}
+
+// An int8 cache's logits stay close to an F32 cache's on the same prompt.
+TEST(KvCache, Int8LogitsStayCloseToF32s) {
+  testing::TempDir dir;
+  const std::string path = dir.file("model.gguf");
+  TestModelShape shape;
+  ASSERT_TRUE(write_test_model(shape, TensorType::kQ8_0, 3, path).ok());
+  auto model = LlamaModel::open(path);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const std::vector<std::int32_t> prompt = tokens(100, 3);
+  auto run = [&](KvCacheType type) {
+    KvCache cache((*model)->config(), 8, 1, type);
+    std::vector<BatchToken> batch;
+    for (std::size_t i = 0; i < prompt.size(); ++i) batch.push_back({0, i, prompt[i]});
+    std::vector<bool> wants(batch.size(), true);
+    std::vector<float> logits;
+    EXPECT_TRUE(forward(**model, cache, batch, wants, logits, 1).ok());
+    return logits;
+  };
+  const std::vector<float> exact = run(KvCacheType::kF32), quantized = run(KvCacheType::kInt8);
+  ASSERT_EQ(exact.size(), quantized.size());
+  double largest = 0, spread = 0;
+  for (std::size_t i = 0; i < exact.size(); ++i) {
+    largest = std::max(largest, static_cast<double>(std::fabs(exact[i] - quantized[i])));
+    spread = std::max(spread, static_cast<double>(std::fabs(exact[i])));
+  }
+  EXPECT_LT(largest, 0.05 * spread) << "largest difference " << largest << " of logits up to " << spread;
+  EXPECT_GT(largest, 0.0);  // it is another cache
 }
 
 }  // namespace

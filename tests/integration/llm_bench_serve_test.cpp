@@ -1,0 +1,116 @@
+// `slipway llm bench-serve` against a real `slipway llm serve`: the counts, the token totals and
+// the latency percentiles of its JSON report, and the failures it reports when nothing answers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <csignal>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "support/test_support.h"
+
+namespace slipway::testing {
+namespace {
+
+// The number after "key": inside the object "section": of a one-line JSON report ("" section:
+// the top level's first "key":). NaN when absent or null.
+double number_in(const std::string& json, const std::string& section, const std::string& key) {
+  std::size_t from = 0;
+  if (!section.empty()) {
+    from = json.find("\"" + section + "\":");
+    if (from == std::string::npos) return std::nan("");
+  }
+  std::size_t at = json.find("\"" + key + "\":", from);
+  if (at == std::string::npos) return std::nan("");
+  std::size_t start = at + key.size() + 3;
+  std::size_t end = json.find_first_of(",}", start);
+  std::string text = json.substr(start, end - start);
+  return text == "null" ? std::nan("") : std::stod(text);
+}
+
+class LlmBenchServe : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = dir_.file("bench.gguf");
+    // Wide and deep enough that a decode step (some milliseconds) is longer than the trip of an
+    // event through the server's loop: every token then arrives in its own read, and ITL's
+    // percentiles are those of decode steps rather than of events read together.
+    auto made = run_command({slipway_binary(), "llm", "make-test-model", model_, "--type", "q8_0", "--dim", "512",
+                             "--ff", "2048", "--layers", "8", "--context", "512"});
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    server_ = std::make_unique<ChildProcess>(std::vector<std::string>{slipway_binary(), "--json", "llm", "serve",
+                                                                      model_, "--name", "bench", "--port", "0",
+                                                                      "--api-key", "secret", "--max-num-seqs", "4"});
+    std::string first_line = server_->read_line(20000);
+    auto at = first_line.find("\"port\":");
+    ASSERT_NE(at, std::string::npos) << first_line;
+    port_ = std::stoi(first_line.substr(at + 7));
+  }
+  void TearDown() override {
+    if (!server_) return;
+    server_->signal(SIGTERM);
+    EXPECT_EQ(server_->wait(), 0);
+  }
+  CommandResult bench(std::vector<std::string> args) {
+    args.insert(args.begin(), {slipway_binary(), "--json", "llm", "bench-serve", "--url",
+                               "http://127.0.0.1:" + std::to_string(port_), "--api-key", "secret"});
+    return run_command(args);
+  }
+
+  TempDir dir_;
+  std::string model_;
+  std::unique_ptr<ChildProcess> server_;
+  int port_ = 0;
+};
+
+TEST_F(LlmBenchServe, StreamsEveryRequestAndReportsOrderedPercentiles) {
+  auto run = bench({"--model", "bench", "--clients", "4", "--requests", "12", "--prompt-tokens", "20",
+                    "--output-tokens", "8", "--system-prompt-tokens", "32", "--vocab", "512"});
+  ASSERT_EQ(run.exit_code, 0) << run.err << run.out;
+  const std::string& report = run.out;
+  EXPECT_EQ(number_in(report, "", "completed"), 12) << report;
+  EXPECT_EQ(number_in(report, "", "failed"), 0) << report;
+  EXPECT_NE(report.find("\"failures\":[]"), std::string::npos) << report;
+  // ignore_eos makes every output exactly max_tokens long; the server counts the shared prefix too.
+  EXPECT_EQ(number_in(report, "", "total_output_tokens"), 12 * 8) << report;
+  EXPECT_EQ(number_in(report, "", "total_prompt_tokens"), 12 * (32 + 20)) << report;
+  EXPECT_GT(number_in(report, "", "output_tokens_per_second"), 0) << report;
+  EXPECT_GT(number_in(report, "", "requests_per_second"), 0) << report;
+  for (const std::string section : {"ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"}) {
+    double p50 = number_in(report, section, "p50");
+    double p95 = number_in(report, section, "p95");
+    double p99 = number_in(report, section, "p99");
+    EXPECT_GT(number_in(report, section, "mean"), 0) << section << ": " << report;
+    EXPECT_GT(p50, 0) << section << ": " << report;
+    EXPECT_LE(p50, p95) << section << ": " << report;
+    EXPECT_LE(p95, p99) << section << ": " << report;
+  }
+  // A request's first token comes before its last.
+  EXPECT_LE(number_in(report, "ttft_ms", "p50"), number_in(report, "e2e_ms", "p50")) << report;
+}
+
+TEST_F(LlmBenchServe, RefusedRequestsAreCountedWithTheServersReason) {
+  auto run = bench({"--model", "nobody", "--clients", "2", "--requests", "3", "--vocab", "512"});
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_EQ(number_in(run.out, "", "completed"), 0) << run.out;
+  EXPECT_EQ(number_in(run.out, "", "failed"), 3) << run.out;
+  EXPECT_NE(run.out.find(R"({"reason":"HTTP 404: the model 'nobody' does not exist)"), std::string::npos) << run.out;
+}
+
+TEST(LlmBenchServeWithoutServer, EveryRequestFailsWithAConnectionError) {
+  // Nobody listens on port 1: each request fails at once, and the command says so and exits 1.
+  auto run = run_command({slipway_binary(), "--json", "llm", "bench-serve", "--url", "http://127.0.0.1:1", "--model",
+                          "tiny", "--clients", "4", "--requests", "12"});
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_EQ(number_in(run.out, "", "completed"), 0) << run.out;
+  EXPECT_EQ(number_in(run.out, "", "failed"), 12) << run.out;
+  EXPECT_EQ(number_in(run.out, "", "total_output_tokens"), 0) << run.out;
+  EXPECT_NE(run.out.find(R"("failures":[{"reason":"cannot connect to 127.0.0.1:1: Connection refused","count":12}])"),
+            std::string::npos)
+      << run.out;
+  EXPECT_NE(run.out.find(R"("ttft_ms":{"mean":null)"), std::string::npos) << run.out;
+}
+
+}  // namespace
+}  // namespace slipway::testing
