@@ -8,7 +8,12 @@
 #       node-llama-cpp 3.21.1's prebuilt CPU library, batching the sequences' evaluations),
 # with the same client settings, then
 #   (d) prefix caching: a long system prompt shared by every request, short own prompts and
-#       outputs, slipway as it runs by default against --no-prefix-caching (TTFT p50 ratio).
+#       outputs, slipway as it runs by default against --no-prefix-caching (TTFT p50 ratio);
+#   (e) speculative decoding, greedy, one client: the F16 file of the same shape plain, with
+#       --speculative ngram, and with --speculative draft and the Q8_0 file as its draft (decode
+#       tokens/s ratios and the acceptance rate from /metrics);
+#   (f) KV-cache capacity: the same --kv-cache-mb with f32 and int8 keys and values, 32 clients of
+#       long requests, the most sequences running at once (polled from /metrics) and preemptions.
 # Each server starts on a free port, is waited for, warmed up with two short requests, measured,
 # and stopped. Every measurement is checked: all requests completed, with exactly the output
 # tokens asked for; a row that fails the check says so.
@@ -20,6 +25,8 @@
 #   VOCAB [32000: prompts draw ids below it]  THREADS [all cores, for every server]
 #   PREFIX_TOKENS [1024, cut to what the context holds]  PREFIX_OWN_TOKENS [32]  PREFIX_OUTPUT_TOKENS [16]
 #   PREFIX_REQUESTS [REQUESTS]  SKIP [letters of the parts to leave out, e.g. "bd"]
+#   SPEC_TARGET [the 110M F16 file]  SPEC_DRAFT [the 110M Q8_0 file]  SPEC_REQUESTS [4]
+#   KV_MB [400]  KV_CLIENTS [32]
 # About 10-15 minutes on 2 cores with the defaults; REQUESTS=8 OUTPUT_TOKENS=16 checks it in about one.
 set -euo pipefail
 build=${1:?usage: bench/llm_serve_bench.sh BUILD_DIR [MODEL.gguf]}
@@ -89,6 +96,18 @@ start_peer() {  # LABEL SEQUENCES CONTEXT
   server_pid=$!
   port=$(wait_for_port "$work/$1.out" '^listening ([0-9]+)$')
 }
+# poll_metrics LABEL: while the server runs, the largest running count and the last metrics text.
+poll_metrics() {
+  local most=0 running
+  while kill -0 "$server_pid" 2>/dev/null; do
+    curl -s "http://127.0.0.1:$port/metrics" >"$work/$1.metrics.tmp" 2>/dev/null || break
+    running=$(sed -nE 's/^slipway_llm_requests_running\{[^}]*\} ([0-9]+)$/\1/p' "$work/$1.metrics.tmp")
+    [[ -n $running ]] && ((running > most)) && most=$running
+    echo "$most" >"$work/$1.peak"
+    mv "$work/$1.metrics.tmp" "$work/$1.metrics"
+    sleep 0.2
+  done
+}
 # measure LABEL [BENCH-SERVE FLAGS...]: $work/LABEL.json, after a warm-up; empty when no server.
 measure() {
   if [[ -z $port ]]; then
@@ -101,8 +120,12 @@ measure() {
   local common=(--url "http://127.0.0.1:$port" --model "$name" --vocab "$vocab" --seed 1)
   "$slipway" --json llm bench-serve "${common[@]}" --clients 2 --requests 2 --prompt-tokens 16 --output-tokens 4 \
     >/dev/null 2>&1 || true
+  poll_metrics "$1" &
+  local poller=$!
   "$slipway" --json llm bench-serve "${common[@]}" "${@:2}" >"$work/$1.json" 2>>"$work/bench.log" || true
+  curl -s "http://127.0.0.1:$port/metrics" >"$work/$1.metrics" 2>/dev/null || true
   stop_server
+  wait "$poller" 2>/dev/null || true
 }
 
 main=(--clients "$clients" --requests "$requests" --prompt-tokens "$prompt_tokens" --output-tokens "$output_tokens"
@@ -146,6 +169,34 @@ if [[ $skip != *d* ]]; then
   measure d_cached "${prefix[@]}"
   start_slipway d_uncached --max-num-seqs "$clients" --no-prefix-caching
   measure d_uncached "${prefix[@]}"
+fi
+if [[ $skip != *e* ]]; then
+  spec_target=${SPEC_TARGET:-$models/110m_f16.gguf}
+  spec_draft=${SPEC_DRAFT:-$models/110m_q8_0.gguf}
+  if [[ ! -f $spec_target ]]; then
+    "$slipway" llm make-test-model "$spec_target" --type f16 --layers 12 --dim 768 --heads 12 --kv-heads 12 \
+      --ff 2048 --vocab 32000 --context 1024 >&2
+  fi
+  spec=(--clients 1 --requests "${SPEC_REQUESTS:-4}" --prompt-tokens 64 --output-tokens 256)
+  saved_model=$model saved_name=$name
+  model=$spec_target name=$(basename "$spec_target" .gguf)
+  echo "(e) speculative decoding on $name, greedy, one client" >&2
+  start_slipway e_plain
+  measure e_plain "${spec[@]}"
+  start_slipway e_ngram --speculative ngram
+  measure e_ngram "${spec[@]}"
+  start_slipway e_draft --speculative draft --draft-model "$spec_draft"
+  measure e_draft "${spec[@]}"
+  model=$saved_model name=$saved_name
+fi
+if [[ $skip != *f* ]]; then
+  kv=(--clients "${KV_CLIENTS:-32}" --requests "${KV_CLIENTS:-32}" --prompt-tokens 512 --output-tokens 128)
+  echo "(f) KV cache capacity in ${KV_MB:-400} MiB: f32 against int8" >&2
+  start_slipway f_f32 --max-num-seqs "${KV_CLIENTS:-32}" --kv-cache-mb "${KV_MB:-400}" --no-prefix-caching
+  measure f_f32 "${kv[@]}"
+  start_slipway f_int8 --max-num-seqs "${KV_CLIENTS:-32}" --kv-cache-mb "${KV_MB:-400}" --no-prefix-caching \
+    --kv-cache-dtype int8
+  measure f_int8 "${kv[@]}"
 fi
 
 /usr/bin/python3 - "$work" "$requests" "$output_tokens" "$prefix_requests" "$prefix_output" "$clients" <<'PY'
@@ -223,4 +274,49 @@ if cached is not None or uncached is not None:
         print(f'\nTTFT p50 without / with prefix caching ({settings["system_prompt_tokens"]} shared + '
               f'{settings["prompt_tokens"]} own prompt tokens): '
               f'{uncached["ttft_ms"]["p50"] / cached["ttft_ms"]["p50"]:.2f}x')
+
+def metric(label, name):
+    path = os.path.join(work, label + ".metrics")
+    if not os.path.exists(path):
+        return None
+    for line in open(path):
+        if line.startswith(name + "{"):
+            return float(line.split()[-1])
+    return None
+
+def peak(label):
+    path = os.path.join(work, label + ".peak")
+    return int(open(path).read().strip() or 0) if os.path.exists(path) else None
+
+spec = {label: load(label) for label in ("e_plain", "e_ngram", "e_draft")}
+if any(spec.values()):
+    print("\n| speculative decoding, one client | decode tokens/s | TPOT mean ms | acceptance | vs plain |")
+    print("|---|---|---|---|---|")
+    plain = spec["e_plain"]
+    for label, title in (("e_plain", "plain"), ("e_ngram", "--speculative ngram"),
+                         ("e_draft", "--speculative draft (the Q8_0 file drafts)")):
+        report = spec[label]
+        if report is None:
+            continue
+        # Decode rate per request: output tokens after the first over the time after it.
+        rate = 1000.0 / report["tpot_ms"]["mean"] if report["tpot_ms"]["mean"] else 0
+        accepted = metric(label, "slipway_llm_spec_decode_acceptance_ratio")
+        versus = plain and plain["tpot_ms"]["mean"] / report["tpot_ms"]["mean"]
+        print(f'| {title} | {rate:.1f} | {ms(report["tpot_ms"]["mean"])} | '
+              f'{"-" if accepted is None or label == "e_plain" else f"{100 * accepted:.0f}%"} | '
+              f'{"-" if not versus else f"{versus:.2f}x"} |')
+
+kv = {label: load(label) for label in ("f_f32", "f_int8")}
+if any(kv.values()):
+    print("\n| KV cache, same budget | pool blocks | most sequences at once | preemptions | output tokens/s |")
+    print("|---|---|---|---|---|")
+    for label, title in (("f_f32", "f32"), ("f_int8", "int8")):
+        report = kv[label]
+        if report is None:
+            continue
+        print(f'| {title} | {metric(label, "slipway_llm_kv_cache_blocks"):.0f} | {peak(label)} | '
+              f'{metric(label, "slipway_llm_preemptions_total"):.0f} | {report["output_tokens_per_second"]:.1f} |')
+    if peak("f_f32") and peak("f_int8"):
+        print(f'\nint8 / f32 sequences at once in the same memory: {peak("f_int8") / peak("f_f32"):.2f}x '
+              f'(pool blocks {metric("f_int8", "slipway_llm_kv_cache_blocks") / metric("f_f32", "slipway_llm_kv_cache_blocks"):.2f}x)')
 PY

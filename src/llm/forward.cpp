@@ -133,33 +133,77 @@ std::vector<QueryTile> query_tiles(std::span<const BatchToken> batch) {
   return tiles;
 }
 
+// The tiles that read one head's blocks together: each tile alone for an F32 cache (its blocks
+// are read in place), all the tiles of a sequence for an int8 one (its blocks are dequantized once
+// for all of them, not once per tile: a prompt's tiles would otherwise dequantize its early
+// blocks over and over).
+struct TileRun {
+  std::size_t first, end;  // tiles [first, end)
+};
+
+std::vector<TileRun> tile_runs(std::span<const QueryTile> tiles, std::span<const BatchToken> batch, bool by_sequence) {
+  std::vector<TileRun> runs;
+  for (std::size_t t = 0; t < tiles.size(); ++t) {
+    if (by_sequence && !runs.empty() &&
+        batch[tiles[t].first_token].sequence == batch[tiles[runs.back().first].first_token].sequence) {
+      runs.back().end = t + 1;
+    } else {
+      runs.push_back({t, t + 1});
+    }
+  }
+  return runs;
+}
+
+// One head's keys and values, block by block, as floats.
+struct HeadBlocks {
+  std::vector<const float*> keys, values;
+  std::size_t value_stride = 0;
+};
+
+void gather_blocks(const KvCache& cache, std::size_t sequence, std::size_t layer, std::size_t kv_head,
+                   std::size_t blocks, std::size_t head_dim, HeadBlocks& out) {
+  // Each team thread's own, grown to the most blocks it has seen.
+  thread_local std::vector<float> key_buffer, value_buffer;
+  const std::size_t block_floats = head_dim * kKvBlockTokens;
+  const bool dequantized = cache.type() != KvCacheType::kF32;
+  if (dequantized && key_buffer.size() < blocks * block_floats) {
+    key_buffer.resize(blocks * block_floats);
+    value_buffer.resize(blocks * block_floats);
+  }
+  out.keys.resize(blocks);
+  out.values.resize(blocks);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    out.keys[b] =
+        cache.head_keys(sequence, layer, b, kv_head, dequantized ? key_buffer.data() + b * block_floats : nullptr);
+    out.values[b] = cache.head_values(sequence, layer, b, kv_head,
+                                      dequantized ? value_buffer.data() + b * block_floats : nullptr, out.value_stride);
+  }
+}
+
 // One head's attention for one tile of queries, into `out` (the tile's rows of the attended
 // values). Each query's arithmetic is what it would be alone: its scores, its softmax, and its
 // positions' values in order, the positions every query of the tile has first, then its own.
-void attend(const LlamaConfig& config, const KvCache& cache, std::span<const BatchToken> batch, std::size_t layer,
+void attend(const LlamaConfig& config, const HeadBlocks& head_blocks, std::span<const BatchToken> batch,
             std::size_t head, QueryTile tile, const std::vector<float>& query, float* out) {
   const kernels::LlmKernelVariant& variant = kernels::llm_kernel();
   const std::size_t width = config.embedding;
-  const std::size_t kv_head = head / (config.heads / config.kv_heads);
   const BatchToken& first = batch[tile.first_token];
   const std::size_t shortest = first.position + 1, longest = shortest + tile.count - 1;
   const std::size_t blocks = (longest + kKvBlockTokens - 1) / kKvBlockTokens, row = blocks * kKvBlockTokens;
   // Each team thread's own, grown to the longest tile it has seen (four rows of the context at
   // most): no allocation per head and tile.
-  thread_local std::vector<float> scores, scratch;
+  thread_local std::vector<float> scores;
   if (scores.size() < tile.count * row) scores.resize(tile.count * row);
-  scratch.resize(config.head_dim * kKvBlockTokens);  // an int8 cache's block, dequantized
   for (std::size_t b = 0; b < blocks; ++b) {
     variant.block_scores(query.data() + tile.first_token * width + head * config.head_dim, width, tile.count,
-                         cache.head_keys(first.sequence, layer, b, kv_head, scratch.data()), config.head_dim,
-                         scores.data() + b * kKvBlockTokens, row);
+                         head_blocks.keys[b], config.head_dim, scores.data() + b * kKvBlockTokens, row);
   }
   const float score_scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
   for (std::size_t q = 0; q < tile.count; ++q) variant.softmax(scores.data() + q * row, shortest + q, score_scale);
   for (std::size_t q = 0; q < tile.count; ++q) std::fill_n(out + q * width, config.head_dim, 0.0f);
+  const std::size_t stride = head_blocks.value_stride;
   for (std::size_t b = 0; b < blocks; ++b) {
-    std::size_t stride = 0;
-    const float* values = cache.head_values(first.sequence, layer, b, kv_head, scratch.data(), stride);
+    const float* values = head_blocks.values[b];
     const std::size_t start = b * kKvBlockTokens;
     auto in_block = [&](std::size_t positions) {
       return std::min(kKvBlockTokens, positions - std::min(positions, start));
@@ -228,6 +272,7 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
   const std::vector<float> rotation = rotations(batch, config);
   const std::size_t pairs = config.rope_dims / 2;
   const std::vector<QueryTile> tiles = query_tiles(batch);
+  const std::vector<TileRun> runs = tile_runs(tiles, batch, cache.type() != KvCacheType::kF32);
   const kernels::LlmKernelVariant& variant = kernels::llm_kernel();
   normed.resize(tokens * width);
   for (std::size_t index = 0; index < config.layers; ++index) {
@@ -248,11 +293,20 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
       }
     });
     // Head by head, so one head's keys and values stay in cache while every tile reads them.
-    team.run(config.heads * tiles.size(), [&](std::size_t task) {
-      const std::size_t head = task / tiles.size();
-      const QueryTile& tile = tiles[task % tiles.size()];
-      attend(config, cache, batch, index, head, tile, query,
-             attended.data() + tile.first_token * width + head * config.head_dim);
+    team.run(config.heads * runs.size(), [&](std::size_t task) {
+      const std::size_t head = task / runs.size();
+      const TileRun& run = runs[task % runs.size()];
+      std::size_t reach = 0;
+      for (std::size_t t = run.first; t < run.end; ++t) {
+        reach = std::max(reach, batch[tiles[t].first_token].position + tiles[t].count);
+      }
+      thread_local HeadBlocks head_blocks;
+      gather_blocks(cache, batch[tiles[run.first].first_token].sequence, index, head / (config.heads / config.kv_heads),
+                    (reach + kKvBlockTokens - 1) / kKvBlockTokens, config.head_dim, head_blocks);
+      for (std::size_t t = run.first; t < run.end; ++t) {
+        attend(config, head_blocks, batch, head, tiles[t], query,
+               attended.data() + tiles[t].first_token * width + head * config.head_dim);
+      }
     });
     multiply({{&layer.attention_output, &projected}}, attended, tokens, team);
     over_tokens(team, tokens, [&](std::size_t first, std::size_t count) {
