@@ -625,7 +625,10 @@ struct GenerationRequest {
 
 // Speculative decoding: each decoding sequence's next tokens proposed, by prompt lookup in its own
 // tokens or by a draft model, and checked by the target in the step's one forward pass. Greedy
-// output is the target's plain greedy output; sampled output has the target's distribution.
+// output is the target's plain greedy output; sampled output has the target's distribution (but
+// with a seed, its tokens depend on how many were proposed each step, so on the load). A draft
+// model's cache has as many blocks as the target's, outside kv_cache_bytes, and sampled decoding
+// keeps the draft's distribution at each proposed token (at most tokens x vocabulary per sequence).
 enum class SpeculativeMethod { kNone, kNgram, kDraft };
 struct SpeculativeOptions {
   SpeculativeMethod method = SpeculativeMethod::kNone;

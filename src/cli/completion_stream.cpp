@@ -236,14 +236,16 @@ class Socket {
   int fd_;
 };
 
-// Waits for `events` on `fd`; false when the deadline passes first.
+// Waits for `events` on `fd`; false when the deadline passes first, or poll itself fails (so a
+// failing poll ends the request instead of spinning on EAGAIN until the deadline).
 bool wait_for(int fd, short events, Clock::time_point deadline) {
   for (;;) {
     auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) return false;
     pollfd entry{fd, events, 0};
     int ready = ::poll(&entry, 1, static_cast<int>(std::min<std::int64_t>(left, 60'000)));
-    if (ready > 0 || (ready < 0 && errno != EINTR)) return true;  // an error shows in the next call
+    if (ready > 0) return true;  // a socket error shows in the next call
+    if (ready < 0 && errno != EINTR) return false;
   }
 }
 

@@ -95,8 +95,9 @@ struct Sequence {
   std::size_t processed = 0;         // tokens whose keys and values are in the cache
   std::size_t scheduled = 0;         // tokens in this step's batch
   std::size_t generated = 0;
-  std::size_t limit = 0;  // max tokens, cut to the context
-  std::size_t slot = 0;   // while running
+  std::size_t limit = 0;   // max tokens, cut to the context
+  std::size_t slot = 0;    // while running
+  bool preempted = false;  // in this step: it waits for the next
   Sampler sampler;
   // Speculative decoding: this step's proposed tokens, the draft's distributions for them (sampled
   // decoding with a draft model), and the draft's own sampler.
@@ -250,6 +251,7 @@ struct Engine::State {
     release_slot(sequence.slot);
     free_slots.push_back(sequence.slot);
     sequence.processed = sequence.scheduled = 0;
+    sequence.preempted = counted;
     sequence.proposal.clear();
     sequence.proposal_distributions.clear();
     queued.push_front(std::move(running.back()));
@@ -295,6 +297,7 @@ struct Engine::State {
       if (sequence->request.cancelled && sequence->request.cancelled()) finish(*sequence, FinishReason::kCancelled, {});
     }
     release_finished();
+    for (auto& sequence : queued) sequence->preempted = false;
     std::size_t budget = options.max_batched_tokens;
     std::vector<Sequence*> decoding;
     for (auto& sequence : running) {
@@ -317,9 +320,9 @@ struct Engine::State {
       if (!sequence.decoding() && sequence.scheduled == 0)
         schedule(sequence, sequence.tokens.size() - sequence.processed);
     }
-    // Queued sequences join while the budget, the slots and the cache allow (a preempted one
-    // waits for the next step: it just gave its blocks up).
-    while (budget > 0 && !queued.empty() && !free_slots.empty()) {
+    // Queued sequences join while the budget, the slots and the cache allow; none after a
+    // preemption, which put its sequence first in the queue: the cache is short.
+    while (budget > 0 && !queued.empty() && !free_slots.empty() && !queued.front()->preempted) {
       if (queued.front()->request.cancelled && queued.front()->request.cancelled()) {
         finish_queued(FinishReason::kCancelled, {});
         continue;
@@ -351,6 +354,8 @@ struct Engine::State {
     for (Sequence* sequence : decoding) {
       sequence->proposal.clear();
       sequence->proposal_distributions.clear();
+      // A leader's followers fork at its prompt's end: it proposes nothing until they have.
+      if (!sequence->followers.empty()) continue;
       // Every proposed token may be emitted, with one more: within the limit and the context.
       const std::size_t room = std::min({speculative.tokens, spare, sequence->limit - sequence->generated - 1,
                                          options.context - sequence->tokens.size()});
@@ -455,9 +460,13 @@ struct Engine::State {
 
   // The choices waiting on `leader`'s prompt share its blocks and sample from its logits; those
   // with no free slot queue at the front as sequences of their own.
+  // Each follower leaves the leader as it is handed on, so a callback that throws leaves the rest
+  // with the leader (finish() queues them) and none twice.
   void fork_followers(Sequence& leader, std::span<const float> row) {
     std::vector<float> copy;
-    for (auto& follower : leader.followers) {
+    while (!leader.followers.empty()) {
+      SequencePtr follower = std::move(leader.followers.back());
+      leader.followers.pop_back();
       if (free_slots.empty()) {
         queued.push_front(std::move(follower));
         continue;
@@ -465,17 +474,20 @@ struct Engine::State {
       follower->slot = free_slots.back();
       free_slots.pop_back();
       if (Status forked = cache.fork(leader.slot, follower->slot); !forked.ok()) {
+        free_slots.push_back(follower->slot);
+        queued.push_front(std::move(follower));
         throw std::runtime_error(forked.message());
       }
       follower->processed = leader.processed;
       copy.assign(row.begin(), row.end());
       Sequence& forked = *follower;
       running.push_back(std::move(follower));
+      {
+        std::lock_guard lock(mutex);
+        ++totals.forks;
+      }
       step(forked, copy);
-      std::lock_guard lock(mutex);
-      ++totals.forks;
     }
-    leader.followers.clear();
   }
 
   void step(Sequence& sequence, std::span<float> logits) {
@@ -532,7 +544,9 @@ struct Engine::State {
 
   // Answers the sequence. Choices still waiting on it queue on their own.
   void finish(Sequence& sequence, FinishReason reason, std::string_view error, std::string held = {}) {
-    for (auto& follower : sequence.followers) queued.push_front(std::move(follower));
+    for (auto& follower : sequence.followers) {
+      if (follower) queued.push_front(std::move(follower));
+    }
     sequence.followers.clear();
     if (sequence.done) return;
     sequence.done = true;

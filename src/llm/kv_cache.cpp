@@ -242,6 +242,11 @@ void KvCache::publish(std::size_t sequence, std::span<const std::int32_t> tokens
     auto block_tokens = tokens.subspan(chain.blocks * kKvBlockTokens, kKvBlockTokens);
     const std::uint64_t hash = chain_hash(chain.hash, block_tokens);
     const std::size_t block = tables_[sequence][chain.blocks];
+    // An entry whose parent is not this chain's block (its parent was evicted) can never be hit:
+    // this block takes its place.
+    if (auto stale = by_hash_.find(hash); stale != by_hash_.end() && cached_[stale->second].parent != chain.parent) {
+      forget(stale->second);
+    }
     auto [entry, inserted] = by_hash_.try_emplace(hash, block);
     if (inserted) {
       Cached& cached = cached_[block];

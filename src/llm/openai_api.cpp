@@ -702,8 +702,10 @@ void OpenAiApi::handle(const http::Request& request, const http::Respond& respon
   Engine& engine = *ask.model->engine;
   for (const auto& prompt : ask.prompts) job->prompt_tokens += prompt.size();
   // Tenants never share cached prompts: the salt covers the caller's credentials and its own.
-  const std::uint64_t salt =
-      std::hash<std::string_view>{}(request.header("authorization")) * 31 + std::hash<std::string>{}(ask.cache_salt);
+  std::string tenant(request.header("authorization"));
+  tenant += '\0';
+  tenant += ask.cache_salt;
+  const std::uint64_t salt = std::hash<std::string>{}(tenant);
   std::vector<GenerationRequest> generations;
   for (std::size_t index = 0; index < job->choices.size(); ++index) {
     GenerationRequest generation;

@@ -475,6 +475,29 @@ TEST_F(EngineTest, SpeculativeGreedyOutputIsPlainGreedyWithNgramsAndADraftModel)
   }
 }
 
+// A leader whose prompt ends in a chunk of its own looks like a decoding sequence the step after:
+// it must fork its followers before it proposes anything.
+TEST_F(EngineTest, ChoicesForkAtThePromptsEndWhenTheLeaderSpeculates) {
+  const std::string draft_path = dir_.file("draft.gguf");
+  TestModelShape shape;
+  shape.context = 512;
+  ASSERT_TRUE(write_test_model(shape, TensorType::kQ4_0, 5, draft_path).ok());
+  EngineOptions options;
+  options.max_sequences = 4;
+  options.max_batched_tokens = 8;  // the prompt runs in chunks of 8
+  options.speculative.method = SpeculativeMethod::kDraft;
+  options.speculative.draft = *LlamaModel::open(draft_path);
+  auto engine = start(options);
+  GenerationRequest request = greedy("", 30);
+  request.prompt = varied_prompts(loaded_.tokenizer, 3).back();
+  ASSERT_EQ(request.prompt.size() % 8, 1u) << "the prompt should end one token into a chunk";
+  const std::vector<std::int32_t> expected = plain_greedy(*loaded_.model, request.prompt, 30);
+  for (auto& future : generate_all(*engine, std::vector<GenerationRequest>(3, request))) {
+    EXPECT_EQ(future.get().tokens, expected);
+  }
+  EXPECT_EQ(engine->stats().forks, 2u);
+}
+
 TEST_F(EngineTest, SpeculativeOptionsAreChecked) {
   EngineOptions options;
   options.speculative.method = SpeculativeMethod::kDraft;

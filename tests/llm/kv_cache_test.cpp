@@ -108,12 +108,17 @@ TEST(KvCache, PublishedBlocksAreFoundByTheirTokensAndSaltOnly) {
   EXPECT_EQ(cache.attach_cached_prefix(0, prompt, 7, 40), 32u);
 }
 
+// Sequence 0 holding `prompt`, its whole blocks published under salt 0.
+void hold_published(KvCache& cache, const std::vector<std::int32_t>& prompt) {
+  ASSERT_TRUE(cache.reserve(0, prompt.size()).ok());
+  cache.set_filled(0, prompt.size());
+  cache.publish(0, prompt, 0);
+}
+
 TEST(KvCache, UncachedBlocksGoFirstThenTheLeastRecentlyReleasedLastBlockFirst) {
   KvCache cache(small_config(), 4, 8);
   const std::vector<std::int32_t> prompt = tokens(32);
-  ASSERT_TRUE(cache.reserve(0, 32).ok());
-  cache.set_filled(0, 32);
-  cache.publish(0, prompt, 0);
+  hold_published(cache, prompt);
   cache.release(0);
   // Two uncached blocks are free: a sequence of two blocks takes them and evicts nothing.
   ASSERT_TRUE(cache.reserve(1, 32).ok());
@@ -126,10 +131,7 @@ TEST(KvCache, UncachedBlocksGoFirstThenTheLeastRecentlyReleasedLastBlockFirst) {
 
 TEST(KvCache, WritingIntoACachedBlockForgetsIt) {
   KvCache cache(small_config(), 4, 8);
-  const std::vector<std::int32_t> prompt = tokens(16);
-  ASSERT_TRUE(cache.reserve(0, 16).ok());
-  cache.set_filled(0, 16);
-  cache.publish(0, prompt, 0);
+  hold_published(cache, tokens(16));
   ASSERT_EQ(cache.cached_blocks(), 1u);
   ASSERT_TRUE(cache.prepare(0, 15, 17).ok());
   EXPECT_EQ(cache.cached_blocks(), 0u);
