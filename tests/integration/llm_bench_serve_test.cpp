@@ -42,10 +42,9 @@ class LlmBenchServe : public ::testing::Test {
     server_ = std::make_unique<ChildProcess>(std::vector<std::string>{slipway_binary(), "--json", "llm", "serve",
                                                                       model_, "--name", "bench", "--port", "0",
                                                                       "--api-key", "secret", "--max-num-seqs", "4"});
-    std::string first_line = server_->read_line(20000);
-    auto at = first_line.find("\"port\":");
-    ASSERT_NE(at, std::string::npos) << first_line;
-    port_ = std::stoi(first_line.substr(at + 7));
+    const StartedServer started = read_started_server(*server_);
+    ASSERT_GT(started.port, 0) << started.first_line;
+    port_ = started.port;
   }
   void TearDown() override {
     if (!server_) return;

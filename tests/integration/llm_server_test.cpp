@@ -37,10 +37,9 @@ class LlmServer : public ::testing::Test {
     ASSERT_EQ(made.exit_code, 0) << made.err;
     server_ = std::make_unique<ChildProcess>(std::vector<std::string>{
         slipway_binary(), "--json", "llm", "serve", model_, "--port", "0", "--api-key", "secret", "--parallel", "2"});
-    std::string first_line = server_->read_line(20000);
-    auto at = first_line.find("\"port\":");
-    ASSERT_NE(at, std::string::npos) << first_line;
-    port_ = std::stoi(first_line.substr(at + 7));
+    const StartedServer started = read_started_server(*server_);
+    ASSERT_GT(started.port, 0) << started.first_line;
+    port_ = started.port;
   }
   void TearDown() override {
     if (!server_) return;
@@ -159,10 +158,9 @@ TEST(LlmServerShutdown, AGenerationRunningAtTheDrainDeadlineIsAnswered) {
             0);
   ChildProcess server(
       {slipway_binary(), "--json", "llm", "serve", model, "--port", "0", "--ctx", "16384", "--parallel", "1"});
-  std::string first_line = server.read_line(20000);
-  auto at = first_line.find("\"port\":");
-  ASSERT_NE(at, std::string::npos) << first_line;
-  int port = std::stoi(first_line.substr(at + 7));
+  const StartedServer started = read_started_server(server);
+  ASSERT_GT(started.port, 0) << started.first_line;
+  int port = started.port;
   HttpResult answer;
   std::thread client([&] {
     answer = http_request(port, "POST", "/v1/completions",
@@ -203,10 +201,9 @@ TEST(RegisteredLlm, ImportedGgufIsServedUnderV1WithAuthRoles) {
   ASSERT_EQ(token.exit_code, 0) << token.err;
   std::string secret = token.out.substr(0, token.out.find('\n'));
   ChildProcess server({slipway_binary(), "--home", home.path(), "--json", "serve", "--port", "0", "--auth"});
-  std::string first_line = server.read_line(20000);
-  auto at = first_line.find("\"port\":");
-  ASSERT_NE(at, std::string::npos) << first_line;
-  int port = std::stoi(first_line.substr(at + 7));
+  const StartedServer started = read_started_server(server);
+  ASSERT_GT(started.port, 0) << started.first_line;
+  int port = started.port;
   std::vector<std::pair<std::string, std::string>> auth = {{"Authorization", "Bearer " + secret}};
   EXPECT_EQ(http_request(port, "GET", "/v1/models").status, 401);
   auto models = http_request(port, "GET", "/v1/models", "", auth);

@@ -14,10 +14,9 @@ class LoadTest : public ::testing::Test {
     ASSERT_EQ(trained.exit_code, 0) << trained.err;
     server_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{slipway_binary(), "--home", home_.path(), "--json", "serve", "--port", "0"});
-    std::string first_line = server_->read_line(20000);
-    auto at = first_line.find("\"port\":");
-    ASSERT_NE(at, std::string::npos) << "serve printed: " << first_line;
-    port_ = std::stoi(first_line.substr(at + 7));
+    const StartedServer started = read_started_server(*server_);
+    ASSERT_GT(started.port, 0) << "serve printed: " << started.first_line;
+    port_ = started.port;
   }
   CommandResult loadtest(std::vector<std::string> args) {
     args.insert(args.begin(), {slipway_binary(), "--json", "loadtest"});

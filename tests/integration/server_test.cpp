@@ -35,10 +35,9 @@ TEST(Server, ServesV2OverHttpAndStopsCleanly) {
   ASSERT_EQ(trained.exit_code, 0) << trained.err;
 
   ChildProcess server({slipway_binary(), "--home", home.path(), "--json", "serve", "--port", "0"});
-  std::string first_line = server.read_line(20000);
-  auto at = first_line.find("\"port\":");
-  ASSERT_NE(at, std::string::npos) << "serve printed: " << first_line;
-  int port = std::stoi(first_line.substr(at + 7));
+  const StartedServer started = read_started_server(server);
+  ASSERT_GT(started.port, 0) << "serve printed: " << started.first_line;
+  int port = started.port;
 
   EXPECT_EQ(http_request(port, "GET", "/v2/health/live").status, 200);
   EXPECT_EQ(http_request(port, "GET", "/v2/health/ready").status, 200);
@@ -117,10 +116,9 @@ TEST(Server, SighupReloadsTheConfigFile) {
   std::string config = home.file("serving.yaml");
   write_text(config, "models:\n  lending:\n    max_batch_size: 8\n");
   ChildProcess server({slipway_binary(), "--home", home.path(), "--json", "serve", "--port", "0", "--config", config});
-  std::string first_line = server.read_line(20000);
-  auto at = first_line.find("\"port\":");
-  ASSERT_NE(at, std::string::npos) << "serve printed: " << first_line;
-  int port = std::stoi(first_line.substr(at + 7));
+  const StartedServer started = read_started_server(server);
+  ASSERT_GT(started.port, 0) << "serve printed: " << started.first_line;
+  int port = started.port;
   EXPECT_NE(http_request(port, "GET", "/v2/models/lending/config").body.find("\"max_batch_size\":8"),
             std::string::npos);
 

@@ -75,10 +75,9 @@ class ServingOps : public ::testing::Test {
     std::vector<std::string> argv = {slipway_binary(), "--home", home_.path(), "--json", "serve", "--port", "0"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     server_ = std::make_unique<ChildProcess>(argv);
-    std::string first_line = server_->read_line(20000);
-    auto at = first_line.find("\"port\":");
-    EXPECT_NE(at, std::string::npos) << "serve printed: " << first_line;
-    return at == std::string::npos ? 0 : std::stoi(first_line.substr(at + 7));
+    const StartedServer started = read_started_server(*server_);
+    EXPECT_GT(started.port, 0) << "serve printed: " << started.first_line;
+    return started.port;
   }
   void stop_server() {
     server_->signal(SIGTERM);

@@ -137,14 +137,18 @@ TEST(KvCache, WritingIntoACachedBlockForgetsIt) {
   EXPECT_EQ(cache.cached_blocks(), 0u);
 }
 
+// The default test model's Q8_0 file in `dir`, opened.
+Result<std::shared_ptr<const LlamaModel>> test_model(testing::TempDir& dir) {
+  const std::string path = dir.file("model.gguf");
+  SLIPWAY_RETURN_IF_ERROR(write_test_model(TestModelShape{}, TensorType::kQ8_0, 3, path));
+  return LlamaModel::open(path);
+}
+
 // A prompt whose first blocks come from another sequence's cache gives the bits of the prompt
 // computed whole, and so does a fork's continuation.
 TEST(KvCache, ForwardOverCachedAndForkedBlocksGivesTheSameBits) {
   testing::TempDir dir;
-  const std::string path = dir.file("model.gguf");
-  TestModelShape shape;
-  ASSERT_TRUE(write_test_model(shape, TensorType::kQ8_0, 3, path).ok());
-  auto model = LlamaModel::open(path);
+  auto model = test_model(dir);
   ASSERT_TRUE(model.ok()) << model.status().message();
   const std::vector<std::int32_t> prompt = tokens(45, 3);
   auto run = [&](KvCache& cache, std::size_t sequence, std::size_t from, std::size_t to) {
@@ -215,10 +219,7 @@ TEST(KvCache, Int8KeepsEachHeadWithinHalfAStepOfItsScaleInAQuarterOfTheBytes) {
 // An int8 cache's logits stay close to an F32 cache's on the same prompt.
 TEST(KvCache, Int8LogitsStayCloseToF32s) {
   testing::TempDir dir;
-  const std::string path = dir.file("model.gguf");
-  TestModelShape shape;
-  ASSERT_TRUE(write_test_model(shape, TensorType::kQ8_0, 3, path).ok());
-  auto model = LlamaModel::open(path);
+  auto model = test_model(dir);
   ASSERT_TRUE(model.ok()) << model.status().message();
   const std::vector<std::int32_t> prompt = tokens(100, 3);
   auto run = [&](KvCacheType type) {

@@ -9,6 +9,7 @@
 #include <utility>  // Boost 1.74 uses std::exchange without including it
 
 #include <algorithm>
+#include <cstdlib>
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
 #include <cctype>
@@ -185,6 +186,14 @@ HttpResult http_request(int port, const std::string& method, const std::string& 
     result.headers[name] = std::string(field.value());
   }
   return result;
+}
+
+StartedServer read_started_server(ChildProcess& server) {
+  StartedServer started;
+  started.first_line = server.read_line(20000);
+  const auto at = started.first_line.find("\"port\":");
+  if (at != std::string::npos) started.port = std::atoi(started.first_line.c_str() + at + 7);
+  return started;
 }
 
 }  // namespace slipway::testing

@@ -58,6 +58,14 @@ class ChildProcess {
   bool exited_ = false;
 };
 
+// A server started with --json and --port 0 prints {"port":N,...} first: N, and the line (for a
+// failure's message); port 0 when no such line comes within 20 s.
+struct StartedServer {
+  int port = 0;
+  std::string first_line;
+};
+StartedServer read_started_server(ChildProcess& server);
+
 // The resident memory of process `pid` (0: this process) in KiB, from /proc; 0 if unreadable.
 long resident_kib(pid_t pid = 0);
 
