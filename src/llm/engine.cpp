@@ -357,8 +357,9 @@ struct Engine::State {
       // A leader's followers fork at its prompt's end: it proposes nothing until they have.
       if (!sequence->followers.empty()) continue;
       // Every proposed token may be emitted, with one more: within the limit and the context.
-      const std::size_t room = std::min({speculative.tokens, spare, sequence->limit - sequence->generated - 1,
-                                         options.context - sequence->tokens.size()});
+      const std::size_t room =
+          std::min({speculative.tokens, spare, sequence->limit - std::min(sequence->limit, sequence->generated + 1),
+                    options.context - sequence->tokens.size()});
       if (room == 0) continue;
       if (speculative.method == SpeculativeMethod::kNgram) {
         sequence->proposal = propose_ngram(sequence->tokens, speculative.lookup_min, speculative.lookup_max, room);

@@ -9,11 +9,11 @@
 #include <utility>  // Boost 1.74 uses std::exchange without including it
 
 #include <algorithm>
-#include <cstdlib>
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
 #include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
