@@ -80,7 +80,7 @@ class EngineTest : public ::testing::Test {
     ASSERT_TRUE(write_test_model(shape, TensorType::kQ8_0, 5, path_).ok());
     loaded_ = load(path_);
   }
-  std::unique_ptr<Engine> start(EngineOptions options = {}) {
+  std::unique_ptr<Engine> start(const EngineOptions& options = {}) {
     auto engine = Engine::start(loaded_.model, loaded_.tokenizer, options);
     EXPECT_TRUE(engine.ok()) << engine.status().message();
     return std::move(*engine);
@@ -314,6 +314,7 @@ std::vector<std::vector<std::int32_t>> varied_prompts(const Tokenizer& tokenizer
 TEST_F(EngineTest, AFloodLargerThanThePoolCompletesUnchangedThroughChunksAndPreemption) {
   const auto prompts = varied_prompts(loaded_.tokenizer, 10);
   std::vector<std::vector<std::int32_t>> expected;
+  expected.reserve(prompts.size());
   for (const auto& prompt : prompts) expected.push_back(plain_greedy(*loaded_.model, prompt, 40));
   struct Setting {
     bool prefix_caching;
@@ -334,6 +335,7 @@ TEST_F(EngineTest, AFloodLargerThanThePoolCompletesUnchangedThroughChunksAndPree
       requests.push_back(std::move(request));
     }
     std::vector<std::future<Outcome>> futures;
+    futures.reserve(requests.size());
     for (auto& request : requests) futures.push_back(generate(*engine, std::move(request)));
     for (std::size_t i = 0; i < futures.size(); ++i) {
       Outcome outcome = futures[i].get();
@@ -400,6 +402,7 @@ TEST_F(EngineTest, ChoicesOfOnePromptForkItsBlocksAndSampleAsAlone) {
     sampled[i].sampling.seed = 10 + i;
   }
   std::vector<std::vector<std::int32_t>> alone;
+  alone.reserve(sampled.size());
   for (const auto& choice : sampled) alone.push_back(generate(*engine, choice).get().tokens);
   auto futures = generate_all(*engine, sampled);
   for (std::size_t i = 0; i < futures.size(); ++i) EXPECT_EQ(futures[i].get().tokens, alone[i]) << i;
@@ -442,6 +445,7 @@ TEST_F(EngineTest, SpeculativeGreedyOutputIsPlainGreedyWithNgramsAndADraftModel)
   ASSERT_TRUE(draft.ok()) << draft.status().message();
   const auto prompts = varied_prompts(loaded_.tokenizer, 4);
   std::vector<std::vector<std::int32_t>> expected;
+  expected.reserve(prompts.size());
   for (const auto& prompt : prompts) expected.push_back(plain_greedy(*loaded_.model, prompt, 60));
   for (SpeculativeMethod method : {SpeculativeMethod::kNgram, SpeculativeMethod::kDraft}) {
     EngineOptions options;

@@ -74,10 +74,11 @@ TEST(KvCache, AForkSharesBlocksUntilItWritesThenCopies) {
   EXPECT_NE(values(1, 1, 1), values(0, 1, 1));
   auto written = filled_with(-1.0f);
   cache.store(1, 1, 20, written.data(), written.data());
-  EXPECT_EQ(values(1, 1, 1)[4 * 4], -1.0f);
-  EXPECT_EQ(values(0, 1, 1)[4 * 4], 0.0f);   // the parent's position 20 untouched
-  EXPECT_EQ(values(1, 1, 1)[3 * 4], 19.0f);  // the copy kept position 19
-  EXPECT_EQ(cache.head_keys(1, 0, 1, 0, nullptr)[0 * kKvBlockTokens + 3], 19.0f);
+  // Rows of 4 values: position 20 is the block's row 4, position 19 its row 3.
+  EXPECT_EQ(values(1, 1, 1)[16], -1.0f);
+  EXPECT_EQ(values(0, 1, 1)[16], 0.0f);   // the parent's position 20 untouched
+  EXPECT_EQ(values(1, 1, 1)[12], 19.0f);  // the copy kept position 19
+  EXPECT_EQ(cache.head_keys(1, 0, 1, 0, nullptr)[3], 19.0f);
   cache.release(0);
   EXPECT_EQ(cache.free_blocks(), 2u);  // the first block is still the child's
   cache.release(1);
