@@ -320,6 +320,10 @@ class ThreadTeam {
   std::unique_ptr<State> state_;
 };
 
+// The pause in a spinning wait's loop (x86's PAUSE, which frees the core's shared resources for
+// its sibling thread; nothing elsewhere).
+void cpu_relax();
+
 // ---------------------------------------------------------------------------------------------
 // Logging (spdlog behind a thin front, so modules do not depend on it). Logs go to stderr so
 // that --json output on stdout stays one document.

@@ -308,6 +308,11 @@ enum class KvCacheType { kF32, kInt8 };
 std::string_view kv_cache_type_name(KvCacheType type);  // "f32", "int8"
 bool kv_cache_type_by_name(std::string_view name, KvCacheType& type);
 
+// A run of heads, units or rows: [first, first + count).
+struct TensorSlice {
+  std::size_t first = 0, count = 0;
+};
+
 class KvCache {
  public:
   // A pool of `blocks` blocks for `config`'s layers and heads, for sequences numbered below
@@ -349,6 +354,10 @@ class KvCache {
   // Writes a position's key and value (kv_heads * head_dim floats each); the position must be
   // prepared.
   void store(std::size_t sequence, std::size_t layer, std::size_t position, const float* key, const float* value);
+  // The same for kv heads [heads.first, heads.first + heads.count) only: `key` and `value` hold
+  // those heads (a tensor-parallel rank stores its own).
+  void store(std::size_t sequence, std::size_t layer, std::size_t position, const float* key, const float* value,
+             TensorSlice heads);
   // One key/value head of the sequence's `block`th block as floats: its keys [head_dim]
   // [kKvBlockTokens], and its values [kKvBlockTokens] rows `value_stride` floats apart. In place
   // for F32; for int8, dequantized into `scratch` (head_dim * kKvBlockTokens floats).
@@ -424,6 +433,75 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
 // keep a team.
 Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchToken> batch,
                const std::vector<bool>& wants_logits, std::vector<float>& logits, int threads = 0);
+
+// Tensor parallelism, as Megatron-LM splits a layer: the pass runs as `ranks` workers, each
+// holding a slice of every layer. A rank has a run of whole key/value head groups (their query,
+// key and value rows, and the matching columns of the attention's output matrix) and a run of the
+// feed-forward's hidden units (their gate and up rows, and the matching columns of down), so it
+// computes its heads' attention and its units' activations alone. The two matrices split by
+// column each give a partial sum of the layer's output; the ranks add them (an all-reduce) after
+// the attention and after the feed-forward, the only exchanges in a layer. The output matrix is
+// split by vocabulary rows, each rank writing its slice of the logits. On a CPU the ranks are
+// groups of threads; on several GPUs each rank would be a device holding its shard, and the
+// all-reduce NCCL's (docs/architecture.md).
+class TensorParallelModel {
+ public:
+  struct Layer {
+    WeightMatrix query, key, value, attention_output, gate, up, down;
+  };
+  struct Rank {
+    TensorSlice heads, kv_heads, hidden, vocabulary;
+    std::vector<Layer> layers;  // a column slice's matrix keeps only its packed rows (empty `data`)
+    WeightMatrix output;
+  };
+  // The model split over `ranks` ranks, each as even as the shapes allow: the attention's and
+  // down's column splits must fall on their formats' block boundaries (a Q4_K super-block is 256
+  // columns), so a rank's share is a whole number of such units. A split the shapes do not allow
+  // is refused with the reason. One rank is the model as it is (its matrices shared, not copied).
+  static Result<std::shared_ptr<const TensorParallelModel>> split(std::shared_ptr<const LlamaModel> model,
+                                                                  std::size_t ranks);
+  // The single rank of an unsplit pass.
+  static Rank whole(const LlamaModel& model);
+
+  const LlamaModel& model() const { return *model_; }
+  const std::shared_ptr<const LlamaModel>& shared_model() const { return model_; }
+  const std::vector<Rank>& ranks() const { return ranks_; }
+  // The bytes of the shards' packed matrices (0 for one rank, which shares the model's).
+  std::uint64_t shard_bytes() const { return shard_bytes_; }
+
+ private:
+  std::shared_ptr<const LlamaModel> model_;
+  std::vector<Rank> ranks_;
+  std::uint64_t shard_bytes_ = 0;
+};
+
+// The threads of a tensor-parallel pass: one ThreadTeam per rank, `threads` (0: all cores) shared
+// among them as evenly as they go, each rank at least one. Rank 0 runs on the caller's thread,
+// the others on threads of their own.
+class RankTeams {
+ public:
+  RankTeams(std::size_t ranks, int threads);
+  ~RankTeams();
+  RankTeams(const RankTeams&) = delete;
+  RankTeams& operator=(const RankTeams&) = delete;
+
+  std::size_t ranks() const;
+  ThreadTeam& team(std::size_t rank);
+  // Runs job(rank) for every rank at once and returns when all have finished. One thread calls
+  // run() at a time; jobs must not throw.
+  void run(const std::function<void(std::size_t rank)>& job);
+  // Called by every rank's job the same number of times: returns once all ranks have reached it.
+  void synchronize();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// forward() over a split model, its ranks on `teams` (as many as the model has). The logits are
+// the unsplit pass's but for the order of the all-reduce's float additions.
+Status forward(const TensorParallelModel& model, KvCache& cache, std::span<const BatchToken> batch,
+               const std::vector<bool>& wants_logits, std::vector<float>& logits, RankTeams& teams);
 
 // ---------------------------------------------------------------------------------------------
 // Tokenizers and chat templates, from a GGUF file's tokenizer.* keys.
@@ -658,6 +736,8 @@ struct EngineOptions {
   // Whole blocks of prompts kept and reused across requests (by the salt's tenant only).
   bool prefix_caching = true;
   SpeculativeOptions speculative;
+  // Ranks the forward pass is split over (TensorParallelModel), `threads` shared among them.
+  std::size_t tensor_parallel = 1;
 };
 inline constexpr std::size_t kDefaultContextCap = 4096;
 inline constexpr std::size_t kMaxEngineSequences = 1024;
@@ -751,24 +831,30 @@ struct LlmBenchOptions {
   std::size_t prompt_tokens = 512, generated_tokens = 128, repetitions = 5;
   std::vector<int> threads = {1, 2};
   KvCacheType kv_cache_type = KvCacheType::kF32;
+  std::size_t tensor_parallel = 1;  // ranks the passes are split over; each thread count at least this
 };
 struct LlmBenchFigure {
   std::string test;  // "pp512", "tg128"
   int threads = 1;
   double tokens_per_second = 0, deviation = 0;  // mean and sample standard deviation over repetitions
 };
-Result<std::vector<LlmBenchFigure>> bench_model(const LlamaModel& model, const LlmBenchOptions& options);
+Result<std::vector<LlmBenchFigure>> bench_model(const std::shared_ptr<const LlamaModel>& model,
+                                               const LlmBenchOptions& options);
 
-// What a quantized KV cache costs in quality: a prompt of `prompt_tokens` random tokens run with
-// an F32 cache and with one of `type`, every position's logits compared.
-struct KvCacheQuality {
+// How far a variant of the pass moves the logits: a prompt of random tokens run both ways, every
+// position's logits compared.
+struct LogitDifference {
   std::size_t positions = 0;
   double max_abs_difference = 0, rms_difference = 0;
-  double logit_rms = 0;       // of the F32 cache's logits, for scale
+  double logit_rms = 0;       // of the exact pass's logits, for scale
   double top1_agreement = 0;  // positions whose largest logit is the same token
 };
-Result<KvCacheQuality> compare_kv_cache(const LlamaModel& model, KvCacheType type, std::size_t prompt_tokens,
-                                        int threads);
+// A quantized KV cache's cost in quality: an F32 cache against one of `type`.
+Result<LogitDifference> compare_kv_cache(const LlamaModel& model, KvCacheType type, std::size_t prompt_tokens,
+                                         int threads);
+// One rank against `ranks` ranks on `threads` threads (the order of the all-reduce's additions).
+Result<LogitDifference> compare_tensor_parallel(const std::shared_ptr<const LlamaModel>& model, std::size_t ranks,
+                                                std::size_t prompt_tokens, int threads);
 
 // What one token of decoding reads: every matrix's packed weights, one embedding row, the norms,
 // and the keys and values of `context` earlier positions.

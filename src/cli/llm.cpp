@@ -46,7 +46,9 @@ struct BenchResult : CommandResult {
   std::vector<llm::LlmBenchFigure> figures;
   std::vector<std::pair<int, double>> bandwidth, int8_peak;  // per thread count, bytes/s and multiply-adds/s
   std::string kv_cache_type = "f32";
-  std::optional<llm::KvCacheQuality> kv_quality;  // a quantized cache's against F32
+  std::optional<llm::LogitDifference> kv_quality;  // a quantized cache's against F32
+  std::size_t tensor_parallel = 1;
+  std::optional<llm::LogitDifference> tp_quality;  // the split passes' against one rank's
   double limit(const std::vector<std::pair<int, double>>& values, int threads) const {
     for (const auto& [count, value] : values) {
       if (count == threads) return value;
@@ -88,15 +90,18 @@ struct BenchResult : CommandResult {
     for (const auto& [threads, value] : bandwidth) json.key(std::to_string(threads)).value(value);
     json.end_object();
     json.key("kv_cache_type").value(kv_cache_type);
-    if (kv_quality) {
-      json.key("kv_cache_quality").begin_object();
-      json.key("positions").value(static_cast<std::uint64_t>(kv_quality->positions));
-      json.key("max_abs_logit_difference").value(kv_quality->max_abs_difference);
-      json.key("rms_logit_difference").value(kv_quality->rms_difference);
-      json.key("logit_rms").value(kv_quality->logit_rms);
-      json.key("top1_agreement").value(kv_quality->top1_agreement);
+    auto write_difference = [&json](std::string_view key, const llm::LogitDifference& difference) {
+      json.key(key).begin_object();
+      json.key("positions").value(static_cast<std::uint64_t>(difference.positions));
+      json.key("max_abs_logit_difference").value(difference.max_abs_difference);
+      json.key("rms_logit_difference").value(difference.rms_difference);
+      json.key("logit_rms").value(difference.logit_rms);
+      json.key("top1_agreement").value(difference.top1_agreement);
       json.end_object();
-    }
+    };
+    if (kv_quality) write_difference("kv_cache_quality", *kv_quality);
+    json.key("tensor_parallel_size").value(static_cast<std::uint64_t>(tensor_parallel));
+    if (tp_quality) write_difference("tensor_parallel_quality", *tp_quality);
     json.end_object();
   }
   void write_text(std::ostream& out) const override {
@@ -124,6 +129,13 @@ struct BenchResult : CommandResult {
           "is {:.3f}); the same top token at {:.1f}% of positions\n",
           kv_cache_type, kv_quality->positions, kv_quality->max_abs_difference, kv_quality->rms_difference,
           kv_quality->logit_rms, 100 * kv_quality->top1_agreement);
+    }
+    if (tp_quality) {
+      out << fmt::format(
+          "{} ranks against one over {} positions: logits differ by at most {:.2g}, RMS {:.2g} (the logits' RMS is "
+          "{:.3f}); the same top token at {:.1f}% of positions\n",
+          tensor_parallel, tp_quality->positions, tp_quality->max_abs_difference, tp_quality->rms_difference,
+          tp_quality->logit_rms, 100 * tp_quality->top1_agreement);
     }
     for (const auto& [threads, value] : bandwidth) {
       out << fmt::format("read bandwidth, {} thread{}: ", threads, threads == 1 ? "" : "s")
@@ -284,7 +296,7 @@ int run_llm_bench(const GlobalOptions& global, const LlmBenchFlags& flags) {
   // tg's tokens see, on average, half the run's positions.
   result.bytes_per_token = llm::decode_bytes_per_token(**model, flags.options.generated_tokens / 2);
   result.multiply_adds = llm::multiply_adds_per_token(**model, false);
-  auto figures = llm::bench_model(**model, flags.options);
+  auto figures = llm::bench_model(*model, flags.options);
   if (!figures.ok()) return fail(figures.status());
   result.figures = std::move(*figures);
   result.kv_cache_type = std::string(llm::kv_cache_type_name(flags.options.kv_cache_type));
@@ -294,6 +306,14 @@ int run_llm_bench(const GlobalOptions& global, const LlmBenchFlags& flags) {
                               std::min<std::size_t>(512, (*model)->config().context), flags.options.threads.back());
     if (!quality.ok()) return fail(quality.status());
     result.kv_quality = *quality;
+  }
+  result.tensor_parallel = flags.options.tensor_parallel;
+  if (flags.options.tensor_parallel > 1) {
+    auto quality =
+        llm::compare_tensor_parallel(*model, flags.options.tensor_parallel,
+                                     std::min<std::size_t>(512, (*model)->config().context), flags.options.threads.back());
+    if (!quality.ok()) return fail(quality.status());
+    result.tp_quality = *quality;
   }
   for (int threads : flags.options.threads) {
     if (!flags.skip_bandwidth) {
@@ -353,6 +373,13 @@ void add_engine_flags(CLI::App* command, llm::EngineOptions& options, const std:
   command->add_flag_callback(
       fmt::format("--{}no-prefix-caching", prefix), [&options] { options.prefix_caching = false; },
       scope + "Compute every prompt whole, reusing no cached blocks");
+  command
+      ->add_option(fmt::format("--{0}tensor-parallel-size,--{0}tp", prefix), options.tensor_parallel,
+                   scope +
+                       "Ranks each forward pass is split over, Megatron-style (heads and hidden units per rank, an "
+                       "all-reduce after attention and after the feed-forward); the threads are shared among them")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{64}))
+      ->capture_default_str();
   if (prefix.empty()) {
     command->add_option("--threads", options.threads, "Threads for the forward pass (0: all cores)")
         ->check(CLI::Range(0, 1024))
@@ -434,6 +461,11 @@ void add_llm_commands(CLI::App& app, LlmCommands& commands) {
           },
           "The KV cache's type for the runs: f32, or int8 (then also its logits against f32's on a 512-token prompt)")
       ->check(CLI::IsMember({"f32", "int8"}));
+  commands.bench
+      ->add_option("--tensor-parallel-size,--tp", commands.bench_flags.options.tensor_parallel,
+                   "Ranks each pass is split over (then also the logits against one rank's on a 512-token prompt)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{64}))
+      ->capture_default_str();
 
   commands.quantize = llm_command->add_subcommand(
       "quantize", "Re-encode a GGUF model's matrices (Q8_0, Q4_0, Q4_K, F16, BF16); llama.cpp loads what it writes");

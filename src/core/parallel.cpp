@@ -124,13 +124,13 @@ void parallel_for(std::size_t task_count, int thread_count, const std::function<
 // ---------------------------------------------------------------------------------------------
 // ThreadTeam.
 
-namespace {
-
 void cpu_relax() {
 #if defined(__x86_64__)
   _mm_pause();
 #endif
 }
+
+namespace {
 
 // How long a team's idle thread spins before it sleeps: long enough to span the gaps between a
 // forward pass's loops and between its tokens, short enough that an idle server sleeps.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <new>
 #include <numeric>
 #include <random>
@@ -28,9 +29,13 @@ std::vector<BatchToken> random_tokens(const LlamaConfig& config, std::size_t cou
   return batch;
 }
 
+// One forward pass, on whichever threads and ranks the caller keeps.
+using Pass = std::function<Status(KvCache& cache, std::span<const BatchToken> batch, const std::vector<bool>& wants,
+                                  std::vector<float>& logits)>;
+
 // Seconds for one run of the test: the prompt as one batch, or tokens decoded one by one.
-Result<double> run_once(const LlamaModel& model, bool prompt, std::size_t tokens, KvCacheType type, ThreadTeam& team) {
-  const LlamaConfig& config = model.config();
+Result<double> run_once(const LlamaConfig& config, bool prompt, std::size_t tokens, KvCacheType type,
+                        const Pass& pass) {
   KvCache cache(config, (tokens + kKvBlockTokens - 1) / kKvBlockTokens, 1, type);
   std::vector<float> logits;
   std::vector<BatchToken> batch = random_tokens(config, tokens, 0);
@@ -38,14 +43,63 @@ Result<double> run_once(const LlamaModel& model, bool prompt, std::size_t tokens
   if (prompt) {
     std::vector<bool> wants(tokens, false);
     wants.back() = true;
-    SLIPWAY_RETURN_IF_ERROR(forward(model, cache, batch, wants, logits, team));
+    SLIPWAY_RETURN_IF_ERROR(pass(cache, batch, wants, logits));
   } else {
     const std::vector<bool> wants = {true};
-    for (const BatchToken& token : batch) {
-      SLIPWAY_RETURN_IF_ERROR(forward(model, cache, std::span(&token, 1), wants, logits, team));
-    }
+    for (const BatchToken& token : batch) SLIPWAY_RETURN_IF_ERROR(pass(cache, std::span(&token, 1), wants, logits));
   }
   return seconds_since(start);
+}
+
+// A prompt of random tokens through `exact` and through `other`, every position's logits
+// compared.
+Result<LogitDifference> difference(const LlamaConfig& config, std::size_t prompt_tokens, KvCacheType exact_type,
+                                   const Pass& exact, KvCacheType other_type, const Pass& other) {
+  if (prompt_tokens == 0 || prompt_tokens > config.context) {
+    return invalid_argument(
+        fmt::format("{} tokens do not fit the model's context of {}", prompt_tokens, config.context));
+  }
+  const std::vector<BatchToken> batch = random_tokens(config, prompt_tokens, 0);
+  const std::vector<bool> wants(prompt_tokens, true);
+  auto logits_of = [&](KvCacheType type, const Pass& pass) -> Result<std::vector<float>> {
+    KvCache cache(config, (prompt_tokens + kKvBlockTokens - 1) / kKvBlockTokens, 1, type);
+    std::vector<float> logits;
+    SLIPWAY_RETURN_IF_ERROR(pass(cache, batch, wants, logits));
+    return logits;
+  };
+  SLIPWAY_ASSIGN_OR_RETURN(std::vector<float> a_logits, logits_of(exact_type, exact));
+  SLIPWAY_ASSIGN_OR_RETURN(std::vector<float> b_logits, logits_of(other_type, other));
+  LogitDifference result;
+  result.positions = prompt_tokens;
+  double squares = 0, exact_squares = 0;
+  std::size_t agree = 0;
+  const std::size_t vocabulary = config.vocabulary;
+  for (std::size_t position = 0; position < prompt_tokens; ++position) {
+    const float* a = a_logits.data() + position * vocabulary;
+    const float* b = b_logits.data() + position * vocabulary;
+    for (std::size_t i = 0; i < vocabulary; ++i) {
+      const double gap = static_cast<double>(a[i]) - b[i];
+      result.max_abs_difference = std::max(result.max_abs_difference, std::fabs(gap));
+      squares += gap * gap;
+      exact_squares += static_cast<double>(a[i]) * a[i];
+    }
+    agree += std::max_element(a, a + vocabulary) - a == std::max_element(b, b + vocabulary) - b ? 1 : 0;
+  }
+  const auto count = static_cast<double>(a_logits.size());
+  result.rms_difference = std::sqrt(squares / count);
+  result.logit_rms = std::sqrt(exact_squares / count);
+  result.top1_agreement = static_cast<double>(agree) / static_cast<double>(prompt_tokens);
+  return result;
+}
+
+Pass pass_on(const LlamaModel& model, ThreadTeam& team) {
+  return [&model, &team](KvCache& cache, std::span<const BatchToken> batch, const std::vector<bool>& wants,
+                         std::vector<float>& logits) { return forward(model, cache, batch, wants, logits, team); };
+}
+
+Pass pass_on(const TensorParallelModel& model, RankTeams& teams) {
+  return [&model, &teams](KvCache& cache, std::span<const BatchToken> batch, const std::vector<bool>& wants,
+                          std::vector<float>& logits) { return forward(model, cache, batch, wants, logits, teams); };
 }
 
 double median(std::vector<double> values) {
@@ -55,64 +109,46 @@ double median(std::vector<double> values) {
 
 }  // namespace
 
-Result<KvCacheQuality> compare_kv_cache(const LlamaModel& model, KvCacheType type, std::size_t prompt_tokens,
-                                        int threads) {
-  const LlamaConfig& config = model.config();
-  if (prompt_tokens == 0 || prompt_tokens > config.context) {
-    return invalid_argument(
-        fmt::format("{} tokens do not fit the model's context of {}", prompt_tokens, config.context));
-  }
+Result<LogitDifference> compare_kv_cache(const LlamaModel& model, KvCacheType type, std::size_t prompt_tokens,
+                                         int threads) {
   ThreadTeam team(threads);
-  const std::vector<BatchToken> batch = random_tokens(config, prompt_tokens, 0);
-  const std::vector<bool> wants(prompt_tokens, true);
-  auto logits_with = [&](KvCacheType kind) -> Result<std::vector<float>> {
-    KvCache cache(config, (prompt_tokens + kKvBlockTokens - 1) / kKvBlockTokens, 1, kind);
-    std::vector<float> logits;
-    SLIPWAY_RETURN_IF_ERROR(forward(model, cache, batch, wants, logits, team));
-    return logits;
-  };
-  SLIPWAY_ASSIGN_OR_RETURN(std::vector<float> exact, logits_with(KvCacheType::kF32));
-  SLIPWAY_ASSIGN_OR_RETURN(std::vector<float> other, logits_with(type));
-  KvCacheQuality quality;
-  quality.positions = prompt_tokens;
-  double squares = 0, exact_squares = 0;
-  std::size_t agree = 0;
-  const std::size_t vocabulary = config.vocabulary;
-  for (std::size_t position = 0; position < prompt_tokens; ++position) {
-    const float* a = exact.data() + position * vocabulary;
-    const float* b = other.data() + position * vocabulary;
-    for (std::size_t i = 0; i < vocabulary; ++i) {
-      const double difference = static_cast<double>(a[i]) - b[i];
-      quality.max_abs_difference = std::max(quality.max_abs_difference, std::fabs(difference));
-      squares += difference * difference;
-      exact_squares += static_cast<double>(a[i]) * a[i];
-    }
-    agree += std::max_element(a, a + vocabulary) - a == std::max_element(b, b + vocabulary) - b ? 1 : 0;
-  }
-  const auto count = static_cast<double>(exact.size());
-  quality.rms_difference = std::sqrt(squares / count);
-  quality.logit_rms = std::sqrt(exact_squares / count);
-  quality.top1_agreement = static_cast<double>(agree) / static_cast<double>(prompt_tokens);
-  return quality;
+  const Pass pass = pass_on(model, team);
+  return difference(model.config(), prompt_tokens, KvCacheType::kF32, pass, type, pass);
 }
 
-Result<std::vector<LlmBenchFigure>> bench_model(const LlamaModel& model, const LlmBenchOptions& options) {
-  const LlamaConfig& config = model.config();
+Result<LogitDifference> compare_tensor_parallel(const std::shared_ptr<const LlamaModel>& model, std::size_t ranks,
+                                                std::size_t prompt_tokens, int threads) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto split, TensorParallelModel::split(model, ranks));
+  ThreadTeam team(threads);
+  RankTeams teams(ranks, threads);
+  return difference(model->config(), prompt_tokens, KvCacheType::kF32, pass_on(*model, team), KvCacheType::kF32,
+                    pass_on(*split, teams));
+}
+
+Result<std::vector<LlmBenchFigure>> bench_model(const std::shared_ptr<const LlamaModel>& model,
+                                               const LlmBenchOptions& options) {
+  const LlamaConfig& config = model->config();
   for (std::size_t tokens : {options.prompt_tokens, options.generated_tokens}) {
     if (tokens > config.context) {
       return invalid_argument(fmt::format("{} tokens do not fit the model's context of {}", tokens, config.context));
     }
   }
+  SLIPWAY_ASSIGN_OR_RETURN(auto split, TensorParallelModel::split(model, options.tensor_parallel));
   std::vector<LlmBenchFigure> figures;
   for (int threads : options.threads) {
-    ThreadTeam team(threads);
+    if (static_cast<std::size_t>(std::max(threads, 1)) < options.tensor_parallel) {
+      return invalid_argument(fmt::format("{} ranks need at least as many threads, not {}", options.tensor_parallel,
+                                          threads));
+    }
+    RankTeams teams(options.tensor_parallel, threads);
+    const Pass pass = pass_on(*split, teams);
     for (bool prompt : {true, false}) {
       std::size_t tokens = prompt ? options.prompt_tokens : options.generated_tokens;
       if (tokens == 0) continue;
-      SLIPWAY_RETURN_IF_ERROR(run_once(model, prompt, tokens, options.kv_cache_type, team).status());  // warm-up
+      SLIPWAY_RETURN_IF_ERROR(run_once(config, prompt, tokens, options.kv_cache_type, pass).status());  // warm-up
       std::vector<double> rates;
       for (std::size_t repetition = 0; repetition < std::max<std::size_t>(1, options.repetitions); ++repetition) {
-        SLIPWAY_ASSIGN_OR_RETURN(double seconds, run_once(model, prompt, tokens, options.kv_cache_type, team));
+        SLIPWAY_ASSIGN_OR_RETURN(double seconds, run_once(config, prompt, tokens, options.kv_cache_type, pass));
         rates.push_back(static_cast<double>(tokens) / seconds);
       }
       double mean = std::accumulate(rates.begin(), rates.end(), 0.0) / static_cast<double>(rates.size());

@@ -127,7 +127,8 @@ struct Engine::State {
   Tokenizer tokenizer;
   EngineOptions options;
   KvCache cache;
-  ThreadTeam team;                    // the forward pass's, used by the engine thread only
+  std::shared_ptr<const TensorParallelModel> ranks;  // the model as its ranks hold it (one: whole)
+  RankTeams teams;                    // the forward pass's threads, used by the engine thread only
   std::unique_ptr<DraftModel> draft;  // speculative decoding with a draft model
 
   mutable std::mutex mutex;
@@ -158,13 +159,14 @@ struct Engine::State {
   std::vector<float> logits;
   std::vector<DraftJob> draft_jobs;
 
-  State(std::shared_ptr<const LlamaModel> model_in, Tokenizer tokenizer_in, const EngineOptions& options_in,
+  State(std::shared_ptr<const TensorParallelModel> ranks_in, Tokenizer tokenizer_in, const EngineOptions& options_in,
         std::size_t blocks)
-      : model(std::move(model_in)),
+      : model(ranks_in->shared_model()),
         tokenizer(std::move(tokenizer_in)),
         options(options_in),
         cache(model->config(), blocks, options.max_sequences, options.kv_cache_type),
-        team(options.threads) {
+        ranks(std::move(ranks_in)),
+        teams(options.tensor_parallel, options.threads) {
     if (options.speculative.method == SpeculativeMethod::kDraft) {
       draft = std::make_unique<DraftModel>(options.speculative.draft, options.max_sequences, blocks);
     }
@@ -375,7 +377,7 @@ struct Engine::State {
                             sequence->sampler.greedy() ? nullptr : &sequence->proposal_distributions});
       spare -= room;
     }
-    if (!draft_jobs.empty()) draft->propose(draft_jobs, team);
+    if (!draft_jobs.empty()) draft->propose(draft_jobs, teams.team(0));
   }
 
   // The step's batch: each scheduled sequence's tokens (and proposals after a decoding one's last
@@ -402,7 +404,7 @@ struct Engine::State {
       }
     }
     if (batch.empty()) return;
-    Status status = forward(*model, cache, batch, wants, logits, team);
+    Status status = forward(*ranks, cache, batch, wants, logits, teams);
     if (!status.ok()) {
       for (auto& sequence : running) finish(*sequence, FinishReason::kError, status.message());
       return;
@@ -624,6 +626,13 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
     log_warn(fmt::format("{} threads asked for, {} cores to run them: using {}", chosen.threads, cores, cores));
     chosen.threads = cores;
   }
+  // A rank is at least one thread: ranks that outnumber the threads would take turns at each
+  // all-reduce.
+  if (const int threads = chosen.threads > 0 ? chosen.threads : default_thread_count();
+      chosen.tensor_parallel > static_cast<std::size_t>(threads)) {
+    return invalid_argument(fmt::format("tensor parallelism over {} ranks needs at least as many threads; {} here",
+                                        chosen.tensor_parallel, threads));
+  }
   // The pool is reserved whole (its pages committed as blocks are first written), from the budget;
   // by default enough for every sequence's whole context, within kDefaultKvCacheBytes.
   const std::uint64_t block_bytes = KvCache::block_bytes(config, chosen.kv_cache_type);
@@ -646,8 +655,9 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
         static_cast<double>(block_bytes) / kMiB, static_cast<double>(weights) / kMiB, chosen.context, sequence_blocks,
         static_cast<double>(sequence_blocks * block_bytes) / kMiB));
   }
+  SLIPWAY_ASSIGN_OR_RETURN(auto ranks, TensorParallelModel::split(std::move(model), chosen.tensor_parallel));
   try {
-    auto state = std::make_unique<State>(std::move(model), std::move(tokenizer), chosen, blocks);
+    auto state = std::make_unique<State>(std::move(ranks), std::move(tokenizer), chosen, blocks);
     State* raw = state.get();
     state->thread = std::thread([raw] { raw->run(); });
     return std::unique_ptr<Engine>(new Engine(std::move(state)));

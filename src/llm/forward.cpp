@@ -1,8 +1,12 @@
 // The Llama forward pass over a batch of tokens from any sequences at any positions.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -180,13 +184,13 @@ void gather_blocks(const KvCache& cache, std::size_t sequence, std::size_t layer
   }
 }
 
-// One head's attention for one tile of queries, into `out` (the tile's rows of the attended
-// values). Each query's arithmetic is what it would be alone: its scores, its softmax, and its
+// One head's attention for one tile of queries (`query`: the head's part of the tile's first
+// query, the next query `width` floats on), into `out` (its rows of the attended values, as far
+// apart). Each query's arithmetic is what it would be alone: its scores, its softmax, and its
 // positions' values in order, the positions every query of the tile has first, then its own.
 void attend(const LlamaConfig& config, const HeadBlocks& head_blocks, std::span<const BatchToken> batch,
-            std::size_t head, QueryTile tile, const std::vector<float>& query, float* out) {
+            QueryTile tile, const float* query, std::size_t width, float* out) {
   const kernels::LlmKernelVariant& variant = kernels::llm_kernel();
-  const std::size_t width = config.embedding;
   const BatchToken& first = batch[tile.first_token];
   const std::size_t shortest = first.position + 1, longest = shortest + tile.count - 1;
   const std::size_t blocks = (longest + kKvBlockTokens - 1) / kKvBlockTokens, row = blocks * kKvBlockTokens;
@@ -195,7 +199,7 @@ void attend(const LlamaConfig& config, const HeadBlocks& head_blocks, std::span<
   thread_local std::vector<float> scores;
   if (scores.size() < tile.count * row) scores.resize(tile.count * row);
   for (std::size_t b = 0; b < blocks; ++b) {
-    variant.block_scores(query.data() + tile.first_token * width + head * config.head_dim, width, tile.count,
+    variant.block_scores(query, width, tile.count,
                          head_blocks.keys[b], config.head_dim, scores.data() + b * kKvBlockTokens, row);
   }
   const float score_scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
@@ -225,13 +229,128 @@ void attend(const LlamaConfig& config, const HeadBlocks& head_blocks, std::span<
 
 static_assert(kKvBlockTokens == kernels::kAttentionBlock);
 
-}  // namespace
+// What the ranks of a pass share: the batch's layout, the residual stream, each rank's partial
+// output of the products split by column, and the logits.
+struct Pass {
+  const LlamaModel& model;
+  KvCache& cache;
+  std::span<const BatchToken> batch;
+  std::vector<float> rotation;
+  std::vector<QueryTile> tiles;
+  std::vector<TileRun> runs;
+  std::vector<float> x;                      // tokens x embedding
+  std::vector<std::vector<float>> partials;  // per rank, tokens x embedding
+  std::vector<std::size_t> wanted;           // the tokens whose logits are wanted
+  std::vector<float>& logits;                // wanted x vocabulary
+  std::function<void()> synchronize;         // returns once every rank has called it
+};
 
-Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchToken> batch,
-               const std::vector<bool>& wants_logits, std::vector<float>& logits, ThreadTeam& team) {
+// x += every rank's partial, in rank order. Each rank adds its share of the tokens once every
+// partial is complete, and reads x again only once every share is added.
+void all_reduce(Pass& pass, std::size_t rank, ThreadTeam& team) {
+  pass.synchronize();
+  const std::size_t tokens = pass.batch.size(), ranks = pass.partials.size(), width = pass.model.config().embedding;
+  const std::size_t first = tokens * rank / ranks, end = tokens * (rank + 1) / ranks;
+  over_tokens(team, end - first, [&](std::size_t from, std::size_t count) {
+    for (const std::vector<float>& partial : pass.partials) {
+      for (std::size_t i = (first + from) * width; i < (first + from + count) * width; ++i) pass.x[i] += partial[i];
+    }
+  });
+  pass.synchronize();
+}
+
+// One rank's share of the pass: its heads and hidden units of every layer, then its slice of the
+// logits.
+void run_rank(Pass& pass, const TensorParallelModel::Rank& rank, std::size_t rank_index, ThreadTeam& team) {
+  const LlamaConfig& config = pass.model.config();
+  const std::span<const BatchToken> batch = pass.batch;
+  const std::size_t tokens = batch.size(), width = config.embedding, head_dim = config.head_dim;
+  const std::size_t group = config.heads / config.kv_heads, pairs = config.rope_dims / 2;
+  const std::size_t query_width = rank.heads.count * head_dim, kv_width = rank.kv_heads.count * head_dim;
+  const std::vector<QueryTile>& tiles = pass.tiles;
+  const std::vector<TileRun>& runs = pass.runs;
+  const kernels::LlmKernelVariant& variant = kernels::llm_kernel();
+  std::vector<float>& x = pass.x;
+  std::vector<float>& partial = pass.partials[rank_index];
+  std::vector<float> normed(tokens * width), query, key, value, attended(tokens * query_width), gate, up;
+  for (std::size_t index = 0; index < config.layers; ++index) {
+    const LlamaModel::Layer& norms = pass.model.layers()[index];
+    const TensorParallelModel::Layer& layer = rank.layers[index];
+    over_tokens(team, tokens, [&](std::size_t first, std::size_t count) {
+      rms_norm(x.data() + first * width, count, norms.attention_norm, config.rms_epsilon,
+               normed.data() + first * width);
+    });
+    multiply({{&layer.query, &query}, {&layer.key, &key}, {&layer.value, &value}}, normed, tokens, team);
+    // Every key and value of the batch is stored before any token attends: a prompt's tokens see
+    // each other (each only up to its own position).
+    over_tokens(team, tokens, [&](std::size_t first, std::size_t count) {
+      for (std::size_t t = first; t < first + count; ++t) {
+        const float* rotation = pass.rotation.data() + t * pairs * 2;
+        rotate(query.data() + t * query_width, rank.heads.count, config, rotation);
+        rotate(key.data() + t * kv_width, rank.kv_heads.count, config, rotation);
+        pass.cache.store(batch[t].sequence, index, batch[t].position, key.data() + t * kv_width,
+                         value.data() + t * kv_width, rank.kv_heads);
+      }
+    });
+    // Head by head, so one head's keys and values stay in cache while every tile reads them.
+    team.run(rank.heads.count * runs.size(), [&](std::size_t task) {
+      const std::size_t head = task / runs.size();  // the rank's own numbering
+      const TileRun& run = runs[task % runs.size()];
+      std::size_t reach = 0;
+      for (std::size_t t = run.first; t < run.end; ++t) {
+        reach = std::max(reach, batch[tiles[t].first_token].position + tiles[t].count);
+      }
+      thread_local HeadBlocks head_blocks;
+      gather_blocks(pass.cache, batch[tiles[run.first].first_token].sequence, index,
+                    (rank.heads.first + head) / group, (reach + kKvBlockTokens - 1) / kKvBlockTokens, head_dim,
+                    head_blocks);
+      for (std::size_t t = run.first; t < run.end; ++t) {
+        const std::size_t offset = tiles[t].first_token * query_width + head * head_dim;
+        attend(config, head_blocks, batch, tiles[t], query.data() + offset, query_width, attended.data() + offset);
+      }
+    });
+    multiply({{&layer.attention_output, &partial}}, attended, tokens, team);
+    all_reduce(pass, rank_index, team);
+    over_tokens(team, tokens, [&](std::size_t first, std::size_t count) {
+      rms_norm(x.data() + first * width, count, norms.ffn_norm, config.rms_epsilon, normed.data() + first * width);
+    });
+    multiply({{&layer.gate, &gate}, {&layer.up, &up}}, normed, tokens, team);
+    const std::size_t hidden = rank.hidden.count;
+    over_tokens(team, tokens, [&](std::size_t first, std::size_t count) {
+      variant.silu_multiply(gate.data() + first * hidden, up.data() + first * hidden, count * hidden);
+    });
+    multiply({{&layer.down, &partial}}, gate, tokens, team);
+    all_reduce(pass, rank_index, team);
+  }
+  // Only the rows that want logits go through the output matrix (a prompt wants its last).
+  const std::size_t wanted = pass.wanted.size();
+  if (wanted == 0) return;
+  std::vector<float> last(wanted * width);
+  for (std::size_t row = 0; row < wanted; ++row) {
+    std::copy_n(x.begin() + static_cast<std::ptrdiff_t>(pass.wanted[row] * width), width,
+                last.begin() + static_cast<std::ptrdiff_t>(row * width));
+  }
+  rms_norm(last.data(), wanted, pass.model.output_norm(), config.rms_epsilon, normed.data());
+  if (rank.vocabulary.count == config.vocabulary) {
+    multiply({{&rank.output, &pass.logits}}, normed, wanted, team);
+    return;
+  }
+  std::vector<float> slice;
+  multiply({{&rank.output, &slice}}, normed, wanted, team);
+  for (std::size_t row = 0; row < wanted; ++row) {
+    std::copy_n(slice.begin() + static_cast<std::ptrdiff_t>(row * rank.vocabulary.count), rank.vocabulary.count,
+                pass.logits.begin() + static_cast<std::ptrdiff_t>(row * config.vocabulary + rank.vocabulary.first));
+  }
+}
+
+// Checks the whole batch, prepares the cache, runs every rank (run_ranks(job) calls job(rank,
+// team) for each) and advances the sequences' filled lengths.
+template <typename RunRanks>
+Status run_pass(const LlamaModel& model, std::span<const TensorParallelModel::Rank> ranks, KvCache& cache,
+                std::span<const BatchToken> batch, const std::vector<bool>& wants_logits, std::vector<float>& logits,
+                std::function<void()> synchronize, const RunRanks& run_ranks) {
   const LlamaConfig& config = model.config();
   const std::size_t tokens = batch.size(), width = config.embedding;
-  const std::size_t kv_width = config.kv_heads * config.head_dim;
   if (wants_logits.size() != tokens) return invalid_argument("wants_logits must have one entry per token");
   logits.clear();
   if (tokens == 0) return {};
@@ -265,84 +384,144 @@ Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchTok
   }
   for (const auto& [sequence, writes] : reach)
     SLIPWAY_RETURN_IF_ERROR(cache.prepare(sequence, writes.first, writes.end));
-  std::vector<float> x(tokens * width), normed, query, key, value, attended(tokens * width), projected, gate, up;
+  Pass pass{model, cache, batch, rotations(batch, config), query_tiles(batch), {}, std::vector<float>(tokens * width),
+            std::vector<std::vector<float>>(ranks.size()), {}, logits, std::move(synchronize)};
+  pass.runs = tile_runs(pass.tiles, batch, cache.type() != KvCacheType::kF32);
   for (std::size_t t = 0; t < tokens; ++t) {
-    dequantize_row(model.token_embedding(), static_cast<std::size_t>(batch[t].token), x.data() + t * width);
+    dequantize_row(model.token_embedding(), static_cast<std::size_t>(batch[t].token), pass.x.data() + t * width);
+    if (wants_logits[t]) pass.wanted.push_back(t);
   }
-  const std::vector<float> rotation = rotations(batch, config);
-  const std::size_t pairs = config.rope_dims / 2;
-  const std::vector<QueryTile> tiles = query_tiles(batch);
-  const std::vector<TileRun> runs = tile_runs(tiles, batch, cache.type() != KvCacheType::kF32);
-  const kernels::LlmKernelVariant& variant = kernels::llm_kernel();
-  normed.resize(tokens * width);
-  for (std::size_t index = 0; index < config.layers; ++index) {
-    const LlamaModel::Layer& layer = model.layers()[index];
-    over_tokens(team, tokens, [&](std::size_t first, std::size_t count) {
-      rms_norm(x.data() + first * width, count, layer.attention_norm, config.rms_epsilon,
-               normed.data() + first * width);
-    });
-    multiply({{&layer.query, &query}, {&layer.key, &key}, {&layer.value, &value}}, normed, tokens, team);
-    // Every key and value of the batch is stored before any token attends: a prompt's tokens see
-    // each other (each only up to its own position).
-    over_tokens(team, tokens, [&](std::size_t first, std::size_t count) {
-      for (std::size_t t = first; t < first + count; ++t) {
-        rotate(query.data() + t * width, config.heads, config, rotation.data() + t * pairs * 2);
-        rotate(key.data() + t * kv_width, config.kv_heads, config, rotation.data() + t * pairs * 2);
-        cache.store(batch[t].sequence, index, batch[t].position, key.data() + t * kv_width,
-                    value.data() + t * kv_width);
-      }
-    });
-    // Head by head, so one head's keys and values stay in cache while every tile reads them.
-    team.run(config.heads * runs.size(), [&](std::size_t task) {
-      const std::size_t head = task / runs.size();
-      const TileRun& run = runs[task % runs.size()];
-      std::size_t reach = 0;
-      for (std::size_t t = run.first; t < run.end; ++t) {
-        reach = std::max(reach, batch[tiles[t].first_token].position + tiles[t].count);
-      }
-      thread_local HeadBlocks head_blocks;
-      gather_blocks(cache, batch[tiles[run.first].first_token].sequence, index, head / (config.heads / config.kv_heads),
-                    (reach + kKvBlockTokens - 1) / kKvBlockTokens, config.head_dim, head_blocks);
-      for (std::size_t t = run.first; t < run.end; ++t) {
-        attend(config, head_blocks, batch, head, tiles[t], query,
-               attended.data() + tiles[t].first_token * width + head * config.head_dim);
-      }
-    });
-    multiply({{&layer.attention_output, &projected}}, attended, tokens, team);
-    over_tokens(team, tokens, [&](std::size_t first, std::size_t count) {
-      for (std::size_t i = first * width; i < (first + count) * width; ++i) x[i] += projected[i];
-      rms_norm(x.data() + first * width, count, layer.ffn_norm, config.rms_epsilon, normed.data() + first * width);
-    });
-    multiply({{&layer.gate, &gate}, {&layer.up, &up}}, normed, tokens, team);
-    const std::size_t hidden = config.feed_forward;
-    over_tokens(team, tokens, [&](std::size_t first, std::size_t count) {
-      variant.silu_multiply(gate.data() + first * hidden, up.data() + first * hidden, count * hidden);
-    });
-    multiply({{&layer.down, &projected}}, gate, tokens, team);
-    over_tokens(team, tokens, [&](std::size_t first, std::size_t count) {
-      for (std::size_t i = first * width; i < (first + count) * width; ++i) x[i] += projected[i];
-    });
-  }
+  if (ranks.size() > 1) logits.resize(pass.wanted.size() * config.vocabulary);  // each rank writes its slice
+  run_ranks([&](std::size_t rank, ThreadTeam& team) { run_rank(pass, ranks[rank], rank, team); });
   for (const auto& [sequence, writes] : reach) cache.set_filled(sequence, writes.end);
-  // Only the rows that want logits go through the output matrix (a prompt wants its last).
-  std::vector<float> last;
-  std::size_t wanted = 0;
-  for (std::size_t t = 0; t < tokens; ++t) {
-    if (!wants_logits[t]) continue;
-    last.insert(last.end(), x.begin() + static_cast<std::ptrdiff_t>(t * width),
-                x.begin() + static_cast<std::ptrdiff_t>((t + 1) * width));
-    ++wanted;
-  }
-  normed.resize(last.size());
-  rms_norm(last.data(), wanted, model.output_norm(), config.rms_epsilon, normed.data());
-  multiply({{&model.output(), &logits}}, normed, wanted, team);
   return {};
+}
+
+}  // namespace
+
+Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchToken> batch,
+               const std::vector<bool>& wants_logits, std::vector<float>& logits, ThreadTeam& team) {
+  const TensorParallelModel::Rank whole = TensorParallelModel::whole(model);
+  return run_pass(model, std::span(&whole, 1), cache, batch, wants_logits, logits, [] {},
+                  [&](const auto& job) { job(0, team); });
 }
 
 Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchToken> batch,
                const std::vector<bool>& wants_logits, std::vector<float>& logits, int threads) {
   ThreadTeam team(threads);
   return forward(model, cache, batch, wants_logits, logits, team);
+}
+
+Status forward(const TensorParallelModel& model, KvCache& cache, std::span<const BatchToken> batch,
+               const std::vector<bool>& wants_logits, std::vector<float>& logits, RankTeams& teams) {
+  if (teams.ranks() != model.ranks().size()) {
+    return invalid_argument(
+        fmt::format("a model split over {} ranks cannot run on {} rank teams", model.ranks().size(), teams.ranks()));
+  }
+  return run_pass(model.model(), model.ranks(), cache, batch, wants_logits, logits, [&] { teams.synchronize(); },
+                  [&](const auto& job) { teams.run([&](std::size_t rank) { job(rank, teams.team(rank)); }); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The ranks' threads.
+
+namespace {
+
+// The ranks wait for each other microseconds at a time, twice a layer: they spin, yielding now
+// and then so a rank that shares a core with the waiter gets to finish.
+template <typename Done>
+void spin_until(const Done& done) {
+  for (unsigned spins = 1; !done(); ++spins) {
+    if (spins % 64 == 0) {
+      std::this_thread::yield();
+    } else {
+      cpu_relax();
+    }
+  }
+}
+
+}  // namespace
+
+struct RankTeams::State {
+  std::vector<std::unique_ptr<ThreadTeam>> teams;
+  std::vector<std::thread> threads;  // ranks 1 and up
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::uint64_t generation = 0;  // a new run's, under the mutex
+  bool stopping = false;
+  const std::function<void(std::size_t)>* job = nullptr;
+  std::atomic<std::size_t> finished{0};
+  // synchronize()'s barrier: the ranks still to arrive, and the phase they wait to see change.
+  std::atomic<std::size_t> arriving{0};
+  std::atomic<std::uint64_t> phase{0};
+
+  void serve(std::size_t rank) {
+    std::uint64_t seen = 0;
+    while (true) {
+      const std::function<void(std::size_t)>* current = nullptr;
+      {
+        std::unique_lock lock(mutex);
+        wake.wait(lock, [&] { return stopping || generation != seen; });
+        if (stopping) return;
+        seen = generation;
+        current = job;
+      }
+      (*current)(rank);
+      finished.fetch_add(1, std::memory_order_acq_rel);
+    }
+  }
+};
+
+RankTeams::RankTeams(std::size_t ranks, int threads) : state_(std::make_unique<State>()) {
+  ranks = std::max<std::size_t>(1, ranks);
+  const std::size_t total = threads > 0 ? static_cast<std::size_t>(threads) : default_thread_count();
+  for (std::size_t rank = 0; rank < ranks; ++rank) {
+    const std::size_t share = total / ranks + (rank < total % ranks ? 1 : 0);
+    state_->teams.push_back(std::make_unique<ThreadTeam>(static_cast<int>(std::max<std::size_t>(1, share))));
+  }
+  state_->arriving = ranks;
+  for (std::size_t rank = 1; rank < ranks; ++rank) {
+    state_->threads.emplace_back([state = state_.get(), rank] { state->serve(rank); });
+  }
+}
+
+RankTeams::~RankTeams() {
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->stopping = true;
+  }
+  state_->wake.notify_all();
+  for (std::thread& thread : state_->threads) thread.join();
+}
+
+std::size_t RankTeams::ranks() const { return state_->teams.size(); }
+
+ThreadTeam& RankTeams::team(std::size_t rank) { return *state_->teams[rank]; }
+
+void RankTeams::run(const std::function<void(std::size_t)>& job) {
+  State& state = *state_;
+  if (state.threads.empty()) return job(0);
+  state.finished.store(0, std::memory_order_relaxed);
+  {
+    std::lock_guard lock(state.mutex);
+    state.job = &job;
+    ++state.generation;
+  }
+  state.wake.notify_all();
+  job(0);
+  spin_until([&] { return state.finished.load(std::memory_order_acquire) == state.threads.size(); });
+}
+
+void RankTeams::synchronize() {
+  State& state = *state_;
+  if (state.threads.empty()) return;
+  const std::uint64_t phase = state.phase.load(std::memory_order_acquire);
+  if (state.arriving.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    state.arriving.store(state.teams.size(), std::memory_order_relaxed);
+    state.phase.store(phase + 1, std::memory_order_release);
+    return;
+  }
+  spin_until([&] { return state.phase.load(std::memory_order_acquire) != phase; });
 }
 
 }  // namespace slipway::llm

@@ -270,13 +270,19 @@ void KvCache::set_filled(std::size_t sequence, std::size_t filled) {
 
 void KvCache::store(std::size_t sequence, std::size_t layer, std::size_t position, const float* key,
                     const float* value) {
+  store(sequence, layer, position, key, value, {0, kv_heads_});
+}
+
+void KvCache::store(std::size_t sequence, std::size_t layer, std::size_t position, const float* key,
+                    const float* value, TensorSlice heads) {
   std::byte* data = layer_data(tables_[sequence][position / kKvBlockTokens], layer);
   const std::size_t slot = position % kKvBlockTokens;
+  const std::size_t first_column = heads.first * head_dim_, columns = heads.count * head_dim_;
   if (type_ == KvCacheType::kF32) {
     auto* keys = reinterpret_cast<float*>(data);
     auto* values = keys + kKvBlockTokens * width_;
-    for (std::size_t c = 0; c < width_; ++c) keys[c * kKvBlockTokens + slot] = key[c];
-    std::copy_n(value, width_, values + slot * width_);
+    for (std::size_t c = 0; c < columns; ++c) keys[(first_column + c) * kKvBlockTokens + slot] = key[c];
+    std::copy_n(value, columns, values + slot * width_ + first_column);
     return;
   }
   auto* keys = reinterpret_cast<std::int8_t*>(data);
@@ -291,11 +297,11 @@ void KvCache::store(std::size_t sequence, std::size_t layer, std::size_t positio
     const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
     for (std::size_t c = 0; c < head_dim_; ++c) put(c, static_cast<std::int8_t>(std::lrint(in[c] * inverse)));
   };
-  for (std::size_t head = 0; head < kv_heads_; ++head) {
-    const std::size_t first = head * head_dim_;
-    quantize(key + first, key_scales[head * kKvBlockTokens + slot],
+  for (std::size_t local = 0; local < heads.count; ++local) {
+    const std::size_t head = heads.first + local, first = head * head_dim_, in = local * head_dim_;
+    quantize(key + in, key_scales[head * kKvBlockTokens + slot],
              [&](std::size_t c, std::int8_t q) { keys[(first + c) * kKvBlockTokens + slot] = q; });
-    quantize(value + first, value_scales[slot * kv_heads_ + head],
+    quantize(value + in, value_scales[slot * kv_heads_ + head],
              [&](std::size_t c, std::int8_t q) { values[slot * width_ + first + c] = q; });
   }
 }

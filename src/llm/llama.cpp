@@ -1,6 +1,7 @@
 // The Llama architecture's config and weights, read in place from a GGUF file.
 #include <cstring>
 #include <new>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -235,6 +236,152 @@ Result<std::shared_ptr<const LlamaModel>> LlamaModel::from_file(GgufFile file) {
     model->layers_.push_back(layer);
   }
   return std::shared_ptr<const LlamaModel>(std::move(model));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-parallel shards.
+
+namespace {
+
+// A shard repacked for the kernels from `rows` rows of `row_bytes` bytes.
+Result<WeightMatrix> packed_shard(TensorType type, std::span<const std::byte> data, std::span<const std::byte> rows,
+                                  std::size_t row_count, std::size_t columns) {
+  WeightMatrix shard{type, row_count, columns, data, nullptr};
+  try {
+    shard.packed = std::make_shared<const kernels::LlmPackedMatrix>(
+        kernels::pack_llm_matrix(weight_format(type), rows, row_count, columns));
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted(fmt::format("no memory for a tensor-parallel shard of {} rows of {} columns ({:.1f} MB)",
+                                          row_count, columns, static_cast<double>(rows.size()) / 1e6));
+  }
+  return shard;
+}
+
+// Rows [slice.first, slice.first + slice.count): the file's bytes in place, repacked.
+Result<WeightMatrix> row_shard(const WeightMatrix& matrix, TensorSlice slice) {
+  if (slice.first == 0 && slice.count == matrix.rows) return matrix;
+  const auto rows = matrix.data.subspan(slice.first * matrix.row_bytes(), slice.count * matrix.row_bytes());
+  return packed_shard(matrix.type, rows, rows, slice.count, matrix.columns);
+}
+
+// Columns [slice.first, slice.first + slice.count) of every row, on the type's block boundaries:
+// gathered from the file's rows, repacked, and not kept (the shard's `data` is empty).
+Result<WeightMatrix> column_shard(const WeightMatrix& matrix, TensorSlice slice) {
+  if (slice.first == 0 && slice.count == matrix.columns) return matrix;
+  const TensorTypeInfo& info = *tensor_type_info(matrix.type);
+  const std::size_t offset = slice.first / info.block_elements * info.block_bytes;
+  const std::size_t bytes = slice.count / info.block_elements * info.block_bytes;
+  std::vector<std::byte> gathered;
+  try {
+    gathered.resize(matrix.rows * bytes);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("no memory to gather a tensor-parallel shard");
+  }
+  for (std::size_t row = 0; row < matrix.rows; ++row) {
+    std::copy_n(matrix.data.begin() + static_cast<std::ptrdiff_t>(row * matrix.row_bytes() + offset), bytes,
+                gathered.begin() + static_cast<std::ptrdiff_t>(row * bytes));
+  }
+  return packed_shard(matrix.type, {}, gathered, matrix.rows, slice.count);
+}
+
+// The smallest run of `item_columns`-wide items whose width is a whole number of every one of
+// `matrices`' blocks.
+std::size_t items_per_unit(std::size_t item_columns, const std::vector<const WeightMatrix*>& matrices) {
+  std::size_t items = 1;
+  for (const WeightMatrix* matrix : matrices) {
+    const std::size_t block = tensor_type_info(matrix->type)->block_elements;
+    items = std::lcm(items, block / std::gcd(block, item_columns));
+  }
+  return items;
+}
+
+// Rank `rank`'s share of `total` items dealt in units of `unit` items, as evenly as they go.
+TensorSlice share(std::size_t total, std::size_t unit, std::size_t rank, std::size_t ranks) {
+  const std::size_t units = (total + unit - 1) / unit;
+  const std::size_t first = std::min(total, units * rank / ranks * unit);
+  const std::size_t end = std::min(total, units * (rank + 1) / ranks * unit);
+  return {first, end - first};
+}
+
+}  // namespace
+
+TensorParallelModel::Rank TensorParallelModel::whole(const LlamaModel& model) {
+  const LlamaConfig& config = model.config();
+  Rank rank{{0, config.heads}, {0, config.kv_heads}, {0, config.feed_forward}, {0, config.vocabulary}, {},
+            model.output()};
+  for (const LlamaModel::Layer& layer : model.layers()) {
+    rank.layers.push_back(
+        {layer.query, layer.key, layer.value, layer.attention_output, layer.gate, layer.up, layer.down});
+  }
+  return rank;
+}
+
+Result<std::shared_ptr<const TensorParallelModel>> TensorParallelModel::split(std::shared_ptr<const LlamaModel> model,
+                                                                              std::size_t ranks) {
+  const LlamaConfig& config = model->config();
+  auto split = std::shared_ptr<TensorParallelModel>(new TensorParallelModel());
+  split->model_ = model;
+  if (ranks <= 1) {
+    if (ranks == 0) return invalid_argument("tensor parallelism needs at least one rank");
+    split->ranks_.push_back(whole(*model));
+    return std::shared_ptr<const TensorParallelModel>(std::move(split));
+  }
+  // The attention's output matrix is split by columns at head-group boundaries, down's by columns
+  // at hidden units: each split falls on a block boundary in every layer.
+  const std::size_t group = config.heads / config.kv_heads;
+  std::vector<const WeightMatrix*> attention_outputs, downs;
+  for (const LlamaModel::Layer& layer : model->layers()) {
+    attention_outputs.push_back(&layer.attention_output);
+    downs.push_back(&layer.down);
+  }
+  const std::size_t group_unit = items_per_unit(group * config.head_dim, attention_outputs);
+  const std::size_t hidden_unit = items_per_unit(1, downs);
+  const std::size_t group_units = (config.kv_heads + group_unit - 1) / group_unit;
+  const std::size_t hidden_units = (config.feed_forward + hidden_unit - 1) / hidden_unit;
+  if (group_units < ranks) {
+    return invalid_argument(fmt::format(
+        "{} ranks cannot split {} key/value heads: each rank needs a run of {} head(s) ({} columns of the attention's "
+        "output, a whole number of its blocks), so at most {} rank(s)",
+        ranks, config.kv_heads, group_unit, group_unit * group * config.head_dim, group_units));
+  }
+  if (hidden_units < ranks) {
+    return invalid_argument(fmt::format(
+        "{} ranks cannot split {} hidden units: each rank needs a run of {} (a whole number of ffn_down's blocks), so "
+        "at most {} rank(s)",
+        ranks, config.feed_forward, hidden_unit, hidden_units));
+  }
+  if (config.vocabulary < ranks) {
+    return invalid_argument(fmt::format("{} ranks cannot split a vocabulary of {}", ranks, config.vocabulary));
+  }
+  for (std::size_t index = 0; index < ranks; ++index) {
+    Rank rank;
+    rank.kv_heads = share(config.kv_heads, group_unit, index, ranks);
+    rank.heads = {rank.kv_heads.first * group, rank.kv_heads.count * group};
+    rank.hidden = share(config.feed_forward, hidden_unit, index, ranks);
+    rank.vocabulary = share(config.vocabulary, 1, index, ranks);
+    const std::size_t head_dim = config.head_dim;
+    const TensorSlice query_rows{rank.heads.first * head_dim, rank.heads.count * head_dim};
+    const TensorSlice kv_rows{rank.kv_heads.first * head_dim, rank.kv_heads.count * head_dim};
+    for (const LlamaModel::Layer& layer : model->layers()) {
+      Layer shard;
+      SLIPWAY_ASSIGN_OR_RETURN(shard.query, row_shard(layer.query, query_rows));
+      SLIPWAY_ASSIGN_OR_RETURN(shard.key, row_shard(layer.key, kv_rows));
+      SLIPWAY_ASSIGN_OR_RETURN(shard.value, row_shard(layer.value, kv_rows));
+      SLIPWAY_ASSIGN_OR_RETURN(shard.attention_output, column_shard(layer.attention_output, query_rows));
+      SLIPWAY_ASSIGN_OR_RETURN(shard.gate, row_shard(layer.gate, rank.hidden));
+      SLIPWAY_ASSIGN_OR_RETURN(shard.up, row_shard(layer.up, rank.hidden));
+      SLIPWAY_ASSIGN_OR_RETURN(shard.down, column_shard(layer.down, rank.hidden));
+      for (const WeightMatrix* matrix : {&shard.query, &shard.key, &shard.value, &shard.attention_output, &shard.gate,
+                                         &shard.up, &shard.down}) {
+        split->shard_bytes_ += matrix->packed->bytes();
+      }
+      rank.layers.push_back(std::move(shard));
+    }
+    SLIPWAY_ASSIGN_OR_RETURN(rank.output, row_shard(model->output(), rank.vocabulary));
+    split->shard_bytes_ += rank.output.packed->bytes();
+    split->ranks_.push_back(std::move(rank));
+  }
+  return std::shared_ptr<const TensorParallelModel>(std::move(split));
 }
 
 }  // namespace slipway::llm
