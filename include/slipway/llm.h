@@ -488,10 +488,11 @@ class RankTeams {
   std::size_t ranks() const;
   ThreadTeam& team(std::size_t rank);
   // Runs job(rank) for every rank at once and returns when all have finished. One thread calls
-  // run() at a time; jobs must not throw.
+  // run() at a time. What a job throws is rethrown here, once every rank has stopped.
   void run(const std::function<void(std::size_t rank)>& job);
-  // Called by every rank's job the same number of times: returns once all ranks have reached it.
-  void synchronize();
+  // Called by every rank's job the same number of times: returns true once all ranks have reached
+  // it, or false as soon as a rank's job has thrown (the job should then return).
+  bool synchronize();
 
  private:
   struct State;
@@ -839,7 +840,7 @@ struct LlmBenchFigure {
   double tokens_per_second = 0, deviation = 0;  // mean and sample standard deviation over repetitions
 };
 Result<std::vector<LlmBenchFigure>> bench_model(const std::shared_ptr<const LlamaModel>& model,
-                                               const LlmBenchOptions& options);
+                                                const LlmBenchOptions& options);
 
 // How far a variant of the pass moves the logits: a prompt of random tokens run both ways, every
 // position's logits compared.
@@ -852,6 +853,10 @@ struct LogitDifference {
 // A quantized KV cache's cost in quality: an F32 cache against one of `type`.
 Result<LogitDifference> compare_kv_cache(const LlamaModel& model, KvCacheType type, std::size_t prompt_tokens,
                                          int threads);
+// A model against another of the same shape (the same weights quantized otherwise), `other` with
+// a cache of `other_type`.
+Result<LogitDifference> compare_models(const LlamaModel& exact, const LlamaModel& other, KvCacheType other_type,
+                                       std::size_t prompt_tokens, int threads);
 // One rank against `ranks` ranks on `threads` threads (the order of the all-reduce's additions).
 Result<LogitDifference> compare_tensor_parallel(const std::shared_ptr<const LlamaModel>& model, std::size_t ranks,
                                                 std::size_t prompt_tokens, int threads);

@@ -21,6 +21,7 @@
 
 #include "slipway/core.h"
 #include "slipway/data.h"
+#include "slipway/llm.h"
 #include "slipway/model.h"
 
 namespace slipway::optimize {
@@ -231,5 +232,80 @@ struct OptimizeReport {
 // fails to build or measure is a row with its error. InvalidArgument for an unknown technique, a
 // cost SLO without a price, or golden rows without the target.
 Result<OptimizeReport> optimize_model(const OptimizeOptions& options);
+
+// ---------------------------------------------------------------------------------------------
+// The LLM candidate table: a GGUF model served by the generation engine, each candidate changing
+// one thing (the weights' quantization, the KV cache's precision, speculative decoding, the
+// batching limits), measured under the same closed-loop load against TTFT/ITL objectives and a
+// cost per 1,000 output tokens.
+
+// "ttft_p95<=500ms,itl_p99<=80ms,cost<=0.05/1k,top1>=0.9": time to first token and inter-token
+// latency statistics, a cost per 1,000 output tokens (needs a price per hour), and the least
+// share of prompt positions whose top token must agree with the baseline's.
+struct LlmSlo {
+  std::string text;
+  std::optional<LatencySlo> time_to_first_token, inter_token_latency;
+  std::optional<double> cost_per_1k;
+  std::optional<double> top1_agreement;
+};
+Result<LlmSlo> parse_llm_slo(const std::string& text);
+
+struct LlmLatency {  // milliseconds
+  double p50 = 0, p95 = 0, p99 = 0, mean = 0;
+};
+
+struct LlmCandidateResult {
+  std::string name;       // "baseline", "quantize:q4_k", "kv:int8", "speculative:ngram", "batching:seqs=4"
+  std::string technique;  // baseline, quantize, kv, speculative, batching
+  // What differs from the baseline: `slipway llm serve` flag -> value, or "quantize" -> the type.
+  std::map<std::string, std::string> settings;
+  std::string serve_flags;  // the serve flags among them
+  std::string model_path;   // the GGUF file it serves
+  std::string error;
+  // Against the baseline's logits on one prompt of random tokens (0 and 1 for the candidates that
+  // change no arithmetic: speculative decoding is checked greedy, batching changes nothing).
+  double max_logit_difference = 0, rms_logit_difference = 0, top1_agreement = 1;
+  double output_tokens_per_second = 0;
+  LlmLatency time_to_first_token, inter_token_latency;
+  std::size_t completed = 0;
+  double cost_per_1k = 0;  // price per hour / (3600 x output tokens/s) x 1000; NaN without a price
+  std::uint64_t weight_bytes = 0, kv_cache_bytes = 0;
+  bool meets_slo = false;
+  std::vector<std::string> failures;
+  int changes = 0;
+};
+
+struct LlmOptimizeOptions {
+  std::string model_path;  // a GGUF Llama
+  std::string baseline_name;
+  LlmSlo slo;
+  double price_per_hour = 0;
+  std::vector<std::string> techniques = {"quantize", "kv", "speculative", "batching"};
+  // The load: `clients` closed-loop clients send `requests` requests in all, each of
+  // `prompt_tokens` random token ids and exactly `output_tokens` greedy output tokens.
+  std::size_t clients = 8, requests = 32, prompt_tokens = 128, output_tokens = 64;
+  int threads = 0;            // the engine's (0: all cores)
+  llm::EngineOptions engine;  // the baseline's; candidates change one field
+  // Where quantized candidates are written and kept; empty: a temporary folder, removed at the end.
+  std::string work_dir;
+  std::function<void(int step, int total, const std::string& what)> on_progress;
+};
+
+struct LlmOptimizeReport {
+  std::string baseline_name, slo_text;
+  double price_per_hour = 0;
+  std::size_t clients = 0, requests = 0, prompt_tokens = 0, output_tokens = 0;
+  std::vector<LlmCandidateResult> candidates;  // the baseline first
+  bool files_kept = false;                     // quantized candidates' files are still there
+  int recommended = -1;
+  std::string reason;
+};
+
+// Builds and measures every candidate of `techniques` and the baseline, one after another on
+// this machine, and recommends the one that meets every objective at the lowest cost (the most
+// output tokens per second without a price), ties going to fewer changes. A candidate that cannot
+// be built or served is a row with its error. InvalidArgument for an unknown technique, a cost
+// objective without a price, or a load that does not fit the model's context.
+Result<LlmOptimizeReport> optimize_llm(const LlmOptimizeOptions& options);
 
 }  // namespace slipway::optimize

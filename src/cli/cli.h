@@ -380,7 +380,7 @@ struct OptimizeFlags {
   std::string slice;
   std::string slo;  // "p95<=5ms@2000rps,cost<=0.02/1k,auc_drop<=0.005"
   double price_per_hour = 0.0;
-  std::string candidates = "quantize,prune,features,distill,int8,sparse,serving";
+  std::string candidates;        // empty: every technique of the model's kind
   std::string train_path;        // --train: rows to retrain on (features, distill)
   std::string unlabeled_path;    // --unlabeled: more rows for distill, labelled by the teacher
   std::string calibration_path;  // --calibration: rows an MLP's int8 activation scales are calibrated on
@@ -390,13 +390,17 @@ struct OptimizeFlags {
   double repeat_rate = 0.0;  // share of the load test's requests that repeat an earlier one
   std::string duration = "2s";
   std::string budget;  // --budget 10m: the whole run's time
-  int threads = 1;
+  int threads = 0;     // 0: a tabular model's server gets 1, an LLM's engine every core
   bool register_candidates = false;
   bool resume = false;  // skip candidates an earlier --register run measured (same baseline and SLO)
   std::string markdown_path;
   bool progress = true;
+  // A GGUF LLM's load, and where its quantized candidates are kept (empty: not kept).
+  std::size_t clients = 8, requests = 32, prompt_tokens = 128, output_tokens = 64;
+  std::string out_dir;
 };
-// The candidate table (optimize::optimize_model); with --register each candidate becomes a version.
+// The candidate table (optimize::optimize_model, or optimize::optimize_llm for a GGUF model);
+// with --register each tabular candidate becomes a version.
 int run_optimize(const GlobalOptions& global, const OptimizeFlags& flags);
 
 // Open- or closed-loop HTTP load with latency percentiles; exit 1 when an --slo is missed.

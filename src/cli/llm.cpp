@@ -309,9 +309,9 @@ int run_llm_bench(const GlobalOptions& global, const LlmBenchFlags& flags) {
   }
   result.tensor_parallel = flags.options.tensor_parallel;
   if (flags.options.tensor_parallel > 1) {
-    auto quality =
-        llm::compare_tensor_parallel(*model, flags.options.tensor_parallel,
-                                     std::min<std::size_t>(512, (*model)->config().context), flags.options.threads.back());
+    auto quality = llm::compare_tensor_parallel(*model, flags.options.tensor_parallel,
+                                                std::min<std::size_t>(512, (*model)->config().context),
+                                                flags.options.threads.back());
     if (!quality.ok()) return fail(quality.status());
     result.tp_quality = *quality;
   }

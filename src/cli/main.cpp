@@ -598,8 +598,8 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   auto* optimize_command = app.add_subcommand(
       "optimize", "Build optimized candidates of a model, measure each against an SLO, and recommend one");
   optimize_command->add_option("REF", optimize_flags.reference, kReferenceHelp)->required();
-  optimize_command->add_option("--data", optimize_flags.data_path, "Labelled golden rows (CSV): quality and requests")
-      ->required();
+  optimize_command->add_option("--data", optimize_flags.data_path,
+                               "Labelled golden rows (CSV): quality and requests (tabular models; required)");
   optimize_command->add_option("--slice", optimize_flags.slice,
                                "Also hold each slice of this column to the quality SLO");
   optimize_command->add_option("--train", optimize_flags.train_path,
@@ -613,14 +613,16 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   optimize_command
       ->add_option("--temperature", optimize_flags.temperature, "Distillation: softens the teacher's probabilities")
       ->capture_default_str();
-  optimize_command->add_option("--slo", optimize_flags.slo,
-                               "Objectives, e.g. 'p95<=5ms@2000rps,cost<=0.02/1k,auc_drop<=0.005'");
+  optimize_command->add_option(
+      "--slo", optimize_flags.slo,
+      "Objectives, e.g. 'p95<=5ms@2000rps,cost<=0.02/1k,auc_drop<=0.005'; for a GGUF LLM "
+      "'ttft_p95<=500ms,itl_p95<=50ms,cost<=0.05/1k,top1>=0.9' (cost per 1,000 output tokens)");
   optimize_command->add_option("--price-per-hour", optimize_flags.price_per_hour,
                                "What the machine costs per hour, for cost per 1,000 predictions");
-  optimize_command
-      ->add_option("--candidates", optimize_flags.candidates,
-                   "Techniques to try: quantize, prune, features, distill, int8, sparse, serving")
-      ->capture_default_str();
+  optimize_command->add_option(
+      "--candidates", optimize_flags.candidates,
+      "Techniques to try (default: all but tensor-parallel): quantize, prune, features, distill, int8, "
+      "sparse, serving; for a GGUF LLM quantize, kv, speculative, batching, tensor-parallel");
   optimize_command->add_option("--tolerance", optimize_flags.tolerance,
                                "Refuse to recommend a candidate whose outputs differ from the baseline's by more");
   optimize_command
@@ -632,8 +634,23 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   optimize_command->add_option("--budget", optimize_flags.budget,
                                "The whole run's time (10m, 90s): candidates not built or measured by then are rows "
                                "saying so");
-  optimize_command->add_option("--threads", optimize_flags.threads, "The measuring server's worker threads")
+  optimize_command->add_option(
+      "--threads", optimize_flags.threads,
+      "The measuring server's worker threads (default 1); an LLM engine's (default: all cores)");
+  optimize_command->add_option("--clients", optimize_flags.clients, "GGUF LLMs: closed-loop clients")
+      ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  optimize_command->add_option("--requests", optimize_flags.requests, "GGUF LLMs: requests per candidate")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  optimize_command->add_option("--prompt-tokens", optimize_flags.prompt_tokens, "GGUF LLMs: prompt tokens per request")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  optimize_command->add_option("--output-tokens", optimize_flags.output_tokens, "GGUF LLMs: output tokens per request")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  optimize_command->add_option("--out-dir", optimize_flags.out_dir,
+                               "GGUF LLMs: keep the quantized candidates here (default: not kept)");
   optimize_command->add_flag("--register", optimize_flags.register_candidates,
                              "Register each candidate as a new version of the model (NAME then resolves to the "
                              "last one; pin what is served with an alias first)");

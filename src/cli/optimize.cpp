@@ -10,6 +10,7 @@
 
 #include "cli/cli.h"
 #include "slipway/optimize.h"
+#include "slipway/serve.h"
 
 namespace slipway::cli {
 namespace {
@@ -18,6 +19,20 @@ std::string format_optional(double value, const char* format) {
   if (std::isnan(value)) return "-";
   if (std::isinf(value)) return "inf";
   return fmt::format(fmt::runtime(format), value);
+}
+
+void write_markdown_table(std::ostream& out, const std::vector<std::string>& headers,
+                          const std::vector<std::vector<std::string>>& rows) {
+  out << "|";
+  for (const auto& cell : headers) out << " " << cell << " |";
+  out << "\n|";
+  for (std::size_t index = 0; index < headers.size(); ++index) out << "---|";
+  out << "\n";
+  for (const auto& row : rows) {
+    out << "|";
+    for (const auto& cell : row) out << " " << cell << " |";
+    out << "\n";
+  }
 }
 
 struct OptimizeResult : CommandResult {
@@ -61,17 +76,7 @@ struct OptimizeResult : CommandResult {
     if (report.price_per_hour > 0) out << ", price " << report.price_per_hour << " per hour";
     if (report.repeat_rate > 0) out << ", " << report.repeat_rate << " of requests repeated";
     out << ".\n\n";
-    auto head = headers();
-    out << "|";
-    for (const auto& cell : head) out << " " << cell << " |";
-    out << "\n|";
-    for (std::size_t index = 0; index < head.size(); ++index) out << "---|";
-    out << "\n";
-    for (const auto& row : rows()) {
-      out << "|";
-      for (const auto& cell : row) out << " " << cell << " |";
-      out << "\n";
-    }
+    write_markdown_table(out, headers(), rows());
     out << "\n**Recommended:** " << report.reason << "\n";
     return out.str();
   }
@@ -145,6 +150,218 @@ struct OptimizeResult : CommandResult {
   }
 };
 
+struct LlmOptimizeResult : CommandResult {
+  optimize::LlmOptimizeReport report;
+  std::string model_path, markdown_path;
+
+  static std::vector<std::string> headers() {
+    return {"",
+            "candidate",
+            "top-1 agree",
+            "max |dlogit|",
+            "tokens/s",
+            "TTFT p50/p95 ms",
+            "ITL p50/p95 ms",
+            "cost/1k tok",
+            "weights",
+            "KV cache",
+            "SLO"};
+  }
+
+  std::vector<std::vector<std::string>> rows() const {
+    std::vector<std::vector<std::string>> rows;
+    for (std::size_t index = 0; index < report.candidates.size(); ++index) {
+      const auto& c = report.candidates[index];
+      std::string mark = static_cast<int>(index) == report.recommended ? "*" : "";
+      if (!c.error.empty()) {
+        rows.push_back({mark, c.name, "-", "-", "-", "-", "-", "-", "-", "-", "error: " + c.error});
+        continue;
+      }
+      std::string slo = c.meets_slo ? "meets" : "misses: " + c.failures.front();
+      for (std::size_t failure = 1; failure < c.failures.size(); ++failure) slo += "; " + c.failures[failure];
+      rows.push_back({mark, c.name, fmt::format("{:.3f}", c.top1_agreement),
+                      fmt::format("{:.3g}", c.max_logit_difference), fmt::format("{:.1f}", c.output_tokens_per_second),
+                      fmt::format("{:.0f} / {:.0f}", c.time_to_first_token.p50, c.time_to_first_token.p95),
+                      fmt::format("{:.1f} / {:.1f}", c.inter_token_latency.p50, c.inter_token_latency.p95),
+                      format_optional(c.cost_per_1k, "{:.3g}"), format_bytes(c.weight_bytes),
+                      format_bytes(c.kv_cache_bytes), slo});
+    }
+    return rows;
+  }
+
+  std::string load_text() const {
+    return fmt::format("{} requests from {} closed-loop clients, {} prompt and {} output tokens each", report.requests,
+                       report.clients, report.prompt_tokens, report.output_tokens);
+  }
+
+  // How to serve the recommended candidate (quantizing it first when its file was not kept).
+  std::string serve_command() const {
+    if (report.recommended < 0) return {};
+    const auto& chosen = report.candidates[static_cast<std::size_t>(report.recommended)];
+    std::string command;
+    std::string served = chosen.model_path;
+    if (auto type = chosen.settings.find("quantize"); type != chosen.settings.end() && !report.files_kept) {
+      served = std::filesystem::path(chosen.model_path).filename().string();
+      command = fmt::format("slipway llm quantize {} {} --type {} && ", model_path, served, type->second);
+    }
+    command += "slipway llm serve " + served;
+    return chosen.serve_flags.empty() ? command : command + " " + chosen.serve_flags;
+  }
+
+  std::string markdown() const {
+    std::ostringstream out;
+    out << "# slipway optimize " << report.baseline_name << "\n\nLoad: " << load_text() << ". SLO: `"
+        << (report.slo_text.empty() ? "(none)" : report.slo_text) << "`";
+    if (report.price_per_hour > 0) out << ", price " << report.price_per_hour << " per hour";
+    out << ".\n\n";
+    write_markdown_table(out, headers(), rows());
+    out << "\n**Recommended:** " << report.reason << "\n";
+    if (!serve_command().empty()) out << "\n`" << serve_command() << "`\n";
+    return out.str();
+  }
+
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("baseline").value(report.baseline_name).key("slo").value(report.slo_text);
+    json.key("price_per_hour").value(report.price_per_hour);
+    json.key("load").begin_object();
+    json.key("clients").value(static_cast<std::uint64_t>(report.clients));
+    json.key("requests").value(static_cast<std::uint64_t>(report.requests));
+    json.key("prompt_tokens").value(static_cast<std::uint64_t>(report.prompt_tokens));
+    json.key("output_tokens").value(static_cast<std::uint64_t>(report.output_tokens));
+    json.end_object();
+    auto latency = [&json](const char* key, const optimize::LlmLatency& value) {
+      json.key(key).begin_object().key("p50").value(value.p50).key("p95").value(value.p95);
+      json.key("p99").value(value.p99).key("mean").value(value.mean).end_object();
+    };
+    json.key("candidates").begin_array();
+    for (const auto& c : report.candidates) {
+      json.begin_object().key("name").value(c.name).key("technique").value(c.technique);
+      json.key("settings").begin_object();
+      for (const auto& [flag, value] : c.settings) json.key(flag).value(value);
+      json.end_object();
+      json.key("serve_flags").value(c.serve_flags);
+      if (!c.error.empty()) {
+        json.key("error").value(c.error).end_object();
+        continue;
+      }
+      json.key("top1_agreement").value(c.top1_agreement);
+      json.key("max_logit_difference").value(c.max_logit_difference);
+      json.key("rms_logit_difference").value(c.rms_logit_difference);
+      json.key("output_tokens_per_second").value(c.output_tokens_per_second);
+      latency("ttft_ms", c.time_to_first_token);
+      latency("itl_ms", c.inter_token_latency);
+      json.key("completed").value(static_cast<std::uint64_t>(c.completed));
+      json.key("cost_per_1k_tokens");
+      if (std::isnan(c.cost_per_1k)) {
+        json.null();
+      } else {
+        json.value(c.cost_per_1k);
+      }
+      json.key("weight_bytes").value(c.weight_bytes).key("kv_cache_bytes").value(c.kv_cache_bytes);
+      json.key("meets_slo").value(c.meets_slo).key("failures").begin_array();
+      for (const auto& failure : c.failures) json.value(failure);
+      json.end_array().end_object();
+    }
+    json.end_array();
+    json.key("recommended");
+    if (report.recommended < 0) {
+      json.null();
+    } else {
+      json.value(report.candidates[static_cast<std::size_t>(report.recommended)].name);
+    }
+    json.key("reason").value(report.reason).key("serve_command").value(serve_command()).end_object();
+  }
+
+  void write_text(std::ostream& out) const override {
+    out << "optimize " << report.baseline_name << ": " << load_text() << "; SLO "
+        << (report.slo_text.empty() ? "(none: throughput only)" : report.slo_text);
+    if (report.price_per_hour > 0) out << ", price " << report.price_per_hour << "/hour";
+    out << "\n\n";
+    print_table(out, headers(), rows());
+    out << "\nrecommended: " << report.reason << "\n";
+    if (!serve_command().empty()) out << "serve it: " << serve_command() << "\n";
+    if (!markdown_path.empty()) out << "table written to " << markdown_path << "\n";
+  }
+};
+
+// The GGUF file a reference names: a file, or a registered model whose version is one; empty when
+// it names a tabular model.
+Result<std::string> gguf_path(const GlobalOptions& global, const std::string& reference) {
+  std::error_code error;
+  if (std::filesystem::is_regular_file(reference, error)) {
+    return serve::is_gguf_artifact(reference) ? reference : std::string();
+  }
+  if (reference.ends_with(".gguf")) return not_found("no such file: " + reference);
+  if (pipeline::names_bundle_file(reference)) return std::string();
+  auto store = open_workspace(global, WorkspaceAccess::kReadOnly);
+  if (!store.ok()) return std::string();  // the tabular path reports it
+  SLIPWAY_ASSIGN_OR_RETURN(auto parsed, registry::parse_model_reference(reference));
+  auto version = (*store)->models().resolve(parsed.first, parsed.second);
+  if (!version.ok()) return std::string();
+  std::string path = (*store)->artifacts().path_for(version->bundle_sha256);
+  return serve::is_gguf_artifact(path) ? path : std::string();
+}
+
+Result<LlmOptimizeResult> optimize_llm_command(const OptimizeFlags& flags, const std::string& path) {
+  if (flags.register_candidates || flags.resume) {
+    return invalid_argument(
+        "LLM candidates are measured, not registered: register the file you choose with `slipway import gguf`");
+  }
+  for (const auto& [given, name] : {std::pair{!flags.data_path.empty(), "--data"},
+                                    {!flags.train_path.empty(), "--train"},
+                                    {!flags.slice.empty(), "--slice"},
+                                    {flags.tolerance.has_value(), "--tolerance"}}) {
+    if (given) return invalid_argument(std::string(name) + " applies to tabular models, not to a GGUF LLM");
+  }
+  optimize::LlmOptimizeOptions options;
+  options.model_path = path;
+  options.baseline_name = flags.reference;
+  if (!flags.slo.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(options.slo, optimize::parse_llm_slo(flags.slo));
+  }
+  if (flags.price_per_hour < 0 || !std::isfinite(flags.price_per_hour)) {
+    return invalid_argument("--price-per-hour must be a number >= 0");
+  }
+  options.price_per_hour = flags.price_per_hour;
+  if (!flags.candidates.empty()) {
+    options.techniques.clear();
+    for (auto& technique : config_detail::split_list(flags.candidates)) {
+      if (!technique.empty()) options.techniques.push_back(std::move(technique));
+    }
+  }
+  options.clients = flags.clients;
+  options.requests = flags.requests;
+  options.prompt_tokens = flags.prompt_tokens;
+  options.output_tokens = flags.output_tokens;
+  if (flags.threads < 0 || flags.threads > 1024)
+    return invalid_argument("--threads must be from 0 (all cores) to 1024");
+  options.threads = flags.threads;
+  options.engine.max_sequences = std::max<std::size_t>(options.engine.max_sequences, flags.clients);
+  options.engine.max_batched_tokens = std::max(options.engine.max_batched_tokens, options.engine.max_sequences);
+  options.work_dir = flags.out_dir;
+  if (!flags.out_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(flags.out_dir, error);
+    if (error || ::access(flags.out_dir.c_str(), W_OK) != 0) {
+      return invalid_argument("--out-dir: cannot write in " + flags.out_dir);
+    }
+  }
+  ProgressBar bar("optimize", 1, flags.progress);
+  options.on_progress = [&bar](int step, int total, const std::string& what) {
+    bar.set_total(total);
+    bar.update(step, what);
+  };
+  LlmOptimizeResult result;
+  result.model_path = path;
+  SLIPWAY_ASSIGN_OR_RETURN(result.report, optimize::optimize_llm(options));
+  bar.finish();
+  if (!flags.markdown_path.empty()) {
+    SLIPWAY_RETURN_IF_ERROR(write_file_atomic(flags.markdown_path, result.markdown()));
+    result.markdown_path = flags.markdown_path;
+  }
+  return result;
+}
+
 Result<OptimizeResult> optimize_command(const GlobalOptions& global, const OptimizeFlags& flags) {
   optimize::OptimizeOptions options;
   if (!flags.slo.empty()) {
@@ -154,13 +371,15 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
     return invalid_argument("--price-per-hour must be a number >= 0");
   }
   options.price_per_hour = flags.price_per_hour;
-  options.techniques.clear();
-  for (auto& technique : config_detail::split_list(flags.candidates)) {
-    if (!technique.empty()) options.techniques.push_back(std::move(technique));
-  }
-  if (options.techniques.empty()) {
-    return invalid_argument(
-        "--candidates needs at least one of: quantize, prune, features, distill, int8, sparse, serving");
+  if (!flags.candidates.empty()) {
+    options.techniques.clear();
+    for (auto& technique : config_detail::split_list(flags.candidates)) {
+      if (!technique.empty()) options.techniques.push_back(std::move(technique));
+    }
+    if (options.techniques.empty()) {
+      return invalid_argument(
+          "--candidates needs at least one of: quantize, prune, features, distill, int8, sparse, serving");
+    }
   }
   if (flags.tolerance) {
     if (!(*flags.tolerance >= 0) || !std::isfinite(*flags.tolerance)) {
@@ -175,8 +394,8 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
     SLIPWAY_ASSIGN_OR_RETURN(options.budget, parse_duration("--budget", flags.budget));
     if (*options.budget <= std::chrono::milliseconds(0)) return invalid_argument("--budget must be positive");
   }
-  if (flags.threads < 1 || flags.threads > 256) return invalid_argument("--threads must be from 1 to 256");
-  options.threads = flags.threads;
+  if (flags.threads < 0 || flags.threads > 256) return invalid_argument("--threads must be from 1 to 256");
+  options.threads = std::max(1, flags.threads);
   if (!(flags.repeat_rate >= 0 && flags.repeat_rate <= 1)) return invalid_argument("--repeat-rate must be from 0 to 1");
   options.repeat_rate = flags.repeat_rate;
   options.slice_column = flags.slice;
@@ -289,6 +508,11 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
 }  // namespace
 
 int run_optimize(const GlobalOptions& global, const OptimizeFlags& flags) {
+  auto path = gguf_path(global, flags.reference);
+  if (!path.ok()) return fail(path.status());
+  if (!path->empty()) return render(global, optimize_llm_command(flags, *path));
+  if (flags.data_path.empty())
+    return fail(invalid_argument("--data (labelled golden rows) is required for a tabular model"));
   return render(global, optimize_command(global, flags));
 }
 

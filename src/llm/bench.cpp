@@ -30,12 +30,12 @@ std::vector<BatchToken> random_tokens(const LlamaConfig& config, std::size_t cou
 }
 
 // One forward pass, on whichever threads and ranks the caller keeps.
-using Pass = std::function<Status(KvCache& cache, std::span<const BatchToken> batch, const std::vector<bool>& wants,
-                                  std::vector<float>& logits)>;
+using PassFunction = std::function<Status(KvCache& cache, std::span<const BatchToken> batch,
+                                          const std::vector<bool>& wants, std::vector<float>& logits)>;
 
 // Seconds for one run of the test: the prompt as one batch, or tokens decoded one by one.
 Result<double> run_once(const LlamaConfig& config, bool prompt, std::size_t tokens, KvCacheType type,
-                        const Pass& pass) {
+                        const PassFunction& pass) {
   KvCache cache(config, (tokens + kKvBlockTokens - 1) / kKvBlockTokens, 1, type);
   std::vector<float> logits;
   std::vector<BatchToken> batch = random_tokens(config, tokens, 0);
@@ -54,29 +54,29 @@ Result<double> run_once(const LlamaConfig& config, bool prompt, std::size_t toke
 // A prompt of random tokens through `exact` and through `other`, every position's logits
 // compared.
 Result<LogitDifference> difference(const LlamaConfig& config, std::size_t prompt_tokens, KvCacheType exact_type,
-                                   const Pass& exact, KvCacheType other_type, const Pass& other) {
+                                   const PassFunction& exact, KvCacheType other_type, const PassFunction& other) {
   if (prompt_tokens == 0 || prompt_tokens > config.context) {
     return invalid_argument(
         fmt::format("{} tokens do not fit the model's context of {}", prompt_tokens, config.context));
   }
   const std::vector<BatchToken> batch = random_tokens(config, prompt_tokens, 0);
   const std::vector<bool> wants(prompt_tokens, true);
-  auto logits_of = [&](KvCacheType type, const Pass& pass) -> Result<std::vector<float>> {
+  auto logits_of = [&](KvCacheType type, const PassFunction& pass) -> Result<std::vector<float>> {
     KvCache cache(config, (prompt_tokens + kKvBlockTokens - 1) / kKvBlockTokens, 1, type);
     std::vector<float> logits;
     SLIPWAY_RETURN_IF_ERROR(pass(cache, batch, wants, logits));
     return logits;
   };
-  SLIPWAY_ASSIGN_OR_RETURN(std::vector<float> a_logits, logits_of(exact_type, exact));
-  SLIPWAY_ASSIGN_OR_RETURN(std::vector<float> b_logits, logits_of(other_type, other));
+  SLIPWAY_ASSIGN_OR_RETURN(std::vector<float> exact_logits, logits_of(exact_type, exact));
+  SLIPWAY_ASSIGN_OR_RETURN(std::vector<float> other_logits, logits_of(other_type, other));
   LogitDifference result;
   result.positions = prompt_tokens;
   double squares = 0, exact_squares = 0;
   std::size_t agree = 0;
   const std::size_t vocabulary = config.vocabulary;
   for (std::size_t position = 0; position < prompt_tokens; ++position) {
-    const float* a = a_logits.data() + position * vocabulary;
-    const float* b = b_logits.data() + position * vocabulary;
+    const float* a = exact_logits.data() + position * vocabulary;
+    const float* b = other_logits.data() + position * vocabulary;
     for (std::size_t i = 0; i < vocabulary; ++i) {
       const double gap = static_cast<double>(a[i]) - b[i];
       result.max_abs_difference = std::max(result.max_abs_difference, std::fabs(gap));
@@ -85,19 +85,19 @@ Result<LogitDifference> difference(const LlamaConfig& config, std::size_t prompt
     }
     agree += std::max_element(a, a + vocabulary) - a == std::max_element(b, b + vocabulary) - b ? 1 : 0;
   }
-  const auto count = static_cast<double>(a_logits.size());
+  const auto count = static_cast<double>(exact_logits.size());
   result.rms_difference = std::sqrt(squares / count);
   result.logit_rms = std::sqrt(exact_squares / count);
   result.top1_agreement = static_cast<double>(agree) / static_cast<double>(prompt_tokens);
   return result;
 }
 
-Pass pass_on(const LlamaModel& model, ThreadTeam& team) {
+PassFunction pass_on(const LlamaModel& model, ThreadTeam& team) {
   return [&model, &team](KvCache& cache, std::span<const BatchToken> batch, const std::vector<bool>& wants,
                          std::vector<float>& logits) { return forward(model, cache, batch, wants, logits, team); };
 }
 
-Pass pass_on(const TensorParallelModel& model, RankTeams& teams) {
+PassFunction pass_on(const TensorParallelModel& model, RankTeams& teams) {
   return [&model, &teams](KvCache& cache, std::span<const BatchToken> batch, const std::vector<bool>& wants,
                           std::vector<float>& logits) { return forward(model, cache, batch, wants, logits, teams); };
 }
@@ -112,8 +112,19 @@ double median(std::vector<double> values) {
 Result<LogitDifference> compare_kv_cache(const LlamaModel& model, KvCacheType type, std::size_t prompt_tokens,
                                          int threads) {
   ThreadTeam team(threads);
-  const Pass pass = pass_on(model, team);
+  const PassFunction pass = pass_on(model, team);
   return difference(model.config(), prompt_tokens, KvCacheType::kF32, pass, type, pass);
+}
+
+Result<LogitDifference> compare_models(const LlamaModel& exact, const LlamaModel& other, KvCacheType other_type,
+                                       std::size_t prompt_tokens, int threads) {
+  const LlamaConfig &a = exact.config(), &b = other.config();
+  if (a.embedding != b.embedding || a.layers != b.layers || a.heads != b.heads || a.kv_heads != b.kv_heads ||
+      a.vocabulary != b.vocabulary || a.context != b.context) {
+    return invalid_argument("the two models differ in shape; only another quantization of the same model compares");
+  }
+  ThreadTeam team(threads);
+  return difference(a, prompt_tokens, KvCacheType::kF32, pass_on(exact, team), other_type, pass_on(other, team));
 }
 
 Result<LogitDifference> compare_tensor_parallel(const std::shared_ptr<const LlamaModel>& model, std::size_t ranks,
@@ -126,7 +137,7 @@ Result<LogitDifference> compare_tensor_parallel(const std::shared_ptr<const Llam
 }
 
 Result<std::vector<LlmBenchFigure>> bench_model(const std::shared_ptr<const LlamaModel>& model,
-                                               const LlmBenchOptions& options) {
+                                                const LlmBenchOptions& options) {
   const LlamaConfig& config = model->config();
   for (std::size_t tokens : {options.prompt_tokens, options.generated_tokens}) {
     if (tokens > config.context) {
@@ -136,12 +147,12 @@ Result<std::vector<LlmBenchFigure>> bench_model(const std::shared_ptr<const Llam
   SLIPWAY_ASSIGN_OR_RETURN(auto split, TensorParallelModel::split(model, options.tensor_parallel));
   std::vector<LlmBenchFigure> figures;
   for (int threads : options.threads) {
-    if (static_cast<std::size_t>(std::max(threads, 1)) < options.tensor_parallel) {
-      return invalid_argument(fmt::format("{} ranks need at least as many threads, not {}", options.tensor_parallel,
-                                          threads));
+    if (static_cast<std::size_t>(threads) < options.tensor_parallel) {
+      log_warn(fmt::format("{} thread(s) skipped: {} ranks need at least one each", threads, options.tensor_parallel));
+      continue;
     }
     RankTeams teams(options.tensor_parallel, threads);
-    const Pass pass = pass_on(*split, teams);
+    const PassFunction pass = pass_on(*split, teams);
     for (bool prompt : {true, false}) {
       std::size_t tokens = prompt ? options.prompt_tokens : options.generated_tokens;
       if (tokens == 0) continue;
@@ -157,6 +168,9 @@ Result<std::vector<LlmBenchFigure>> bench_model(const std::shared_ptr<const Llam
       double deviation = rates.size() > 1 ? std::sqrt(squares / static_cast<double>(rates.size() - 1)) : 0.0;
       figures.push_back({fmt::format("{}{}", prompt ? "pp" : "tg", tokens), threads, mean, deviation});
     }
+  }
+  if (figures.empty() && !options.threads.empty()) {
+    return invalid_argument(fmt::format("no thread count reaches the {} ranks asked for", options.tensor_parallel));
   }
   return figures;
 }

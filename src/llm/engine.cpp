@@ -128,8 +128,8 @@ struct Engine::State {
   EngineOptions options;
   KvCache cache;
   std::shared_ptr<const TensorParallelModel> ranks;  // the model as its ranks hold it (one: whole)
-  RankTeams teams;                    // the forward pass's threads, used by the engine thread only
-  std::unique_ptr<DraftModel> draft;  // speculative decoding with a draft model
+  RankTeams teams;                                   // the forward pass's threads, used by the engine thread only
+  std::unique_ptr<DraftModel> draft;                 // speculative decoding with a draft model
 
   mutable std::mutex mutex;
   std::condition_variable wake;
@@ -656,6 +656,10 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
         static_cast<double>(sequence_blocks * block_bytes) / kMiB));
   }
   SLIPWAY_ASSIGN_OR_RETURN(auto ranks, TensorParallelModel::split(std::move(model), chosen.tensor_parallel));
+  if (ranks->ranks().size() > 1) {
+    log_info(fmt::format("the forward pass is split over {} ranks; their shards take {:.1f} MiB besides the model",
+                         ranks->ranks().size(), static_cast<double>(ranks->shard_bytes()) / (1 << 20)));
+  }
   try {
     auto state = std::make_unique<State>(std::move(ranks), std::move(tokenizer), chosen, blocks);
     State* raw = state.get();

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <set>
@@ -188,8 +189,8 @@ void gather_blocks(const KvCache& cache, std::size_t sequence, std::size_t layer
 // query, the next query `width` floats on), into `out` (its rows of the attended values, as far
 // apart). Each query's arithmetic is what it would be alone: its scores, its softmax, and its
 // positions' values in order, the positions every query of the tile has first, then its own.
-void attend(const LlamaConfig& config, const HeadBlocks& head_blocks, std::span<const BatchToken> batch,
-            QueryTile tile, const float* query, std::size_t width, float* out) {
+void attend(const LlamaConfig& config, const HeadBlocks& head_blocks, std::span<const BatchToken> batch, QueryTile tile,
+            const float* query, std::size_t width, float* out) {
   const kernels::LlmKernelVariant& variant = kernels::llm_kernel();
   const BatchToken& first = batch[tile.first_token];
   const std::size_t shortest = first.position + 1, longest = shortest + tile.count - 1;
@@ -199,8 +200,8 @@ void attend(const LlamaConfig& config, const HeadBlocks& head_blocks, std::span<
   thread_local std::vector<float> scores;
   if (scores.size() < tile.count * row) scores.resize(tile.count * row);
   for (std::size_t b = 0; b < blocks; ++b) {
-    variant.block_scores(query, width, tile.count,
-                         head_blocks.keys[b], config.head_dim, scores.data() + b * kKvBlockTokens, row);
+    variant.block_scores(query, width, tile.count, head_blocks.keys[b], config.head_dim,
+                         scores.data() + b * kKvBlockTokens, row);
   }
   const float score_scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
   for (std::size_t q = 0; q < tile.count; ++q) variant.softmax(scores.data() + q * row, shortest + q, score_scale);
@@ -242,13 +243,14 @@ struct Pass {
   std::vector<std::vector<float>> partials;  // per rank, tokens x embedding
   std::vector<std::size_t> wanted;           // the tokens whose logits are wanted
   std::vector<float>& logits;                // wanted x vocabulary
-  std::function<void()> synchronize;         // returns once every rank has called it
+  // Returns once every rank has called it: true, or false once a rank has failed (stop).
+  std::function<bool()> synchronize;
 };
 
 // x += every rank's partial, in rank order. Each rank adds its share of the tokens once every
-// partial is complete, and reads x again only once every share is added.
-void all_reduce(Pass& pass, std::size_t rank, ThreadTeam& team) {
-  pass.synchronize();
+// partial is complete, and reads x again only once every share is added. False: a rank failed.
+bool all_reduce(Pass& pass, std::size_t rank, ThreadTeam& team) {
+  if (!pass.synchronize()) return false;
   const std::size_t tokens = pass.batch.size(), ranks = pass.partials.size(), width = pass.model.config().embedding;
   const std::size_t first = tokens * rank / ranks, end = tokens * (rank + 1) / ranks;
   over_tokens(team, end - first, [&](std::size_t from, std::size_t count) {
@@ -256,7 +258,7 @@ void all_reduce(Pass& pass, std::size_t rank, ThreadTeam& team) {
       for (std::size_t i = (first + from) * width; i < (first + from + count) * width; ++i) pass.x[i] += partial[i];
     }
   });
-  pass.synchronize();
+  return pass.synchronize();
 }
 
 // One rank's share of the pass: its heads and hidden units of every layer, then its slice of the
@@ -301,16 +303,15 @@ void run_rank(Pass& pass, const TensorParallelModel::Rank& rank, std::size_t ran
         reach = std::max(reach, batch[tiles[t].first_token].position + tiles[t].count);
       }
       thread_local HeadBlocks head_blocks;
-      gather_blocks(pass.cache, batch[tiles[run.first].first_token].sequence, index,
-                    (rank.heads.first + head) / group, (reach + kKvBlockTokens - 1) / kKvBlockTokens, head_dim,
-                    head_blocks);
+      gather_blocks(pass.cache, batch[tiles[run.first].first_token].sequence, index, (rank.heads.first + head) / group,
+                    (reach + kKvBlockTokens - 1) / kKvBlockTokens, head_dim, head_blocks);
       for (std::size_t t = run.first; t < run.end; ++t) {
         const std::size_t offset = tiles[t].first_token * query_width + head * head_dim;
         attend(config, head_blocks, batch, tiles[t], query.data() + offset, query_width, attended.data() + offset);
       }
     });
     multiply({{&layer.attention_output, &partial}}, attended, tokens, team);
-    all_reduce(pass, rank_index, team);
+    if (!all_reduce(pass, rank_index, team)) return;
     over_tokens(team, tokens, [&](std::size_t first, std::size_t count) {
       rms_norm(x.data() + first * width, count, norms.ffn_norm, config.rms_epsilon, normed.data() + first * width);
     });
@@ -320,7 +321,7 @@ void run_rank(Pass& pass, const TensorParallelModel::Rank& rank, std::size_t ran
       variant.silu_multiply(gate.data() + first * hidden, up.data() + first * hidden, count * hidden);
     });
     multiply({{&layer.down, &partial}}, gate, tokens, team);
-    all_reduce(pass, rank_index, team);
+    if (!all_reduce(pass, rank_index, team)) return;
   }
   // Only the rows that want logits go through the output matrix (a prompt wants its last).
   const std::size_t wanted = pass.wanted.size();
@@ -348,7 +349,7 @@ void run_rank(Pass& pass, const TensorParallelModel::Rank& rank, std::size_t ran
 template <typename RunRanks>
 Status run_pass(const LlamaModel& model, std::span<const TensorParallelModel::Rank> ranks, KvCache& cache,
                 std::span<const BatchToken> batch, const std::vector<bool>& wants_logits, std::vector<float>& logits,
-                std::function<void()> synchronize, const RunRanks& run_ranks) {
+                std::function<bool()> synchronize, const RunRanks& run_ranks) {
   const LlamaConfig& config = model.config();
   const std::size_t tokens = batch.size(), width = config.embedding;
   if (wants_logits.size() != tokens) return invalid_argument("wants_logits must have one entry per token");
@@ -384,8 +385,17 @@ Status run_pass(const LlamaModel& model, std::span<const TensorParallelModel::Ra
   }
   for (const auto& [sequence, writes] : reach)
     SLIPWAY_RETURN_IF_ERROR(cache.prepare(sequence, writes.first, writes.end));
-  Pass pass{model, cache, batch, rotations(batch, config), query_tiles(batch), {}, std::vector<float>(tokens * width),
-            std::vector<std::vector<float>>(ranks.size()), {}, logits, std::move(synchronize)};
+  Pass pass{model,
+            cache,
+            batch,
+            rotations(batch, config),
+            query_tiles(batch),
+            {},
+            std::vector<float>(tokens * width),
+            std::vector<std::vector<float>>(ranks.size()),
+            {},
+            logits,
+            std::move(synchronize)};
   pass.runs = tile_runs(pass.tiles, batch, cache.type() != KvCacheType::kF32);
   for (std::size_t t = 0; t < tokens; ++t) {
     dequantize_row(model.token_embedding(), static_cast<std::size_t>(batch[t].token), pass.x.data() + t * width);
@@ -402,8 +412,9 @@ Status run_pass(const LlamaModel& model, std::span<const TensorParallelModel::Ra
 Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchToken> batch,
                const std::vector<bool>& wants_logits, std::vector<float>& logits, ThreadTeam& team) {
   const TensorParallelModel::Rank whole = TensorParallelModel::whole(model);
-  return run_pass(model, std::span(&whole, 1), cache, batch, wants_logits, logits, [] {},
-                  [&](const auto& job) { job(0, team); });
+  return run_pass(
+      model, std::span(&whole, 1), cache, batch, wants_logits, logits, [] { return true; },
+      [&](const auto& job) { job(0, team); });
 }
 
 Status forward(const LlamaModel& model, KvCache& cache, std::span<const BatchToken> batch,
@@ -418,8 +429,9 @@ Status forward(const TensorParallelModel& model, KvCache& cache, std::span<const
     return invalid_argument(
         fmt::format("a model split over {} ranks cannot run on {} rank teams", model.ranks().size(), teams.ranks()));
   }
-  return run_pass(model.model(), model.ranks(), cache, batch, wants_logits, logits, [&] { teams.synchronize(); },
-                  [&](const auto& job) { teams.run([&](std::size_t rank) { job(rank, teams.team(rank)); }); });
+  return run_pass(
+      model.model(), model.ranks(), cache, batch, wants_logits, logits, [&] { return teams.synchronize(); },
+      [&](const auto& job) { teams.run([&](std::size_t rank) { job(rank, teams.team(rank)); }); });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -454,6 +466,20 @@ struct RankTeams::State {
   // synchronize()'s barrier: the ranks still to arrive, and the phase they wait to see change.
   std::atomic<std::size_t> arriving{0};
   std::atomic<std::uint64_t> phase{0};
+  // A rank whose job threw: the others leave their barriers and jobs, and run() rethrows it.
+  std::atomic<bool> failed{false};
+  std::exception_ptr failure;  // the first, under the mutex
+
+  // Runs the job for `rank`, keeping what it throws.
+  void run_job(const std::function<void(std::size_t)>& current, std::size_t rank) {
+    try {
+      current(rank);
+    } catch (...) {
+      std::lock_guard lock(mutex);
+      if (!failure) failure = std::current_exception();
+      failed.store(true, std::memory_order_release);
+    }
+  }
 
   void serve(std::size_t rank) {
     std::uint64_t seen = 0;
@@ -466,9 +492,18 @@ struct RankTeams::State {
         seen = generation;
         current = job;
       }
-      (*current)(rank);
+      run_job(*current, rank);
       finished.fetch_add(1, std::memory_order_acq_rel);
     }
+  }
+
+  void stop() {
+    {
+      std::lock_guard lock(mutex);
+      stopping = true;
+    }
+    wake.notify_all();
+    for (std::thread& thread : threads) thread.join();
   }
 };
 
@@ -479,20 +514,17 @@ RankTeams::RankTeams(std::size_t ranks, int threads) : state_(std::make_unique<S
     const std::size_t share = total / ranks + (rank < total % ranks ? 1 : 0);
     state_->teams.push_back(std::make_unique<ThreadTeam>(static_cast<int>(std::max<std::size_t>(1, share))));
   }
-  state_->arriving = ranks;
-  for (std::size_t rank = 1; rank < ranks; ++rank) {
-    state_->threads.emplace_back([state = state_.get(), rank] { state->serve(rank); });
+  try {
+    for (std::size_t rank = 1; rank < ranks; ++rank) {
+      state_->threads.emplace_back([state = state_.get(), rank] { state->serve(rank); });
+    }
+  } catch (...) {  // a rank cannot run without its thread: none run
+    state_->stop();
+    throw;
   }
 }
 
-RankTeams::~RankTeams() {
-  {
-    std::lock_guard lock(state_->mutex);
-    state_->stopping = true;
-  }
-  state_->wake.notify_all();
-  for (std::thread& thread : state_->threads) thread.join();
-}
+RankTeams::~RankTeams() { state_->stop(); }
 
 std::size_t RankTeams::ranks() const { return state_->teams.size(); }
 
@@ -502,26 +534,33 @@ void RankTeams::run(const std::function<void(std::size_t)>& job) {
   State& state = *state_;
   if (state.threads.empty()) return job(0);
   state.finished.store(0, std::memory_order_relaxed);
+  state.arriving.store(state.teams.size(), std::memory_order_relaxed);
+  state.failed.store(false, std::memory_order_relaxed);
   {
-    std::lock_guard lock(state.mutex);
+    std::lock_guard lock(state.mutex);  // publishes the stores above to the ranks it wakes
+    state.failure = nullptr;
     state.job = &job;
     ++state.generation;
   }
   state.wake.notify_all();
-  job(0);
+  state.run_job(job, 0);
   spin_until([&] { return state.finished.load(std::memory_order_acquire) == state.threads.size(); });
+  if (state.failure) std::rethrow_exception(state.failure);
 }
 
-void RankTeams::synchronize() {
+bool RankTeams::synchronize() {
   State& state = *state_;
-  if (state.threads.empty()) return;
+  if (state.threads.empty()) return true;
   const std::uint64_t phase = state.phase.load(std::memory_order_acquire);
   if (state.arriving.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     state.arriving.store(state.teams.size(), std::memory_order_relaxed);
     state.phase.store(phase + 1, std::memory_order_release);
-    return;
+    return !state.failed.load(std::memory_order_acquire);
   }
-  spin_until([&] { return state.phase.load(std::memory_order_acquire) != phase; });
+  spin_until([&] {
+    return state.phase.load(std::memory_order_acquire) != phase || state.failed.load(std::memory_order_acquire);
+  });
+  return !state.failed.load(std::memory_order_acquire);
 }
 
 }  // namespace slipway::llm

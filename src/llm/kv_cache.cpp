@@ -273,8 +273,8 @@ void KvCache::store(std::size_t sequence, std::size_t layer, std::size_t positio
   store(sequence, layer, position, key, value, {0, kv_heads_});
 }
 
-void KvCache::store(std::size_t sequence, std::size_t layer, std::size_t position, const float* key,
-                    const float* value, TensorSlice heads) {
+void KvCache::store(std::size_t sequence, std::size_t layer, std::size_t position, const float* key, const float* value,
+                    TensorSlice heads) {
   std::byte* data = layer_data(tables_[sequence][position / kKvBlockTokens], layer);
   const std::size_t slot = position % kKvBlockTokens;
   const std::size_t first_column = heads.first * head_dim_, columns = heads.count * head_dim_;

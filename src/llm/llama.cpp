@@ -269,6 +269,10 @@ Result<WeightMatrix> row_shard(const WeightMatrix& matrix, TensorSlice slice) {
 Result<WeightMatrix> column_shard(const WeightMatrix& matrix, TensorSlice slice) {
   if (slice.first == 0 && slice.count == matrix.columns) return matrix;
   const TensorTypeInfo& info = *tensor_type_info(matrix.type);
+  if (slice.first % info.block_elements != 0 || slice.count % info.block_elements != 0) {
+    return invalid_argument(fmt::format("columns [{}, {}) do not fall on {}'s blocks of {}", slice.first,
+                                        slice.first + slice.count, info.name, info.block_elements));
+  }
   const std::size_t offset = slice.first / info.block_elements * info.block_bytes;
   const std::size_t bytes = slice.count / info.block_elements * info.block_bytes;
   std::vector<std::byte> gathered;
@@ -371,8 +375,8 @@ Result<std::shared_ptr<const TensorParallelModel>> TensorParallelModel::split(st
       SLIPWAY_ASSIGN_OR_RETURN(shard.gate, row_shard(layer.gate, rank.hidden));
       SLIPWAY_ASSIGN_OR_RETURN(shard.up, row_shard(layer.up, rank.hidden));
       SLIPWAY_ASSIGN_OR_RETURN(shard.down, column_shard(layer.down, rank.hidden));
-      for (const WeightMatrix* matrix : {&shard.query, &shard.key, &shard.value, &shard.attention_output, &shard.gate,
-                                         &shard.up, &shard.down}) {
+      for (const WeightMatrix* matrix :
+           {&shard.query, &shard.key, &shard.value, &shard.attention_output, &shard.gate, &shard.up, &shard.down}) {
         split->shard_bytes_ += matrix->packed->bytes();
       }
       rank.layers.push_back(std::move(shard));

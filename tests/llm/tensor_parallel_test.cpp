@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <future>
+#include <stdexcept>
 
 #include "slipway/llm.h"
 #include "support/test_support.h"
@@ -75,15 +77,13 @@ Comparison split_against_whole(const std::shared_ptr<const LlamaModel>& model, s
   ThreadTeam team(1);
   RankTeams teams(ranks, threads == 0 ? static_cast<int>(ranks) : threads);
   const std::vector<float> exact =
-      run_steps(model->config(), type, [&](KvCache& cache, std::span<const BatchToken> batch,
-                                           const std::vector<bool>& wants, std::vector<float>& logits) {
-        return forward(*model, cache, batch, wants, logits, team);
-      });
+      run_steps(model->config(), type,
+                [&](KvCache& cache, std::span<const BatchToken> batch, const std::vector<bool>& wants,
+                    std::vector<float>& logits) { return forward(*model, cache, batch, wants, logits, team); });
   const std::vector<float> parallel =
-      run_steps(model->config(), type, [&](KvCache& cache, std::span<const BatchToken> batch,
-                                           const std::vector<bool>& wants, std::vector<float>& logits) {
-        return forward(**split, cache, batch, wants, logits, teams);
-      });
+      run_steps(model->config(), type,
+                [&](KvCache& cache, std::span<const BatchToken> batch, const std::vector<bool>& wants,
+                    std::vector<float>& logits) { return forward(**split, cache, batch, wants, logits, teams); });
   return compare(exact, parallel, model->config().vocabulary);
 }
 
@@ -195,6 +195,25 @@ TEST(TensorParallel, RefusesSplitsTheShapesForbid) {
   std::vector<float> logits;
   const std::vector<BatchToken> batch = {{0, 0, 1}};
   EXPECT_EQ(forward(*split, cache, batch, {true}, logits, three_teams).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(RankTeams, ARankThatThrowsReleasesTheOthersAndTheNextRunWorks) {
+  RankTeams teams(3, 3);
+  std::atomic<int> after_barrier{0};
+  auto failing = [&](std::size_t rank) {
+    if (rank == 1) throw std::runtime_error("rank 1 fails");
+    // The others wait for rank 1 at a barrier it never reaches: they must be let go.
+    if (teams.synchronize()) after_barrier.fetch_add(1);
+  };
+  EXPECT_THROW(teams.run(failing), std::runtime_error);
+  EXPECT_EQ(after_barrier.load(), 0);
+  std::atomic<int> passed{0};
+  teams.run([&](std::size_t) {
+    for (int round = 0; round < 100; ++round) {
+      if (teams.synchronize()) passed.fetch_add(1);
+    }
+  });
+  EXPECT_EQ(passed.load(), 300);
 }
 
 TEST(TensorParallel, TheEngineOnTwoRanksGivesTheSameGreedyTokens) {
