@@ -158,7 +158,7 @@ struct LlmOptimizeResult : CommandResult {
     return {"",
             "candidate",
             "top-1 agree",
-            "max |dlogit|",
+            "max Δlogit",
             "tokens/s",
             "TTFT p50/p95 ms",
             "ITL p50/p95 ms",
@@ -289,7 +289,9 @@ struct LlmOptimizeResult : CommandResult {
 Result<std::string> gguf_path(const GlobalOptions& global, const std::string& reference) {
   std::error_code error;
   if (std::filesystem::is_regular_file(reference, error)) {
-    return serve::is_gguf_artifact(reference) ? reference : std::string();
+    if (serve::is_gguf_artifact(reference)) return reference;
+    if (reference.ends_with(".gguf")) return invalid_argument(reference + " is not a GGUF file (no GGUF magic)");
+    return std::string();
   }
   if (reference.ends_with(".gguf")) return not_found("no such file: " + reference);
   if (pipeline::names_bundle_file(reference)) return std::string();

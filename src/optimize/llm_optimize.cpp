@@ -253,7 +253,8 @@ Status measure(Plan& candidate, const std::shared_ptr<const llm::LlamaModel>& ba
     result.top1_agreement = difference.top1_agreement;
   }
   SLIPWAY_ASSIGN_OR_RETURN(auto engine, llm::Engine::start(model, tokenizer, candidate.engine));
-  result.kv_cache_bytes = engine->stats().kv_blocks * llm::KvCache::block_bytes(model->config(), candidate.engine.kv_cache_type);
+  result.kv_cache_bytes =
+      engine->stats().kv_blocks * llm::KvCache::block_bytes(model->config(), candidate.engine.kv_cache_type);
   // A round of short requests first: the pool's first pages and the threads' first loops are not
   // the candidate's steady state.
   const std::size_t warm_up = std::min(options.clients, prompts.size());
@@ -312,12 +313,12 @@ void recommend(LlmOptimizeReport& report, bool priced) {
   }
   const LlmCandidateResult& chosen = report.candidates[static_cast<std::size_t>(report.recommended)];
   const LlmCandidateResult& baseline = report.candidates.front();
-  report.reason = fmt::format(
-      "{}: meets every objective at {}; {:.2f}x the baseline's output tokens/s", chosen.name,
-      priced ? fmt::format("the lowest cost, {:.3g} per 1k output tokens", chosen.cost_per_1k)
-             : fmt::format("the most output tokens/s, {:.1f}", chosen.output_tokens_per_second),
-      baseline.output_tokens_per_second > 0 ? chosen.output_tokens_per_second / baseline.output_tokens_per_second
-                                            : kNaN);
+  report.reason = fmt::format("{}: meets every objective at {}; {:.2f}x the baseline's output tokens/s", chosen.name,
+                              priced ? fmt::format("the lowest cost, {:.3g} per 1k output tokens", chosen.cost_per_1k)
+                                     : fmt::format("the most output tokens/s, {:.1f}", chosen.output_tokens_per_second),
+                              baseline.output_tokens_per_second > 0
+                                  ? chosen.output_tokens_per_second / baseline.output_tokens_per_second
+                                  : kNaN);
 }
 
 }  // namespace

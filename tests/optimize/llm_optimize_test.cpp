@@ -59,9 +59,9 @@ TEST_F(LlmOptimizeTest, MeasuresEveryCandidateAndRecommendsTheCheapestThatMeetsT
     EXPECT_EQ(candidate.error, "") << candidate.name;
     by_name[candidate.name] = candidate;
   }
-  for (const char* name : {"baseline", "quantize:q8_0", "quantize:q4_k", "quantize:q4_0", "kv:int8",
-                           "speculative:ngram", "batching:seqs=1", "batching:seqs=2", "batching:tokens=128",
-                           "batching:tokens=2048", "tensor-parallel:2"}) {
+  for (const char* name :
+       {"baseline", "quantize:q8_0", "quantize:q4_k", "quantize:q4_0", "kv:int8", "speculative:ngram",
+        "batching:seqs=1", "batching:seqs=2", "batching:tokens=128", "batching:tokens=2048", "tensor-parallel:2"}) {
     ASSERT_TRUE(by_name.contains(name)) << name;
     const LlmCandidateResult& candidate = by_name[name];
     EXPECT_EQ(candidate.completed, options_.requests) << name;
