@@ -284,6 +284,52 @@ struct LlmOptimizeResult : CommandResult {
   }
 };
 
+// Checked before minutes of measuring (and any registration), not after.
+Status check_markdown_path(const OptimizeFlags& flags) {
+  if (flags.markdown_path.empty()) return {};
+  std::filesystem::path folder = std::filesystem::absolute(flags.markdown_path).parent_path();
+  std::error_code error;
+  if (!std::filesystem::is_directory(folder, error) || ::access(folder.c_str(), W_OK) != 0 ||
+      std::filesystem::is_directory(flags.markdown_path, error)) {
+    return invalid_argument("--markdown: cannot write in " + folder.string());
+  }
+  return {};
+}
+
+// Builds a table into `result.report` with a progress bar, then writes its Markdown when asked.
+template <typename Options, typename TableResult, typename Build>
+Status run_table(const OptimizeFlags& flags, Options& options, TableResult& result, const Build& build) {
+  ProgressBar bar("optimize", 1, flags.progress);
+  options.on_progress = [&bar](int step, int total, const std::string& what) {
+    bar.set_total(total);
+    bar.update(step, what);
+  };
+  SLIPWAY_ASSIGN_OR_RETURN(result.report, build(options));
+  bar.finish();
+  if (!flags.markdown_path.empty()) {
+    SLIPWAY_RETURN_IF_ERROR(write_file_atomic(flags.markdown_path, result.markdown()));
+    result.markdown_path = flags.markdown_path;
+  }
+  return {};
+}
+
+// What both tables read alike: the price, and the techniques asked for (left as they are, the
+// kind's defaults, when --candidates is not given).
+Status read_price_and_candidates(const OptimizeFlags& flags, std::string_view known, double& price_per_hour,
+                                 std::vector<std::string>& techniques) {
+  if (flags.price_per_hour < 0 || !std::isfinite(flags.price_per_hour)) {
+    return invalid_argument("--price-per-hour must be a number >= 0");
+  }
+  price_per_hour = flags.price_per_hour;
+  if (flags.candidates.empty()) return {};
+  techniques.clear();
+  for (auto& technique : config_detail::split_list(flags.candidates)) {
+    if (!technique.empty()) techniques.push_back(std::move(technique));
+  }
+  if (techniques.empty()) return invalid_argument(fmt::format("--candidates needs at least one of: {}", known));
+  return {};
+}
+
 // The GGUF file a reference names: a file, or a registered model whose version is one; empty when
 // it names a tabular model.
 Result<std::string> gguf_path(const GlobalOptions& global, const std::string& reference) {
@@ -315,22 +361,15 @@ Result<LlmOptimizeResult> optimize_llm_command(const OptimizeFlags& flags, const
                                     {flags.tolerance.has_value(), "--tolerance"}}) {
     if (given) return invalid_argument(std::string(name) + " applies to tabular models, not to a GGUF LLM");
   }
+  SLIPWAY_RETURN_IF_ERROR(check_markdown_path(flags));
   optimize::LlmOptimizeOptions options;
   options.model_path = path;
   options.baseline_name = flags.reference;
   if (!flags.slo.empty()) {
     SLIPWAY_ASSIGN_OR_RETURN(options.slo, optimize::parse_llm_slo(flags.slo));
   }
-  if (flags.price_per_hour < 0 || !std::isfinite(flags.price_per_hour)) {
-    return invalid_argument("--price-per-hour must be a number >= 0");
-  }
-  options.price_per_hour = flags.price_per_hour;
-  if (!flags.candidates.empty()) {
-    options.techniques.clear();
-    for (auto& technique : config_detail::split_list(flags.candidates)) {
-      if (!technique.empty()) options.techniques.push_back(std::move(technique));
-    }
-  }
+  SLIPWAY_RETURN_IF_ERROR(read_price_and_candidates(flags, "quantize, kv, speculative, batching, tensor-parallel",
+                                                    options.price_per_hour, options.techniques));
   options.clients = flags.clients;
   options.requests = flags.requests;
   options.prompt_tokens = flags.prompt_tokens;
@@ -348,19 +387,9 @@ Result<LlmOptimizeResult> optimize_llm_command(const OptimizeFlags& flags, const
       return invalid_argument("--out-dir: cannot write in " + flags.out_dir);
     }
   }
-  ProgressBar bar("optimize", 1, flags.progress);
-  options.on_progress = [&bar](int step, int total, const std::string& what) {
-    bar.set_total(total);
-    bar.update(step, what);
-  };
   LlmOptimizeResult result;
   result.model_path = path;
-  SLIPWAY_ASSIGN_OR_RETURN(result.report, optimize::optimize_llm(options));
-  bar.finish();
-  if (!flags.markdown_path.empty()) {
-    SLIPWAY_RETURN_IF_ERROR(write_file_atomic(flags.markdown_path, result.markdown()));
-    result.markdown_path = flags.markdown_path;
-  }
+  SLIPWAY_RETURN_IF_ERROR(run_table(flags, options, result, optimize::optimize_llm));
   return result;
 }
 
@@ -369,20 +398,9 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
   if (!flags.slo.empty()) {
     SLIPWAY_ASSIGN_OR_RETURN(options.slo, optimize::parse_slo(flags.slo));
   }
-  if (flags.price_per_hour < 0 || !std::isfinite(flags.price_per_hour)) {
-    return invalid_argument("--price-per-hour must be a number >= 0");
-  }
-  options.price_per_hour = flags.price_per_hour;
-  if (!flags.candidates.empty()) {
-    options.techniques.clear();
-    for (auto& technique : config_detail::split_list(flags.candidates)) {
-      if (!technique.empty()) options.techniques.push_back(std::move(technique));
-    }
-    if (options.techniques.empty()) {
-      return invalid_argument(
-          "--candidates needs at least one of: quantize, prune, features, distill, int8, sparse, serving");
-    }
-  }
+  SLIPWAY_RETURN_IF_ERROR(read_price_and_candidates(flags,
+                                                    "quantize, prune, features, distill, int8, sparse, serving",
+                                                    options.price_per_hour, options.techniques));
   if (flags.tolerance) {
     if (!(*flags.tolerance >= 0) || !std::isfinite(*flags.tolerance)) {
       return invalid_argument("--tolerance must be a finite number >= 0");
@@ -401,15 +419,7 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
   if (!(flags.repeat_rate >= 0 && flags.repeat_rate <= 1)) return invalid_argument("--repeat-rate must be from 0 to 1");
   options.repeat_rate = flags.repeat_rate;
   options.slice_column = flags.slice;
-  if (!flags.markdown_path.empty()) {
-    // Checked before minutes of measuring (and any registration), not after.
-    std::filesystem::path folder = std::filesystem::absolute(flags.markdown_path).parent_path();
-    std::error_code error;
-    if (!std::filesystem::is_directory(folder, error) || ::access(folder.c_str(), W_OK) != 0 ||
-        std::filesystem::is_directory(flags.markdown_path, error)) {
-      return invalid_argument("--markdown: cannot write in " + folder.string());
-    }
-  }
+  SLIPWAY_RETURN_IF_ERROR(check_markdown_path(flags));
 
   // Candidates become versions of a registered model; a bundle file's are measured only.
   bool from_registry = !pipeline::names_bundle_file(flags.reference);
@@ -491,19 +501,9 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
       return found->second;
     };
   }
-  ProgressBar bar("optimize", 1, flags.progress);
-  options.on_progress = [&bar](int step, int total, const std::string& what) {
-    bar.set_total(total);
-    bar.update(step, what);
-  };
   OptimizeResult result;
   result.data_path = flags.data_path;
-  SLIPWAY_ASSIGN_OR_RETURN(result.report, optimize::optimize_model(options));
-  bar.finish();
-  if (!flags.markdown_path.empty()) {
-    SLIPWAY_RETURN_IF_ERROR(write_file_atomic(flags.markdown_path, result.markdown()));
-    result.markdown_path = flags.markdown_path;
-  }
+  SLIPWAY_RETURN_IF_ERROR(run_table(flags, options, result, optimize::optimize_model));
   return result;
 }
 
