@@ -322,19 +322,20 @@ TensorParallelModel::Rank TensorParallelModel::whole(const LlamaModel& model) {
 
 Result<std::shared_ptr<const TensorParallelModel>> TensorParallelModel::split(std::shared_ptr<const LlamaModel> model,
                                                                               std::size_t ranks) {
-  const LlamaConfig& config = model->config();
   auto split = std::shared_ptr<TensorParallelModel>(new TensorParallelModel());
-  split->model_ = model;
+  split->model_ = std::move(model);
+  const LlamaModel& source = *split->model_;
+  const LlamaConfig& config = source.config();
   if (ranks <= 1) {
     if (ranks == 0) return invalid_argument("tensor parallelism needs at least one rank");
-    split->ranks_.push_back(whole(*model));
+    split->ranks_.push_back(whole(source));
     return std::shared_ptr<const TensorParallelModel>(std::move(split));
   }
   // The attention's output matrix is split by columns at head-group boundaries, down's by columns
   // at hidden units: each split falls on a block boundary in every layer.
   const std::size_t group = config.heads / config.kv_heads;
   std::vector<const WeightMatrix*> attention_outputs, downs;
-  for (const LlamaModel::Layer& layer : model->layers()) {
+  for (const LlamaModel::Layer& layer : source.layers()) {
     attention_outputs.push_back(&layer.attention_output);
     downs.push_back(&layer.down);
   }
@@ -366,7 +367,7 @@ Result<std::shared_ptr<const TensorParallelModel>> TensorParallelModel::split(st
     const std::size_t head_dim = config.head_dim;
     const TensorSlice query_rows{rank.heads.first * head_dim, rank.heads.count * head_dim};
     const TensorSlice kv_rows{rank.kv_heads.first * head_dim, rank.kv_heads.count * head_dim};
-    for (const LlamaModel::Layer& layer : model->layers()) {
+    for (const LlamaModel::Layer& layer : source.layers()) {
       Layer shard;
       SLIPWAY_ASSIGN_OR_RETURN(shard.query, row_shard(layer.query, query_rows));
       SLIPWAY_ASSIGN_OR_RETURN(shard.key, row_shard(layer.key, kv_rows));
@@ -381,7 +382,7 @@ Result<std::shared_ptr<const TensorParallelModel>> TensorParallelModel::split(st
       }
       rank.layers.push_back(std::move(shard));
     }
-    SLIPWAY_ASSIGN_OR_RETURN(rank.output, row_shard(model->output(), rank.vocabulary));
+    SLIPWAY_ASSIGN_OR_RETURN(rank.output, row_shard(source.output(), rank.vocabulary));
     split->shard_bytes_ += rank.output.packed->bytes();
     split->ranks_.push_back(std::move(rank));
   }
