@@ -398,8 +398,7 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
   if (!flags.slo.empty()) {
     SLIPWAY_ASSIGN_OR_RETURN(options.slo, optimize::parse_slo(flags.slo));
   }
-  SLIPWAY_RETURN_IF_ERROR(read_price_and_candidates(flags,
-                                                    "quantize, prune, features, distill, int8, sparse, serving",
+  SLIPWAY_RETURN_IF_ERROR(read_price_and_candidates(flags, "quantize, prune, features, distill, int8, sparse, serving",
                                                     options.price_per_hour, options.techniques));
   if (flags.tolerance) {
     if (!(*flags.tolerance >= 0) || !std::isfinite(*flags.tolerance)) {
