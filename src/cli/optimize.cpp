@@ -35,6 +35,14 @@ void write_markdown_table(std::ostream& out, const std::vector<std::string>& hea
   }
 }
 
+// A candidate's SLO column: "meets", or every clause it misses.
+std::string slo_cell(bool meets, const std::vector<std::string>& failures) {
+  if (meets) return "meets";
+  std::string cell = "misses: " + failures.front();
+  for (std::size_t failure = 1; failure < failures.size(); ++failure) cell += "; " + failures[failure];
+  return cell;
+}
+
 struct OptimizeResult : CommandResult {
   optimize::OptimizeReport report;
   std::string data_path;
@@ -56,8 +64,7 @@ struct OptimizeResult : CommandResult {
             {mark, c.name, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "error: " + c.error, "-"});
         continue;
       }
-      std::string slo = c.meets_slo ? "meets" : "misses: " + c.failures.front();
-      for (std::size_t failure = 1; failure < c.failures.size(); ++failure) slo += "; " + c.failures[failure];
+      const std::string slo = slo_cell(c.meets_slo, c.failures);
       rows.push_back({mark, c.name, format_metric(c.quality), format_optional(c.quality_drop, "{:.4f}"),
                       c.worst_slice.empty() ? "-" : fmt::format("{:.4f} ({})", c.worst_slice_drop, c.worst_slice),
                       std::to_string(c.rows_beyond_tolerance), fmt::format("{:.3f}", c.p50_ms),
@@ -177,8 +184,7 @@ struct LlmOptimizeResult : CommandResult {
         rows.push_back({mark, c.name, "-", "-", "-", "-", "-", "-", "-", "-", "error: " + c.error});
         continue;
       }
-      std::string slo = c.meets_slo ? "meets" : "misses: " + c.failures.front();
-      for (std::size_t failure = 1; failure < c.failures.size(); ++failure) slo += "; " + c.failures[failure];
+      const std::string slo = slo_cell(c.meets_slo, c.failures);
       rows.push_back({mark, c.name, fmt::format("{:.3f}", c.top1_agreement),
                       fmt::format("{:.3g}", c.max_logit_difference), fmt::format("{:.1f}", c.output_tokens_per_second),
                       fmt::format("{:.0f} / {:.0f}", c.time_to_first_token.p50, c.time_to_first_token.p95),
