@@ -12,8 +12,9 @@
 #   (e) speculative decoding, greedy, one client: the F16 file of the same shape plain, with
 #       --speculative ngram, and with --speculative draft and the Q8_0 file as its draft (decode
 #       tokens/s ratios and the acceptance rate from /metrics);
-#   (f) KV-cache capacity: the same --kv-cache-mb with f32 and int8 keys and values, 32 clients of
-#       long requests, the most sequences running at once (polled from /metrics) and preemptions.
+#   (f) KV-cache capacity: the same --kv-cache-mb with f32, f16 (the default) and int8 keys and
+#       values, 32 clients of long requests, the most sequences running at once (polled from
+#       /metrics) and preemptions.
 # Each server starts on a free port, is waited for, warmed up with two short requests, measured,
 # and stopped. Every measurement is checked: all requests completed, with exactly the output
 # tokens asked for; a row that fails the check says so.
@@ -26,7 +27,7 @@
 #   PREFIX_TOKENS [1024, cut to what the context holds]  PREFIX_OWN_TOKENS [32]  PREFIX_OUTPUT_TOKENS [16]
 #   PREFIX_REQUESTS [REQUESTS]  SKIP [letters of the parts to leave out, e.g. "bd"]
 #   SPEC_TARGET [the 110M F16 file]  SPEC_DRAFT [the 110M Q8_0 file]  SPEC_REQUESTS [4]
-#   KV_MB [400]  KV_CLIENTS [32]
+#   KV_MB [300]  KV_CLIENTS [32]
 # About 10-15 minutes on 2 cores with the defaults; REQUESTS=8 OUTPUT_TOKENS=16 checks it in about one.
 set -euo pipefail
 build=${1:?usage: bench/llm_serve_bench.sh BUILD_DIR [MODEL.gguf]}
@@ -191,12 +192,12 @@ if [[ $skip != *e* ]]; then
 fi
 if [[ $skip != *f* ]]; then
   kv=(--clients "${KV_CLIENTS:-32}" --requests "${KV_CLIENTS:-32}" --prompt-tokens 512 --output-tokens 128)
-  echo "(f) KV cache capacity in ${KV_MB:-400} MiB: f32 against int8" >&2
-  start_slipway f_f32 --max-num-seqs "${KV_CLIENTS:-32}" --kv-cache-mb "${KV_MB:-400}" --no-prefix-caching
-  measure f_f32 "${kv[@]}"
-  start_slipway f_int8 --max-num-seqs "${KV_CLIENTS:-32}" --kv-cache-mb "${KV_MB:-400}" --no-prefix-caching \
-    --kv-cache-dtype int8
-  measure f_int8 "${kv[@]}"
+  echo "(f) KV cache capacity in ${KV_MB:-300} MiB: f32, f16 and int8" >&2
+  for dtype in f32 f16 int8; do
+    start_slipway "f_$dtype" --max-num-seqs "${KV_CLIENTS:-32}" --kv-cache-mb "${KV_MB:-300}" --no-prefix-caching \
+      --kv-cache-dtype "$dtype"
+    measure "f_$dtype" "${kv[@]}"
+  done
 fi
 
 /usr/bin/python3 - "$work" "$requests" "$output_tokens" "$prefix_requests" "$prefix_output" "$clients" <<'PY'
@@ -306,17 +307,19 @@ if any(spec.values()):
               f'{"-" if accepted is None or label == "e_plain" else f"{100 * accepted:.0f}%"} | '
               f'{"-" if not versus else f"{versus:.2f}x"} |')
 
-kv = {label: load(label) for label in ("f_f32", "f_int8")}
+kv = {label: load(label) for label in ("f_f32", "f_f16", "f_int8")}
 if any(kv.values()):
     print("\n| KV cache, same budget | pool blocks | most sequences at once | preemptions | output tokens/s |")
     print("|---|---|---|---|---|")
-    for label, title in (("f_f32", "f32"), ("f_int8", "int8")):
+    for label, title in (("f_f32", "f32"), ("f_f16", "f16 (the default)"), ("f_int8", "int8")):
         report = kv[label]
         if report is None:
             continue
         print(f'| {title} | {metric(label, "slipway_llm_kv_cache_blocks"):.0f} | {peak(label)} | '
               f'{metric(label, "slipway_llm_preemptions_total"):.0f} | {report["output_tokens_per_second"]:.1f} |')
-    if peak("f_f32") and peak("f_int8"):
-        print(f'\nint8 / f32 sequences at once in the same memory: {peak("f_int8") / peak("f_f32"):.2f}x '
-              f'(pool blocks {metric("f_int8", "slipway_llm_kv_cache_blocks") / metric("f_f32", "slipway_llm_kv_cache_blocks"):.2f}x)')
+    for base in ("f_f16", "f_f32"):
+        if peak(base) and peak("f_int8"):
+            blocks = metric("f_int8", "slipway_llm_kv_cache_blocks") / metric(base, "slipway_llm_kv_cache_blocks")
+            print(f'\nint8 / {base[2:]} sequences at once in the same memory: {peak("f_int8") / peak(base):.2f}x '
+                  f'(pool blocks {blocks:.2f}x)')
 PY

@@ -495,21 +495,37 @@ using LlmQuantizeInput = void (*)(const float* values, std::size_t blocks, std::
 // at once (a prompt's consecutive tokens: they share the block's loads).
 inline constexpr std::size_t kAttentionBlock = 16;
 inline constexpr std::size_t kAttentionQueries = 4;
+// A block of one head's cached keys or values, read where the cache holds them: as floats, as
+// halves, or as int8 codes each worth code * its position's scale (a float). Element k of
+// position i is float(x), half_to_float(x) or float(code) * scales[i * scale_stride].
+enum class KvElement : std::uint8_t { kF32, kF16, kInt8 };
+struct KvBlock {
+  const void* data = nullptr;
+  KvElement element = KvElement::kF32;
+  std::size_t stride = 0;  // values: elements from one position's row to the next
+  const float* scales = nullptr;
+  std::size_t scale_stride = 0;
+};
+std::size_t kv_element_bytes(KvElement element);
+// The block from its row `row` on (values).
+KvBlock kv_block_from_row(const KvBlock& block, std::size_t row);
+
 // Scores: scores[q * score_stride + i] = query_q . key_i for q < query_count, query_q at
-// queries + q * query_stride and the block's keys transposed ([head_dim][kAttentionBlock]); each
-// dot product summed in four chains of every fourth dimension (fused multiply-adds, in order),
-// then (c0 + c1) + (c2 + c3).
+// queries + q * query_stride and the block's keys transposed ([head_dim][kAttentionBlock],
+// element d * kAttentionBlock + i, position i); each dot product summed in four chains of every
+// fourth dimension (fused multiply-adds, in order), then (c0 + c1) + (c2 + c3).
 using LlmBlockScores = void (*)(const float* queries, std::size_t query_stride, std::size_t query_count,
-                                const float* keys, std::size_t head_dim, float* scores, std::size_t score_stride);
+                                const KvBlock& keys, std::size_t head_dim, float* scores, std::size_t score_stride);
 // Softmax of scores[0, count) * scale, in place: x = s * scale; e = kernels::llm_exp(x - max x);
 // each e divided by the total, summed in 16 lanes (position mod 16, in order) whose halves are
 // then added (lane j + 8 to lane j, then j + 4, j + 2, j + 1). NaN scores weigh 0.
 using LlmSoftmax = void (*)(float* scores, std::size_t count, float scale);
-// Values: out_q[d] = fma(weights_q[i], values[i * value_stride + d], out_q[d]) for i < count, in
-// order, for q < query_count (weights_q = weights + q * weight_stride, out_q = out + q * out_stride).
+// Values: out_q[d] = fma(weights_q[i], value_i[d], out_q[d]) for i < count, in order, for
+// q < query_count (weights_q = weights + q * weight_stride, out_q = out + q * out_stride), value_i
+// the block's row i (element i * values.stride + d).
 using LlmAddWeightedValues = void (*)(const float* weights, std::size_t weight_stride, std::size_t query_count,
-                                      std::size_t count, const float* values, std::size_t value_stride,
-                                      std::size_t head_dim, float* out, std::size_t out_stride);
+                                      std::size_t count, const KvBlock& values, std::size_t head_dim, float* out,
+                                      std::size_t out_stride);
 // SwiGLU's gate: gate[i] = gate[i] / (1 + llm_exp(-gate[i])) * up[i], for i < count.
 using LlmSiluMultiply = void (*)(float* gate, const float* up, std::size_t count);
 // exp(x) to within 2 ulp for x in [-87, 88]; 0 below -87 and for NaN; exp(88) above 88. Every

@@ -301,11 +301,12 @@ class LlamaModel {
 // ([kKvBlockTokens][kv_heads * head_dim]).
 inline constexpr std::size_t kKvBlockTokens = 16;
 
-// How keys and values are kept: as floats, or as int8 with one float scale per head and position
-// (each head's vector quantized symmetrically: scale = max |x| / 127), 3.8 times smaller at a
-// head size of 64. Attention reads int8 blocks dequantized a head at a time.
-enum class KvCacheType { kF32, kInt8 };
-std::string_view kv_cache_type_name(KvCacheType type);  // "f32", "int8"
+// How keys and values are kept: as floats; as halves (IEEE binary16, rounded to nearest, llama.cpp's
+// and vLLM's default), half the bytes; or as int8 with one float scale per head and position (each
+// head's vector quantized symmetrically: scale = max |x| / 127), 3.8 times smaller than floats at
+// a head size of 64. Attention reads every type in place, widening to floats in registers.
+enum class KvCacheType { kF32, kF16, kInt8 };
+std::string_view kv_cache_type_name(KvCacheType type);  // "f32", "f16", "int8"
 bool kv_cache_type_by_name(std::string_view name, KvCacheType& type);
 
 // A run of heads, units or rows: [first, first + count).
@@ -318,9 +319,9 @@ class KvCache {
   // A pool of `blocks` blocks for `config`'s layers and heads, for sequences numbered below
   // `max_sequences`.
   KvCache(const LlamaConfig& config, std::size_t blocks, std::size_t max_sequences = 4096,
-          KvCacheType type = KvCacheType::kF32);
+          KvCacheType type = KvCacheType::kF16);
   // The bytes one block takes for `config`.
-  static std::uint64_t block_bytes(const LlamaConfig& config, KvCacheType type = KvCacheType::kF32);
+  static std::uint64_t block_bytes(const LlamaConfig& config, KvCacheType type = KvCacheType::kF16);
   KvCacheType type() const { return type_; }
 
   // Room to write positions [first, end) of `sequence` (new sequences start empty): blocks
@@ -358,13 +359,10 @@ class KvCache {
   // those heads (a tensor-parallel rank stores its own).
   void store(std::size_t sequence, std::size_t layer, std::size_t position, const float* key, const float* value,
              TensorSlice heads);
-  // One key/value head of the sequence's `block`th block as floats: its keys [head_dim]
-  // [kKvBlockTokens], and its values [kKvBlockTokens] rows `value_stride` floats apart. In place
-  // for F32; for int8, dequantized into `scratch` (head_dim * kKvBlockTokens floats).
-  const float* head_keys(std::size_t sequence, std::size_t layer, std::size_t block, std::size_t kv_head,
-                         float* scratch) const;
-  const float* head_values(std::size_t sequence, std::size_t layer, std::size_t block, std::size_t kv_head,
-                           float* scratch, std::size_t& value_stride) const;
+  // One key/value head of the sequence's `block`th block, where it lies: its keys [head_dim]
+  // [kKvBlockTokens], and its values [kKvBlockTokens] rows.
+  kernels::KvBlock head_keys(std::size_t sequence, std::size_t layer, std::size_t block, std::size_t kv_head) const;
+  kernels::KvBlock head_values(std::size_t sequence, std::size_t layer, std::size_t block, std::size_t kv_head) const;
 
   std::size_t total_blocks() const { return references_.size(); }
   // Blocks no sequence holds (cached ones included, which are evicted as needed).
@@ -381,7 +379,7 @@ class KvCache {
     std::array<std::int32_t, kKvBlockTokens> tokens{};
     bool valid = false;
   };
-  // A block's layer: keys, then values (floats or int8), then for int8 the keys' scales
+  // A block's layer: keys, then values (floats, halves or int8), then for int8 the keys' scales
   // [kv_heads][kKvBlockTokens] and the values' [kKvBlockTokens][kv_heads].
   std::byte* layer_data(std::size_t block, std::size_t layer);
   const std::byte* layer_data(std::size_t block, std::size_t layer) const;
@@ -393,7 +391,7 @@ class KvCache {
   void drop(std::size_t block);      // one fewer, back on the free list at the last
   std::vector<std::size_t>& table(std::size_t sequence);
 
-  KvCacheType type_ = KvCacheType::kF32;
+  KvCacheType type_ = KvCacheType::kF16;
   std::size_t width_ = 0, layers_ = 0, kv_heads_ = 0, head_dim_ = 0, layer_bytes_ = 0, block_bytes_ = 0;
   HugePageBuffer storage_;  // [block][layer]
   std::size_t max_sequences_ = 0;
@@ -733,7 +731,7 @@ struct EngineOptions {
   // written); 0: enough for max_sequences whole contexts, within kDefaultKvCacheBytes. A pool that
   // cannot hold one whole context is refused at start, with the numbers.
   std::uint64_t kv_cache_bytes = 0;
-  KvCacheType kv_cache_type = KvCacheType::kF32;  // vLLM's kv_cache_dtype
+  KvCacheType kv_cache_type = KvCacheType::kF16;  // vLLM's kv_cache_dtype ("auto": the f16 file's 16 bits)
   // Whole blocks of prompts kept and reused across requests (by the salt's tenant only).
   bool prefix_caching = true;
   SpeculativeOptions speculative;
@@ -831,7 +829,7 @@ class OpenAiApi {
 struct LlmBenchOptions {
   std::size_t prompt_tokens = 512, generated_tokens = 128, repetitions = 5;
   std::vector<int> threads = {1, 2};
-  KvCacheType kv_cache_type = KvCacheType::kF32;
+  KvCacheType kv_cache_type = KvCacheType::kF16;
   std::size_t tensor_parallel = 1;  // ranks the passes are split over; each thread count at least this
 };
 struct LlmBenchFigure {

@@ -2,9 +2,12 @@
 // cached keys, their softmax, and the weighted sum of the block's values) and SwiGLU's gate. Each does the scalar
 // reference's operations in its order (slipway/kernels.h), lanes holding positions or dimensions,
 // so every variant gives the reference's bits; sharing a block's loads between queries, not
-// reordering arithmetic, is where the speed comes from.
+// reordering arithmetic, is where the speed comes from. Half and int8 blocks are widened to
+// floats in registers as they are loaded: a 16-bit cache is read at half the bytes of a float
+// one, an int8 cache at a quarter.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/llm_kernels_x86.h"
 #include "kernels/x86_intrinsics.h"
@@ -12,16 +15,86 @@
 namespace slipway::kernels {
 namespace {
 
-#define SLIPWAY_AVX512 __attribute__((target("avx512f,avx2,fma")))
-#define SLIPWAY_AVX2 __attribute__((target("avx2,fma")))
+#define SLIPWAY_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define SLIPWAY_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define SLIPWAY_INLINE inline __attribute__((always_inline))
+
+// ---------------------------------------------------------------------------------------------
+// Cached elements as floats: 16 (or 8) consecutive elements from `at`, each int8 code times
+// `scales` (its lane's scale).
+
+template <KvElement kElement>
+SLIPWAY_AVX512 SLIPWAY_INLINE __m512 load_16(const void* data, std::size_t at, __m512 scales) {
+  if constexpr (kElement == KvElement::kF32) {
+    return _mm512_loadu_ps(static_cast<const float*>(data) + at);
+  } else if constexpr (kElement == KvElement::kF16) {
+    return _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(data) + at)));
+  } else {
+    const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::int8_t*>(data) + at));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(codes)), scales);
+  }
+}
+
+// The same for the first lanes of `mask`, zeros past them.
+template <KvElement kElement>
+SLIPWAY_AVX512 SLIPWAY_INLINE __m512 load_16_masked(const void* data, std::size_t at, __mmask16 mask, __m512 scales) {
+  if constexpr (kElement == KvElement::kF32) {
+    return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(data) + at);
+  } else if constexpr (kElement == KvElement::kF16) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, static_cast<const std::uint16_t*>(data) + at));
+  } else {
+    const __m128i codes = _mm_maskz_loadu_epi8(mask, static_cast<const std::int8_t*>(data) + at);
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(codes)), scales);
+  }
+}
+
+template <KvElement kElement>
+SLIPWAY_AVX2 SLIPWAY_INLINE __m256 load_8(const void* data, std::size_t at, __m256 scales) {
+  if constexpr (kElement == KvElement::kF32) {
+    return _mm256_loadu_ps(static_cast<const float*>(data) + at);
+  } else if constexpr (kElement == KvElement::kF16) {
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(data) + at)));
+  } else {
+    const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const std::int8_t*>(data) + at));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes)), scales);
+  }
+}
+
+// The block's 16 positions' scales (int8 keys), one per lane.
+SLIPWAY_AVX512 __m512 position_scales_16(const KvBlock& block) {
+  if (block.element != KvElement::kInt8) return _mm512_setzero_ps();
+  alignas(64) float scales[kAttentionBlock];
+  for (std::size_t i = 0; i < kAttentionBlock; ++i) scales[i] = block.scales[i * block.scale_stride];
+  return _mm512_load_ps(scales);
+}
+
+SLIPWAY_AVX2 __m256 position_scales_8(const KvBlock& block, std::size_t first) {
+  if (block.element != KvElement::kInt8) return _mm256_setzero_ps();
+  alignas(32) float scales[8];
+  for (std::size_t i = 0; i < 8; ++i) scales[i] = block.scales[(first + i) * block.scale_stride];
+  return _mm256_load_ps(scales);
+}
+
+// Row i's scale, in every lane (int8 values).
+SLIPWAY_AVX512 SLIPWAY_INLINE __m512 row_scale_16(const KvBlock& block, std::size_t row) {
+  return block.element == KvElement::kInt8 ? _mm512_set1_ps(block.scales[row * block.scale_stride])
+                                           : _mm512_setzero_ps();
+}
+
+SLIPWAY_AVX2 SLIPWAY_INLINE __m256 row_scale_8(const KvBlock& block, std::size_t row) {
+  return block.element == KvElement::kInt8 ? _mm256_set1_ps(block.scales[row * block.scale_stride])
+                                           : _mm256_setzero_ps();
+}
 
 // ---------------------------------------------------------------------------------------------
 // Scores. Four chains per query (dimension mod 4), the block's 16 keys of a dimension in one load.
 
-template <std::size_t kQueries>
-SLIPWAY_AVX512 void block_scores_512(const float* queries, std::size_t query_stride, const float* keys,
+template <std::size_t kQueries, KvElement kElement>
+SLIPWAY_AVX512 void block_scores_512(const float* queries, std::size_t query_stride, const KvBlock& keys,
                                      std::size_t head_dim, float* scores, std::size_t score_stride) {
+  const __m512 scales = position_scales_16(keys);
   __m512 chains[kQueries][4];
 #pragma GCC unroll 4
   for (std::size_t q = 0; q < kQueries; ++q) {
@@ -29,7 +102,7 @@ SLIPWAY_AVX512 void block_scores_512(const float* queries, std::size_t query_str
     for (std::size_t chain = 0; chain < 4; ++chain) chains[q][chain] = _mm512_setzero_ps();
   }
   auto step = [&](std::size_t d, std::size_t chain) SLIPWAY_AVX512 {
-    __m512 key = _mm512_loadu_ps(keys + d * kAttentionBlock);
+    __m512 key = load_16<kElement>(keys.data, d * kAttentionBlock, scales);
 #pragma GCC unroll 4
     for (std::size_t q = 0; q < kQueries; ++q) {
       chains[q][chain] = _mm512_fmadd_ps(_mm512_set1_ps(queries[q * query_stride + d]), key, chains[q][chain]);
@@ -48,10 +121,11 @@ SLIPWAY_AVX512 void block_scores_512(const float* queries, std::size_t query_str
 }
 
 // Eight positions (half a block) for up to two queries: AVX2's sixteen registers hold no more.
-template <std::size_t kQueries>
-SLIPWAY_AVX2 void block_scores_256(const float* queries, std::size_t query_stride, const float* keys,
+template <std::size_t kQueries, KvElement kElement>
+SLIPWAY_AVX2 void block_scores_256(const float* queries, std::size_t query_stride, const KvBlock& keys,
                                    std::size_t head_dim, float* scores, std::size_t score_stride) {
   for (std::size_t half = 0; half < 2; ++half) {
+    const __m256 scales = position_scales_8(keys, 8 * half);
     __m256 chains[kQueries][4];
 #pragma GCC unroll 4
     for (std::size_t q = 0; q < kQueries; ++q) {
@@ -59,7 +133,7 @@ SLIPWAY_AVX2 void block_scores_256(const float* queries, std::size_t query_strid
       for (std::size_t chain = 0; chain < 4; ++chain) chains[q][chain] = _mm256_setzero_ps();
     }
     auto step = [&](std::size_t d, std::size_t chain) SLIPWAY_AVX2 {
-      __m256 key = _mm256_loadu_ps(keys + d * kAttentionBlock + 8 * half);
+      __m256 key = load_8<kElement>(keys.data, d * kAttentionBlock + 8 * half, scales);
 #pragma GCC unroll 4
       for (std::size_t q = 0; q < kQueries; ++q) {
         chains[q][chain] = _mm256_fmadd_ps(_mm256_set1_ps(queries[q * query_stride + d]), key, chains[q][chain]);
@@ -136,45 +210,163 @@ SLIPWAY_AVX2 __m256 load_scores_256(const float* scores, std::size_t p, std::siz
   return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(scores + p, mask), _mm256_castsi256_ps(mask));
 }
 
+template <KvElement kElement>
+SLIPWAY_AVX512 void block_scores_avx512(const float* queries, std::size_t query_stride, std::size_t query_count,
+                                        const KvBlock& keys, std::size_t head_dim, float* scores,
+                                        std::size_t score_stride) {
+  std::size_t q = 0;
+  for (; q + 4 <= query_count; q += 4) {
+    block_scores_512<4, kElement>(queries + q * query_stride, query_stride, keys, head_dim, scores + q * score_stride,
+                                  score_stride);
+  }
+  queries += q * query_stride;
+  scores += q * score_stride;
+  switch (query_count - q) {
+    case 3:
+      return block_scores_512<3, kElement>(queries, query_stride, keys, head_dim, scores, score_stride);
+    case 2:
+      return block_scores_512<2, kElement>(queries, query_stride, keys, head_dim, scores, score_stride);
+    case 1:
+      return block_scores_512<1, kElement>(queries, query_stride, keys, head_dim, scores, score_stride);
+    default:
+      return;
+  }
+}
+
+template <KvElement kElement>
+SLIPWAY_AVX2 void block_scores_avx2(const float* queries, std::size_t query_stride, std::size_t query_count,
+                                    const KvBlock& keys, std::size_t head_dim, float* scores,
+                                    std::size_t score_stride) {
+  std::size_t q = 0;
+  for (; q + 2 <= query_count; q += 2) {
+    block_scores_256<2, kElement>(queries + q * query_stride, query_stride, keys, head_dim, scores + q * score_stride,
+                                  score_stride);
+  }
+  if (q < query_count) {
+    block_scores_256<1, kElement>(queries + q * query_stride, query_stride, keys, head_dim, scores + q * score_stride,
+                                  score_stride);
+  }
+}
+
+// Four vectors of dimensions by up to four queries: sixteen sums held while the positions pass.
+template <KvElement kElement>
+SLIPWAY_AVX512 void add_weighted_values_avx512(const float* weights, std::size_t weight_stride, std::size_t query_count,
+                                               std::size_t count, const KvBlock& values, std::size_t head_dim,
+                                               float* out, std::size_t out_stride) {
+  const std::size_t stride = values.stride;
+  for (std::size_t first = 0; first < query_count; first += kAttentionQueries) {
+    const std::size_t queries = std::min(kAttentionQueries, query_count - first);
+    const float* tile_weights = weights + first * weight_stride;
+    float* tile_out = out + first * out_stride;
+    std::size_t d = 0;
+    for (; d + 64 <= head_dim; d += 64) {
+      __m512 sums[kAttentionQueries][4];
+      for (std::size_t q = 0; q < queries; ++q) {
+        for (std::size_t j = 0; j < 4; ++j) sums[q][j] = _mm512_loadu_ps(tile_out + q * out_stride + d + 16 * j);
+      }
+      for (std::size_t i = 0; i < count; ++i) {
+        const __m512 scale = row_scale_16(values, i);
+        __m512 value[4];
+        for (std::size_t j = 0; j < 4; ++j) value[j] = load_16<kElement>(values.data, i * stride + d + 16 * j, scale);
+        for (std::size_t q = 0; q < queries; ++q) {
+          __m512 weight = _mm512_set1_ps(tile_weights[q * weight_stride + i]);
+#pragma GCC unroll 4
+          for (std::size_t j = 0; j < 4; ++j) sums[q][j] = _mm512_fmadd_ps(weight, value[j], sums[q][j]);
+        }
+      }
+      for (std::size_t q = 0; q < queries; ++q) {
+        for (std::size_t j = 0; j < 4; ++j) _mm512_storeu_ps(tile_out + q * out_stride + d + 16 * j, sums[q][j]);
+      }
+    }
+    for (; d < head_dim; d += 16) {
+      const __mmask16 mask = tail_mask(head_dim - d);
+      for (std::size_t q = 0; q < queries; ++q) {
+        __m512 sum = _mm512_maskz_loadu_ps(mask, tile_out + q * out_stride + d);
+        for (std::size_t i = 0; i < count; ++i) {
+          sum = _mm512_fmadd_ps(_mm512_set1_ps(tile_weights[q * weight_stride + i]),
+                                load_16_masked<kElement>(values.data, i * stride + d, mask, row_scale_16(values, i)),
+                                sum);
+        }
+        _mm512_mask_storeu_ps(tile_out + q * out_stride + d, mask, sum);
+      }
+    }
+  }
+}
+
+template <KvElement kElement>
+SLIPWAY_AVX2 void add_weighted_values_avx2(const float* weights, std::size_t weight_stride, std::size_t query_count,
+                                           std::size_t count, const KvBlock& values, std::size_t head_dim, float* out,
+                                           std::size_t out_stride) {
+  const std::size_t stride = values.stride;
+  for (std::size_t first = 0; first < query_count; first += kAttentionQueries) {
+    const std::size_t queries = std::min(kAttentionQueries, query_count - first);
+    const float* tile_weights = weights + first * weight_stride;
+    float* tile_out = out + first * out_stride;
+    std::size_t d = 0;
+    for (; d + 16 <= head_dim; d += 16) {
+      __m256 sums[kAttentionQueries][2];
+      for (std::size_t q = 0; q < queries; ++q) {
+        for (std::size_t j = 0; j < 2; ++j) sums[q][j] = _mm256_loadu_ps(tile_out + q * out_stride + d + 8 * j);
+      }
+      for (std::size_t i = 0; i < count; ++i) {
+        const __m256 scale = row_scale_8(values, i);
+        __m256 value[2];
+        for (std::size_t j = 0; j < 2; ++j) value[j] = load_8<kElement>(values.data, i * stride + d + 8 * j, scale);
+        for (std::size_t q = 0; q < queries; ++q) {
+          __m256 weight = _mm256_set1_ps(tile_weights[q * weight_stride + i]);
+          for (std::size_t j = 0; j < 2; ++j) sums[q][j] = _mm256_fmadd_ps(weight, value[j], sums[q][j]);
+        }
+      }
+      for (std::size_t q = 0; q < queries; ++q) {
+        for (std::size_t j = 0; j < 2; ++j) _mm256_storeu_ps(tile_out + q * out_stride + d + 8 * j, sums[q][j]);
+      }
+    }
+    for (std::size_t q = 0; q < queries; ++q) {
+      for (std::size_t i = 0; i < count; ++i) {
+        for (std::size_t dim = d; dim < head_dim; ++dim) {
+          tile_out[q * out_stride + dim] =
+              std::fma(tile_weights[q * weight_stride + i], kv_element(values, i * stride + dim, i),
+                       tile_out[q * out_stride + dim]);
+        }
+      }
+    }
+  }
+}
+
+// `call` with the element type as a compile-time constant: one kernel instance per type.
+template <typename Call>
+void by_element(KvElement element, Call&& call) {
+  switch (element) {
+    case KvElement::kF32:
+      return call(std::integral_constant<KvElement, KvElement::kF32>{});
+    case KvElement::kF16:
+      return call(std::integral_constant<KvElement, KvElement::kF16>{});
+    case KvElement::kInt8:
+      return call(std::integral_constant<KvElement, KvElement::kInt8>{});
+  }
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // The variants' entry points.
 
 SLIPWAY_AVX512 void llm_block_scores_avx512(const float* queries, std::size_t query_stride, std::size_t query_count,
-                                            const float* keys, std::size_t head_dim, float* scores,
+                                            const KvBlock& keys, std::size_t head_dim, float* scores,
                                             std::size_t score_stride) {
-  std::size_t q = 0;
-  for (; q + 4 <= query_count; q += 4) {
-    block_scores_512<4>(queries + q * query_stride, query_stride, keys, head_dim, scores + q * score_stride,
-                        score_stride);
-  }
-  queries += q * query_stride;
-  scores += q * score_stride;
-  switch (query_count - q) {
-    case 3:
-      return block_scores_512<3>(queries, query_stride, keys, head_dim, scores, score_stride);
-    case 2:
-      return block_scores_512<2>(queries, query_stride, keys, head_dim, scores, score_stride);
-    case 1:
-      return block_scores_512<1>(queries, query_stride, keys, head_dim, scores, score_stride);
-    default:
-      return;
-  }
+  by_element(keys.element, [&](auto element) SLIPWAY_AVX512 {
+    block_scores_avx512<decltype(element)::value>(queries, query_stride, query_count, keys, head_dim, scores,
+                                                  score_stride);
+  });
 }
 
 SLIPWAY_AVX2 void llm_block_scores_avx2(const float* queries, std::size_t query_stride, std::size_t query_count,
-                                        const float* keys, std::size_t head_dim, float* scores,
+                                        const KvBlock& keys, std::size_t head_dim, float* scores,
                                         std::size_t score_stride) {
-  std::size_t q = 0;
-  for (; q + 2 <= query_count; q += 2) {
-    block_scores_256<2>(queries + q * query_stride, query_stride, keys, head_dim, scores + q * score_stride,
-                        score_stride);
-  }
-  if (q < query_count) {
-    block_scores_256<1>(queries + q * query_stride, query_stride, keys, head_dim, scores + q * score_stride,
-                        score_stride);
-  }
+  by_element(keys.element, [&](auto element) SLIPWAY_AVX2 {
+    block_scores_avx2<decltype(element)::value>(queries, query_stride, query_count, keys, head_dim, scores,
+                                                score_stride);
+  });
 }
 
 SLIPWAY_AVX512 void llm_softmax_avx512(float* scores, std::size_t count, float scale) {
@@ -232,81 +424,21 @@ SLIPWAY_AVX2 void llm_softmax_avx2(float* scores, std::size_t count, float scale
 }
 
 SLIPWAY_AVX512 void llm_add_weighted_values_avx512(const float* weights, std::size_t weight_stride,
-                                                   std::size_t query_count, std::size_t count, const float* values,
-                                                   std::size_t value_stride, std::size_t head_dim, float* out,
-                                                   std::size_t out_stride) {
-  for (std::size_t first = 0; first < query_count; first += kAttentionQueries) {
-    const std::size_t queries = std::min(kAttentionQueries, query_count - first);
-    const float* tile_weights = weights + first * weight_stride;
-    float* tile_out = out + first * out_stride;
-    std::size_t d = 0;
-    // Four vectors of dimensions by up to four queries: sixteen sums held while the positions pass.
-    for (; d + 64 <= head_dim; d += 64) {
-      __m512 sums[kAttentionQueries][4];
-      for (std::size_t q = 0; q < queries; ++q) {
-        for (std::size_t j = 0; j < 4; ++j) sums[q][j] = _mm512_loadu_ps(tile_out + q * out_stride + d + 16 * j);
-      }
-      for (std::size_t i = 0; i < count; ++i) {
-        __m512 value[4];
-        for (std::size_t j = 0; j < 4; ++j) value[j] = _mm512_loadu_ps(values + i * value_stride + d + 16 * j);
-        for (std::size_t q = 0; q < queries; ++q) {
-          __m512 weight = _mm512_set1_ps(tile_weights[q * weight_stride + i]);
-#pragma GCC unroll 4
-          for (std::size_t j = 0; j < 4; ++j) sums[q][j] = _mm512_fmadd_ps(weight, value[j], sums[q][j]);
-        }
-      }
-      for (std::size_t q = 0; q < queries; ++q) {
-        for (std::size_t j = 0; j < 4; ++j) _mm512_storeu_ps(tile_out + q * out_stride + d + 16 * j, sums[q][j]);
-      }
-    }
-    for (; d < head_dim; d += 16) {
-      const __mmask16 mask = tail_mask(head_dim - d);
-      for (std::size_t q = 0; q < queries; ++q) {
-        __m512 sum = _mm512_maskz_loadu_ps(mask, tile_out + q * out_stride + d);
-        for (std::size_t i = 0; i < count; ++i) {
-          sum = _mm512_fmadd_ps(_mm512_set1_ps(tile_weights[q * weight_stride + i]),
-                                _mm512_maskz_loadu_ps(mask, values + i * value_stride + d), sum);
-        }
-        _mm512_mask_storeu_ps(tile_out + q * out_stride + d, mask, sum);
-      }
-    }
-  }
+                                                   std::size_t query_count, std::size_t count, const KvBlock& values,
+                                                   std::size_t head_dim, float* out, std::size_t out_stride) {
+  by_element(values.element, [&](auto element) SLIPWAY_AVX512 {
+    add_weighted_values_avx512<decltype(element)::value>(weights, weight_stride, query_count, count, values, head_dim,
+                                                         out, out_stride);
+  });
 }
 
 SLIPWAY_AVX2 void llm_add_weighted_values_avx2(const float* weights, std::size_t weight_stride, std::size_t query_count,
-                                               std::size_t count, const float* values, std::size_t value_stride,
-                                               std::size_t head_dim, float* out, std::size_t out_stride) {
-  for (std::size_t first = 0; first < query_count; first += kAttentionQueries) {
-    const std::size_t queries = std::min(kAttentionQueries, query_count - first);
-    const float* tile_weights = weights + first * weight_stride;
-    float* tile_out = out + first * out_stride;
-    std::size_t d = 0;
-    for (; d + 16 <= head_dim; d += 16) {
-      __m256 sums[kAttentionQueries][2];
-      for (std::size_t q = 0; q < queries; ++q) {
-        for (std::size_t j = 0; j < 2; ++j) sums[q][j] = _mm256_loadu_ps(tile_out + q * out_stride + d + 8 * j);
-      }
-      for (std::size_t i = 0; i < count; ++i) {
-        __m256 value[2];
-        for (std::size_t j = 0; j < 2; ++j) value[j] = _mm256_loadu_ps(values + i * value_stride + d + 8 * j);
-        for (std::size_t q = 0; q < queries; ++q) {
-          __m256 weight = _mm256_set1_ps(tile_weights[q * weight_stride + i]);
-          for (std::size_t j = 0; j < 2; ++j) sums[q][j] = _mm256_fmadd_ps(weight, value[j], sums[q][j]);
-        }
-      }
-      for (std::size_t q = 0; q < queries; ++q) {
-        for (std::size_t j = 0; j < 2; ++j) _mm256_storeu_ps(tile_out + q * out_stride + d + 8 * j, sums[q][j]);
-      }
-    }
-    for (std::size_t q = 0; q < queries; ++q) {
-      for (std::size_t i = 0; i < count; ++i) {
-        for (std::size_t dim = d; dim < head_dim; ++dim) {
-          tile_out[q * out_stride + dim] = std::fma(tile_weights[q * weight_stride + i], values[i * value_stride + dim],
-                                                    tile_out[q * out_stride + dim]);
-        }
-      }
-    }
-  }
+                                               std::size_t count, const KvBlock& values, std::size_t head_dim,
+                                               float* out, std::size_t out_stride) {
+  by_element(values.element, [&](auto element) SLIPWAY_AVX2 {
+    add_weighted_values_avx2<decltype(element)::value>(weights, weight_stride, query_count, count, values, head_dim,
+                                                       out, out_stride);
+  });
 }
 
 SLIPWAY_AVX512 void llm_silu_multiply_avx512(float* gate, const float* up, std::size_t count) {

@@ -255,14 +255,31 @@ void quantize_input_scalar(const float* values, std::size_t blocks, std::int8_t*
   }
 }
 
-void block_scores_scalar(const float* queries, std::size_t query_stride, std::size_t query_count, const float* keys,
+}  // namespace
+
+float kv_element(const KvBlock& block, std::size_t index, std::size_t row) {
+  switch (block.element) {
+    case KvElement::kF32:
+      return static_cast<const float*>(block.data)[index];
+    case KvElement::kF16:
+      return half_to_float(static_cast<const std::uint16_t*>(block.data)[index]);
+    case KvElement::kInt8:
+      return static_cast<float>(static_cast<const std::int8_t*>(block.data)[index]) *
+             block.scales[row * block.scale_stride];
+  }
+  return 0.0f;
+}
+
+namespace {
+
+void block_scores_scalar(const float* queries, std::size_t query_stride, std::size_t query_count, const KvBlock& keys,
                          std::size_t head_dim, float* scores, std::size_t score_stride) {
   for (std::size_t q = 0; q < query_count; ++q) {
     const float* query = queries + q * query_stride;
     float chains[4][kAttentionBlock] = {};
     for (std::size_t d = 0; d < head_dim; ++d) {
       for (std::size_t i = 0; i < kAttentionBlock; ++i) {
-        chains[d % 4][i] = std::fma(query[d], keys[d * kAttentionBlock + i], chains[d % 4][i]);
+        chains[d % 4][i] = std::fma(query[d], kv_element(keys, d * kAttentionBlock + i, i), chains[d % 4][i]);
       }
     }
     for (std::size_t i = 0; i < kAttentionBlock; ++i) {
@@ -289,13 +306,13 @@ void softmax_scalar(float* scores, std::size_t count, float scale) {
 }
 
 void add_weighted_values_scalar(const float* weights, std::size_t weight_stride, std::size_t query_count,
-                                std::size_t count, const float* values, std::size_t value_stride, std::size_t head_dim,
-                                float* out, std::size_t out_stride) {
+                                std::size_t count, const KvBlock& values, std::size_t head_dim, float* out,
+                                std::size_t out_stride) {
   for (std::size_t q = 0; q < query_count; ++q) {
     for (std::size_t i = 0; i < count; ++i) {
       for (std::size_t d = 0; d < head_dim; ++d) {
-        out[q * out_stride + d] =
-            std::fma(weights[q * weight_stride + i], values[i * value_stride + d], out[q * out_stride + d]);
+        out[q * out_stride + d] = std::fma(weights[q * weight_stride + i], kv_element(values, i * values.stride + d, i),
+                                           out[q * out_stride + d]);
       }
     }
   }
@@ -317,6 +334,17 @@ constexpr LlmKernelVariant kLlmVariants[] = {
 };
 
 }  // namespace
+
+std::size_t kv_element_bytes(KvElement element) {
+  return element == KvElement::kF32 ? sizeof(float) : element == KvElement::kF16 ? sizeof(std::uint16_t) : 1;
+}
+
+KvBlock kv_block_from_row(const KvBlock& block, std::size_t row) {
+  KvBlock from = block;
+  from.data = static_cast<const std::byte*>(block.data) + row * block.stride * kv_element_bytes(block.element);
+  if (from.scales != nullptr) from.scales += row * block.scale_stride;
+  return from;
+}
 
 float llm_exp(float x) {
   if (!(x >= kExpLowest)) return 0.0f;

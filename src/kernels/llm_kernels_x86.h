@@ -48,20 +48,23 @@ inline constexpr float kLn2High = 0.693359375f, kLn2Low = -2.12194440e-4f;
 inline constexpr float kExpPolynomial[] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
                                            4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
 
-// Attention and SwiGLU (llm_attention_x86.cpp). Need AVX2 and FMA; AVX-512F.
-void llm_block_scores_avx2(const float* queries, std::size_t query_stride, std::size_t query_count, const float* keys,
+// Element `index` of a cached block, position `row`'s, as a float (the scalar reference's).
+float kv_element(const KvBlock& block, std::size_t index, std::size_t row);
+
+// Attention and SwiGLU (llm_attention_x86.cpp). Need AVX2, FMA and F16C; AVX-512F, BW and VL.
+void llm_block_scores_avx2(const float* queries, std::size_t query_stride, std::size_t query_count, const KvBlock& keys,
                            std::size_t head_dim, float* scores, std::size_t score_stride);
 void llm_softmax_avx2(float* scores, std::size_t count, float scale);
 void llm_add_weighted_values_avx2(const float* weights, std::size_t weight_stride, std::size_t query_count,
-                                  std::size_t count, const float* values, std::size_t value_stride,
-                                  std::size_t head_dim, float* out, std::size_t out_stride);
+                                  std::size_t count, const KvBlock& values, std::size_t head_dim, float* out,
+                                  std::size_t out_stride);
 void llm_silu_multiply_avx2(float* gate, const float* up, std::size_t count);
 void llm_silu_multiply_avx512(float* gate, const float* up, std::size_t count);
-void llm_block_scores_avx512(const float* queries, std::size_t query_stride, std::size_t query_count, const float* keys,
-                             std::size_t head_dim, float* scores, std::size_t score_stride);
+void llm_block_scores_avx512(const float* queries, std::size_t query_stride, std::size_t query_count,
+                             const KvBlock& keys, std::size_t head_dim, float* scores, std::size_t score_stride);
 void llm_softmax_avx512(float* scores, std::size_t count, float scale);
 void llm_add_weighted_values_avx512(const float* weights, std::size_t weight_stride, std::size_t query_count,
-                                    std::size_t count, const float* values, std::size_t value_stride,
-                                    std::size_t head_dim, float* out, std::size_t out_stride);
+                                    std::size_t count, const KvBlock& values, std::size_t head_dim, float* out,
+                                    std::size_t out_stride);
 
 }  // namespace slipway::kernels

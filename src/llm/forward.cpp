@@ -138,50 +138,18 @@ std::vector<QueryTile> query_tiles(std::span<const BatchToken> batch) {
   return tiles;
 }
 
-// The tiles that read one head's blocks together: each tile alone for an F32 cache (its blocks
-// are read in place), all the tiles of a sequence for an int8 one (its blocks are dequantized once
-// for all of them, not once per tile: a prompt's tiles would otherwise dequantize its early
-// blocks over and over).
-struct TileRun {
-  std::size_t first, end;  // tiles [first, end)
-};
-
-std::vector<TileRun> tile_runs(std::span<const QueryTile> tiles, std::span<const BatchToken> batch, bool by_sequence) {
-  std::vector<TileRun> runs;
-  for (std::size_t t = 0; t < tiles.size(); ++t) {
-    if (by_sequence && !runs.empty() &&
-        batch[tiles[t].first_token].sequence == batch[tiles[runs.back().first].first_token].sequence) {
-      runs.back().end = t + 1;
-    } else {
-      runs.push_back({t, t + 1});
-    }
-  }
-  return runs;
-}
-
-// One head's keys and values, block by block, as floats.
+// One head's keys and values, block by block, where the cache holds them.
 struct HeadBlocks {
-  std::vector<const float*> keys, values;
-  std::size_t value_stride = 0;
+  std::vector<kernels::KvBlock> keys, values;
 };
 
 void gather_blocks(const KvCache& cache, std::size_t sequence, std::size_t layer, std::size_t kv_head,
-                   std::size_t blocks, std::size_t head_dim, HeadBlocks& out) {
-  // Each team thread's own, grown to the most blocks it has seen.
-  thread_local std::vector<float> key_buffer, value_buffer;
-  const std::size_t block_floats = head_dim * kKvBlockTokens;
-  const bool dequantized = cache.type() != KvCacheType::kF32;
-  if (dequantized && key_buffer.size() < blocks * block_floats) {
-    key_buffer.resize(blocks * block_floats);
-    value_buffer.resize(blocks * block_floats);
-  }
+                   std::size_t blocks, HeadBlocks& out) {
   out.keys.resize(blocks);
   out.values.resize(blocks);
   for (std::size_t b = 0; b < blocks; ++b) {
-    out.keys[b] =
-        cache.head_keys(sequence, layer, b, kv_head, dequantized ? key_buffer.data() + b * block_floats : nullptr);
-    out.values[b] = cache.head_values(sequence, layer, b, kv_head,
-                                      dequantized ? value_buffer.data() + b * block_floats : nullptr, out.value_stride);
+    out.keys[b] = cache.head_keys(sequence, layer, b, kv_head);
+    out.values[b] = cache.head_values(sequence, layer, b, kv_head);
   }
 }
 
@@ -206,23 +174,22 @@ void attend(const LlamaConfig& config, const HeadBlocks& head_blocks, std::span<
   const float score_scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
   for (std::size_t q = 0; q < tile.count; ++q) variant.softmax(scores.data() + q * row, shortest + q, score_scale);
   for (std::size_t q = 0; q < tile.count; ++q) std::fill_n(out + q * width, config.head_dim, 0.0f);
-  const std::size_t stride = head_blocks.value_stride;
   for (std::size_t b = 0; b < blocks; ++b) {
-    const float* values = head_blocks.values[b];
+    const kernels::KvBlock& values = head_blocks.values[b];
     const std::size_t start = b * kKvBlockTokens;
     auto in_block = [&](std::size_t positions) {
       return std::min(kKvBlockTokens, positions - std::min(positions, start));
     };
     const std::size_t shared = in_block(shortest);
     if (shared > 0) {
-      variant.add_weighted_values(scores.data() + start, row, tile.count, shared, values, stride, config.head_dim, out,
-                                  width);
+      variant.add_weighted_values(scores.data() + start, row, tile.count, shared, values, config.head_dim, out, width);
     }
     for (std::size_t q = 0; q < tile.count; ++q) {
       const std::size_t own = in_block(shortest + q);
       if (own > shared) {
         variant.add_weighted_values(scores.data() + q * row + start + shared, row, 1, own - shared,
-                                    values + shared * stride, stride, config.head_dim, out + q * width, width);
+                                    kernels::kv_block_from_row(values, shared), config.head_dim, out + q * width,
+                                    width);
       }
     }
   }
@@ -238,7 +205,6 @@ struct Pass {
   std::span<const BatchToken> batch;
   std::vector<float> rotation;
   std::vector<QueryTile> tiles;
-  std::vector<TileRun> runs;
   std::vector<float> x;                      // tokens x embedding
   std::vector<std::vector<float>> partials;  // per rank, tokens x embedding
   std::vector<std::size_t> wanted;           // the tokens whose logits are wanted
@@ -270,7 +236,6 @@ void run_rank(Pass& pass, const TensorParallelModel::Rank& rank, std::size_t ran
   const std::size_t group = config.heads / config.kv_heads, pairs = config.rope_dims / 2;
   const std::size_t query_width = rank.heads.count * head_dim, kv_width = rank.kv_heads.count * head_dim;
   const std::vector<QueryTile>& tiles = pass.tiles;
-  const std::vector<TileRun>& runs = pass.runs;
   const kernels::LlmKernelVariant& variant = kernels::llm_kernel();
   std::vector<float>& x = pass.x;
   std::vector<float>& partial = pass.partials[rank_index];
@@ -295,20 +260,15 @@ void run_rank(Pass& pass, const TensorParallelModel::Rank& rank, std::size_t ran
       }
     });
     // Head by head, so one head's keys and values stay in cache while every tile reads them.
-    team.run(rank.heads.count * runs.size(), [&](std::size_t task) {
-      const std::size_t head = task / runs.size();  // the rank's own numbering
-      const TileRun& run = runs[task % runs.size()];
-      std::size_t reach = 0;
-      for (std::size_t t = run.first; t < run.end; ++t) {
-        reach = std::max(reach, batch[tiles[t].first_token].position + tiles[t].count);
-      }
+    team.run(rank.heads.count * tiles.size(), [&](std::size_t task) {
+      const std::size_t head = task / tiles.size();  // the rank's own numbering
+      const QueryTile& tile = tiles[task % tiles.size()];
+      const BatchToken& first = batch[tile.first_token];
       thread_local HeadBlocks head_blocks;
-      gather_blocks(pass.cache, batch[tiles[run.first].first_token].sequence, index, (rank.heads.first + head) / group,
-                    (reach + kKvBlockTokens - 1) / kKvBlockTokens, head_dim, head_blocks);
-      for (std::size_t t = run.first; t < run.end; ++t) {
-        const std::size_t offset = tiles[t].first_token * query_width + head * head_dim;
-        attend(config, head_blocks, batch, tiles[t], query.data() + offset, query_width, attended.data() + offset);
-      }
+      gather_blocks(pass.cache, first.sequence, index, (rank.heads.first + head) / group,
+                    (first.position + tile.count + kKvBlockTokens - 1) / kKvBlockTokens, head_blocks);
+      const std::size_t offset = tile.first_token * query_width + head * head_dim;
+      attend(config, head_blocks, batch, tile, query.data() + offset, query_width, attended.data() + offset);
     });
     multiply({{&layer.attention_output, &partial}}, attended, tokens, team);
     if (!all_reduce(pass, rank_index, team)) return;
@@ -390,13 +350,11 @@ Status run_pass(const LlamaModel& model, std::span<const TensorParallelModel::Ra
             batch,
             rotations(batch, config),
             query_tiles(batch),
-            {},
             std::vector<float>(tokens * width),
             std::vector<std::vector<float>>(ranks.size()),
             {},
             logits,
             std::move(synchronize)};
-  pass.runs = tile_runs(pass.tiles, batch, cache.type() != KvCacheType::kF32);
   for (std::size_t t = 0; t < tokens; ++t) {
     dequantize_row(model.token_embedding(), static_cast<std::size_t>(batch[t].token), pass.x.data() + t * width);
     if (wants_logits[t]) pass.wanted.push_back(t);

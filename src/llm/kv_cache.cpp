@@ -30,11 +30,23 @@ std::uint64_t chain_start(std::uint64_t salt) { return mix(salt ^ 0x736C69707761
 
 }  // namespace
 
-std::string_view kv_cache_type_name(KvCacheType type) { return type == KvCacheType::kInt8 ? "int8" : "f32"; }
+std::string_view kv_cache_type_name(KvCacheType type) {
+  switch (type) {
+    case KvCacheType::kF32:
+      return "f32";
+    case KvCacheType::kF16:
+      return "f16";
+    case KvCacheType::kInt8:
+      return "int8";
+  }
+  return "unknown";
+}
 
 bool kv_cache_type_by_name(std::string_view name, KvCacheType& type) {
-  if (name == "f32" || name == "auto") {
+  if (name == "f32") {
     type = KvCacheType::kF32;
+  } else if (name == "f16" || name == "auto") {
+    type = KvCacheType::kF16;
   } else if (name == "int8") {
     type = KvCacheType::kInt8;
   } else {
@@ -48,6 +60,7 @@ namespace {
 std::size_t layer_bytes(const LlamaConfig& config, KvCacheType type) {
   const std::size_t width = config.kv_heads * config.head_dim;
   if (type == KvCacheType::kF32) return 2 * kKvBlockTokens * width * sizeof(float);
+  if (type == KvCacheType::kF16) return 2 * kKvBlockTokens * width * sizeof(std::uint16_t);
   return 2 * kKvBlockTokens * width + 2 * kKvBlockTokens * config.kv_heads * sizeof(float);
 }
 
@@ -278,13 +291,13 @@ void KvCache::store(std::size_t sequence, std::size_t layer, std::size_t positio
   std::byte* data = layer_data(tables_[sequence][position / kKvBlockTokens], layer);
   const std::size_t slot = position % kKvBlockTokens;
   const std::size_t first_column = heads.first * head_dim_, columns = heads.count * head_dim_;
-  if (type_ == KvCacheType::kF32) {
-    auto* keys = reinterpret_cast<float*>(data);
+  auto put_floats = [&](auto* keys, auto convert) {
     auto* values = keys + kKvBlockTokens * width_;
-    for (std::size_t c = 0; c < columns; ++c) keys[(first_column + c) * kKvBlockTokens + slot] = key[c];
-    std::copy_n(value, columns, values + slot * width_ + first_column);
-    return;
-  }
+    for (std::size_t c = 0; c < columns; ++c) keys[(first_column + c) * kKvBlockTokens + slot] = convert(key[c]);
+    for (std::size_t c = 0; c < columns; ++c) values[slot * width_ + first_column + c] = convert(value[c]);
+  };
+  if (type_ == KvCacheType::kF32) return put_floats(reinterpret_cast<float*>(data), [](float x) { return x; });
+  if (type_ == KvCacheType::kF16) return put_floats(reinterpret_cast<std::uint16_t*>(data), kernels::float_to_half);
   auto* keys = reinterpret_cast<std::int8_t*>(data);
   auto* values = keys + kKvBlockTokens * width_;
   auto* key_scales = reinterpret_cast<float*>(values + kKvBlockTokens * width_);
@@ -306,37 +319,47 @@ void KvCache::store(std::size_t sequence, std::size_t layer, std::size_t positio
   }
 }
 
-const float* KvCache::head_keys(std::size_t sequence, std::size_t layer, std::size_t block, std::size_t kv_head,
-                                float* scratch) const {
-  const std::byte* data = layer_data(tables_[sequence][block], layer);
-  const std::size_t first = kv_head * head_dim_;
-  if (type_ == KvCacheType::kF32) return reinterpret_cast<const float*>(data) + first * kKvBlockTokens;
-  const auto* keys = reinterpret_cast<const std::int8_t*>(data) + first * kKvBlockTokens;
-  const float* scales = reinterpret_cast<const float*>(data + 2 * kKvBlockTokens * width_) + kv_head * kKvBlockTokens;
-  for (std::size_t c = 0; c < head_dim_; ++c) {
-    for (std::size_t p = 0; p < kKvBlockTokens; ++p) {
-      scratch[c * kKvBlockTokens + p] = keys[c * kKvBlockTokens + p] * scales[p];
-    }
+namespace {
+
+kernels::KvElement kv_element(KvCacheType type) {
+  switch (type) {
+    case KvCacheType::kF32:
+      return kernels::KvElement::kF32;
+    case KvCacheType::kF16:
+      return kernels::KvElement::kF16;
+    case KvCacheType::kInt8:
+      return kernels::KvElement::kInt8;
   }
-  return scratch;
+  return kernels::KvElement::kF32;
 }
 
-const float* KvCache::head_values(std::size_t sequence, std::size_t layer, std::size_t block, std::size_t kv_head,
-                                  float* scratch, std::size_t& value_stride) const {
+}  // namespace
+
+kernels::KvBlock KvCache::head_keys(std::size_t sequence, std::size_t layer, std::size_t block,
+                                    std::size_t kv_head) const {
   const std::byte* data = layer_data(tables_[sequence][block], layer);
-  const std::size_t first = kv_head * head_dim_;
-  if (type_ == KvCacheType::kF32) {
-    value_stride = width_;
-    return reinterpret_cast<const float*>(data) + kKvBlockTokens * width_ + first;
+  const kernels::KvElement element = kv_element(type_);
+  kernels::KvBlock keys{data + kv_head * head_dim_ * kKvBlockTokens * kernels::kv_element_bytes(element), element,
+                        kKvBlockTokens};
+  if (type_ == KvCacheType::kInt8) {
+    keys.scales = reinterpret_cast<const float*>(data + 2 * kKvBlockTokens * width_) + kv_head * kKvBlockTokens;
+    keys.scale_stride = 1;
   }
-  const auto* values = reinterpret_cast<const std::int8_t*>(data) + kKvBlockTokens * width_;
-  const float* scales = reinterpret_cast<const float*>(data + 2 * kKvBlockTokens * width_) + kv_heads_ * kKvBlockTokens;
-  for (std::size_t p = 0; p < kKvBlockTokens; ++p) {
-    const float scale = scales[p * kv_heads_ + kv_head];
-    for (std::size_t c = 0; c < head_dim_; ++c) scratch[p * head_dim_ + c] = values[p * width_ + first + c] * scale;
+  return keys;
+}
+
+kernels::KvBlock KvCache::head_values(std::size_t sequence, std::size_t layer, std::size_t block,
+                                      std::size_t kv_head) const {
+  const std::byte* data = layer_data(tables_[sequence][block], layer);
+  const kernels::KvElement element = kv_element(type_);
+  const std::size_t element_bytes = kernels::kv_element_bytes(element);
+  kernels::KvBlock values{data + (kKvBlockTokens * width_ + kv_head * head_dim_) * element_bytes, element, width_};
+  if (type_ == KvCacheType::kInt8) {
+    values.scales =
+        reinterpret_cast<const float*>(data + 2 * kKvBlockTokens * width_) + kv_heads_ * kKvBlockTokens + kv_head;
+    values.scale_stride = kv_heads_;
   }
-  value_stride = head_dim_;
-  return scratch;
+  return values;
 }
 
 }  // namespace slipway::llm

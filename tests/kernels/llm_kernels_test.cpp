@@ -236,45 +236,88 @@ void expect_same_bits(const std::vector<float>& got, const std::vector<float>& e
   }
 }
 
-TEST(LlmAttention, EveryVariantGivesTheReferencesBitsForEveryTile) {
+// Floats held as a cache of `element` holds them, and `decoded`, the floats they stand for. Element
+// k belongs to position k % 16 (`transposed`: keys) or k / stride (values); an int8 position has
+// its own scale.
+struct CachedFloats {
+  std::vector<float> decoded;
+  std::vector<std::uint16_t> halves;
+  std::vector<std::int8_t> codes;
+  std::vector<float> scales;
+  KvBlock block;
+
+  CachedFloats(const std::vector<float>& values, KvElement element, std::size_t stride, bool transposed)
+      : decoded(values) {
+    block.element = element;
+    block.stride = stride;
+    auto position = [&](std::size_t k) { return transposed ? k % kAttentionBlock : k / stride; };
+    if (element == KvElement::kF16) {
+      for (float value : values) halves.push_back(float_to_half(value));
+      for (std::size_t k = 0; k < values.size(); ++k) decoded[k] = half_to_float(halves[k]);
+      block.data = halves.data();
+    } else if (element == KvElement::kInt8) {
+      scales.assign(kAttentionBlock, 0.0f);
+      for (std::size_t k = 0; k < values.size(); ++k) {
+        scales[position(k)] = std::max(scales[position(k)], std::fabs(values[k]) / 127.0f);
+      }
+      for (std::size_t k = 0; k < values.size(); ++k) {
+        codes.push_back(static_cast<std::int8_t>(std::lrint(values[k] / scales[position(k)])));
+        decoded[k] = static_cast<float>(codes.back()) * scales[position(k)];
+      }
+      block.data = codes.data();
+      block.scales = scales.data();
+      block.scale_stride = 1;
+    } else {
+      block.data = decoded.data();
+    }
+  }
+};
+
+TEST(LlmAttention, EveryVariantGivesTheReferencesBitsForEveryTileAndElement) {
   std::mt19937 random(8);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const LlmKernelVariant& reference = llm_kernel_variants()[0];
-  for (std::size_t head_dim : {64, 128, 80, 7}) {
-    for (std::size_t queries = 1; queries <= 7; ++queries) {  // past kAttentionQueries too
-      const std::size_t query_stride = head_dim + 5, score_stride = 3 * kAttentionBlock;
-      const std::size_t value_stride = head_dim * 3;  // values of other heads between one position's
-      const std::size_t out_stride = head_dim + 3, count = 11;
-      std::vector<float> query(queries * query_stride), keys(head_dim * kAttentionBlock);
-      std::vector<float> values(kAttentionBlock * value_stride), start(queries * out_stride);
-      for (auto* vector : {&query, &keys, &values, &start}) {
-        for (float& value : *vector) value = normal(random);
-      }
-      std::vector<float> expected_scores(queries * score_stride, 9.0f), expected_out = start;
-      reference.block_scores(query.data(), query_stride, queries, keys.data(), head_dim, expected_scores.data(),
-                             score_stride);
-      reference.add_weighted_values(expected_scores.data(), score_stride, queries, count, values.data(), value_stride,
-                                    head_dim, expected_out.data(), out_stride);
-      const std::size_t last = queries - 1;
-      double direct = 0, weighted = start[last * out_stride + 2];
-      for (std::size_t d = 0; d < head_dim; ++d) {
-        direct += static_cast<double>(query[last * query_stride + d]) * keys[d * kAttentionBlock + 5];
-      }
-      for (std::size_t i = 0; i < count; ++i) {
-        weighted += static_cast<double>(expected_scores[last * score_stride + i]) * values[i * value_stride + 2];
-      }
-      EXPECT_NEAR(expected_scores[last * score_stride + 5], direct, 1e-4);
-      EXPECT_NEAR(expected_out[last * out_stride + 2], weighted, 1e-3);
-      EXPECT_EQ(expected_scores[last * score_stride + kAttentionBlock], 9.0f) << "wrote past its 16 scores";
-      for (const auto& variant : llm_kernel_variants()) {
-        if (!variant.supported()) continue;
-        std::vector<float> scores(queries * score_stride, 9.0f), out = start;
-        variant.block_scores(query.data(), query_stride, queries, keys.data(), head_dim, scores.data(), score_stride);
-        variant.add_weighted_values(expected_scores.data(), score_stride, queries, count, values.data(), value_stride,
-                                    head_dim, out.data(), out_stride);
-        std::string what = fmt::format("{} head_dim {} queries {}", variant.name, head_dim, queries);
-        expect_same_bits(scores, expected_scores, what + " scores");
-        expect_same_bits(out, expected_out, what + " values");
+  for (KvElement element : {KvElement::kF32, KvElement::kF16, KvElement::kInt8}) {
+    for (std::size_t head_dim : {64, 128, 80, 7}) {
+      for (std::size_t queries = 1; queries <= 7; ++queries) {  // past kAttentionQueries too
+        const std::size_t query_stride = head_dim + 5, score_stride = 3 * kAttentionBlock;
+        const std::size_t value_stride = head_dim * 3;  // values of other heads between one position's
+        const std::size_t out_stride = head_dim + 3, count = 11;
+        std::vector<float> query(queries * query_stride), key_floats(head_dim * kAttentionBlock);
+        std::vector<float> value_floats(kAttentionBlock * value_stride), start(queries * out_stride);
+        for (auto* vector : {&query, &key_floats, &value_floats, &start}) {
+          for (float& value : *vector) value = normal(random);
+        }
+        CachedFloats keys(key_floats, element, kAttentionBlock, true),
+            values(value_floats, element, value_stride, false);
+        std::vector<float> expected_scores(queries * score_stride, 9.0f), expected_out = start;
+        reference.block_scores(query.data(), query_stride, queries, keys.block, head_dim, expected_scores.data(),
+                               score_stride);
+        reference.add_weighted_values(expected_scores.data(), score_stride, queries, count, values.block, head_dim,
+                                      expected_out.data(), out_stride);
+        const std::size_t last = queries - 1;
+        double direct = 0, weighted = start[last * out_stride + 2];
+        for (std::size_t d = 0; d < head_dim; ++d) {
+          direct += static_cast<double>(query[last * query_stride + d]) * keys.decoded[d * kAttentionBlock + 5];
+        }
+        for (std::size_t i = 0; i < count; ++i) {
+          weighted +=
+              static_cast<double>(expected_scores[last * score_stride + i]) * values.decoded[i * value_stride + 2];
+        }
+        EXPECT_NEAR(expected_scores[last * score_stride + 5], direct, 1e-4);
+        EXPECT_NEAR(expected_out[last * out_stride + 2], weighted, 1e-3);
+        EXPECT_EQ(expected_scores[last * score_stride + kAttentionBlock], 9.0f) << "wrote past its 16 scores";
+        for (const auto& variant : llm_kernel_variants()) {
+          if (!variant.supported()) continue;
+          std::vector<float> scores(queries * score_stride, 9.0f), out = start;
+          variant.block_scores(query.data(), query_stride, queries, keys.block, head_dim, scores.data(), score_stride);
+          variant.add_weighted_values(expected_scores.data(), score_stride, queries, count, values.block, head_dim,
+                                      out.data(), out_stride);
+          std::string what = fmt::format("{} element {} head_dim {} queries {}", variant.name,
+                                         static_cast<int>(element), head_dim, queries);
+          expect_same_bits(scores, expected_scores, what + " scores");
+          expect_same_bits(out, expected_out, what + " values");
+        }
       }
     }
   }

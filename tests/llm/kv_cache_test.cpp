@@ -24,6 +24,19 @@ LlamaConfig small_config() {
 
 std::vector<float> filled_with(float value) { return std::vector<float>(4, value); }
 
+// Element `index` of a cached block, position `row`'s, as the float it stands for.
+float element_at(const kernels::KvBlock& block, std::size_t index, std::size_t row) {
+  switch (block.element) {
+    case kernels::KvElement::kF32:
+      return static_cast<const float*>(block.data)[index];
+    case kernels::KvElement::kF16:
+      return kernels::half_to_float(static_cast<const std::uint16_t*>(block.data)[index]);
+    case kernels::KvElement::kInt8:
+      return static_cast<const std::int8_t*>(block.data)[index] * block.scales[row * block.scale_stride];
+  }
+  return NAN;
+}
+
 std::vector<std::int32_t> tokens(std::size_t count, std::int32_t first = 1) {
   std::vector<std::int32_t> out(count);
   std::iota(out.begin(), out.end(), first);
@@ -61,9 +74,11 @@ TEST(KvCache, AForkSharesBlocksUntilItWritesThenCopies) {
   ASSERT_TRUE(cache.fork(0, 1).ok());
   EXPECT_EQ(cache.filled(1), 20u);
   EXPECT_EQ(cache.free_blocks(), 2u);  // shared, not copied
-  std::size_t stride = 0;
   auto values = [&](std::size_t sequence, std::size_t layer, std::size_t block) {
-    return cache.head_values(sequence, layer, block, 0, nullptr, stride);
+    return cache.head_values(sequence, layer, block, 0).data;
+  };
+  auto value_at = [&](std::size_t sequence, std::size_t layer, std::size_t block, std::size_t index) {
+    return element_at(cache.head_values(sequence, layer, block, 0), index, index / 4);
   };
   EXPECT_EQ(values(1, 1, 1), values(0, 1, 1));
   // The child writes position 20, in the shared second block: it gets a copy, the first block
@@ -75,10 +90,10 @@ TEST(KvCache, AForkSharesBlocksUntilItWritesThenCopies) {
   auto written = filled_with(-1.0f);
   cache.store(1, 1, 20, written.data(), written.data());
   // Rows of 4 values: position 20 is the block's row 4, position 19 its row 3.
-  EXPECT_EQ(values(1, 1, 1)[16], -1.0f);
-  EXPECT_EQ(values(0, 1, 1)[16], 0.0f);   // the parent's position 20 untouched
-  EXPECT_EQ(values(1, 1, 1)[12], 19.0f);  // the copy kept position 19
-  EXPECT_EQ(cache.head_keys(1, 0, 1, 0, nullptr)[3], 19.0f);
+  EXPECT_EQ(value_at(1, 1, 1, 16), -1.0f);
+  EXPECT_EQ(value_at(0, 1, 1, 16), 0.0f);   // the parent's position 20 untouched
+  EXPECT_EQ(value_at(1, 1, 1, 12), 19.0f);  // the copy kept position 19
+  EXPECT_EQ(element_at(cache.head_keys(1, 0, 1, 0), 3, 3), 19.0f);
   cache.release(0);
   EXPECT_EQ(cache.free_blocks(), 2u);  // the first block is still the child's
   cache.release(1);
@@ -94,7 +109,7 @@ TEST(KvCache, PublishedBlocksAreFoundByTheirTokensAndSaltOnly) {
   cache.publish(0, prompt, 7);
   EXPECT_EQ(cache.cached_blocks(), 2u);  // the third block is not whole
   EXPECT_EQ(cache.attach_cached_prefix(1, prompt, 7, 39), 32u);
-  EXPECT_EQ(cache.head_keys(1, 0, 1, 0, nullptr), cache.head_keys(0, 0, 1, 0, nullptr));
+  EXPECT_EQ(cache.head_keys(1, 0, 1, 0).data, cache.head_keys(0, 0, 1, 0).data);
   EXPECT_EQ(cache.filled(1), 32u);
   EXPECT_EQ(cache.attach_cached_prefix(2, prompt, 7, 20), 16u);  // the limit, in whole blocks
   EXPECT_EQ(cache.attach_cached_prefix(3, prompt, 8, 39), 0u);   // another tenant's salt
@@ -138,10 +153,10 @@ TEST(KvCache, WritingIntoACachedBlockForgetsIt) {
   EXPECT_EQ(cache.cached_blocks(), 0u);
 }
 
-// The default test model's Q8_0 file in `dir`, opened.
-Result<std::shared_ptr<const LlamaModel>> test_model(testing::TempDir& dir) {
+// The default test model's file in `dir` (Q8_0 unless asked), opened.
+Result<std::shared_ptr<const LlamaModel>> test_model(testing::TempDir& dir, TensorType type = TensorType::kQ8_0) {
   const std::string path = dir.file("model.gguf");
-  SLIPWAY_RETURN_IF_ERROR(write_test_model(TestModelShape{}, TensorType::kQ8_0, 3, path));
+  SLIPWAY_RETURN_IF_ERROR(write_test_model(TestModelShape{}, type, 3, path));
   return LlamaModel::open(path);
 }
 
@@ -178,6 +193,7 @@ TEST(KvCache, Int8KeepsEachHeadWithinHalfAStepOfItsScaleInAQuarterOfTheBytes) {
   config.kv_heads = 2;
   config.head_dim = 64;
   EXPECT_EQ(KvCache::block_bytes(config, KvCacheType::kF32), 2u * 2 * 16 * 128 * 4);
+  EXPECT_EQ(KvCache::block_bytes(config, KvCacheType::kF16), 2u * 2 * 16 * 128 * 2);
   EXPECT_EQ(KvCache::block_bytes(config, KvCacheType::kInt8), 2u * (2 * 16 * 128 + 2 * 16 * 2 * 4));
   KvCache cache(config, 2, 2, KvCacheType::kInt8);
   ASSERT_TRUE(cache.reserve(0, 16).ok());
@@ -196,31 +212,33 @@ TEST(KvCache, Int8KeepsEachHeadWithinHalfAStepOfItsScaleInAQuarterOfTheBytes) {
     }
     cache.store(0, 1, position, key.data(), value.data());
   }
-  std::vector<float> scratch(64 * kKvBlockTokens);
   for (std::size_t head = 0; head < 2; ++head) {
-    const float* keys = cache.head_keys(0, 1, 0, head, scratch.data());
+    const kernels::KvBlock keys = cache.head_keys(0, 1, 0, head);
     for (std::size_t position = 0; position < 16; ++position) {
       float largest = 0;
       for (std::size_t c = 0; c < 64; ++c) largest = std::max(largest, std::fabs(key_at(position, head * 64 + c)));
       for (std::size_t c = 0; c < 64; ++c) {
-        EXPECT_NEAR(keys[c * kKvBlockTokens + position], key_at(position, head * 64 + c), largest / 127 * 0.5001f);
+        EXPECT_NEAR(element_at(keys, c * kKvBlockTokens + position, position), key_at(position, head * 64 + c),
+                    largest / 127 * 0.5001f);
       }
     }
-    std::size_t stride = 0;
-    const float* values = cache.head_values(0, 1, 0, head, scratch.data(), stride);
-    EXPECT_EQ(stride, 64u);
+    const kernels::KvBlock values = cache.head_values(0, 1, 0, head);
+    EXPECT_EQ(values.stride, 128u);
     for (std::size_t position = 0; position < 16; ++position) {
       for (std::size_t c = 0; c < 64; ++c) {
-        EXPECT_NEAR(values[position * stride + c], value_at(position, head * 64 + c), 3.0f / 127 * 0.5001f);
+        EXPECT_NEAR(element_at(values, position * values.stride + c, position), value_at(position, head * 64 + c),
+                    3.0f / 127 * 0.5001f);
       }
     }
   }
 }
 
-// An int8 cache's logits stay close to an F32 cache's on the same prompt.
-TEST(KvCache, Int8LogitsStayCloseToF32s) {
+// An int8 cache's logits stay close to an F32 cache's on the same prompt, a half cache's closer.
+// F16 weights: a Q8_0 model's products quantize their inputs to int8, which turns the cache's
+// small differences into whole steps of the inputs' scale and hides which cache is closer.
+TEST(KvCache, HalfAndInt8LogitsStayCloseToF32s) {
   testing::TempDir dir;
-  auto model = test_model(dir);
+  auto model = test_model(dir, TensorType::kF16);
   ASSERT_TRUE(model.ok()) << model.status().message();
   const std::vector<std::int32_t> prompt = tokens(100, 3);
   auto run = [&](KvCacheType type) {
@@ -232,15 +250,30 @@ TEST(KvCache, Int8LogitsStayCloseToF32s) {
     EXPECT_TRUE(forward(**model, cache, batch, wants, logits, 1).ok());
     return logits;
   };
-  const std::vector<float> exact = run(KvCacheType::kF32), quantized = run(KvCacheType::kInt8);
-  ASSERT_EQ(exact.size(), quantized.size());
-  double largest = 0, spread = 0;
-  for (std::size_t i = 0; i < exact.size(); ++i) {
-    largest = std::max(largest, static_cast<double>(std::fabs(exact[i] - quantized[i])));
-    spread = std::max(spread, static_cast<double>(std::fabs(exact[i])));
-  }
-  EXPECT_LT(largest, 0.05 * spread) << "largest difference " << largest << " of logits up to " << spread;
-  EXPECT_GT(largest, 0.0);  // it is another cache
+  const std::vector<float> exact = run(KvCacheType::kF32);
+  struct Difference {
+    double largest = 0, rms = 0;
+  };
+  auto difference = [&](KvCacheType type) {
+    const std::vector<float> other = run(type);
+    EXPECT_EQ(exact.size(), other.size());
+    Difference out;
+    for (std::size_t i = 0; i < exact.size() && i < other.size(); ++i) {
+      const double gap = std::fabs(exact[i] - other[i]);
+      out.largest = std::max(out.largest, gap);
+      out.rms += gap * gap;
+    }
+    out.rms = std::sqrt(out.rms / static_cast<double>(exact.size()));
+    return out;
+  };
+  double spread = 0;
+  for (float logit : exact) spread = std::max(spread, static_cast<double>(std::fabs(logit)));
+  const Difference half = difference(KvCacheType::kF16), int8 = difference(KvCacheType::kInt8);
+  EXPECT_LT(int8.largest, 0.05 * spread) << "int8: largest difference " << int8.largest << " of logits up to "
+                                         << spread;
+  EXPECT_LT(half.largest, 0.05 * spread) << "f16: largest difference " << half.largest << " of logits up to " << spread;
+  EXPECT_GT(half.rms, 0.0);  // they are other caches
+  EXPECT_LT(half.rms, int8.rms / 4) << "f16 keeps 11 significant bits to int8's 8";
 }
 
 }  // namespace

@@ -44,9 +44,10 @@ std::vector<BatchToken> prompt_batch(const std::vector<std::int32_t>& tokens, st
   return batch;
 }
 
-// Every position's logits for a prompt run as one batch.
+// Every position's logits for a prompt run as one batch, over a float cache (the numpy
+// reference keeps its keys and values as floats).
 std::vector<float> prompt_logits(const LlamaModel& model, const std::vector<std::int32_t>& tokens, int threads) {
-  KvCache cache(model.config(), 64);
+  KvCache cache(model.config(), 64, 4096, KvCacheType::kF32);
   std::vector<BatchToken> batch = prompt_batch(tokens);
   std::vector<float> logits;
   EXPECT_TRUE(forward(model, cache, batch, std::vector<bool>(tokens.size(), true), logits, threads).ok());
@@ -108,7 +109,7 @@ TEST(LlamaForward, DecodingStepByStepThreadsAndBatchNeighboursChangeNothing) {
   std::vector<float> whole = prompt_logits(*model, prompt(), 1);
   EXPECT_EQ(prompt_logits(*model, prompt(), 2), whole);
   // The prompt less its last token, then the last token alone (a decode step).
-  KvCache cache(model->config(), 64);
+  KvCache cache(model->config(), 64, 4096, KvCacheType::kF32);
   std::vector<std::int32_t> all_but_last = prompt();
   all_but_last.pop_back();
   std::vector<BatchToken> prefix = prompt_batch(all_but_last, 3);
@@ -143,7 +144,7 @@ TEST(LlamaForward, APromptInChunksGivesTheWholePromptsBits) {
   }
   const std::vector<float> whole = prompt_logits(*model, tokens, 2);
   // Chunks that start off the tiles of four and whose tiles straddle blocks of 16 positions.
-  KvCache cache(model->config(), 64);
+  KvCache cache(model->config(), 64, 4096, KvCacheType::kF32);
   std::vector<BatchToken> batch = prompt_batch(tokens, 5);
   std::vector<float> logits;
   for (auto [first, end] : {std::pair<std::size_t, std::size_t>{0, 6}, {6, 15}, {15, 33}, {33, 37}}) {
@@ -159,7 +160,7 @@ TEST(LlamaForward, APromptInChunksGivesTheWholePromptsBits) {
 
 // Greedy tokens from the engine: the prompt as one batch, then one decode step per token.
 std::vector<std::int32_t> greedy(const LlamaModel& model, std::vector<std::int32_t> tokens, std::size_t count) {
-  KvCache cache(model.config(), 64);
+  KvCache cache(model.config(), 64, 4096, KvCacheType::kF32);
   std::vector<BatchToken> batch = prompt_batch(tokens);
   std::vector<std::int32_t> generated;
   std::vector<float> logits;
