@@ -860,8 +860,8 @@ Result<LogitDifference> compare_tensor_parallel(const std::shared_ptr<const Llam
                                                 std::size_t prompt_tokens, int threads);
 
 // What one token of decoding reads: every matrix's packed weights, one embedding row, the norms,
-// and the keys and values of `context` earlier positions.
-std::uint64_t decode_bytes_per_token(const LlamaModel& model, std::size_t context);
+// and the keys and values of `context` earlier positions in a cache of `type`.
+std::uint64_t decode_bytes_per_token(const LlamaModel& model, std::size_t context, KvCacheType type);
 // Multiply-adds per token in the layers' matrices (the output matrix's too when `with_output`).
 std::uint64_t multiply_adds_per_token(const LlamaModel& model, bool with_output);
 
@@ -872,6 +872,57 @@ double measure_read_bandwidth(std::size_t bytes, int threads);
 // The core's measured peak of int8 multiply-adds per second on `threads` threads (vpdpbusd on
 // AVX-512 VNNI, else 0 where the CPU has no int8 dot-product instruction).
 double measure_int8_peak(int threads);
+
+// ---------------------------------------------------------------------------------------------
+// The CUDA backend (optional): the forward pass on an NVIDIA GPU, compiled when CMake finds the
+// CUDA compiler (-DSLIPWAY_CUDA=OFF leaves it out). Without it, or without a device, every entry
+// answers Unavailable with the reason. A first backend: float activations and a float KV cache
+// per sequence (no paging yet), Q8_0 and F16 matrices read as they are and the other formats
+// widened to F16 on upload; the engine's scheduler does not drive it yet (`llm bench --device
+// cuda` does).
+
+struct GpuDevice {
+  std::string name;
+  std::uint64_t memory_bytes = 0;
+  double bandwidth = 0;  // bytes/s, the card's peak: memory clock x 2 x bus width
+  int compute_capability = 0;
+};
+bool cuda_built();
+Result<GpuDevice> cuda_device();
+
+class CudaForward {
+ public:
+  // The model's weights uploaded, and room for `sequences` sequences of `context` positions.
+  static Result<std::unique_ptr<CudaForward>> create(const std::shared_ptr<const LlamaModel>& model,
+                                                     std::size_t sequences, std::size_t context);
+  virtual ~CudaForward() = default;
+  // forward()'s contract: tokens of sequences below `sequences` at positions below `context`,
+  // each sequence's earlier positions run by earlier passes or earlier in the batch.
+  virtual Status forward(std::span<const BatchToken> batch, const std::vector<bool>& wants_logits,
+                         std::vector<float>& logits) = 0;
+  virtual std::uint64_t weight_bytes() const = 0;  // on the device
+};
+
+// `llm bench --device cuda`: the GPU's logits against the CPU's (an F32 cache) on a prompt of
+// `check_tokens`, then pp and tg as bench_model measures them, and decoding `generated_tokens`
+// for each count of sequences at once (aggregate tokens/s), each against the bandwidth limit.
+struct CudaBenchOptions {
+  std::size_t prompt_tokens = 512, generated_tokens = 128, repetitions = 3, check_tokens = 128;
+  std::vector<std::size_t> sequences = {1, 16, 64};
+  int threads = 0;  // the CPU pass's
+};
+struct CudaBenchFigure {
+  std::string test;  // "pp512", "tg128", "decode x16"
+  double tokens_per_second = 0;
+  double limit = 0;  // tokens/s the card's bandwidth allows (decode), 0 where not bandwidth-bound
+};
+struct CudaBenchReport {
+  GpuDevice device;
+  std::uint64_t weight_bytes = 0;
+  LogitDifference logits;  // the GPU's against the CPU's
+  std::vector<CudaBenchFigure> figures;
+};
+Result<CudaBenchReport> bench_cuda(const std::shared_ptr<const LlamaModel>& model, const CudaBenchOptions& options);
 
 // A random-weight Llama for tests and benchmarks: its shape, the type of its matrices (norms stay
 // F32), and a small tokenizer of `vocabulary` tokens: "llama", SentencePiece-style (byte

@@ -285,6 +285,8 @@ struct LlmBenchFlags {
   llm::LlmBenchOptions options;
   std::uint64_t bandwidth_mib = 0;  // 0: the bytes one decoded token reads
   bool skip_bandwidth = false;
+  std::string device = "cpu";                        // or "cuda": llm::bench_cuda
+  std::vector<std::size_t> sequences = {1, 16, 64};  // cuda: sequences decoding at once
 };
 // llama-bench's pp and tg tests on a GGUF file, with the bandwidth roofline and int8 peak.
 int run_llm_bench(const GlobalOptions& global, const LlmBenchFlags& flags);

@@ -283,7 +283,76 @@ int run_llm_serve(const GlobalOptions& global, const LlmServeFlags& flags) {
   return 0;
 }
 
+namespace {
+
+struct CudaBenchResult : CommandResult {
+  std::string model;
+  llm::CudaBenchReport report;
+  void write_json(JsonWriter& json) const override {
+    json.begin_object().key("model").value(model).key("device").begin_object();
+    json.key("name").value(report.device.name).key("memory_bytes").value(report.device.memory_bytes);
+    json.key("bandwidth_bytes_per_second").value(report.device.bandwidth);
+    json.key("compute_capability").value(static_cast<std::int64_t>(report.device.compute_capability));
+    json.end_object().key("weight_bytes_on_device").value(report.weight_bytes);
+    json.key("logits_against_cpu").begin_object();
+    json.key("positions").value(static_cast<std::uint64_t>(report.logits.positions));
+    json.key("max_abs_logit_difference").value(report.logits.max_abs_difference);
+    json.key("rms_logit_difference").value(report.logits.rms_difference);
+    json.key("logit_rms").value(report.logits.logit_rms);
+    json.key("top1_agreement").value(report.logits.top1_agreement);
+    json.end_object().key("results").begin_array();
+    for (const auto& figure : report.figures) {
+      json.begin_object().key("test").value(figure.test).key("tokens_per_second").value(figure.tokens_per_second);
+      if (figure.limit > 0) {
+        json.key("bandwidth_limit_tokens_per_second").value(figure.limit);
+        json.key("fraction_of_limit").value(figure.tokens_per_second / figure.limit);
+      }
+      json.end_object();
+    }
+    json.end_array().end_object();
+  }
+  void write_text(std::ostream& out) const override {
+    out << fmt::format("{} on {} ({:.1f} GiB, {:.0f} GB/s peak, compute capability {}.{}): {:.1f} MB of weights\n",
+                       model, report.device.name, static_cast<double>(report.device.memory_bytes) / (1 << 30),
+                       report.device.bandwidth / 1e9, report.device.compute_capability / 10,
+                       report.device.compute_capability % 10, static_cast<double>(report.weight_bytes) / 1e6);
+    out << fmt::format(
+        "logits against the CPU's over {} positions: at most {:.3g} apart, RMS {:.3g} (the logits' RMS is {:.3f}); "
+        "the same top token at {:.1f}% of positions\n",
+        report.logits.positions, report.logits.max_abs_difference, report.logits.rms_difference,
+        report.logits.logit_rms, 100 * report.logits.top1_agreement);
+    out << fmt::format("{:<12} {:>12}  {}\n", "test", "tokens/s", "against the bandwidth limit");
+    for (const auto& figure : report.figures) {
+      out << fmt::format("{:<12} {:>12.1f}  {}\n", figure.test, figure.tokens_per_second,
+                         figure.limit > 0 ? fmt::format("{:.0f}% of {:.0f} tokens/s",
+                                                        100 * figure.tokens_per_second / figure.limit, figure.limit)
+                                          : std::string("-"));
+    }
+  }
+};
+
+int run_llm_bench_cuda(const GlobalOptions& global, const LlmBenchFlags& flags) {
+  auto model = llm::LlamaModel::open(flags.model);
+  if (!model.ok()) return fail(model.status());
+  llm::CudaBenchOptions options;
+  options.prompt_tokens = flags.options.prompt_tokens;
+  options.generated_tokens = flags.options.generated_tokens;
+  options.repetitions = flags.options.repetitions;
+  options.sequences = flags.sequences;
+  options.threads = flags.options.threads.back();
+  CudaBenchResult result;
+  result.model = flags.model;
+  auto report = llm::bench_cuda(*model, options);
+  if (!report.ok()) return fail(report.status());
+  result.report = std::move(*report);
+  render(global, result);
+  return 0;
+}
+
+}  // namespace
+
 int run_llm_bench(const GlobalOptions& global, const LlmBenchFlags& flags) {
+  if (flags.device == "cuda") return run_llm_bench_cuda(global, flags);
   auto model = llm::LlamaModel::open(flags.model);
   if (!model.ok()) return fail(model.status());
   BenchResult result;
@@ -294,7 +363,8 @@ int run_llm_bench(const GlobalOptions& global, const LlmBenchFlags& flags) {
   result.bytes = static_cast<std::uint64_t>(std::filesystem::file_size(flags.model, error));
   for (const auto& tensor : (*model)->file().tensors()) result.parameters += tensor.elements();
   // tg's tokens see, on average, half the run's positions.
-  result.bytes_per_token = llm::decode_bytes_per_token(**model, flags.options.generated_tokens / 2);
+  result.bytes_per_token =
+      llm::decode_bytes_per_token(**model, flags.options.generated_tokens / 2, flags.options.kv_cache_type);
   result.multiply_adds = llm::multiply_adds_per_token(**model, false);
   auto figures = llm::bench_model(*model, flags.options);
   if (!figures.ok()) return fail(figures.status());
@@ -462,6 +532,18 @@ void add_llm_commands(CLI::App& app, LlmCommands& commands) {
           "The KV cache's type for the runs: f16 (the default), f32, or int8 (for f16 and int8, also its logits "
           "against f32's on a 512-token prompt)")
       ->check(CLI::IsMember({"f16", "f32", "int8"}));
+  commands.bench
+      ->add_option(
+          "--device", commands.bench_flags.device,
+          "cpu, or cuda: the CUDA backend's logits against the CPU's, pp, tg and decoding --sequences at once, "
+          "against the card's bandwidth")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  commands.bench
+      ->add_option("--sequences", commands.bench_flags.sequences, "With --device cuda: sequences decoding at once")
+      ->delimiter(',')
+      ->check(CLI::Range(std::size_t{1}, std::size_t{4096}))
+      ->capture_default_str();
   commands.bench
       ->add_option("--tensor-parallel-size,--tp", commands.bench_flags.options.tensor_parallel,
                    "Ranks each pass is split over (then also the logits against one rank's on a 512-token prompt)")

@@ -175,7 +175,77 @@ Result<std::vector<LlmBenchFigure>> bench_model(const std::shared_ptr<const Llam
   return figures;
 }
 
-std::uint64_t decode_bytes_per_token(const LlamaModel& model, std::size_t context) {
+Result<CudaBenchReport> bench_cuda(const std::shared_ptr<const LlamaModel>& model, const CudaBenchOptions& options) {
+  const LlamaConfig& config = model->config();
+  CudaBenchReport report;
+  SLIPWAY_ASSIGN_OR_RETURN(report.device, cuda_device());
+  std::size_t most_sequences = 1;
+  for (std::size_t count : options.sequences) most_sequences = std::max(most_sequences, count);
+  const std::size_t check_tokens = std::min(options.check_tokens, config.context);
+  const std::size_t context = std::max({options.prompt_tokens, options.generated_tokens, check_tokens, std::size_t{1}});
+  if (context > config.context) {
+    return invalid_argument(fmt::format("{} tokens do not fit the model's context of {}", context, config.context));
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(std::unique_ptr<CudaForward> gpu, CudaForward::create(model, most_sequences, context));
+  report.weight_bytes = gpu->weight_bytes();
+  const PassFunction on_gpu = [&gpu](KvCache& /*cache*/, std::span<const BatchToken> batch,
+                                     const std::vector<bool>& wants,
+                                     std::vector<float>& logits) { return gpu->forward(batch, wants, logits); };
+  ThreadTeam team(options.threads);
+  SLIPWAY_ASSIGN_OR_RETURN(report.logits, difference(config, check_tokens, KvCacheType::kF32, pass_on(*model, team),
+                                                     KvCacheType::kF32, on_gpu));
+  // Decoding reads every weight once per step and each sequence's keys and values so far (the
+  // mean over the run: half the generated length), all in floats.
+  const double cache_bytes_per_position = 2.0 * config.layers * config.kv_heads * config.head_dim * sizeof(float);
+  auto decode_limit = [&](std::size_t sequences) {
+    const double step_bytes =
+        static_cast<double>(report.weight_bytes) +
+        static_cast<double>(sequences) * cache_bytes_per_position * static_cast<double>(options.generated_tokens) / 2.0;
+    return report.device.bandwidth * static_cast<double>(sequences) / step_bytes;
+  };
+  auto measure = [&](const std::string& test, std::size_t sequences, std::size_t steps, bool prompt,
+                     double limit) -> Status {
+    std::vector<double> rates;
+    for (std::size_t repetition = 0; repetition <= std::max<std::size_t>(1, options.repetitions); ++repetition) {
+      std::vector<float> logits;
+      const auto start = Clock::now();
+      if (prompt) {
+        std::vector<BatchToken> batch = random_tokens(config, steps, 0);
+        std::vector<bool> wants(steps, false);
+        wants.back() = true;
+        SLIPWAY_RETURN_IF_ERROR(gpu->forward(batch, wants, logits));
+      } else {
+        const std::vector<bool> wants(sequences, true);
+        std::vector<BatchToken> step(sequences);
+        for (std::size_t position = 0; position < steps; ++position) {
+          for (std::size_t s = 0; s < sequences; ++s) {
+            step[s] = {s, position, static_cast<std::int32_t>((s * 7919 + position * 104729) % config.vocabulary)};
+          }
+          SLIPWAY_RETURN_IF_ERROR(gpu->forward(step, wants, logits));
+        }
+      }
+      // The first run warms up (kernel loading, allocations).
+      if (repetition > 0) rates.push_back(static_cast<double>(steps * sequences) / seconds_since(start));
+    }
+    report.figures.push_back({test, median(rates), limit});
+    return {};
+  };
+  if (options.prompt_tokens > 0) {
+    SLIPWAY_RETURN_IF_ERROR(measure(fmt::format("pp{}", options.prompt_tokens), 1, options.prompt_tokens, true, 0));
+  }
+  if (options.generated_tokens > 0) {
+    SLIPWAY_RETURN_IF_ERROR(
+        measure(fmt::format("tg{}", options.generated_tokens), 1, options.generated_tokens, false, decode_limit(1)));
+    for (std::size_t sequences : options.sequences) {
+      if (sequences <= 1) continue;
+      SLIPWAY_RETURN_IF_ERROR(measure(fmt::format("decode x{}", sequences), sequences, options.generated_tokens, false,
+                                      decode_limit(sequences)));
+    }
+  }
+  return report;
+}
+
+std::uint64_t decode_bytes_per_token(const LlamaModel& model, std::size_t context, KvCacheType type) {
   const LlamaConfig& config = model.config();
   auto packed = [](const WeightMatrix& matrix) { return static_cast<std::uint64_t>(matrix.packed->bytes()); };
   std::uint64_t bytes = packed(model.output()) + model.token_embedding().row_bytes() + config.embedding * 4;
@@ -186,7 +256,7 @@ std::uint64_t decode_bytes_per_token(const LlamaModel& model, std::size_t contex
     }
     bytes += 2 * config.embedding * 4;
   }
-  bytes += static_cast<std::uint64_t>(context) * config.layers * 2 * config.kv_heads * config.head_dim * 4;
+  bytes += static_cast<std::uint64_t>(context) * KvCache::block_bytes(config, type) / kKvBlockTokens;
   return bytes;
 }
 

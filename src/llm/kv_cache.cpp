@@ -321,7 +321,7 @@ void KvCache::store(std::size_t sequence, std::size_t layer, std::size_t positio
 
 namespace {
 
-kernels::KvElement kv_element(KvCacheType type) {
+kernels::KvElement element_of(KvCacheType type) {
   switch (type) {
     case KvCacheType::kF32:
       return kernels::KvElement::kF32;
@@ -338,7 +338,7 @@ kernels::KvElement kv_element(KvCacheType type) {
 kernels::KvBlock KvCache::head_keys(std::size_t sequence, std::size_t layer, std::size_t block,
                                     std::size_t kv_head) const {
   const std::byte* data = layer_data(tables_[sequence][block], layer);
-  const kernels::KvElement element = kv_element(type_);
+  const kernels::KvElement element = element_of(type_);
   kernels::KvBlock keys{data + kv_head * head_dim_ * kKvBlockTokens * kernels::kv_element_bytes(element), element,
                         kKvBlockTokens};
   if (type_ == KvCacheType::kInt8) {
@@ -351,7 +351,7 @@ kernels::KvBlock KvCache::head_keys(std::size_t sequence, std::size_t layer, std
 kernels::KvBlock KvCache::head_values(std::size_t sequence, std::size_t layer, std::size_t block,
                                       std::size_t kv_head) const {
   const std::byte* data = layer_data(tables_[sequence][block], layer);
-  const kernels::KvElement element = kv_element(type_);
+  const kernels::KvElement element = element_of(type_);
   const std::size_t element_bytes = kernels::kv_element_bytes(element);
   kernels::KvBlock values{data + (kKvBlockTokens * width_ + kv_head * head_dim_) * element_bytes, element, width_};
   if (type_ == KvCacheType::kInt8) {
