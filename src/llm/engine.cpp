@@ -648,11 +648,12 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
     for (const GgufTensor& tensor : model->file().tensors()) weights += tensor.bytes;
     constexpr double kMiB = 1 << 20;
     return resource_exhausted(fmt::format(
-        "a key/value cache of {:.1f} MiB holds {} blocks of {} tokens ({:.3f} MiB each for this model, whose weights "
-        "take {:.1f} MiB); one sequence of {} tokens needs {} blocks ({:.1f} MiB): raise the cache to at least that "
-        "(--kv-cache-mb) or lower the context (--ctx)",
+        "a key/value cache of {:.1f} MiB holds {} blocks of {} tokens ({:.3f} MiB each as {} for this model, whose "
+        "weights take {:.1f} MiB); one sequence of {} tokens needs {} blocks ({:.1f} MiB): raise the cache to at least "
+        "that (--kv-cache-mb), lower the context (--ctx) or keep keys and values smaller (--kv-cache-dtype int8)",
         static_cast<double>(chosen.kv_cache_bytes) / kMiB, blocks, kKvBlockTokens,
-        static_cast<double>(block_bytes) / kMiB, static_cast<double>(weights) / kMiB, chosen.context, sequence_blocks,
+        static_cast<double>(block_bytes) / kMiB, kv_cache_type_name(chosen.kv_cache_type),
+        static_cast<double>(weights) / kMiB, chosen.context, sequence_blocks,
         static_cast<double>(sequence_blocks * block_bytes) / kMiB));
   }
   SLIPWAY_ASSIGN_OR_RETURN(auto ranks, TensorParallelModel::split(std::move(model), chosen.tensor_parallel));
