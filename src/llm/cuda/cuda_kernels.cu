@@ -31,14 +31,39 @@ struct BlockQ8_0 {  // NOLINT(readability-identifier-naming): ggml's name
 };
 static_assert(sizeof(BlockQ8_0) == 34);
 
+// What a warp of a product kernel multiplies: weight row `row` by tokens [first, first + count).
+struct WarpTask {
+  std::size_t row, first, count;
+  int lane;
+};
+
+__device__ WarpTask warp_task(std::size_t tokens) {
+  WarpTask task{};
+  task.row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
+  task.lane = static_cast<int>(threadIdx.x % kWarp);
+  task.first = static_cast<std::size_t>(blockIdx.y) * kTokensPerPass;
+  task.count = min(kTokensPerPass, tokens - task.first);
+  return task;
+}
+
+// Each token's sum over the warp's lanes into out[token * rows + row] (inlined: `sums` stays in
+// registers).
+__device__ __forceinline__ void write_sums(const WarpTask& task, const float* sums, std::size_t rows, float* out) {
+#pragma unroll
+  for (std::size_t t = 0; t < kTokensPerPass; ++t) {
+    if (t >= task.count) break;  // the same for every lane of the warp
+    const float total = warp_sum(sums[t]);
+    if (task.lane == 0) out[(task.first + t) * rows + task.row] = total;
+  }
+}
+
 // Each lane takes every 32nd group of eight columns (16 bytes of halves) of its warp's row.
 __global__ void multiply_f16(const __half* weights, std::size_t rows, std::size_t columns, const float* in,
                              std::size_t tokens, float* out) {
-  const std::size_t row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
-  const int lane = static_cast<int>(threadIdx.x % kWarp);
-  const std::size_t first = static_cast<std::size_t>(blockIdx.y) * kTokensPerPass;
-  if (row >= rows) return;
-  const std::size_t count = min(kTokensPerPass, tokens - first);
+  const WarpTask task = warp_task(tokens);
+  if (task.row >= rows) return;  // the whole warp
+  const std::size_t row = task.row, first = task.first, count = task.count;
+  const int lane = task.lane;
   float sums[kTokensPerPass] = {};
   const __half* weight_row = weights + row * columns;
   if (columns % 8 == 0) {
@@ -66,22 +91,16 @@ __global__ void multiply_f16(const __half* weights, std::size_t rows, std::size_
       for (std::size_t t = 0; t < count; ++t) sums[t] = fmaf(w, in[(first + t) * columns + column], sums[t]);
     }
   }
-#pragma unroll
-  for (std::size_t t = 0; t < kTokensPerPass; ++t) {
-    if (t >= count) break;  // the same for every lane of the warp
-    const float total = warp_sum(sums[t]);
-    if (lane == 0) out[(first + t) * rows + row] = total;
-  }
+  write_sums(task, sums, rows, out);
 }
 
 // Each lane takes every 32nd block of 32 values of its warp's row.
 __global__ void multiply_q8_0(const BlockQ8_0* weights, std::size_t rows, std::size_t columns, const float* in,
                               std::size_t tokens, float* out) {
-  const std::size_t row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
-  const int lane = static_cast<int>(threadIdx.x % kWarp);
-  const std::size_t first = static_cast<std::size_t>(blockIdx.y) * kTokensPerPass;
-  if (row >= rows) return;
-  const std::size_t count = min(kTokensPerPass, tokens - first);
+  const WarpTask task = warp_task(tokens);
+  if (task.row >= rows) return;  // the whole warp
+  const std::size_t row = task.row, first = task.first, count = task.count;
+  const int lane = task.lane;
   const std::size_t blocks = columns / 32;
   float sums[kTokensPerPass] = {};
   for (std::size_t b = lane; b < blocks; b += kWarp) {
@@ -98,12 +117,7 @@ __global__ void multiply_q8_0(const BlockQ8_0* weights, std::size_t rows, std::s
       sums[t] = fmaf(dot, scale, sums[t]);
     }
   }
-#pragma unroll
-  for (std::size_t t = 0; t < kTokensPerPass; ++t) {
-    if (t >= count) break;  // the same for every lane of the warp
-    const float total = warp_sum(sums[t]);
-    if (lane == 0) out[(first + t) * rows + row] = total;
-  }
+  write_sums(task, sums, rows, out);
 }
 
 constexpr int kNormThreads = 256;
