@@ -40,6 +40,17 @@ struct TestModelResult : CommandResult {
   }
 };
 
+// A variant pass's logits against the exact one's, as `key`'s object.
+void write_logit_difference(JsonWriter& json, std::string_view key, const llm::LogitDifference& difference) {
+  json.key(key).begin_object();
+  json.key("positions").value(static_cast<std::uint64_t>(difference.positions));
+  json.key("max_abs_logit_difference").value(difference.max_abs_difference);
+  json.key("rms_logit_difference").value(difference.rms_difference);
+  json.key("logit_rms").value(difference.logit_rms);
+  json.key("top1_agreement").value(difference.top1_agreement);
+  json.end_object();
+}
+
 struct BenchResult : CommandResult {
   std::string model, type;
   std::uint64_t bytes = 0, parameters = 0, bytes_per_token = 0, multiply_adds = 0;
@@ -90,18 +101,9 @@ struct BenchResult : CommandResult {
     for (const auto& [threads, value] : bandwidth) json.key(std::to_string(threads)).value(value);
     json.end_object();
     json.key("kv_cache_type").value(kv_cache_type);
-    auto write_difference = [&json](std::string_view key, const llm::LogitDifference& difference) {
-      json.key(key).begin_object();
-      json.key("positions").value(static_cast<std::uint64_t>(difference.positions));
-      json.key("max_abs_logit_difference").value(difference.max_abs_difference);
-      json.key("rms_logit_difference").value(difference.rms_difference);
-      json.key("logit_rms").value(difference.logit_rms);
-      json.key("top1_agreement").value(difference.top1_agreement);
-      json.end_object();
-    };
-    if (kv_quality) write_difference("kv_cache_quality", *kv_quality);
+    if (kv_quality) write_logit_difference(json, "kv_cache_quality", *kv_quality);
     json.key("tensor_parallel_size").value(static_cast<std::uint64_t>(tensor_parallel));
-    if (tp_quality) write_difference("tensor_parallel_quality", *tp_quality);
+    if (tp_quality) write_logit_difference(json, "tensor_parallel_quality", *tp_quality);
     json.end_object();
   }
   void write_text(std::ostream& out) const override {
@@ -294,13 +296,8 @@ struct CudaBenchResult : CommandResult {
     json.key("bandwidth_bytes_per_second").value(report.device.bandwidth);
     json.key("compute_capability").value(static_cast<std::int64_t>(report.device.compute_capability));
     json.end_object().key("weight_bytes_on_device").value(report.weight_bytes);
-    json.key("logits_against_cpu").begin_object();
-    json.key("positions").value(static_cast<std::uint64_t>(report.logits.positions));
-    json.key("max_abs_logit_difference").value(report.logits.max_abs_difference);
-    json.key("rms_logit_difference").value(report.logits.rms_difference);
-    json.key("logit_rms").value(report.logits.logit_rms);
-    json.key("top1_agreement").value(report.logits.top1_agreement);
-    json.end_object().key("results").begin_array();
+    write_logit_difference(json, "logits_against_cpu", report.logits);
+    json.key("results").begin_array();
     for (const auto& figure : report.figures) {
       json.begin_object().key("test").value(figure.test).key("tokens_per_second").value(figure.tokens_per_second);
       if (figure.limit > 0) {
