@@ -215,6 +215,10 @@ class HugePageBuffer {
   std::byte* data() { return static_cast<std::byte*>(address_); }
   const std::byte* data() const { return static_cast<const std::byte*>(address_); }
   std::size_t size() const { return size_; }
+  // Backs every page now instead of at its first write (a pool that will be written whole: its
+  // page faults paid at start, not by the requests that first reach each page). False when the
+  // system cannot back them.
+  bool commit();
 
  private:
   void release();

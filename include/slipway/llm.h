@@ -589,7 +589,10 @@ struct SamplingParams {
   float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
   std::optional<std::uint64_t> seed;                       // the same seed and request give the same tokens
   std::vector<std::pair<std::int32_t, float>> logit_bias;  // added to those tokens' logits first
-  std::size_t top_logprobs = 0;                            // alternatives reported per token (at most 20)
+  // Each token's log-probability computed (a log-softmax over the vocabulary per token, a few
+  // percent of a batched step's time: asked for, not paid by default); top_logprobs > 0 implies it.
+  bool logprobs = false;
+  std::size_t top_logprobs = 0;  // alternatives reported per token (at most 20)
 };
 inline constexpr std::size_t kPenaltyWindow = 64;
 inline constexpr std::size_t kMaxTopLogprobs = 20;
@@ -599,7 +602,9 @@ Status validate(const SamplingParams& params);
 
 struct TokenChoice {
   std::int32_t token = 0;
-  float logprob = 0;  // log-probability under the model's distribution after penalties (no temperature)
+  // Log-probability under the model's distribution after penalties (no temperature); -inf when no
+  // logit is finite; NaN when SamplingParams::logprobs was not asked.
+  float logprob = 0;
 };
 struct SampledToken {
   TokenChoice chosen;
@@ -727,9 +732,10 @@ struct EngineOptions {
   std::size_t context = 0;
   std::size_t max_waiting = 256;  // choices queued for a sequence; more are refused
   int threads = 0;                // 0: all cores
-  // The KV cache's pool in bytes, reserved at start (its pages committed as blocks are first
-  // written); 0: enough for max_sequences whole contexts, within kDefaultKvCacheBytes. A pool that
-  // cannot hold one whole context is refused at start, with the numbers.
+  // The KV cache's pool in bytes, reserved and committed at start (vLLM's way: the memory is the
+  // server's from the first request on); 0: enough for max_sequences whole contexts, within
+  // kDefaultKvCacheBytes. A pool that cannot hold one whole context is refused at start, with the
+  // numbers.
   std::uint64_t kv_cache_bytes = 0;
   KvCacheType kv_cache_type = KvCacheType::kF16;  // vLLM's kv_cache_dtype ("auto": the f16 file's 16 bits)
   // Whole blocks of prompts kept and reused across requests (by the salt's tenant only).

@@ -142,6 +142,20 @@ HugePageBuffer& HugePageBuffer::operator=(HugePageBuffer&& other) noexcept {
 
 HugePageBuffer::~HugePageBuffer() { release(); }
 
+bool HugePageBuffer::commit() {
+  if (kFromHeap || address_ == nullptr) return true;  // the heap's memory is written already
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14; older headers lack the name
+#endif
+  if (::madvise(address_, mapped_, MADV_POPULATE_WRITE) == 0) return true;
+  if (errno != EINVAL) return false;  // ENOMEM and the like: the pages cannot be had
+  // A kernel before 5.14: one write per page does the same (the pages are zeros already).
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  auto* bytes = static_cast<volatile std::byte*>(address_);
+  for (std::size_t at = 0; at < mapped_; at += page) bytes[at] = std::byte{0};
+  return true;
+}
+
 Result<std::string> read_file(const std::string& path) {
   FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (file.get() < 0) return io_error("cannot open '" + path + "': " + errno_text());

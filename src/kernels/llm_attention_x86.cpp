@@ -248,88 +248,109 @@ SLIPWAY_AVX2 void block_scores_avx2(const float* queries, std::size_t query_stri
   }
 }
 
-// Four vectors of dimensions by up to four queries: sixteen sums held while the positions pass.
-template <KvElement kElement>
-SLIPWAY_AVX512 void add_weighted_values_avx512(const float* weights, std::size_t weight_stride, std::size_t query_count,
-                                               std::size_t count, const KvBlock& values, std::size_t head_dim,
-                                               float* out, std::size_t out_stride) {
+// Four vectors of dimensions by up to four queries: sixteen sums held in registers while the
+// positions pass (a query count known at compile time, or the sums live on the stack and every
+// multiply-add waits on a store).
+template <std::size_t kQueries, KvElement kElement>
+SLIPWAY_AVX512 void weighted_values_512(const float* weights, std::size_t weight_stride, std::size_t count,
+                                        const KvBlock& values, std::size_t head_dim, float* out,
+                                        std::size_t out_stride) {
   const std::size_t stride = values.stride;
-  for (std::size_t first = 0; first < query_count; first += kAttentionQueries) {
-    const std::size_t queries = std::min(kAttentionQueries, query_count - first);
-    const float* tile_weights = weights + first * weight_stride;
-    float* tile_out = out + first * out_stride;
-    std::size_t d = 0;
-    for (; d + 64 <= head_dim; d += 64) {
-      __m512 sums[kAttentionQueries][4];
-      for (std::size_t q = 0; q < queries; ++q) {
-        for (std::size_t j = 0; j < 4; ++j) sums[q][j] = _mm512_loadu_ps(tile_out + q * out_stride + d + 16 * j);
-      }
-      for (std::size_t i = 0; i < count; ++i) {
-        const __m512 scale = row_scale_16(values, i);
-        __m512 value[4];
-        for (std::size_t j = 0; j < 4; ++j) value[j] = load_16<kElement>(values.data, i * stride + d + 16 * j, scale);
-        for (std::size_t q = 0; q < queries; ++q) {
-          __m512 weight = _mm512_set1_ps(tile_weights[q * weight_stride + i]);
+  std::size_t d = 0;
+  for (; d + 64 <= head_dim; d += 64) {
+    __m512 sums[kQueries][4];
 #pragma GCC unroll 4
-          for (std::size_t j = 0; j < 4; ++j) sums[q][j] = _mm512_fmadd_ps(weight, value[j], sums[q][j]);
-        }
-      }
-      for (std::size_t q = 0; q < queries; ++q) {
-        for (std::size_t j = 0; j < 4; ++j) _mm512_storeu_ps(tile_out + q * out_stride + d + 16 * j, sums[q][j]);
+    for (std::size_t q = 0; q < kQueries; ++q) {
+#pragma GCC unroll 4
+      for (std::size_t j = 0; j < 4; ++j) sums[q][j] = _mm512_loadu_ps(out + q * out_stride + d + 16 * j);
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      const __m512 scale = row_scale_16(values, i);
+      __m512 value[4];
+#pragma GCC unroll 4
+      for (std::size_t j = 0; j < 4; ++j) value[j] = load_16<kElement>(values.data, i * stride + d + 16 * j, scale);
+#pragma GCC unroll 4
+      for (std::size_t q = 0; q < kQueries; ++q) {
+        const __m512 weight = _mm512_set1_ps(weights[q * weight_stride + i]);
+#pragma GCC unroll 4
+        for (std::size_t j = 0; j < 4; ++j) sums[q][j] = _mm512_fmadd_ps(weight, value[j], sums[q][j]);
       }
     }
-    for (; d < head_dim; d += 16) {
-      const __mmask16 mask = tail_mask(head_dim - d);
-      for (std::size_t q = 0; q < queries; ++q) {
-        __m512 sum = _mm512_maskz_loadu_ps(mask, tile_out + q * out_stride + d);
-        for (std::size_t i = 0; i < count; ++i) {
-          sum = _mm512_fmadd_ps(_mm512_set1_ps(tile_weights[q * weight_stride + i]),
-                                load_16_masked<kElement>(values.data, i * stride + d, mask, row_scale_16(values, i)),
-                                sum);
-        }
-        _mm512_mask_storeu_ps(tile_out + q * out_stride + d, mask, sum);
+#pragma GCC unroll 4
+    for (std::size_t q = 0; q < kQueries; ++q) {
+#pragma GCC unroll 4
+      for (std::size_t j = 0; j < 4; ++j) _mm512_storeu_ps(out + q * out_stride + d + 16 * j, sums[q][j]);
+    }
+  }
+  for (; d < head_dim; d += 16) {
+    const __mmask16 mask = tail_mask(head_dim - d);
+    for (std::size_t q = 0; q < kQueries; ++q) {
+      __m512 sum = _mm512_maskz_loadu_ps(mask, out + q * out_stride + d);
+      for (std::size_t i = 0; i < count; ++i) {
+        sum = _mm512_fmadd_ps(_mm512_set1_ps(weights[q * weight_stride + i]),
+                              load_16_masked<kElement>(values.data, i * stride + d, mask, row_scale_16(values, i)),
+                              sum);
+      }
+      _mm512_mask_storeu_ps(out + q * out_stride + d, mask, sum);
+    }
+  }
+}
+
+// Two vectors of dimensions by up to four queries: AVX2's sixteen registers hold the eight sums.
+template <std::size_t kQueries, KvElement kElement>
+SLIPWAY_AVX2 void weighted_values_256(const float* weights, std::size_t weight_stride, std::size_t count,
+                                      const KvBlock& values, std::size_t head_dim, float* out,
+                                      std::size_t out_stride) {
+  const std::size_t stride = values.stride;
+  std::size_t d = 0;
+  for (; d + 16 <= head_dim; d += 16) {
+    __m256 sums[kQueries][2];
+#pragma GCC unroll 4
+    for (std::size_t q = 0; q < kQueries; ++q) {
+#pragma GCC unroll 2
+      for (std::size_t j = 0; j < 2; ++j) sums[q][j] = _mm256_loadu_ps(out + q * out_stride + d + 8 * j);
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      const __m256 scale = row_scale_8(values, i);
+      __m256 value[2];
+#pragma GCC unroll 2
+      for (std::size_t j = 0; j < 2; ++j) value[j] = load_8<kElement>(values.data, i * stride + d + 8 * j, scale);
+#pragma GCC unroll 4
+      for (std::size_t q = 0; q < kQueries; ++q) {
+        const __m256 weight = _mm256_set1_ps(weights[q * weight_stride + i]);
+#pragma GCC unroll 2
+        for (std::size_t j = 0; j < 2; ++j) sums[q][j] = _mm256_fmadd_ps(weight, value[j], sums[q][j]);
+      }
+    }
+#pragma GCC unroll 4
+    for (std::size_t q = 0; q < kQueries; ++q) {
+#pragma GCC unroll 2
+      for (std::size_t j = 0; j < 2; ++j) _mm256_storeu_ps(out + q * out_stride + d + 8 * j, sums[q][j]);
+    }
+  }
+  for (std::size_t q = 0; q < kQueries; ++q) {
+    for (std::size_t i = 0; i < count; ++i) {
+      for (std::size_t dim = d; dim < head_dim; ++dim) {
+        out[q * out_stride + dim] =
+            std::fma(weights[q * weight_stride + i], kv_element(values, i * stride + dim, i), out[q * out_stride + dim]);
       }
     }
   }
 }
 
-template <KvElement kElement>
-SLIPWAY_AVX2 void add_weighted_values_avx2(const float* weights, std::size_t weight_stride, std::size_t query_count,
-                                           std::size_t count, const KvBlock& values, std::size_t head_dim, float* out,
-                                           std::size_t out_stride) {
-  const std::size_t stride = values.stride;
-  for (std::size_t first = 0; first < query_count; first += kAttentionQueries) {
-    const std::size_t queries = std::min(kAttentionQueries, query_count - first);
-    const float* tile_weights = weights + first * weight_stride;
-    float* tile_out = out + first * out_stride;
-    std::size_t d = 0;
-    for (; d + 16 <= head_dim; d += 16) {
-      __m256 sums[kAttentionQueries][2];
-      for (std::size_t q = 0; q < queries; ++q) {
-        for (std::size_t j = 0; j < 2; ++j) sums[q][j] = _mm256_loadu_ps(tile_out + q * out_stride + d + 8 * j);
-      }
-      for (std::size_t i = 0; i < count; ++i) {
-        const __m256 scale = row_scale_8(values, i);
-        __m256 value[2];
-        for (std::size_t j = 0; j < 2; ++j) value[j] = load_8<kElement>(values.data, i * stride + d + 8 * j, scale);
-        for (std::size_t q = 0; q < queries; ++q) {
-          __m256 weight = _mm256_set1_ps(tile_weights[q * weight_stride + i]);
-          for (std::size_t j = 0; j < 2; ++j) sums[q][j] = _mm256_fmadd_ps(weight, value[j], sums[q][j]);
-        }
-      }
-      for (std::size_t q = 0; q < queries; ++q) {
-        for (std::size_t j = 0; j < 2; ++j) _mm256_storeu_ps(tile_out + q * out_stride + d + 8 * j, sums[q][j]);
-      }
-    }
-    for (std::size_t q = 0; q < queries; ++q) {
-      for (std::size_t i = 0; i < count; ++i) {
-        for (std::size_t dim = d; dim < head_dim; ++dim) {
-          tile_out[q * out_stride + dim] =
-              std::fma(tile_weights[q * weight_stride + i], kv_element(values, i * stride + dim, i),
-                       tile_out[q * out_stride + dim]);
-        }
-      }
-    }
+// `call` with a tile's query count (1 to kAttentionQueries) as a compile-time constant.
+template <typename Call>
+void by_query_count(std::size_t queries, Call&& call) {
+  static_assert(kAttentionQueries == 4);
+  switch (queries) {
+    case 4:
+      return call(std::integral_constant<std::size_t, 4>{});
+    case 3:
+      return call(std::integral_constant<std::size_t, 3>{});
+    case 2:
+      return call(std::integral_constant<std::size_t, 2>{});
+    default:
+      return call(std::integral_constant<std::size_t, 1>{});
   }
 }
 
@@ -427,8 +448,13 @@ SLIPWAY_AVX512 void llm_add_weighted_values_avx512(const float* weights, std::si
                                                    std::size_t query_count, std::size_t count, const KvBlock& values,
                                                    std::size_t head_dim, float* out, std::size_t out_stride) {
   by_element(values.element, [&](auto element) SLIPWAY_AVX512 {
-    add_weighted_values_avx512<decltype(element)::value>(weights, weight_stride, query_count, count, values, head_dim,
-                                                         out, out_stride);
+    for (std::size_t first = 0; first < query_count; first += kAttentionQueries) {
+      by_query_count(std::min(kAttentionQueries, query_count - first), [&](auto queries) SLIPWAY_AVX512 {
+        weighted_values_512<decltype(queries)::value, decltype(element)::value>(
+            weights + first * weight_stride, weight_stride, count, values, head_dim, out + first * out_stride,
+            out_stride);
+      });
+    }
   });
 }
 
@@ -436,8 +462,13 @@ SLIPWAY_AVX2 void llm_add_weighted_values_avx2(const float* weights, std::size_t
                                                std::size_t count, const KvBlock& values, std::size_t head_dim,
                                                float* out, std::size_t out_stride) {
   by_element(values.element, [&](auto element) SLIPWAY_AVX2 {
-    add_weighted_values_avx2<decltype(element)::value>(weights, weight_stride, query_count, count, values, head_dim,
-                                                       out, out_stride);
+    for (std::size_t first = 0; first < query_count; first += kAttentionQueries) {
+      by_query_count(std::min(kAttentionQueries, query_count - first), [&](auto queries) SLIPWAY_AVX2 {
+        weighted_values_256<decltype(queries)::value, decltype(element)::value>(
+            weights + first * weight_stride, weight_stride, count, values, head_dim, out + first * out_stride,
+            out_stride);
+      });
+    }
   });
 }
 

@@ -65,6 +65,7 @@ SLIPWAY_TILE_TARGET inline Floats negated_multiply_add(Floats a, Floats b, Float
 SLIPWAY_TILE_TARGET inline Floats multiply(Floats a, Floats b) { return _mm512_mul_ps(a, b); }
 SLIPWAY_TILE_TARGET inline Floats to_floats(Ints value) { return _mm512_cvtepi32_ps(value); }
 SLIPWAY_TILE_TARGET inline Ints sub_ints(Ints a, Ints b) { return _mm512_sub_epi32(a, b); }
+SLIPWAY_TILE_TARGET inline Ints add_ints(Ints a, Ints b) { return _mm512_add_epi32(a, b); }
 SLIPWAY_TILE_TARGET inline Ints mul_ints(Ints a, Ints b) { return _mm512_mullo_epi32(a, b); }
 SLIPWAY_TILE_TARGET inline Floats load_halves(const std::uint8_t* at) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)));
@@ -150,6 +151,9 @@ SLIPWAY_TILE_TARGET inline Floats to_floats(Ints value) {
 }
 SLIPWAY_TILE_TARGET inline Ints sub_ints(Ints a, Ints b) {
   return {_mm256_sub_epi32(a.low, b.low), _mm256_sub_epi32(a.high, b.high)};
+}
+SLIPWAY_TILE_TARGET inline Ints add_ints(Ints a, Ints b) {
+  return {_mm256_add_epi32(a.low, b.low), _mm256_add_epi32(a.high, b.high)};
 }
 SLIPWAY_TILE_TARGET inline Ints mul_ints(Ints a, Ints b) {
   return {_mm256_mullo_epi32(a.low, b.low), _mm256_mullo_epi32(a.high, b.high)};

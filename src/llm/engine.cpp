@@ -633,7 +633,7 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
     return invalid_argument(fmt::format("tensor parallelism over {} ranks needs at least as many threads; {} here",
                                         chosen.tensor_parallel, threads));
   }
-  // The pool is reserved whole (its pages committed as blocks are first written), from the budget;
+  // The pool is reserved and its pages committed whole at start (KvCache), from the budget;
   // by default enough for every sequence's whole context, within kDefaultKvCacheBytes.
   const std::uint64_t block_bytes = KvCache::block_bytes(config, chosen.kv_cache_type);
   const std::uint64_t sequence_blocks = (chosen.context + kKvBlockTokens - 1) / kKvBlockTokens;

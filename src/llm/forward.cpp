@@ -36,7 +36,9 @@ void multiply(std::initializer_list<Product> products, const std::vector<float>&
   const bool quantize = std::any_of(products.begin(), products.end(), [](const Product& product) {
     return kernels::llm_format_quantized(product.matrix->packed->format);
   });
-  kernels::LlmInput input;
+  // See Scratch. Named through a reference: the team's threads would see their own thread_local.
+  thread_local kernels::LlmInput kept_input;
+  kernels::LlmInput& input = kept_input;
   kernels::prepare_llm_input(in.data(), tokens, products.begin()->matrix->columns, quantize, input);
   struct Task {
     const Product* product;
@@ -153,6 +155,24 @@ void gather_blocks(const KvCache& cache, std::size_t sequence, std::size_t layer
   }
 }
 
+// Each block of a sequence lies elsewhere in the pool and one head reads only 4 KiB of it (F16),
+// too little for the hardware prefetchers to find: a decoded token's attention waited on memory
+// block by block. Its keys and values are asked for this many blocks before the scores reach
+// them, so the values are in cache too when the weighted sum comes back for them.
+constexpr std::size_t kPrefetchBlocks = 4;
+
+void prefetch(const HeadBlocks& head_blocks, std::size_t block, std::size_t head_dim) {
+  const kernels::KvBlock &keys = head_blocks.keys[block], &values = head_blocks.values[block];
+  const std::size_t element_bytes = kernels::kv_element_bytes(keys.element);
+  const std::size_t key_bytes = head_dim * kKvBlockTokens * element_bytes, row_bytes = head_dim * element_bytes;
+  const auto* key_data = static_cast<const char*>(keys.data);
+  for (std::size_t line = 0; line < key_bytes; line += 64) __builtin_prefetch(key_data + line);
+  for (std::size_t i = 0; i < kKvBlockTokens; ++i) {
+    const char* row = static_cast<const char*>(values.data) + i * values.stride * element_bytes;
+    for (std::size_t line = 0; line < row_bytes; line += 64) __builtin_prefetch(row + line);
+  }
+}
+
 // One head's attention for one tile of queries (`query`: the head's part of the tile's first
 // query, the next query `width` floats on), into `out` (its rows of the attended values, as far
 // apart). Each query's arithmetic is what it would be alone: its scores, its softmax, and its
@@ -167,7 +187,9 @@ void attend(const LlamaConfig& config, const HeadBlocks& head_blocks, std::span<
   // most): no allocation per head and tile.
   thread_local std::vector<float> scores;
   if (scores.size() < tile.count * row) scores.resize(tile.count * row);
+  for (std::size_t b = 0; b < std::min(blocks, kPrefetchBlocks); ++b) prefetch(head_blocks, b, config.head_dim);
   for (std::size_t b = 0; b < blocks; ++b) {
+    if (b + kPrefetchBlocks < blocks) prefetch(head_blocks, b + kPrefetchBlocks, config.head_dim);
     variant.block_scores(query, width, tile.count, head_blocks.keys[b], config.head_dim,
                          scores.data() + b * kKvBlockTokens, row);
   }
@@ -205,8 +227,8 @@ struct Pass {
   std::span<const BatchToken> batch;
   std::vector<float> rotation;
   std::vector<QueryTile> tiles;
-  std::vector<float> x;                      // tokens x embedding
-  std::vector<std::vector<float>> partials;  // per rank, tokens x embedding
+  std::vector<float>& x;                      // tokens x embedding
+  std::vector<std::vector<float>>& partials;  // per rank, tokens x embedding
   std::vector<std::size_t> wanted;           // the tokens whose logits are wanted
   std::vector<float>& logits;                // wanted x vocabulary
   // Returns once every rank has called it: true, or false once a rank has failed (stop).
@@ -227,6 +249,13 @@ bool all_reduce(Pass& pass, std::size_t rank, ThreadTeam& team) {
   return pass.synchronize();
 }
 
+// A pass's rows between its products, kept by each rank's thread from pass to pass at the largest
+// batch it has run: a fresh allocation this size is fresh pages from the kernel, faulted in and
+// zeroed on every step (a tenth of a batched decode step's time).
+struct Scratch {
+  std::vector<float> normed, query, key, value, attended, gate, up;
+};
+
 // One rank's share of the pass: its heads and hidden units of every layer, then its slice of the
 // logits.
 void run_rank(Pass& pass, const TensorParallelModel::Rank& rank, std::size_t rank_index, ThreadTeam& team) {
@@ -239,7 +268,10 @@ void run_rank(Pass& pass, const TensorParallelModel::Rank& rank, std::size_t ran
   const kernels::LlmKernelVariant& variant = kernels::llm_kernel();
   std::vector<float>& x = pass.x;
   std::vector<float>& partial = pass.partials[rank_index];
-  std::vector<float> normed(tokens * width), query, key, value, attended(tokens * query_width), gate, up;
+  thread_local Scratch scratch;
+  auto& [normed, query, key, value, attended, gate, up] = scratch;
+  normed.resize(tokens * width);
+  attended.resize(tokens * query_width);
   for (std::size_t index = 0; index < config.layers; ++index) {
     const LlamaModel::Layer& norms = pass.model.layers()[index];
     const TensorParallelModel::Layer& layer = rank.layers[index];
@@ -345,14 +377,11 @@ Status run_pass(const LlamaModel& model, std::span<const TensorParallelModel::Ra
   }
   for (const auto& [sequence, writes] : reach)
     SLIPWAY_RETURN_IF_ERROR(cache.prepare(sequence, writes.first, writes.end));
-  Pass pass{model,
-            cache,
-            batch,
-            rotations(batch, config),
-            query_tiles(batch),
-            std::vector<float>(tokens * width),
-            std::vector<std::vector<float>>(ranks.size()),
-            {},
+  thread_local std::vector<float> residual;  // see Scratch
+  thread_local std::vector<std::vector<float>> partials;
+  residual.resize(tokens * width);
+  partials.resize(ranks.size());
+  Pass pass{model, cache, batch, rotations(batch, config), query_tiles(batch), residual, partials, {},
             logits,
             std::move(synchronize)};
   for (std::size_t t = 0; t < tokens; ++t) {

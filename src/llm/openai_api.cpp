@@ -233,6 +233,7 @@ class Parser {
       ask_.logprobs = true;
     }
     sampling.top_logprobs = top_logprobs.value_or(0);
+    sampling.logprobs = ask_.logprobs;
     if (has("logit_bias")) {
       simdjson::dom::object biases;
       if (at("logit_bias").get(biases) != simdjson::SUCCESS) return bad("logit_bias", "'logit_bias' must be an object");

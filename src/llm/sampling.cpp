@@ -94,8 +94,10 @@ std::int32_t argmax(std::span<const float> logits) {
 }  // namespace
 
 SampledToken Sampler::report(std::span<const float> logits, std::int32_t token) const {
-  // The model's log-probabilities (after penalties), for logprobs: log-softmax in double.
   const float largest = largest_finite(logits);
+  if (!std::isfinite(largest)) return {{token, -INFINITY}, {}};
+  if (!params_.logprobs && params_.top_logprobs == 0) return {{token, NAN}, {}};
+  // The model's log-probabilities (after penalties), for logprobs: log-softmax in double.
   double total = 0;
   for (float logit : logits) {
     if (std::isfinite(logit)) total += std::exp(static_cast<double>(logit - largest));
@@ -115,7 +117,7 @@ SampledToken Sampler::report(std::span<const float> logits, std::int32_t token) 
         [&](std::int32_t a, std::int32_t b) { return logprob(a) > logprob(b) || (logprob(a) == logprob(b) && a < b); });
     for (std::size_t i = 0; i < keep; ++i) result.top.push_back({order[i], logprob(order[i])});
   }
-  result.chosen = {token, std::isfinite(largest) ? logprob(token) : -INFINITY};
+  result.chosen = {token, logprob(token)};
   return result;
 }
 

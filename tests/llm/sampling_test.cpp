@@ -147,6 +147,20 @@ TEST(Sampling, LogprobsAreTheModelsLogSoftmaxWithTheTopAlternatives) {
   EXPECT_NEAR(token.top[1].logprob, 2.0 - std::log(total), 1e-6);
 }
 
+TEST(Sampling, LogprobsAreComputedOnlyWhenAsked) {
+  SamplingParams params;
+  params.temperature = 0;
+  std::vector<float> logits = {1.0f, 3.0f, 2.0f};
+  SampledToken unasked = Sampler(params).sample(logits, {});
+  EXPECT_EQ(unasked.chosen.token, 1);
+  EXPECT_TRUE(std::isnan(unasked.chosen.logprob));
+  EXPECT_TRUE(unasked.top.empty());
+  params.logprobs = true;
+  SampledToken asked = Sampler(params).sample(logits, {});
+  EXPECT_NEAR(asked.chosen.logprob, 3.0 - std::log(std::exp(1.0) + std::exp(3.0) + std::exp(2.0)), 1e-6);
+  EXPECT_TRUE(asked.top.empty());
+}
+
 TEST(Sampling, ParametersOutOfRangeAreRefusedByName) {
   auto message = [](auto change) {
     SamplingParams params;
