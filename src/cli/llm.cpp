@@ -427,7 +427,9 @@ void add_engine_flags(CLI::App* command, llm::EngineOptions& options, const std:
   command
       ->add_option_function<std::uint64_t>(
           fmt::format("--{}kv-cache-mb", prefix), [&options](std::uint64_t mb) { options.kv_cache_bytes = mb << 20; },
-          scope + "The key/value cache's pool in MiB (default: every sequence's whole context, at most 4096)")
+          scope +
+              "The key/value cache's pool in MiB, committed at start (default: every sequence's whole context, at "
+              "most 4096 and half the memory available)")
       ->check(CLI::Range(1, 1 << 24));
   command
       ->add_option_function<std::string>(

@@ -287,9 +287,9 @@ SLIPWAY_AVX512 void weighted_values_512(const float* weights, std::size_t weight
     for (std::size_t q = 0; q < kQueries; ++q) {
       __m512 sum = _mm512_maskz_loadu_ps(mask, out + q * out_stride + d);
       for (std::size_t i = 0; i < count; ++i) {
-        sum = _mm512_fmadd_ps(_mm512_set1_ps(weights[q * weight_stride + i]),
-                              load_16_masked<kElement>(values.data, i * stride + d, mask, row_scale_16(values, i)),
-                              sum);
+        sum =
+            _mm512_fmadd_ps(_mm512_set1_ps(weights[q * weight_stride + i]),
+                            load_16_masked<kElement>(values.data, i * stride + d, mask, row_scale_16(values, i)), sum);
       }
       _mm512_mask_storeu_ps(out + q * out_stride + d, mask, sum);
     }
@@ -299,8 +299,7 @@ SLIPWAY_AVX512 void weighted_values_512(const float* weights, std::size_t weight
 // Two vectors of dimensions by up to four queries: AVX2's sixteen registers hold the eight sums.
 template <std::size_t kQueries, KvElement kElement>
 SLIPWAY_AVX2 void weighted_values_256(const float* weights, std::size_t weight_stride, std::size_t count,
-                                      const KvBlock& values, std::size_t head_dim, float* out,
-                                      std::size_t out_stride) {
+                                      const KvBlock& values, std::size_t head_dim, float* out, std::size_t out_stride) {
   const std::size_t stride = values.stride;
   std::size_t d = 0;
   for (; d + 16 <= head_dim; d += 16) {
@@ -331,8 +330,8 @@ SLIPWAY_AVX2 void weighted_values_256(const float* weights, std::size_t weight_s
   for (std::size_t q = 0; q < kQueries; ++q) {
     for (std::size_t i = 0; i < count; ++i) {
       for (std::size_t dim = d; dim < head_dim; ++dim) {
-        out[q * out_stride + dim] =
-            std::fma(weights[q * weight_stride + i], kv_element(values, i * stride + dim, i), out[q * out_stride + dim]);
+        out[q * out_stride + dim] = std::fma(weights[q * weight_stride + i], kv_element(values, i * stride + dim, i),
+                                             out[q * out_stride + dim]);
       }
     }
   }
@@ -450,9 +449,9 @@ SLIPWAY_AVX512 void llm_add_weighted_values_avx512(const float* weights, std::si
   by_element(values.element, [&](auto element) SLIPWAY_AVX512 {
     for (std::size_t first = 0; first < query_count; first += kAttentionQueries) {
       by_query_count(std::min(kAttentionQueries, query_count - first), [&](auto queries) SLIPWAY_AVX512 {
-        weighted_values_512<decltype(queries)::value, decltype(element)::value>(
-            weights + first * weight_stride, weight_stride, count, values, head_dim, out + first * out_stride,
-            out_stride);
+        weighted_values_512<decltype(queries)::value, decltype(element)::value>(weights + first * weight_stride,
+                                                                                weight_stride, count, values, head_dim,
+                                                                                out + first * out_stride, out_stride);
       });
     }
   });
@@ -464,9 +463,9 @@ SLIPWAY_AVX2 void llm_add_weighted_values_avx2(const float* weights, std::size_t
   by_element(values.element, [&](auto element) SLIPWAY_AVX2 {
     for (std::size_t first = 0; first < query_count; first += kAttentionQueries) {
       by_query_count(std::min(kAttentionQueries, query_count - first), [&](auto queries) SLIPWAY_AVX2 {
-        weighted_values_256<decltype(queries)::value, decltype(element)::value>(
-            weights + first * weight_stride, weight_stride, count, values, head_dim, out + first * out_stride,
-            out_stride);
+        weighted_values_256<decltype(queries)::value, decltype(element)::value>(weights + first * weight_stride,
+                                                                                weight_stride, count, values, head_dim,
+                                                                                out + first * out_stride, out_stride);
       });
     }
   });

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <fstream>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <system_error>
@@ -598,6 +600,18 @@ Status check_speculative(const SpeculativeOptions& speculative, const LlamaConfi
   return {};
 }
 
+// MemAvailable from /proc/meminfo: what the kernel can give without swapping; none elsewhere.
+std::optional<std::uint64_t> available_memory() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  std::uint64_t kib = 0;
+  while (meminfo >> key >> kib) {
+    if (key == "MemAvailable:") return kib * 1024;
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> model, Tokenizer tokenizer,
@@ -634,19 +648,32 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
                                         chosen.tensor_parallel, threads));
   }
   // The pool is reserved and its pages committed whole at start (KvCache), from the budget;
-  // by default enough for every sequence's whole context, within kDefaultKvCacheBytes.
+  // by default enough for every sequence's whole context, within kDefaultKvCacheBytes and half the
+  // memory available now.
   const std::uint64_t block_bytes = KvCache::block_bytes(config, chosen.kv_cache_type);
   const std::uint64_t sequence_blocks = (chosen.context + kKvBlockTokens - 1) / kKvBlockTokens;
-  if (chosen.kv_cache_bytes == 0) {
-    chosen.kv_cache_bytes =
-        std::max(sequence_blocks * block_bytes,
-                 std::min<std::uint64_t>(chosen.max_sequences * sequence_blocks * block_bytes, kDefaultKvCacheBytes));
+  const std::optional<std::uint64_t> available = available_memory();
+  const bool budget_chosen = chosen.kv_cache_bytes > 0;
+  if (!budget_chosen) {
+    chosen.kv_cache_bytes = std::min<std::uint64_t>(chosen.max_sequences * sequence_blocks * block_bytes,
+                                                    std::min(kDefaultKvCacheBytes, available.value_or(UINT64_MAX) / 2));
+    chosen.kv_cache_bytes = std::max(sequence_blocks * block_bytes, chosen.kv_cache_bytes);
   }
   const std::uint64_t blocks = chosen.kv_cache_bytes / block_bytes;
+  constexpr double kMiB = 1 << 20;
+  if (available && blocks * block_bytes > *available) {
+    // Committing more than the kernel has would wake the OOM killer, not fail.
+    return resource_exhausted(fmt::format(
+        "a key/value cache of {:.1f} MiB is more than the {:.1f} MiB of memory available now (MemAvailable); the "
+        "cache is committed whole at start: {}",
+        static_cast<double>(blocks * block_bytes) / kMiB, static_cast<double>(*available) / kMiB,
+        budget_chosen ? "lower --kv-cache-mb"
+                      : "lower --ctx or --max-num-seqs, or keep keys and values smaller "
+                        "(--kv-cache-dtype int8)"));
+  }
   if (blocks < sequence_blocks) {
     std::uint64_t weights = 0;
     for (const GgufTensor& tensor : model->file().tensors()) weights += tensor.bytes;
-    constexpr double kMiB = 1 << 20;
     return resource_exhausted(fmt::format(
         "a key/value cache of {:.1f} MiB holds {} blocks of {} tokens ({:.3f} MiB each as {} for this model, whose "
         "weights take {:.1f} MiB); one sequence of {} tokens needs {} blocks ({:.1f} MiB): raise the cache to at least "

@@ -229,8 +229,8 @@ struct Pass {
   std::vector<QueryTile> tiles;
   std::vector<float>& x;                      // tokens x embedding
   std::vector<std::vector<float>>& partials;  // per rank, tokens x embedding
-  std::vector<std::size_t> wanted;           // the tokens whose logits are wanted
-  std::vector<float>& logits;                // wanted x vocabulary
+  std::vector<std::size_t> wanted;            // the tokens whose logits are wanted
+  std::vector<float>& logits;                 // wanted x vocabulary
   // Returns once every rank has called it: true, or false once a rank has failed (stop).
   std::function<bool()> synchronize;
 };
@@ -381,9 +381,8 @@ Status run_pass(const LlamaModel& model, std::span<const TensorParallelModel::Ra
   thread_local std::vector<std::vector<float>> partials;
   residual.resize(tokens * width);
   partials.resize(ranks.size());
-  Pass pass{model, cache, batch, rotations(batch, config), query_tiles(batch), residual, partials, {},
-            logits,
-            std::move(synchronize)};
+  Pass pass{model,    cache, batch,  rotations(batch, config), query_tiles(batch), residual,
+            partials, {},    logits, std::move(synchronize)};
   for (std::size_t t = 0; t < tokens; ++t) {
     dequantize_row(model.token_embedding(), static_cast<std::size_t>(batch[t].token), pass.x.data() + t * width);
     if (wants_logits[t]) pass.wanted.push_back(t);

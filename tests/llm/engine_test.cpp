@@ -266,6 +266,16 @@ TEST_F(EngineTest, ACacheBudgetTooSmallForOneSequenceIsRefusedWithTheNumbers) {
   EXPECT_EQ(Engine::start(loaded_.model, loaded_.tokenizer, options).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST_F(EngineTest, ACacheBudgetBeyondTheMemoryAvailableIsRefusedBeforeItIsCommitted) {
+  EngineOptions options;
+  options.kv_cache_bytes = std::uint64_t{1} << 50;  // a pebibyte: no machine here has it
+  auto engine = Engine::start(loaded_.model, loaded_.tokenizer, options);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(engine.status().message().find("memory available now"), std::string::npos) << engine.status().message();
+  EXPECT_NE(engine.status().message().find("--kv-cache-mb"), std::string::npos) << engine.status().message();
+}
+
 TEST_F(EngineTest, MetricsCountTokensAndLatencies) {
   auto engine = start();
   generate(*engine, greedy("hello", 5)).get();
