@@ -714,7 +714,9 @@ struct GenerationRequest {
 enum class SpeculativeMethod { kNone, kNgram, kDraft };
 struct SpeculativeOptions {
   SpeculativeMethod method = SpeculativeMethod::kNone;
-  std::size_t tokens = 4;                      // vLLM's num_speculative_tokens
+  // vLLM's num_speculative_tokens: the most a sequence proposes (two more after a proposal taken
+  // whole, one fewer after a miss, at least one).
+  std::size_t tokens = 4;
   std::size_t lookup_min = 2, lookup_max = 4;  // prompt_lookup_min and _max (kNgram)
   std::shared_ptr<const LlamaModel> draft;     // kDraft: the same vocabulary as the target
 };

@@ -106,6 +106,8 @@ struct Sequence {
   std::vector<std::int32_t> proposal;
   std::vector<TokenDistribution> proposal_distributions;
   std::optional<Sampler> draft_sampler;
+  // The next proposal's most tokens (at most num_speculative_tokens), adapted to what is accepted.
+  std::size_t proposal_length = kMaxSpeculativeTokens;
   std::string held;  // text not yet released
   Clock::time_point submitted, last_token;
   bool done = false;
@@ -361,9 +363,9 @@ struct Engine::State {
       // A leader's followers fork at its prompt's end: it proposes nothing until they have.
       if (!sequence->followers.empty()) continue;
       // Every proposed token may be emitted, with one more: within the limit and the context.
-      const std::size_t room =
-          std::min({speculative.tokens, spare, sequence->limit - std::min(sequence->limit, sequence->generated + 1),
-                    options.context - sequence->tokens.size()});
+      const std::size_t room = std::min({speculative.tokens, sequence->proposal_length, spare,
+                                         sequence->limit - std::min(sequence->limit, sequence->generated + 1),
+                                         options.context - sequence->tokens.size()});
       if (room == 0) continue;
       if (speculative.method == SpeculativeMethod::kNgram) {
         sequence->proposal = propose_ngram(sequence->tokens, speculative.lookup_min, speculative.lookup_max, room);
@@ -455,6 +457,12 @@ struct Engine::State {
     cache.set_filled(sequence.slot, sequence.processed);
     // The draft saw the proposals but the last: those accepted stand in its cache too.
     if (draft) draft->keep(sequence.slot, fed + 1 + std::min(accepted, proposed - 1));
+    // Hugging Face's assisted-generation schedule: two more after a proposal taken whole, one fewer
+    // (at least one) after a miss. A drafter that keeps missing then costs little more than plain
+    // decoding (a pass of two tokens), where verifying its full proposals cost more than it won.
+    const std::size_t length = std::min(sequence.proposal_length, options.speculative.tokens);
+    sequence.proposal_length =
+        accepted == proposed ? std::min(length + 2, options.speculative.tokens) : std::max<std::size_t>(length, 2) - 1;
     sequence.proposal.clear();
     sequence.proposal_distributions.clear();
     std::lock_guard lock(mutex);

@@ -489,6 +489,31 @@ TEST_F(EngineTest, SpeculativeGreedyOutputIsPlainGreedyWithNgramsAndADraftModel)
   }
 }
 
+TEST_F(EngineTest, ADraftThatKeepsMissingProposesOneTokenAtATimeAndTheOutputStaysPlainGreedy) {
+  // Other weights: the draft's tokens are almost never the target's.
+  const std::string draft_path = dir_.file("stranger.gguf");
+  TestModelShape shape;
+  shape.context = 512;
+  ASSERT_TRUE(write_test_model(shape, TensorType::kQ8_0, 77, draft_path).ok());
+  auto draft = LlamaModel::open(draft_path);
+  ASSERT_TRUE(draft.ok()) << draft.status().message();
+  EngineOptions options;
+  options.speculative.method = SpeculativeMethod::kDraft;
+  options.speculative.draft = *draft;
+  options.speculative.tokens = 6;
+  auto engine = start(options);
+  const auto prompt = varied_prompts(loaded_.tokenizer, 1).front();
+  GenerationRequest request = greedy("", 80);
+  request.prompt = prompt;
+  EXPECT_EQ(generate(*engine, std::move(request)).get().tokens, plain_greedy(*loaded_.model, prompt, 80));
+  const EngineStats stats = engine->stats();
+  ASSERT_GT(stats.speculative_checks, 20u);
+  EXPECT_LT(stats.accepted_tokens * 4, stats.draft_tokens);
+  // Six at first, one fewer per miss down to one, two more after a proposal taken whole.
+  EXPECT_LT(static_cast<double>(stats.draft_tokens) / static_cast<double>(stats.speculative_checks), 2.0)
+      << stats.draft_tokens << " tokens over " << stats.speculative_checks << " checks";
+}
+
 // A leader whose prompt ends in a chunk of its own looks like a decoding sequence the step after:
 // it must fork its followers before it proposes anything.
 TEST_F(EngineTest, ChoicesForkAtThePromptsEndWhenTheLeaderSpeculates) {
