@@ -172,7 +172,8 @@ struct Engine::State {
         ranks(std::move(ranks_in)),
         teams(options.tensor_parallel, options.threads) {
     if (options.speculative.method == SpeculativeMethod::kDraft) {
-      draft = std::make_unique<DraftModel>(options.speculative.draft, options.max_sequences, blocks);
+      draft = std::make_unique<DraftModel>(options.speculative.draft, options.max_sequences, blocks,
+                                           options.max_batched_tokens);
     }
     for (std::size_t slot = options.max_sequences; slot-- > 0;) free_slots.push_back(slot);
   }
@@ -457,12 +458,13 @@ struct Engine::State {
     cache.set_filled(sequence.slot, sequence.processed);
     // The draft saw the proposals but the last: those accepted stand in its cache too.
     if (draft) draft->keep(sequence.slot, fed + 1 + std::min(accepted, proposed - 1));
-    // Hugging Face's assisted-generation schedule: two more after a proposal taken whole, one fewer
-    // (at least one) after a miss. A drafter that keeps missing then costs little more than plain
-    // decoding (a pass of two tokens), where verifying its full proposals cost more than it won.
-    const std::size_t length = std::min(sequence.proposal_length, options.speculative.tokens);
+    // Hugging Face's assisted-generation schedule (there for assistant models, here for both
+    // drafters): two more after the length asked for was proposed and taken whole, one fewer (at
+    // least one) otherwise. A drafter that keeps missing then costs little more than plain decoding
+    // (a pass of two tokens), where verifying its full proposals cost more than it won.
+    const std::size_t asked = std::min(sequence.proposal_length, options.speculative.tokens);
     sequence.proposal_length =
-        accepted == proposed ? std::min(length + 2, options.speculative.tokens) : std::max<std::size_t>(length, 2) - 1;
+        accepted == asked ? std::min(asked + 2, options.speculative.tokens) : std::max<std::size_t>(asked, 2) - 1;
     sequence.proposal.clear();
     sequence.proposal_distributions.clear();
     std::lock_guard lock(mutex);
@@ -608,16 +610,44 @@ Status check_speculative(const SpeculativeOptions& speculative, const LlamaConfi
   return {};
 }
 
-// MemAvailable from /proc/meminfo: what the kernel can give without swapping; none elsewhere.
+// The first number in a file, if it starts with one (a cgroup's "max" does not).
+std::optional<std::uint64_t> number_in(const std::string& path) {
+  std::ifstream file(path);
+  std::uint64_t number = 0;
+  if (file >> number) return number;
+  return std::nullopt;
+}
+
+// What the kernel can give this process without swapping or an OOM kill: MemAvailable from
+// /proc/meminfo, within the room left under its cgroup's limit (v2's memory.max, v1's
+// memory.limit_in_bytes); none where neither is known.
 std::optional<std::uint64_t> available_memory() {
+  std::optional<std::uint64_t> available;
   std::ifstream meminfo("/proc/meminfo");
   std::string key;
   std::uint64_t kib = 0;
   while (meminfo >> key >> kib) {
-    if (key == "MemAvailable:") return kib * 1024;
+    if (key == "MemAvailable:") {
+      available = kib * 1024;
+      break;
+    }
     meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
   }
-  return std::nullopt;
+  std::ifstream cgroups("/proc/self/cgroup");
+  auto within = [&](const std::string& limit_file, const std::string& used_file) {
+    const auto limit = number_in(limit_file), used = number_in(used_file);
+    if (limit && used) available = std::min(available.value_or(UINT64_MAX), *limit - std::min(*limit, *used));
+  };
+  for (std::string line; std::getline(cgroups, line);) {
+    if (line.starts_with("0::")) {  // the unified (v2) hierarchy
+      const std::string directory = "/sys/fs/cgroup" + line.substr(3);
+      within(directory + "/memory.max", directory + "/memory.current");
+    } else if (const std::size_t at = line.find(":memory:"); at != std::string::npos) {  // v1's memory controller
+      const std::string directory = "/sys/fs/cgroup/memory" + line.substr(at + 8);
+      within(directory + "/memory.limit_in_bytes", directory + "/memory.usage_in_bytes");
+    }
+  }
+  return available;
 }
 
 }  // namespace
@@ -656,25 +686,33 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
                                         chosen.tensor_parallel, threads));
   }
   // The pool is reserved and its pages committed whole at start (KvCache), from the budget;
-  // by default enough for every sequence's whole context, within kDefaultKvCacheBytes and half the
-  // memory available now.
+  // by default enough for every sequence's whole context, within kDefaultKvCacheBytes and, with a
+  // draft model's pool of as many blocks, half the memory available now.
   const std::uint64_t block_bytes = KvCache::block_bytes(config, chosen.kv_cache_type);
+  const std::uint64_t draft_block_bytes = chosen.speculative.method == SpeculativeMethod::kDraft
+                                              ? KvCache::block_bytes(chosen.speculative.draft->config())
+                                              : 0;
   const std::uint64_t sequence_blocks = (chosen.context + kKvBlockTokens - 1) / kKvBlockTokens;
   const std::optional<std::uint64_t> available = available_memory();
   const bool budget_chosen = chosen.kv_cache_bytes > 0;
   if (!budget_chosen) {
+    const std::uint64_t half_available =
+        available ? *available / 2 / (block_bytes + draft_block_bytes) * block_bytes : UINT64_MAX;
     chosen.kv_cache_bytes = std::min<std::uint64_t>(chosen.max_sequences * sequence_blocks * block_bytes,
-                                                    std::min(kDefaultKvCacheBytes, available.value_or(UINT64_MAX) / 2));
+                                                    std::min(kDefaultKvCacheBytes, half_available));
     chosen.kv_cache_bytes = std::max(sequence_blocks * block_bytes, chosen.kv_cache_bytes);
   }
   const std::uint64_t blocks = chosen.kv_cache_bytes / block_bytes;
+  const std::uint64_t committed = blocks * (block_bytes + draft_block_bytes);
   constexpr double kMiB = 1 << 20;
-  if (available && blocks * block_bytes > *available) {
+  if (available && committed > *available) {
     // Committing more than the kernel has would wake the OOM killer, not fail.
     return resource_exhausted(fmt::format(
-        "a key/value cache of {:.1f} MiB is more than the {:.1f} MiB of memory available now (MemAvailable); the "
-        "cache is committed whole at start: {}",
-        static_cast<double>(blocks * block_bytes) / kMiB, static_cast<double>(*available) / kMiB,
+        "a key/value cache of {:.1f} MiB{} is more than the {:.1f} MiB of memory available now (MemAvailable, "
+        "within the cgroup's limit); the cache is committed whole at start: {}",
+        static_cast<double>(committed) / kMiB,
+        draft_block_bytes > 0 ? " (with the draft model's pool of as many blocks)" : "",
+        static_cast<double>(*available) / kMiB,
         budget_chosen ? "lower --kv-cache-mb"
                       : "lower --ctx or --max-num-seqs, or keep keys and values smaller "
                         "(--kv-cache-dtype int8)"));

@@ -20,8 +20,25 @@ std::vector<std::int32_t> propose_ngram(std::span<const std::int32_t> tokens, st
   return {};
 }
 
-DraftModel::DraftModel(std::shared_ptr<const LlamaModel> model, std::size_t slots, std::size_t blocks)
-    : model_(std::move(model)), cache_(model_->config(), blocks, slots) {}
+DraftModel::DraftModel(std::shared_ptr<const LlamaModel> model, std::size_t slots, std::size_t blocks,
+                       std::size_t max_pass_tokens)
+    : model_(std::move(model)),
+      cache_(model_->config(), blocks, slots),
+      max_pass_tokens_(std::max<std::size_t>(max_pass_tokens, 1)) {}
+
+Status DraftModel::run_batch(ThreadTeam& team) {
+  if (batch_.size() <= max_pass_tokens_) return forward(*model_, cache_, batch_, wants_, logits_, team);
+  logits_.clear();
+  for (std::size_t first = 0; first < batch_.size(); first += max_pass_tokens_) {
+    const std::size_t count = std::min(max_pass_tokens_, batch_.size() - first);
+    const auto from = wants_.begin() + static_cast<std::ptrdiff_t>(first);
+    pass_wants_.assign(from, from + static_cast<std::ptrdiff_t>(count));
+    SLIPWAY_RETURN_IF_ERROR(
+        forward(*model_, cache_, std::span(batch_).subspan(first, count), pass_wants_, pass_logits_, team));
+    logits_.insert(logits_.end(), pass_logits_.begin(), pass_logits_.end());
+  }
+  return {};
+}
 
 void DraftModel::keep(std::size_t slot, std::size_t valid) {
   cache_.set_filled(slot, std::min(cache_.filled(slot), valid));
@@ -52,7 +69,7 @@ void DraftModel::propose(std::span<DraftJob> jobs, ThreadTeam& team) {
     active.push_back(&job);
   }
   while (!active.empty()) {
-    if (!forward(*model_, cache_, batch_, wants_, logits_, team).ok()) {
+    if (!run_batch(team).ok()) {
       for (DraftJob* job : active) cache_.release(job->slot);
       return;
     }

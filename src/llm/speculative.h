@@ -27,10 +27,12 @@ struct DraftJob {
 // Its cache holds each slot's tokens as far as they still match the sequence's.
 class DraftModel {
  public:
-  DraftModel(std::shared_ptr<const LlamaModel> model, std::size_t slots, std::size_t blocks);
-  // Fills each job's proposal with up to `count` tokens: one forward pass over the tokens the
-  // draft has not seen (all the jobs together), then one per further token. A job whose slot the
-  // cache has no room for gets none.
+  // Passes of at most `max_pass_tokens` tokens (the engine's max_num_batched_tokens).
+  DraftModel(std::shared_ptr<const LlamaModel> model, std::size_t slots, std::size_t blocks,
+             std::size_t max_pass_tokens);
+  // Fills each job's proposal with up to `count` tokens: forward passes over the tokens the draft
+  // has not seen (all the jobs together, whole prompts after a prefill or a preemption), then one
+  // per further token. A job whose slot the cache has no room for gets none.
   void propose(std::span<DraftJob> jobs, ThreadTeam& team);
   // Positions [0, valid) of the slot still hold the sequence's tokens.
   void keep(std::size_t slot, std::size_t valid);
@@ -39,10 +41,14 @@ class DraftModel {
 
  private:
   std::shared_ptr<const LlamaModel> model_;
+  // The batch in passes of at most max_pass_tokens_, the wanted rows' logits gathered in order:
+  // what a pass holds is bounded as the target's is.
+  Status run_batch(ThreadTeam& team);
   KvCache cache_;
+  std::size_t max_pass_tokens_;
   std::vector<BatchToken> batch_;
-  std::vector<bool> wants_;
-  std::vector<float> logits_;
+  std::vector<bool> wants_, pass_wants_;
+  std::vector<float> logits_, pass_logits_;
   std::vector<std::int32_t> history_;
 };
 

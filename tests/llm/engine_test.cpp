@@ -462,6 +462,9 @@ TEST_F(EngineTest, SpeculativeGreedyOutputIsPlainGreedyWithNgramsAndADraftModel)
     options.speculative.method = method;
     options.speculative.draft = *draft;
     options.speculative.lookup_min = 1;
+    // Passes of at most 8 tokens: the draft catches up on the four prompts in several.
+    options.max_sequences = 4;
+    options.max_batched_tokens = 8;
     auto engine = start(options);
     std::vector<std::future<Outcome>> futures;
     for (const auto& prompt : prompts) {
