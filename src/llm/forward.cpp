@@ -268,8 +268,14 @@ void run_rank(Pass& pass, const TensorParallelModel::Rank& rank, std::size_t ran
   const kernels::LlmKernelVariant& variant = kernels::llm_kernel();
   std::vector<float>& x = pass.x;
   std::vector<float>& partial = pass.partials[rank_index];
-  thread_local Scratch scratch;
-  auto& [normed, query, key, value, attended, gate, up] = scratch;
+  thread_local Scratch kept;  // named through references, as multiply's input is
+  std::vector<float>& normed = kept.normed;
+  std::vector<float>& query = kept.query;
+  std::vector<float>& key = kept.key;
+  std::vector<float>& value = kept.value;
+  std::vector<float>& attended = kept.attended;
+  std::vector<float>& gate = kept.gate;
+  std::vector<float>& up = kept.up;
   normed.resize(tokens * width);
   attended.resize(tokens * query_width);
   for (std::size_t index = 0; index < config.layers; ++index) {

@@ -80,6 +80,18 @@ class EngineTest : public ::testing::Test {
     ASSERT_TRUE(write_test_model(shape, TensorType::kQ8_0, 5, path_).ok());
     loaded_ = load(path_);
   }
+  // A draft model of the test shape with a 512-token context, written once per type and seed
+  // (seed 5 gives the target's weights); null, with a failure, when it cannot be.
+  std::shared_ptr<const LlamaModel> draft_model(TensorType type, std::uint64_t seed) {
+    const std::string path =
+        dir_.file("draft_" + std::to_string(static_cast<int>(type)) + "_" + std::to_string(seed) + ".gguf");
+    TestModelShape shape;
+    shape.context = 512;
+    EXPECT_TRUE(write_test_model(shape, type, seed, path).ok());
+    auto draft = LlamaModel::open(path);
+    EXPECT_TRUE(draft.ok()) << draft.status().message();
+    return draft.ok() ? *draft : nullptr;
+  }
   std::unique_ptr<Engine> start(const EngineOptions& options = {}) {
     auto engine = Engine::start(loaded_.model, loaded_.tokenizer, options);
     EXPECT_TRUE(engine.ok()) << engine.status().message();
@@ -447,12 +459,8 @@ TEST_F(EngineTest, ACancelledRequestFreesItsBlocksAtOnce) {
 
 TEST_F(EngineTest, SpeculativeGreedyOutputIsPlainGreedyWithNgramsAndADraftModel) {
   // The same weights quantized harder as the draft: it mostly agrees.
-  const std::string draft_path = dir_.file("draft.gguf");
-  TestModelShape shape;
-  shape.context = 512;
-  ASSERT_TRUE(write_test_model(shape, TensorType::kQ4_0, 5, draft_path).ok());
-  auto draft = LlamaModel::open(draft_path);
-  ASSERT_TRUE(draft.ok()) << draft.status().message();
+  const auto draft = draft_model(TensorType::kQ4_0, 5);
+  ASSERT_NE(draft, nullptr);
   const auto prompts = varied_prompts(loaded_.tokenizer, 4);
   std::vector<std::vector<std::int32_t>> expected;
   expected.reserve(prompts.size());
@@ -460,7 +468,7 @@ TEST_F(EngineTest, SpeculativeGreedyOutputIsPlainGreedyWithNgramsAndADraftModel)
   for (SpeculativeMethod method : {SpeculativeMethod::kNgram, SpeculativeMethod::kDraft}) {
     EngineOptions options;
     options.speculative.method = method;
-    options.speculative.draft = *draft;
+    options.speculative.draft = draft;
     options.speculative.lookup_min = 1;
     // Passes of at most 8 tokens: the draft catches up on the four prompts in several.
     options.max_sequences = 4;
@@ -494,15 +502,11 @@ TEST_F(EngineTest, SpeculativeGreedyOutputIsPlainGreedyWithNgramsAndADraftModel)
 
 TEST_F(EngineTest, ADraftThatKeepsMissingProposesOneTokenAtATimeAndTheOutputStaysPlainGreedy) {
   // Other weights: the draft's tokens are almost never the target's.
-  const std::string draft_path = dir_.file("stranger.gguf");
-  TestModelShape shape;
-  shape.context = 512;
-  ASSERT_TRUE(write_test_model(shape, TensorType::kQ8_0, 77, draft_path).ok());
-  auto draft = LlamaModel::open(draft_path);
-  ASSERT_TRUE(draft.ok()) << draft.status().message();
+  const auto draft = draft_model(TensorType::kQ8_0, 77);
+  ASSERT_NE(draft, nullptr);
   EngineOptions options;
   options.speculative.method = SpeculativeMethod::kDraft;
-  options.speculative.draft = *draft;
+  options.speculative.draft = draft;
   options.speculative.tokens = 6;
   auto engine = start(options);
   const auto prompt = varied_prompts(loaded_.tokenizer, 1).front();
@@ -520,15 +524,13 @@ TEST_F(EngineTest, ADraftThatKeepsMissingProposesOneTokenAtATimeAndTheOutputStay
 // A leader whose prompt ends in a chunk of its own looks like a decoding sequence the step after:
 // it must fork its followers before it proposes anything.
 TEST_F(EngineTest, ChoicesForkAtThePromptsEndWhenTheLeaderSpeculates) {
-  const std::string draft_path = dir_.file("draft.gguf");
-  TestModelShape shape;
-  shape.context = 512;
-  ASSERT_TRUE(write_test_model(shape, TensorType::kQ4_0, 5, draft_path).ok());
+  const auto draft = draft_model(TensorType::kQ4_0, 5);
+  ASSERT_NE(draft, nullptr);
   EngineOptions options;
   options.max_sequences = 4;
   options.max_batched_tokens = 8;  // the prompt runs in chunks of 8
   options.speculative.method = SpeculativeMethod::kDraft;
-  options.speculative.draft = *LlamaModel::open(draft_path);
+  options.speculative.draft = draft;
   auto engine = start(options);
   GenerationRequest request = greedy("", 30);
   request.prompt = varied_prompts(loaded_.tokenizer, 3).back();
