@@ -226,6 +226,11 @@ class HugePageBuffer {
   std::size_t size_ = 0, mapped_ = 0;
 };
 
+// What the kernel can give this process now without swapping or an OOM kill: MemAvailable from
+// /proc/meminfo, within the room left under its cgroup's memory limit (v2's memory.max, v1's
+// memory.limit_in_bytes); none where neither is known.
+std::optional<std::uint64_t> available_memory_bytes();
+
 // The whole file, read with read(2): a file that shrinks or grows while it is read is an Io error
 // (never a SIGBUS, as a mapping would give). Pipes and devices are read to their end.
 Result<std::string> read_file(const std::string& path);

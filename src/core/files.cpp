@@ -4,10 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <new>
 
@@ -155,6 +157,47 @@ bool HugePageBuffer::commit() {
   auto* bytes = static_cast<volatile std::byte*>(address_);
   for (std::size_t at = 0; at < mapped_; at += page) bytes[at] = bytes[at];
   return true;
+}
+
+namespace {
+
+// The first number in a file, if it starts with one (a cgroup's "max" does not).
+std::optional<std::uint64_t> number_in(const std::string& path) {
+  std::ifstream file(path);
+  std::uint64_t number = 0;
+  if (file >> number) return number;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> available_memory_bytes() {
+  std::optional<std::uint64_t> available;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  std::uint64_t kib = 0;
+  while (meminfo >> key >> kib) {
+    if (key == "MemAvailable:") {
+      available = kib * 1024;
+      break;
+    }
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  std::ifstream cgroups("/proc/self/cgroup");
+  auto within = [&](const std::string& limit_file, const std::string& used_file) {
+    const auto limit = number_in(limit_file), used = number_in(used_file);
+    if (limit && used) available = std::min(available.value_or(UINT64_MAX), *limit - std::min(*limit, *used));
+  };
+  for (std::string line; std::getline(cgroups, line);) {
+    if (line.starts_with("0::")) {  // the unified (v2) hierarchy
+      const std::string directory = "/sys/fs/cgroup" + line.substr(3);
+      within(directory + "/memory.max", directory + "/memory.current");
+    } else if (const std::size_t at = line.find(":memory:"); at != std::string::npos) {  // v1's memory controller
+      const std::string directory = "/sys/fs/cgroup/memory" + line.substr(at + 8);
+      within(directory + "/memory.limit_in_bytes", directory + "/memory.usage_in_bytes");
+    }
+  }
+  return available;
 }
 
 Result<std::string> read_file(const std::string& path) {

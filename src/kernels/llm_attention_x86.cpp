@@ -210,26 +210,31 @@ SLIPWAY_AVX2 __m256 load_scores_256(const float* scores, std::size_t p, std::siz
   return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(scores + p, mask), _mm256_castsi256_ps(mask));
 }
 
+// `call` with a tile's query count (1 to kAttentionQueries) as a compile-time constant.
+template <typename Call>
+void by_query_count(std::size_t queries, Call&& call) {
+  static_assert(kAttentionQueries == 4);
+  switch (queries) {
+    case 4:
+      return call(std::integral_constant<std::size_t, 4>{});
+    case 3:
+      return call(std::integral_constant<std::size_t, 3>{});
+    case 2:
+      return call(std::integral_constant<std::size_t, 2>{});
+    default:
+      return call(std::integral_constant<std::size_t, 1>{});
+  }
+}
+
 template <KvElement kElement>
 SLIPWAY_AVX512 void block_scores_avx512(const float* queries, std::size_t query_stride, std::size_t query_count,
                                         const KvBlock& keys, std::size_t head_dim, float* scores,
                                         std::size_t score_stride) {
-  std::size_t q = 0;
-  for (; q + 4 <= query_count; q += 4) {
-    block_scores_512<4, kElement>(queries + q * query_stride, query_stride, keys, head_dim, scores + q * score_stride,
-                                  score_stride);
-  }
-  queries += q * query_stride;
-  scores += q * score_stride;
-  switch (query_count - q) {
-    case 3:
-      return block_scores_512<3, kElement>(queries, query_stride, keys, head_dim, scores, score_stride);
-    case 2:
-      return block_scores_512<2, kElement>(queries, query_stride, keys, head_dim, scores, score_stride);
-    case 1:
-      return block_scores_512<1, kElement>(queries, query_stride, keys, head_dim, scores, score_stride);
-    default:
-      return;
+  for (std::size_t first = 0; first < query_count; first += kAttentionQueries) {
+    by_query_count(std::min(kAttentionQueries, query_count - first), [&](auto count) SLIPWAY_AVX512 {
+      block_scores_512<decltype(count)::value, kElement>(queries + first * query_stride, query_stride, keys, head_dim,
+                                                         scores + first * score_stride, score_stride);
+    });
   }
 }
 
@@ -334,22 +339,6 @@ SLIPWAY_AVX2 void weighted_values_256(const float* weights, std::size_t weight_s
                                              out[q * out_stride + dim]);
       }
     }
-  }
-}
-
-// `call` with a tile's query count (1 to kAttentionQueries) as a compile-time constant.
-template <typename Call>
-void by_query_count(std::size_t queries, Call&& call) {
-  static_assert(kAttentionQueries == 4);
-  switch (queries) {
-    case 4:
-      return call(std::integral_constant<std::size_t, 4>{});
-    case 3:
-      return call(std::integral_constant<std::size_t, 3>{});
-    case 2:
-      return call(std::integral_constant<std::size_t, 2>{});
-    default:
-      return call(std::integral_constant<std::size_t, 1>{});
   }
 }
 

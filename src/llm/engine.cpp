@@ -7,8 +7,6 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
-#include <fstream>
-#include <limits>
 #include <mutex>
 #include <optional>
 #include <system_error>
@@ -106,8 +104,8 @@ struct Sequence {
   std::vector<std::int32_t> proposal;
   std::vector<TokenDistribution> proposal_distributions;
   std::optional<Sampler> draft_sampler;
-  // The next proposal's most tokens (at most num_speculative_tokens), adapted to what is accepted.
-  std::size_t proposal_length = kMaxSpeculativeTokens;
+  // The next proposal's most tokens: num_speculative_tokens at first, adapted to what is accepted.
+  std::size_t proposal_length = 0;
   std::string held;  // text not yet released
   Clock::time_point submitted, last_token;
   bool done = false;
@@ -364,7 +362,7 @@ struct Engine::State {
       // A leader's followers fork at its prompt's end: it proposes nothing until they have.
       if (!sequence->followers.empty()) continue;
       // Every proposed token may be emitted, with one more: within the limit and the context.
-      const std::size_t room = std::min({speculative.tokens, sequence->proposal_length, spare,
+      const std::size_t room = std::min({sequence->proposal_length, spare,
                                          sequence->limit - std::min(sequence->limit, sequence->generated + 1),
                                          options.context - sequence->tokens.size()});
       if (room == 0) continue;
@@ -462,7 +460,7 @@ struct Engine::State {
     // drafters): two more after the length asked for was proposed and taken whole, one fewer (at
     // least one) otherwise. A drafter that keeps missing then costs little more than plain decoding
     // (a pass of two tokens), where verifying its full proposals cost more than it won.
-    const std::size_t asked = std::min(sequence.proposal_length, options.speculative.tokens);
+    const std::size_t asked = sequence.proposal_length;
     sequence.proposal_length =
         accepted == asked ? std::min(asked + 2, options.speculative.tokens) : std::max<std::size_t>(asked, 2) - 1;
     sequence.proposal.clear();
@@ -610,46 +608,6 @@ Status check_speculative(const SpeculativeOptions& speculative, const LlamaConfi
   return {};
 }
 
-// The first number in a file, if it starts with one (a cgroup's "max" does not).
-std::optional<std::uint64_t> number_in(const std::string& path) {
-  std::ifstream file(path);
-  std::uint64_t number = 0;
-  if (file >> number) return number;
-  return std::nullopt;
-}
-
-// What the kernel can give this process without swapping or an OOM kill: MemAvailable from
-// /proc/meminfo, within the room left under its cgroup's limit (v2's memory.max, v1's
-// memory.limit_in_bytes); none where neither is known.
-std::optional<std::uint64_t> available_memory() {
-  std::optional<std::uint64_t> available;
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  std::uint64_t kib = 0;
-  while (meminfo >> key >> kib) {
-    if (key == "MemAvailable:") {
-      available = kib * 1024;
-      break;
-    }
-    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
-  }
-  std::ifstream cgroups("/proc/self/cgroup");
-  auto within = [&](const std::string& limit_file, const std::string& used_file) {
-    const auto limit = number_in(limit_file), used = number_in(used_file);
-    if (limit && used) available = std::min(available.value_or(UINT64_MAX), *limit - std::min(*limit, *used));
-  };
-  for (std::string line; std::getline(cgroups, line);) {
-    if (line.starts_with("0::")) {  // the unified (v2) hierarchy
-      const std::string directory = "/sys/fs/cgroup" + line.substr(3);
-      within(directory + "/memory.max", directory + "/memory.current");
-    } else if (const std::size_t at = line.find(":memory:"); at != std::string::npos) {  // v1's memory controller
-      const std::string directory = "/sys/fs/cgroup/memory" + line.substr(at + 8);
-      within(directory + "/memory.limit_in_bytes", directory + "/memory.usage_in_bytes");
-    }
-  }
-  return available;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> model, Tokenizer tokenizer,
@@ -693,7 +651,7 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
                                               ? KvCache::block_bytes(chosen.speculative.draft->config())
                                               : 0;
   const std::uint64_t sequence_blocks = (chosen.context + kKvBlockTokens - 1) / kKvBlockTokens;
-  const std::optional<std::uint64_t> available = available_memory();
+  const std::optional<std::uint64_t> available = available_memory_bytes();
   const bool budget_chosen = chosen.kv_cache_bytes > 0;
   if (!budget_chosen) {
     const std::uint64_t half_available =
@@ -797,6 +755,7 @@ Status Engine::submit(std::vector<GenerationRequest> requests) {
     prompt_tokens += request.prompt.size();
     auto sequence = std::make_unique<Sequence>(std::move(request), submitted);
     sequence->limit = std::min(sequence->request.max_tokens, context - sequence->tokens.size());
+    sequence->proposal_length = state_->options.speculative.tokens;
     auto leader = std::find_if(leaders.begin(), leaders.end(), [&](const SequencePtr& candidate) {
       return candidate->tokens == sequence->tokens && candidate->request.cache_salt == sequence->request.cache_salt;
     });
