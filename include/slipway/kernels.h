@@ -405,6 +405,11 @@ static_assert(sizeof(BlockQ4_K) == 144);
 // IEEE half precision: to nearest, ties to even (overflow to infinity, NaN kept); and back, exact.
 std::uint16_t float_to_half(float value);
 float half_to_float(std::uint16_t bits);
+// OCP FP8 E4M3 ("e4m3fn": sign, 4 exponent bits biased by 7, 3 mantissa bits, no infinities,
+// 0x7F and 0xFF the NaNs): to nearest, ties to even, magnitudes past 448 (the largest) saturating
+// to 448, NaN to 0 (a cache never holds a NaN code); and back, exact.
+std::uint8_t float_to_fp8_e4m3(float value);
+float fp8_e4m3_to_float(std::uint8_t bits);
 
 // `values.size()` must be blocks.size() * kQuantBlock. Values are meant finite; one that is not
 // stores as 0 (or the block's scale becomes infinite), never undefined.
@@ -496,9 +501,10 @@ using LlmQuantizeInput = void (*)(const float* values, std::size_t blocks, std::
 inline constexpr std::size_t kAttentionBlock = 16;
 inline constexpr std::size_t kAttentionQueries = 4;
 // A block of one head's cached keys or values, read where the cache holds them: as floats, as
-// halves, or as int8 codes each worth code * its position's scale (a float). Element k of
-// position i is float(x), half_to_float(x) or float(code) * scales[i * scale_stride].
-enum class KvElement : std::uint8_t { kF32, kF16, kInt8 };
+// halves, or as int8 or FP8 E4M3 codes each worth its value times its position's scale (a float).
+// Element k of position i is float(x), half_to_float(x), float(code) * scales[i * scale_stride] or
+// fp8_e4m3_to_float(code) * scales[i * scale_stride].
+enum class KvElement : std::uint8_t { kF32, kF16, kInt8, kFp8E4M3 };
 struct KvBlock {
   const void* data = nullptr;
   KvElement element = KvElement::kF32;

@@ -302,11 +302,15 @@ class LlamaModel {
 inline constexpr std::size_t kKvBlockTokens = 16;
 
 // How keys and values are kept: as floats; as halves (IEEE binary16, rounded to nearest, llama.cpp's
-// and vLLM's default), half the bytes; or as int8 with one float scale per head and position (each
-// head's vector quantized symmetrically: scale = max |x| / 127), 3.8 times smaller than floats at
-// a head size of 64. Attention reads every type in place, widening to floats in registers.
-enum class KvCacheType { kF32, kF16, kInt8 };
-std::string_view kv_cache_type_name(KvCacheType type);  // "f32", "f16", "int8"
+// and vLLM's default), half the bytes; or as 8-bit codes with one float scale per head and
+// position, 3.8 times smaller than floats at a head size of 64: int8 (each head's vector
+// quantized symmetrically: scale = max |x| / 127, an even step) or FP8 E4M3 (scale = max |x| /
+// 448, then rounded to E4M3: 3 significant bits at every magnitude, so small values keep their
+// relative precision where int8's even step flattens them). Attention reads every type in place,
+// widening to floats in registers.
+enum class KvCacheType { kF32, kF16, kInt8, kFp8E4M3 };
+std::string_view kv_cache_type_name(KvCacheType type);  // "f32", "f16", "int8", "fp8_e4m3"
+// Also "auto" (f16) and "fp8" (E4M3), as vLLM's kv_cache_dtype.
 bool kv_cache_type_by_name(std::string_view name, KvCacheType& type);
 
 // A run of heads, units or rows: [first, first + count).
@@ -379,8 +383,8 @@ class KvCache {
     std::array<std::int32_t, kKvBlockTokens> tokens{};
     bool valid = false;
   };
-  // A block's layer: keys, then values (floats, halves or int8), then for int8 the keys' scales
-  // [kv_heads][kKvBlockTokens] and the values' [kKvBlockTokens][kv_heads].
+  // A block's layer: keys, then values (floats, halves or 8-bit codes), then for the 8-bit types
+  // the keys' scales [kv_heads][kKvBlockTokens] and the values' [kKvBlockTokens][kv_heads].
   std::byte* layer_data(std::size_t block, std::size_t layer);
   const std::byte* layer_data(std::size_t block, std::size_t layer) const;
   std::size_t take_block();          // from the free list's head, evicting it from the cache

@@ -329,6 +329,13 @@ struct CudaBenchResult : CommandResult {
 };
 
 int run_llm_bench_cuda(const GlobalOptions& global, const LlmBenchFlags& flags) {
+  if (flags.options.kv_cache_type == llm::KvCacheType::kInt8 ||
+      flags.options.kv_cache_type == llm::KvCacheType::kFp8E4M3) {
+    return fail(invalid_argument(
+        fmt::format("--kv-cache-dtype {}: the CUDA backend keeps its cache in f32; the 8-bit caches are the CPU path's "
+                    "(--device cpu)",
+                    llm::kv_cache_type_name(flags.options.kv_cache_type))));
+  }
   auto model = llm::LlamaModel::open(flags.model);
   if (!model.ok()) return fail(model.status());
   llm::CudaBenchOptions options;
@@ -436,9 +443,10 @@ void add_engine_flags(CLI::App* command, llm::EngineOptions& options, const std:
           fmt::format("--{}kv-cache-dtype", prefix),
           [&options](const std::string& name) { llm::kv_cache_type_by_name(name, options.kv_cache_type); },
           scope +
-              "How keys and values are kept: f16 (the default; also 'auto'), f32, or int8 (a scale per head and "
-              "position; 1.9x the sequences of f16 in the same memory at head size 64)")
-      ->check(CLI::IsMember({"f16", "f32", "int8", "auto"}));
+              "How keys and values are kept: f16 (the default; also 'auto'), f32, int8 or fp8_e4m3 (also 'fp8'; "
+              "the 8-bit types keep a scale per head and position: 1.9x the sequences of f16 in the same memory at "
+              "head size 64)")
+      ->check(CLI::IsMember({"f16", "f32", "int8", "fp8", "fp8_e4m3", "auto"}));
   command->add_flag_callback(
       fmt::format("--{}no-prefix-caching", prefix), [&options] { options.prefix_caching = false; },
       scope + "Compute every prompt whole, reusing no cached blocks");
@@ -528,9 +536,9 @@ void add_llm_commands(CLI::App& app, LlmCommands& commands) {
           [&options = commands.bench_flags.options](const std::string& name) {
             llm::kv_cache_type_by_name(name, options.kv_cache_type);
           },
-          "The KV cache's type for the runs: f16 (the default), f32, or int8 (for f16 and int8, also its logits "
-          "against f32's on a 512-token prompt)")
-      ->check(CLI::IsMember({"f16", "f32", "int8"}));
+          "The KV cache's type for the runs: f16 (the default), f32, int8 or fp8_e4m3 (also 'fp8'; for all but "
+          "f32, also its logits against f32's on a 512-token prompt)")
+      ->check(CLI::IsMember({"f16", "f32", "int8", "fp8", "fp8_e4m3"}));
   commands.bench
       ->add_option(
           "--device", commands.bench_flags.device,

@@ -2,9 +2,9 @@
 // cached keys, their softmax, and the weighted sum of the block's values) and SwiGLU's gate. Each does the scalar
 // reference's operations in its order (slipway/kernels.h), lanes holding positions or dimensions,
 // so every variant gives the reference's bits; sharing a block's loads between queries, not
-// reordering arithmetic, is where the speed comes from. Half and int8 blocks are widened to
+// reordering arithmetic, is where the speed comes from. Half, int8 and FP8 blocks are widened to
 // floats in registers as they are loaded: a 16-bit cache is read at half the bytes of a float
-// one, an int8 cache at a quarter.
+// one, an 8-bit cache at a quarter.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -20,8 +20,35 @@ namespace {
 #define SLIPWAY_INLINE inline __attribute__((always_inline))
 
 // ---------------------------------------------------------------------------------------------
-// Cached elements as floats: 16 (or 8) consecutive elements from `at`, each int8 code times
-// `scales` (its lane's scale).
+// Cached elements as floats: 16 (or 8) consecutive elements from `at`, each code's value times
+// `scales` (its lane's scale). An FP8 E4M3 code placed in the high byte of a 16-bit lane and
+// shifted right by one (arithmetically, the sign copied into bit 14, then cleared) has its sign,
+// exponent and mantissa where a half's are, its exponent biased 8 less: a half worth the code's
+// value / 256. So the conversion is a shuffle, a shift, a mask and F16C; the scales passed carry
+// the 256 (exact: a power of two, the same product as the reference's).
+
+SLIPWAY_AVX2 SLIPWAY_INLINE __m256i fp8_as_halves(__m256i high_bytes) {
+  return _mm256_and_si256(_mm256_srai_epi16(high_bytes, 1), _mm256_set1_epi16(static_cast<short>(0xBFFF)));
+}
+
+SLIPWAY_AVX2 SLIPWAY_INLINE __m128i fp8_as_halves(__m128i high_bytes) {
+  return _mm_and_si128(_mm_srai_epi16(high_bytes, 1), _mm_set1_epi16(static_cast<short>(0xBFFF)));
+}
+
+// 16 codes (a scaled type) as floats times `scales`.
+template <KvElement kElement>
+SLIPWAY_AVX512 SLIPWAY_INLINE __m512 codes_16(__m128i codes, __m512 scales) {
+  if constexpr (kElement == KvElement::kInt8) {
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(codes)), scales);
+  } else {
+    // Byte i to the high byte of 16-bit lane i (zero below it); each 128-bit half shuffles its own
+    // copy of the 16 codes, the first half taking codes 0-7, the second 8-15.
+    const __m256i to_high_bytes = _mm256_setr_epi8(-1, 0, -1, 1, -1, 2, -1, 3, -1, 4, -1, 5, -1, 6, -1, 7, -1, 8, -1, 9,
+                                                   -1, 10, -1, 11, -1, 12, -1, 13, -1, 14, -1, 15);
+    const __m256i high_bytes = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(codes), to_high_bytes);
+    return _mm512_mul_ps(_mm512_cvtph_ps(fp8_as_halves(high_bytes)), scales);
+  }
+}
 
 template <KvElement kElement>
 SLIPWAY_AVX512 SLIPWAY_INLINE __m512 load_16(const void* data, std::size_t at, __m512 scales) {
@@ -31,8 +58,8 @@ SLIPWAY_AVX512 SLIPWAY_INLINE __m512 load_16(const void* data, std::size_t at, _
     return _mm512_cvtph_ps(
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const std::uint16_t*>(data) + at)));
   } else {
-    const __m128i codes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::int8_t*>(data) + at));
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(codes)), scales);
+    return codes_16<kElement>(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint8_t*>(data) + at)), scales);
   }
 }
 
@@ -44,8 +71,7 @@ SLIPWAY_AVX512 SLIPWAY_INLINE __m512 load_16_masked(const void* data, std::size_
   } else if constexpr (kElement == KvElement::kF16) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, static_cast<const std::uint16_t*>(data) + at));
   } else {
-    const __m128i codes = _mm_maskz_loadu_epi8(mask, static_cast<const std::int8_t*>(data) + at);
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(codes)), scales);
+    return codes_16<kElement>(_mm_maskz_loadu_epi8(mask, static_cast<const std::uint8_t*>(data) + at), scales);
   }
 }
 
@@ -57,35 +83,54 @@ SLIPWAY_AVX2 SLIPWAY_INLINE __m256 load_8(const void* data, std::size_t at, __m2
     return _mm256_cvtph_ps(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(data) + at)));
   } else {
-    const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const std::int8_t*>(data) + at));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes)), scales);
+    const __m128i codes =
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const std::uint8_t*>(data) + at));
+    if constexpr (kElement == KvElement::kInt8) {
+      return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(codes)), scales);
+    } else {
+      return _mm256_mul_ps(_mm256_cvtph_ps(fp8_as_halves(_mm_unpacklo_epi8(_mm_setzero_si128(), codes))), scales);
+    }
   }
 }
 
-// The block's 16 positions' scales (int8 keys), one per lane.
+// What a scaled type's scales are multiplied by before its codes are: 1 for int8, 256 for FP8
+// (see fp8_as_halves); 0 for the unscaled types, whose scales are never read.
+template <KvElement kElement>
+inline constexpr float kScaleFactor = kElement == KvElement::kInt8      ? 1.0f
+                                      : kElement == KvElement::kFp8E4M3 ? 256.0f
+                                                                        : 0.0f;
+
+// The block's 16 positions' scales (keys of a scaled type), one per lane.
+template <KvElement kElement>
 SLIPWAY_AVX512 __m512 position_scales_16(const KvBlock& block) {
-  if (block.element != KvElement::kInt8) return _mm512_setzero_ps();
+  if constexpr (kScaleFactor<kElement> == 0) return _mm512_setzero_ps();
   alignas(64) float scales[kAttentionBlock];
-  for (std::size_t i = 0; i < kAttentionBlock; ++i) scales[i] = block.scales[i * block.scale_stride];
+  for (std::size_t i = 0; i < kAttentionBlock; ++i) {
+    scales[i] = block.scales[i * block.scale_stride] * kScaleFactor<kElement>;
+  }
   return _mm512_load_ps(scales);
 }
 
+template <KvElement kElement>
 SLIPWAY_AVX2 __m256 position_scales_8(const KvBlock& block, std::size_t first) {
-  if (block.element != KvElement::kInt8) return _mm256_setzero_ps();
+  if constexpr (kScaleFactor<kElement> == 0) return _mm256_setzero_ps();
   alignas(32) float scales[8];
-  for (std::size_t i = 0; i < 8; ++i) scales[i] = block.scales[(first + i) * block.scale_stride];
+  for (std::size_t i = 0; i < 8; ++i)
+    scales[i] = block.scales[(first + i) * block.scale_stride] * kScaleFactor<kElement>;
   return _mm256_load_ps(scales);
 }
 
-// Row i's scale, in every lane (int8 values).
+// Row i's scale, in every lane (values of a scaled type).
+template <KvElement kElement>
 SLIPWAY_AVX512 SLIPWAY_INLINE __m512 row_scale_16(const KvBlock& block, std::size_t row) {
-  return block.element == KvElement::kInt8 ? _mm512_set1_ps(block.scales[row * block.scale_stride])
-                                           : _mm512_setzero_ps();
+  if constexpr (kScaleFactor<kElement> == 0) return _mm512_setzero_ps();
+  return _mm512_set1_ps(block.scales[row * block.scale_stride] * kScaleFactor<kElement>);
 }
 
+template <KvElement kElement>
 SLIPWAY_AVX2 SLIPWAY_INLINE __m256 row_scale_8(const KvBlock& block, std::size_t row) {
-  return block.element == KvElement::kInt8 ? _mm256_set1_ps(block.scales[row * block.scale_stride])
-                                           : _mm256_setzero_ps();
+  if constexpr (kScaleFactor<kElement> == 0) return _mm256_setzero_ps();
+  return _mm256_set1_ps(block.scales[row * block.scale_stride] * kScaleFactor<kElement>);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -94,7 +139,7 @@ SLIPWAY_AVX2 SLIPWAY_INLINE __m256 row_scale_8(const KvBlock& block, std::size_t
 template <std::size_t kQueries, KvElement kElement>
 SLIPWAY_AVX512 void block_scores_512(const float* queries, std::size_t query_stride, const KvBlock& keys,
                                      std::size_t head_dim, float* scores, std::size_t score_stride) {
-  const __m512 scales = position_scales_16(keys);
+  const __m512 scales = position_scales_16<kElement>(keys);
   __m512 chains[kQueries][4];
 #pragma GCC unroll 4
   for (std::size_t q = 0; q < kQueries; ++q) {
@@ -125,7 +170,7 @@ template <std::size_t kQueries, KvElement kElement>
 SLIPWAY_AVX2 void block_scores_256(const float* queries, std::size_t query_stride, const KvBlock& keys,
                                    std::size_t head_dim, float* scores, std::size_t score_stride) {
   for (std::size_t half = 0; half < 2; ++half) {
-    const __m256 scales = position_scales_8(keys, 8 * half);
+    const __m256 scales = position_scales_8<kElement>(keys, 8 * half);
     __m256 chains[kQueries][4];
 #pragma GCC unroll 4
     for (std::size_t q = 0; q < kQueries; ++q) {
@@ -270,7 +315,7 @@ SLIPWAY_AVX512 void weighted_values_512(const float* weights, std::size_t weight
       for (std::size_t j = 0; j < 4; ++j) sums[q][j] = _mm512_loadu_ps(out + q * out_stride + d + 16 * j);
     }
     for (std::size_t i = 0; i < count; ++i) {
-      const __m512 scale = row_scale_16(values, i);
+      const __m512 scale = row_scale_16<kElement>(values, i);
       __m512 value[4];
 #pragma GCC unroll 4
       for (std::size_t j = 0; j < 4; ++j) value[j] = load_16<kElement>(values.data, i * stride + d + 16 * j, scale);
@@ -292,9 +337,9 @@ SLIPWAY_AVX512 void weighted_values_512(const float* weights, std::size_t weight
     for (std::size_t q = 0; q < kQueries; ++q) {
       __m512 sum = _mm512_maskz_loadu_ps(mask, out + q * out_stride + d);
       for (std::size_t i = 0; i < count; ++i) {
-        sum =
-            _mm512_fmadd_ps(_mm512_set1_ps(weights[q * weight_stride + i]),
-                            load_16_masked<kElement>(values.data, i * stride + d, mask, row_scale_16(values, i)), sum);
+        sum = _mm512_fmadd_ps(
+            _mm512_set1_ps(weights[q * weight_stride + i]),
+            load_16_masked<kElement>(values.data, i * stride + d, mask, row_scale_16<kElement>(values, i)), sum);
       }
       _mm512_mask_storeu_ps(out + q * out_stride + d, mask, sum);
     }
@@ -315,7 +360,7 @@ SLIPWAY_AVX2 void weighted_values_256(const float* weights, std::size_t weight_s
       for (std::size_t j = 0; j < 2; ++j) sums[q][j] = _mm256_loadu_ps(out + q * out_stride + d + 8 * j);
     }
     for (std::size_t i = 0; i < count; ++i) {
-      const __m256 scale = row_scale_8(values, i);
+      const __m256 scale = row_scale_8<kElement>(values, i);
       __m256 value[2];
 #pragma GCC unroll 2
       for (std::size_t j = 0; j < 2; ++j) value[j] = load_8<kElement>(values.data, i * stride + d + 8 * j, scale);
@@ -352,6 +397,8 @@ void by_element(KvElement element, Call&& call) {
       return call(std::integral_constant<KvElement, KvElement::kF16>{});
     case KvElement::kInt8:
       return call(std::integral_constant<KvElement, KvElement::kInt8>{});
+    case KvElement::kFp8E4M3:
+      return call(std::integral_constant<KvElement, KvElement::kFp8E4M3>{});
   }
 }
 

@@ -266,6 +266,9 @@ float kv_element(const KvBlock& block, std::size_t index, std::size_t row) {
     case KvElement::kInt8:
       return static_cast<float>(static_cast<const std::int8_t*>(block.data)[index]) *
              block.scales[row * block.scale_stride];
+    case KvElement::kFp8E4M3:
+      return fp8_e4m3_to_float(static_cast<const std::uint8_t*>(block.data)[index]) *
+             block.scales[row * block.scale_stride];
   }
   return 0.0f;
 }
@@ -336,7 +339,9 @@ constexpr LlmKernelVariant kLlmVariants[] = {
 }  // namespace
 
 std::size_t kv_element_bytes(KvElement element) {
-  return element == KvElement::kF32 ? sizeof(float) : element == KvElement::kF16 ? sizeof(std::uint16_t) : 1;
+  return element == KvElement::kF32   ? sizeof(float)
+         : element == KvElement::kF16 ? sizeof(std::uint16_t)
+                                      : 1;  // int8, FP8
 }
 
 KvBlock kv_block_from_row(const KvBlock& block, std::size_t row) {

@@ -40,6 +40,35 @@ float half_to_float(std::uint16_t bits) {
   return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (fraction << 13));
 }
 
+std::uint8_t float_to_fp8_e4m3(float value) {
+  auto bits = std::bit_cast<std::uint32_t>(value);
+  auto sign = static_cast<std::uint8_t>((bits >> 24) & 0x80U);
+  std::uint32_t magnitude = bits & 0x7FFFFFFFU;
+  if (magnitude > 0x7F800000U) return 0;                                        // NaN
+  if (magnitude > 0x43E00000U) return static_cast<std::uint8_t>(sign | 0x7EU);  // past 448
+  if (magnitude < 0x3C800000U) {
+    // Below E4M3's smallest normal (2^-6): a subnormal, in steps of 2^-9, to nearest even (8
+    // steps is 2^-6 itself, the code after the subnormals').
+    float scaled = std::bit_cast<float>(magnitude) * 512.0f;  // exact: a power of two
+    return static_cast<std::uint8_t>(sign | static_cast<std::uint32_t>(std::nearbyint(scaled)));
+  }
+  // Normal: rebias the exponent (127 -> 7) and round the 23-bit fraction to 3, ties to even.
+  std::uint32_t rounded = magnitude - 0x3C000000U;
+  rounded += 0x7FFFFU + ((rounded >> 20) & 1U);
+  return static_cast<std::uint8_t>(sign | (rounded >> 20));
+}
+
+float fp8_e4m3_to_float(std::uint8_t bits) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x80U) << 24;
+  const std::uint32_t exponent = (bits >> 3) & 0xFU, fraction = bits & 0x7U;
+  if (exponent == 0) {  // zero or subnormal: fraction x 2^-9
+    const float magnitude = static_cast<float>(fraction) * 0.001953125f;
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  if (exponent == 15 && fraction == 7) return std::bit_cast<float>(sign | 0x7FC00000U);  // NaN
+  return std::bit_cast<float>(sign | ((exponent + 120) << 23) | (fraction << 20));
+}
+
 void quantize_q8_0(std::span<const float> values, std::span<BlockQ8_0> blocks) {
   for (std::size_t block = 0; block < blocks.size(); ++block) {
     const float* x = values.data() + block * kQuantBlock;

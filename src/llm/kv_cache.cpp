@@ -38,6 +38,8 @@ std::string_view kv_cache_type_name(KvCacheType type) {
       return "f16";
     case KvCacheType::kInt8:
       return "int8";
+    case KvCacheType::kFp8E4M3:
+      return "fp8_e4m3";
   }
   return "unknown";
 }
@@ -49,6 +51,8 @@ bool kv_cache_type_by_name(std::string_view name, KvCacheType& type) {
     type = KvCacheType::kF16;
   } else if (name == "int8") {
     type = KvCacheType::kInt8;
+  } else if (name == "fp8" || name == "fp8_e4m3") {  // vLLM's kv_cache_dtype names
+    type = KvCacheType::kFp8E4M3;
   } else {
     return false;
   }
@@ -61,7 +65,7 @@ std::size_t layer_bytes(const LlamaConfig& config, KvCacheType type) {
   const std::size_t width = config.kv_heads * config.head_dim;
   if (type == KvCacheType::kF32) return 2 * kKvBlockTokens * width * sizeof(float);
   if (type == KvCacheType::kF16) return 2 * kKvBlockTokens * width * sizeof(std::uint16_t);
-  return 2 * kKvBlockTokens * width + 2 * kKvBlockTokens * config.kv_heads * sizeof(float);
+  return 2 * kKvBlockTokens * width + 2 * kKvBlockTokens * config.kv_heads * sizeof(float);  // int8, FP8
 }
 
 }  // namespace
@@ -302,24 +306,29 @@ void KvCache::store(std::size_t sequence, std::size_t layer, std::size_t positio
   };
   if (type_ == KvCacheType::kF32) return put_floats(reinterpret_cast<float*>(data), [](float x) { return x; });
   if (type_ == KvCacheType::kF16) return put_floats(reinterpret_cast<std::uint16_t*>(data), kernels::float_to_half);
-  auto* keys = reinterpret_cast<std::int8_t*>(data);
+  auto* keys = reinterpret_cast<std::uint8_t*>(data);
   auto* values = keys + kKvBlockTokens * width_;
   auto* key_scales = reinterpret_cast<float*>(values + kKvBlockTokens * width_);
   auto* value_scales = key_scales + kv_heads_ * kKvBlockTokens;
-  // Symmetric int8 per head: the head's largest magnitude maps to 127.
+  // Symmetric per head: the head's largest magnitude maps to the type's largest code (127 for
+  // int8, 448 for FP8 E4M3, whose codes then keep 3 significant bits at every magnitude).
+  const bool fp8 = type_ == KvCacheType::kFp8E4M3;
   auto quantize = [&](const float* in, float& scale, auto&& put) {
     float largest = 0;
     for (std::size_t c = 0; c < head_dim_; ++c) largest = std::max(largest, std::fabs(in[c]));
-    scale = largest / 127.0f;
+    scale = largest / (fp8 ? 448.0f : 127.0f);
     const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
-    for (std::size_t c = 0; c < head_dim_; ++c) put(c, static_cast<std::int8_t>(std::lrint(in[c] * inverse)));
+    for (std::size_t c = 0; c < head_dim_; ++c) {
+      put(c, fp8 ? kernels::float_to_fp8_e4m3(in[c] * inverse)
+                 : static_cast<std::uint8_t>(static_cast<std::int8_t>(std::lrint(in[c] * inverse))));
+    }
   };
   for (std::size_t local = 0; local < heads.count; ++local) {
     const std::size_t head = heads.first + local, first = head * head_dim_, in = local * head_dim_;
     quantize(key + in, key_scales[head * kKvBlockTokens + slot],
-             [&](std::size_t c, std::int8_t q) { keys[(first + c) * kKvBlockTokens + slot] = q; });
+             [&](std::size_t c, std::uint8_t q) { keys[(first + c) * kKvBlockTokens + slot] = q; });
     quantize(value + in, value_scales[slot * kv_heads_ + head],
-             [&](std::size_t c, std::int8_t q) { values[slot * width_ + first + c] = q; });
+             [&](std::size_t c, std::uint8_t q) { values[slot * width_ + first + c] = q; });
   }
 }
 
@@ -333,9 +342,14 @@ kernels::KvElement element_of(KvCacheType type) {
       return kernels::KvElement::kF16;
     case KvCacheType::kInt8:
       return kernels::KvElement::kInt8;
+    case KvCacheType::kFp8E4M3:
+      return kernels::KvElement::kFp8E4M3;
   }
   return kernels::KvElement::kF32;
 }
+
+// Whether a type's codes carry a scale per head and position.
+bool scaled(KvCacheType type) { return type == KvCacheType::kInt8 || type == KvCacheType::kFp8E4M3; }
 
 }  // namespace
 
@@ -345,7 +359,7 @@ kernels::KvBlock KvCache::head_keys(std::size_t sequence, std::size_t layer, std
   const kernels::KvElement element = element_of(type_);
   kernels::KvBlock keys{data + kv_head * head_dim_ * kKvBlockTokens * kernels::kv_element_bytes(element), element,
                         kKvBlockTokens};
-  if (type_ == KvCacheType::kInt8) {
+  if (scaled(type_)) {
     keys.scales = reinterpret_cast<const float*>(data + 2 * kKvBlockTokens * width_) + kv_head * kKvBlockTokens;
     keys.scale_stride = 1;
   }
@@ -358,7 +372,7 @@ kernels::KvBlock KvCache::head_values(std::size_t sequence, std::size_t layer, s
   const kernels::KvElement element = element_of(type_);
   const std::size_t element_bytes = kernels::kv_element_bytes(element);
   kernels::KvBlock values{data + (kKvBlockTokens * width_ + kv_head * head_dim_) * element_bytes, element, width_};
-  if (type_ == KvCacheType::kInt8) {
+  if (scaled(type_)) {
     values.scales =
         reinterpret_cast<const float*>(data + 2 * kKvBlockTokens * width_) + kv_heads_ * kKvBlockTokens + kv_head;
     values.scale_stride = kv_heads_;

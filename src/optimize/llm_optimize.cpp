@@ -190,13 +190,16 @@ Result<std::vector<Plan>> plan_candidates(const LlmOptimizeOptions& options, con
         plans.push_back(std::move(candidate));
       }
     } else if (technique == "kv") {
-      if (options.engine.kv_cache_type == llm::KvCacheType::kInt8) continue;
-      Plan candidate = plan("kv:int8", technique, {{"--kv-cache-dtype", "int8"}}, options);
-      candidate.engine.kv_cache_type = llm::KvCacheType::kInt8;
-      candidate.quality = [](const auto& exact, const auto&) {
-        return llm::compare_kv_cache(*exact, llm::KvCacheType::kInt8, kQualityPromptTokens, 0);
-      };
-      plans.push_back(std::move(candidate));
+      for (llm::KvCacheType type : {llm::KvCacheType::kInt8, llm::KvCacheType::kFp8E4M3}) {
+        if (options.engine.kv_cache_type == type) continue;
+        const std::string name(llm::kv_cache_type_name(type));
+        Plan candidate = plan("kv:" + name, technique, {{"--kv-cache-dtype", name}}, options);
+        candidate.engine.kv_cache_type = type;
+        candidate.quality = [type](const auto& exact, const auto&) {
+          return llm::compare_kv_cache(*exact, type, kQualityPromptTokens, 0);
+        };
+        plans.push_back(std::move(candidate));
+      }
     } else if (technique == "speculative") {
       if (options.engine.speculative.method != llm::SpeculativeMethod::kNone) continue;
       Plan candidate = plan("speculative:ngram", technique, {{"--speculative", "ngram"}}, options);

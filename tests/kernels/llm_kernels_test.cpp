@@ -237,12 +237,12 @@ void expect_same_bits(const std::vector<float>& got, const std::vector<float>& e
 }
 
 // Floats held as a cache of `element` holds them, and `decoded`, the floats they stand for. Element
-// k belongs to position k % 16 (`transposed`: keys) or k / stride (values); an int8 position has
-// its own scale.
+// k belongs to position k % 16 (`transposed`: keys) or k / stride (values); an int8 or FP8
+// position has its own scale.
 struct CachedFloats {
   std::vector<float> decoded;
   std::vector<std::uint16_t> halves;
-  std::vector<std::int8_t> codes;
+  std::vector<std::uint8_t> codes;
   std::vector<float> scales;
   KvBlock block;
 
@@ -255,14 +255,19 @@ struct CachedFloats {
       for (float value : values) halves.push_back(float_to_half(value));
       for (std::size_t k = 0; k < values.size(); ++k) decoded[k] = half_to_float(halves[k]);
       block.data = halves.data();
-    } else if (element == KvElement::kInt8) {
+    } else if (element == KvElement::kInt8 || element == KvElement::kFp8E4M3) {
+      const bool fp8 = element == KvElement::kFp8E4M3;
       scales.assign(kAttentionBlock, 0.0f);
       for (std::size_t k = 0; k < values.size(); ++k) {
-        scales[position(k)] = std::max(scales[position(k)], std::fabs(values[k]) / 127.0f);
+        scales[position(k)] = std::max(scales[position(k)], std::fabs(values[k]) / (fp8 ? 448.0f : 127.0f));
       }
       for (std::size_t k = 0; k < values.size(); ++k) {
-        codes.push_back(static_cast<std::int8_t>(std::lrint(values[k] / scales[position(k)])));
-        decoded[k] = static_cast<float>(codes.back()) * scales[position(k)];
+        const float level = values[k] / scales[position(k)];
+        codes.push_back(fp8 ? float_to_fp8_e4m3(level)
+                            : static_cast<std::uint8_t>(static_cast<std::int8_t>(std::lrint(level))));
+        decoded[k] =
+            (fp8 ? fp8_e4m3_to_float(codes.back()) : static_cast<float>(static_cast<std::int8_t>(codes.back()))) *
+            scales[position(k)];
       }
       block.data = codes.data();
       block.scales = scales.data();
@@ -277,7 +282,7 @@ TEST(LlmAttention, EveryVariantGivesTheReferencesBitsForEveryTileAndElement) {
   std::mt19937 random(8);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const LlmKernelVariant& reference = llm_kernel_variants()[0];
-  for (KvElement element : {KvElement::kF32, KvElement::kF16, KvElement::kInt8}) {
+  for (KvElement element : {KvElement::kF32, KvElement::kF16, KvElement::kInt8, KvElement::kFp8E4M3}) {
     for (std::size_t head_dim : {64, 128, 80, 7}) {
       for (std::size_t queries = 1; queries <= 7; ++queries) {  // past kAttentionQueries too
         const std::size_t query_stride = head_dim + 5, score_stride = 3 * kAttentionBlock;

@@ -1,5 +1,6 @@
-// GGUF's Q8_0 and Q4_0 blocks and half precision: the conversions against the CPU's own (F16C),
-// the block layouts on hand-made blocks, and quantization's error within each format's bound.
+// GGUF's Q8_0 and Q4_0 blocks, half precision and FP8 E4M3: the conversions against the CPU's own
+// (F16C) or the format's definition, the block layouts on hand-made blocks, and quantization's
+// error within each format's bound.
 #include <cpuid.h>
 #include <gtest/gtest.h>
 #include <immintrin.h>
@@ -46,6 +47,59 @@ TEST(HalfPrecision, MatchesTheCpusConversionsBothWays) {
     }
     ASSERT_EQ(float_to_half(value), hardware_half(value)) << value;
   }
+}
+
+// FP8 E4M3 against a table of its 127 finite magnitudes built from the definition (exponent bias
+// 7, 3 mantissa bits, subnormals in steps of 2^-9), every code and two million floats: each to the
+// nearest magnitude, ties to the even code, past 448 to 448, NaN to 0.
+TEST(Fp8E4M3, MatchesTheDefinitionBothWays) {
+  std::vector<double> magnitudes;
+  for (int code = 0; code < 0x7F; ++code) {
+    const int exponent = code >> 3, mantissa = code & 7;
+    magnitudes.push_back(exponent == 0 ? std::ldexp(mantissa, -9) : std::ldexp(8 + mantissa, exponent - 10));
+  }
+  EXPECT_EQ(magnitudes.back(), 448.0);
+  for (int code = 0; code < 256; ++code) {
+    const float value = fp8_e4m3_to_float(static_cast<std::uint8_t>(code));
+    if ((code & 0x7F) == 0x7F) {
+      EXPECT_TRUE(std::isnan(value)) << code;
+      continue;
+    }
+    const double magnitude = magnitudes[code & 0x7F];
+    ASSERT_EQ(value, code & 0x80 ? -magnitude : magnitude) << code;
+    ASSERT_EQ(std::signbit(value), (code & 0x80) != 0) << code;
+    ASSERT_EQ(float_to_fp8_e4m3(value), code) << code;
+  }
+  auto expected = [&](float value) -> std::uint8_t {
+    if (std::isnan(value)) return 0;
+    const std::uint8_t sign = std::signbit(value) ? 0x80 : 0;
+    const double a = std::fabs(static_cast<double>(value));
+    if (a >= 448) return sign | 0x7E;
+    const auto above =
+        static_cast<std::size_t>(std::lower_bound(magnitudes.begin(), magnitudes.end(), a) - magnitudes.begin());
+    if (magnitudes[above] == a) return static_cast<std::uint8_t>(sign | above);
+    const std::size_t below = above - 1;
+    const double to_below = a - magnitudes[below], to_above = magnitudes[above] - a;
+    const std::size_t nearest = to_below < to_above   ? below
+                                : to_above < to_below ? above
+                                                      : (below % 2 == 0 ? below : above);
+    return static_cast<std::uint8_t>(sign | nearest);
+  };
+  std::mt19937 random(11);
+  std::uniform_real_distribution<float> in_range(-500.0f, 500.0f);
+  std::vector<float> values = {
+      0.0f,          -0.0f,    448.0f,    449.0f, 464.0f,
+      1e30f,         INFINITY, -INFINITY, NAN,    0.0009765625f /* half the smallest subnormal: ties to 0 */,
+      0.0029296875f, 17.0f};
+  for (int index = 0; index < 1'000'000; ++index) {
+    values.push_back(in_range(random));
+    values.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(random())));
+  }
+  for (double magnitude : magnitudes) values.push_back(static_cast<float>(magnitude * 1.0000001));
+  for (std::size_t code = 0; code + 1 < magnitudes.size(); ++code) {  // every midpoint: a tie
+    values.push_back(static_cast<float>((magnitudes[code] + magnitudes[code + 1]) / 2));
+  }
+  for (float value : values) ASSERT_EQ(float_to_fp8_e4m3(value), expected(value)) << value;
 }
 
 TEST(QuantBlocks, Q8_0LayoutAndRoundTrip) {

@@ -33,6 +33,9 @@ float element_at(const kernels::KvBlock& block, std::size_t index, std::size_t r
       return kernels::half_to_float(static_cast<const std::uint16_t*>(block.data)[index]);
     case kernels::KvElement::kInt8:
       return static_cast<const std::int8_t*>(block.data)[index] * block.scales[row * block.scale_stride];
+    case kernels::KvElement::kFp8E4M3:
+      return kernels::fp8_e4m3_to_float(static_cast<const std::uint8_t*>(block.data)[index]) *
+             block.scales[row * block.scale_stride];
   }
   return NAN;
 }
@@ -233,10 +236,57 @@ TEST(KvCache, Int8KeepsEachHeadWithinHalfAStepOfItsScaleInAQuarterOfTheBytes) {
   }
 }
 
-// An int8 cache's logits stay close to an F32 cache's on the same prompt, a half cache's closer.
+// FP8 E4M3 codes keep 4 significant bits over 15 binades below each head's largest (which maps to
+// 448): each value within 1/16 of itself (half a step of its binade), or, below those binades,
+// within half the subnormals' step (largest / 448 * 2^-10). Int8's even step (largest / 127) rounds a
+// value a thousandth of its head's largest to 0.
+TEST(KvCache, Fp8KeepsEachValueWithinHalfAStepOfItsBinadeInTheBytesOfInt8) {
+  LlamaConfig config = small_config();
+  config.kv_heads = 2;
+  config.head_dim = 64;
+  EXPECT_EQ(KvCache::block_bytes(config, KvCacheType::kFp8E4M3), KvCache::block_bytes(config, KvCacheType::kInt8));
+  KvCache cache(config, 2, 2, KvCacheType::kFp8E4M3);
+  ASSERT_TRUE(cache.reserve(0, 16).ok());
+  // Magnitudes spread over six orders within one head: int8's even step would zero the smallest.
+  auto key_at = [](std::size_t position, std::size_t c) {
+    return std::sin(static_cast<float>(position * 131 + c)) * std::pow(10.0f, static_cast<float>(c % 7) - 3.0f);
+  };
+  auto value_at = [](std::size_t position, std::size_t c) {
+    return std::cos(static_cast<float>(position * 71 + c)) * (c < 64 ? 3.0f : -0.001f);
+  };
+  std::vector<float> key(128), value(128);
+  for (std::size_t position = 0; position < 16; ++position) {
+    for (std::size_t c = 0; c < 128; ++c) {
+      key[c] = key_at(position, c);
+      value[c] = value_at(position, c);
+    }
+    cache.store(0, 0, position, key.data(), value.data());
+  }
+  auto check = [](float cached, float exact, float largest) {
+    const float bound = std::max(std::fabs(exact) / 16, largest / 448 * 0x1p-10f) * 1.0001f;
+    EXPECT_NEAR(cached, exact, bound) << "of a head whose largest is " << largest;
+  };
+  for (std::size_t head = 0; head < 2; ++head) {
+    const kernels::KvBlock keys = cache.head_keys(0, 0, 0, head), values = cache.head_values(0, 0, 0, head);
+    for (std::size_t position = 0; position < 16; ++position) {
+      float largest_key = 0, largest_value = 0;
+      for (std::size_t c = 0; c < 64; ++c) {
+        largest_key = std::max(largest_key, std::fabs(key_at(position, head * 64 + c)));
+        largest_value = std::max(largest_value, std::fabs(value_at(position, head * 64 + c)));
+      }
+      for (std::size_t c = 0; c < 64; ++c) {
+        check(element_at(keys, c * kKvBlockTokens + position, position), key_at(position, head * 64 + c), largest_key);
+        check(element_at(values, position * values.stride + c, position), value_at(position, head * 64 + c),
+              largest_value);
+      }
+    }
+  }
+}
+
+// An 8-bit cache's logits stay close to an F32 cache's on the same prompt, a half cache's closer.
 // F16 weights: a Q8_0 model's products quantize their inputs to int8, which turns the cache's
 // small differences into whole steps of the inputs' scale and hides which cache is closer.
-TEST(KvCache, HalfAndInt8LogitsStayCloseToF32s) {
+TEST(KvCache, HalfInt8AndFp8LogitsStayCloseToF32s) {
   testing::TempDir dir;
   auto model = test_model(dir, TensorType::kF16);
   ASSERT_TRUE(model.ok()) << model.status().message();
@@ -268,9 +318,12 @@ TEST(KvCache, HalfAndInt8LogitsStayCloseToF32s) {
   };
   double spread = 0;
   for (float logit : exact) spread = std::max(spread, static_cast<double>(std::fabs(logit)));
-  const Difference half = difference(KvCacheType::kF16), int8 = difference(KvCacheType::kInt8);
+  const Difference half = difference(KvCacheType::kF16), int8 = difference(KvCacheType::kInt8),
+                   fp8 = difference(KvCacheType::kFp8E4M3);
   EXPECT_LT(int8.largest, 0.05 * spread) << "int8: largest difference " << int8.largest << " of logits up to "
                                          << spread;
+  EXPECT_LT(fp8.largest, 0.05 * spread) << "fp8: largest difference " << fp8.largest << " of logits up to " << spread;
+  EXPECT_LT(half.rms, fp8.rms / 4) << "f16 keeps 11 significant bits to FP8 E4M3's 4";
   EXPECT_LT(half.largest, 0.05 * spread) << "f16: largest difference " << half.largest << " of logits up to " << spread;
   EXPECT_GT(half.rms, 0.0);  // they are other caches
   EXPECT_LT(half.rms, int8.rms / 4) << "f16 keeps 11 significant bits to int8's 8";

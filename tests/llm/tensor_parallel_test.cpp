@@ -93,7 +93,7 @@ TEST(TensorParallel, FloatWeightsGiveTheUnsplitLogitsToRounding) {
   for (TensorType type : {TensorType::kF32, TensorType::kF16, TensorType::kBF16}) {
     SCOPED_TRACE(tensor_type_info(type)->name);
     auto model = make_model(dir, shape, type);
-    for (KvCacheType cache : {KvCacheType::kF32, KvCacheType::kInt8}) {
+    for (KvCacheType cache : {KvCacheType::kF32, KvCacheType::kInt8, KvCacheType::kFp8E4M3}) {
       Comparison result = split_against_whole(model, 2, cache);
       ASSERT_GT(result.largest, 0.1);
       EXPECT_LE(result.max_difference, 1e-4 * result.largest) << kv_cache_type_name(cache);

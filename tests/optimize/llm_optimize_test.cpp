@@ -60,7 +60,7 @@ TEST_F(LlmOptimizeTest, MeasuresEveryCandidateAndRecommendsTheCheapestThatMeetsT
     by_name[candidate.name] = candidate;
   }
   for (const char* name :
-       {"baseline", "quantize:q8_0", "quantize:q4_k", "quantize:q4_0", "kv:int8", "speculative:ngram",
+       {"baseline", "quantize:q8_0", "quantize:q4_k", "quantize:q4_0", "kv:int8", "kv:fp8_e4m3", "speculative:ngram",
         "batching:seqs=1", "batching:seqs=2", "batching:tokens=128", "batching:tokens=2048", "tensor-parallel:2"}) {
     ASSERT_TRUE(by_name.contains(name)) << name;
     const LlmCandidateResult& candidate = by_name[name];
@@ -79,9 +79,12 @@ TEST_F(LlmOptimizeTest, MeasuresEveryCandidateAndRecommendsTheCheapestThatMeetsT
   EXPECT_LT(by_name["quantize:q8_0"].weight_bytes, baseline.weight_bytes);
   EXPECT_GT(by_name["kv:int8"].max_logit_difference, 0);
   EXPECT_LT(by_name["kv:int8"].kv_cache_bytes, baseline.kv_cache_bytes);
+  EXPECT_GT(by_name["kv:fp8_e4m3"].max_logit_difference, 0);
+  EXPECT_EQ(by_name["kv:fp8_e4m3"].kv_cache_bytes, by_name["kv:int8"].kv_cache_bytes);
   EXPECT_EQ(by_name["speculative:ngram"].top1_agreement, 1.0);
   EXPECT_LT(by_name["tensor-parallel:2"].max_logit_difference, 1e-3);
   EXPECT_EQ(by_name["kv:int8"].serve_flags, "--kv-cache-dtype int8");
+  EXPECT_EQ(by_name["kv:fp8_e4m3"].serve_flags, "--kv-cache-dtype fp8_e4m3");
   EXPECT_EQ(by_name["quantize:q4_k"].serve_flags, "");
   EXPECT_TRUE(std::filesystem::exists(by_name["quantize:q4_k"].model_path));
   EXPECT_TRUE(report->files_kept);
@@ -101,7 +104,8 @@ TEST_F(LlmOptimizeTest, ObjectivesNoCandidateMeetsAreReportedClauseByClause) {
   options_.slo = *parse_llm_slo("ttft_p50<=1us,top1>=1");
   auto report = optimize_llm(options_);
   ASSERT_TRUE(report.ok()) << report.status().message();
-  ASSERT_EQ(report->candidates.size(), 2u);
+  ASSERT_EQ(report->candidates.size(), 3u);  // the baseline, kv:int8 and kv:fp8_e4m3
+  EXPECT_EQ(report->candidates[2].name, "kv:fp8_e4m3");
   EXPECT_EQ(report->recommended, -1);
   EXPECT_NE(report->reason.find("none"), std::string::npos);
   const LlmCandidateResult& int8 = report->candidates[1];
