@@ -12,8 +12,8 @@
 #   (e) speculative decoding, greedy, one client: the F16 file of the same shape plain, with
 #       --speculative ngram, and with --speculative draft and the Q8_0 file as its draft (decode
 #       tokens/s ratios and the acceptance rate from /metrics);
-#   (f) KV-cache capacity: the same --kv-cache-mb with f32, f16 (the default) and int8 keys and
-#       values, 32 clients of long requests, the most sequences running at once (polled from
+#   (f) KV-cache capacity: the same --kv-cache-mb with f32, f16 (the default), int8 and FP8 E4M3
+#       keys and values, 32 clients of long requests, the most sequences running at once (polled from
 #       /metrics) and preemptions.
 # Each server starts on a free port, is waited for, warmed up with two short requests, measured,
 # and stopped. Every measurement is checked: all requests completed, with exactly the output
@@ -192,8 +192,8 @@ if [[ $skip != *e* ]]; then
 fi
 if [[ $skip != *f* ]]; then
   kv=(--clients "${KV_CLIENTS:-32}" --requests "${KV_CLIENTS:-32}" --prompt-tokens 512 --output-tokens 128)
-  echo "(f) KV cache capacity in ${KV_MB:-300} MiB: f32, f16 and int8" >&2
-  for dtype in f32 f16 int8; do
+  echo "(f) KV cache capacity in ${KV_MB:-300} MiB: f32, f16, int8 and fp8_e4m3" >&2
+  for dtype in f32 f16 int8 fp8_e4m3; do
     start_slipway "f_$dtype" --max-num-seqs "${KV_CLIENTS:-32}" --kv-cache-mb "${KV_MB:-300}" --no-prefix-caching \
       --kv-cache-dtype "$dtype"
     measure "f_$dtype" "${kv[@]}"
@@ -307,19 +307,21 @@ if any(spec.values()):
               f'{"-" if accepted is None or label == "e_plain" else f"{100 * accepted:.0f}%"} | '
               f'{"-" if not versus else f"{versus:.2f}x"} |')
 
-kv = {label: load(label) for label in ("f_f32", "f_f16", "f_int8")}
+kv = {label: load(label) for label in ("f_f32", "f_f16", "f_int8", "f_fp8_e4m3")}
 if any(kv.values()):
     print("\n| KV cache, same budget | pool blocks | most sequences at once | preemptions | output tokens/s |")
     print("|---|---|---|---|---|")
-    for label, title in (("f_f32", "f32"), ("f_f16", "f16 (the default)"), ("f_int8", "int8")):
+    for label, title in (("f_f32", "f32"), ("f_f16", "f16 (the default)"), ("f_int8", "int8"),
+                         ("f_fp8_e4m3", "fp8_e4m3")):
         report = kv[label]
         if report is None:
             continue
         print(f'| {title} | {metric(label, "slipway_llm_kv_cache_blocks"):.0f} | {peak(label)} | '
               f'{metric(label, "slipway_llm_preemptions_total"):.0f} | {report["output_tokens_per_second"]:.1f} |')
-    for base in ("f_f16", "f_f32"):
-        if peak(base) and peak("f_int8"):
-            blocks = metric("f_int8", "slipway_llm_kv_cache_blocks") / metric(base, "slipway_llm_kv_cache_blocks")
-            print(f'\nint8 / {base[2:]} sequences at once in the same memory: {peak("f_int8") / peak(base):.2f}x '
-                  f'(pool blocks {blocks:.2f}x)')
+    for eight in ("f_int8", "f_fp8_e4m3"):
+        for base in ("f_f16", "f_f32"):
+            if peak(base) and peak(eight):
+                blocks = metric(eight, "slipway_llm_kv_cache_blocks") / metric(base, "slipway_llm_kv_cache_blocks")
+                print(f'\n{eight[2:]} / {base[2:]} sequences at once in the same memory: '
+                      f'{peak(eight) / peak(base):.2f}x (pool blocks {blocks:.2f}x)')
 PY
