@@ -503,7 +503,9 @@ inline constexpr std::size_t kAttentionQueries = 4;
 // A block of one head's cached keys or values, read where the cache holds them: as floats, as
 // halves, or as int8 or FP8 E4M3 codes each worth its value times its position's scale (a float).
 // Element k of position i is float(x), half_to_float(x), float(code) * scales[i * scale_stride] or
-// fp8_e4m3_to_float(code) * scales[i * scale_stride].
+// fp8_e4m3_to_float(code) * scales[i * scale_stride]. FP8 blocks hold no NaN codes (0x7F, 0xFF)
+// and scales below 2^120 in magnitude, as float_to_fp8_e4m3 and max / 448 give: the vector
+// variants fold E4M3's 2^8 into the scale.
 enum class KvElement : std::uint8_t { kF32, kF16, kInt8, kFp8E4M3 };
 struct KvBlock {
   const void* data = nullptr;

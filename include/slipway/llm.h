@@ -305,7 +305,7 @@ inline constexpr std::size_t kKvBlockTokens = 16;
 // and vLLM's default), half the bytes; or as 8-bit codes with one float scale per head and
 // position, 3.8 times smaller than floats at a head size of 64: int8 (each head's vector
 // quantized symmetrically: scale = max |x| / 127, an even step) or FP8 E4M3 (scale = max |x| /
-// 448, then rounded to E4M3: 3 significant bits at every magnitude, so small values keep their
+// 448, then rounded to E4M3: 4 significant bits at every magnitude, so small values keep their
 // relative precision where int8's even step flattens them). Attention reads every type in place,
 // widening to floats in registers.
 enum class KvCacheType { kF32, kF16, kInt8, kFp8E4M3 };

@@ -262,8 +262,9 @@ struct LlmCandidateResult {
   std::string serve_flags;  // the serve flags among them
   std::string model_path;   // the GGUF file it serves
   std::string error;
-  // Against the baseline's logits on one prompt of random tokens (0 and 1 for the candidates that
-  // change no arithmetic: speculative decoding is checked greedy, batching changes nothing).
+  // Against the baseline file's logits with an f32 cache, on one prompt of random tokens (0 and 1
+  // for the candidates that change no arithmetic: speculative decoding is checked greedy, batching
+  // changes nothing).
   double max_logit_difference = 0, rms_logit_difference = 0, top1_agreement = 1;
   double output_tokens_per_second = 0;
   LlmLatency time_to_first_token, inter_token_latency;
@@ -303,7 +304,8 @@ struct LlmOptimizeReport {
 
 // Builds and measures every candidate of `techniques` and the baseline, one after another on
 // this machine, and recommends the one that meets every objective at the lowest cost (the most
-// output tokens per second without a price), ties going to fewer changes. A candidate that cannot
+// output tokens per second without a price); scores within 2% of the best count as ties (a run's
+// noise), going to fewer changes, then to the logits closer to the baseline's. A candidate that cannot
 // be built or served is a row with its error. InvalidArgument for an unknown technique, a cost
 // objective without a price, or a load that does not fit the model's context.
 Result<LlmOptimizeReport> optimize_llm(const LlmOptimizeOptions& options);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -311,13 +312,15 @@ void KvCache::store(std::size_t sequence, std::size_t layer, std::size_t positio
   auto* key_scales = reinterpret_cast<float*>(values + kKvBlockTokens * width_);
   auto* value_scales = key_scales + kv_heads_ * kKvBlockTokens;
   // Symmetric per head: the head's largest magnitude maps to the type's largest code (127 for
-  // int8, 448 for FP8 E4M3, whose codes then keep 3 significant bits at every magnitude).
+  // int8, 448 for FP8 E4M3, whose codes then keep 4 significant bits over the 15 binades below
+  // it). A head too small for its scale to be a normal float (1 / scale would overflow) stores
+  // zeros.
   const bool fp8 = type_ == KvCacheType::kFp8E4M3;
   auto quantize = [&](const float* in, float& scale, auto&& put) {
     float largest = 0;
     for (std::size_t c = 0; c < head_dim_; ++c) largest = std::max(largest, std::fabs(in[c]));
     scale = largest / (fp8 ? 448.0f : 127.0f);
-    const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
+    const float inverse = scale >= std::numeric_limits<float>::min() ? 1.0f / scale : 0.0f;
     for (std::size_t c = 0; c < head_dim_; ++c) {
       put(c, fp8 ? kernels::float_to_fp8_e4m3(in[c] * inverse)
                  : static_cast<std::uint8_t>(static_cast<std::int8_t>(std::lrint(in[c] * inverse))));

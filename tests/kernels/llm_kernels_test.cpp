@@ -328,6 +328,44 @@ TEST(LlmAttention, EveryVariantGivesTheReferencesBitsForEveryTileAndElement) {
   }
 }
 
+// Every finite FP8 code (zeros, subnormals, the largest, both signs) read as keys and as values by
+// every variant, with scales from 0 through subnormal to large: the reference's bits each time.
+TEST(LlmAttention, EveryFp8CodeGivesTheReferencesBitsInEveryVariant) {
+  constexpr std::size_t kHeadDim = 16;  // 16 dimensions by 16 positions: 256 codes a block
+  std::vector<std::uint8_t> codes(kHeadDim * kAttentionBlock);
+  for (std::size_t k = 0; k < codes.size(); ++k) {
+    codes[k] = static_cast<std::uint8_t>((k & 0x7F) == 0x7F ? k - 1 : k);  // no NaN codes
+  }
+  std::vector<float> scales(kAttentionBlock);
+  for (std::size_t i = 0; i < kAttentionBlock; ++i) scales[i] = std::ldexp(1.0f + 0.1f * i, 12 * int(i % 5) - 24);
+  scales[3] = 0.0f;
+  scales[7] = 1e-40f;  // subnormal
+  scales[11] = 3e35f;  // 448 * 3e35 is still finite
+  const KvBlock keys{codes.data(), KvElement::kFp8E4M3, kAttentionBlock, scales.data(), 1};
+  const KvBlock values{codes.data(), KvElement::kFp8E4M3, kHeadDim, scales.data(), 1};
+  std::mt19937 random(12);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const std::size_t queries = 3;
+  std::vector<float> query(queries * kHeadDim), weights(queries * kAttentionBlock), start(queries * kHeadDim);
+  for (auto* vector : {&query, &weights, &start}) {
+    for (float& value : *vector) value = normal(random) * 1e-3f;
+  }
+  const LlmKernelVariant& reference = llm_kernel_variants()[0];
+  std::vector<float> expected_scores(queries * kAttentionBlock), expected_out = start;
+  reference.block_scores(query.data(), kHeadDim, queries, keys, kHeadDim, expected_scores.data(), kAttentionBlock);
+  reference.add_weighted_values(weights.data(), kAttentionBlock, queries, kAttentionBlock, values, kHeadDim,
+                                expected_out.data(), kHeadDim);
+  for (const auto& variant : llm_kernel_variants()) {
+    if (!variant.supported()) continue;
+    std::vector<float> scores(queries * kAttentionBlock), out = start;
+    variant.block_scores(query.data(), kHeadDim, queries, keys, kHeadDim, scores.data(), kAttentionBlock);
+    variant.add_weighted_values(weights.data(), kAttentionBlock, queries, kAttentionBlock, values, kHeadDim, out.data(),
+                                kHeadDim);
+    expect_same_bits(scores, expected_scores, std::string(variant.name) + " scores");
+    expect_same_bits(out, expected_out, std::string(variant.name) + " values");
+  }
+}
+
 TEST(LlmAttention, SoftmaxGivesTheReferencesBitsAndSumsToOne) {
   std::mt19937 random(9);
   std::normal_distribution<float> normal(0.0f, 30.0f);

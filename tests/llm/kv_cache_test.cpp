@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 #include "slipway/llm.h"
 #include "support/test_support.h"
@@ -234,6 +235,20 @@ TEST(KvCache, Int8KeepsEachHeadWithinHalfAStepOfItsScaleInAQuarterOfTheBytes) {
       }
     }
   }
+}
+
+TEST(KvCache, TypesAreNamedAsVllmsKvCacheDtype) {
+  KvCacheType type = KvCacheType::kF32;
+  for (auto [name, expected] :
+       {std::pair{"auto", KvCacheType::kF16}, std::pair{"f16", KvCacheType::kF16}, std::pair{"f32", KvCacheType::kF32},
+        std::pair{"int8", KvCacheType::kInt8}, std::pair{"fp8", KvCacheType::kFp8E4M3},
+        std::pair{"fp8_e4m3", KvCacheType::kFp8E4M3}}) {
+    ASSERT_TRUE(kv_cache_type_by_name(name, type)) << name;
+    EXPECT_EQ(type, expected) << name;
+  }
+  EXPECT_EQ(kv_cache_type_name(KvCacheType::kFp8E4M3), "fp8_e4m3");
+  EXPECT_FALSE(kv_cache_type_by_name("fp8_e5m2", type));  // not kept: E4M3's precision is what a cache needs
+  EXPECT_FALSE(kv_cache_type_by_name("FP8", type));
 }
 
 // FP8 E4M3 codes keep 4 significant bits over 15 binades below each head's largest (which maps to
