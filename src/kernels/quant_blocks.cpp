@@ -1,5 +1,5 @@
-// GGUF's Q8_0 and Q4_0 blocks and IEEE half precision, written from ggml-common.h's layouts and
-// ggml-quants.c's reference quantizers (the arithmetic, not the code).
+// GGUF's Q8_0 and Q4_0 blocks, IEEE half precision and OCP FP8 E4M3, the blocks written from
+// ggml-common.h's layouts and ggml-quants.c's reference quantizers (the arithmetic, not the code).
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -9,21 +9,36 @@
 
 namespace slipway::kernels {
 
+namespace {
+
+// A finite float's magnitude (its bits, sign cleared) in a narrower binary format with
+// kMantissaBits fraction bits and exponent bias kBias, rounded to nearest, ties to even; the
+// caller handles what lies past the format's largest value. Below its smallest normal (2^(1 -
+// kBias)) it is a subnormal in steps of 2^(1 - kBias - kMantissaBits), the step count being its
+// bits (rounding up into the smallest normal gives that normal's bits).
+template <int kMantissaBits, int kBias>
+std::uint32_t round_to_narrow_float(std::uint32_t magnitude) {
+  constexpr std::uint32_t kRebias = static_cast<std::uint32_t>(127 - kBias) << 23;
+  constexpr int kDroppedBits = 23 - kMantissaBits;
+  if (magnitude < kRebias + (1U << 23)) {
+    constexpr auto kStepsPerUnit = static_cast<float>(1ULL << (kBias - 1 + kMantissaBits));  // a power of two
+    return static_cast<std::uint32_t>(std::nearbyint(std::bit_cast<float>(magnitude) * kStepsPerUnit));  // exact
+  }
+  // Normal: rebias the exponent and round the fraction, ties to even.
+  std::uint32_t rounded = magnitude - kRebias;
+  rounded += (1U << (kDroppedBits - 1)) - 1 + ((rounded >> kDroppedBits) & 1U);
+  return rounded >> kDroppedBits;
+}
+
+}  // namespace
+
 std::uint16_t float_to_half(float value) {
   auto bits = std::bit_cast<std::uint32_t>(value);
   std::uint32_t sign = (bits >> 16) & 0x8000U;
   std::uint32_t magnitude = bits & 0x7FFFFFFFU;
   if (magnitude > 0x7F800000U) return static_cast<std::uint16_t>(sign | 0x7E00U);   // NaN, quiet
   if (magnitude >= 0x477FF000U) return static_cast<std::uint16_t>(sign | 0x7C00U);  // rounds past 65504
-  if (magnitude < 0x38800000U) {
-    // Below half's smallest normal (2^-14): a subnormal half, in steps of 2^-24, to nearest even.
-    float scaled = std::bit_cast<float>(magnitude) * 16777216.0f;  // exact: a power of two
-    return static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(std::nearbyint(scaled)));
-  }
-  // Normal: rebias the exponent (127 -> 15) and round the 23-bit fraction to 10, ties to even.
-  std::uint32_t rounded = magnitude - 0x38000000U;
-  rounded += 0x0FFFU + ((rounded >> 13) & 1U);
-  return static_cast<std::uint16_t>(sign | (rounded >> 13));
+  return static_cast<std::uint16_t>(sign | round_to_narrow_float<10, 15>(magnitude));
 }
 
 float half_to_float(std::uint16_t bits) {
@@ -45,17 +60,8 @@ std::uint8_t float_to_fp8_e4m3(float value) {
   auto sign = static_cast<std::uint8_t>((bits >> 24) & 0x80U);
   std::uint32_t magnitude = bits & 0x7FFFFFFFU;
   if (magnitude > 0x7F800000U) return 0;                                        // NaN
-  if (magnitude > 0x43E00000U) return static_cast<std::uint8_t>(sign | 0x7EU);  // past 448
-  if (magnitude < 0x3C800000U) {
-    // Below E4M3's smallest normal (2^-6): a subnormal, in steps of 2^-9, to nearest even (8
-    // steps is 2^-6 itself, the code after the subnormals').
-    float scaled = std::bit_cast<float>(magnitude) * 512.0f;  // exact: a power of two
-    return static_cast<std::uint8_t>(sign | static_cast<std::uint32_t>(std::nearbyint(scaled)));
-  }
-  // Normal: rebias the exponent (127 -> 7) and round the 23-bit fraction to 3, ties to even.
-  std::uint32_t rounded = magnitude - 0x3C000000U;
-  rounded += 0x7FFFFU + ((rounded >> 20) & 1U);
-  return static_cast<std::uint8_t>(sign | (rounded >> 20));
+  if (magnitude > 0x43E00000U) return static_cast<std::uint8_t>(sign | 0x7EU);  // past 448: saturates
+  return static_cast<std::uint8_t>(sign | round_to_narrow_float<3, 7>(magnitude));
 }
 
 float fp8_e4m3_to_float(std::uint8_t bits) {
