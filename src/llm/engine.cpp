@@ -663,6 +663,9 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
   const std::uint64_t blocks = chosen.kv_cache_bytes / block_bytes;
   const std::uint64_t committed = blocks * (block_bytes + draft_block_bytes);
   constexpr double kMiB = 1 << 20;
+  // An 8-bit cache is as small as they come: suggested only when the cache is wider.
+  const bool eight_bit = chosen.kv_cache_type == KvCacheType::kInt8 || chosen.kv_cache_type == KvCacheType::kFp8E4M3;
+  const std::string smaller = eight_bit ? "" : " or keep keys and values smaller (--kv-cache-dtype int8)";
   if (available && committed > *available) {
     // Committing more than the kernel has would wake the OOM killer, not fail.
     return resource_exhausted(fmt::format(
@@ -671,9 +674,7 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
         static_cast<double>(committed) / kMiB,
         draft_block_bytes > 0 ? " (with the draft model's pool of as many blocks)" : "",
         static_cast<double>(*available) / kMiB,
-        budget_chosen ? "lower --kv-cache-mb"
-                      : "lower --ctx or --max-num-seqs, or keep keys and values smaller "
-                        "(--kv-cache-dtype int8)"));
+        budget_chosen ? "lower --kv-cache-mb" : fmt::format("lower --ctx or --max-num-seqs{}", smaller)));
   }
   if (blocks < sequence_blocks) {
     std::uint64_t weights = 0;
@@ -681,11 +682,11 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
     return resource_exhausted(fmt::format(
         "a key/value cache of {:.1f} MiB holds {} blocks of {} tokens ({:.3f} MiB each as {} for this model, whose "
         "weights take {:.1f} MiB); one sequence of {} tokens needs {} blocks ({:.1f} MiB): raise the cache to at least "
-        "that (--kv-cache-mb), lower the context (--ctx) or keep keys and values smaller (--kv-cache-dtype int8)",
+        "that (--kv-cache-mb){}lower the context (--ctx){}",
         static_cast<double>(chosen.kv_cache_bytes) / kMiB, blocks, kKvBlockTokens,
         static_cast<double>(block_bytes) / kMiB, kv_cache_type_name(chosen.kv_cache_type),
         static_cast<double>(weights) / kMiB, chosen.context, sequence_blocks,
-        static_cast<double>(sequence_blocks * block_bytes) / kMiB));
+        static_cast<double>(sequence_blocks * block_bytes) / kMiB, eight_bit ? " or " : ", ", smaller));
   }
   SLIPWAY_ASSIGN_OR_RETURN(auto ranks, TensorParallelModel::split(std::move(model), chosen.tensor_parallel));
   if (ranks->ranks().size() > 1) {
