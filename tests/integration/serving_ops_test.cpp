@@ -307,8 +307,15 @@ TEST_F(ServingOps, OverloadIsShedAndTheServerRecovers) {
   std::this_thread::sleep_for(std::chrono::seconds(3));
 #endif
   int normal_rate = static_cast<int>(std::min(200.0, capacity / 4));
+#if defined(__SANITIZE_ADDRESS__)
+  // Ten times the release bound: under ASan, with another test on the second core, one request in
+  // a hundred took 90 ms in CI; recovery is what is checked (the overload's requests waited 2 s).
+  const char* recovered = "p99<=500ms";
+#else
+  const char* recovered = "p99<=50ms";
+#endif
   auto after = slipway({"--json", "loadtest", url, "--rate", std::to_string(normal_rate), "--duration", "2s", "--body",
-                        request_path, "--slo", "p99<=50ms", "--no-progress"});
+                        request_path, "--slo", recovered, "--no-progress"});
   EXPECT_EQ(after.exit_code, 0) << after.out << after.err;
   auto number_after = [&](const std::string& key) {
     auto at = after.out.find("\"" + key + "\":");
