@@ -312,6 +312,8 @@ enum class KvCacheType { kF32, kF16, kInt8, kFp8E4M3 };
 std::string_view kv_cache_type_name(KvCacheType type);  // "f32", "f16", "int8", "fp8_e4m3"
 // Also "auto" (f16) and "fp8" (E4M3), as vLLM's kv_cache_dtype.
 bool kv_cache_type_by_name(std::string_view name, KvCacheType& type);
+// int8 and FP8 E4M3: 8-bit codes, with a scale per head and position.
+bool kv_cache_type_is_8_bit(KvCacheType type);
 
 // A run of heads, units or rows: [first, first + count).
 struct TensorSlice {

@@ -329,8 +329,7 @@ struct CudaBenchResult : CommandResult {
 };
 
 int run_llm_bench_cuda(const GlobalOptions& global, const LlmBenchFlags& flags) {
-  if (flags.options.kv_cache_type == llm::KvCacheType::kInt8 ||
-      flags.options.kv_cache_type == llm::KvCacheType::kFp8E4M3) {
+  if (llm::kv_cache_type_is_8_bit(flags.options.kv_cache_type)) {
     return fail(invalid_argument(
         fmt::format("--kv-cache-dtype {}: the CUDA backend keeps its cache in f32; the 8-bit caches are the CPU path's "
                     "(--device cpu)",

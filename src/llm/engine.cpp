@@ -664,7 +664,7 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
   const std::uint64_t committed = blocks * (block_bytes + draft_block_bytes);
   constexpr double kMiB = 1 << 20;
   // An 8-bit cache is as small as they come: suggested only when the cache is wider.
-  const bool eight_bit = chosen.kv_cache_type == KvCacheType::kInt8 || chosen.kv_cache_type == KvCacheType::kFp8E4M3;
+  const bool eight_bit = kv_cache_type_is_8_bit(chosen.kv_cache_type);
   const std::string smaller = eight_bit ? "" : " or keep keys and values smaller (--kv-cache-dtype int8)";
   if (available && committed > *available) {
     // Committing more than the kernel has would wake the OOM killer, not fail.

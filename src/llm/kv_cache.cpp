@@ -45,6 +45,8 @@ std::string_view kv_cache_type_name(KvCacheType type) {
   return "unknown";
 }
 
+bool kv_cache_type_is_8_bit(KvCacheType type) { return type == KvCacheType::kInt8 || type == KvCacheType::kFp8E4M3; }
+
 bool kv_cache_type_by_name(std::string_view name, KvCacheType& type) {
   if (name == "f32") {
     type = KvCacheType::kF32;
@@ -315,24 +317,24 @@ void KvCache::store(std::size_t sequence, std::size_t layer, std::size_t positio
   // int8, 448 for FP8 E4M3, whose codes then keep 4 significant bits over the 15 binades below
   // it). A head too small for its scale to be a normal float (1 / scale would overflow) stores
   // zeros.
-  const bool fp8 = type_ == KvCacheType::kFp8E4M3;
-  auto quantize = [&](const float* in, float& scale, auto&& put) {
-    float largest = 0;
-    for (std::size_t c = 0; c < head_dim_; ++c) largest = std::max(largest, std::fabs(in[c]));
-    scale = largest / (fp8 ? 448.0f : 127.0f);
-    const float inverse = scale >= std::numeric_limits<float>::min() ? 1.0f / scale : 0.0f;
-    for (std::size_t c = 0; c < head_dim_; ++c) {
-      put(c, fp8 ? kernels::float_to_fp8_e4m3(in[c] * inverse)
-                 : static_cast<std::uint8_t>(static_cast<std::int8_t>(std::lrint(in[c] * inverse))));
+  auto put_codes = [&](float largest_code, auto encode) {
+    auto quantize = [&](const float* in, float& scale, auto&& put) {
+      float largest = 0;
+      for (std::size_t c = 0; c < head_dim_; ++c) largest = std::max(largest, std::fabs(in[c]));
+      scale = largest / largest_code;
+      const float inverse = scale >= std::numeric_limits<float>::min() ? 1.0f / scale : 0.0f;
+      for (std::size_t c = 0; c < head_dim_; ++c) put(c, encode(in[c] * inverse));
+    };
+    for (std::size_t local = 0; local < heads.count; ++local) {
+      const std::size_t head = heads.first + local, first = head * head_dim_, in = local * head_dim_;
+      quantize(key + in, key_scales[head * kKvBlockTokens + slot],
+               [&](std::size_t c, std::uint8_t q) { keys[(first + c) * kKvBlockTokens + slot] = q; });
+      quantize(value + in, value_scales[slot * kv_heads_ + head],
+               [&](std::size_t c, std::uint8_t q) { values[slot * width_ + first + c] = q; });
     }
   };
-  for (std::size_t local = 0; local < heads.count; ++local) {
-    const std::size_t head = heads.first + local, first = head * head_dim_, in = local * head_dim_;
-    quantize(key + in, key_scales[head * kKvBlockTokens + slot],
-             [&](std::size_t c, std::uint8_t q) { keys[(first + c) * kKvBlockTokens + slot] = q; });
-    quantize(value + in, value_scales[slot * kv_heads_ + head],
-             [&](std::size_t c, std::uint8_t q) { values[slot * width_ + first + c] = q; });
-  }
+  if (type_ == KvCacheType::kFp8E4M3) return put_codes(448.0f, kernels::float_to_fp8_e4m3);
+  put_codes(127.0f, [](float level) { return static_cast<std::uint8_t>(static_cast<std::int8_t>(std::lrint(level))); });
 }
 
 namespace {
@@ -351,9 +353,6 @@ kernels::KvElement element_of(KvCacheType type) {
   return kernels::KvElement::kF32;
 }
 
-// Whether a type's codes carry a scale per head and position.
-bool scaled(KvCacheType type) { return type == KvCacheType::kInt8 || type == KvCacheType::kFp8E4M3; }
-
 }  // namespace
 
 kernels::KvBlock KvCache::head_keys(std::size_t sequence, std::size_t layer, std::size_t block,
@@ -362,7 +361,7 @@ kernels::KvBlock KvCache::head_keys(std::size_t sequence, std::size_t layer, std
   const kernels::KvElement element = element_of(type_);
   kernels::KvBlock keys{data + kv_head * head_dim_ * kKvBlockTokens * kernels::kv_element_bytes(element), element,
                         kKvBlockTokens};
-  if (scaled(type_)) {
+  if (kv_cache_type_is_8_bit(type_)) {
     keys.scales = reinterpret_cast<const float*>(data + 2 * kKvBlockTokens * width_) + kv_head * kKvBlockTokens;
     keys.scale_stride = 1;
   }
@@ -375,7 +374,7 @@ kernels::KvBlock KvCache::head_values(std::size_t sequence, std::size_t layer, s
   const kernels::KvElement element = element_of(type_);
   const std::size_t element_bytes = kernels::kv_element_bytes(element);
   kernels::KvBlock values{data + (kKvBlockTokens * width_ + kv_head * head_dim_) * element_bytes, element, width_};
-  if (scaled(type_)) {
+  if (kv_cache_type_is_8_bit(type_)) {
     values.scales =
         reinterpret_cast<const float*>(data + 2 * kKvBlockTokens * width_) + kv_heads_ * kKvBlockTokens + kv_head;
     values.scale_stride = kv_heads_;
