@@ -34,6 +34,7 @@ enum class StatusCode {
   kNotFound,            // a named thing does not exist (HTTP 404)
   kAlreadyExists,       // HTTP 409
   kFailedPrecondition,  // the state does not allow the call (HTTP 409)
+  kPermissionDenied,    // the caller is known but may not do this (HTTP 403)
   kDataLoss,            // stored bytes are corrupt (hash mismatch, truncated file)
   kUnavailable,         // try again later (HTTP 503)
   kResourceExhausted,   // a queue or budget is full; try again later (HTTP 429)
@@ -62,6 +63,7 @@ Status invalid_argument(std::string message);
 Status not_found(std::string message);
 Status already_exists(std::string message);
 Status failed_precondition(std::string message);
+Status permission_denied(std::string message);
 Status data_loss(std::string message);
 Status unavailable(std::string message);
 Status resource_exhausted(std::string message);

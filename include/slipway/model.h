@@ -566,6 +566,12 @@ class Bundle {
   std::shared_ptr<const MappedFile> mapping_;
 };
 
+// The scores an endpoint's "constant:VALUE" fallback gives every row of `bundle`'s task:
+// regression, VALUE as a number; binary classification, P(positive): a number in [0, 1], or a
+// class label (1 for the positive one, 0 for the other); multiclass, a class label (probability
+// 1). InvalidArgument, saying what fits, when VALUE does not.
+Result<std::vector<float>> constant_fallback_scores(const Bundle& bundle, std::string_view value);
+
 inline constexpr std::uint32_t kBundleFormatVersion = 1;
 
 // ---------------------------------------------------------------------------------------------

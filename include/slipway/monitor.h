@@ -29,6 +29,9 @@ struct DriftThresholds {
   // An input's share of the model's mean |TreeSHAP| attribution moving by more than this.
   double attribution = 0.1;
 };
+// InvalidArgument, naming the threshold, unless distance, p_value and attribution are numbers in
+// [0, 1] (NaN compares false with everything, so it would hide every drift).
+Status check_drift_thresholds(const DriftThresholds& thresholds);
 
 struct InputDrift {
   std::string name;

@@ -311,4 +311,127 @@ struct RetrainOutcome {
 Result<RetrainOutcome> retrain(registry::Registry& registry, const RetrainPolicy& policy,
                                const RetrainOptions& options);
 
+// ---------------------------------------------------------------------------------------------
+// Operations on endpoints, versions and approvals. `slipway deploy`, `rollback`, `approve`,
+// `retire` and `gate` and the management API under /api call these same functions for the same
+// request, so every front door applies the same checks: the gate, the constant fallback, the
+// approval requirement and who may change it. The front doors parse, authorize the route and
+// render; they never change the store themselves.
+//
+// Each takes a Registry opened for writing (reads aside) and the Caller, and leaves the store as
+// it was when it fails, unless its comment says otherwise.
+
+// Who asks. The audit log names `actor` (empty: the registry's own, the OS user). Approving and
+// lifting an endpoint's approval requirement need `may_administer` (the admin role): a caller
+// who may only deploy cannot approve what it deploys, nor lift the requirement. The CLI acts as
+// the workspace's owner, with every right.
+struct Caller {
+  std::string actor;
+  bool may_administer = true;
+};
+
+// A gate: `candidate` held to `criteria` against `baseline` on the labelled rows of `data_path`,
+// overall and per value of `slice` when it is set.
+struct GateRequest {
+  std::string candidate;  // references: registered versions, or bundle files
+  std::string baseline;
+  std::string data_path;
+  eval::GateCriteria criteria;
+  std::string slice;
+};
+
+struct GateOutcome {
+  std::string candidate;  // the references' descriptions (NAME@VERSION or the file)
+  std::string baseline;
+  std::string data_path;
+  eval::GateReport report;
+  std::string report_sha256;  // the stored report, recorded with the candidate; empty when not recorded
+  bool passed() const { return report.passed(); }
+};
+// {"candidate", "baseline", "data", the report's fields[, "report_sha256"]}: what is stored.
+void write_gate_outcome_json(JsonWriter& json, const GateOutcome& outcome);
+
+// Runs a gate. When both are registered versions the report is stored as an artifact and its
+// result recorded with the candidate (a failed gate too); with a bundle file nothing is recorded
+// and `registry` may be null. InvalidArgument for a missing baseline, data or metric; the gate's
+// own errors (an unknown metric, rows without the target) as eval::gate returns them.
+Result<GateOutcome> run_gate(registry::Registry* registry, const GateRequest& request, const Caller& caller = {});
+
+// Endpoint settings as a caller gives them: each one set is changed, the others stay.
+struct EndpointSettingsRequest {
+  // owner, require_approval, deadline_ms, slo (checked by the front door: optimize parses SLOs),
+  // fallback. `shadow` is ignored: the fields below set it.
+  registry::EndpointSettings settings;
+  std::string shadow_reference;  // mirror requests to this version (an alias or NAME resolves now)
+  double shadow_percent = 100.0;
+  bool remove_shadow = false;
+  bool empty() const;
+};
+
+// Changes `endpoint`'s settings, all or none. A constant fallback must fit what the endpoint's
+// main version serves (InvalidArgument, saying what fits). Lifting require_approval needs
+// `may_administer` (PermissionDenied); setting it, or giving the value it has, does not. NotFound
+// for an unknown endpoint or shadow version.
+Result<registry::Endpoint> configure_endpoint(registry::Registry& registry, const std::string& endpoint,
+                                              const EndpointSettingsRequest& request, const Caller& caller);
+
+struct DeployRequest {
+  std::string endpoint;
+  // The version to route to: NAME@VERSION, NAME@ALIAS or NAME, pinned now (moving the alias later
+  // changes nothing). Empty with `promote`, or for settings alone.
+  std::string reference;
+  bool promote = false;          // the canary takes all traffic
+  std::optional<double> canary;  // that share (percent) to `reference`, the rest to the main route
+  // A rollout in steps (the canary's shares, ending at 100), each `interval_ms` long, advanced
+  // while a server's analysis passes `criteria`.
+  std::vector<double> steps;
+  std::int64_t interval_ms = 120'000;
+  registry::RolloutCriteria criteria;
+  EndpointSettingsRequest settings;
+  // A gate first: `reference` against the endpoint's main version on gate->data_path (candidate
+  // and baseline are filled in); a failed gate deploys nothing (its result is recorded).
+  std::optional<GateRequest> gate;
+};
+
+struct DeployOutcome {
+  registry::Endpoint endpoint;               // after the change
+  std::optional<registry::Rollout> rollout;  // the rollout started, with steps
+  std::optional<GateOutcome> gate;
+};
+
+// Deploys, promotes or changes settings, in this order:
+//  1. Checks the request's shape (a version, promote, or settings; canary, steps and promote
+//     exclude each other; a gate needs a version and an endpoint that serves one), the shares
+//     (at the routing resolution: a canary from 0.01 to 99.99%), the settings' values.
+//  2. On an existing endpoint, the settings (so a new approval requirement holds for this
+//     deploy); a failure stores nothing.
+//  3. The gate, when asked: a failed gate returns FailedPrecondition naming the report, and the
+//     settings of step 2 stay.
+//  4. The change of routes (the endpoint's approval requirement is checked in the same
+//     transaction), then, on an endpoint it created, the settings.
+Result<DeployOutcome> deploy(registry::Registry& registry, const DeployRequest& request, const Caller& caller);
+
+// Returns `endpoint` to the routes its last change replaced (FailedPrecondition when none).
+Result<registry::Endpoint> rollback(registry::Registry& registry, const std::string& endpoint, const Caller& caller);
+
+// Approves `version` of `model` with a note (1 to 1,000 characters of UTF-8 text without control
+// characters), or withdraws the approval. PermissionDenied without `may_administer`.
+struct ApprovalRequest {
+  std::string model;
+  std::int64_t version = 0;
+  std::string note;
+  bool revoke = false;
+};
+Result<registry::ModelVersion> set_approval(registry::Registry& registry, const ApprovalRequest& request,
+                                            const Caller& caller);
+
+struct RetireOutcome {
+  std::string reference;  // NAME@VERSION
+  // Endpoints whose rollback target routed to it: they no longer roll back.
+  std::vector<std::string> rollback_targets_dropped;
+};
+// Takes a version out of service (registry::ModelStore::retire's rules).
+Result<RetireOutcome> retire(registry::Registry& registry, const std::string& model, std::int64_t version,
+                             const Caller& caller);
+
 }  // namespace slipway::pipeline

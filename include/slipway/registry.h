@@ -369,8 +369,10 @@ class ModelStore {
   // Takes a version out of service, keeping it (and its bundle) for lineage: servers no longer
   // serve it, deploys refuse it, and NAME alone resolves to the newest version still in service.
   // FailedPrecondition, naming it, while an alias points to it or an endpoint routes, mirrors or
-  // rolls out to it.
-  Status retire(const std::string& model, std::int64_t version);
+  // rolls out to it. An endpoint whose rollback target routes to it loses that target in the same
+  // transaction (a rollback to a retired version would answer 409 to every client): their names
+  // are returned, and named in the audit entry.
+  Result<std::vector<std::string>> retire(const std::string& model, std::int64_t version);
   // Records a gate's result (created_ms and actor are filled in); both versions must exist and the
   // report must be in the artifact store.
   Status record_gate(const GateRecord& record);
@@ -483,7 +485,21 @@ struct Endpoint {
   EndpointRoute shadow;
   std::string owner;
   bool require_approval = false;  // deploys of unapproved versions are refused
+  // Why the stored routes, rollback target or shadow cannot be read (empty when they can). A
+  // damaged endpoint is listed with nothing to route, serves nothing, is reported by `verify`, and
+  // takes only a full deploy, which replaces what it stored.
+  std::string damage;
 };
+
+// Shares of an endpoint's traffic are kept to a hundredth of a percent: routing slices a key space
+// of 10,000 points, so a canary, a shadow or a rollout step gets at least one of them.
+inline constexpr double kSharePercentStep = 0.01;
+// `percent` rounded to that resolution (99.999 -> 100, 33.333 -> 33.33, without float noise).
+// InvalidArgument, naming `what` and the accepted range, unless it is finite and rounds to a share
+// from 0.01 to 100 (`below_all`: to 99.99, so another route keeps a share).
+Result<double> share_at_resolution(double percent, std::string_view what, bool below_all);
+// 100 minus `percent` (a share at the resolution), without float noise.
+double remaining_share(double percent);
 
 // Settings of an endpoint that EndpointStore::configure changes: those given.
 struct EndpointSettings {
@@ -508,8 +524,12 @@ struct RolloutCriteria {
   std::int64_t min_requests = 50;
 };
 std::string format_criteria(const RolloutCriteria& criteria);
-// "10,50,100": percentages rising strictly from above 0, ending at 100 (InvalidArgument otherwise).
+// "10,50,100": percentages at the share resolution, rising strictly from 0.01, ending at 100, with
+// at least one step below 100 (a step of 100 alone would promote without analysis); each rounded
+// to the resolution. InvalidArgument otherwise.
 Result<std::vector<double>> parse_rollout_steps(std::string_view text);
+// The same checks and rounding for steps given as numbers (the management API's).
+Result<std::vector<double>> check_rollout_steps(std::vector<double> steps);
 Result<RolloutCriteria> parse_criteria(std::string_view text);
 
 // A canary rollout in steps: the canary's share goes through `steps` (ending at 100), one step

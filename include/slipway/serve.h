@@ -37,6 +37,32 @@ struct HttpResponse {
   std::string failure_reason;
 };
 
+HttpResponse json_response(int status, std::string body);
+// {"error": MESSAGE} (absolute server paths hidden) with `status`.
+HttpResponse error_response(int status, std::string_view message);
+// The HTTP status and failure reason a Status maps to (InvalidArgument 400, PermissionDenied 403,
+// NotFound 404, FailedPrecondition 409, ...).
+HttpResponse error_response(const Status& status);
+// 405 with the Allow header naming the methods the route takes.
+HttpResponse method_not_allowed(std::string_view allowed);
+
+// Who may call a route: roles rank predict < deploy < admin; kOpen needs no token.
+enum class Role { kOpen = 0, kPredict = 1, kDeploy = 2, kAdmin = 3 };
+
+// A call to the management API (/api/...), once the service has checked its token: the service
+// requires at least the deploy role for /api; each route then checks its own (approving is an
+// admin act).
+struct ManagementCall {
+  std::string_view method;
+  std::vector<std::string_view> segments;  // the path at '/': {"api", "endpoints", "web", "deploy"}
+  std::string_view query;                  // the target after '?'
+  std::string_view body;
+  Role role = Role::kAdmin;  // the token's; kAdmin without auth
+  std::string token_name;    // empty without auth
+};
+// Answers a management call; runs on a worker thread, any number at once.
+using ManagementHandler = std::function<HttpResponse(const ManagementCall&)>;
+
 // What the HTTP layer passes in besides method, target and body.
 struct RequestHeaders {
   std::string_view authorization;  // the Authorization header; empty when absent
@@ -133,17 +159,15 @@ struct ServiceOptions {
   // Loaded models may take at most this many bytes (estimated from their arrays); loading one
   // more unloads the least recently used first. 0 = no budget.
   std::size_t memory_budget_bytes = 0;
+  // The management API under /api (control::management_api); without it /api answers 404. A
+  // call answered below 400 that is not a GET re-reads the endpoints at once.
+  ManagementHandler management;
   // Bearer tokens from the registry (`slipway token create`) are required: role predict for
   // inference and model metadata, deploy for the repository API, admin for /metrics and stats.
   // Health endpoints stay open for probes.
   bool require_auth = false;
 };
 
-// The scores an endpoint's "constant:VALUE" fallback gives every row of `bundle`'s task:
-// regression, VALUE as a number; binary classification, P(positive): a number in [0, 1], or a
-// class label (1 for the positive one, 0 for the other); multiclass, a class label (probability
-// 1). InvalidArgument, saying what fits, when VALUE does not.
-Result<std::vector<float>> constant_fallback_scores(const model::Bundle& bundle, std::string_view value);
 
 // One v2 JSON inference inside the server, stage by stage, for `bundle`: no HTTP, no batching,
 // no metrics. What `slipway profile` measures; seconds per stage.

@@ -77,7 +77,8 @@ struct EndpointListResult : CommandResult {
   void write_text(std::ostream& out) const override {
     std::vector<std::vector<std::string>> rows;
     for (const auto& endpoint : endpoints) {
-      rows.push_back({endpoint.name, routes_text(endpoint.routes), routes_text(endpoint.previous), endpoint.fallback,
+      std::string routes = endpoint.damage.empty() ? routes_text(endpoint.routes) : "DAMAGED (slipway verify)";
+      rows.push_back({endpoint.name, routes, routes_text(endpoint.previous), endpoint.fallback,
                       std::to_string(endpoint.revision), endpoint.updated_by, format_time_ms(endpoint.updated_ms)});
     }
     print_table(out, {"endpoint", "routes", "rollback to", "fallback", "revision", "by", "updated"}, rows);
@@ -115,19 +116,8 @@ struct RolloutResult : CommandResult {
   }
 };
 
-Result<std::unique_ptr<CommandResult>> deploy(const GlobalOptions& global, const DeployFlags& flags) {
-  bool changes_settings = !flags.fallback.empty() || !flags.shadow.empty() || flags.no_shadow || flags.owner ||
-                          !flags.require_approval.empty() || !flags.deadline.empty() || flags.slo;
-  bool only_settings = flags.reference.empty() && !flags.promote && changes_settings;
-  if (!only_settings && flags.promote != flags.reference.empty()) {
-    return invalid_argument(
-        "give the version to deploy (NAME@VERSION), --promote to promote the canary, or settings alone (--fallback, "
-        "--deadline, --slo, --shadow, --no-shadow, --owner, --require-approval)");
-  }
-  if (flags.canary && flags.promote) return invalid_argument("--canary and --promote do not go together");
-  if (!flags.steps.empty() && (flags.canary || flags.promote)) {
-    return invalid_argument("--steps starts a rollout of REF; it does not go with --canary or --promote");
-  }
+// The flags as the operation's request: durations, the SLO and the gate's flags parsed here.
+Result<pipeline::DeployRequest> deploy_request(const DeployFlags& flags) {
   if (!flags.shadow.empty() && flags.no_shadow) return invalid_argument("--shadow and --no-shadow do not go together");
   if (!flags.gate.data_path.empty() && flags.reference.empty()) {
     return invalid_argument("--gate-data checks the version being deployed: give REF (a promotion is not gated)");
@@ -135,8 +125,18 @@ Result<std::unique_ptr<CommandResult>> deploy(const GlobalOptions& global, const
   if (!flags.gate.data_path.empty() && flags.gate.criteria.metric.empty()) {
     return invalid_argument("--gate-data needs --gate-metric (auc, log_loss, rmse, ...) and a threshold");
   }
+  pipeline::DeployRequest request;
+  request.endpoint = flags.endpoint;
+  request.reference = flags.reference;
+  request.promote = flags.promote;
+  request.canary = flags.canary;
+  if (!flags.steps.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(request.steps, registry::parse_rollout_steps(flags.steps));
+  }
   SLIPWAY_ASSIGN_OR_RETURN(auto interval, parse_duration("--interval", flags.interval));
-  registry::EndpointSettings settings;
+  request.interval_ms = interval.count();
+  request.criteria = flags.criteria;
+  registry::EndpointSettings& settings = request.settings.settings;
   settings.owner = flags.owner;
   if (!flags.require_approval.empty()) settings.require_approval = flags.require_approval == "yes";
   if (!flags.deadline.empty()) {
@@ -145,85 +145,32 @@ Result<std::unique_ptr<CommandResult>> deploy(const GlobalOptions& global, const
   }
   if (flags.slo && !flags.slo->empty()) SLIPWAY_RETURN_IF_ERROR(optimize::parse_slo(*flags.slo).status());
   settings.slo = flags.slo;
-  if (!flags.fallback.empty()) {
-    SLIPWAY_RETURN_IF_ERROR(registry::validate_fallback(flags.fallback));
-    settings.fallback = flags.fallback;
-  }
-  if (flags.no_shadow) settings.shadow = registry::EndpointRoute{};
-  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kWrite));
-  if (!flags.shadow.empty()) {
-    SLIPWAY_ASSIGN_OR_RETURN(auto shadow_reference, registry::parse_model_reference(flags.shadow));
-    SLIPWAY_ASSIGN_OR_RETURN(auto shadow, store->models().resolve(shadow_reference.first, shadow_reference.second));
-    settings.shadow = registry::EndpointRoute{shadow.model, shadow.version, flags.shadow_percent};
-  }
-  auto apply_settings = [&]() -> Status {
-    if (flags.fallback.starts_with("constant:")) {
-      // The constant must fit what the endpoint serves: checked against its main version.
-      SLIPWAY_ASSIGN_OR_RETURN(auto endpoint, store->endpoints().get(flags.endpoint));
-      if (endpoint && !endpoint->routes.empty()) {
-        SLIPWAY_ASSIGN_OR_RETURN(
-            auto main, pipeline::resolve_reference(store.get(), registry::main_route(endpoint->routes).reference()));
-        SLIPWAY_RETURN_IF_ERROR(serve::constant_fallback_scores(*main.bundle, flags.fallback.substr(9)).status());
-      }
-    }
-    if (!changes_settings) return {};
-    return store->endpoints().configure(flags.endpoint, settings);
-  };
-  // Settings go first on an endpoint that exists (so --require-approval holds for this deploy),
-  // and after the deploy that creates one.
-  SLIPWAY_ASSIGN_OR_RETURN(auto existing, store->endpoints().get(flags.endpoint));
-  bool settings_applied = false;
-  if (existing.has_value() || only_settings) {
-    SLIPWAY_RETURN_IF_ERROR(apply_settings());
-    settings_applied = true;
-  }
-  auto endpoint_result = [&]() -> Result<std::unique_ptr<CommandResult>> {
-    if (!settings_applied) SLIPWAY_RETURN_IF_ERROR(apply_settings());
-    SLIPWAY_ASSIGN_OR_RETURN(auto endpoint, store->endpoints().get(flags.endpoint));
-    if (!endpoint) return not_found("no endpoint named '" + flags.endpoint + "'");
-    auto result = std::make_unique<EndpointResult>();
-    result->endpoint = std::move(*endpoint);
-    return std::unique_ptr<CommandResult>(std::move(result));
-  };
-  if (only_settings) return endpoint_result();
-  if (flags.promote) {
-    SLIPWAY_RETURN_IF_ERROR(store->endpoints().promote(flags.endpoint).status());
-    return endpoint_result();
-  }
-  SLIPWAY_ASSIGN_OR_RETURN(auto parsed, registry::parse_model_reference(flags.reference));
-  // Aliases and "latest" are resolved now: an endpoint routes to pinned versions, so moving an
-  // alias later does not change what it serves.
-  SLIPWAY_ASSIGN_OR_RETURN(auto version, store->models().resolve(parsed.first, parsed.second));
+  if (!flags.fallback.empty()) settings.fallback = flags.fallback;
+  request.settings.shadow_reference = flags.shadow;
+  request.settings.shadow_percent = flags.shadow_percent;
+  request.settings.remove_shadow = flags.no_shadow;
   if (!flags.gate.data_path.empty()) {
-    // The gate first, against what the endpoint mostly serves now.
-    if (!existing) {
-      return failed_precondition("--gate-data compares with the version endpoint '" + flags.endpoint +
-                                 "' serves, and it serves none yet");
-    }
-    const registry::EndpointRoute* main = &registry::main_route(existing->routes);
-    GateFlags gate = flags.gate;
-    gate.reference = version.model + "@" + std::to_string(version.version);
-    gate.baseline = main->reference();
-    SLIPWAY_ASSIGN_OR_RETURN(GateOutcome outcome, run_gate_check(global, gate));
-    if (!outcome.passed) {
-      return failed_precondition("the gate failed, so " + gate.reference + " was not deployed; `slipway gate " +
-                                 gate.reference + " --baseline " + gate.baseline + " --data " + gate.data_path +
-                                 " ...` shows each check");
-    }
-    log_info("gate passed: " + gate.reference + " against " + gate.baseline);
+    pipeline::GateRequest gate;
+    gate.data_path = flags.gate.data_path;
+    gate.criteria = flags.gate.criteria;
+    gate.slice = flags.gate.slice;
+    request.gate = std::move(gate);
   }
-  if (!flags.steps.empty()) {
-    SLIPWAY_ASSIGN_OR_RETURN(auto steps, registry::parse_rollout_steps(flags.steps));
+  return request;
+}
+
+Result<std::unique_ptr<CommandResult>> deploy(const GlobalOptions& global, const DeployFlags& flags) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto request, deploy_request(flags));
+  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kWrite));
+  SLIPWAY_ASSIGN_OR_RETURN(auto outcome, pipeline::deploy(*store, request, pipeline::Caller{}));
+  if (outcome.rollout) {
     auto result = std::make_unique<RolloutResult>();
-    SLIPWAY_ASSIGN_OR_RETURN(result->rollout,
-                             store->endpoints().start_rollout(flags.endpoint, version.model, version.version, steps,
-                                                              interval.count(), flags.criteria));
-    if (!settings_applied) SLIPWAY_RETURN_IF_ERROR(apply_settings());
+    result->rollout = std::move(*outcome.rollout);
     return std::unique_ptr<CommandResult>(std::move(result));
   }
-  SLIPWAY_RETURN_IF_ERROR(
-      store->endpoints().deploy(flags.endpoint, version.model, version.version, flags.canary).status());
-  return endpoint_result();
+  auto result = std::make_unique<EndpointResult>();
+  result->endpoint = std::move(outcome.endpoint);
+  return std::unique_ptr<CommandResult>(std::move(result));
 }
 
 Result<RolloutResult> rollout_status(const GlobalOptions& global, const std::string& endpoint) {
@@ -238,7 +185,7 @@ Result<RolloutResult> rollout_status(const GlobalOptions& global, const std::str
 Result<EndpointResult> rollback(const GlobalOptions& global, const std::string& endpoint) {
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kWrite));
   EndpointResult result;
-  SLIPWAY_ASSIGN_OR_RETURN(result.endpoint, store->endpoints().rollback(endpoint));
+  SLIPWAY_ASSIGN_OR_RETURN(result.endpoint, pipeline::rollback(*store, endpoint, pipeline::Caller{}));
   return result;
 }
 

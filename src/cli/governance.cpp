@@ -62,14 +62,12 @@ Result<MessageResult> approve(const GlobalOptions& global, const std::string& re
   SLIPWAY_ASSIGN_OR_RETURN(auto target, target_of(*store, reference, true));
   MessageResult result;
   result.target = target.first + "@" + std::to_string(*target.second);
-  if (revoke) {
-    SLIPWAY_RETURN_IF_ERROR(store->models().revoke_approval(target.first, *target.second));
-    result.message = "approval of " + result.target + " revoked";
-  } else {
-    if (note.empty()) return invalid_argument("an approval needs a --note saying why (it goes in the audit log)");
-    SLIPWAY_RETURN_IF_ERROR(store->models().approve(target.first, *target.second, note));
-    result.message = result.target + " approved";
+  if (!revoke && note.empty()) {
+    return invalid_argument("an approval needs a --note saying why (it goes in the audit log)");
   }
+  SLIPWAY_RETURN_IF_ERROR(
+      pipeline::set_approval(*store, {target.first, *target.second, note, revoke}, pipeline::Caller{}).status());
+  result.message = revoke ? "approval of " + result.target + " revoked" : result.target + " approved";
   return result;
 }
 
@@ -133,11 +131,14 @@ Result<MessageResult> retire(const GlobalOptions& global, const std::string& ref
   }
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kWrite));
   SLIPWAY_ASSIGN_OR_RETURN(auto target, target_of(*store, reference, true));
-  SLIPWAY_RETURN_IF_ERROR(store->models().retire(target.first, *target.second));
+  SLIPWAY_ASSIGN_OR_RETURN(auto retired, pipeline::retire(*store, target.first, *target.second, pipeline::Caller{}));
   MessageResult result;
-  result.target = target.first + "@" + std::to_string(*target.second);
+  result.target = retired.reference;
   result.message = result.target + " retired: servers stop serving it within a second; it stays for lineage, and " +
                    "`slipway gc` keeps its bundle";
+  for (const auto& endpoint : retired.rollback_targets_dropped) {
+    result.message += "\nendpoint " + endpoint + " rolled back to it: it has no rollback target now";
+  }
   return result;
 }
 

@@ -224,6 +224,7 @@ Result<MonitorResult> run(const GlobalOptions& global, const MonitorFlags& flags
   result.model = loaded.description + (endpoint.empty() ? "" : " (main version of endpoint " + endpoint + ")");
   result.thresholds.distance = flags.distance;
   result.thresholds.p_value = flags.p_value;
+  SLIPWAY_RETURN_IF_ERROR(monitor::check_drift_thresholds(result.thresholds));
   result.slice_column = flags.slice;
   // A window may be days long (the log is kept a week by default).
   SLIPWAY_ASSIGN_OR_RETURN(auto window, parse_duration("--window", flags.window, 366));

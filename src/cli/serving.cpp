@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "cli/cli.h"
+#include "slipway/control.h"
 #include "slipway/registry.h"
 #include "slipway/serve.h"
 
@@ -216,6 +217,7 @@ int run_serve(const GlobalOptions& global, const ServeOptions& flags, const Serv
   options.llm = flags.llm;
   auto store = open_workspace(global, WorkspaceAccess::kReadOnly);
   if (!store.ok()) return fail(store.status());
+  options.service.management = control::management_api((*store)->home());
   options.service.request_log_directory =
       flags.request_log_dir.empty() ? (*store)->home() + "/request_log" : flags.request_log_dir;
   options.service.request_log_retention = std::chrono::hours(flags.request_log_retention_hours);

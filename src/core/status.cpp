@@ -6,6 +6,7 @@ Status invalid_argument(std::string message) { return {StatusCode::kInvalidArgum
 Status not_found(std::string message) { return {StatusCode::kNotFound, std::move(message)}; }
 Status already_exists(std::string message) { return {StatusCode::kAlreadyExists, std::move(message)}; }
 Status failed_precondition(std::string message) { return {StatusCode::kFailedPrecondition, std::move(message)}; }
+Status permission_denied(std::string message) { return {StatusCode::kPermissionDenied, std::move(message)}; }
 Status data_loss(std::string message) { return {StatusCode::kDataLoss, std::move(message)}; }
 Status unavailable(std::string message) { return {StatusCode::kUnavailable, std::move(message)}; }
 Status resource_exhausted(std::string message) { return {StatusCode::kResourceExhausted, std::move(message)}; }

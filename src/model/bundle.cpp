@@ -1,6 +1,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 
 #include "model/bundle_file.h"
@@ -468,6 +469,38 @@ Result<std::shared_ptr<const Bundle>> Bundle::load(const std::string& path,
   // its pages must count as used so the kernel does not reclaim them first.
   mapping->advise_normal_access();
   return bundle;
+}
+
+Result<std::vector<float>> constant_fallback_scores(const Bundle& bundle, std::string_view value) {
+  const std::vector<std::string>& labels = bundle.manifest().class_labels;
+  double number = 0.0;
+  auto parsed = std::from_chars(value.data(), value.data() + value.size(), number);
+  bool is_number = parsed.ec == std::errc() && parsed.ptr == value.data() + value.size() && std::isfinite(number);
+  switch (bundle.task()) {
+    case Task::kRegression:
+      if (is_number) return std::vector<float>{static_cast<float>(number)};
+      return invalid_argument("the constant fallback of a regression model is a finite number, not '" +
+                              std::string(value) + "'");
+    case Task::kBinaryClassification:
+      if (labels.size() == 2 && value == labels[1]) return std::vector<float>{1.0f};
+      if (labels.size() == 2 && value == labels[0]) return std::vector<float>{0.0f};
+      if (is_number && number >= 0.0 && number <= 1.0) return std::vector<float>{static_cast<float>(number)};
+      return invalid_argument(
+          "the constant fallback of a binary classifier is P(positive), between 0 and 1, or a "
+          "class label, not '" +
+          std::string(value) + "'");
+    case Task::kMulticlassClassification: {
+      auto found = std::find(labels.begin(), labels.end(), value);
+      if (found == labels.end()) {
+        return invalid_argument("the constant fallback of a multiclass model is one of its class labels, not '" +
+                                std::string(value) + "'");
+      }
+      std::vector<float> scores(labels.size(), 0.0f);
+      scores[static_cast<std::size_t>(found - labels.begin())] = 1.0f;
+      return scores;
+    }
+  }
+  return invalid_argument("no constant fallback for this task");
 }
 
 }  // namespace slipway::model

@@ -199,6 +199,17 @@ BinnedData training_bins(const model::DataProfile& profile) {
   return binned;
 }
 
+Status check_drift_thresholds(const DriftThresholds& thresholds) {
+  for (auto [name, value] : {std::pair<const char*, double>{"the drift distance", thresholds.distance},
+                             {"the drift p-value", thresholds.p_value},
+                             {"the attribution drift threshold", thresholds.attribution}}) {
+    if (!(value >= 0.0 && value <= 1.0)) {
+      return invalid_argument(std::string(name) + " must be a number from 0 to 1, not " + format_config_number(value));
+    }
+  }
+  return {};
+}
+
 DriftReport compare(const model::DataProfile& profile, const BinnedData& reference, const BinnedData& current,
                     const DriftThresholds& thresholds) {
   DriftReport report;

@@ -50,10 +50,10 @@ Result<std::vector<double>> deploy_shares(const std::string& deploy) {
   if (mode == "rollout" && colon != std::string::npos) return registry::parse_rollout_steps(shares);
   if (mode == "canary" && colon != std::string::npos) {
     auto share = parse_finite_number(shares);
-    if (!share || !(*share > 0 && *share < 100)) {
-      return invalid_argument("deploy canary:PERCENT takes a share above 0 and below 100, not '" + deploy + "'");
-    }
-    return std::vector<double>{*share};
+    if (!share) return invalid_argument("deploy canary:PERCENT takes a number, not '" + deploy + "'");
+    // The policy is stored and run later: held now to what a deploy will accept.
+    SLIPWAY_ASSIGN_OR_RETURN(auto canary, registry::share_at_resolution(*share, "deploy canary:PERCENT", true));
+    return std::vector<double>{canary};
   }
   return invalid_argument("deploy is none, full, canary:PERCENT or rollout:STEPS (such as rollout:10,50,100), not '" +
                           deploy + "'");

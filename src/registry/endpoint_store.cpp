@@ -9,13 +9,13 @@
 namespace slipway::registry {
 namespace {
 
-// Shares are kept to a hundredth of a percent: routing slices a key space of 10,000.
-constexpr double kPercentStep = 0.01;
+constexpr double kPointsPerPercent = 1.0 / kSharePercentStep;  // 100: a share in points is percent * 100
+constexpr std::int64_t kAllPoints = 10'000;
 
 bool routes_sum_to_100(const std::vector<EndpointRoute>& routes) {
   double total = 0.0;
   for (const auto& route : routes) total += route.percent;
-  return std::abs(total - 100.0) < kPercentStep / 2;
+  return std::abs(total - 100.0) < kSharePercentStep / 2;
 }
 
 Result<EndpointRoute> parse_reference(std::string_view text) {
@@ -39,15 +39,42 @@ Result<std::optional<Endpoint>> read_endpoint(SqlTransaction& sql, const std::st
   if (!row) return std::optional<Endpoint>();
   Endpoint endpoint;
   endpoint.name = name;
-  SLIPWAY_ASSIGN_OR_RETURN(endpoint.routes, parse_routes(row->text(0)));
-  SLIPWAY_ASSIGN_OR_RETURN(endpoint.previous, parse_routes(row->text(1)));
+  // A stored value this build cannot read damages this endpoint alone: the others still list,
+  // serve and change (one bad row must not take every endpoint down).
+  auto damaged = [&endpoint](const Status& status) {
+    if (endpoint.damage.empty()) endpoint.damage = status.message();
+  };
+  auto routes = parse_routes(row->text(0));
+  auto previous = parse_routes(row->text(1));
+  if (routes.ok() && routes->empty() == false && !routes_sum_to_100(*routes)) {
+    routes = data_loss("endpoint routes '" + row->text(0) + "' do not sum to 100%");
+  }
+  if (routes.ok()) {
+    endpoint.routes = std::move(*routes);
+  } else {
+    damaged(routes.status());
+  }
+  if (previous.ok()) {
+    endpoint.previous = std::move(*previous);
+  } else {
+    damaged(previous.status());
+  }
   endpoint.revision = row->integer(2);
   endpoint.updated_by = row->text(3);
   endpoint.updated_ms = row->integer(4);
   endpoint.fallback = row->text(5);
   if (!row->text(6).empty()) {
-    SLIPWAY_ASSIGN_OR_RETURN(endpoint.shadow, parse_reference(row->text(6)));
-    endpoint.shadow.percent = row->real(7);
+    auto shadow = parse_reference(row->text(6));
+    if (shadow.ok()) {
+      endpoint.shadow = std::move(*shadow);
+      endpoint.shadow.percent = row->real(7);
+    } else {
+      damaged(shadow.status());
+    }
+  }
+  if (!endpoint.damage.empty()) {
+    endpoint.routes.clear();
+    endpoint.previous.clear();
   }
   endpoint.owner = row->text(8);
   endpoint.require_approval = row->integer(9) != 0;
@@ -82,6 +109,25 @@ Status check_version_exists(SqlTransaction& sql, const std::string& model, std::
 }
 
 }  // namespace
+
+Result<double> share_at_resolution(double percent, std::string_view what, bool below_all) {
+  std::string range = below_all ? "from 0.01 to 99.99" : "from 0.01 to 100";
+  std::string rule = std::string(what) + " must be a percentage " + range +
+                     " (shares are kept to a hundredth of a percent)";
+  if (!std::isfinite(percent)) return invalid_argument(rule);
+  double points = std::round(percent * kPointsPerPercent);
+  if (points < 1 || points > static_cast<double>(below_all ? kAllPoints - 1 : kAllPoints)) {
+    return invalid_argument(rule + "; " + format_config_number(percent) + " rounds to " +
+                            format_config_number(points / kPointsPerPercent));
+  }
+  // Dividing the whole number of points gives the closest double to the share (99.99, not
+  // 99.99000000000001 as multiplying by 0.01 does).
+  return points / kPointsPerPercent;
+}
+
+double remaining_share(double percent) {
+  return static_cast<double>(kAllPoints - std::llround(percent * kPointsPerPercent)) / kPointsPerPercent;
+}
 
 const EndpointRoute& main_route(const std::vector<EndpointRoute>& routes) {
   const EndpointRoute* main = &routes.front();
@@ -125,6 +171,7 @@ void write_endpoint_json(JsonWriter& json, const Endpoint& endpoint) {
     json.begin_object().key("model").value(endpoint.shadow.model).key("version").value(endpoint.shadow.version);
     json.key("percent").value(endpoint.shadow.percent).end_object();
   }
+  if (!endpoint.damage.empty()) json.key("damage").value(endpoint.damage);
   json.end_object();
 }
 
@@ -182,6 +229,13 @@ Result<Endpoint> change_endpoint(StoreContext& context, const std::string& endpo
   Endpoint changed;
   SLIPWAY_RETURN_IF_ERROR(context.backend->write([&](SqlTransaction& sql) -> Status {
     SLIPWAY_ASSIGN_OR_RETURN(std::optional<Endpoint> current, read_endpoint(sql, endpoint));
+    if (current && !current->damage.empty()) {
+      if (action != "endpoint.deploy") {
+        return data_loss("endpoint '" + endpoint + "' is damaged (" + current->damage +
+                         "); a full deploy (`slipway deploy " + endpoint + " NAME@VERSION`) replaces its routes");
+      }
+      current->routes.clear();  // a full deploy replaces what could not be read; nothing to roll back to
+    }
     SLIPWAY_ASSIGN_OR_RETURN(std::vector<EndpointRoute> routes, next(sql, current));
     if (routes.empty() || !routes_sum_to_100(routes)) {
       return internal_error("endpoint routes must sum to 100%: " + format_routes(routes));
@@ -255,6 +309,8 @@ Result<std::vector<double>> parse_steps(std::string_view text) {
   return steps;
 }
 
+// What a stored rollout must satisfy to be read back (rollouts stored before steps were held to
+// the share resolution included).
 Status check_steps(const std::vector<double>& steps) {
   if (steps.empty() || steps.back() != 100.0) return invalid_argument("rollout steps must end at 100 (e.g. 10,50,100)");
   double before = 0.0;
@@ -270,10 +326,22 @@ Status check_steps(const std::vector<double>& steps) {
 
 }  // namespace
 
+Result<std::vector<double>> check_rollout_steps(std::vector<double> steps) {
+  for (double& step : steps) {
+    SLIPWAY_ASSIGN_OR_RETURN(step, share_at_resolution(step, "a rollout step", false));
+  }
+  SLIPWAY_RETURN_IF_ERROR(check_steps(steps));
+  if (steps.size() < 2) {
+    return invalid_argument(
+        "a rollout needs a canary step below 100 to analyse before it promotes (e.g. 10,50,100); to send all traffic "
+        "at once, deploy without steps");
+  }
+  return steps;
+}
+
 Result<std::vector<double>> parse_rollout_steps(std::string_view text) {
   SLIPWAY_ASSIGN_OR_RETURN(auto steps, parse_steps(text));
-  SLIPWAY_RETURN_IF_ERROR(check_steps(steps));
-  return steps;
+  return check_rollout_steps(std::move(steps));
 }
 
 namespace {
@@ -283,7 +351,7 @@ void set_shares(Rollout& rollout) {
   bool promoted = rollout.state == "promoted";
   bool rolled_back = rollout.state == "rolled_back";
   rollout.canary.percent = rolled_back ? 0.0 : promoted ? 100.0 : rollout.steps[rollout.step];
-  rollout.stable.percent = 100.0 - rollout.canary.percent;
+  rollout.stable.percent = remaining_share(rollout.canary.percent);
 }
 
 Result<std::optional<Rollout>> read_rollout(SqlTransaction& sql, const std::string& endpoint) {
@@ -317,7 +385,7 @@ std::vector<EndpointRoute> split(const Rollout& rollout, double canary_percent) 
   EndpointRoute canary = rollout.canary;
   EndpointRoute stable = rollout.stable;
   canary.percent = canary_percent;
-  stable.percent = 100.0 - canary_percent;
+  stable.percent = remaining_share(canary_percent);
   if (canary_percent >= 100.0) return {canary};
   if (canary_percent <= 0.0) return {stable};
   return {canary, stable};
@@ -358,8 +426,10 @@ Status no_endpoint(const std::string& endpoint) {
 Result<Endpoint> EndpointStore::deploy(const std::string& endpoint, const std::string& model, std::int64_t version,
                                        std::optional<double> canary_percent) {
   SLIPWAY_RETURN_IF_ERROR(validate_model_name(model));
-  if (canary_percent && !(*canary_percent >= kPercentStep && *canary_percent < 100)) {
-    return invalid_argument("a canary's share must be from 0.01 to below 100 percent");
+  if (canary_percent) {
+    // Held to the resolution routing serves, on the value stored: 99.999 would store the stable
+    // version at 0%, a route no reader accepts.
+    SLIPWAY_ASSIGN_OR_RETURN(canary_percent, share_at_resolution(*canary_percent, "a canary's share", true));
   }
   EndpointRoute fresh{model, version, 100.0};
   auto next = [&](SqlTransaction& sql, const std::optional<Endpoint>& current) -> Result<std::vector<EndpointRoute>> {
@@ -376,9 +446,9 @@ Result<Endpoint> EndpointStore::deploy(const std::string& endpoint, const std::s
       return failed_precondition("endpoint '" + endpoint + "' already sends most of its traffic to " +
                                  main->reference());
     }
-    fresh.percent = std::round(*canary_percent / kPercentStep) * kPercentStep;
+    fresh.percent = *canary_percent;
     EndpointRoute stable = *main;
-    stable.percent = 100.0 - fresh.percent;
+    stable.percent = remaining_share(fresh.percent);
     return std::vector<EndpointRoute>{fresh, stable};
   };
   return change_endpoint(*context_, endpoint, canary_percent ? "endpoint.canary" : "endpoint.deploy", next);
@@ -478,9 +548,9 @@ Status EndpointStore::configure(const std::string& endpoint, const EndpointSetti
     return invalid_argument("the deadline must be between 0 (none) and an hour");
   }
   if (settings.fallback) SLIPWAY_RETURN_IF_ERROR(validate_fallback(*settings.fallback));
-  const std::optional<EndpointRoute>& shadow = settings.shadow;
-  if (shadow && !shadow->model.empty() && !(shadow->percent > 0 && shadow->percent <= 100)) {
-    return invalid_argument("a shadow's share must be above 0 and at most 100 percent");
+  std::optional<EndpointRoute> shadow = settings.shadow;
+  if (shadow && !shadow->model.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(shadow->percent, share_at_resolution(shadow->percent, "a shadow's share", false));
   }
   return context_->backend->write([&](SqlTransaction& sql) -> Status {
     SLIPWAY_ASSIGN_OR_RETURN(std::optional<Endpoint> current, read_endpoint(sql, endpoint));
@@ -542,7 +612,7 @@ Result<Rollout> EndpointStore::start_rollout(const std::string& endpoint, const 
                                              std::int64_t version, const std::vector<double>& steps,
                                              std::int64_t interval_ms, const RolloutCriteria& criteria) {
   SLIPWAY_RETURN_IF_ERROR(validate_model_name(model));
-  SLIPWAY_RETURN_IF_ERROR(check_steps(steps));
+  SLIPWAY_ASSIGN_OR_RETURN(auto checked_steps, check_rollout_steps(steps));
   if (interval_ms < 1000) return invalid_argument("the rollout interval must be at least 1s");
   // Checked as they are read back, so a rollout never stores what it cannot read.
   SLIPWAY_RETURN_IF_ERROR(parse_criteria(format_criteria(criteria)).status());
@@ -569,17 +639,17 @@ Result<Rollout> EndpointStore::start_rollout(const std::string& endpoint, const 
     started = Rollout{endpoint,
                       {model, version, 0.0},
                       *main,
-                      steps,
+                      checked_steps,
                       interval_ms,
                       0,
                       unix_time_ms(),
-                      steps.front() >= 100.0 ? "promoted" : "running",
+                      "running",
                       "",
                       "",
                       criteria,
                       unix_time_ms()};
     SLIPWAY_RETURN_IF_ERROR(write_rollout(sql, started));
-    return split(started, steps.front());
+    return split(started, checked_steps.front());
   };
   SLIPWAY_RETURN_IF_ERROR(change_endpoint(*context_, endpoint, "endpoint.rollout", next, false).status());
   return started;

@@ -202,9 +202,11 @@ Result<std::vector<GateRecord>> ModelStore::gate_results(const std::string& mode
   return records;
 }
 
-Status ModelStore::retire(const std::string& model, std::int64_t version) {
+Result<std::vector<std::string>> ModelStore::retire(const std::string& model, std::int64_t version) {
   std::string reference = model + "@" + std::to_string(version);
-  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+  std::vector<std::string> rollback_targets_dropped;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->write([&](SqlTransaction& sql) -> Status {
+    rollback_targets_dropped.clear();
     SLIPWAY_RETURN_IF_ERROR(check_exists(sql, model, version));
     SLIPWAY_ASSIGN_OR_RETURN(auto retired, sql.query_row("SELECT retired_ms FROM model_versions WHERE model = ? AND "
                                                          "version = ?",
@@ -217,15 +219,27 @@ Status ModelStore::retire(const std::string& model, std::int64_t version) {
                                  "; move it first (slipway alias)");
     }
     // Endpoints: a route, the shadow, or a running rollout's two versions.
-    SLIPWAY_ASSIGN_OR_RETURN(auto endpoints, sql.query("SELECT name, routes, shadow FROM endpoints"));
+    SLIPWAY_ASSIGN_OR_RETURN(auto endpoints, sql.query("SELECT name, routes, shadow, previous_routes FROM endpoints"));
     for (const auto& row : endpoints) {
-      SLIPWAY_ASSIGN_OR_RETURN(auto routes, parse_routes(row.text(1)));
+      // A damaged row's routes cannot be read: compared as text, so a damaged endpoint neither
+      // blocks every retirement nor lets one through that it names.
+      auto routes = parse_routes(row.text(1));
       bool routed = row.text(2) == reference;
-      for (const auto& route : routes) routed = routed || route.reference() == reference;
+      if (routes.ok()) {
+        for (const auto& route : *routes) routed = routed || route.reference() == reference;
+      } else {
+        routed = routed || row.text(1).find(reference + "=") != std::string::npos;
+      }
       if (routed) {
         return failed_precondition("endpoint '" + row.text(0) + "' routes to " + reference +
                                    "; deploy another version to it first");
       }
+      auto previous = parse_routes(row.text(3));
+      bool rollback_target = false;
+      for (const auto& route : previous.ok() ? *previous : std::vector<EndpointRoute>{}) {
+        rollback_target = rollback_target || route.reference() == reference;
+      }
+      if (rollback_target) rollback_targets_dropped.push_back(row.text(0));
     }
     SLIPWAY_ASSIGN_OR_RETURN(auto rollouts, sql.query("SELECT endpoint FROM rollouts WHERE state = 'running' AND "
                                                       "(canary = ? OR stable = ?)",
@@ -236,8 +250,15 @@ Status ModelStore::retire(const std::string& model, std::int64_t version) {
     SLIPWAY_RETURN_IF_ERROR(sql.execute("UPDATE model_versions SET retired_ms = ? WHERE model = ? AND version = ?",
                                         {unix_time_ms(), model, version})
                                 .status());
-    return append_audit(sql, *context_, "model.retire", reference);
-  });
+    std::string detail = reference;
+    for (const auto& endpoint : rollback_targets_dropped) {
+      SLIPWAY_RETURN_IF_ERROR(
+          sql.execute("UPDATE endpoints SET previous_routes = '' WHERE name = ?", {endpoint}).status());
+      detail += "; endpoint " + endpoint + " no longer rolls back to it";
+    }
+    return append_audit(sql, *context_, "model.retire", detail);
+  }));
+  return rollback_targets_dropped;
 }
 
 }  // namespace slipway::registry

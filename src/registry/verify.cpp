@@ -22,6 +22,13 @@ Result<VerifyReport> verify_workspace(Registry& registry, const VerifyOptions& o
   VerifyReport report;
   report.schema_version = registry.schema_version();
   SLIPWAY_ASSIGN_OR_RETURN(report.metadata_problems, registry.context_->backend->check_integrity());
+  // Rows the store holds but cannot read back (an endpoint's routes).
+  SLIPWAY_ASSIGN_OR_RETURN(auto endpoints, registry.endpoints().list());
+  for (const auto& endpoint : endpoints) {
+    if (endpoint.damage.empty()) continue;
+    report.metadata_problems.push_back("endpoint '" + endpoint.name + "' is damaged: " + endpoint.damage +
+                                       "; `slipway deploy " + endpoint.name + " NAME@VERSION` replaces its routes");
+  }
 
   // Which rows name which artifact.
   SLIPWAY_ASSIGN_OR_RETURN(auto references, registry.models().artifact_references());

@@ -29,8 +29,8 @@ std::string_view role_name(Role role) {
 
 Role role_required(const std::vector<std::string_view>& segments) {
   if (segments.size() == 1 && segments[0] == "metrics") return Role::kAdmin;
-  // Approving takes more than deploying: a token that may only deploy cannot approve what it deploys.
-  if (segments.size() >= 2 && segments[0] == "api" && segments[1] == "models") return Role::kAdmin;
+  // The management API's routes need deploy at least; approving (an admin act: a token that may
+  // only deploy cannot approve what it deploys) is refused by the operation itself.
   if (!segments.empty() && segments[0] == "api") return Role::kDeploy;
   if (segments.size() >= 2 && segments[0] == "v2" && segments[1] == "health") return Role::kOpen;
   if (segments.size() >= 2 && segments[0] == "v2" && segments[1] == "repository") return Role::kDeploy;
@@ -39,7 +39,8 @@ Role role_required(const std::vector<std::string_view>& segments) {
 }
 
 std::optional<HttpResponse> Service::State::authorize(Role required, std::string_view authorization,
-                                                      std::string* token_name) {
+                                                      std::string* token_name, Role* granted_role) {
+  if (granted_role != nullptr) *granted_role = Role::kAdmin;
   if (!options.require_auth || required == Role::kOpen) return std::nullopt;
   auto unauthenticated = [](const std::string& message) {
     HttpResponse response = error_response(401, message);
@@ -81,6 +82,7 @@ std::optional<HttpResponse> Service::State::authorize(Role required, std::string
     }
   }
   if (!granted) return unauthenticated("the bearer token is not valid (unknown or revoked)");
+  if (granted_role != nullptr) *granted_role = *granted;
   if (static_cast<int>(*granted) < static_cast<int>(required)) {
     return error_response(403, "the token's role '" + std::string(role_name(*granted)) +
                                    "' may not do this; it needs the role '" + std::string(role_name(required)) + "'");

@@ -30,38 +30,6 @@ RequestHeaders KeptRequest::headers() const {
   return headers;
 }
 
-Result<std::vector<float>> constant_fallback_scores(const model::Bundle& bundle, std::string_view value) {
-  const std::vector<std::string>& labels = bundle.manifest().class_labels;
-  double number = 0.0;
-  auto parsed = std::from_chars(value.data(), value.data() + value.size(), number);
-  bool is_number = parsed.ec == std::errc() && parsed.ptr == value.data() + value.size() && std::isfinite(number);
-  switch (bundle.task()) {
-    case model::Task::kRegression:
-      if (is_number) return std::vector<float>{static_cast<float>(number)};
-      return invalid_argument("the constant fallback of a regression model is a finite number, not '" +
-                              std::string(value) + "'");
-    case model::Task::kBinaryClassification:
-      if (labels.size() == 2 && value == labels[1]) return std::vector<float>{1.0f};
-      if (labels.size() == 2 && value == labels[0]) return std::vector<float>{0.0f};
-      if (is_number && number >= 0.0 && number <= 1.0) return std::vector<float>{static_cast<float>(number)};
-      return invalid_argument(
-          "the constant fallback of a binary classifier is P(positive), between 0 and 1, or a "
-          "class label, not '" +
-          std::string(value) + "'");
-    case model::Task::kMulticlassClassification: {
-      auto found = std::find(labels.begin(), labels.end(), value);
-      if (found == labels.end()) {
-        return invalid_argument("the constant fallback of a multiclass model is one of its class labels, not '" +
-                                std::string(value) + "'");
-      }
-      std::vector<float> scores(labels.size(), 0.0f);
-      scores[static_cast<std::size_t>(found - labels.begin())] = 1.0f;
-      return scores;
-    }
-  }
-  return invalid_argument("no constant fallback for this task");
-}
-
 namespace {
 
 using Finish = std::function<void(HttpResponse response, std::size_t rows)>;
@@ -139,7 +107,7 @@ void Service::State::fall_back(const std::shared_ptr<const registry::Endpoint>& 
     if (!reader) return unanswered();
     const LoadedModel& loaded = *reader->second.model;
     auto prepared = prepare_infer(loaded, request->body, request->headers());
-    auto scores = constant_fallback_scores(*loaded.bundle, std::string_view(kind).substr(9));
+    auto scores = model::constant_fallback_scores(*loaded.bundle, std::string_view(kind).substr(9));
     if (!prepared.ok() || !scores.ok()) return unanswered();
     model::Predictions predictions;
     predictions.rows = prepared->rows;

@@ -27,6 +27,8 @@ int http_status_for(const Status& status) {
     case StatusCode::kAlreadyExists:
     case StatusCode::kFailedPrecondition:
       return 409;
+    case StatusCode::kPermissionDenied:
+      return 403;
     case StatusCode::kUnavailable:
     case StatusCode::kDeadlineExceeded:
       return 503;
@@ -46,6 +48,8 @@ std::string_view failure_reason_of(const Status& status) {
     case StatusCode::kAlreadyExists:
     case StatusCode::kFailedPrecondition:
       return "failed_precondition";
+    case StatusCode::kPermissionDenied:
+      return "forbidden";
     case StatusCode::kDataLoss:
       return "data_loss";
     case StatusCode::kUnavailable:
@@ -281,7 +285,8 @@ void Service::handle_async(std::string_view method, std::string_view target, std
   auto get_only = [&](auto make) { return method == "GET" ? make() : method_not_allowed("GET"); };
 
   std::string token_name;
-  if (auto refused = state->authorize(role_required(segments), headers.authorization, &token_name)) {
+  Role granted = Role::kAdmin;
+  if (auto refused = state->authorize(role_required(segments), headers.authorization, &token_name, &granted)) {
     // Nothing from an unauthenticated request becomes a label.
     if (route == "infer") state->metrics.record("(unknown)", "", refused->status, 0.0, 0, false);
     return answer(std::move(*refused));
@@ -309,9 +314,18 @@ void Service::handle_async(std::string_view method, std::string_view target, std
   }
   if (route == "repository") return answer(state->handle_repository_route(method, segments, body));
   if (route == "management") {
+    if (!state->options.management) return answer(error_response(404, "this server has no management API"));
     auto question = target.find('?');
-    std::string_view query = question == std::string_view::npos ? std::string_view() : target.substr(question + 1);
-    return answer(state->handle_management_route(method, segments, query, body, token_name));
+    ManagementCall call{method, segments,
+                        question == std::string_view::npos ? std::string_view() : target.substr(question + 1), body,
+                        granted, token_name};
+    HttpResponse response = state->options.management(call);
+    if (response.status < 400 && method != "GET") {
+      // This server follows a change at once; others within their refresh period.
+      std::lock_guard lock(state->endpoints_mutex);
+      state->endpoints_fetched = {};
+    }
+    return answer(std::move(response));
   }
   if (route == "stats") return answer(get_only([&] { return json_response(200, state->metrics.stats_json("", "")); }));
   if (segments.size() >= 3 && segments[0] == "v2" && segments[1] == "models") {

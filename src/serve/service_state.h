@@ -24,21 +24,14 @@
 
 namespace slipway::serve {
 
-HttpResponse json_response(int status, std::string body);
-HttpResponse error_response(int status, std::string_view message);
-// The HTTP status and failure reason a Status maps to (InvalidArgument 400, NotFound 404, ...).
-HttpResponse error_response(const Status& status);
 // The message with absolute file paths replaced by "<server path>": error bodies and the
 // repository index never show where the server keeps its files.
 std::string without_server_paths(std::string_view message);
-// 405 with the Allow header naming the method the route takes.
-HttpResponse method_not_allowed(std::string_view allowed);
 
 // The path split into segments: "/v2/models/x/ready" -> {"v2", "models", "x", "ready"}.
 std::vector<std::string_view> path_segments(std::string_view target);
 
-// Who may call a route: roles rank predict < deploy < admin; kOpen needs no token.
-enum class Role { kOpen = 0, kPredict = 1, kDeploy = 2, kAdmin = 3 };
+// The least role a route takes; the management API's routes then check their own.
 Role role_required(const std::vector<std::string_view>& segments);
 
 // An output a model can answer, and whether it travels as binary data.
@@ -136,8 +129,9 @@ struct Service::State {
 
   // auth.cpp: null when the request may proceed; otherwise the 401 or 403 to send.
   // `token_name`, when given, receives the name of the token that was granted (empty without auth).
+  // `granted`, when given, receives the token's role (kAdmin without auth: anyone may do anything).
   std::optional<HttpResponse> authorize(Role required, std::string_view authorization,
-                                        std::string* token_name = nullptr);
+                                        std::string* token_name = nullptr, Role* granted = nullptr);
 
   // The completion of a model route: the response and what the metrics need.
   using Finish = std::function<void(HttpResponse response, std::size_t rows)>;
@@ -187,13 +181,6 @@ struct Service::State {
   HttpResponse handle_repository_route(std::string_view method, const std::vector<std::string_view>& segments,
                                        std::string_view body);
 
-  // management_api.cpp: /api/endpoints, /api/models/NAME/versions/V/approval, /api/audit.
-  // `query`: the target after '?'. `token_name`: who the audit log names for a change (the
-  // server's OS user without auth).
-  HttpResponse handle_management_route(std::string_view method, const std::vector<std::string_view>& segments,
-                                       std::string_view query, std::string_view body, const std::string& token_name);
-  // POST /api/endpoints/NAME/settings, in `store` (opened for writing).
-  HttpResponse change_endpoint_settings(registry::Registry& store, const std::string& endpoint, std::string_view body);
 
   // The label a request for `name` is counted under: the name when the model exists, else
   // "(unknown)", so no client can grow the metrics with names.

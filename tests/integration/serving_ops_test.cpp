@@ -594,6 +594,20 @@ TEST_F(ServingOps, TheManagementApiChangesSettingsApprovesAndReadsTheAuditLog) {
   }
   auto unshadowed = call("POST", "/api/endpoints/web/settings", R"({"shadow":null})", deployer);
   EXPECT_NE(unshadowed.body.find("\"shadow\":null"), std::string::npos) << unshadowed.body;
+  // A deploy token cannot lift the approval requirement (to ship an unapproved version and set it
+  // back): that is an admin act, as approving is. Unknown or repeated fields, a fraction of a
+  // millisecond and a share that rounds to 100% are refused.
+  auto lifted = call("POST", "/api/endpoints/web/settings", R"({"require_approval":false})", deployer);
+  EXPECT_EQ(lifted.status, 403) << lifted.body;
+  EXPECT_NE(call("GET", "/api/endpoints/web", "", deployer).body.find("\"require_approval\":true"), std::string::npos);
+  for (const char* refused : {R"({"deadline_ms":0.4})", R"({"shadow":{"model":"lending@1","colour":1}})",
+                              R"({"owner":"a","owner":"b"})", R"({"owner":"esc\u001b[31m"})"}) {
+    auto answer = call("POST", "/api/endpoints/web/settings", refused, deployer);
+    EXPECT_EQ(answer.status, 400) << refused << " " << answer.body;
+  }
+  auto rounds_to_all = call("POST", "/api/endpoints/web/deploy", R"({"model":"lending@2","canary":99.999})", deployer);
+  EXPECT_EQ(rounds_to_all.status, 400) << rounds_to_all.body;
+  EXPECT_EQ(call("GET", "/api/endpoints", "", deployer).status, 200);
 
   const std::string rollout = R"({"model":"lending@2","steps":[50,100],"interval_ms":60000})";
   auto unapproved = call("POST", "/api/endpoints/web/deploy", rollout, deployer);
@@ -616,11 +630,65 @@ TEST_F(ServingOps, TheManagementApiChangesSettingsApprovesAndReadsTheAuditLog) {
   EXPECT_NE(audit.body.find("\"actor\":\"token:ops\",\"action\":\"model.approve\""), std::string::npos) << audit.body;
   EXPECT_NE(audit.body.find("\"action\":\"endpoint.rollout\""), std::string::npos) << audit.body;
   EXPECT_EQ(call("GET", "/api/audit?limit=-1", "", deployer).status, 400);
+  EXPECT_EQ(call("GET", "/api/audit?limit=0", "", deployer).status, 400);
+  auto decoded = call("GET", "/api/audit?model=lend%69ng&limit=1", "", deployer);
+  EXPECT_NE(decoded.body.find("\"action\""), std::string::npos) << decoded.body;
   EXPECT_EQ(call("GET", "/api/audit?colour=blue", "", deployer).status, 400);
   auto revoked = call("DELETE", approval, "", ops);
   EXPECT_NE(revoked.body.find("\"approval\":null"), std::string::npos) << revoked.body;
   EXPECT_EQ(call("GET", "/api/nothing", "", deployer).status, 404);
   EXPECT_EQ(call("POST", "/api/endpoints/web/explode", "{}", deployer).status, 404);
+  stop_server();
+}
+
+// One operation behind both doors: the same deploy through the CLI and through /api is refused for
+// the same reason, with the same sentence, for the gate, a constant fallback that does not fit and
+// an approval requirement; and the same settings then let both through.
+TEST_F(ServingOps, TheCliAndTheApiDeployWithTheSameChecks) {
+  ASSERT_EQ(slipway({"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--ignore", "annual_inc",
+                     "--register", "lending"})
+                .exit_code,
+            0);
+  ASSERT_EQ(slipway({"deploy", "web", "lending@1"}).exit_code, 0);
+  int port = start_server({});
+  ASSERT_GT(port, 0);
+  auto api = [&](const std::string& path, const std::string& body) {
+    return http_request(port, "POST", "/api/endpoints/web/" + path, body);
+  };
+  // Each refusal's sentence, from the CLI's stderr and from the API's {"error": ...}.
+  auto same_refusal = [](const CommandResult& cli, const HttpResult& http, const std::string& expected) {
+    EXPECT_NE(cli.exit_code, 0);
+    EXPECT_GE(http.status, 400);
+    EXPECT_NE(cli.err.find(expected), std::string::npos) << cli.err;
+    EXPECT_NE(http.body.find(expected), std::string::npos) << http.body;
+  };
+
+  const std::string data = data_path("lending_club.csv");
+  same_refusal(slipway({"deploy", "web", "lending@2", "--gate-data", data, "--gate-metric", "auc", "--gate-min",
+                        "0.9999"}),
+               api("deploy", R"({"model":"lending@2","gate":{"data":")" + data +
+                                 R"(","metric":"auc","thresholds":"min=0.9999"}})"),
+               "the gate failed, so lending@2 was not deployed");
+  same_refusal(slipway({"deploy", "web", "--fallback", "constant:maybe"}),
+               api("settings", R"({"fallback":"constant:maybe"})"),
+               "the constant fallback of a binary classifier is P(positive)");
+  ASSERT_EQ(slipway({"deploy", "web", "--require-approval", "yes"}).exit_code, 0);
+  same_refusal(slipway({"deploy", "web", "lending@2", "--canary", "10"}), api("deploy", R"({"model":"lending@2","canary":10})"),
+               "lending@2 is not approved");
+  same_refusal(slipway({"deploy", "web", "lending@2", "--canary", "99.999"}),
+               api("deploy", R"({"model":"lending@2","canary":99.999})"), "rounds to 100");
+  EXPECT_NE(slipway({"endpoints"}).out.find("lending@1 100%"), std::string::npos);
+
+  ASSERT_EQ(slipway({"approve", "lending@2", "--note", "holdout ok"}).exit_code, 0);
+  auto passed = api("deploy", R"({"model":"lending@2","canary":10,"gate":{"data":")" + data +
+                                  R"(","metric":"auc","thresholds":"max_drop=0.05"}})");
+  EXPECT_EQ(passed.status, 200) << passed.body;
+  EXPECT_NE(passed.body.find(R"("routes":[{"model":"lending","version":2,"percent":10})"), std::string::npos)
+      << passed.body;
+  // Both gates are on record with the candidate: the CLI's failed one and the API's passed one.
+  auto described = slipway({"describe", "web"});
+  EXPECT_NE(described.out.find("Gate passed against lending@1"), std::string::npos) << described.out;
+  EXPECT_NE(described.out.find("Gate FAILED against lending@1"), std::string::npos) << described.out;
   stop_server();
 }
 

@@ -2,6 +2,8 @@
 // entry; the rollback target survives a repeated deploy; bad requests change nothing.
 #include <gtest/gtest.h>
 
+#include <sqlite3.h>
+
 #include <cmath>
 
 #include "slipway/registry.h"
@@ -72,7 +74,7 @@ TEST_F(EndpointStoreTest, BadRequestsChangeNothing) {
   EXPECT_EQ(endpoints().rollback("web").status().code(), StatusCode::kNotFound);
   ASSERT_TRUE(endpoints().deploy("web", "churn", 1).ok());
   EXPECT_EQ(endpoints().rollback("web").status().code(), StatusCode::kFailedPrecondition);  // nothing before
-  for (double share : {0.0, 100.0, -5.0, std::nan(""), 1e300}) {
+  for (double share : {0.0, 100.0, -5.0, std::nan(""), 1e300, 99.999, 99.995, 0.004, 1e-300}) {
     EXPECT_EQ(endpoints().deploy("web", "churn", 2, share).status().code(), StatusCode::kInvalidArgument) << share;
   }
   // A canary of the version already serving is refused.
@@ -129,11 +131,12 @@ TEST_F(EndpointStoreTest, RolloutsAdvanceStepByStepOrRollBackAndAManualChangeSto
   EXPECT_EQ(endpoints().advance_rollout("web", 0, "too late").status().code(), StatusCode::kFailedPrecondition);
 
   for (const std::vector<double>& steps :
-       std::vector<std::vector<double>>{{}, {10, 50}, {50, 10, 100}, {0, 100}, {10, 10, 100}}) {
+       std::vector<std::vector<double>>{{}, {10, 50}, {50, 10, 100}, {0, 100}, {10, 10, 100}, {1e-300, 100}, {100},
+                                        {10.001, 10.004, 100}, {std::nan(""), 100}}) {
     EXPECT_EQ(endpoints().start_rollout("web", "churn", 3, steps, 1000, criteria).status().code(),
               StatusCode::kInvalidArgument);
   }
-  EXPECT_EQ(endpoints().start_rollout("web", "churn", 3, {100}, 10, criteria).status().code(),
+  EXPECT_EQ(endpoints().start_rollout("web", "churn", 3, {50, 100}, 10, criteria).status().code(),
             StatusCode::kInvalidArgument);  // under a second
   RolloutCriteria negative = criteria;
   negative.max_error_rate_increase = -0.01;
@@ -257,11 +260,11 @@ TEST_F(EndpointStoreTest, AnnotationsOnModelsAndVersions) {
 TEST_F(EndpointStoreTest, RetireAndCollectGarbage) {
   ASSERT_TRUE(endpoints().deploy("web", "churn", 3).ok());
   ASSERT_TRUE(registry_->models().set_alias("churn", "production", 2).ok());
-  EXPECT_EQ(registry_->models().retire("churn", 3).code(), StatusCode::kFailedPrecondition);  // routed
-  EXPECT_EQ(registry_->models().retire("churn", 2).code(), StatusCode::kFailedPrecondition);  // aliased
+  EXPECT_EQ(registry_->models().retire("churn", 3).status().code(), StatusCode::kFailedPrecondition);  // routed
+  EXPECT_EQ(registry_->models().retire("churn", 2).status().code(), StatusCode::kFailedPrecondition);  // aliased
   ASSERT_TRUE(endpoints().deploy("web", "churn", 2).ok());
   ASSERT_TRUE(registry_->models().retire("churn", 3).ok());
-  EXPECT_EQ(registry_->models().retire("churn", 3).code(), StatusCode::kFailedPrecondition);  // already
+  EXPECT_EQ(registry_->models().retire("churn", 3).status().code(), StatusCode::kFailedPrecondition);  // already
   EXPECT_EQ(registry_->models().resolve("churn", {})->version, 2);          // NAME: the newest in service
   EXPECT_GT(registry_->models().resolve("churn", {3, ""})->retired_ms, 0);  // still there, by number
   EXPECT_EQ(endpoints().deploy("web", "churn", 3).status().code(), StatusCode::kFailedPrecondition);
@@ -286,6 +289,89 @@ TEST_F(EndpointStoreTest, RetireAndCollectGarbage) {
   EXPECT_EQ(applied->bytes_freed, text.size());
   EXPECT_FALSE(registry_->artifacts().contains(*orphan));
   EXPECT_EQ(registry_->artifacts().list().size(), 1u);  // the versions' bundle stays
+}
+
+// A canary share that rounds to 100% or to 0% is refused before anything is stored (it used to
+// store the stable route at 0%, which no reader accepts); shares are stored without float noise.
+TEST_F(EndpointStoreTest, SharesAreHeldToTheRoutingResolutionOnTheStoredValue) {
+  ASSERT_TRUE(endpoints().deploy("web", "churn", 1).ok());
+  auto refused = endpoints().deploy("web", "churn", 2, 99.999);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("rounds to 100"), std::string::npos) << refused.status().message();
+  EXPECT_EQ(format_routes((*endpoints().get("web"))->routes), "churn@1=100");
+
+  auto near_all = endpoints().deploy("web", "churn", 2, 99.99);
+  ASSERT_TRUE(near_all.ok()) << near_all.status().message();
+  EXPECT_EQ(format_routes(near_all->routes), "churn@2=99.99,churn@1=0.01");
+  EXPECT_EQ(near_all->routes[0].percent, 99.99);  // not 99.99000000000001
+  auto listed = endpoints().list();
+  ASSERT_TRUE(listed.ok()) << listed.status().message();
+  EXPECT_EQ(format_routes(listed->front().routes), "churn@2=99.99,churn@1=0.01");
+
+  auto rounded = endpoints().deploy("web", "churn", 3, 33.333);
+  ASSERT_TRUE(rounded.ok());
+  EXPECT_EQ(format_routes(rounded->routes), "churn@3=33.33,churn@2=66.67");
+
+  RolloutCriteria criteria;
+  ASSERT_TRUE(endpoints().deploy("api", "churn", 1).ok());
+  auto rollout = endpoints().start_rollout("api", "churn", 2, {33.333, 100}, 1000, criteria);
+  ASSERT_TRUE(rollout.ok()) << rollout.status().message();
+  EXPECT_EQ(rollout->steps.front(), 33.33);
+  EXPECT_EQ(format_routes((*endpoints().get("api"))->routes), "churn@2=33.33,churn@1=66.67");
+
+  EndpointSettings tiny_shadow;
+  tiny_shadow.shadow = EndpointRoute{"churn", 3, 1e-300};
+  EXPECT_EQ(endpoints().configure("web", tiny_shadow).code(), StatusCode::kInvalidArgument);
+}
+
+// A row damaged by an older build (the stable route stored at 0%) fails that endpoint alone:
+// the others list and change, verify reports it, and a full deploy repairs it.
+TEST_F(EndpointStoreTest, ADamagedEndpointFailsAloneAndAFullDeployRepairsIt) {
+  ASSERT_TRUE(endpoints().deploy("web", "churn", 1).ok());
+  ASSERT_TRUE(endpoints().deploy("healthy", "churn", 1).ok());
+  registry_.reset();
+  sqlite3* database = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_.path() + "/slipway.db").c_str(), &database), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(database, "UPDATE endpoints SET routes = 'churn@2=100,churn@1=0' WHERE name = 'web'",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(database);
+  registry_ = std::move(Registry::open(dir_.path(), false)).value();
+
+  auto listed = endpoints().list();
+  ASSERT_TRUE(listed.ok()) << listed.status().message();
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_TRUE((*listed)[0].damage.empty());  // healthy
+  EXPECT_NE((*listed)[1].damage.find("churn@1=0"), std::string::npos) << (*listed)[1].damage;
+  EXPECT_TRUE((*listed)[1].routes.empty());
+  EXPECT_TRUE(endpoints().deploy("healthy", "churn", 2, 10.0).ok());
+
+  auto report = verify_workspace(*registry_, {});
+  ASSERT_TRUE(report.ok());
+  ASSERT_EQ(report->metadata_problems.size(), 1u);
+  EXPECT_NE(report->metadata_problems[0].find("endpoint 'web' is damaged"), std::string::npos);
+
+  EXPECT_EQ(endpoints().promote("web").status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(endpoints().rollback("web").status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(endpoints().deploy("web", "churn", 3, 10.0).status().code(), StatusCode::kDataLoss);
+  auto repaired = endpoints().deploy("web", "churn", 3);
+  ASSERT_TRUE(repaired.ok()) << repaired.status().message();
+  EXPECT_EQ(format_routes(repaired->routes), "churn@3=100");
+  EXPECT_TRUE((*endpoints().get("web"))->damage.empty());
+  EXPECT_EQ(verify_workspace(*registry_, {})->metadata_problems.size(), 0u);
+}
+
+// Retiring the version an endpoint would roll back to drops that target, saying so, instead of
+// leaving a rollback that routes traffic to a retired version.
+TEST_F(EndpointStoreTest, RetiringARollbackTargetDropsItFromTheHistory) {
+  ASSERT_TRUE(endpoints().deploy("web", "churn", 1).ok());
+  ASSERT_TRUE(endpoints().deploy("web", "churn", 2).ok());
+  auto dropped = registry_->models().retire("churn", 1);
+  ASSERT_TRUE(dropped.ok()) << dropped.status().message();
+  EXPECT_EQ(*dropped, std::vector<std::string>{"web"});
+  EXPECT_TRUE((*endpoints().get("web"))->previous.empty());
+  EXPECT_EQ(endpoints().rollback("web").status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(format_routes((*endpoints().get("web"))->routes), "churn@2=100");
 }
 
 TEST(EndpointRoutes, ParseWhatFormatWritesAndRefuseTheRest) {
