@@ -502,7 +502,14 @@ TEST_F(CliTest, RetrainingFollowsItsPolicy) {
   EXPECT_NE(refused({"loans", "--on", "drift"}).find("needs data"), std::string::npos);
   EXPECT_NE(refused({"loans", "--on", "drfit", "--data", new_rows}).find("did you mean 'drift'"), std::string::npos);
   EXPECT_NE(refused({"loans", "--on", "schedule", "--data", new_rows}).find("needs every"), std::string::npos);
-  EXPECT_NE(refused({"loans", "--data", new_rows, "--deploy", "canary:150"}).find("below 100"), std::string::npos);
+  EXPECT_NE(refused({"loans", "--data", new_rows, "--deploy", "canary:150"}).find("from 0.01 to 99.99"),
+            std::string::npos);
+  // A share that rounds to 100% would store the stable route at 0% when the policy deploys.
+  EXPECT_NE(refused({"loans", "--data", new_rows, "--deploy", "canary:99.999"}).find("rounds to 100"),
+            std::string::npos);
+  EXPECT_NE(refused({"loans", "--data", new_rows, "--endpoint", "web", "--deploy", "rollout:1e-300,100"})
+                .find("a rollout step must be a percentage"),
+            std::string::npos);
   EXPECT_NE(refused({"loans", "--data", new_rows, "--deploy", "full"}).find("needs the endpoint"), std::string::npos);
   EXPECT_NE(refused({"loans", "--data", new_rows, "--endpoint", "web", "--deploy", "rollout:10,50"}).find("end at 100"),
             std::string::npos);
