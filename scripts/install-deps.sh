@@ -14,6 +14,8 @@ packages=(
   # reference peers for parity tests (they install for /usr/bin/python3)
   python3 python3-numpy python3-pandas python3-sklearn python3-xgboost python3-onnx
   python3-torch
+  # Node.js: the npm peers (llama.cpp, ONNX Runtime, the openai client) and the OpenAPI validator
+  nodejs
 )
 
 sudo_cmd=()
@@ -22,3 +24,7 @@ if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -q
 "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${packages[@]}"
+# npm comes with some Node.js builds (NodeSource's); Debian's is a package of its own.
+if ! command -v npm > /dev/null; then
+  "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends npm
+fi

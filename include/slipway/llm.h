@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "slipway/core.h"
-#include "slipway/http.h"
 #include "slipway/kernels.h"
 
 namespace slipway::llm {
@@ -801,38 +800,6 @@ class Engine {
   struct State;
   explicit Engine(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
-};
-
-// ---------------------------------------------------------------------------------------------
-// The OpenAI API over engines: GET /v1/models, POST /v1/completions and /v1/chat/completions,
-// streamed as server-sent events when asked. Errors take OpenAI's shape,
-// {"error": {"message", "type", "param", "code"}}.
-
-struct ServedLlm {
-  std::string id;  // the `model` requests name
-  std::shared_ptr<Engine> engine;
-  std::int64_t created = 0;  // Unix seconds, for /v1/models
-};
-
-class OpenAiApi {
- public:
-  explicit OpenAiApi(std::vector<ServedLlm> models);
-  // A request under /v1, answered once: at once (errors, /v1/models) or from the engine's thread.
-  // A generation stops when its client disconnects.
-  void handle(const http::Request& request, const http::Respond& respond) const;
-  // Each engine's metrics, labelled by model.
-  std::string metrics_text() const;
-  // Engine::cancel_all and Engine::shutdown on every model: a server calls them at its drain
-  // deadline and before its connections go, so every request is answered while it can be.
-  void cancel_all(const std::string& reason) const;
-  void shutdown() const;
-  const std::vector<ServedLlm>& models() const { return models_; }
-
- private:
-  std::vector<ServedLlm> models_;
-  // Per model, the most bytes of text one token stands for: a prompt longer than the context
-  // times this cannot fit, and is refused before it is tokenized.
-  std::vector<std::size_t> max_token_bytes_;
 };
 
 // ---------------------------------------------------------------------------------------------

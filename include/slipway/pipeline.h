@@ -220,6 +220,8 @@ struct LineageGraph {
 // the data, and what exposes it (aliases, endpoints). Downstream: everything built from it.
 // NotFound when the reference names nothing the workspace knows.
 Result<LineageGraph> lineage(registry::Registry& registry, const std::string& reference, bool downstream);
+// {"start", "direction", "nodes": [{"id", "type", "label", "properties"}], "edges": [{"from", "to", "kind"}]}.
+void write_lineage_json(JsonWriter& json, const LineageGraph& graph, bool downstream);
 
 // ---------------------------------------------------------------------------------------------
 // Retraining: a policy per registered model says when to train it again (on its monitoring
@@ -433,5 +435,79 @@ struct RetireOutcome {
 // Takes a version out of service (registry::ModelStore::retire's rules).
 Result<RetireOutcome> retire(registry::Registry& registry, const std::string& model, std::int64_t version,
                              const Caller& caller);
+
+// Points `alias` of the model at `version` (moving it when it pointed elsewhere).
+Status set_alias(registry::Registry& registry, const std::string& model, const std::string& alias, std::int64_t version,
+                 const Caller& caller);
+
+struct RegisteredFile {
+  registry::ModelVersion version;
+  bool created = true;  // false: the model's version with these bytes already (a retried upload)
+};
+// Registers a bundle file's bytes (a .slip file, as `slipway train --bundle-out` writes) as the
+// next version of `model`, when their sha256 is `expected_sha256` and they load as a bundle this
+// build can serve (InvalidArgument naming the problem otherwise; nothing stored). Bytes the model
+// already has as a version return that version (created false), so a client may retry. The
+// bytes are recorded as an import run ("imports" experiment) for lineage.
+Result<RegisteredFile> register_bundle_bytes(registry::Registry& registry, const std::string& model,
+                                             std::string_view bytes, const std::string& expected_sha256,
+                                             const Caller& caller);
+
+// ---------------------------------------------------------------------------------------------
+// Tracking for training code that runs elsewhere, as MLflow's tracking server does: a PyTorch
+// script starts a run, logs params, metrics with steps, tags and files, and ends it; `slipway
+// runs` and `slipway show` list it beside the runs Slipway trained. What a client sends is
+// bounded per call (kTrackingLimits), and every call may be retried: a start with the same
+// client-chosen id, the same params, the same file and the same end are accepted again.
+
+struct TrackingLimits {
+  std::size_t metrics_per_call = 1000;
+  std::size_t params_per_call = 100;
+  std::size_t tags_per_call = 100;
+  std::size_t key_bytes = 250;           // params, metrics and tags: letters, digits, _ - . / and space
+  std::size_t param_value_bytes = 6000;  // MLflow's limits
+  std::size_t tag_value_bytes = 5000;
+  std::size_t file_path_bytes = 256;  // a relative path: no "..", no leading '/'
+};
+inline constexpr TrackingLimits kTrackingLimits{};
+
+struct TrackedRunStart {
+  std::string experiment = "default";
+  // Chosen by the client (32 lowercase hex digits) so that a retried start finds the run it made;
+  // empty: a new id.
+  std::string run_id;
+  std::map<std::string, std::string> params;
+  std::map<std::string, std::string> tags;
+};
+struct TrackedRun {
+  registry::RunRecord run;
+  bool created = true;  // false when `run_id` named a run this start made before (a retry)
+};
+// Starts a RUNNING run recorded remotely (no local process owns it). A start that names an
+// existing run of the same experiment returns it (created false); another experiment is
+// AlreadyExists. InvalidArgument for a bad name, key or value (nothing stored).
+Result<TrackedRun> start_tracked_run(registry::Registry& registry, const TrackedRunStart& start, const Caller& caller);
+
+struct TrackingBatch {
+  std::map<std::string, std::string> params;
+  std::vector<registry::MetricRecord> metrics;  // key, value (finite), step (0 to 2^53), timestamp_ms (0: now)
+  std::map<std::string, std::string> tags;
+};
+// Logs a batch to a RUNNING run (tags to any run): checked whole first (InvalidArgument naming
+// the first problem, nothing stored), then params (a param keeps its first value), metrics and
+// tags, each in one transaction.
+Status log_to_run(registry::Registry& registry, const std::string& run_id, const TrackingBatch& batch,
+                  const Caller& caller);
+
+// Stores `bytes` as the run's file `path` when their sha256 is `expected_sha256` (InvalidArgument
+// naming both otherwise, nothing stored): written to the artifact store (temporary file, fsync,
+// rename), then recorded with the run.
+Result<registry::RunArtifact> store_run_file(registry::Registry& registry, const std::string& run_id,
+                                             const std::string& path, std::string_view bytes,
+                                             const std::string& expected_sha256, const Caller& caller);
+
+// Ends a RUNNING run as FINISHED or FAILED; ending it again the same way is accepted.
+Result<registry::RunRecord> end_tracked_run(registry::Registry& registry, const std::string& run_id, bool succeeded,
+                                            const Caller& caller);
 
 }  // namespace slipway::pipeline

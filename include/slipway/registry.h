@@ -59,6 +59,14 @@ struct RunOwner {
   bool operator==(const RunOwner&) const = default;
 };
 
+// A file a run recorded (the tracking API): its bytes are an artifact in the store.
+struct RunArtifact {
+  std::string path;  // the name the run gave it, such as "model.pt" or "plots/loss.png"
+  std::string sha256;
+  std::int64_t size_bytes = 0;
+  std::int64_t created_ms = 0;
+};
+
 struct RunRecord {
   std::string run_id;
   std::string experiment;
@@ -73,7 +81,9 @@ struct RunRecord {
   std::string bundle_sha256;  // empty when the run produced no bundle
   std::map<std::string, std::string> params;
   std::vector<MetricRecord> metrics;  // latest value per key (full history in the store)
-  RunOwner owner;                     // the process that last started or resumed it
+  std::map<std::string, std::string> tags;
+  std::vector<RunArtifact> artifacts;  // by path
+  RunOwner owner;                      // the process that last started or resumed it (pid 0: none here)
 
   // An import (`slipway import`), not a training run: it has no spec to train again.
   bool imported() const { return params.count("source") != 0 || spec.starts_with("import"); }
@@ -147,6 +157,28 @@ struct NewRun {
   std::string data_fingerprint;
   std::string spec;
   std::map<std::string, std::string> params;
+  std::map<std::string, std::string> tags;
+  // The run's id, chosen by the client so that a retried start is recognised (32 lowercase hex
+  // digits); empty: a new random one.
+  std::string run_id;
+  // Recorded by a process elsewhere (the tracking API): no owner is recorded, so `verify` never
+  // takes the run for one whose process died here.
+  bool remote = false;
+};
+
+// A page of runs, newest first (by start time, then by insertion), filtered.
+struct RunQuery {
+  std::string experiment;  // empty: every experiment
+  std::string status;      // empty: any
+  std::size_t page_size = 100;
+  // Where the previous page ended (RunPage::next_page_token); empty: the newest. A page starts
+  // strictly after it, so runs started meanwhile never shift or repeat what a client pages
+  // through.
+  std::string page_token;
+};
+struct RunPage {
+  std::vector<RunRecord> runs;
+  std::string next_page_token;  // empty on the last page
 };
 
 // A step (a train or an eval) that may be reused instead of run again.
@@ -230,6 +262,7 @@ struct TokenRecord {
   std::int64_t revoked_ms = 0;  // 0 while active
 };
 struct AuditEntry {
+  std::int64_t id = 0;  // rises with each entry
   std::int64_t time_ms = 0;
   std::string actor;
   std::string action;  // model.register, alias.set, endpoint.deploy, rollout.rollback, ...
@@ -237,11 +270,15 @@ struct AuditEntry {
 };
 
 // Which entries: those about `model` (its versions, aliases, approvals, and endpoint changes
-// that route to it), from `since_ms`, the newest `limit`.
+// that route to it), from `since_ms`, the newest `limit`, oldest first; or, with `newest_first`,
+// the newest `limit` before entry `before_id` (0: none), newest first: a page of a listing that
+// entries written meanwhile never shift.
 struct AuditFilter {
   std::string model;
   std::int64_t since_ms = 0;
   std::size_t limit = 0;  // 0: all
+  bool newest_first = false;
+  std::int64_t before_id = 0;
 };
 
 struct NewToken {
@@ -288,8 +325,20 @@ struct StoreContext;
 // Unavailable when another process holds the write lock past the busy timeout (10 s).
 class RunStore {
  public:
-  // Records a RUNNING run owned by the calling process; returns its id (32 hex digits).
+  // Records a RUNNING run owned by the calling process (none with `remote`); returns its id (32
+  // hex digits). AlreadyExists when `run.run_id` names a run that exists.
   Result<std::string> start(const NewRun& run);
+  // Adds params to a RUNNING run. A param keeps its first value: the same value again is
+  // accepted (a retry), another is FailedPrecondition, naming it.
+  Status log_params(const std::string& run_id, const std::map<std::string, std::string>& params);
+  // Sets tags of a run in any state (a later value replaces the earlier).
+  Status set_tags(const std::string& run_id, const std::map<std::string, std::string>& tags);
+  // Records a file of a RUNNING run, whose bytes are already in the artifact store
+  // (FailedPrecondition otherwise). The same path with the same bytes again is accepted; with
+  // other bytes it is AlreadyExists (a run's files do not change once recorded).
+  Status add_artifact(const std::string& run_id, const RunArtifact& artifact);
+  // Runs page by page; InvalidArgument for a page token this store did not give.
+  Result<RunPage> query(const RunQuery& query);
   // Appends metric values at `step`. FailedPrecondition if the run is not RUNNING.
   Status log_metrics(const std::string& run_id, const std::vector<std::pair<std::string, double>>& metrics,
                      std::int64_t step = 0);
@@ -606,6 +655,17 @@ class EndpointStore {
 // "updated_ms", "fallback", "shadow": {"model", "version", "percent"} or null}: what
 // `slipway --json endpoints` and the management API print.
 void write_endpoint_json(JsonWriter& json, const Endpoint& endpoint);
+// A run as the CLI's `show --json` and GET /api/runs/{id} give it: {"run_id", "experiment",
+// "status", "start_ms", "end_ms", "code_version", "data_fingerprint", "bundle_sha256", "spec",
+// "owner": {"pid", "host"}, "params", "metrics" (latest value per key), "tags", "artifacts":
+// [{"path", "sha256", "size_bytes", "created_ms"}]}.
+void write_run_fields(JsonWriter& json, const RunRecord& run);  // the fields, inside an object the caller opened
+// A version's fields: "version", "bundle_sha256", "run_id", "creator", "created_ms", "aliases",
+// "retired_ms", "description", "tags" and, when approved, "approval": {"approver", "note", "approved_ms"}.
+void write_model_version_fields(JsonWriter& json, const ModelVersion& version);
+// {"name", "latest_version", "versions" (their count), "created_ms", "aliases": {ALIAS: VERSION},
+// "description", "owner", "tags"}.
+void write_model_summary_json(JsonWriter& json, const ModelSummary& model);
 
 // {"endpoint", "canary", "stable", "steps", "step", "interval_ms", "canary_percent", "state",
 // "reason", "last_check", "criteria", "step_started_ms", "updated_ms"}: what `slipway --json

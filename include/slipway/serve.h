@@ -46,12 +46,28 @@ HttpResponse error_response(const Status& status);
 // 405 with the Allow header naming the methods the route takes.
 HttpResponse method_not_allowed(std::string_view allowed);
 
-// Who may call a route: roles rank predict < deploy < admin; kOpen needs no token.
-enum class Role { kOpen = 0, kPredict = 1, kDeploy = 2, kAdmin = 3 };
+// Who may call a route: roles rank predict < read < deploy < admin, each with the rights of those
+// below it; kOpen needs no token. predict: inference and model metadata; read: also the
+// management API's reads (runs, models, endpoints, audit) and run tracking; deploy: also its
+// changes and the repository API; admin: also approvals, lifting an approval requirement, tokens,
+// /metrics and statistics.
+enum class Role { kOpen = 0, kPredict = 1, kRead = 2, kDeploy = 3, kAdmin = 4 };
+// "predict", "read", "deploy", "admin" (and "open").
+std::string_view role_name(Role role);
 
-// A call to the management API (/api/...), once the service has checked its token: the service
-// requires at least the deploy role for /api; each route then checks its own (approving is an
-// admin act).
+// A route of the serving protocol (KServe v2 with the repository and statistics extensions, and
+// /metrics), declared once: authorization takes each route's role from here, and the OpenAPI
+// document lists them.
+struct ProtocolRoute {
+  std::string_view method;  // GET or POST
+  std::string_view path;    // "/v2/models/{model}/versions/{version}/infer": {name} is one segment
+  Role role;
+  std::string_view summary;
+};
+const std::vector<ProtocolRoute>& protocol_routes();
+
+// A call to the management API (/api/... and /openapi.json), once the service has checked its
+// token: the service requires at least the read role for /api; each route then checks its own.
 struct ManagementCall {
   std::string_view method;
   std::vector<std::string_view> segments;  // the path at '/': {"api", "endpoints", "web", "deploy"}
@@ -168,7 +184,6 @@ struct ServiceOptions {
   bool require_auth = false;
 };
 
-
 // One v2 JSON inference inside the server, stage by stage, for `bundle`: no HTTP, no batching,
 // no metrics. What `slipway profile` measures; seconds per stage.
 struct InferStageTimes {
@@ -259,9 +274,43 @@ struct ServerOptions {
   llm::EngineOptions llm;
 };
 
+// ---------------------------------------------------------------------------------------------
+// The OpenAI API over LLM engines (the llm module is an engine with no HTTP in it, like libllama): GET /v1/models, POST
+// /v1/completions and /v1/chat/completions, streamed as server-sent events when asked. Errors take OpenAI's shape,
+// {"error": {"message", "type", "param", "code"}}.
+
+struct ServedLlm {
+  std::string id;  // the `model` requests name
+  std::shared_ptr<llm::Engine> engine;
+  std::int64_t created = 0;  // Unix seconds, for /v1/models
+};
+
+class OpenAiApi {
+ public:
+  explicit OpenAiApi(std::vector<ServedLlm> models);
+  // A request under /v1, answered once: at once (errors, /v1/models) or from the engine's thread.
+  // A generation stops when its client disconnects.
+  void handle(const http::Request& request, const http::Respond& respond) const;
+  // Each engine's metrics, labelled by model.
+  std::string metrics_text() const;
+  // The routes it answers, for the OpenAPI document.
+  static const std::vector<ProtocolRoute>& routes();
+  // Engine::cancel_all and Engine::shutdown on every model: a server calls them at its drain
+  // deadline and before its connections go, so every request is answered while it can be.
+  void cancel_all(const std::string& reason) const;
+  void shutdown() const;
+  const std::vector<ServedLlm>& models() const { return models_; }
+
+ private:
+  std::vector<ServedLlm> models_;
+  // Per model, the most bytes of text one token stands for: a prompt longer than the context
+  // times this cannot fit, and is refused before it is tokenized.
+  std::vector<std::size_t> max_token_bytes_;
+};
+
 // The registered models whose serving version (the `production` alias, else the newest) is a
 // GGUF LLM, each loaded with an engine; a model that fails to load is logged and left out.
-std::vector<llm::ServedLlm> load_registered_llms(registry::Registry& registry, const llm::EngineOptions& options);
+std::vector<ServedLlm> load_registered_llms(registry::Registry& registry, const llm::EngineOptions& options);
 // Whether a stored artifact is a GGUF file (an LLM) rather than a bundle.
 bool is_gguf_artifact(const std::string& path);
 

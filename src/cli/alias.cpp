@@ -24,7 +24,7 @@ Result<AliasResult> set_alias(const GlobalOptions& global, const std::string& re
   SLIPWAY_ASSIGN_OR_RETURN(auto parsed, registry::parse_model_reference(reference));
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kWrite));
   SLIPWAY_ASSIGN_OR_RETURN(auto version, store->models().resolve(parsed.first, parsed.second));
-  SLIPWAY_RETURN_IF_ERROR(store->models().set_alias(version.model, alias, version.version));
+  SLIPWAY_RETURN_IF_ERROR(pipeline::set_alias(*store, version.model, alias, version.version, pipeline::Caller{}));
   AliasResult result;
   result.model = version.model;
   result.alias = alias;

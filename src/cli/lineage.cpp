@@ -23,22 +23,7 @@ struct LineageResult : CommandResult {
   bool downstream = false;
   bool dot = false;
 
-  void write_json(JsonWriter& json) const override {
-    json.begin_object().key("start").value(graph.nodes.front().id).key("direction");
-    json.value(downstream ? "downstream" : "upstream").key("nodes").begin_array();
-    for (const auto& node : graph.nodes) {
-      json.begin_object().key("id").value(node.id).key("type").value(node.type).key("label").value(node.label);
-      json.key("properties").begin_object();
-      for (const auto& [key, value] : node.properties) json.key(key).value(value);
-      json.end_object().end_object();
-    }
-    json.end_array().key("edges").begin_array();
-    for (const auto& edge : graph.edges) {
-      json.begin_object().key("from").value(edge.from).key("to").value(edge.to).key("kind").value(edge.kind);
-      json.end_object();
-    }
-    json.end_array().end_object();
-  }
+  void write_json(JsonWriter& json) const override { pipeline::write_lineage_json(json, graph, downstream); }
 
   void write_text(std::ostream& out) const override {
     if (dot) return write_dot(out);

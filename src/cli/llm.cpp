@@ -231,7 +231,7 @@ int run_llm_serve(const GlobalOptions& global, const LlmServeFlags& flags) {
   auto engine = llm::Engine::start(*model, std::move(*tokenizer), engine_options);
   if (!engine.ok()) return fail(engine.status());
   std::string name = flags.name.empty() ? std::filesystem::path(flags.model).stem().string() : flags.name;
-  auto api = std::make_shared<llm::OpenAiApi>(std::vector<llm::ServedLlm>{
+  auto api = std::make_shared<serve::OpenAiApi>(std::vector<serve::ServedLlm>{
       {name, std::shared_ptr<llm::Engine>(std::move(*engine)), static_cast<std::int64_t>(std::time(nullptr))}});
   // Everything but /health needs the key when one is set; OpenAI's clients send it as a bearer token.
   auto authorized = [key = flags.api_key](const http::Request& request) {

@@ -532,8 +532,11 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   token_command->require_subcommand(1);
   auto* token_create = token_command->add_subcommand("create", "Create a token; its secret is printed once");
   token_create->add_option("NAME", token_name, "What the token is for (e.g. the client's name)")->required();
-  token_create->add_option("--role", token_role, "predict (inference), deploy (+ load/unload), admin (+ metrics)")
-      ->check(CLI::IsMember({"predict", "deploy", "admin"}))
+  token_create
+      ->add_option("--role", token_role,
+                   "predict (inference), read (+ /api reads and run tracking), deploy (+ /api changes, load/unload), "
+                   "admin (+ approvals, metrics)")
+      ->check(CLI::IsMember({"predict", "read", "deploy", "admin"}))
       ->capture_default_str();
   auto* token_list = token_command->add_subcommand("list", "List tokens (never their secrets)");
   auto* token_revoke = token_command->add_subcommand("revoke", "Revoke a token");

@@ -11,16 +11,7 @@ struct ModelsResult : CommandResult {
 
   void write_json(JsonWriter& json) const override {
     json.begin_object().key("models").begin_array();
-    for (const auto& model : models) {
-      json.begin_object().key("name").value(model.name).key("latest_version").value(model.latest_version);
-      json.key("versions").value(model.version_count).key("created_ms").value(model.created_ms);
-      json.key("aliases").begin_object();
-      for (const auto& [alias, version] : model.aliases) json.key(alias).value(version);
-      json.end_object().key("description").value(model.description).key("owner").value(model.owner);
-      json.key("tags").begin_object();
-      for (const auto& [key, value] : model.tags) json.key(key).value(value);
-      json.end_object().end_object();
-    }
+    for (const auto& model : models) registry::write_model_summary_json(json, model);
     json.end_array().end_object();
   }
 

@@ -34,6 +34,10 @@ struct RunsResult : CommandResult {
         if (metric.key == "test_auc" || metric.key == "test_rmse")
           headline = metric.key + "=" + format_metric(metric.value);
       }
+      // A run recorded elsewhere (the tracking API) names its own metrics: its first, then.
+      if (headline.empty() && !run.metrics.empty()) {
+        headline = run.metrics.front().key + "=" + format_metric(run.metrics.front().value);
+      }
       rows.push_back({run.run_id, run.experiment, run.status, model_of(run), headline, format_time_ms(run.start_ms)});
     }
     print_table(out, {"run", "experiment", "status", "model", "metric", "started (UTC)"}, rows);

@@ -14,16 +14,9 @@ struct ShowResult : CommandResult {
   std::map<std::string, std::map<std::int64_t, double>> series;
 
   void write_json(JsonWriter& json) const override {
-    json.begin_object().key("run_id").value(run.run_id).key("experiment").value(run.experiment);
-    json.key("status").value(run.status).key("start_ms").value(run.start_ms).key("end_ms").value(run.end_ms);
-    json.key("code_version").value(run.code_version).key("data_fingerprint").value(run.data_fingerprint);
-    json.key("bundle_sha256").value(run.bundle_sha256).key("spec").value(run.spec);
-    json.key("owner").begin_object().key("pid").value(run.owner.pid).key("host").value(run.owner.host).end_object();
-    json.key("params").begin_object();
-    for (const auto& [key, value] : run.params) json.key(key).value(value);
-    json.end_object().key("metrics").begin_object();
-    for (const auto& metric : run.metrics) json.key(metric.key).value(metric.value);
-    json.end_object().key("history").begin_object();
+    json.begin_object();
+    registry::write_run_fields(json, run);
+    json.key("history").begin_object();
     for (const auto& [key, values] : series) {
       json.key(key).begin_array();
       for (const auto& [step, value] : values) json.begin_array().value(step).value(value).end_array();
@@ -45,8 +38,15 @@ struct ShowResult : CommandResult {
     for (const auto& [key, value] : run.params) out << "  " << key << " = " << value << "\n";
     out << "\nmetrics\n";
     for (const auto& metric : run.metrics) out << "  " << metric.key << " = " << format_metric(metric.value) << "\n";
+    if (!run.tags.empty()) out << "\ntags\n";
+    for (const auto& [key, value] : run.tags) out << "  " << key << " = " << value << "\n";
+    if (!run.artifacts.empty()) out << "\nfiles\n";
+    for (const auto& artifact : run.artifacts) {
+      out << "  " << artifact.path << "  " << artifact.size_bytes << " bytes  sha256:" << artifact.sha256.substr(0, 12)
+          << "\n";
+    }
     if (!series.empty()) write_rounds(out);
-    out << "\nspec\n" << run.spec;
+    if (!run.spec.empty()) out << "\nspec\n" << run.spec;
   }
 
   // Per-round metrics: about 20 evenly spaced rounds plus the last (--json has every one).
@@ -60,6 +60,7 @@ struct ShowResult : CommandResult {
     // gbdt records a metric per boosting round, mlp per epoch.
     auto model = run.params.find("model");
     std::string unit = model != run.params.end() && model->second == "mlp" ? "epoch" : "round";
+    if (run.code_version == "external") unit = "step";  // recorded by code elsewhere (the tracking API)
     std::vector<std::string> headers = {unit};
     for (const auto& entry : series) headers.push_back(entry.first);
     std::vector<std::vector<std::string>> rows;

@@ -28,21 +28,8 @@ struct VersionsResult : CommandResult {
   void write_json(JsonWriter& json) const override {
     json.begin_object().key("model").value(model).key("versions").begin_array();
     for (const auto& version : versions) {
-      json.begin_object().key("version").value(version.version).key("bundle_sha256").value(version.bundle_sha256);
-      json.key("run_id").value(version.run_id).key("creator").value(version.creator);
-      json.key("created_ms").value(version.created_ms);
-      json.key("aliases").begin_array();
-      for (const auto& alias : version.aliases) json.value(alias);
-      json.end_array();
-      json.key("retired_ms").value(version.retired_ms);
-      json.key("description").value(version.description).key("tags").begin_object();
-      for (const auto& [key, value] : version.tags) json.key(key).value(value);
-      json.end_object();
-      if (version.approval) {
-        json.key("approval").begin_object().key("approver").value(version.approval->approver);
-        json.key("note").value(version.approval->note).key("approved_ms").value(version.approval->approved_ms);
-        json.end_object();
-      }
+      json.begin_object();
+      registry::write_model_version_fields(json, version);
       const auto& record = optimizations[static_cast<std::size_t>(&version - versions.data())];
       if (!record.empty()) {
         json.key("optimization").begin_object();

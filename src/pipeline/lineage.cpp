@@ -223,4 +223,21 @@ Result<LineageGraph> lineage(registry::Registry& registry, const std::string& re
   return result;
 }
 
+void write_lineage_json(JsonWriter& json, const LineageGraph& graph, bool downstream) {
+  json.begin_object().key("start").value(graph.nodes.empty() ? std::string() : graph.nodes.front().id);
+  json.key("direction").value(downstream ? "downstream" : "upstream").key("nodes").begin_array();
+  for (const auto& node : graph.nodes) {
+    json.begin_object().key("id").value(node.id).key("type").value(node.type).key("label").value(node.label);
+    json.key("properties").begin_object();
+    for (const auto& [key, value] : node.properties) json.key(key).value(value);
+    json.end_object().end_object();
+  }
+  json.end_array().key("edges").begin_array();
+  for (const auto& edge : graph.edges) {
+    json.begin_object().key("from").value(edge.from).key("to").value(edge.to).key("kind").value(edge.kind);
+    json.end_object();
+  }
+  json.end_array().end_object();
+}
+
 }  // namespace slipway::pipeline

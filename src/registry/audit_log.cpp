@@ -26,11 +26,14 @@ Result<std::vector<std::string>> AuditLog::entries() {
 Result<std::vector<AuditEntry>> AuditLog::query(const AuditFilter& filter) {
   std::vector<AuditEntry> entries;
   SLIPWAY_RETURN_IF_ERROR(context_->backend->read([&](SqlTransaction& sql) -> Status {
-    SLIPWAY_ASSIGN_OR_RETURN(auto rows, sql.query("SELECT time_ms, actor, action, detail FROM audit_log WHERE "
-                                                  "time_ms >= ? ORDER BY id",
-                                                  {filter.since_ms}));
+    SLIPWAY_ASSIGN_OR_RETURN(auto rows,
+                             sql.query(std::string("SELECT id, time_ms, actor, action, detail FROM audit_log "
+                                                   "WHERE time_ms >= ? AND (? = 0 OR id < ?) ORDER BY id") +
+                                           (filter.newest_first ? " DESC" : ""),
+                                       {filter.since_ms, filter.before_id, filter.before_id}));
     for (auto& row : rows) {
-      AuditEntry entry{row.integer(0), row.text(1), row.text(2), row.text(3)};
+      if (filter.newest_first && filter.limit > 0 && entries.size() == filter.limit) break;
+      AuditEntry entry{row.integer(0), row.integer(1), row.text(2), row.text(3), row.text(4)};
       if (!filter.model.empty()) {
         // About the model: it names the model (NAME, NAME@..., "NAME "), or routes to it.
         const std::string& detail = entry.detail;

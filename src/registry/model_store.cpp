@@ -190,4 +190,33 @@ Result<std::vector<ArtifactReference>> ModelStore::artifact_references() {
   return references;
 }
 
+void write_model_version_fields(JsonWriter& json, const ModelVersion& version) {
+  json.key("version").value(version.version).key("bundle_sha256").value(version.bundle_sha256);
+  json.key("run_id").value(version.run_id).key("creator").value(version.creator);
+  json.key("created_ms").value(version.created_ms);
+  json.key("aliases").begin_array();
+  for (const auto& alias : version.aliases) json.value(alias);
+  json.end_array();
+  json.key("retired_ms").value(version.retired_ms);
+  json.key("description").value(version.description).key("tags").begin_object();
+  for (const auto& [key, value] : version.tags) json.key(key).value(value);
+  json.end_object();
+  if (version.approval) {
+    json.key("approval").begin_object().key("approver").value(version.approval->approver);
+    json.key("note").value(version.approval->note).key("approved_ms").value(version.approval->approved_ms);
+    json.end_object();
+  }
+}
+
+void write_model_summary_json(JsonWriter& json, const ModelSummary& model) {
+  json.begin_object().key("name").value(model.name).key("latest_version").value(model.latest_version);
+  json.key("versions").value(model.version_count).key("created_ms").value(model.created_ms);
+  json.key("aliases").begin_object();
+  for (const auto& [alias, version] : model.aliases) json.key(alias).value(version);
+  json.end_object().key("description").value(model.description).key("owner").value(model.owner);
+  json.key("tags").begin_object();
+  for (const auto& [key, value] : model.tags) json.key(key).value(value);
+  json.end_object().end_object();
+}
+
 }  // namespace slipway::registry

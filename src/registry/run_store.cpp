@@ -1,4 +1,8 @@
 // Runs: params, metrics (a time series per key), checkpoints, and the process that owns each.
+#include <algorithm>
+#include <charconv>
+#include <climits>
+
 #include "registry/run_owner.h"
 #include "registry/store_context.h"
 
@@ -38,7 +42,21 @@ Status fill_run_details(SqlTransaction& sql, RunRecord& run) {
                               "ORDER BY timestamp_ms DESC, step DESC, value DESC LIMIT 1) ORDER BY rowid",
                               {run.run_id}));
   for (const auto& row : metrics) run.metrics.push_back(read_metric_row(row));
+  SLIPWAY_ASSIGN_OR_RETURN(auto tags,
+                           sql.query("SELECT key, value FROM run_tags WHERE run_id = ? ORDER BY key", {run.run_id}));
+  for (const auto& row : tags) run.tags[row.text(0)] = row.text(1);
+  SLIPWAY_ASSIGN_OR_RETURN(auto artifacts, sql.query("SELECT path, sha256, size_bytes, created_ms FROM run_artifacts "
+                                                     "WHERE run_id = ? ORDER BY path",
+                                                     {run.run_id}));
+  for (const auto& row : artifacts) {
+    run.artifacts.push_back({row.text(0), row.text(1), row.integer(2), row.integer(3)});
+  }
   return {};
+}
+
+bool is_run_id(std::string_view text) {
+  return text.size() == 32 &&
+         std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 Result<std::vector<RunRecord>> read_runs(SqlTransaction& sql, std::string_view where, SqlParams params) {
@@ -73,10 +91,15 @@ constexpr std::string_view kSetOwner =
 
 Result<std::string> RunStore::start(const NewRun& run) {
   SLIPWAY_RETURN_IF_ERROR(validate_experiment_name(run.experiment));
-  std::string run_id = random_hex(16);
-  RunOwner owner = current_process_owner();
+  if (!run.run_id.empty() && !is_run_id(run.run_id)) {
+    return invalid_argument("a run id is 32 lowercase hex digits, not '" + run.run_id.substr(0, 64) + "'");
+  }
+  std::string run_id = run.run_id.empty() ? random_hex(16) : run.run_id;
+  RunOwner owner = run.remote ? RunOwner{} : current_process_owner();
   SLIPWAY_RETURN_IF_ERROR(context_->backend->write([&](SqlTransaction& sql) -> Status {
     std::int64_t now = unix_time_ms();
+    SLIPWAY_ASSIGN_OR_RETURN(auto existing, sql.query_row("SELECT 1 FROM runs WHERE run_id = ?", {run_id}));
+    if (existing) return already_exists("run '" + run_id + "' exists");
     SLIPWAY_RETURN_IF_ERROR(
         sql.execute("INSERT INTO experiments(name, created_ms) VALUES (?, ?) ON CONFLICT(name) DO NOTHING",
                     {run.experiment, now})
@@ -92,9 +115,103 @@ Result<std::string> RunStore::start(const NewRun& run) {
       SLIPWAY_RETURN_IF_ERROR(
           sql.execute("INSERT INTO params(run_id, key, value) VALUES (?, ?, ?)", {run_id, key, value}).status());
     }
-    return append_audit(sql, *context_, "run.start", run_id + " experiment=" + run.experiment);
+    for (const auto& [key, value] : run.tags) {
+      SLIPWAY_RETURN_IF_ERROR(
+          sql.execute("INSERT INTO run_tags(run_id, key, value) VALUES (?, ?, ?)", {run_id, key, value}).status());
+    }
+    return append_audit(sql, *context_, "run.start",
+                        run_id + " experiment=" + run.experiment + (run.remote ? " (tracked remotely)" : ""));
   }));
   return run_id;
+}
+
+Status RunStore::log_params(const std::string& run_id, const std::map<std::string, std::string>& params) {
+  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_RETURN_IF_ERROR(require_running(sql, run_id, "params"));
+    for (const auto& [key, value] : params) {
+      SLIPWAY_ASSIGN_OR_RETURN(auto row,
+                               sql.query_row("SELECT value FROM params WHERE run_id = ? AND key = ?", {run_id, key}));
+      if (row && row->text(0) == value) continue;
+      if (row) {
+        return failed_precondition("param '" + key + "' of run '" + run_id + "' is '" + row->text(0).substr(0, 64) +
+                                   "' already; a param keeps its first value (log a metric or a tag to change it)");
+      }
+      SLIPWAY_RETURN_IF_ERROR(
+          sql.execute("INSERT INTO params(run_id, key, value) VALUES (?, ?, ?)", {run_id, key, value}).status());
+    }
+    return {};
+  });
+}
+
+Status RunStore::set_tags(const std::string& run_id, const std::map<std::string, std::string>& tags) {
+  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_RETURN_IF_ERROR(run_status(sql, run_id).status());
+    for (const auto& [key, value] : tags) {
+      SLIPWAY_RETURN_IF_ERROR(sql.execute("INSERT INTO run_tags(run_id, key, value) VALUES (?, ?, ?) "
+                                          "ON CONFLICT(run_id, key) DO UPDATE SET value = excluded.value",
+                                          {run_id, key, value})
+                                  .status());
+    }
+    return {};
+  });
+}
+
+Status RunStore::add_artifact(const std::string& run_id, const RunArtifact& artifact) {
+  if (!context_->artifacts.contains(artifact.sha256)) {
+    return failed_precondition("artifact " + artifact.sha256 + " is not in the artifact store");
+  }
+  return context_->backend->write([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_RETURN_IF_ERROR(require_running(sql, run_id, "artifacts"));
+    SLIPWAY_ASSIGN_OR_RETURN(auto row, sql.query_row("SELECT sha256 FROM run_artifacts WHERE run_id = ? AND path = ?",
+                                                     {run_id, artifact.path}));
+    if (row && row->text(0) == artifact.sha256) return {};
+    if (row) {
+      return already_exists("run '" + run_id + "' has a file '" + artifact.path + "' with other bytes already");
+    }
+    SLIPWAY_RETURN_IF_ERROR(sql.execute("INSERT INTO run_artifacts(run_id, path, sha256, size_bytes, created_ms) "
+                                        "VALUES (?, ?, ?, ?, ?)",
+                                        {run_id, artifact.path, artifact.sha256, artifact.size_bytes, unix_time_ms()})
+                                .status());
+    return append_audit(sql, *context_, "run.artifact", run_id + " " + artifact.path + " sha256:" + artifact.sha256);
+  });
+}
+
+Result<RunPage> RunStore::query(const RunQuery& query) {
+  // The token is where the last page ended: "START_MS.ROWID" of its last run.
+  std::int64_t after_start = INT64_MAX;
+  std::int64_t after_row = INT64_MAX;
+  if (!query.page_token.empty()) {
+    auto dot = query.page_token.find('.');
+    const char* begin = query.page_token.data();
+    const char* end = begin + query.page_token.size();
+    bool valid = dot != std::string::npos && query.page_token.size() <= 40;
+    auto whole = [](const char* from, const char* to, std::int64_t& out) {
+      auto parsed = std::from_chars(from, to, out);
+      return parsed.ec == std::errc() && parsed.ptr == to && out >= 0;
+    };
+    valid = valid && whole(begin, begin + dot, after_start) && whole(begin + dot + 1, end, after_row);
+    if (!valid) return invalid_argument("the page token is not one this server gave; start again without it");
+  }
+  std::size_t page_size = std::clamp<std::size_t>(query.page_size, 1, 1000);
+  RunPage page;
+  SLIPWAY_RETURN_IF_ERROR(context_->backend->read([&](SqlTransaction& sql) -> Status {
+    SLIPWAY_ASSIGN_OR_RETURN(
+        auto rows, sql.query("SELECT r.rowid, r.start_ms FROM runs r JOIN experiments e ON e.id = r.experiment_id "
+                             "WHERE (r.start_ms < ? OR (r.start_ms = ? AND r.rowid < ?)) AND (? = '' OR e.name = ?) "
+                             "AND (? = '' OR r.status = ?) ORDER BY r.start_ms DESC, r.rowid DESC LIMIT ?",
+                             {after_start, after_start, after_row, query.experiment, query.experiment, query.status,
+                              query.status, static_cast<std::int64_t>(page_size + 1)}));
+    for (std::size_t index = 0; index < rows.size() && index < page_size; ++index) {
+      SLIPWAY_ASSIGN_OR_RETURN(auto runs, read_runs(sql, "WHERE r.rowid = ?", {rows[index].integer(0)}));
+      for (auto& run : runs) page.runs.push_back(std::move(run));
+    }
+    if (rows.size() > page_size) {
+      const SqlRow& last = rows[page_size - 1];
+      page.next_page_token = std::to_string(last.integer(1)) + "." + std::to_string(last.integer(0));
+    }
+    return {};
+  }));
+  return page;
 }
 
 Status RunStore::log_metrics(const std::string& run_id, const std::vector<std::pair<std::string, double>>& metrics,
@@ -245,6 +362,8 @@ Result<std::vector<ArtifactReference>> RunStore::artifact_references() {
                                                      "WHERE bundle_sha256 IS NOT NULL AND bundle_sha256 <> '' "
                                                      "ORDER BY rowid"));
     for (const auto& row : bundles) references.push_back({row.text(1), "run " + row.text(0) + " bundle"});
+    SLIPWAY_ASSIGN_OR_RETURN(auto files, sql.query("SELECT run_id, path, sha256 FROM run_artifacts ORDER BY rowid"));
+    for (const auto& row : files) references.push_back({row.text(2), "run " + row.text(0) + " file " + row.text(1)});
     SLIPWAY_ASSIGN_OR_RETURN(auto checkpoints,
                              sql.query("SELECT run_id, step, bundle_sha256 FROM checkpoints ORDER BY run_id, step"));
     for (const auto& row : checkpoints) {
@@ -309,6 +428,26 @@ Result<std::vector<BatchJobRecord>> RunStore::batch_jobs() {
     return {};
   }));
   return jobs;
+}
+
+void write_run_fields(JsonWriter& json, const RunRecord& run) {
+  json.key("run_id").value(run.run_id).key("experiment").value(run.experiment);
+  json.key("status").value(run.status).key("start_ms").value(run.start_ms).key("end_ms").value(run.end_ms);
+  json.key("code_version").value(run.code_version).key("data_fingerprint").value(run.data_fingerprint);
+  json.key("bundle_sha256").value(run.bundle_sha256).key("spec").value(run.spec);
+  json.key("owner").begin_object().key("pid").value(run.owner.pid).key("host").value(run.owner.host).end_object();
+  json.key("params").begin_object();
+  for (const auto& [key, value] : run.params) json.key(key).value(value);
+  json.end_object().key("metrics").begin_object();
+  for (const auto& metric : run.metrics) json.key(metric.key).value(metric.value);
+  json.end_object().key("tags").begin_object();
+  for (const auto& [key, value] : run.tags) json.key(key).value(value);
+  json.end_object().key("artifacts").begin_array();
+  for (const auto& artifact : run.artifacts) {
+    json.begin_object().key("path").value(artifact.path).key("sha256").value(artifact.sha256);
+    json.key("size_bytes").value(artifact.size_bytes).key("created_ms").value(artifact.created_ms).end_object();
+  }
+  json.end_array();
 }
 
 }  // namespace slipway::registry

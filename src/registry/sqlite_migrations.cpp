@@ -157,6 +157,18 @@ CREATE TABLE retrainings(
 CREATE INDEX retrainings_by_model ON retrainings(model, id);
 )sql";
 
+// Runs recorded by training code that runs elsewhere (the tracking API): tags, and artifacts by
+// path (the bytes in the artifact store, so `verify` checks them and `gc` keeps them).
+constexpr std::string_view kRunTagsAndArtifacts = R"sql(
+CREATE TABLE run_tags(
+  run_id TEXT NOT NULL REFERENCES runs(run_id), key TEXT NOT NULL, value TEXT NOT NULL,
+  PRIMARY KEY(run_id, key));
+CREATE TABLE run_artifacts(
+  run_id TEXT NOT NULL REFERENCES runs(run_id), path TEXT NOT NULL, sha256 TEXT NOT NULL,
+  size_bytes INTEGER NOT NULL, created_ms INTEGER NOT NULL, PRIMARY KEY(run_id, path));
+CREATE INDEX runs_by_start ON runs(start_ms);
+)sql";
+
 constexpr std::array kMigrations = {
     Migration{1, "initial_schema", kInitialSchema},
     Migration{2, "run_owner", kRunOwner},
@@ -171,6 +183,7 @@ constexpr std::array kMigrations = {
     Migration{11, "labels", kLabels},
     Migration{12, "monitor_alerts", kMonitorAlerts},
     Migration{13, "retraining", kRetraining},
+    Migration{14, "run_tags_and_artifacts", kRunTagsAndArtifacts},
 };
 
 }  // namespace

@@ -4,8 +4,8 @@
 namespace slipway::registry {
 
 Status validate_token_role(const std::string& role) {
-  if (role != "predict" && role != "deploy" && role != "admin") {
-    return invalid_argument("unknown role '" + role + "'; roles are predict, deploy and admin");
+  if (role != "predict" && role != "read" && role != "deploy" && role != "admin") {
+    return invalid_argument("unknown role '" + role + "'; roles are predict, read, deploy and admin");
   }
   return {};
 }

@@ -11,8 +11,11 @@ namespace {
 Role role_named(std::string_view name) {
   if (name == "admin") return Role::kAdmin;
   if (name == "deploy") return Role::kDeploy;
+  if (name == "read") return Role::kRead;
   return Role::kPredict;
 }
+
+}  // namespace
 
 std::string_view role_name(Role role) {
   switch (role) {
@@ -20,21 +23,59 @@ std::string_view role_name(Role role) {
       return "admin";
     case Role::kDeploy:
       return "deploy";
-    default:
+    case Role::kRead:
+      return "read";
+    case Role::kPredict:
       return "predict";
+    case Role::kOpen:
+      return "open";
   }
+  return "predict";
 }
 
-}  // namespace
+const std::vector<ProtocolRoute>& protocol_routes() {
+  static const std::vector<ProtocolRoute> kRoutes = {
+      {"GET", "/v2", Role::kPredict, "Server metadata: name, version, extensions"},
+      {"GET", "/v2/health/live", Role::kOpen, "Liveness: the server answers"},
+      {"GET", "/v2/health/ready", Role::kOpen, "Readiness: the server takes requests"},
+      {"GET", "/v2/models/stats", Role::kAdmin, "Statistics of every model (Triton's statistics extension)"},
+      {"GET", "/v2/models/{model}", Role::kPredict, "Model metadata: inputs and outputs (an endpoint's main version)"},
+      {"GET", "/v2/models/{model}/ready", Role::kPredict, "Whether the model is loaded and takes requests"},
+      {"POST", "/v2/models/{model}/infer", Role::kPredict, "Inference (JSON, or Triton's binary tensors)"},
+      {"GET", "/v2/models/{model}/config", Role::kPredict, "The model's serving configuration"},
+      {"GET", "/v2/models/{model}/stats", Role::kAdmin, "The model's statistics"},
+      {"GET", "/v2/models/{model}/versions/{version}", Role::kPredict, "One version's metadata"},
+      {"GET", "/v2/models/{model}/versions/{version}/ready", Role::kPredict, "Whether the version takes requests"},
+      {"POST", "/v2/models/{model}/versions/{version}/infer", Role::kPredict, "Inference by one version"},
+      {"GET", "/v2/models/{model}/versions/{version}/config", Role::kPredict, "One version's serving configuration"},
+      {"GET", "/v2/models/{model}/versions/{version}/stats", Role::kAdmin, "One version's statistics"},
+      {"POST", "/v2/repository/index", Role::kDeploy, "The model repository: every model and its state"},
+      {"POST", "/v2/repository/models/{model}/load", Role::kDeploy, "Load a model"},
+      {"POST", "/v2/repository/models/{model}/unload", Role::kDeploy, "Unload a model"},
+      {"GET", "/metrics", Role::kAdmin, "Prometheus metrics"},
+  };
+  return kRoutes;
+}
 
 Role role_required(const std::vector<std::string_view>& segments) {
-  if (segments.size() == 1 && segments[0] == "metrics") return Role::kAdmin;
-  // The management API's routes need deploy at least; approving (an admin act: a token that may
-  // only deploy cannot approve what it deploys) is refused by the operation itself.
-  if (!segments.empty() && segments[0] == "api") return Role::kDeploy;
-  if (segments.size() >= 2 && segments[0] == "v2" && segments[1] == "health") return Role::kOpen;
-  if (segments.size() >= 2 && segments[0] == "v2" && segments[1] == "repository") return Role::kDeploy;
-  if (!segments.empty() && segments.back() == "stats") return Role::kAdmin;
+  // The management API's routes need read at least; each then checks its own (control).
+  if (!segments.empty() && segments[0] == "api") return Role::kRead;
+  if (segments.size() == 1 && segments[0] == "openapi.json") return Role::kOpen;
+  // The declared route with this path (any method: a wrong method is answered 405 after the
+  // token is checked); {name} matches one segment. An undeclared path needs predict.
+  for (const auto& route : protocol_routes()) {
+    std::string_view pattern = route.path.substr(1);
+    std::size_t index = 0;
+    bool matches = true;
+    while (matches && !pattern.empty()) {
+      auto slash = pattern.find('/');
+      std::string_view part = pattern.substr(0, slash);
+      matches = index < segments.size() && (part.front() == '{' || part == segments[index]);
+      ++index;
+      pattern.remove_prefix(slash == std::string_view::npos ? pattern.size() : slash + 1);
+    }
+    if (matches && index == segments.size()) return route.role;
+  }
   return Role::kPredict;
 }
 

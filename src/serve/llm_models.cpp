@@ -14,8 +14,8 @@ bool is_gguf_artifact(const std::string& path) {
   return file.read(magic, 4) && std::string_view(magic, 4) == "GGUF";
 }
 
-std::vector<llm::ServedLlm> load_registered_llms(registry::Registry& registry, const llm::EngineOptions& options) {
-  std::vector<llm::ServedLlm> served;
+std::vector<ServedLlm> load_registered_llms(registry::Registry& registry, const llm::EngineOptions& options) {
+  std::vector<ServedLlm> served;
   auto models = registry.models().list();
   if (!models.ok()) {
     log_error("cannot list the registered models: " + models.status().message());

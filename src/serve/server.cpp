@@ -26,7 +26,7 @@ struct Server::State {
   State(registry::Registry& registry, const ServerOptions& options) : service(registry, options.service) {}
 
   Service service;
-  std::shared_ptr<llm::OpenAiApi> llms;  // none when no LLM is registered
+  std::shared_ptr<OpenAiApi> llms;  // serves no model when no LLM is registered
   // Declared after the service: destroyed first, so no request reaches a destroyed service.
   std::unique_ptr<http::Server> http;
 };
@@ -58,15 +58,21 @@ Result<std::unique_ptr<Server>> Server::start(registry::Registry& registry, cons
                                handle});
   routes.push_back(http::Route{"/metrics", nullptr, handle});
   routes.push_back(http::Route{"/api", [](const http::Request&) { return http::Execution::kWorker; }, handle});
-  std::vector<llm::ServedLlm> llms = load_registered_llms(registry, options.llm);
-  if (!llms.empty()) {
-    state->llms = std::make_shared<llm::OpenAiApi>(std::move(llms));
+  routes.push_back(http::Route{"/openapi.json", [](const http::Request&) { return http::Execution::kWorker; }, handle});
+  // /v1 answers whether or not an LLM is registered (an empty model list, then "no such model"),
+  // as the OpenAPI document says.
+  std::vector<ServedLlm> llms = load_registered_llms(registry, options.llm);
+  bool serves_llms = !llms.empty();
+  state->llms = std::make_shared<OpenAiApi>(std::move(llms));
+  if (serves_llms) {
     service.set_llms([api = state->llms] { return api->metrics_text(); },
                      [api = state->llms] {
                        std::set<std::string> names;
                        for (const auto& served : api->models()) names.insert(served.id);
                        return names;
                      });
+  }
+  {
     // The OpenAI API takes the predict role, as inference does.
     routes.push_back(
         http::Route{"/v1",

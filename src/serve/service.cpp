@@ -197,6 +197,7 @@ namespace {
 std::string_view route_name(const std::vector<std::string_view>& segments) {
   if (segments.size() == 1 && segments[0] == "metrics") return "metrics";
   if (!segments.empty() && segments[0] == "api") return "management";
+  if (segments.size() == 1 && segments[0] == "openapi.json") return "management";
   if (segments.empty() || segments[0] != "v2") return "other";
   if (segments.size() == 1) return "server_metadata";
   if (segments[1] == "health") return "health";
@@ -316,9 +317,9 @@ void Service::handle_async(std::string_view method, std::string_view target, std
   if (route == "management") {
     if (!state->options.management) return answer(error_response(404, "this server has no management API"));
     auto question = target.find('?');
-    ManagementCall call{method, segments,
-                        question == std::string_view::npos ? std::string_view() : target.substr(question + 1), body,
-                        granted, token_name};
+    ManagementCall call{
+        method, segments, question == std::string_view::npos ? std::string_view() : target.substr(question + 1),
+        body,   granted,  token_name};
     HttpResponse response = state->options.management(call);
     if (response.status < 400 && method != "GET") {
       // This server follows a change at once; others within their refresh period.

@@ -172,10 +172,15 @@ HttpResult http_request(int port, const std::string& method, const std::string& 
   for (const auto& [name, value] : headers) request.set(name, value);
   request.body() = body;
   request.prepare_payload();
-  http::write(stream, request);
+  // A server may answer before it has read the whole body (413 for one over its limit) and close:
+  // the write then fails, and the answer is still there to read.
+  beast::error_code write_error;
+  http::write(stream, request, write_error);
   beast::flat_buffer buffer;
   http::response<http::string_body> response;
-  http::read(stream, buffer, response);
+  beast::error_code read_error;
+  http::read(stream, buffer, response, read_error);
+  if (read_error) throw beast::system_error(write_error ? write_error : read_error);
   beast::error_code ignored;
   stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
   HttpResult result{

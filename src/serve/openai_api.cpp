@@ -12,9 +12,11 @@
 
 #include <fmt/format.h>
 
-#include "slipway/llm.h"
+#include "slipway/serve.h"
 
-namespace slipway::llm {
+namespace slipway::serve {
+
+using namespace llm;  // NOLINT(google-build-using-namespace): the engine's vocabulary, throughout
 namespace {
 
 using simdjson::dom::element;
@@ -655,6 +657,19 @@ void list_models(const std::vector<ServedLlm>& models, std::string_view only, co
 
 }  // namespace
 
+const std::vector<ProtocolRoute>& OpenAiApi::routes() {
+  // Under `slipway serve --auth` these take the predict role, as inference does; `slipway llm
+  // serve --api-key` takes its one key.
+  static const std::vector<ProtocolRoute> kRoutes = {
+      {"GET", "/v1/models", Role::kPredict, "The LLMs served (OpenAI's list models)"},
+      {"GET", "/v1/models/{model}", Role::kPredict, "One LLM (OpenAI's retrieve model)"},
+      {"POST", "/v1/completions", Role::kPredict,
+       "A completion of a prompt, streamed as server-sent events when asked"},
+      {"POST", "/v1/chat/completions", Role::kPredict, "A chat completion, streamed as server-sent events when asked"},
+  };
+  return kRoutes;
+}
+
 OpenAiApi::OpenAiApi(std::vector<ServedLlm> models) : models_(std::move(models)) {
   for (const auto& model : models_) {
     const Tokenizer& tokenizer = model.engine->tokenizer();
@@ -768,4 +783,4 @@ std::string OpenAiApi::metrics_text() const {
   return out;
 }
 
-}  // namespace slipway::llm
+}  // namespace slipway::serve

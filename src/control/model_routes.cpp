@@ -1,0 +1,244 @@
+// /api/models and /api/lineage: registered models and versions, registering an uploaded bundle,
+// aliases, retiring, and lineage both ways; as `slipway models`, `versions`, `alias`, `retire` and
+// `lineage` do, through the same operations.
+#include <algorithm>
+
+#include "control/api.h"
+
+namespace slipway::control {
+namespace {
+
+using serve::error_response;
+using serve::HttpResponse;
+
+constexpr std::string_view kVersionSchema =
+    R"({"type":"object","required":["model","version","bundle_sha256"],"properties":{"model":{"type":"string"},)"
+    R"("version":{"type":"integer"},"bundle_sha256":{"type":"string"},"run_id":{"type":"string"},)"
+    R"("creator":{"type":"string"},"created_ms":{"type":"integer"},"aliases":{"type":"array",)"
+    R"("items":{"type":"string"}},"retired_ms":{"type":"integer"},"description":{"type":"string"},)"
+    R"("tags":{"type":"object"},"approval":{"type":"object"},"created":{"type":"boolean"}}})";
+constexpr std::string_view kModelPageSchema =
+    R"({"type":"object","properties":{"models":{"type":"array","items":{"type":"object","properties":{)"
+    R"("name":{"type":"string"},"latest_version":{"type":"integer"},"versions":{"type":"integer"}}}},)"
+    R"("next_page_token":{"type":"string"}}})";
+constexpr std::string_view kVersionListSchema =
+    R"({"type":"object","properties":{"model":{"type":"string"},"versions":{"type":"array",)"
+    R"("items":{"type":"object"}}}})";
+constexpr std::string_view kAliasSchema = R"({"type":"object","required":["version"],"additionalProperties":false,)"
+                                          R"("properties":{"version":{"type":"integer","minimum":1}}})";
+constexpr std::string_view kAliasAnswerSchema =
+    R"({"type":"object","properties":{"model":{"type":"string"},"alias":{"type":"string"},)"
+    R"("version":{"type":"integer"}}})";
+constexpr std::string_view kRetireAnswerSchema =
+    R"({"type":"object","properties":{"reference":{"type":"string"},)"
+    R"("rollback_targets_dropped":{"type":"array","items":{"type":"string"}}}})";
+constexpr std::string_view kLineageSchema =
+    R"({"type":"object","properties":{"start":{"type":"string"},"direction":{"type":"string"},)"
+    R"("nodes":{"type":"array","items":{"type":"object"}},"edges":{"type":"array","items":{"type":"object"}}}})";
+
+const std::vector<ApiParameter> kPageQuery = {
+    {"page_size", R"({"type":"integer","minimum":1,"maximum":1000})", "Items in a page (default 100)"},
+    {"page_token", R"({"type":"string"})", "next_page_token of the page before"},
+};
+const std::vector<ApiParameter> kUploadQuery = {
+    {"sha256", R"({"type":"string","pattern":"^[0-9a-f]{64}$"})",
+     "The sha256 of the body: bytes that hash otherwise (truncated, changed) are refused"},
+};
+const std::vector<ApiParameter> kLineageQuery = {
+    {"reference", R"({"type":"string"})", "A version (NAME@VERSION, NAME@ALIAS, NAME), a run id or a data fingerprint"},
+    {"direction", R"({"type":"string","enum":["upstream","downstream"]})",
+     "upstream (default): what it was built from; downstream: what was built from it"},
+};
+
+HttpResponse version_answer(const registry::ModelVersion& version, std::optional<bool> created = std::nullopt) {
+  JsonWriter json;
+  json.begin_object().key("model").value(version.model);
+  registry::write_model_version_fields(json, version);
+  if (created) json.key("created").value(*created);
+  json.end_object();
+  return json_answer(json);
+}
+
+Result<std::int64_t> version_number(ApiCall& call) {
+  return parse_integer(call.path_parameter("version"), "version", 1, INT64_MAX);
+}
+
+// GET /api/models: by name, a page at a time; the token is the last name of the page before, so
+// models registered meanwhile never shift a page.
+HttpResponse list_models(ApiCall& call) {
+  auto query = parse_query(call.http.query, kPageQuery);
+  if (!query.ok()) return error_response(query.status());
+  std::int64_t page_size = 100;
+  if (auto size = query->find("page_size"); size != query->end()) {
+    auto parsed = parse_integer(size->second, "page_size", 1, 1000);
+    if (!parsed.ok()) return error_response(parsed.status());
+    page_size = *parsed;
+  }
+  std::string after;
+  if (auto token = query->find("page_token"); token != query->end()) {
+    if (!registry::validate_model_name(token->second).ok()) {
+      return error_response(400, "the page token is not one this server gave; start again without it");
+    }
+    after = token->second;
+  }
+  auto models = call.registry->models().list();
+  if (!models.ok()) return error_response(models.status());
+  auto first =
+      std::upper_bound(models->begin(), models->end(), after,
+                       [](const std::string& name, const registry::ModelSummary& model) { return name < model.name; });
+  if (after.empty()) first = models->begin();
+  JsonWriter json;
+  json.begin_object().key("models").begin_array();
+  std::int64_t written = 0;
+  auto it = first;
+  for (; it != models->end() && written < page_size; ++it, ++written) registry::write_model_summary_json(json, *it);
+  json.end_array();
+  if (it != models->end()) json.key("next_page_token").value(std::prev(it)->name);
+  json.end_object();
+  return json_answer(json);
+}
+
+HttpResponse list_versions(ApiCall& call) {
+  const std::string& model = call.path_parameter("model");
+  auto versions = call.registry->models().list_versions(model);
+  if (!versions.ok()) return error_response(versions.status());
+  JsonWriter json;
+  json.begin_object().key("model").value(model).key("versions").begin_array();
+  for (const auto& version : *versions) {
+    json.begin_object();
+    registry::write_model_version_fields(json, version);
+    json.end_object();
+  }
+  json.end_array().end_object();
+  return json_answer(json);
+}
+
+HttpResponse get_version(ApiCall& call) {
+  auto number = version_number(call);
+  if (!number.ok()) return error_response(number.status());
+  auto version = call.registry->models().resolve(call.path_parameter("model"), {*number, ""});
+  return version.ok() ? version_answer(*version) : error_response(version.status());
+}
+
+// POST /api/models/{model}/versions?sha256=HEX, the bundle file as the body.
+HttpResponse register_upload(ApiCall& call) {
+  auto query = parse_query(call.http.query, kUploadQuery);
+  if (!query.ok()) return error_response(query.status());
+  auto sha256 = query->find("sha256");
+  if (sha256 == query->end()) {
+    return error_response(400, "give the body's sha256 as ?sha256=HEX, so a truncated or changed upload is refused");
+  }
+  auto registered = pipeline::register_bundle_bytes(*call.registry, call.path_parameter("model"), call.http.body,
+                                                    sha256->second, call.caller);
+  if (!registered.ok()) return error_response(registered.status());
+  HttpResponse answer = version_answer(registered->version, registered->created);
+  if (registered->created) answer.status = 201;
+  return answer;
+}
+
+// PUT /api/models/{model}/aliases/{alias} {"version": N}
+HttpResponse put_alias(ApiCall& call) {
+  JsonBody body;
+  if (auto parsed = body.parse(call.http.body, R"({"version": 3})", {"version"}); !parsed.ok()) {
+    return error_response(parsed);
+  }
+  auto version = body.integer("version", 1, 9.007199254740992e15, "a version number (1 or more)");
+  if (!version.ok()) return error_response(version.status());
+  const std::string& model = call.path_parameter("model");
+  const std::string& alias = call.path_parameter("alias");
+  if (auto set = pipeline::set_alias(*call.registry, model, alias, *version, call.caller); !set.ok()) {
+    return error_response(set);
+  }
+  JsonWriter json;
+  json.begin_object().key("model").value(model).key("alias").value(alias).key("version").value(*version);
+  json.end_object();
+  return json_answer(json);
+}
+
+HttpResponse retire(ApiCall& call) {
+  if (auto empty = check_no_body(call.http.body); !empty.ok()) return error_response(empty);
+  auto number = version_number(call);
+  if (!number.ok()) return error_response(number.status());
+  auto retired = pipeline::retire(*call.registry, call.path_parameter("model"), *number, call.caller);
+  if (!retired.ok()) return error_response(retired.status());
+  JsonWriter json;
+  json.begin_object().key("reference").value(retired->reference).key("rollback_targets_dropped").begin_array();
+  for (const auto& endpoint : retired->rollback_targets_dropped) json.value(endpoint);
+  json.end_array().end_object();
+  return json_answer(json);
+}
+
+HttpResponse lineage(ApiCall& call) {
+  auto query = parse_query(call.http.query, kLineageQuery);
+  if (!query.ok()) return error_response(query.status());
+  auto reference = query->find("reference");
+  if (reference == query->end() || reference->second.empty()) {
+    return error_response(400, "give ?reference=NAME@VERSION (or a run id, or a data fingerprint)");
+  }
+  bool downstream = false;
+  if (auto direction = query->find("direction"); direction != query->end()) {
+    if (direction->second != "upstream" && direction->second != "downstream") {
+      return error_response(400, "direction is upstream or downstream, not '" + direction->second.substr(0, 32) + "'");
+    }
+    downstream = direction->second == "downstream";
+  }
+  auto graph = pipeline::lineage(*call.registry, reference->second, downstream);
+  if (!graph.ok()) return error_response(graph.status());
+  JsonWriter json;
+  pipeline::write_lineage_json(json, *graph, downstream);
+  return json_answer(json);
+}
+
+}  // namespace
+
+void add_model_routes(std::vector<ApiRoute>& routes) {
+  using serve::Role;
+  routes.push_back({"GET", "/api/models", Role::kRead, false, "Registered models, by name (slipway models)", kPageQuery,
+                    "", kModelPageSchema, list_models});
+  routes.push_back({"GET",
+                    "/api/models/{model}/versions",
+                    Role::kRead,
+                    false,
+                    "A model's versions (slipway versions)",
+                    {},
+                    "",
+                    kVersionListSchema,
+                    list_versions});
+  routes.push_back({"POST", "/api/models/{model}/versions", Role::kDeploy, true,
+                    "Register a bundle file (the body) as the model's next version; the same bytes again answer "
+                    "the version they made",
+                    kUploadQuery, "binary", kVersionSchema, register_upload});
+  routes.back().creates = true;
+  routes.push_back({"GET",
+                    "/api/models/{model}/versions/{version}",
+                    Role::kRead,
+                    false,
+                    "One version",
+                    {},
+                    "",
+                    kVersionSchema,
+                    get_version});
+  routes.push_back({"POST",
+                    "/api/models/{model}/versions/{version}/retire",
+                    Role::kDeploy,
+                    true,
+                    "Take a version out of service, keeping it for lineage (slipway retire)",
+                    {},
+                    R"({"type":"object","additionalProperties":false})",
+                    kRetireAnswerSchema,
+                    retire});
+  routes.push_back({"PUT",
+                    "/api/models/{model}/aliases/{alias}",
+                    Role::kDeploy,
+                    true,
+                    "Point an alias at a version (slipway alias)",
+                    {},
+                    kAliasSchema,
+                    kAliasAnswerSchema,
+                    put_alias});
+  routes.push_back({"GET", "/api/lineage", Role::kRead, false,
+                    "What a version, run or data set was built from, or what was built from it (slipway lineage)",
+                    kLineageQuery, "", kLineageSchema, lineage});
+}
+
+}  // namespace slipway::control

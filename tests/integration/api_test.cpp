@@ -1,0 +1,306 @@
+// The HTTP API as its clients meet it, against the real binary: the OpenAPI document is valid
+// (a real validator from npm) and says the truth (each documented route answers, with the role it
+// documents, for every role); training code elsewhere records a run that `slipway runs` and
+// `slipway show` print; and hostile calls get a clear 4xx with nothing half-written.
+#include <gtest/gtest.h>
+#include <simdjson.h>
+
+#include <atomic>
+#include <csignal>
+#include <map>
+#include <thread>
+
+#include "support/test_support.h"
+
+namespace {
+
+using slipway::testing::ChildProcess;
+using slipway::testing::data_path;
+using slipway::testing::http_request;
+using slipway::testing::HttpResult;
+using slipway::testing::read_started_server;
+using slipway::testing::run_command;
+using slipway::testing::slipway_binary;
+using slipway::testing::StartedServer;
+using slipway::testing::TempDir;
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+// node_modules holding @apidevtools/swagger-parser, installed on first use into ~/.cache; empty
+// when Node.js, npm or the registry is missing (scripts/install-deps.sh installs Node.js and npm).
+std::string validator_modules() {
+  const char* home = std::getenv("HOME");
+  if (home == nullptr || run_command({"/usr/bin/env", "node", "--version"}).exit_code != 0) return "";
+  std::string prefix = std::string(home) + "/.cache/slipway-test-node/openapi";
+  std::string modules = prefix + "/node_modules";
+  if (run_command({"test", "-d", modules + "/@apidevtools/swagger-parser"}).exit_code == 0) return modules;
+  auto installed = run_command({"/usr/bin/env", "timeout", "120", "npm", "install", "--prefix", prefix, "-E",
+                                "--no-audit", "--no-fund", "@apidevtools/swagger-parser@12.1.0"});
+  return installed.exit_code == 0 ? modules : "";
+}
+
+class Api : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(slipway({"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--register", "lending"})
+                  .exit_code,
+              0);
+    ASSERT_EQ(slipway({"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--ignore", "annual_inc",
+                       "--register", "lending"})
+                  .exit_code,
+              0);
+    ASSERT_EQ(slipway({"deploy", "web", "lending@1"}).exit_code, 0);
+  }
+  slipway::testing::CommandResult slipway(std::vector<std::string> arguments) {
+    arguments.insert(arguments.begin(), {slipway_binary(), "--home", home_.path()});
+    return run_command(arguments);
+  }
+  Headers token(const std::string& name, const std::string& role) {
+    auto created = slipway({"--json", "token", "create", name, "--role", role});
+    EXPECT_EQ(created.exit_code, 0) << created.err;
+    auto at = created.out.find("\"token\":\"") + 9;
+    return {{"Authorization", "Bearer " + created.out.substr(at, created.out.find('"', at) - at)}};
+  }
+  int start_server(std::vector<std::string> extra) {
+    std::vector<std::string> argv = {slipway_binary(), "--home", home_.path(), "--json", "serve", "--port", "0"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    server_ = std::make_unique<ChildProcess>(argv);
+    const StartedServer started = read_started_server(*server_);
+    EXPECT_GT(started.port, 0) << started.first_line;
+    return started.port;
+  }
+  void TearDown() override {
+    if (!server_) return;
+    server_->signal(SIGTERM);
+    EXPECT_EQ(server_->wait(), 0);
+  }
+  static std::string field(const std::string& json, const std::string& key) {
+    auto at = json.find("\"" + key + "\":\"");
+    if (at == std::string::npos) return "";
+    at += key.size() + 4;
+    return json.substr(at, json.find('"', at) - at);
+  }
+
+  TempDir home_;
+  std::unique_ptr<ChildProcess> server_;
+};
+
+int rank(const std::string& role) {
+  static const std::map<std::string, int> kRanks = {
+      {"open", 0}, {"predict", 1}, {"read", 2}, {"deploy", 3}, {"admin", 4}};
+  return kRanks.at(role);
+}
+
+// Every operation of the document, called by every role (and by no token at all): a role below
+// the documented one is refused (401 without a token, 403 with one) and never changes anything;
+// a role at or above it reaches the route (never 401, 403, 405, or a 404 that says the route does
+// not exist).
+TEST_F(Api, TheOpenApiDocumentIsValidAndEveryRouteAnswersEveryRoleAsItSays) {
+  std::map<std::string, Headers> roles = {{"predict", token("p", "predict")},
+                                          {"read", token("r", "read")},
+                                          {"deploy", token("d", "deploy")},
+                                          {"admin", token("a", "admin")}};
+  int port = start_server({"--auth"});
+  ASSERT_GT(port, 0);
+  auto document = http_request(port, "GET", "/openapi.json");  // open: the document is no secret
+  ASSERT_EQ(document.status, 200) << document.body;
+
+  std::string modules = validator_modules();
+  if (modules.empty()) {
+    ADD_FAILURE() << "Node.js with npm is needed to validate the document (scripts/install-deps.sh installs it)";
+  } else {
+    TempDir scratch;
+    std::string path = scratch.file("openapi.json");
+    slipway::testing::write_text(path, document.body);
+    auto validated =
+        run_command({"/usr/bin/env", "node", slipway::testing::source_dir() + "/tests/integration/validate_openapi.mjs",
+                     modules, path});
+    EXPECT_EQ(validated.exit_code, 0) << validated.err;
+    EXPECT_NE(validated.out.find("\"openapi\":\"3.1.0\""), std::string::npos) << validated.out;
+  }
+
+  auto started = http_request(port, "POST", "/api/runs", R"({"experiment":"matrix"})", roles["read"]);
+  ASSERT_EQ(started.status, 201) << started.body;
+  std::string run_id = field(started.body, "run_id");
+  std::map<std::string, std::string> values = {
+      {"endpoint", "web"}, {"model", "lending"}, {"version", "2"}, {"alias", "staging"}, {"run_id", run_id}};
+
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(document.body);
+  simdjson::dom::object paths;
+  ASSERT_EQ(parser.parse(padded)["paths"].get(paths), simdjson::SUCCESS);
+  std::size_t operations = 0;
+  for (auto [path_view, methods] : paths) {
+    std::string path(path_view);
+    std::string target;
+    for (std::size_t at = 0; at < path.size();) {
+      if (path[at] != '{') {
+        target += path[at++];
+        continue;
+      }
+      auto close = path.find('}', at);
+      std::string name = path.substr(at + 1, close - at - 1);
+      target += values.count(name) ? values[name] : "x";
+      at = close + 1;
+    }
+    for (auto [method_view, operation] : simdjson::dom::object(methods)) {
+      std::string method(method_view);
+      for (char& c : method) c = static_cast<char>(c - 'a' + 'A');
+      std::string_view documented;
+      ASSERT_EQ(operation["x-slipway-role"].get(documented), simdjson::SUCCESS) << method << " " << path;
+      int needed = rank(std::string(documented));
+      ++operations;
+      std::string body = method == "GET" || method == "DELETE" ? "" : "{}";
+      SCOPED_TRACE(method + " " + target);
+      auto anonymous = http_request(port, method, target, body);
+      if (needed == 0) {
+        EXPECT_NE(anonymous.status, 401);
+      } else {
+        EXPECT_EQ(anonymous.status, 401) << anonymous.body;
+      }
+      for (const auto& [role, headers] : roles) {
+        auto answer = http_request(port, method, target, body, headers);
+        SCOPED_TRACE(role + " -> " + std::to_string(answer.status) + " " + answer.body.substr(0, 200));
+        if (rank(role) < needed) {
+          EXPECT_EQ(answer.status, 403);
+          continue;
+        }
+        EXPECT_NE(answer.status, 401);
+        EXPECT_NE(answer.status, 403);
+        EXPECT_NE(answer.status, 405);
+        EXPECT_EQ(answer.body.find("no such management route"), std::string::npos);
+        EXPECT_EQ(answer.body.find("no route for"), std::string::npos);
+        EXPECT_LT(answer.status, 500);
+      }
+    }
+  }
+  EXPECT_GE(operations, 40u);
+  // What is not documented is not there.
+  for (const char* missing : {"/api/nothing", "/api/endpoints/web/explode", "/api"}) {
+    EXPECT_EQ(http_request(port, "GET", missing, "", roles["admin"]).status, 404) << missing;
+  }
+  // A deploy token cannot widen its own rights: approvals and lifting an approval requirement are
+  // admin acts, whatever the route.
+  ASSERT_EQ(
+      http_request(port, "POST", "/api/endpoints/web/settings", R"({"require_approval":true})", roles["admin"]).status,
+      200);
+  EXPECT_EQ(http_request(port, "POST", "/api/endpoints/web/settings", R"({"require_approval":false})", roles["deploy"])
+                .status,
+            403);
+  EXPECT_EQ(http_request(port, "POST", "/api/models/lending/versions/2/approval", R"({"note":"mine"})", roles["deploy"])
+                .status,
+            403);
+  EXPECT_EQ(http_request(port, "POST", "/api/endpoints/web/deploy", R"({"model":"lending@2"})", roles["deploy"]).status,
+            409);
+}
+
+// Training code elsewhere (examples/track_run.py: Python's standard library alone) records a run
+// with 100 metric steps and a file; the CLI prints it beside the runs Slipway trained.
+TEST_F(Api, AnExternalTrainingScriptRecordsARunTheCliPrints) {
+  Headers reader = token("trainer", "read");
+  int port = start_server({"--auth"});
+  ASSERT_GT(port, 0);
+  auto script = run_command({"/usr/bin/python3", slipway::testing::source_dir() + "/examples/track_run.py", "--url",
+                             "http://127.0.0.1:" + std::to_string(port), "--token", reader.front().second.substr(7),
+                             "--experiment", "resnet"});
+  ASSERT_EQ(script.exit_code, 0) << script.err;
+  std::string run_id = script.out.substr(0, 32);
+
+  auto runs = slipway({"runs"});
+  auto line_at = runs.out.find(run_id);
+  ASSERT_NE(line_at, std::string::npos) << runs.out;
+  std::string line = runs.out.substr(line_at, runs.out.find('\n', line_at) - line_at);
+  EXPECT_NE(line.find("resnet"), std::string::npos) << line;
+  EXPECT_NE(line.find("FINISHED"), std::string::npos) << line;
+  EXPECT_NE(line.find("loss="), std::string::npos) << line;
+  auto shown = slipway({"show", run_id});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  for (const char* expected :
+       {"learning_rate = 0.05", "framework = stdlib", "model.json  ", "per step (100 steps)", "loss = "}) {
+    EXPECT_NE(shown.out.find(expected), std::string::npos) << expected << "\n" << shown.out;
+  }
+  auto history = http_request(port, "GET", "/api/runs/" + run_id + "/metrics?key=loss", "", reader);
+  ASSERT_EQ(history.status, 200) << history.body;
+  std::size_t steps = 0;
+  for (auto at = history.body.find("\"step\":"); at != std::string::npos; at = history.body.find("\"step\":", at + 1))
+    ++steps;
+  EXPECT_EQ(steps, 100u);
+  // The file is stored and checked by `verify` like every artifact.
+  auto verified = slipway({"verify"});
+  EXPECT_EQ(verified.exit_code, 0) << verified.out << verified.err;
+  // A retried start with the same id is the same run, not a second one.
+  auto again = http_request(port, "POST", "/api/runs", R"({"experiment":"resnet","run_id":")" + run_id + "\"}", reader);
+  EXPECT_EQ(again.status, 200) << again.body;
+  EXPECT_NE(again.body.find("\"created\":false"), std::string::npos) << again.body;
+  auto compared = http_request(port, "GET", "/api/runs/compare?a=" + run_id + "&b=" + run_id, "", reader);
+  EXPECT_EQ(compared.status, 200) << compared.body;
+}
+
+// Hostile calls: forged paging tokens, uploads that lie about their hash, paths that climb out,
+// bodies over the limit, junk names; each a clear 4xx, and nothing half-written. Then 1,000
+// writers at once: each answered (200, or 429 when the backlog is full), and every 200 stored.
+TEST_F(Api, HostileCallsAreRefusedAndConcurrentWritersLoseNothing) {
+  int port = start_server({});
+  ASSERT_GT(port, 0);
+  auto started = http_request(port, "POST", "/api/runs", R"({"experiment":"hostile"})");
+  ASSERT_EQ(started.status, 201);
+  std::string run_id = field(started.body, "run_id");
+  std::string base = "/api/runs/" + run_id;
+
+  for (const char* token : {"abc", "1.2.3", "99999999999999999999999.1", "-1.5", "%ZZ"}) {
+    EXPECT_EQ(http_request(port, "GET", std::string("/api/runs?page_token=") + token).status, 400) << token;
+  }
+  EXPECT_EQ(http_request(port, "GET", "/api/models?page_token=..%2Fx").status, 400);
+  EXPECT_EQ(http_request(port, "GET", "/api/audit?page_token=-3").status, 400);
+  EXPECT_EQ(http_request(port, "GET", "/api/runs?colour=blue").status, 400);
+  EXPECT_EQ(http_request(port, "GET", "/api/runs?page_size=0").status, 400);
+
+  const std::string zeros_sha = std::string(64, '0');
+  auto lying = http_request(port, "POST", base + "/artifacts?path=model.pt&sha256=" + zeros_sha, "weights");
+  EXPECT_EQ(lying.status, 400);
+  EXPECT_NE(lying.body.find("nothing was stored"), std::string::npos) << lying.body;
+  auto bundle_lie = http_request(port, "POST", "/api/models/uploaded/versions?sha256=" + zeros_sha, "not a bundle");
+  EXPECT_EQ(bundle_lie.status, 400);
+  for (const char* path : {"../../etc/passwd", "/abs", "a//b", "a/./b", "dir/", "back%5Cslash", "nul%00"}) {
+    auto climbed = http_request(port, "POST", base + "/artifacts?path=" + path + "&sha256=" + zeros_sha, "x");
+    EXPECT_EQ(climbed.status, 400) << path << " " << climbed.body;
+  }
+  std::string huge(65 * 1024 * 1024, 'x');
+  EXPECT_EQ(http_request(port, "POST", base + "/artifacts?path=huge&sha256=" + zeros_sha, huge).status, 413);
+  huge.clear();
+  huge.shrink_to_fit();
+  for (const char* body : {R"({"params":{"naïve":"x"}})", R"({"metrics":[{"key":"loss","value":1e400}]})",
+                           R"({"metrics":[{"key":"loss","value":1,"step":-1}]})", R"({"metrics":[{"key":"loss"}]})",
+                           R"({"params":{"a":"1","a":"2"}})", R"({"tags":{"t":1}})", "[]", "{"}) {
+    EXPECT_EQ(http_request(port, "POST", base + "/log", body).status, 400) << body;
+  }
+  EXPECT_EQ(http_request(port, "POST", "/api/runs", R"({"experiment":"bell\u0007"})").status, 400);
+  EXPECT_EQ(http_request(port, "POST", "/api/runs", R"({"run_id":"ABC"})").status, 400);
+  auto shown = http_request(port, "GET", base);
+  EXPECT_NE(shown.body.find("\"params\":{},\"metrics\":{},\"tags\":{},\"artifacts\":[]"), std::string::npos)
+      << shown.body;
+
+  std::atomic<int> stored{0};
+  std::atomic<int> refused{0};
+  std::atomic<int> other{0};
+  std::vector<std::thread> writers;
+  for (int writer = 0; writer < 1000; ++writer) {
+    writers.emplace_back([&, writer] {
+      auto answer = http_request(port, "POST", base + "/log",
+                                 R"({"metrics":[{"key":"m","value":)" + std::to_string(writer) + R"(,"step":)" +
+                                     std::to_string(writer) + "}]}");
+      (answer.status == 200 ? stored : answer.status == 429 || answer.status == 503 ? refused : other)++;
+    });
+  }
+  for (auto& thread : writers) thread.join();
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_GT(stored.load(), 0);
+  auto history = http_request(port, "GET", base + "/metrics?key=m");
+  int steps = 0;
+  for (auto at = history.body.find("\"step\":"); at != std::string::npos; at = history.body.find("\"step\":", at + 1))
+    ++steps;
+  EXPECT_EQ(steps, stored.load()) << "refused " << refused.load();
+  EXPECT_LT(slipway::testing::resident_kib(server_->pid()), 512 * 1024);
+}
+
+}  // namespace
