@@ -256,7 +256,7 @@ Status validate_experiment_name(const std::string& experiment);
 struct TokenRecord {
   std::string id;
   std::string name;
-  std::string role;  // predict, deploy or admin
+  std::string role;  // predict, read, deploy or admin
   std::string token_sha256;
   std::int64_t created_ms = 0;
   std::int64_t revoked_ms = 0;  // 0 while active
@@ -285,7 +285,7 @@ struct NewToken {
   std::string id;
   std::string secret;  // "slw_<id>_<64 hex>"
 };
-// InvalidArgument unless `role` is predict, deploy or admin.
+// InvalidArgument unless `role` is predict, read, deploy or admin.
 Status validate_token_role(const std::string& role);
 
 // What a model reference selects: an explicit version, an alias, or the latest version.

@@ -491,7 +491,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       ->check(CLI::Range(512, 1'048'576));  // at least one body at the 64 MiB limit, counted 8 times
   serve_command->add_flag("--lazy", serve_options.lazy, "Load each model on its first request, not at start");
   serve_command->add_flag("--auth", serve_options.auth,
-                          "Require bearer tokens (`slipway token create`): predict, deploy or admin");
+                          "Require bearer tokens (`slipway token create`): predict, read, deploy or admin");
   ServingConfigFlags serve_defaults;
   // One flag per declared serving config key (serve::serving_config_declarations()): --max-batch-size
   // for max_batch_size; a list key takes one item per flag, named in the singular

@@ -1,4 +1,4 @@
-// Bearer-token authorization for `slipway serve --auth`: roles nest predict < deploy < admin;
+// Bearer-token authorization for `slipway serve --auth`: roles nest predict < read < deploy < admin;
 // tokens come from the registry (only their sha256 is stored) and are re-read every
 // registry_refresh, so a revocation takes effect within it.
 #include <cctype>
