@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,15 @@
 #include "slipway/train.h"
 
 namespace slipway::pipeline {
+
+// Who asks. The audit log names `actor` (empty: the registry's own, the OS user). Approving and
+// lifting an endpoint's approval requirement need `may_administer` (the admin role): a caller
+// who may only deploy cannot approve what it deploys, nor lift the requirement. The CLI acts as
+// the workspace's owner, with every right.
+struct Caller {
+  std::string actor;
+  bool may_administer = true;
+};
 
 // What to train, from what data, and where the result goes: what a YAML spec holds.
 struct TrainSpec {
@@ -299,6 +309,15 @@ struct RetrainOutcome {
   std::string gate_data;  // where the gate's rows came from, in words
 };
 
+// Stores `model`'s retrain policy as `values` (the schema's keys; what `slipway retrain policy`
+// and a client give, merged with what was stored): checked first as the schema and
+// check_retrain_policy check it, then what can be checked now rather than after a training (the
+// files it reads exist, the endpoint's baseline resolves). Nothing is stored on a failure.
+Status save_retrain_policy(registry::Registry& registry, const std::string& model,
+                           const std::map<std::string, std::string>& values, const Caller& caller);
+// Removes `model`'s retrain policy (NotFound when it has none).
+Status remove_retrain_policy(registry::Registry& registry, const std::string& model, const Caller& caller);
+
 // Retrains `policy.model` once if it is due (or forced). Under the model's retraining lock (a
 // second process gets FailedPrecondition; records a killed process left `running` become
 // `interrupted`) it decides, reads the new rows (for data=traffic, the baseline's labelled
@@ -322,15 +341,6 @@ Result<RetrainOutcome> retrain(registry::Registry& registry, const RetrainPolicy
 //
 // Each takes a Registry opened for writing (reads aside) and the Caller, and leaves the store as
 // it was when it fails, unless its comment says otherwise.
-
-// Who asks. The audit log names `actor` (empty: the registry's own, the OS user). Approving and
-// lifting an endpoint's approval requirement need `may_administer` (the admin role): a caller
-// who may only deploy cannot approve what it deploys, nor lift the requirement. The CLI acts as
-// the workspace's owner, with every right.
-struct Caller {
-  std::string actor;
-  bool may_administer = true;
-};
 
 // A gate: `candidate` held to `criteria` against `baseline` on the labelled rows of `data_path`,
 // overall and per value of `slice` when it is set.
@@ -436,9 +446,75 @@ struct RetireOutcome {
 Result<RetireOutcome> retire(registry::Registry& registry, const std::string& model, std::int64_t version,
                              const Caller& caller);
 
+// Description, owner and tags of a model (`version` nullopt) or of one version
+// (registry::ModelStore::annotate's rules).
+Status annotate(registry::Registry& registry, const std::string& model, std::optional<std::int64_t> version,
+                const registry::Annotations& annotations, const Caller& caller);
+
+// API tokens for `slipway serve --auth`: creating and revoking them is an admin act
+// (PermissionDenied otherwise). A name is 1 to 128 characters of text without control
+// characters; the role predict, read, deploy or admin. The secret is in the answer only.
+Result<registry::NewToken> create_token(registry::Registry& registry, const std::string& name, const std::string& role,
+                                        const Caller& caller);
+Status revoke_token(registry::Registry& registry, const std::string& id, const Caller& caller);
+
+// Ground truth for a model's predictions, by the id its requests carry (what performance
+// monitoring joins). Ids and labels are 1 to 1,024 bytes of text; at most 100,000 a call.
+struct LabelsOutcome {
+  std::size_t recorded = 0;  // pairs stored
+  std::size_t added = 0;     // of which new ids (the rest replaced a label)
+  std::size_t skipped = 0;   // rows without an id or a label
+};
+Result<LabelsOutcome> record_labels(registry::Registry& registry, const std::string& model,
+                                    const std::vector<std::pair<std::string, std::string>>& labels,
+                                    const Caller& caller);
+// The same from a CSV or JSON Lines file's `id_column` and `label_column` (two different columns);
+// rows without either are skipped and counted.
+Result<LabelsOutcome> ingest_labels_file(registry::Registry& registry, const std::string& model,
+                                         const std::string& path, const std::string& id_column,
+                                         const std::string& label_column, const Caller& caller);
+
+// Stores `bundle` as an artifact and registers it as the next version of `model` (no run: what
+// `slipway optimize --register` does with each candidate it measured).
+Result<registry::ModelVersion> register_bundle(registry::Registry& registry, const std::string& model,
+                                               const model::Bundle& bundle, const Caller& caller);
+
 // Points `alias` of the model at `version` (moving it when it pointed elsewhere).
 Status set_alias(registry::Registry& registry, const std::string& model, const std::string& alias, std::int64_t version,
                  const Caller& caller);
+
+// A model made elsewhere, imported: an XGBoost JSON model or an ONNX model (MLP or trees)
+// becomes a bundle; a GGUF LLM is checked as a server would check it and stored as it is.
+struct ImportRequest {
+  std::string format;      // xgboost, onnx or gguf
+  std::string model_path;  // the file
+  // A CSV whose header names the inputs, the target column left out (xgboost, onnx); empty:
+  // f0, f1, ...
+  std::string schema_path;
+  std::string target = "label";
+  std::vector<std::string> class_labels;  // onnx classifiers
+  std::string register_as;                // register as the next version of this model; empty: convert only
+  std::string bundle_out;                 // also write the bundle here (not gguf)
+};
+struct ImportOutcome {
+  std::string bundle_sha256;  // of the bundle (or the GGUF file)
+  std::optional<registry::ModelVersion> registered;
+  std::shared_ptr<const model::Bundle> bundle;  // null for gguf
+  std::size_t llm_layers = 0;                   // gguf: its shape
+  std::size_t llm_context = 0;
+  std::uint64_t llm_parameters = 0;
+};
+// Converts (or checks) the file and, with register_as, stores it under a finished run of
+// experiment "imports" (its source and shape as params) and registers it; `registry` may be null
+// without register_as. InvalidArgument naming the file for one that does not convert.
+Result<ImportOutcome> import_model(registry::Registry* registry, const ImportRequest& request, const Caller& caller);
+// Stores `bytes` under a finished run of experiment "imports" (its spec and params as given;
+// `remote`: recorded for a client elsewhere) and registers them as the next version of `model`.
+// A failure after the run starts marks it FAILED and registers nothing.
+Result<registry::ModelVersion> register_imported_bytes(registry::Registry& registry, const std::string& model,
+                                                       std::span<const std::byte> bytes, const std::string& spec,
+                                                       const std::map<std::string, std::string>& params, bool remote,
+                                                       const Caller& caller);
 
 struct RegisteredFile {
   registry::ModelVersion version;

@@ -176,7 +176,7 @@ struct ServiceOptions {
   // more unloads the least recently used first. 0 = no budget.
   std::size_t memory_budget_bytes = 0;
   // The management API under /api (control::management_api); without it /api answers 404. A
-  // call answered below 400 that is not a GET re-reads the endpoints at once.
+  // call answered below 400 that is not a GET re-reads the endpoints and tokens at once.
   ManagementHandler management;
   // Bearer tokens from the registry (`slipway token create`) are required: role predict for
   // inference and model metadata, deploy for the repository API, admin for /metrics and stats.

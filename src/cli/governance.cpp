@@ -49,7 +49,7 @@ Result<MessageResult> annotate(const GlobalOptions& global, const AnnotateFlags&
   }
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kWrite));
   SLIPWAY_ASSIGN_OR_RETURN(auto target, target_of(*store, flags.reference, false));
-  SLIPWAY_RETURN_IF_ERROR(store->models().annotate(target.first, target.second, annotations));
+  SLIPWAY_RETURN_IF_ERROR(pipeline::annotate(*store, target.first, target.second, annotations, pipeline::Caller{}));
   MessageResult result;
   result.target = target.second ? target.first + "@" + std::to_string(*target.second) : target.first;
   result.message = "annotated " + result.target;

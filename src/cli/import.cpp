@@ -1,12 +1,8 @@
 // slipway import FORMAT MODEL: a model trained elsewhere (XGBoost JSON, ONNX MLPs) as a bundle, optionally
 // registered.
-#include <filesystem>
-#include <fstream>
 #include <ostream>
 
 #include "cli/cli.h"
-#include "slipway/data.h"
-#include "slipway/llm.h"
 #include "slipway/model.h"
 
 namespace slipway::cli {
@@ -59,146 +55,40 @@ struct ImportResult : CommandResult {
   }
 };
 
-// The feature names from the header line of a CSV, without the target column.
-Status read_schema(const ImportOptions& options, std::vector<std::string>& feature_names) {
-  // Only the header matters: read the first line, so a large data file costs nothing.
-  std::ifstream schema(options.schema_path);
-  std::string first_line;
-  if (!schema || !std::getline(schema, first_line)) {
-    return io_error("cannot read a header line from '" + options.schema_path + "'");
+Result<ImportResult> import_model(const GlobalOptions& global, const ImportOptions& options) {
+  pipeline::ImportRequest request;
+  request.format = options.format;
+  request.model_path = options.model_path;
+  request.schema_path = options.schema_path;
+  request.target = options.target;
+  request.class_labels = options.class_labels;
+  request.register_as = options.register_as;
+  request.bundle_out = options.bundle_out;
+  std::unique_ptr<registry::Registry> store;
+  if (!options.register_as.empty()) {
+    // Checked before the workspace is created for it.
+    SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(options.register_as));
+    SLIPWAY_ASSIGN_OR_RETURN(store, open_workspace(global, WorkspaceAccess::kCreate));
   }
-  SLIPWAY_ASSIGN_OR_RETURN(auto header, data::parse_csv(first_line + "\n", options.schema_path));
-  for (const auto& column : header.columns()) {
-    if (column.name != options.target) feature_names.push_back(column.name);
-  }
-  return {};
-}
-
-// Stores the bundle under a finished run of experiment "imports" and registers it.
-Result<registry::ModelVersion> register_import(const GlobalOptions& global, const ImportOptions& options,
-                                               const model::Bundle& bundle, const std::vector<std::byte>& bytes,
-                                               const std::string& source) {
-  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kCreate));
-  registry::NewRun run;
-  run.experiment = "imports";
-  run.code_version = std::string(slipway_code_version());
-  run.data_fingerprint = "";
-  run.spec = "import: " + options.format + "\nsource: " + source + "\n";
-  run.params = bundle.manifest().params;
-  SLIPWAY_ASSIGN_OR_RETURN(auto run_id, store->runs().start(run));
-  auto stored = store->artifacts().put(bytes);  // hashes the bytes: the bundle's identity
-  if (!stored.ok()) {
-    (void)store->runs().finish(run_id, false, "");
-    return stored.status();
-  }
-  SLIPWAY_RETURN_IF_ERROR(store->runs().finish(run_id, true, *stored));
-  return store->models().register_version(options.register_as, *stored, run_id);
-}
-
-// The type of a GGUF Llama's matrices, as its first query matrix has it.
-std::string weights_type(const llm::GgufFile& file) {
-  const llm::GgufTensor* query = file.tensor("blk.0.attn_q.weight");
-  return query != nullptr ? std::string(llm::tensor_type_info(query->type)->name) : "unknown";
-}
-
-// A GGUF LLM is stored as it is (by its sha256, read in place when served), after the checks a
-// server would make at start: the file parses, its architecture runs here, its tokenizer reads.
-Result<ImportResult> import_gguf(const GlobalOptions& global, const ImportOptions& options) {
-  SLIPWAY_ASSIGN_OR_RETURN(auto file, llm::GgufFile::open(options.model_path));
-  SLIPWAY_ASSIGN_OR_RETURN(llm::LlamaConfig config, llm::read_llama_config(file));
-  SLIPWAY_RETURN_IF_ERROR(llm::Tokenizer::from_gguf(file).status());
-  for (const auto& tensor : file.tensors()) {
-    if (tensor.dims.size() == 2 && !llm::supported_weight_type(tensor.type)) {
-      return invalid_argument(options.model_path + ": tensor '" + tensor.name + "' is " +
-                              std::string(llm::tensor_type_info(tensor.type)->name) +
-                              ", which this engine does not run; `slipway llm quantize` can re-encode it");
-    }
-  }
-  SLIPWAY_ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::open(options.model_path));
+  SLIPWAY_ASSIGN_OR_RETURN(auto outcome, pipeline::import_model(store.get(), request, pipeline::Caller{}));
   ImportResult result;
   result.model_path = options.model_path;
-  result.llm_layers = config.layers;
-  result.llm_context = config.context;
-  for (const auto& tensor : file.tensors()) result.llm_parameters += tensor.elements();
-  result.task = "text generation";
-  if (options.register_as.empty()) {
-    result.bundle_sha256 = sha256_hex(mapped.bytes());
+  result.bundle_sha256 = outcome.bundle_sha256;
+  result.registered = std::move(outcome.registered);
+  if (!outcome.bundle) {
+    result.llm_layers = outcome.llm_layers;
+    result.llm_context = outcome.llm_context;
+    result.llm_parameters = outcome.llm_parameters;
+    result.task = "text generation";
     return result;
   }
-  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kCreate));
-  registry::NewRun run;
-  run.experiment = "imports";
-  run.code_version = std::string(slipway_code_version());
-  run.spec = "import: gguf\nsource: " + std::filesystem::absolute(options.model_path).string() + "\n";
-  run.params = {{"architecture", "llama"},
-                {"layers", std::to_string(config.layers)},
-                {"embedding", std::to_string(config.embedding)},
-                {"heads", std::to_string(config.heads)},
-                {"kv_heads", std::to_string(config.kv_heads)},
-                {"context", std::to_string(config.context)},
-                {"vocabulary", std::to_string(config.vocabulary)},
-                {"weights", weights_type(file)}};
-  SLIPWAY_ASSIGN_OR_RETURN(auto run_id, store->runs().start(run));
-  auto stored = store->artifacts().put(mapped.bytes());
-  if (!stored.ok()) {
-    (void)store->runs().finish(run_id, false, "");
-    return stored.status();
-  }
-  SLIPWAY_RETURN_IF_ERROR(store->runs().finish(run_id, true, *stored));
-  SLIPWAY_ASSIGN_OR_RETURN(auto version, store->models().register_version(options.register_as, *stored, run_id));
-  result.bundle_sha256 = version.bundle_sha256;
-  result.registered = std::move(version);
-  return result;
-}
-
-Result<ImportResult> import_model(const GlobalOptions& global, const ImportOptions& options) {
-  if (options.format != "xgboost" && options.format != "onnx" && options.format != "gguf") {
-    return invalid_argument("unknown model format '" + options.format + "'; supported: xgboost, onnx, gguf");
-  }
-  if (options.format == "gguf") {
-    if (!options.register_as.empty()) SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(options.register_as));
-    if (!options.bundle_out.empty())
-      return invalid_argument("--out does not apply to gguf: the file is stored as it is");
-    return import_gguf(global, options);
-  }
-  if (!options.register_as.empty()) SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(options.register_as));
-  std::string source = std::filesystem::absolute(options.model_path).string();
-  std::vector<std::string> feature_names;
-  if (!options.schema_path.empty()) SLIPWAY_RETURN_IF_ERROR(read_schema(options, feature_names));
-  SLIPWAY_ASSIGN_OR_RETURN(auto file, read_file(options.model_path));
-  auto bundle = [&]() -> Result<std::shared_ptr<const model::Bundle>> {
-    if (options.format == "xgboost") {
-      model::XgboostImportOptions import_options;
-      import_options.source = source;
-      import_options.target = options.target;
-      import_options.feature_names = feature_names;
-      return model::import_xgboost_json(file, import_options);
-    }
-    model::OnnxImportOptions import_options;
-    import_options.source = source;
-    import_options.target = options.target;
-    import_options.feature_names = feature_names;
-    import_options.class_labels = options.class_labels;
-    return model::import_onnx(std::as_bytes(std::span(file)), import_options);
-  }();
-  if (!bundle.ok()) return Status(bundle.status().code(), options.model_path + ": " + bundle.status().message());
-  std::vector<std::byte> bytes = (*bundle)->serialize();
-  if (!options.bundle_out.empty()) SLIPWAY_RETURN_IF_ERROR(write_file_atomic(options.bundle_out, bytes));
-  ImportResult result;
-  if (!options.register_as.empty()) {
-    SLIPWAY_ASSIGN_OR_RETURN(auto version, register_import(global, options, **bundle, bytes, source));
-    result.bundle_sha256 = version.bundle_sha256;
-    result.registered = std::move(version);
-  } else {
-    result.bundle_sha256 = sha256_hex(bytes);
-  }
-  result.model_path = options.model_path;
-  result.features = (*bundle)->model().input_width();
-  result.task = std::string(model::task_name((*bundle)->task()));
-  if (const auto* trees = dynamic_cast<const model::TreeEnsembleModel*>(&(*bundle)->model())) {
+  const model::Bundle& bundle = *outcome.bundle;
+  result.features = bundle.model().input_width();
+  result.task = std::string(model::task_name(bundle.task()));
+  if (const auto* trees = dynamic_cast<const model::TreeEnsembleModel*>(&bundle.model())) {
     result.trees = trees->roots().size();
-    result.objective = (*bundle)->manifest().params.at("objective");
-  } else if (const auto* mlp = dynamic_cast<const model::MlpModel*>(&(*bundle)->model())) {
+    result.objective = bundle.manifest().params.at("objective");
+  } else if (const auto* mlp = dynamic_cast<const model::MlpModel*>(&bundle.model())) {
     result.layers = mlp->layers().size();
   }
   return result;

@@ -392,28 +392,14 @@ struct LabelsResult : CommandResult {
 };
 
 Result<LabelsResult> ingest(const GlobalOptions& global, const LabelFlags& flags) {
-  // Ids and labels as written.
-  SLIPWAY_ASSIGN_OR_RETURN(auto read, data::read_rows(flags.path, {flags.id_column, flags.label_column}));
-  const data::Column* ids = read.table.find(flags.id_column);
-  const data::Column* labels = read.table.find(flags.label_column);
-  if (ids == nullptr || labels == nullptr) {
-    return invalid_argument(flags.path + " has no column '" + (ids == nullptr ? flags.id_column : flags.label_column) +
-                            "'");
-  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kWrite));
+  SLIPWAY_ASSIGN_OR_RETURN(auto outcome, pipeline::ingest_labels_file(*store, flags.model, flags.path, flags.id_column,
+                                                                      flags.label_column, pipeline::Caller{}));
   LabelsResult result;
   result.model = flags.model;
-  result.skipped = read.bad_rows.size();
-  std::vector<std::pair<std::string, std::string>> pairs;
-  for (std::size_t row = 0; row < read.table.row_count(); ++row) {
-    if (ids->is_missing(row) || labels->is_missing(row)) {
-      ++result.skipped;
-      continue;
-    }
-    pairs.emplace_back(ids->text_at(row), labels->text_at(row));
-  }
-  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kWrite));
-  SLIPWAY_ASSIGN_OR_RETURN(result.added, store->models().record_labels(flags.model, pairs));
-  result.read = pairs.size();
+  result.read = outcome.recorded;
+  result.added = outcome.added;
+  result.skipped = outcome.skipped;
   return result;
 }
 

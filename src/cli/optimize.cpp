@@ -472,8 +472,8 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
   std::string model = loaded.description.substr(0, loaded.description.find('@'));
   if (registering) {
     options.on_candidate = [&store, model](const optimize::CandidateResult& candidate) -> Result<std::string> {
-      SLIPWAY_ASSIGN_OR_RETURN(std::string sha256, store->artifacts().put(candidate.bundle->serialize()));
-      SLIPWAY_ASSIGN_OR_RETURN(registry::ModelVersion version, store->models().register_version(model, sha256, ""));
+      SLIPWAY_ASSIGN_OR_RETURN(registry::ModelVersion version,
+                               pipeline::register_bundle(*store, model, *candidate.bundle, pipeline::Caller{}));
       return model + "@" + std::to_string(version.version);
     };
     log_info("each candidate is registered as a version of " + model +

@@ -94,7 +94,7 @@ Result<PolicyResult> set_policy(const GlobalOptions& global, const RetrainPolicy
   result.model = flags.model;
   if (flags.remove) {
     if (!given.empty() || gate_given) return invalid_argument("--remove takes no other policy flag");
-    SLIPWAY_RETURN_IF_ERROR(store->retraining().remove_policy(flags.model));
+    SLIPWAY_RETURN_IF_ERROR(pipeline::remove_retrain_policy(*store, flags.model, pipeline::Caller{}));
     result.removed = true;
     return result;
   }
@@ -128,15 +128,7 @@ Result<PolicyResult> set_policy(const GlobalOptions& global, const RetrainPolicy
   policy.model = flags.model;
   SLIPWAY_RETURN_IF_ERROR(pipeline::check_retrain_policy(policy));
   if (changes) {
-    // What can be checked now is, rather than after a training: the files and the endpoint.
-    std::error_code error;
-    for (const std::string* path : {&policy.data, &policy.gate_data}) {
-      if (!path->empty() && *path != "traffic" && !std::filesystem::is_regular_file(*path, error)) {
-        return not_found("no file " + *path + " (the policy reads it each time it retrains: create it first)");
-      }
-    }
-    if (!policy.endpoint.empty()) SLIPWAY_RETURN_IF_ERROR(pipeline::retrain_baseline(*store, policy).status());
-    SLIPWAY_RETURN_IF_ERROR(store->retraining().set_policy(flags.model, merged));
+    SLIPWAY_RETURN_IF_ERROR(pipeline::save_retrain_policy(*store, flags.model, merged, pipeline::Caller{}));
     result.changed = true;
   }
   result.values = schema.values(policy);

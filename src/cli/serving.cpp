@@ -286,7 +286,7 @@ int run_serving_config(const GlobalOptions& global, const std::string& model, co
 int run_token_create(const GlobalOptions& global, const std::string& name, const std::string& role) {
   auto store = open_workspace(global, WorkspaceAccess::kWrite);
   if (!store.ok()) return fail(store.status());
-  auto token = (*store)->tokens().create(name, role);
+  auto token = pipeline::create_token(**store, name, role, pipeline::Caller{});
   if (!token.ok()) return fail(token.status());
   return render(global, TokenCreated{*token, name, role});
 }
@@ -304,7 +304,7 @@ int run_token_list(const GlobalOptions& global) {
 int run_token_revoke(const GlobalOptions& global, const std::string& id) {
   auto store = open_workspace(global, WorkspaceAccess::kWrite);
   if (!store.ok()) return fail(store.status());
-  if (auto status = (*store)->tokens().revoke(id); !status.ok()) return fail(status);
+  if (auto status = pipeline::revoke_token(**store, id, pipeline::Caller{}); !status.ok()) return fail(status);
   return render(global, TokenRevoked{id});
 }
 

@@ -54,10 +54,12 @@ struct ApiCall {
 
 // Every route under /api, and /openapi.json.
 const std::vector<ApiRoute>& api_routes();
-// Each area's routes (endpoint_routes.cpp, model_routes.cpp, run_routes.cpp).
+// Each area's routes (endpoint_routes.cpp, model_routes.cpp, run_routes.cpp; tokens, labels,
+// annotations and retrain policies in governance_routes.cpp).
 void add_endpoint_routes(std::vector<ApiRoute>& routes);
 void add_model_routes(std::vector<ApiRoute>& routes);
 void add_run_routes(std::vector<ApiRoute>& routes);
+void add_governance_routes(std::vector<ApiRoute>& routes);  // governance_routes.cpp
 
 // The OpenAPI 3.1 document of /api (these declarations), /v2 (serve's) and /v1 (the OpenAI
 // protocol's), as JSON (openapi.cpp).

@@ -232,7 +232,7 @@ HttpResponse change_approval(ApiCall& call, bool revoke) {
 HttpResponse approve(ApiCall& call) { return change_approval(call, false); }
 HttpResponse revoke(ApiCall& call) { return change_approval(call, true); }
 
-const std::vector<ApiParameter> kAuditQuery = {
+const std::vector<ApiParameter> audit_query = {
     {"model", R"({"type":"string"})", "Only entries about this model"},
     {"since_ms", R"({"type":"integer","minimum":0})", "Only entries at or after this Unix time in milliseconds"},
     {"limit", R"({"type":"integer","minimum":1,"maximum":1000})", "Entries in a page (default 100)"},
@@ -241,7 +241,7 @@ const std::vector<ApiParameter> kAuditQuery = {
 
 // GET /api/audit: the audit log, newest first, a page at a time.
 HttpResponse audit(ApiCall& call) {
-  auto query = parse_query(call.http.query, kAuditQuery);
+  auto query = parse_query(call.http.query, audit_query);
   if (!query.ok()) return error_response(query.status());
   registry::AuditFilter filter;
   filter.limit = 100;
@@ -354,7 +354,7 @@ void add_endpoint_routes(std::vector<ApiRoute>& routes) {
                     kApprovalAnswerSchema,
                     revoke});
   routes.push_back({"GET", "/api/audit", Role::kRead, false,
-                    "The audit log, newest first, a page at a time (slipway audit)", kAuditQuery, "", kAuditSchema,
+                    "The audit log, newest first, a page at a time (slipway audit)", audit_query, "", kAuditSchema,
                     audit});
 }
 

@@ -287,6 +287,7 @@ const std::vector<ApiRoute>& api_routes() {
     add_endpoint_routes(routes);
     add_model_routes(routes);
     add_run_routes(routes);
+    add_governance_routes(routes);
     routes.push_back({"GET",
                       "/openapi.json",
                       serve::Role::kOpen,

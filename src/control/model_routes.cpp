@@ -36,15 +36,15 @@ constexpr std::string_view kLineageSchema =
     R"({"type":"object","properties":{"start":{"type":"string"},"direction":{"type":"string"},)"
     R"("nodes":{"type":"array","items":{"type":"object"}},"edges":{"type":"array","items":{"type":"object"}}}})";
 
-const std::vector<ApiParameter> kPageQuery = {
+const std::vector<ApiParameter> page_query = {
     {"page_size", R"({"type":"integer","minimum":1,"maximum":1000})", "Items in a page (default 100)"},
     {"page_token", R"({"type":"string"})", "next_page_token of the page before"},
 };
-const std::vector<ApiParameter> kUploadQuery = {
+const std::vector<ApiParameter> upload_query = {
     {"sha256", R"({"type":"string","pattern":"^[0-9a-f]{64}$"})",
      "The sha256 of the body: bytes that hash otherwise (truncated, changed) are refused"},
 };
-const std::vector<ApiParameter> kLineageQuery = {
+const std::vector<ApiParameter> lineage_query = {
     {"reference", R"({"type":"string"})", "A version (NAME@VERSION, NAME@ALIAS, NAME), a run id or a data fingerprint"},
     {"direction", R"({"type":"string","enum":["upstream","downstream"]})",
      "upstream (default): what it was built from; downstream: what was built from it"},
@@ -66,7 +66,7 @@ Result<std::int64_t> version_number(ApiCall& call) {
 // GET /api/models: by name, a page at a time; the token is the last name of the page before, so
 // models registered meanwhile never shift a page.
 HttpResponse list_models(ApiCall& call) {
-  auto query = parse_query(call.http.query, kPageQuery);
+  auto query = parse_query(call.http.query, page_query);
   if (!query.ok()) return error_response(query.status());
   std::int64_t page_size = 100;
   if (auto size = query->find("page_size"); size != query->end()) {
@@ -122,7 +122,7 @@ HttpResponse get_version(ApiCall& call) {
 
 // POST /api/models/{model}/versions?sha256=HEX, the bundle file as the body.
 HttpResponse register_upload(ApiCall& call) {
-  auto query = parse_query(call.http.query, kUploadQuery);
+  auto query = parse_query(call.http.query, upload_query);
   if (!query.ok()) return error_response(query.status());
   auto sha256 = query->find("sha256");
   if (sha256 == query->end()) {
@@ -169,7 +169,7 @@ HttpResponse retire(ApiCall& call) {
 }
 
 HttpResponse lineage(ApiCall& call) {
-  auto query = parse_query(call.http.query, kLineageQuery);
+  auto query = parse_query(call.http.query, lineage_query);
   if (!query.ok()) return error_response(query.status());
   auto reference = query->find("reference");
   if (reference == query->end() || reference->second.empty()) {
@@ -193,7 +193,7 @@ HttpResponse lineage(ApiCall& call) {
 
 void add_model_routes(std::vector<ApiRoute>& routes) {
   using serve::Role;
-  routes.push_back({"GET", "/api/models", Role::kRead, false, "Registered models, by name (slipway models)", kPageQuery,
+  routes.push_back({"GET", "/api/models", Role::kRead, false, "Registered models, by name (slipway models)", page_query,
                     "", kModelPageSchema, list_models});
   routes.push_back({"GET",
                     "/api/models/{model}/versions",
@@ -207,7 +207,7 @@ void add_model_routes(std::vector<ApiRoute>& routes) {
   routes.push_back({"POST", "/api/models/{model}/versions", Role::kDeploy, true,
                     "Register a bundle file (the body) as the model's next version; the same bytes again answer "
                     "the version they made",
-                    kUploadQuery, "binary", kVersionSchema, register_upload});
+                    upload_query, "binary", kVersionSchema, register_upload});
   routes.back().creates = true;
   routes.push_back({"GET",
                     "/api/models/{model}/versions/{version}",
@@ -238,7 +238,7 @@ void add_model_routes(std::vector<ApiRoute>& routes) {
                     put_alias});
   routes.push_back({"GET", "/api/lineage", Role::kRead, false,
                     "What a version, run or data set was built from, or what was built from it (slipway lineage)",
-                    kLineageQuery, "", kLineageSchema, lineage});
+                    lineage_query, "", kLineageSchema, lineage});
 }
 
 }  // namespace slipway::control

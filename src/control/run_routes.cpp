@@ -50,18 +50,18 @@ constexpr std::string_view kFileSchema =
     R"({"type":"object","properties":{"path":{"type":"string"},"sha256":{"type":"string"},)"
     R"("size_bytes":{"type":"integer"},"created_ms":{"type":"integer"}}})";
 
-const std::vector<ApiParameter> kRunQuery = {
+const std::vector<ApiParameter> run_query = {
     {"experiment", R"({"type":"string"})", "Only this experiment's runs"},
     {"status", R"({"type":"string","enum":["RUNNING","FINISHED","FAILED","INTERRUPTED"]})", "Only runs in this state"},
     {"page_size", R"({"type":"integer","minimum":1,"maximum":1000})", "Runs in a page (default 100)"},
     {"page_token", R"({"type":"string"})", "next_page_token of the page before"},
 };
-const std::vector<ApiParameter> kHistoryQuery = {{"key", R"({"type":"string"})", "Only this metric"}};
-const std::vector<ApiParameter> kCompareQuery = {
+const std::vector<ApiParameter> history_query = {{"key", R"({"type":"string"})", "Only this metric"}};
+const std::vector<ApiParameter> compare_query = {
     {"a", R"({"type":"string"})", "A run id"},
     {"b", R"({"type":"string"})", "Another run id"},
 };
-const std::vector<ApiParameter> kFileQuery = {
+const std::vector<ApiParameter> file_query = {
     {"path", R"({"type":"string","maxLength":256})", "The file's name in the run, such as plots/loss.png"},
     {"sha256", R"({"type":"string","pattern":"^[0-9a-f]{64}$"})",
      "The sha256 of the body: bytes that hash otherwise (truncated, changed) are refused"},
@@ -77,7 +77,7 @@ HttpResponse run_answer(const registry::RunRecord& run, std::optional<bool> crea
 }
 
 HttpResponse list_runs(ApiCall& call) {
-  auto query = parse_query(call.http.query, kRunQuery);
+  auto query = parse_query(call.http.query, run_query);
   if (!query.ok()) return error_response(query.status());
   registry::RunQuery runs;
   for (const auto& [key, value] : *query) {
@@ -112,7 +112,7 @@ HttpResponse get_run(ApiCall& call) {
 
 // Every value of each metric, by step: what a training curve is drawn from.
 HttpResponse metric_history(ApiCall& call) {
-  auto query = parse_query(call.http.query, kHistoryQuery);
+  auto query = parse_query(call.http.query, history_query);
   if (!query.ok()) return error_response(query.status());
   const std::string& run_id = call.path_parameter("run_id");
   auto history = call.registry->runs().metric_history(run_id);
@@ -141,7 +141,7 @@ HttpResponse metric_history(ApiCall& call) {
 
 // Params that differ, and every metric either has with both values.
 HttpResponse compare_runs(ApiCall& call) {
-  auto query = parse_query(call.http.query, kCompareQuery);
+  auto query = parse_query(call.http.query, compare_query);
   if (!query.ok()) return error_response(query.status());
   auto a_id = query->find("a");
   auto b_id = query->find("b");
@@ -276,7 +276,7 @@ HttpResponse log_batch(ApiCall& call) {
 
 // POST /api/runs/{run_id}/artifacts?path=P&sha256=HEX, the file as the body.
 HttpResponse upload_file(ApiCall& call) {
-  auto query = parse_query(call.http.query, kFileQuery);
+  auto query = parse_query(call.http.query, file_query);
   if (!query.ok()) return error_response(query.status());
   auto path = query->find("path");
   auto sha256 = query->find("sha256");
@@ -317,7 +317,7 @@ HttpResponse end_run(ApiCall& call) {
 void add_run_routes(std::vector<ApiRoute>& routes) {
   using serve::Role;
   routes.push_back({"GET", "/api/runs", Role::kRead, false, "Runs, newest first, a page at a time (slipway runs)",
-                    kRunQuery, "", kRunPageSchema, list_runs});
+                    run_query, "", kRunPageSchema, list_runs});
   routes.push_back({"POST",
                     "/api/runs",
                     Role::kRead,
@@ -330,12 +330,12 @@ void add_run_routes(std::vector<ApiRoute>& routes) {
                     start_run});
   routes.back().creates = true;
   routes.push_back({"GET", "/api/runs/compare", Role::kRead, false,
-                    "Two runs side by side: the params that differ, every metric of either", kCompareQuery, "",
+                    "Two runs side by side: the params that differ, every metric of either", compare_query, "",
                     kCompareSchema, compare_runs});
   routes.push_back(
       {"GET", "/api/runs/{run_id}", Role::kRead, false, "One run (slipway show)", {}, "", kRunSchema, get_run});
   routes.push_back({"GET", "/api/runs/{run_id}/metrics", Role::kRead, false,
-                    "Every value of the run's metrics, by step", kHistoryQuery, "", kHistorySchema, metric_history});
+                    "Every value of the run's metrics, by step", history_query, "", kHistorySchema, metric_history});
   routes.push_back({"POST",
                     "/api/runs/{run_id}/log",
                     Role::kRead,
@@ -346,7 +346,7 @@ void add_run_routes(std::vector<ApiRoute>& routes) {
                     kLoggedSchema,
                     log_batch});
   routes.push_back({"POST", "/api/runs/{run_id}/artifacts", Role::kRead, true,
-                    "Store a file of the run (the body), checked against its sha256", kFileQuery, "binary", kFileSchema,
+                    "Store a file of the run (the body), checked against its sha256", file_query, "binary", kFileSchema,
                     upload_file});
   routes.push_back({"POST",
                     "/api/runs/{run_id}/end",

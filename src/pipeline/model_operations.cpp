@@ -2,6 +2,7 @@
 // bundle file's bytes registered as a version.
 #include <span>
 
+#include "pipeline/uploads.h"
 #include "slipway/pipeline.h"
 
 namespace slipway::pipeline {
@@ -16,12 +17,7 @@ Result<RegisteredFile> register_bundle_bytes(registry::Registry& registry, const
                                              std::string_view bytes, const std::string& expected_sha256,
                                              const Caller& caller) {
   SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(model));
-  std::string actual = sha256_hex(bytes);
-  if (expected_sha256 != actual) {
-    return invalid_argument("the file's bytes hash to sha256 " + actual + ", not the " +
-                            (expected_sha256.empty() ? std::string("(missing)") : expected_sha256.substr(0, 64)) +
-                            " sent with them: it was truncated or changed on the way, and nothing was stored");
-  }
+  SLIPWAY_RETURN_IF_ERROR(check_upload_sha256(bytes, expected_sha256));
   auto span = std::as_bytes(std::span(bytes.data(), bytes.size()));
   // Loaded before anything is stored: bytes that do not load as a bundle are refused with why.
   auto bundle = model::Bundle::parse(span);
@@ -31,27 +27,23 @@ Result<RegisteredFile> register_bundle_bytes(registry::Registry& registry, const
   auto versions = registry.models().list_versions(model);
   if (versions.ok()) {
     for (const auto& version : *versions) {
-      if (version.bundle_sha256 == actual) return RegisteredFile{version, false};
+      if (version.bundle_sha256 == expected_sha256) return RegisteredFile{version, false};
     }
   } else if (versions.status().code() != StatusCode::kNotFound) {
     return versions.status();
   }
-  if (!caller.actor.empty()) registry.set_actor(caller.actor);
-  registry::NewRun run;
-  run.experiment = "imports";
-  run.code_version = std::string(slipway_code_version());
-  run.spec = "import: bundle\nsource: upload\n";
-  run.params = (*bundle)->manifest().params;
-  run.remote = true;
-  SLIPWAY_ASSIGN_OR_RETURN(auto run_id, registry.runs().start(run));
-  auto stored = registry.artifacts().put(span);
-  if (!stored.ok()) {
-    (void)registry.runs().finish(run_id, false, "");
-    return stored.status();
-  }
-  SLIPWAY_RETURN_IF_ERROR(registry.runs().finish(run_id, true, *stored));
-  SLIPWAY_ASSIGN_OR_RETURN(auto version, registry.models().register_version(model, *stored, run_id));
+  SLIPWAY_ASSIGN_OR_RETURN(auto version,
+                           register_imported_bytes(registry, model, span, "import: bundle\nsource: upload\n",
+                                                   (*bundle)->manifest().params, true, caller));
   return RegisteredFile{std::move(version), true};
+}
+
+Result<registry::ModelVersion> register_bundle(registry::Registry& registry, const std::string& model,
+                                               const model::Bundle& bundle, const Caller& caller) {
+  SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(model));
+  if (!caller.actor.empty()) registry.set_actor(caller.actor);
+  SLIPWAY_ASSIGN_OR_RETURN(std::string sha256, registry.artifacts().put(bundle.serialize()));
+  return registry.models().register_version(model, sha256, "");
 }
 
 }  // namespace slipway::pipeline

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <map>
 
+#include <filesystem>
+
 #include <fmt/format.h>
 
 #include "slipway/monitor.h"
@@ -638,6 +640,29 @@ Result<RetrainOutcome> retrain(registry::Registry& registry, const RetrainPolicy
   }
   record.deployed = *deployed;
   return finish("deployed", "");
+}
+
+Status save_retrain_policy(registry::Registry& registry, const std::string& model,
+                           const std::map<std::string, std::string>& values, const Caller& caller) {
+  const auto& schema = retrain_policy_schema();
+  RetrainPolicy policy = schema.defaults();
+  SLIPWAY_RETURN_IF_ERROR(schema.apply(policy, values));
+  policy.model = model;
+  SLIPWAY_RETURN_IF_ERROR(check_retrain_policy(policy));
+  std::error_code error;
+  for (const std::string* path : {&policy.data, &policy.gate_data}) {
+    if (!path->empty() && *path != "traffic" && !std::filesystem::is_regular_file(*path, error)) {
+      return not_found("no file " + *path + " (the policy reads it each time it retrains: create it first)");
+    }
+  }
+  if (!policy.endpoint.empty()) SLIPWAY_RETURN_IF_ERROR(retrain_baseline(registry, policy).status());
+  if (!caller.actor.empty()) registry.set_actor(caller.actor);
+  return registry.retraining().set_policy(model, values);
+}
+
+Status remove_retrain_policy(registry::Registry& registry, const std::string& model, const Caller& caller) {
+  if (!caller.actor.empty()) registry.set_actor(caller.actor);
+  return registry.retraining().remove_policy(model);
 }
 
 }  // namespace slipway::pipeline

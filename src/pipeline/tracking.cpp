@@ -3,6 +3,7 @@
 #include <cmath>
 #include <span>
 
+#include "pipeline/uploads.h"
 #include "slipway/pipeline.h"
 
 namespace slipway::pipeline {
@@ -129,12 +130,7 @@ Result<registry::RunArtifact> store_run_file(registry::Registry& registry, const
                                              const std::string& path, std::string_view bytes,
                                              const std::string& expected_sha256, const Caller& caller) {
   SLIPWAY_RETURN_IF_ERROR(check_file_path(path));
-  std::string actual = sha256_hex(bytes);
-  if (expected_sha256 != actual) {
-    return invalid_argument("the file's bytes hash to sha256 " + actual + ", not the " +
-                            (expected_sha256.empty() ? std::string("(missing)") : expected_sha256.substr(0, 64)) +
-                            " sent with them: it was truncated or changed on the way, and nothing was stored");
-  }
+  SLIPWAY_RETURN_IF_ERROR(check_upload_sha256(bytes, expected_sha256));
   SLIPWAY_ASSIGN_OR_RETURN(auto run, registry.runs().get(run_id));
   if (run.status != "RUNNING") {
     return failed_precondition("run '" + run_id + "' has ended; files cannot be added");

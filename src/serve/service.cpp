@@ -322,9 +322,14 @@ void Service::handle_async(std::string_view method, std::string_view target, std
         body,   granted,  token_name};
     HttpResponse response = state->options.management(call);
     if (response.status < 400 && method != "GET") {
-      // This server follows a change at once; others within their refresh period.
-      std::lock_guard lock(state->endpoints_mutex);
-      state->endpoints_fetched = {};
+      // This server follows a change at once (a new endpoint route, a token created or revoked);
+      // others within their refresh period.
+      {
+        std::lock_guard lock(state->endpoints_mutex);
+        state->endpoints_fetched = {};
+      }
+      std::lock_guard lock(state->tokens_mutex);
+      state->tokens_fetched = {};
     }
     return answer(std::move(response));
   }

@@ -192,6 +192,20 @@ TEST_F(Api, TheOpenApiDocumentIsValidAndEveryRouteAnswersEveryRoleAsItSays) {
             403);
   EXPECT_EQ(http_request(port, "POST", "/api/endpoints/web/deploy", R"({"model":"lending@2"})", roles["deploy"]).status,
             409);
+  // Only an admin makes tokens; a token made through the API works at once, and a name with
+  // control characters is refused.
+  EXPECT_EQ(http_request(port, "POST", "/api/tokens", R"({"name":"ci","role":"admin"})", roles["deploy"]).status, 403);
+  EXPECT_EQ(
+      http_request(port, "POST", "/api/tokens", R"({"name":"esc\u001b[2J","role":"read"})", roles["admin"]).status,
+      400);
+  auto made = http_request(port, "POST", "/api/tokens", R"({"name":"ci","role":"read"})", roles["admin"]);
+  ASSERT_EQ(made.status, 201) << made.body;
+  Headers ci = {{"Authorization", "Bearer " + field(made.body, "token")}};
+  EXPECT_EQ(http_request(port, "GET", "/api/runs?page_size=1", "", ci).status, 200);
+  EXPECT_EQ(http_request(port, "POST", "/api/endpoints/web/rollback", "", ci).status, 403);
+  auto listed = http_request(port, "GET", "/api/tokens", "", roles["admin"]);
+  EXPECT_EQ(listed.body.find("slw_"), std::string::npos) << "secrets are never listed";
+  EXPECT_EQ(http_request(port, "DELETE", "/api/tokens/" + field(made.body, "id"), "", roles["admin"]).status, 200);
 }
 
 // Training code elsewhere (examples/track_run.py: Python's standard library alone) records a run
@@ -265,7 +279,7 @@ TEST_F(Api, HostileCallsAreRefusedAndConcurrentWritersLoseNothing) {
     auto climbed = http_request(port, "POST", base + "/artifacts?path=" + path + "&sha256=" + zeros_sha, "x");
     EXPECT_EQ(climbed.status, 400) << path << " " << climbed.body;
   }
-  std::string huge(65 * 1024 * 1024, 'x');
+  std::string huge(std::size_t{65} << 20, 'x');
   EXPECT_EQ(http_request(port, "POST", base + "/artifacts?path=huge&sha256=" + zeros_sha, huge).status, 413);
   huge.clear();
   huge.shrink_to_fit();
@@ -284,6 +298,7 @@ TEST_F(Api, HostileCallsAreRefusedAndConcurrentWritersLoseNothing) {
   std::atomic<int> refused{0};
   std::atomic<int> other{0};
   std::vector<std::thread> writers;
+  writers.reserve(1000);
   for (int writer = 0; writer < 1000; ++writer) {
     writers.emplace_back([&, writer] {
       auto answer = http_request(port, "POST", base + "/log",
