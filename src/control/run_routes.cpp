@@ -178,6 +178,17 @@ HttpResponse compare_runs(ApiCall& call) {
   return json_answer(json);
 }
 
+// "params" and "tags": objects of text values, each bounded as the tracking limits say.
+Status read_params_and_tags(JsonBody& body, std::map<std::string, std::string>& params,
+                            std::map<std::string, std::string>& tags) {
+  for (auto [key, target, limit] : {std::tuple{"params", &params, pipeline::kTrackingLimits.params_per_call},
+                                    std::tuple{"tags", &tags, pipeline::kTrackingLimits.tags_per_call}}) {
+    if (!body.has(key)) continue;
+    SLIPWAY_ASSIGN_OR_RETURN(*target, body.text_map(key, limit));
+  }
+  return {};
+}
+
 HttpResponse start_run(ApiCall& call) {
   JsonBody body;
   if (auto parsed = body.parse(call.http.body, R"({"experiment": "resnet", "params": {"lr": "0.01"}})",
@@ -196,13 +207,7 @@ HttpResponse start_run(ApiCall& call) {
     if (!run_id.ok()) return error_response(run_id.status());
     start.run_id = std::move(*run_id);
   }
-  for (auto [key, target, limit] : {std::tuple{"params", &start.params, pipeline::kTrackingLimits.params_per_call},
-                                    std::tuple{"tags", &start.tags, pipeline::kTrackingLimits.tags_per_call}}) {
-    if (!body.has(key)) continue;
-    auto values = body.text_map(key, limit);
-    if (!values.ok()) return error_response(values.status());
-    *target = std::move(*values);
-  }
+  if (auto read = read_params_and_tags(body, start.params, start.tags); !read.ok()) return error_response(read);
   auto started = pipeline::start_tracked_run(*call.registry, start, call.caller);
   if (!started.ok()) return error_response(started.status());
   HttpResponse answer = run_answer(started->run, started->created);
@@ -243,13 +248,7 @@ HttpResponse log_batch(ApiCall& call) {
     return error_response(parsed);
   }
   pipeline::TrackingBatch batch;
-  for (auto [key, target, limit] : {std::tuple{"params", &batch.params, pipeline::kTrackingLimits.params_per_call},
-                                    std::tuple{"tags", &batch.tags, pipeline::kTrackingLimits.tags_per_call}}) {
-    if (!body.has(key)) continue;
-    auto values = body.text_map(key, limit);
-    if (!values.ok()) return error_response(values.status());
-    *target = std::move(*values);
-  }
+  if (auto read = read_params_and_tags(body, batch.params, batch.tags); !read.ok()) return error_response(read);
   if (body.has("metrics")) {
     auto metrics = body.array("metrics", "an array of {\"key\", \"value\", \"step\"} objects");
     if (!metrics.ok()) return error_response(metrics.status());
