@@ -295,6 +295,10 @@ class OpenAiApi {
   std::string metrics_text() const;
   // The routes it answers, for the OpenAPI document.
   static const std::vector<ProtocolRoute>& routes();
+  // An answer in OpenAI's error shape, {"error": {"message", "type", "param", "code"}}: what a
+  // refusal in front of these routes (a missing token, 401) is turned into, so OpenAI's clients
+  // read it as theirs.
+  static http::Response error(int status, std::string_view message);
   // Engine::cancel_all and Engine::shutdown on every model: a server calls them at its drain
   // deadline and before its connections go, so every request is answered while it can be.
   void cancel_all(const std::string& reason) const;

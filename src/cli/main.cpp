@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
@@ -36,6 +37,9 @@ std::string serving_config_flag(const slipway::ConfigKey& key) {
 // terminating with its message is the right end.
 int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   using namespace slipway::cli;
+  // A write past the file size limit (`ulimit -f`) fails with EFBIG, which every writer reports as
+  // an error naming the file, instead of killing the process mid-write with SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"Slipway: train, track, register and serve machine-learning models from one binary.", "slipway"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "slipway " + std::string(slipway::slipway_version()) + " (" +

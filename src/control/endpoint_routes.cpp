@@ -54,7 +54,7 @@ Result<pipeline::GateRequest> gate_request(simdjson::dom::object object) {
   SLIPWAY_RETURN_IF_ERROR(check_fields(object, "'gate'", {"data", "metric", "thresholds", "slice"}));
   pipeline::GateRequest gate;
   SLIPWAY_ASSIGN_OR_RETURN(gate.data_path,
-                           JsonBody::text_of(object, "data", "the path of a labelled CSV file on the server"));
+                           JsonBody::text_of(object, "data", "a labelled CSV file in the workspace's data/ folder"));
   SLIPWAY_ASSIGN_OR_RETURN(gate.criteria.metric, JsonBody::text_of(object, "metric", "a metric such as \"auc\""));
   SLIPWAY_ASSIGN_OR_RETURN(auto thresholds,
                            JsonBody::text_of(object, "thresholds", "thresholds such as \"max_drop=0.01\""));
@@ -166,9 +166,36 @@ HttpResponse get_rollout(ApiCall& call) {
   return json_answer(json);
 }
 
+// A gate's rows, named by a client: a file under the workspace's data/ folder, by a relative path
+// with no "..", so a token that may deploy cannot have the server read any other file it can.
+Status place_gate_data(const std::string& home, pipeline::GateRequest& gate) {
+  std::string_view path = gate.data_path;
+  bool valid = !path.empty() && path.size() <= 256 && path.front() != '/';
+  for (std::size_t start = 0; valid && start <= path.size();) {
+    std::size_t slash = std::min(path.find('/', start), path.size());
+    std::string_view part = path.substr(start, slash - start);
+    valid = !part.empty() && part != "." && part != "..";
+    start = slash + 1;
+  }
+  for (char c : path) valid = valid && static_cast<unsigned char>(c) >= 0x20 && c != '\\';
+  if (!valid) {
+    return invalid_argument(
+        "the gate's 'data' is a file in the workspace's data/ folder, named by a relative path "
+        "without '..' (such as \"holdout.csv\"), not '" +
+        std::string(path.substr(0, 64)) + "'");
+  }
+  gate.data_path = home + "/data/" + gate.data_path;
+  return {};
+}
+
 HttpResponse deploy(ApiCall& call) {
   auto request = deploy_request(call.path_parameter("endpoint"), call.http.body);
   if (!request.ok()) return error_response(request.status());
+  if (request->gate) {
+    if (auto placed = place_gate_data(call.registry->home(), *request->gate); !placed.ok()) {
+      return error_response(placed);
+    }
+  }
   auto outcome = pipeline::deploy(*call.registry, *request, call.caller);
   if (!outcome.ok()) return error_response(outcome.status());
   if (!outcome->rollout) return endpoint_answer(outcome->endpoint);

@@ -211,18 +211,20 @@ Result<std::string> deploy_candidate(registry::Registry& registry, const Retrain
   }
   SLIPWAY_ASSIGN_OR_RETURN(auto shares, deploy_shares(policy.deploy));
   std::string mode = policy.deploy.substr(0, policy.deploy.find(':'));
+  // The same operation as `slipway deploy`: the same checks (approvals among them).
+  DeployRequest request;
+  request.endpoint = policy.endpoint;
+  request.reference = candidate.model + "@" + std::to_string(candidate.version);
   if (mode == "rollout") {
-    SLIPWAY_RETURN_IF_ERROR(registry.endpoints()
-                                .start_rollout(policy.endpoint, candidate.model, candidate.version, shares,
-                                               policy.rollout_interval.count() * 1000, registry::RolloutCriteria{})
-                                .status());
+    request.steps = shares;
+    request.interval_ms = policy.rollout_interval.count() * 1000;
+    SLIPWAY_RETURN_IF_ERROR(deploy(registry, request, Caller{}).status());
     return policy.endpoint + ": rollout " + policy.deploy.substr(policy.deploy.find(':') + 1);
   }
-  std::optional<double> canary;
-  if (mode == "canary") canary = shares.front();
-  SLIPWAY_RETURN_IF_ERROR(
-      registry.endpoints().deploy(policy.endpoint, candidate.model, candidate.version, canary).status());
-  return policy.endpoint + (canary ? ": canary " + format_config_number(*canary) + "%" : std::string(": full"));
+  if (mode == "canary") request.canary = shares.front();
+  SLIPWAY_RETURN_IF_ERROR(deploy(registry, request, Caller{}).status());
+  return policy.endpoint +
+         (request.canary ? ": canary " + format_config_number(*request.canary) + "%" : std::string(": full"));
 }
 
 }  // namespace

@@ -128,6 +128,21 @@ Result<std::unique_ptr<Registry>> Registry::open(const std::string& home, const 
   std::int64_t version = 0;
   if (options.read_only) {
     SLIPWAY_ASSIGN_OR_RETURN(version, applied_schema_version(*backend, home));
+    if (version == 0) {
+      // No schema at all: the command that created the workspace was stopped before its first
+      // migration committed (killed, or out of disk), not a workspace of an old slipway.
+      bool has_tables = false;
+      SLIPWAY_RETURN_IF_ERROR(backend->read([&](SqlTransaction& sql) -> Status {
+        SLIPWAY_ASSIGN_OR_RETURN(auto row, sql.query_row("SELECT 1 FROM sqlite_master WHERE type = 'table' LIMIT 1"));
+        has_tables = row.has_value();
+        return {};
+      }));
+      if (!has_tables) {
+        return failed_precondition("the workspace at '" + home +
+                                   "' was never fully created (the command creating it was stopped, or the disk was "
+                                   "full); `slipway init` there creates it");
+      }
+    }
     if (version < latest_schema_version()) {
       std::string made_before = version == 0 ? " (it predates schema versions)" : "";
       return failed_precondition("the workspace at '" + home + "' has schema version " + std::to_string(version) +

@@ -657,6 +657,8 @@ void list_models(const std::vector<ServedLlm>& models, std::string_view only, co
 
 }  // namespace
 
+http::Response OpenAiApi::error(int status, std::string_view message) { return api_error(status, message); }
+
 const std::vector<ProtocolRoute>& OpenAiApi::routes() {
   // Under `slipway serve --auth` these take the predict role, as inference does; `slipway llm
   // serve --api-key` takes its one key.

@@ -1,5 +1,7 @@
 // The serving process: the v2 Service on the http module's server, with /metrics beside it, and
-// the OpenAI API under /v1 for registered LLMs.
+// the management API and its OpenAPI document, and the OpenAI API under /v1.
+#include <simdjson.h>
+
 #include "slipway/serve.h"
 
 namespace slipway::serve {
@@ -81,7 +83,15 @@ Result<std::unique_ptr<Server>> Server::start(registry::Registry& registry, cons
                     },
                     [&service, api = state->llms](const http::Request& request, const http::Respond& respond) {
                       if (auto refused = service.check_access(request.target, request.header("Authorization"))) {
-                        return respond(to_http(std::move(*refused)));
+                        // In OpenAI's error shape, keeping the status and headers (WWW-Authenticate).
+                        simdjson::dom::parser parser;
+                        std::string_view message = "the request was refused";
+                        if (parser.parse(refused->body)["error"].get(message) != simdjson::SUCCESS) {
+                          message = "the request was refused";
+                        }
+                        http::Response answer = OpenAiApi::error(refused->status, message);
+                        answer.headers = std::move(refused->headers);
+                        return respond(std::move(answer));
                       }
                       api->handle(request, respond);
                     }});

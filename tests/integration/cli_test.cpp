@@ -155,6 +155,19 @@ TEST_F(CliTest, TrainRegisterInspectEvaluatePredict) {
 
 // `compare` exits like diff: 0 when two models agree within the tolerance, 1 when they do not,
 // 2 when the comparison cannot be made.
+// Under a file size limit (`ulimit -f`) a write fails with an error naming it, instead of the
+// process dying by SIGXFSZ (exit 153); a workspace whose creation was stopped so says so.
+TEST_F(CliTest, AFileSizeLimitIsAnErrorNotADeath) {
+  auto limited =
+      run_command({"/bin/sh", "-c", "ulimit -f 8; exec \"$0\" --home \"$1\" train --data \"$2\" --target Class",
+                   slipway_binary(), home_.path() + "/small", data_path("lending_club.csv")});
+  EXPECT_EQ(limited.exit_code, 1) << limited.err;
+  EXPECT_NE(limited.err.find("error: "), std::string::npos) << limited.err;
+  auto runs = run_command({slipway_binary(), "--home", home_.path() + "/small", "runs"});
+  EXPECT_NE(runs.exit_code, 0);
+  EXPECT_NE(runs.err.find("slipway init"), std::string::npos) << runs.err;
+}
+
 TEST_F(CliTest, CompareExitsLikeDiff) {
   ASSERT_EQ(slipway({"init"}).exit_code, 0);
   ASSERT_EQ(train_lending({"--register", "lending"}).exit_code, 0);

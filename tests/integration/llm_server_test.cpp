@@ -205,7 +205,13 @@ TEST(RegisteredLlm, ImportedGgufIsServedUnderV1WithAuthRoles) {
   ASSERT_GT(started.port, 0) << started.first_line;
   int port = started.port;
   std::vector<std::pair<std::string, std::string>> auth = {{"Authorization", "Bearer " + secret}};
-  EXPECT_EQ(http_request(port, "GET", "/v1/models").status, 401);
+  // Refused in OpenAI's error shape, which its clients read.
+  auto refused = http_request(port, "GET", "/v1/models");
+  EXPECT_EQ(refused.status, 401);
+  EXPECT_NE(refused.body.find(R"({"error":{"message":"this server requires a token)"), std::string::npos)
+      << refused.body;
+  EXPECT_NE(refused.body.find(R"("type":"authentication_error")"), std::string::npos) << refused.body;
+  EXPECT_EQ(refused.headers["www-authenticate"], "Bearer realm=\"slipway\"");
   auto models = http_request(port, "GET", "/v1/models", "", auth);
   EXPECT_EQ(models.status, 200);
   EXPECT_NE(models.body.find(R"("id":"chat")"), std::string::npos) << models.body;

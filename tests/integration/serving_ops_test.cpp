@@ -663,25 +663,34 @@ TEST_F(ServingOps, TheCliAndTheApiDeployWithTheSameChecks) {
     EXPECT_NE(http.body.find(expected), std::string::npos) << http.body;
   };
 
+  // The API reads a gate's rows from the workspace's data/ folder only (a token that may deploy
+  // must not make the server read any file it can); the CLI from anywhere its user can read.
   const std::string data = data_path("lending_club.csv");
-  same_refusal(slipway({"deploy", "web", "lending@2", "--gate-data", data, "--gate-metric", "auc", "--gate-min",
-                        "0.9999"}),
-               api("deploy", R"({"model":"lending@2","gate":{"data":")" + data +
-                                 R"(","metric":"auc","thresholds":"min=0.9999"}})"),
-               "the gate failed, so lending@2 was not deployed");
+  std::filesystem::create_directories(home_.path() + "/data");
+  std::filesystem::copy_file(data, home_.path() + "/data/holdout.csv");
+  same_refusal(
+      slipway({"deploy", "web", "lending@2", "--gate-data", data, "--gate-metric", "auc", "--gate-min", "0.9999"}),
+      api("deploy", R"({"model":"lending@2","gate":{"data":"holdout.csv","metric":"auc",)"
+                    R"("thresholds":"min=0.9999"}})"),
+      "the gate failed, so lending@2 was not deployed");
+  for (const char* outside : {"../slipway.db", "/etc/passwd", "a/../../x"}) {
+    auto refused = api("deploy", std::string(R"({"model":"lending@2","gate":{"data":")") + outside +
+                                     R"(","metric":"auc","thresholds":"min=0.5"}})");
+    EXPECT_EQ(refused.status, 400) << outside << " " << refused.body;
+  }
   same_refusal(slipway({"deploy", "web", "--fallback", "constant:maybe"}),
                api("settings", R"({"fallback":"constant:maybe"})"),
                "the constant fallback of a binary classifier is P(positive)");
   ASSERT_EQ(slipway({"deploy", "web", "--require-approval", "yes"}).exit_code, 0);
-  same_refusal(slipway({"deploy", "web", "lending@2", "--canary", "10"}), api("deploy", R"({"model":"lending@2","canary":10})"),
-               "lending@2 is not approved");
+  same_refusal(slipway({"deploy", "web", "lending@2", "--canary", "10"}),
+               api("deploy", R"({"model":"lending@2","canary":10})"), "lending@2 is not approved");
   same_refusal(slipway({"deploy", "web", "lending@2", "--canary", "99.999"}),
                api("deploy", R"({"model":"lending@2","canary":99.999})"), "rounds to 100");
   EXPECT_NE(slipway({"endpoints"}).out.find("lending@1 100%"), std::string::npos);
 
   ASSERT_EQ(slipway({"approve", "lending@2", "--note", "holdout ok"}).exit_code, 0);
-  auto passed = api("deploy", R"({"model":"lending@2","canary":10,"gate":{"data":")" + data +
-                                  R"(","metric":"auc","thresholds":"max_drop=0.05"}})");
+  auto passed = api("deploy", R"({"model":"lending@2","canary":10,"gate":{"data":"holdout.csv","metric":"auc",)"
+                              R"("thresholds":"max_drop=0.05"}})");
   EXPECT_EQ(passed.status, 200) << passed.body;
   EXPECT_NE(passed.body.find(R"("routes":[{"model":"lending","version":2,"percent":10})"), std::string::npos)
       << passed.body;

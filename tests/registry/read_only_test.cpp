@@ -88,6 +88,19 @@ TEST_F(ReadOnlyTest, SeesWhatAWriterCommitsMeanwhile) {
   EXPECT_EQ(reader->models().resolve("churn", {.version = {}, .alias = "production"})->version, 2);
 }
 
+// A database with no schema at all is a workspace whose creation was stopped (killed, a full
+// disk, `ulimit -f`), and is said to be one, with the command that creates it.
+TEST(ReadOnlyOpen, NamesAWorkspaceWhoseCreationWasStopped) {
+  slipway::testing::TempDir home;
+  slipway::testing::write_text(home.path() + "/slipway.db", "");
+  auto opened = Registry::open(home.path(), {.read_only = true});
+  ASSERT_EQ(opened.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(opened.status().message().find("was never fully created"), std::string::npos) << opened.status().message();
+  EXPECT_NE(opened.status().message().find("slipway init"), std::string::npos);
+  ASSERT_TRUE(Registry::open(home.path(), true).ok());  // what `slipway init` does
+  EXPECT_TRUE(Registry::open(home.path(), {.read_only = true}).ok());
+}
+
 TEST_F(ReadOnlyTest, CannotCreate) {
   slipway::testing::TempDir empty;
   EXPECT_EQ(Registry::open(empty.path(), {.create = true, .read_only = true}).status().code(),
