@@ -19,8 +19,8 @@ struct GateResult : CommandResult {
     const eval::GateReport& report = outcome.report;
     const std::string& recorded = outcome.report_sha256;
     const std::string& candidate = outcome.candidate;
-    out << "gate " << candidate << " against " << outcome.baseline << " on " << outcome.data_path << ": " << report.criteria.metric
-        << " (" << (report.higher_is_better ? "higher" : "lower") << " is better), "
+    out << "gate " << candidate << " against " << outcome.baseline << " on " << outcome.data_path << ": "
+        << report.criteria.metric << " (" << (report.higher_is_better ? "higher" : "lower") << " is better), "
         << eval::format_gate_thresholds(report.criteria) << "\n\n";
     std::vector<std::vector<std::string>> rows;
     for (const auto& check : report.checks) {

@@ -65,8 +65,7 @@ Result<registry::EndpointSettings> settings_to_store(registry::Registry& registr
 Status apply_settings(registry::Registry& registry, const std::string& endpoint,
                       const registry::EndpointSettings& settings, const Caller& caller) {
   SLIPWAY_ASSIGN_OR_RETURN(auto current, endpoint_named(registry, endpoint));
-  if (settings.require_approval && !*settings.require_approval && current.require_approval &&
-      !caller.may_administer) {
+  if (settings.require_approval && !*settings.require_approval && current.require_approval && !caller.may_administer) {
     // Lifting the requirement would let a deploy token ship an unapproved version, then set it
     // back: as much an admin act as approving. Requiring approval only narrows what may ship.
     return permission_denied("lifting endpoint '" + endpoint +
@@ -74,8 +73,7 @@ Status apply_settings(registry::Registry& registry, const std::string& endpoint,
   }
   if (settings.fallback && settings.fallback->starts_with("constant:") && !current.routes.empty()) {
     // The constant must fit what the endpoint serves: checked against its main version.
-    SLIPWAY_ASSIGN_OR_RETURN(
-        auto main, resolve_reference(&registry, registry::main_route(current.routes).reference()));
+    SLIPWAY_ASSIGN_OR_RETURN(auto main, resolve_reference(&registry, registry::main_route(current.routes).reference()));
     SLIPWAY_RETURN_IF_ERROR(
         model::constant_fallback_scores(*main.bundle, std::string_view(*settings.fallback).substr(9)).status());
   }
@@ -216,8 +214,7 @@ Result<DeployOutcome> deploy(registry::Registry& registry, const DeployRequest& 
     if (!outcome.gate->passed()) {
       return failed_precondition("the gate failed, so " + gate.candidate + " was not deployed (report sha256:" +
                                  outcome.gate->report_sha256 + "); `slipway gate " + gate.candidate + " --baseline " +
-                                 gate.baseline + " --data ... --metric " + gate.criteria.metric +
-                                 "` shows each check");
+                                 gate.baseline + " --data ... --metric " + gate.criteria.metric + "` shows each check");
     }
     log_info("gate passed: " + gate.candidate + " against " + gate.baseline);
   }
@@ -246,8 +243,8 @@ Result<registry::ModelVersion> set_approval(registry::Registry& registry, const 
   if (request.revoke) {
     SLIPWAY_RETURN_IF_ERROR(registry.models().revoke_approval(request.model, request.version));
   } else {
-    SLIPWAY_RETURN_IF_ERROR(check_plain_text(request.note, "an approval's note (why the version is approved)", 1000,
-                                             false));
+    SLIPWAY_RETURN_IF_ERROR(
+        check_plain_text(request.note, "an approval's note (why the version is approved)", 1000, false));
     SLIPWAY_RETURN_IF_ERROR(registry.models().approve(request.model, request.version, request.note));
   }
   return registry.models().resolve(request.model, {request.version, ""});

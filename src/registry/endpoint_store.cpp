@@ -112,8 +112,8 @@ Status check_version_exists(SqlTransaction& sql, const std::string& model, std::
 
 Result<double> share_at_resolution(double percent, std::string_view what, bool below_all) {
   std::string range = below_all ? "from 0.01 to 99.99" : "from 0.01 to 100";
-  std::string rule = std::string(what) + " must be a percentage " + range +
-                     " (shares are kept to a hundredth of a percent)";
+  std::string rule =
+      std::string(what) + " must be a percentage " + range + " (shares are kept to a hundredth of a percent)";
   if (!std::isfinite(percent)) return invalid_argument(rule);
   double points = std::round(percent * kPointsPerPercent);
   if (points < 1 || points > static_cast<double>(below_all ? kAllPoints - 1 : kAllPoints)) {
@@ -636,18 +636,9 @@ Result<Rollout> EndpointStore::start_rollout(const std::string& endpoint, const 
       return failed_precondition("endpoint '" + endpoint + "' already sends most of its traffic to " +
                                  main->reference());
     }
-    started = Rollout{endpoint,
-                      {model, version, 0.0},
-                      *main,
-                      checked_steps,
-                      interval_ms,
-                      0,
-                      unix_time_ms(),
-                      "running",
-                      "",
-                      "",
-                      criteria,
-                      unix_time_ms()};
+    started = Rollout{
+        endpoint, {model, version, 0.0}, *main, checked_steps, interval_ms, 0, unix_time_ms(), "running", "", "",
+        criteria, unix_time_ms()};
     SLIPWAY_RETURN_IF_ERROR(write_rollout(sql, started));
     return split(started, checked_steps.front());
   };

@@ -181,7 +181,6 @@ struct Service::State {
   HttpResponse handle_repository_route(std::string_view method, const std::vector<std::string_view>& segments,
                                        std::string_view body);
 
-
   // The label a request for `name` is counted under: the name when the model exists, else
   // "(unknown)", so no client can grow the metrics with names.
   std::string_view metric_label(std::string_view name) const;

@@ -130,9 +130,15 @@ TEST_F(EndpointStoreTest, RolloutsAdvanceStepByStepOrRollBackAndAManualChangeSto
   EXPECT_NE((*stopped)->reason.find("endpoint.rollback"), std::string::npos) << (*stopped)->reason;
   EXPECT_EQ(endpoints().advance_rollout("web", 0, "too late").status().code(), StatusCode::kFailedPrecondition);
 
-  for (const std::vector<double>& steps :
-       std::vector<std::vector<double>>{{}, {10, 50}, {50, 10, 100}, {0, 100}, {10, 10, 100}, {1e-300, 100}, {100},
-                                        {10.001, 10.004, 100}, {std::nan(""), 100}}) {
+  for (const std::vector<double>& steps : std::vector<std::vector<double>>{{},
+                                                                           {10, 50},
+                                                                           {50, 10, 100},
+                                                                           {0, 100},
+                                                                           {10, 10, 100},
+                                                                           {1e-300, 100},
+                                                                           {100},
+                                                                           {10.001, 10.004, 100},
+                                                                           {std::nan(""), 100}}) {
     EXPECT_EQ(endpoints().start_rollout("web", "churn", 3, steps, 1000, criteria).status().code(),
               StatusCode::kInvalidArgument);
   }
@@ -332,8 +338,8 @@ TEST_F(EndpointStoreTest, ADamagedEndpointFailsAloneAndAFullDeployRepairsIt) {
   registry_.reset();
   sqlite3* database = nullptr;
   ASSERT_EQ(sqlite3_open((dir_.path() + "/slipway.db").c_str(), &database), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(database, "UPDATE endpoints SET routes = 'churn@2=100,churn@1=0' WHERE name = 'web'",
-                         nullptr, nullptr, nullptr),
+  ASSERT_EQ(sqlite3_exec(database, "UPDATE endpoints SET routes = 'churn@2=100,churn@1=0' WHERE name = 'web'", nullptr,
+                         nullptr, nullptr),
             SQLITE_OK);
   sqlite3_close(database);
   registry_ = std::move(Registry::open(dir_.path(), false)).value();
