@@ -178,9 +178,10 @@ struct ServiceOptions {
   // The management API under /api (control::management_api); without it /api answers 404. A
   // call answered below 400 that is not a GET re-reads the endpoints and tokens at once.
   ManagementHandler management;
-  // Bearer tokens from the registry (`slipway token create`) are required: role predict for
-  // inference and model metadata, deploy for the repository API, admin for /metrics and stats.
-  // Health endpoints stay open for probes.
+  // Bearer tokens from the registry (`slipway token create`) are required, with each route's role
+  // (protocol_routes(); the management API's own table): predict for inference and model
+  // metadata, deploy for the repository API, admin for /metrics and stats. Health endpoints and
+  // /openapi.json stay open.
   bool require_auth = false;
 };
 
