@@ -534,7 +534,9 @@ Result<RegisteredFile> register_bundle_bytes(registry::Registry& registry, const
 // script starts a run, logs params, metrics with steps, tags and files, and ends it; `slipway
 // runs` and `slipway show` list it beside the runs Slipway trained. What a client sends is
 // bounded per call (kTrackingLimits), and every call may be retried: a start with the same
-// client-chosen id, the same params, the same file and the same end are accepted again.
+// client-chosen id, the same params, the same file and the same end are accepted again. Only runs
+// started this way take logs, files and an end (FailedPrecondition for a run Slipway trained or
+// imported itself: a client that may record runs cannot rewrite another's history).
 
 struct TrackingLimits {
   std::size_t metrics_per_call = 1000;

@@ -81,6 +81,21 @@ Status check_file_path(std::string_view path) {
                           std::string(path.substr(0, 64)) + "'");
 }
 
+// The code version a tracked run records: what tells it from a run Slipway trained itself.
+constexpr std::string_view kTrackedCodeVersion = "external";
+
+// `run_id` as a run this API started: a run Slipway trains or imports itself takes no logs, files
+// or end from a client (a token that may record runs must not rewrite another's history).
+Result<registry::RunRecord> tracked_run(registry::Registry& registry, const std::string& run_id) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto run, registry.runs().get(run_id));
+  if (run.code_version != kTrackedCodeVersion) {
+    return failed_precondition("run '" + run_id +
+                               "' was recorded by Slipway itself, not through the tracking API: it takes no logs, "
+                               "files or end from a client");
+  }
+  return run;
+}
+
 }  // namespace
 
 Result<TrackedRun> start_tracked_run(registry::Registry& registry, const TrackedRunStart& start, const Caller& caller) {
@@ -96,7 +111,7 @@ Result<TrackedRun> start_tracked_run(registry::Registry& registry, const Tracked
   run.tags = start.tags;
   run.run_id = start.run_id;
   run.remote = true;
-  run.code_version = "external";
+  run.code_version = std::string(kTrackedCodeVersion);
   auto started = registry.runs().start(run);
   TrackedRun tracked;
   if (!started.ok() && started.status().code() == StatusCode::kAlreadyExists) {
@@ -116,13 +131,11 @@ Result<TrackedRun> start_tracked_run(registry::Registry& registry, const Tracked
 Status log_to_run(registry::Registry& registry, const std::string& run_id, const TrackingBatch& batch,
                   const Caller& caller) {
   SLIPWAY_RETURN_IF_ERROR(check_batch(batch));
+  SLIPWAY_RETURN_IF_ERROR(tracked_run(registry, run_id).status());
   act_as(registry, caller);
   if (!batch.params.empty()) SLIPWAY_RETURN_IF_ERROR(registry.runs().log_params(run_id, batch.params));
   if (!batch.metrics.empty()) SLIPWAY_RETURN_IF_ERROR(registry.runs().log_metric_steps(run_id, batch.metrics));
   if (!batch.tags.empty()) SLIPWAY_RETURN_IF_ERROR(registry.runs().set_tags(run_id, batch.tags));
-  if (batch.params.empty() && batch.metrics.empty() && batch.tags.empty()) {
-    SLIPWAY_RETURN_IF_ERROR(registry.runs().get(run_id).status());  // an empty batch still names a run
-  }
   return {};
 }
 
@@ -131,7 +144,7 @@ Result<registry::RunArtifact> store_run_file(registry::Registry& registry, const
                                              const std::string& expected_sha256, const Caller& caller) {
   SLIPWAY_RETURN_IF_ERROR(check_file_path(path));
   SLIPWAY_RETURN_IF_ERROR(check_upload_sha256(bytes, expected_sha256));
-  SLIPWAY_ASSIGN_OR_RETURN(auto run, registry.runs().get(run_id));
+  SLIPWAY_ASSIGN_OR_RETURN(auto run, tracked_run(registry, run_id));
   if (run.status != "RUNNING") {
     return failed_precondition("run '" + run_id + "' has ended; files cannot be added");
   }
@@ -147,7 +160,7 @@ Result<registry::RunArtifact> store_run_file(registry::Registry& registry, const
 
 Result<registry::RunRecord> end_tracked_run(registry::Registry& registry, const std::string& run_id, bool succeeded,
                                             const Caller& caller) {
-  SLIPWAY_ASSIGN_OR_RETURN(auto run, registry.runs().get(run_id));
+  SLIPWAY_ASSIGN_OR_RETURN(auto run, tracked_run(registry, run_id));
   std::string wanted = succeeded ? "FINISHED" : "FAILED";
   if (run.status == wanted) return run;  // a retried end
   if (run.status != "RUNNING") {

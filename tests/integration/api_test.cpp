@@ -248,6 +248,16 @@ TEST_F(Api, AnExternalTrainingScriptRecordsARunTheCliPrints) {
   EXPECT_NE(again.body.find("\"created\":false"), std::string::npos) << again.body;
   auto compared = http_request(port, "GET", "/api/runs/compare?a=" + run_id + "&b=" + run_id, "", reader);
   EXPECT_EQ(compared.status, 200) << compared.body;
+  // A run Slipway trained itself takes nothing from a client: no logs, files or end.
+  auto trained = http_request(port, "GET", "/api/runs?experiment=default", "", reader);
+  std::string own = field(trained.body, "run_id");
+  ASSERT_EQ(own.size(), 32u) << trained.body;
+  for (const auto& [path, body] : std::vector<std::pair<std::string, std::string>>{
+           {"/log", R"({"metrics":[{"key":"test_auc","value":0.99}]})"}, {"/end", R"({"status":"FAILED"})"}}) {
+    auto refused = http_request(port, "POST", "/api/runs/" + own + path, body, reader);
+    EXPECT_EQ(refused.status, 409) << path << " " << refused.body;
+  }
+  EXPECT_EQ(slipway({"show", own}).out.find("test_auc = 0.99"), std::string::npos);
 }
 
 // Hostile calls: forged paging tokens, uploads that lie about their hash, paths that climb out,
