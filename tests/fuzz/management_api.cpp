@@ -21,7 +21,7 @@ struct Workspace {
 };
 
 const Workspace& workspace() {
-  static const Workspace made = [] {
+  static const Workspace kMade = [] {
     Workspace result;
     result.home = (std::filesystem::temp_directory_path() / ("slipway-fuzz-" + slipway::random_hex(6))).string();
     auto store = std::move(slipway::registry::Registry::open(result.home, true)).value();
@@ -35,7 +35,7 @@ const Workspace& workspace() {
     result.run_id = run.ok() ? run->run.run_id : "0";
     return result;
   }();
-  return made;
+  return kMade;
 }
 
 struct Target {
@@ -47,8 +47,8 @@ struct Target {
 
 // NOLINTNEXTLINE(readability-identifier-naming): libFuzzer's entry point, a fixed name
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t size) {
-  static const slipway::serve::ManagementHandler handler = slipway::control::management_api(workspace().home);
-  static const std::vector<Target> targets = {
+  static const slipway::serve::ManagementHandler kHandler = slipway::control::management_api(workspace().home);
+  static const std::vector<Target> kTargets = {
       {"POST", {"api", "endpoints", "e", "deploy"}},
       {"POST", {"api", "endpoints", "e", "settings"}},
       {"POST", {"api", "runs"}},
@@ -67,7 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
       {"POST", {"api", "models", "m", "versions"}},
   };
   if (size == 0) return 0;
-  const Target& target = targets[bytes[0] % targets.size()];
+  const Target& target = kTargets[bytes[0] % kTargets.size()];
   std::string_view input(reinterpret_cast<const char*>(bytes) + 1, size - 1);
   slipway::serve::ManagementCall call;
   call.method = target.method;
@@ -83,6 +83,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
   } else {
     call.body = input;
   }
-  (void)handler(call);
+  (void)kHandler(call);
   return 0;
 }
