@@ -1,7 +1,6 @@
 // /api/endpoints, approvals and the audit log: each route parses its JSON into the request of a
 // pipeline operation, calls it and encodes the result. The operation applies every check (the
 // gate, the constant fallback, approvals and who may change them), exactly as for the CLI.
-#include <charconv>
 
 #include "control/api.h"
 

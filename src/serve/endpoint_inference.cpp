@@ -3,7 +3,6 @@
 #include <simdjson.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <mutex>
 #include <utility>
