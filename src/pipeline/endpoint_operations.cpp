@@ -5,6 +5,7 @@
 // bundle it answers for, the caller's rights) is checked here, once.
 #include <span>
 
+#include "pipeline/operation_support.h"
 #include "slipway/pipeline.h"
 
 namespace slipway::pipeline {
@@ -18,17 +19,10 @@ Status check_plain_text(std::string_view text, std::string_view what, std::size_
     return invalid_argument(std::string(what) + " must be UTF-8 text of at most " + std::to_string(max_bytes) +
                             " bytes");
   }
-  for (char byte : text) {
-    auto code = static_cast<unsigned char>(byte);
-    if (code < 0x20 || code == 0x7f) {
-      return invalid_argument(std::string(what) + " must not hold control characters (such as NUL, ESC or newlines)");
-    }
+  if (has_control_characters(text)) {
+    return invalid_argument(std::string(what) + " must not hold control characters (such as NUL, ESC or newlines)");
   }
   return {};
-}
-
-void act_as(registry::Registry& registry, const Caller& caller) {
-  if (!caller.actor.empty()) registry.set_actor(caller.actor);
 }
 
 Result<registry::ModelVersion> resolve_version(registry::Registry& registry, const std::string& reference) {

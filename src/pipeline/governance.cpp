@@ -1,22 +1,11 @@
 // Governance operations every front door shares (pipeline.h): annotations, API tokens and the
 // labels performance monitoring joins. The text a person types is held to plain text here, so
 // nothing a client sends reaches a terminal or a log with control characters in it.
+#include "pipeline/operation_support.h"
 #include "slipway/pipeline.h"
 
 namespace slipway::pipeline {
 namespace {
-
-void act_as(registry::Registry& registry, const Caller& caller) {
-  if (!caller.actor.empty()) registry.set_actor(caller.actor);
-}
-
-bool has_control_characters(std::string_view text) {
-  for (char byte : text) {
-    auto code = static_cast<unsigned char>(byte);
-    if (code < 0x20 || code == 0x7f) return true;
-  }
-  return false;
-}
 
 constexpr std::size_t kMaxLabelBytes = 1024;
 constexpr std::size_t kMaxLabelsPerCall = 100'000;

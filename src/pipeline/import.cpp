@@ -5,6 +5,7 @@
 #include <fstream>
 #include <span>
 
+#include "pipeline/operation_support.h"
 #include "slipway/llm.h"
 #include "slipway/pipeline.h"
 
@@ -74,7 +75,7 @@ Result<registry::ModelVersion> register_imported_bytes(registry::Registry& regis
                                                        std::span<const std::byte> bytes, const std::string& spec,
                                                        const std::map<std::string, std::string>& params, bool remote,
                                                        const Caller& caller) {
-  if (!caller.actor.empty()) registry.set_actor(caller.actor);
+  act_as(registry, caller);
   registry::NewRun run;
   run.experiment = "imports";
   run.code_version = std::string(slipway_code_version());

@@ -2,14 +2,14 @@
 // bundle file's bytes registered as a version.
 #include <span>
 
-#include "pipeline/uploads.h"
+#include "pipeline/operation_support.h"
 #include "slipway/pipeline.h"
 
 namespace slipway::pipeline {
 
 Status set_alias(registry::Registry& registry, const std::string& model, const std::string& alias, std::int64_t version,
                  const Caller& caller) {
-  if (!caller.actor.empty()) registry.set_actor(caller.actor);
+  act_as(registry, caller);
   return registry.models().set_alias(model, alias, version);
 }
 
@@ -41,7 +41,7 @@ Result<RegisteredFile> register_bundle_bytes(registry::Registry& registry, const
 Result<registry::ModelVersion> register_bundle(registry::Registry& registry, const std::string& model,
                                                const model::Bundle& bundle, const Caller& caller) {
   SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(model));
-  if (!caller.actor.empty()) registry.set_actor(caller.actor);
+  act_as(registry, caller);
   SLIPWAY_ASSIGN_OR_RETURN(std::string sha256, registry.artifacts().put(bundle.serialize()));
   return registry.models().register_version(model, sha256, "");
 }

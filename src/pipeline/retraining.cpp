@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "pipeline/operation_support.h"
 #include "slipway/monitor.h"
 #include "slipway/pipeline.h"
 
@@ -658,12 +659,12 @@ Status save_retrain_policy(registry::Registry& registry, const std::string& mode
     }
   }
   if (!policy.endpoint.empty()) SLIPWAY_RETURN_IF_ERROR(retrain_baseline(registry, policy).status());
-  if (!caller.actor.empty()) registry.set_actor(caller.actor);
+  act_as(registry, caller);
   return registry.retraining().set_policy(model, values);
 }
 
 Status remove_retrain_policy(registry::Registry& registry, const std::string& model, const Caller& caller) {
-  if (!caller.actor.empty()) registry.set_actor(caller.actor);
+  act_as(registry, caller);
   return registry.retraining().remove_policy(model);
 }
 

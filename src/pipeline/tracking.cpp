@@ -3,15 +3,11 @@
 #include <cmath>
 #include <span>
 
-#include "pipeline/uploads.h"
+#include "pipeline/operation_support.h"
 #include "slipway/pipeline.h"
 
 namespace slipway::pipeline {
 namespace {
-
-void act_as(registry::Registry& registry, const Caller& caller) {
-  if (!caller.actor.empty()) registry.set_actor(caller.actor);
-}
 
 Status check_key(std::string_view key, std::string_view what) {
   bool valid = !key.empty() && key.size() <= kTrackingLimits.key_bytes;
