@@ -16,6 +16,7 @@
 // from those threads.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -36,6 +37,9 @@ struct JobSpec {
   // The job fails once more than this share of the input's rows are bad (the count is said).
   double max_error_rate = 0.01;
   std::string id_column;  // an input column copied into every output row (the row number always is)
+  // Set (by another thread) to stop: no shard starts after it, those scoring finish, and the job
+  // ends in state "cancelled" (the same job run again resumes it). Null: never cancelled.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // The model a job scores with.
@@ -65,7 +69,7 @@ struct JobManifest {
   std::string format;
   std::string id_column;
   double max_error_rate = 0;
-  std::string state;   // running, finished or failed
+  std::string state;   // running, finished, failed or cancelled
   std::string reason;  // why it failed
   std::size_t rows = 0;
   std::size_t scored = 0;

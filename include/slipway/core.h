@@ -415,10 +415,10 @@ Status check_config_value(std::string_view subject, const ConfigKey& key, std::s
 // The InvalidArgument for a key that is not declared: lists the known keys and suggests the
 // closest one ("unknown serving config key 'max_batch'; did you mean 'max_batch_size'? the keys are: ...").
 Status unknown_config_key(std::string_view subject, std::string_view name, const std::vector<std::string>& known);
-// The name at the smallest edit distance from `typed` when it is at most a third of its length
-// (and at least 2) away; nullopt when none is that close.
 // The items with `separator` between them.
 std::string join(const std::vector<std::string>& items, std::string_view separator);
+// The name at the smallest edit distance from `typed` when it is at most a third of its length
+// (and at least 2) away; nullopt when none is that close.
 std::optional<std::string> closest_name(std::string_view typed, const std::vector<std::string>& names);
 // A Markdown table of the keys: key, type, default, allowed, description; one row per key.
 std::string config_markdown_table(const std::vector<ConfigKey>& keys);
@@ -427,6 +427,11 @@ std::string format_config_number(double number);
 // `text` as a finite number when it is exactly one (from_chars: no spaces, signs other than '-',
 // hex, "nan" or "inf"); nullopt otherwise.
 std::optional<double> parse_finite_number(std::string_view text);
+// "30s", "500ms", "2m", "1h", "1.5d" or a bare number of seconds, as a person types a duration
+// (a flag, a query parameter); `name` names it in the error. `longest_days`: the longest taken (a
+// day for deadlines and test lengths, which keeps them far from the clock's range; monitoring
+// windows may be longer).
+Result<std::chrono::milliseconds> parse_duration(std::string_view name, std::string_view text, double longest_days = 1);
 
 namespace config_detail {
 // Parsers of text that check_config_value accepted.

@@ -19,10 +19,12 @@
 #include <string>
 #include <vector>
 
+#include "slipway/batch.h"
 #include "slipway/core.h"
 #include "slipway/data.h"
 #include "slipway/eval.h"
 #include "slipway/model.h"
+#include "slipway/monitor.h"
 #include "slipway/registry.h"
 #include "slipway/train.h"
 
@@ -587,5 +589,102 @@ Result<registry::RunArtifact> store_run_file(registry::Registry& registry, const
 // Ends a RUNNING run as FINISHED or FAILED; ending it again the same way is accepted.
 Result<registry::RunRecord> end_tracked_run(registry::Registry& registry, const std::string& run_id, bool succeeded,
                                             const Caller& caller);
+
+// ---------------------------------------------------------------------------------------------
+// Monitoring (monitoring.cpp): skew and drift of a model's traffic (its request log) or of a
+// file, against the training distribution its bundle carries, another file or the window before;
+// its performance once labels arrive; and the alert states that follow from both.
+
+struct MonitorRequest {
+  std::string reference;  // NAME[@VERSION|@ALIAS], an endpoint (its main version), or a bundle file (with data)
+  std::string data;       // the current rows from this file instead of the request log
+  std::int64_t window_ms = 3'600'000;
+  std::string window = "1h";          // the window as given, for the report's words
+  std::string baseline = "training";  // training, previous-window, or a file
+  std::string request_log_dir;        // empty: <workspace>/request_log
+  monitor::DriftThresholds thresholds;
+  std::string id_column;  // joins ingested labels by this input: the performance too
+  std::string slice;      // with id_column: the performance per value of this input too
+  bool history = false;   // over the request log: the drift of each twelfth of the window
+};
+
+struct MonitorReport {
+  std::string model;       // "churn@3", with "(main version of endpoint E)" when watched through one
+  std::string model_name;  // the registered model (empty for a bundle file): whose labels and alerts
+  std::string current;     // what was compared, in words
+  std::string reference;
+  monitor::DriftReport drift;
+  monitor::DriftThresholds thresholds;
+  std::optional<monitor::Performance> performance;  // with id_column
+  std::map<std::string, double> training_metrics;   // the bundle's metrics (test_* among them)
+  std::string slice_column;
+  std::vector<monitor::DriftPoint> history;     // with request.history, over the request log
+  std::shared_ptr<const model::Bundle> bundle;  // the version watched (its profile draws the page)
+};
+
+// The report: reads the request log (or the file), bins it in the bundle's training profile and
+// compares. InvalidArgument for a bad threshold, window or option pair; FailedPrecondition for a
+// bundle without a training profile or no rows to compare.
+Result<MonitorReport> monitoring_report(registry::Registry& registry, const MonitorRequest& request);
+// {"model", "current", "reference", "distance_threshold", "p_value_threshold", "inputs": [...],
+// "prediction", "drifted_inputs", "drifted_share", "attribution_drifted_inputs", "performance"}
+// (no closing brace: the caller may add keys and closes the object).
+void write_monitor_report_json(JsonWriter& json, const MonitorReport& report);
+
+// "auc=0.7": a metric and its limit.
+struct MetricLimit {
+  std::string metric;
+  double limit = 0;
+};
+Result<MetricLimit> parse_metric_limit(const std::string& text);
+
+struct AlertRules {
+  std::vector<MetricLimit> min_metrics;       // alert below
+  std::vector<MetricLimit> max_metrics;       // alert above
+  std::vector<MetricLimit> max_metric_drops;  // alert when this much worse than the bundle's test value
+  std::string webhook;                        // POST the alerts that changed here (JSON)
+};
+struct AlertOutcome {
+  std::vector<registry::AlertState> states;   // every alert's state now
+  std::vector<registry::AlertState> changes;  // those that fired or resolved since the last record
+  std::string webhook_status;                 // what the webhook answered
+};
+// The report's alert states (each input and the prediction, drifted or not, and each metric
+// rule), recorded for /metrics after the webhook (when given) took the changes: a webhook that
+// does not answer 2xx is Unavailable and nothing is recorded, so the next run tells it again.
+Result<AlertOutcome> record_alerts(registry::Registry& registry, const MonitorReport& report, const AlertRules& rules,
+                                   const Caller& caller);
+// [{"subject", "state": "firing"|"resolved", "value"}]
+void write_alert_changes_json(JsonWriter& json, const std::vector<registry::AlertState>& changes);
+
+// ---------------------------------------------------------------------------------------------
+// Batch scoring (batch_jobs.cpp) and what optimize and serving configs left in the registry.
+
+// Runs (or resumes) a batch job (batch::run_job) and records it for lineage in `registry` when
+// given (best effort: the job's folder holds its whole record; a failure to record is logged).
+// A job refused before it started is not recorded; a job that failed is.
+Result<batch::JobOutcome> run_batch_job(registry::Registry* registry, const LoadedReference& model,
+                                        const batch::JobSpec& spec, const batch::JobProgress& progress,
+                                        const Caller& caller);
+// The job's manifest in `out`, a "running" one that no process runs as "interrupted".
+Result<batch::JobManifest> batch_job_status(const std::string& out);
+
+// The optimization record (model::Manifest::optimization) of each version, in order: how
+// `slipway optimize` made it; empty for a version optimize did not make, or whose bundle cannot
+// be read (`slipway verify` reports those). Each bundle is loaded: the record is in its manifest.
+std::vector<std::map<std::string, std::string>> optimization_records(
+    registry::Registry& registry, const std::string& model, const std::vector<registry::ModelVersion>& versions);
+
+// A model's serving config: what is stored (serve's keys) and what applies (stored over defaults).
+struct ServingConfigView {
+  std::map<std::string, std::string> stored;
+  std::map<std::string, std::string> effective;
+};
+Result<ServingConfigView> serving_config(registry::Registry& registry, const std::string& model);
+// Sets `given` over the stored config (over nothing with `reset`), checked whole by the server's
+// rules so that a stored config always applies; NotFound for a model that has no version.
+Result<ServingConfigView> set_serving_config(registry::Registry& registry, const std::string& model,
+                                             const std::map<std::string, std::string>& given, bool reset,
+                                             const Caller& caller);
 
 }  // namespace slipway::pipeline

@@ -593,9 +593,18 @@ Result<JobOutcome> run_job(const JobModel& model, const JobSpec& spec, const Job
   SLIPWAY_ASSIGN_OR_RETURN(std::optional<JobManifest> earlier, check_folder());
   JobOutcome outcome;
   if (earlier && earlier->state == "finished") {
-    outcome.manifest = std::move(*earlier);
-    outcome.already_finished = true;
-    return outcome;
+    // Finished, and still so when every part is the one recorded; a part changed or lost since is
+    // scored again below, like an interrupted run's.
+    bool intact = std::all_of(earlier->shards.begin(), earlier->shards.end(), [&](const ShardRecord& shard) {
+      auto digest = sha256_file(spec.out + "/" + part_name(shard.index, spec.format));
+      return digest.ok() && *digest == shard.output_sha256;
+    });
+    if (intact) {
+      outcome.manifest = std::move(*earlier);
+      outcome.already_finished = true;
+      return outcome;
+    }
+    log_warn(spec.out + " holds a finished job whose parts changed since; the changed ones are scored again");
   }
   // Left by a run killed mid-write: never part of the output.
   for (const auto& entry : std::filesystem::directory_iterator(spec.out, error)) {
@@ -679,8 +688,9 @@ Result<JobOutcome> run_job(const JobModel& model, const JobSpec& spec, const Job
       static_cast<std::size_t>(std::floor(spec.max_error_rate * static_cast<double>(total_rows) + 1e-9));
   std::vector<Status> failures(pending.size());
   int workers = spec.workers > 0 ? spec.workers : default_thread_count();
+  auto cancelled = [&spec] { return spec.cancel != nullptr && spec.cancel->load(); };
   parallel_for(pending.size(), workers, [&](std::size_t task) {
-    if (over_limit) return;
+    if (over_limit || cancelled()) return;
     std::int64_t shard_started = monotonic_ns();
     ShardRecord& record = manifest.shards[pending[task]];
     auto read = read_shard(spec.data, layout, layout.shards[record.index], text_columns);
@@ -734,7 +744,17 @@ Result<JobOutcome> run_job(const JobModel& model, const JobSpec& spec, const Job
     failures[task] = write_manifest();
     if (progress) progress(rows_done += record.rows, rows_pending);
   });
-  for (const auto& failure : failures) SLIPWAY_RETURN_IF_ERROR(failure);
+  for (const auto& failure : failures) {
+    if (failure.ok()) continue;
+    // Said in the manifest too, so `batch status` does not call the job resumable (a changed input
+    // makes another job; a full disk, once freed, lets the same command carry on).
+    manifest.state = "failed";
+    manifest.reason = failure.message();
+    if (Status written = write_manifest(); !written.ok()) {
+      log_warn("the job's manifest says nothing of the failure: " + written.message());
+    }
+    return failure;
+  }
 
   manifest.scored = 0;
   manifest.bad = 0;
@@ -753,6 +773,9 @@ Result<JobOutcome> run_job(const JobModel& model, const JobSpec& spec, const Job
         every_shard_done ? "" : "at least ", bad_seen, total_rows,
         100.0 * static_cast<double>(bad_seen) / static_cast<double>(std::max<std::size_t>(total_rows, 1)),
         spec.max_error_rate, spec.out);
+  } else if (!every_shard_done && cancelled()) {
+    manifest.state = "cancelled";
+    manifest.reason = "cancelled; the same job started again scores the shards left";
   } else {
     manifest.state = "finished";
     manifest.finished_ms = unix_time_ms();

@@ -1,5 +1,4 @@
 // slipway batch: a model over a file into a job folder (batch::run_job); batch status DIR.
-#include <filesystem>
 #include <ostream>
 
 #include <fmt/format.h>
@@ -47,29 +46,6 @@ struct BatchResult : CommandResult {
   }
 };
 
-// Records the job for lineage when a workspace is there to record it in (best effort: the
-// job's folder holds its whole record).
-void record_for_lineage(const GlobalOptions& global, const batch::JobManifest& manifest, const std::string& out) {
-  auto store = open_workspace(global, WorkspaceAccess::kWrite);
-  if (!store.ok()) return;
-  registry::BatchJobRecord record{manifest.key,
-                                  manifest.model,
-                                  manifest.bundle_sha256,
-                                  manifest.input,
-                                  manifest.input_sha256,
-                                  std::filesystem::absolute(out).string(),
-                                  manifest.state,
-                                  static_cast<std::int64_t>(manifest.rows),
-                                  static_cast<std::int64_t>(manifest.scored),
-                                  static_cast<std::int64_t>(manifest.bad),
-                                  manifest.started_ms,
-                                  0,
-                                  ""};
-  if (Status recorded = (*store)->runs().record_batch_job(record); !recorded.ok()) {
-    log_warn("the batch job is not in the workspace's lineage: " + recorded.message());
-  }
-}
-
 Result<BatchResult> run(const GlobalOptions& global, const BatchFlags& flags) {
   if (flags.reference.empty()) return invalid_argument("give the model: slipway batch REF --data FILE --out DIR");
   if (flags.data.empty()) return invalid_argument("--data is required");
@@ -83,15 +59,17 @@ Result<BatchResult> run(const GlobalOptions& global, const BatchFlags& flags) {
   spec.max_error_rate = flags.max_error_rate;
   spec.id_column = flags.id_column;
   ProgressBar progress("batch", 1, flags.progress && !global.json);
-  auto outcome = batch::run_job({loaded.bundle, loaded.description, loaded.sha256}, spec,
-                                [&](std::size_t done, std::size_t total) {
-                                  progress.set_total(static_cast<std::int64_t>(total));
-                                  progress.update(static_cast<std::int64_t>(done), "rows");
-                                });
+  // The job is recorded for lineage when a workspace is there to record it in.
+  auto store = open_workspace(global, WorkspaceAccess::kWrite);
+  auto outcome = pipeline::run_batch_job(
+      store.ok() ? store->get() : nullptr, loaded, spec,
+      [&](std::size_t done, std::size_t total) {
+        progress.set_total(static_cast<std::int64_t>(total));
+        progress.update(static_cast<std::int64_t>(done), "rows");
+      },
+      pipeline::Caller{});
   progress.finish();
   if (!outcome.ok()) return outcome.status();
-  // A job that ran is recorded, failed or not; one refused before it started is not.
-  if (!outcome->already_finished) record_for_lineage(global, outcome->manifest, flags.out);
   if (outcome->manifest.state == "failed") return failed_precondition(outcome->manifest.reason);
   BatchResult result;
   result.manifest = outcome->manifest;
@@ -104,11 +82,7 @@ Result<BatchResult> run(const GlobalOptions& global, const BatchFlags& flags) {
 
 Result<BatchResult> status(const std::string& out) {
   BatchResult result;
-  SLIPWAY_ASSIGN_OR_RETURN(result.manifest, batch::read_job(out));
-  if (result.manifest.state == "running" && !batch::job_running(out)) {
-    result.manifest.state = "interrupted";
-    result.manifest.reason = "no process runs it; the same command resumes it";
-  }
+  SLIPWAY_ASSIGN_OR_RETURN(result.manifest, pipeline::batch_job_status(out));
   result.out = out;
   result.status_only = true;
   return result;

@@ -43,12 +43,6 @@ Result<std::unique_ptr<registry::Registry>> open_workspace(const GlobalOptions& 
 // pipeline::resolve_reference, opening the workspace read-only only for a registry reference.
 Result<pipeline::LoadedReference> load_reference(const GlobalOptions& global, const std::string& reference);
 
-// The optimization record (model::Manifest::optimization) of each version, in order; empty for a
-// version optimize did not make, or whose bundle cannot be read (`slipway verify` reports those).
-// Each bundle is loaded: the record lives in its manifest.
-std::vector<std::map<std::string, std::string>> optimization_records(
-    registry::Registry& registry, const std::string& model, const std::vector<registry::ModelVersion>& versions);
-
 int run_init(const GlobalOptions& global);
 int run_train(const GlobalOptions& global, const TrainOptions& flags, const std::vector<std::string>& flags_given);
 int run_eval(const GlobalOptions& global, const std::string& reference, const std::string& data,
@@ -460,11 +454,6 @@ class ProgressBar {
   bool drawn_ = false;
 };
 
-// "30s", "500ms", "2m", "1.5s" or a bare number of seconds; `flag` names it in the error.
-// `longest_days`: the longest duration taken (a day for deadlines and test lengths; monitoring
-// windows may be longer).
-Result<std::chrono::milliseconds> parse_duration(const std::string& flag, const std::string& text,
-                                                 double longest_days = 1);
 // "12 B", "4.1 KiB", "1.4 MiB".
 std::string format_bytes(std::size_t bytes);
 // A metric value for display: 4 significant decimals, "-" for NaN.

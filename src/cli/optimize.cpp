@@ -485,7 +485,7 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
   std::map<std::string, std::pair<std::string, std::map<std::string, std::string>>> finished;
   if (flags.resume) {
     SLIPWAY_ASSIGN_OR_RETURN(auto versions, store->models().list_versions(model));
-    auto records = optimization_records(*store, model, versions);
+    auto records = pipeline::optimization_records(*store, model, versions);
     for (std::size_t index = 0; index < versions.size(); ++index) {
       std::string reference = model + "@" + std::to_string(versions[index].version);
       const auto& record = records[index];

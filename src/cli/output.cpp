@@ -166,36 +166,4 @@ void print_evaluation(std::ostream& out, const eval::Evaluation& evaluation) {
   print_table(out, headers, rows);
 }
 
-Result<std::chrono::milliseconds> parse_duration(const std::string& flag, const std::string& text,
-                                                 double longest_days) {
-  double scale = 1000.0;
-  std::string number = text;
-  if (text.ends_with("ms")) {
-    scale = 1.0;
-    number.resize(number.size() - 2);
-  } else if (text.ends_with("s")) {
-    number.resize(number.size() - 1);
-  } else if (text.ends_with("m")) {
-    scale = 60'000.0;
-    number.resize(number.size() - 1);
-  } else if (text.ends_with("h")) {
-    scale = 3'600'000.0;
-    number.resize(number.size() - 1);
-  } else if (text.ends_with("d")) {
-    scale = 86'400'000.0;
-    number.resize(number.size() - 1);
-  }
-  char* end = nullptr;
-  double value = std::strtod(number.c_str(), &end);
-  if (number.empty() || end != number.c_str() + number.size() || !(value >= 0) || !std::isfinite(value)) {
-    return invalid_argument(flag + " '" + text + "' is not a duration (examples: 30s, 500ms, 2m, 1h)");
-  }
-  // A day is beyond any measurement here, and keeps deadlines far from the clock's range.
-  if (value * scale > longest_days * 86'400'000.0) {
-    return invalid_argument(flag + " '" + text + "' is longer than " +
-                            (longest_days == 1 ? std::string("a day") : format_config_number(longest_days) + " days"));
-  }
-  return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(value * scale)));
-}
-
 }  // namespace slipway::cli

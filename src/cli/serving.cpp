@@ -217,9 +217,9 @@ int run_serve(const GlobalOptions& global, const ServeOptions& flags, const Serv
   options.llm = flags.llm;
   auto store = open_workspace(global, WorkspaceAccess::kReadOnly);
   if (!store.ok()) return fail(store.status());
-  options.service.management = control::management_api((*store)->home());
   options.service.request_log_directory =
       flags.request_log_dir.empty() ? (*store)->home() + "/request_log" : flags.request_log_dir;
+  options.service.management = control::management_api({(*store)->home(), options.service.request_log_directory});
   options.service.request_log_retention = std::chrono::hours(flags.request_log_retention_hours);
   options.service.request_log_max_bytes = flags.request_log_max_mb << 20;
   if (flags.auth) {
@@ -259,27 +259,17 @@ int run_serving_config(const GlobalOptions& global, const std::string& model, co
                        bool reset) {
   if (auto valid = registry::validate_model_name(model); !valid.ok()) return fail(valid);
   auto given = flags.given();
+  bool changing = !given.empty() || reset;
   // Showing the config only reads.
-  auto store = open_workspace(global, given.empty() && !reset ? WorkspaceAccess::kReadOnly : WorkspaceAccess::kWrite);
+  auto store = open_workspace(global, changing ? WorkspaceAccess::kWrite : WorkspaceAccess::kReadOnly);
   if (!store.ok()) return fail(store.status());
-  if (auto versions = (*store)->models().list_versions(model); !versions.ok()) return fail(versions.status());
-  if (!given.empty() || reset) {
-    auto stored = (*store)->serving_configs().get(model);
-    if (!stored.ok()) return fail(stored.status());
-    std::map<std::string, std::string> merged = reset ? given : *stored;
-    for (const auto& [key, value] : given) merged[key] = value;
-    // Validated as a whole, so a stored config always applies.
-    if (auto checked = serve::apply_serving_config({}, merged); !checked.ok()) return fail(checked.status());
-    if (auto status = (*store)->serving_configs().set(model, given, reset); !status.ok()) return fail(status);
-  }
-  auto stored = (*store)->serving_configs().get(model);
-  if (!stored.ok()) return fail(stored.status());
-  auto effective = serve::apply_serving_config({}, *stored);
-  if (!effective.ok()) return fail(effective.status());
+  auto view = changing ? pipeline::set_serving_config(**store, model, given, reset, pipeline::Caller{})
+                       : pipeline::serving_config(**store, model);
+  if (!view.ok()) return fail(view.status());
   ServingConfigResult result;
   result.model = model;
-  result.stored = std::move(*stored);
-  result.effective = serve::serving_config_values(*effective);
+  result.stored = std::move(view->stored);
+  result.effective = std::move(view->effective);
   return render(global, result);
 }
 

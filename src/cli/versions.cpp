@@ -67,7 +67,7 @@ Result<VersionsResult> list_versions(const GlobalOptions& global, const std::str
   VersionsResult result;
   result.model = model;
   SLIPWAY_ASSIGN_OR_RETURN(result.versions, store->models().list_versions(model));
-  result.optimizations = optimization_records(*store, model, result.versions);
+  result.optimizations = pipeline::optimization_records(*store, model, result.versions);
   return result;
 }
 

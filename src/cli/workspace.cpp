@@ -16,14 +16,4 @@ Result<pipeline::LoadedReference> load_reference(const GlobalOptions& global, co
   return pipeline::resolve_reference(store.get(), reference);
 }
 
-std::vector<std::map<std::string, std::string>> optimization_records(
-    registry::Registry& registry, const std::string& model, const std::vector<registry::ModelVersion>& versions) {
-  std::vector<std::map<std::string, std::string>> records;
-  for (const auto& version : versions) {
-    auto loaded = pipeline::resolve_reference(&registry, model + "@" + std::to_string(version.version));
-    records.push_back(loaded.ok() ? loaded->bundle->manifest().optimization : std::map<std::string, std::string>());
-  }
-  return records;
-}
-
 }  // namespace slipway::cli

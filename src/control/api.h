@@ -9,6 +9,8 @@
 #include <functional>
 #include <initializer_list>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,6 +27,7 @@ struct ApiParameter {
   std::string_view description;
 };
 
+class BatchRunner;
 struct ApiCall;
 using ApiHandler = serve::HttpResponse (*)(ApiCall& call);
 
@@ -40,6 +43,7 @@ struct ApiRoute {
   std::string_view response_schema;  // of the 200 answer
   ApiHandler handle = nullptr;
   bool creates = false;  // answers 201 when it made something (200 when a retry found it made)
+  bool accepts = false;  // answers 202, not 200: the work goes on after the answer
 };
 
 // A matched call, as a handler sees it.
@@ -48,6 +52,7 @@ struct ApiCall {
   std::map<std::string, std::string, std::less<>> path;  // the {name} segments, percent-decoded
   registry::Registry* registry = nullptr;                // opened as the route declares
   pipeline::Caller caller;
+  struct ApiServer* server = nullptr;  // what the handler keeps: its options and batch jobs
 
   const std::string& path_parameter(std::string_view name) const { return path.find(name)->second; }
 };
@@ -60,6 +65,55 @@ void add_endpoint_routes(std::vector<ApiRoute>& routes);
 void add_model_routes(std::vector<ApiRoute>& routes);
 void add_run_routes(std::vector<ApiRoute>& routes);
 void add_governance_routes(std::vector<ApiRoute>& routes);  // governance_routes.cpp
+void add_monitoring_routes(std::vector<ApiRoute>& routes);  // monitoring_routes.cpp
+void add_batch_routes(std::vector<ApiRoute>& routes);       // batch_routes.cpp
+
+// Batch jobs the server runs for /api/batch-jobs (batch_routes.cpp): each on a thread of its own,
+// at most kMaxRunning at once, in <workspace>/batch/NAME. A job's record is its folder (the
+// manifest) and, once it ends, the workspace's lineage; the runner keeps only the jobs running and
+// the last kRememberedErrors errors of jobs that ended before writing a manifest.
+class BatchRunner {
+ public:
+  static constexpr std::size_t kMaxRunning = 2;
+  static constexpr std::size_t kRememberedErrors = 64;
+
+  explicit BatchRunner(std::string home);
+  ~BatchRunner();  // cancels the jobs running and waits for them (each finishes its shards in flight)
+  BatchRunner(const BatchRunner&) = delete;
+  BatchRunner& operator=(const BatchRunner&) = delete;
+
+  std::string folder(const std::string& name) const { return home_ + "/batch/" + name; }
+  // AlreadyExists when a job of that name runs; ResourceExhausted when kMaxRunning run.
+  Status start(const std::string& name, pipeline::LoadedReference model, batch::JobSpec spec, pipeline::Caller caller);
+  // False when no job of that name runs here.
+  bool cancel(const std::string& name);
+
+  struct Progress {
+    bool running = false;
+    bool cancelling = false;
+    std::size_t rows_done = 0;   // of those this run scores
+    std::size_t rows_total = 0;  // 0 until the input is read
+    std::string error;           // a job that ended before its manifest said anything: why
+  };
+  Progress progress(const std::string& name);
+  std::vector<std::string> running();
+
+ private:
+  struct Job;
+  void reap_locked();  // joins the threads of jobs that ended
+
+  std::string home_;
+  std::mutex mutex_;
+  std::map<std::string, std::unique_ptr<Job>> jobs_;
+  std::map<std::string, std::string> errors_;  // by name, at most kRememberedErrors
+};
+
+// What a management handler keeps between calls.
+struct ApiServer {
+  explicit ApiServer(ManagementOptions given) : options(std::move(given)), batch_jobs(options.home) {}
+  ManagementOptions options;
+  BatchRunner batch_jobs;
+};
 
 // The OpenAPI 3.1 document of /api (these declarations), /v2 (serve's) and /v1 (the OpenAI
 // protocol's), as JSON (openapi.cpp).
@@ -78,6 +132,12 @@ Result<std::int64_t> parse_integer(std::string_view text, std::string_view name,
 // A route that takes no body: nothing, or {}. Anything else is refused, so a client that meant to
 // send options learns they were not read.
 Status check_no_body(std::string_view body);
+
+// A file a client names: `relative` under `folder` (a relative path of at most 256 bytes, no "."
+// or ".." part, no control character or backslash), so a token that may deploy cannot have the
+// server read or write any other file it can. InvalidArgument naming `what`, with `example`.
+Result<std::string> client_named_file(const std::string& folder, std::string_view relative, std::string_view what,
+                                      std::string_view example);
 
 // JSON answers.
 serve::HttpResponse json_answer(JsonWriter& json);

@@ -46,12 +46,25 @@ constexpr std::string_view kAuditSchema =
     R"({"type":"object","properties":{"entries":{"type":"array","items":{"type":"object","properties":{)"
     R"("id":{"type":"integer"},"time_ms":{"type":"integer"},"actor":{"type":"string"},)"
     R"("action":{"type":"string"},"detail":{"type":"string"}}}},"next_page_token":{"type":"string"}}})";
+constexpr std::string_view kGateSchema =
+    R"({"type":"object","required":["baseline","data","metric","thresholds"],"additionalProperties":false,)"
+    R"("properties":{"baseline":{"type":"string"},"data":{"type":"string"},"metric":{"type":"string"},)"
+    R"("thresholds":{"type":"string"},"slice":{"type":"string"}}})";
+constexpr std::string_view kGateAnswerSchema =
+    R"({"type":"object","properties":{"candidate":{"type":"string"},"baseline":{"type":"string"},)"
+    R"("data":{"type":"string"},"passed":{"type":"boolean"},"report_sha256":{"type":"string"}}})";
 constexpr std::string_view kEmptyBody = R"({"type":"object","additionalProperties":false})";
 
-// "gate": {"data": FILE, "metric": "auc", "thresholds": "max_drop=0.01", "slice": COLUMN}
-Result<pipeline::GateRequest> gate_request(simdjson::dom::object object) {
-  SLIPWAY_RETURN_IF_ERROR(check_fields(object, "'gate'", {"data", "metric", "thresholds", "slice"}));
+// "gate": {"data": FILE, "metric": "auc", "thresholds": "max_drop=0.01", "slice": COLUMN}, and
+// with `baseline` (a gate of its own) "baseline": REFERENCE.
+Result<pipeline::GateRequest> gate_request(simdjson::dom::object object, bool baseline = false) {
+  SLIPWAY_RETURN_IF_ERROR(baseline
+                              ? check_fields(object, "the body", {"baseline", "data", "metric", "thresholds", "slice"})
+                              : check_fields(object, "'gate'", {"data", "metric", "thresholds", "slice"}));
   pipeline::GateRequest gate;
+  if (baseline) {
+    SLIPWAY_ASSIGN_OR_RETURN(gate.baseline, JsonBody::text_of(object, "baseline", "the version to compare with"));
+  }
   SLIPWAY_ASSIGN_OR_RETURN(gate.data_path,
                            JsonBody::text_of(object, "data", "a labelled CSV file in the workspace's data/ folder"));
   SLIPWAY_ASSIGN_OR_RETURN(gate.criteria.metric, JsonBody::text_of(object, "metric", "a metric such as \"auc\""));
@@ -165,35 +178,14 @@ HttpResponse get_rollout(ApiCall& call) {
   return json_answer(json);
 }
 
-// A gate's rows, named by a client: a file under the workspace's data/ folder, by a relative path
-// with no "..", so a token that may deploy cannot have the server read any other file it can.
-Status place_gate_data(const std::string& home, pipeline::GateRequest& gate) {
-  std::string_view path = gate.data_path;
-  bool valid = !path.empty() && path.size() <= 256 && path.front() != '/';
-  for (std::size_t start = 0; valid && start <= path.size();) {
-    std::size_t slash = std::min(path.find('/', start), path.size());
-    std::string_view part = path.substr(start, slash - start);
-    valid = !part.empty() && part != "." && part != "..";
-    start = slash + 1;
-  }
-  for (char c : path) valid = valid && static_cast<unsigned char>(c) >= 0x20 && c != '\\';
-  if (!valid) {
-    return invalid_argument(
-        "the gate's 'data' is a file in the workspace's data/ folder, named by a relative path "
-        "without '..' (such as \"holdout.csv\"), not '" +
-        std::string(path.substr(0, 64)) + "'");
-  }
-  gate.data_path = home + "/data/" + gate.data_path;
-  return {};
-}
-
 HttpResponse deploy(ApiCall& call) {
   auto request = deploy_request(call.path_parameter("endpoint"), call.http.body);
   if (!request.ok()) return error_response(request.status());
   if (request->gate) {
-    if (auto placed = place_gate_data(call.registry->home(), *request->gate); !placed.ok()) {
-      return error_response(placed);
-    }
+    auto placed = client_named_file(call.registry->home() + "/data", request->gate->data_path, "the gate's 'data'",
+                                    "holdout.csv");
+    if (!placed.ok()) return error_response(placed.status());
+    request->gate->data_path = std::move(*placed);
   }
   auto outcome = pipeline::deploy(*call.registry, *request, call.caller);
   if (!outcome.ok()) return error_response(outcome.status());
@@ -306,10 +298,51 @@ HttpResponse audit(ApiCall& call) {
   return json_answer(json);
 }
 
+// POST /api/models/{model}/versions/{version}/gate: the candidate against a baseline on rows of
+// the workspace's data/ folder, recorded with the candidate (slipway gate).
+HttpResponse gate(ApiCall& call) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(call.http.body);
+  simdjson::dom::object object;
+  if (parser.parse(padded).get(object) != simdjson::SUCCESS) {
+    return error_response(400,
+                          "the body must be a JSON object such as {\"baseline\": \"churn@3\", \"data\": "
+                          "\"holdout.csv\", \"metric\": \"auc\", \"thresholds\": \"max_drop=0.01\"}");
+  }
+  auto request = gate_request(object, true);
+  if (!request.ok()) return error_response(request.status());
+  auto version = parse_integer(call.path_parameter("version"), "version", 1, INT64_MAX);
+  if (!version.ok()) return error_response(version.status());
+  request->candidate = call.path_parameter("model") + "@" + std::to_string(*version);
+  std::string data = request->data_path;
+  for (const std::string* reference : {&request->candidate, &request->baseline}) {
+    if (auto parsed = registry::parse_model_reference(*reference); !parsed.ok()) return error_response(parsed.status());
+  }
+  auto placed = client_named_file(call.registry->home() + "/data", data, "'data'", "holdout.csv");
+  if (!placed.ok()) return error_response(placed.status());
+  request->data_path = std::move(*placed);
+  auto outcome = pipeline::run_gate(call.registry, *request, call.caller);
+  if (!outcome.ok()) return error_response(outcome.status());
+  outcome->data_path = data;  // as the client named it, not where the server keeps it
+  JsonWriter json;
+  pipeline::write_gate_outcome_json(json, *outcome);
+  return json_answer(json);
+}
+
 }  // namespace
 
 void add_endpoint_routes(std::vector<ApiRoute>& routes) {
   using serve::Role;
+  routes.push_back({"POST",
+                    "/api/models/{model}/versions/{version}/gate",
+                    Role::kDeploy,
+                    true,
+                    "Gate the version against a baseline on a labelled file of the workspace's data/ folder; "
+                    "the report is recorded with the version, passed or not (slipway gate --record)",
+                    {},
+                    kGateSchema,
+                    kGateAnswerSchema,
+                    gate});
   std::string_view endpoint_list = R"({"type":"array","items":{"type":"object"}})";
   routes.push_back(
       {"GET", "/api/endpoints", Role::kRead, false, "Every endpoint, by name", {}, "", endpoint_list, list_endpoints});

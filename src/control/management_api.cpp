@@ -98,6 +98,26 @@ Status check_fields(simdjson::dom::object object, std::string_view where,
   return {};
 }
 
+Result<std::string> client_named_file(const std::string& folder, std::string_view relative, std::string_view what,
+                                      std::string_view example) {
+  bool valid = !relative.empty() && relative.size() <= 256 && relative.front() != '/';
+  for (std::size_t start = 0; valid && start <= relative.size();) {
+    std::size_t slash = std::min(relative.find('/', start), relative.size());
+    std::string_view part = relative.substr(start, slash - start);
+    valid = !part.empty() && part != "." && part != "..";
+    start = slash + 1;
+  }
+  for (char c : relative) valid = valid && static_cast<unsigned char>(c) >= 0x20 && c != 0x7f && c != '\\';
+  if (!valid) {
+    return invalid_argument(std::string(what) + " is a file in the workspace's " +
+                            folder.substr(folder.rfind('/') + 1) +
+                            "/ folder, named by a relative path without '..' "
+                            "(such as \"" +
+                            std::string(example) + "\"), not '" + std::string(relative.substr(0, 64)) + "'");
+  }
+  return folder + "/" + std::string(relative);
+}
+
 Status check_no_body(std::string_view body) {
   if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return {};
   JsonBody request;
@@ -243,7 +263,7 @@ bool matches(const ApiRoute& route, const std::vector<std::string_view>& segment
   return true;
 }
 
-HttpResponse dispatch(const std::string& home, const serve::ManagementCall& http) {
+HttpResponse dispatch(ApiServer& server, const serve::ManagementCall& http) {
   const ApiRoute* route = nullptr;
   std::string allowed;
   std::map<std::string, std::string, std::less<>> parameters;
@@ -265,15 +285,15 @@ HttpResponse dispatch(const std::string& home, const serve::ManagementCall& http
                                    "' may not do this; it needs the role '" +
                                    std::string(serve::role_name(route->role)) + "'");
   }
-  ApiCall call{http, std::move(parameters), nullptr, {}};
+  ApiCall call{http, std::move(parameters), nullptr, {}, &server};
   if (!http.token_name.empty()) call.caller.actor = "token:" + http.token_name;
   call.caller.may_administer = http.role == serve::Role::kAdmin;
   if (route->handle == openapi) return route->handle(call);
   // The server reads its workspace read-only; a change opens it for writing just for the call
   // (a workspace on a read-only disk says so here).
-  auto registry = route->writes
-                      ? registry::Registry::open(home, false)
-                      : registry::Registry::open(home, registry::OpenOptions{.create = false, .read_only = true});
+  auto registry = route->writes ? registry::Registry::open(server.options.home, false)
+                                : registry::Registry::open(server.options.home,
+                                                           registry::OpenOptions{.create = false, .read_only = true});
   if (!registry.ok()) return error_response(registry.status());
   call.registry = registry->get();
   return route->handle(call);
@@ -288,6 +308,8 @@ const std::vector<ApiRoute>& api_routes() {
     add_model_routes(routes);
     add_run_routes(routes);
     add_governance_routes(routes);
+    add_monitoring_routes(routes);
+    add_batch_routes(routes);
     routes.push_back({"GET",
                       "/openapi.json",
                       serve::Role::kOpen,
@@ -302,8 +324,9 @@ const std::vector<ApiRoute>& api_routes() {
   return kRoutes;
 }
 
-serve::ManagementHandler management_api(std::string home) {
-  return [home = std::move(home)](const serve::ManagementCall& call) { return dispatch(home, call); };
+serve::ManagementHandler management_api(ManagementOptions options) {
+  auto server = std::make_shared<ApiServer>(std::move(options));
+  return [server](const serve::ManagementCall& call) { return dispatch(*server, call); };
 }
 
 }  // namespace slipway::control

@@ -32,6 +32,17 @@ constexpr std::string_view kAliasAnswerSchema =
 constexpr std::string_view kRetireAnswerSchema =
     R"({"type":"object","properties":{"reference":{"type":"string"},)"
     R"("rollback_targets_dropped":{"type":"array","items":{"type":"string"}}}})";
+constexpr std::string_view kServingConfigSchema =
+    R"({"type":"object","properties":{"model":{"type":"string"},"stored":{"type":"object",)"
+    R"("additionalProperties":{"type":"string"}},"effective":{"type":"object","additionalProperties":{"type":"string"}}}})";
+constexpr std::string_view kServingConfigRequestSchema =
+    R"({"type":"object","additionalProperties":false,"properties":{"values":{"type":"object","maxProperties":64,)"
+    R"("additionalProperties":{"type":"string"},"description":"keys as slipway serving-config --keys lists them"},)"
+    R"("reset":{"type":"boolean","description":"drop the stored keys not given"}}})";
+constexpr std::string_view kOptimizationsSchema =
+    R"({"type":"object","properties":{"model":{"type":"string"},"optimizations":{"type":"array","items":{)"
+    R"("type":"object","properties":{"version":{"type":"integer"},"record":{"type":"object",)"
+    R"("additionalProperties":{"type":"string"}}}}}}})";
 constexpr std::string_view kLineageSchema =
     R"({"type":"object","properties":{"start":{"type":"string"},"direction":{"type":"string"},)"
     R"("nodes":{"type":"array","items":{"type":"object"}},"edges":{"type":"array","items":{"type":"object"}}}})";
@@ -189,10 +200,100 @@ HttpResponse lineage(ApiCall& call) {
   return json_answer(json);
 }
 
+HttpResponse serving_config_answer(const std::string& model, const pipeline::ServingConfigView& view) {
+  JsonWriter json;
+  json.begin_object().key("model").value(model);
+  for (auto [key, values] : {std::pair{"stored", &view.stored}, std::pair{"effective", &view.effective}}) {
+    json.key(key).begin_object();
+    for (const auto& [name, value] : *values) json.key(name).value(value);
+    json.end_object();
+  }
+  json.end_object();
+  return json_answer(json);
+}
+
+HttpResponse get_serving_config(ApiCall& call) {
+  const std::string& model = call.path_parameter("model");
+  auto view = pipeline::serving_config(*call.registry, model);
+  return view.ok() ? serving_config_answer(model, *view) : error_response(view.status());
+}
+
+// PATCH sets the keys given over the stored ones ({"values": {...}}); "reset": true drops the
+// others first.
+HttpResponse set_serving_config(ApiCall& call) {
+  JsonBody body;
+  if (auto parsed =
+          body.parse(call.http.body, R"({"values": {"max_batch_size": "32"}, "reset": false})", {"values", "reset"});
+      !parsed.ok()) {
+    return error_response(parsed);
+  }
+  std::map<std::string, std::string> values;
+  if (body.has("values")) {
+    auto given = body.text_map("values", 64);
+    if (!given.ok()) return error_response(given.status());
+    values = std::move(*given);
+  }
+  bool reset = false;
+  if (body.has("reset")) {
+    auto given = body.boolean("reset");
+    if (!given.ok()) return error_response(given.status());
+    reset = *given;
+  }
+  if (values.empty() && !reset) return error_response(400, "give 'values' to set, or \"reset\": true");
+  const std::string& model = call.path_parameter("model");
+  auto view = pipeline::set_serving_config(*call.registry, model, values, reset, call.caller);
+  return view.ok() ? serving_config_answer(model, *view) : error_response(view.status());
+}
+
+// The versions `slipway optimize` made, with how (its record in each bundle).
+HttpResponse list_optimizations(ApiCall& call) {
+  const std::string& model = call.path_parameter("model");
+  auto versions = call.registry->models().list_versions(model);
+  if (!versions.ok()) return error_response(versions.status());
+  auto records = pipeline::optimization_records(*call.registry, model, *versions);
+  JsonWriter json;
+  json.begin_object().key("model").value(model).key("optimizations").begin_array();
+  for (std::size_t index = 0; index < versions->size(); ++index) {
+    if (records[index].empty()) continue;
+    json.begin_object().key("version").value((*versions)[index].version).key("record").begin_object();
+    for (const auto& [key, value] : records[index]) json.key(key).value(value);
+    json.end_object().end_object();
+  }
+  json.end_array().end_object();
+  return json_answer(json);
+}
+
 }  // namespace
 
 void add_model_routes(std::vector<ApiRoute>& routes) {
   using serve::Role;
+  routes.push_back({"GET",
+                    "/api/models/{model}/serving-config",
+                    Role::kRead,
+                    false,
+                    "The model's serving config as stored and as it applies (slipway serving-config NAME)",
+                    {},
+                    "",
+                    kServingConfigSchema,
+                    get_serving_config});
+  routes.push_back({"PATCH",
+                    "/api/models/{model}/serving-config",
+                    Role::kDeploy,
+                    true,
+                    "Set serving config keys, checked whole (slipway serving-config NAME --KEY VALUE [--reset])",
+                    {},
+                    kServingConfigRequestSchema,
+                    kServingConfigSchema,
+                    set_serving_config});
+  routes.push_back({"GET",
+                    "/api/models/{model}/optimizations",
+                    Role::kRead,
+                    false,
+                    "The versions slipway optimize made, each with its optimization record",
+                    {},
+                    "",
+                    kOptimizationsSchema,
+                    list_optimizations});
   routes.push_back({"GET", "/api/models", Role::kRead, false, "Registered models, by name (slipway models)", page_query,
                     "", kModelPageSchema, list_models});
   routes.push_back({"GET",

@@ -90,7 +90,12 @@ void write_operation(JsonWriter& json, std::string_view method, std::string_view
   json.key("responses").begin_object();
   std::string_view answer = route != nullptr ? route->response_schema : std::string_view(R"({"type":"object"})");
   bool text = path == "/metrics";
-  json.key("200").begin_object().key("description").value("the answer").key("content").begin_object();
+  bool accepted = route != nullptr && route->accepts;
+  json.key(accepted ? "202" : "200")
+      .begin_object()
+      .key("description")
+      .value(accepted ? "accepted: it goes on" : "the answer");
+  json.key("content").begin_object();
   json.key(text ? "text/plain" : "application/json").begin_object().key("schema");
   json.raw(text ? std::string_view(R"({"type":"string"})") : answer).end_object();
   json.end_object().end_object();

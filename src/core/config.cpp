@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <utility>
 
 #include "slipway/core.h"
 
@@ -214,4 +215,32 @@ std::vector<std::string> split_list(std::string_view text) {
 }
 
 }  // namespace config_detail
+}  // namespace slipway
+
+namespace slipway {
+
+Result<std::chrono::milliseconds> parse_duration(std::string_view name, std::string_view text, double longest_days) {
+  static constexpr std::pair<std::string_view, double> kUnits[] = {
+      {"ms", 1.0}, {"s", 1'000.0}, {"m", 60'000.0}, {"h", 3'600'000.0}, {"d", 86'400'000.0}};
+  double scale = 1'000.0;
+  std::string_view number = text;
+  for (const auto& [suffix, milliseconds] : kUnits) {
+    if (text.ends_with(suffix)) {
+      scale = milliseconds;
+      number.remove_suffix(suffix.size());
+      break;
+    }
+  }
+  std::optional<double> value = parse_finite_number(number);
+  if (!value || *value < 0) {
+    return invalid_argument(std::string(name) + " '" + std::string(text) +
+                            "' is not a duration (examples: 30s, 500ms, 2m, 1h)");
+  }
+  if (*value * scale > longest_days * 86'400'000.0) {
+    return invalid_argument(std::string(name) + " '" + std::string(text) + "' is longer than " +
+                            (longest_days == 1 ? std::string("a day") : format_config_number(longest_days) + " days"));
+  }
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(*value * scale)));
+}
+
 }  // namespace slipway

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 
@@ -99,6 +100,64 @@ TEST_F(BatchJob, AnInterruptedJobFinishesOnlyWhatItHadNot) {
   EXPECT_EQ(resumed->shards_skipped, 2u);
   EXPECT_EQ(rows_of(dir_.file("cut")), rows_of(dir_.file("whole")));
   EXPECT_FALSE(fs::exists(dir_.file("cut") + "/.part-00003.csv.tmp-0123456789ab"));
+}
+
+// A finished job run again checks its parts: one changed since is scored again, not trusted.
+TEST_F(BatchJob, AFinishedJobWhosePartChangedScoresItAgain) {
+  std::string data = testing::data_path("lending_club.csv");
+  ASSERT_TRUE(run_job(model_, spec(data, dir_.file("whole"))).ok());
+  ASSERT_TRUE(run_job(model_, spec(data, dir_.file("out"))).ok());
+  testing::write_text(dir_.file("out") + "/" + fmt_part(1, "csv"), "row,model\n1,tampered\n");
+  auto again = run_job(model_, spec(data, dir_.file("out")));
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_FALSE(again->already_finished);
+  EXPECT_EQ(again->shards_skipped, 3u);
+  EXPECT_EQ(again->manifest.state, "finished");
+  EXPECT_EQ(rows_of(dir_.file("out")), rows_of(dir_.file("whole")));
+}
+
+// A cancelled job scores no shard after the cancel, says so, and resumes when run again.
+TEST_F(BatchJob, ACancelledJobStopsAndResumesLater) {
+  std::string data = testing::data_path("lending_club.csv");
+  ASSERT_TRUE(run_job(model_, spec(data, dir_.file("whole"))).ok());
+  std::atomic<bool> cancel{false};
+  JobSpec cancelled = spec(data, dir_.file("out"));
+  cancelled.workers = 1;
+  cancelled.cancel = &cancel;
+  auto stopped = run_job(model_, cancelled, [&](std::size_t, std::size_t) { cancel = true; });
+  ASSERT_TRUE(stopped.ok()) << stopped.status().message();
+  EXPECT_EQ(stopped->manifest.state, "cancelled");
+  EXPECT_NE(stopped->manifest.reason.find("cancelled"), std::string::npos);
+  std::size_t done = 0;
+  for (const auto& shard : stopped->manifest.shards) done += shard.state == "done" ? 1 : 0;
+  EXPECT_EQ(done, 1u);  // the first shard finished and cancelled the rest
+  EXPECT_EQ(read_job(dir_.file("out"))->state, "cancelled");
+  auto resumed = run_job(model_, spec(data, dir_.file("out")));
+  ASSERT_TRUE(resumed.ok()) << resumed.status().message();
+  EXPECT_EQ(resumed->manifest.state, "finished");
+  EXPECT_EQ(resumed->shards_skipped, 1u);
+  EXPECT_EQ(rows_of(dir_.file("out")), rows_of(dir_.file("whole")));
+}
+
+// An input rewritten while the job reads it fails the job, and its manifest says so (`batch
+// status` must not call it resumable: the rewritten input is another job).
+TEST_F(BatchJob, AnInputChangedMidJobFailsItInTheManifestToo) {
+  std::string data = dir_.file("loans.csv");
+  fs::copy_file(testing::data_path("lending_club.csv"), data);
+  JobSpec job = spec(data, dir_.file("out"));
+  job.workers = 1;
+  bool rewritten = false;
+  auto outcome = run_job(model_, job, [&](std::size_t, std::size_t) {
+    if (rewritten) return;
+    rewritten = true;
+    std::ofstream(data, std::ios::app) << "\n";
+  });
+  ASSERT_FALSE(outcome.ok());
+  EXPECT_NE(outcome.status().message().find("changed"), std::string::npos) << outcome.status().message();
+  auto manifest = read_job(dir_.file("out"));
+  ASSERT_TRUE(manifest.ok());
+  EXPECT_EQ(manifest->state, "failed");
+  EXPECT_EQ(manifest->reason, outcome.status().message());
 }
 
 TEST_F(BatchJob, BadRowsGoToTheErrorsFilesUntilTheRateIsPassed) {

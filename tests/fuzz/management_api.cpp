@@ -47,7 +47,7 @@ struct Target {
 
 // NOLINTNEXTLINE(readability-identifier-naming): libFuzzer's entry point, a fixed name
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t size) {
-  static const slipway::serve::ManagementHandler kHandler = slipway::control::management_api(workspace().home);
+  static const slipway::serve::ManagementHandler kHandler = slipway::control::management_api({workspace().home, ""});
   static const std::vector<Target> kTargets = {
       {"POST", {"api", "endpoints", "e", "deploy"}},
       {"POST", {"api", "endpoints", "e", "settings"}},

@@ -6,10 +6,14 @@
 #include <simdjson.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <map>
 #include <thread>
 
+#include "slipway/data.h"
+#include "slipway/serve.h"
 #include "support/test_support.h"
 
 namespace {
@@ -258,6 +262,135 @@ TEST_F(Api, AnExternalTrainingScriptRecordsARunTheCliPrints) {
     EXPECT_EQ(refused.status, 409) << path << " " << refused.body;
   }
   EXPECT_EQ(slipway({"show", own}).out.find("test_auc = 0.99"), std::string::npos);
+}
+
+// What the CLI does with batch jobs, monitoring, alerts, serving configs, gates and optimize's
+// records, the API does through the same operations: the same answers, and the same refusals.
+TEST_F(Api, BatchMonitoringGatesAndServingConfigsAnswerAsTheCliDoes) {
+  std::filesystem::create_directories(home_.path() + "/data");
+  std::filesystem::copy_file(data_path("lending_club.csv"), home_.path() + "/data/loans.csv");
+  ASSERT_EQ(slipway({"serving-config", "lending", "--request-log-rate", "1"}).exit_code, 0);
+  int port = start_server({});
+  ASSERT_GT(port, 0);
+
+  // A batch job: started, polled to its end, the same rows as the CLI's job of the same file.
+  auto started = http_request(port, "POST", "/api/batch-jobs",
+                              R"({"name":"day1","model":"lending@1","data":"loans.csv","shards":4})");
+  ASSERT_EQ(started.status, 202) << started.body;
+  std::string job;
+  for (int poll = 0; poll < 600; ++poll) {
+    job = http_request(port, "GET", "/api/batch-jobs/day1").body;
+    if (job.find("\"running\":false") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(job.find("\"state\":\"finished\""), std::string::npos) << job;
+  EXPECT_NE(job.find("\"scored\":9857"), std::string::npos) << job;
+  auto cli_job = slipway({"--json", "batch", "lending@1", "--data", home_.path() + "/data/loans.csv", "--out",
+                          home_.path() + "/cli-job", "--shards", "4"});
+  ASSERT_EQ(cli_job.exit_code, 0) << cli_job.err;
+  EXPECT_EQ(field(cli_job.out, "key"), field(job, "key"));  // the same job: same model, input and spec
+  // Another job (JSON Lines out: another key), then the list a page at a time, oldest first.
+  ASSERT_EQ(http_request(port, "POST", "/api/batch-jobs",
+                         R"({"name":"day1-jsonl","model":"lending@1","data":"loans.csv","format":"jsonl"})")
+                .status,
+            202);
+  for (int poll = 0; poll < 600; ++poll) {
+    if (http_request(port, "GET", "/api/batch-jobs/day1-jsonl").body.find("\"running\":false") != std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto first_page = http_request(port, "GET", "/api/batch-jobs?limit=1");
+  ASSERT_EQ(first_page.status, 200) << first_page.body;
+  EXPECT_NE(first_page.body.find(field(job, "key")), std::string::npos) << first_page.body;
+  EXPECT_NE(first_page.body.find("\"next_page_token\":\"b1\""), std::string::npos) << first_page.body;
+  auto second_page = http_request(port, "GET", "/api/batch-jobs?limit=1&page_token=b1");
+  EXPECT_EQ(second_page.body.find(field(job, "key")), std::string::npos) << second_page.body;
+  EXPECT_EQ(second_page.body.find("next_page_token"), std::string::npos) << second_page.body;
+  for (const char* token : {"1", "b-1", "bx", "%ZZ"}) {
+    EXPECT_EQ(http_request(port, "GET", std::string("/api/batch-jobs?page_token=") + token).status, 400) << token;
+  }
+  EXPECT_EQ(http_request(port, "POST", "/api/batch-jobs/day1/cancel").status, 409);  // not running
+  for (const char* body : {R"({"name":"../up","model":"lending@1","data":"loans.csv"})",
+                           R"({"name":"x","model":"lending@1","data":"../../etc/passwd"})",
+                           R"({"name":"x","model":"lending@1","data":"/etc/passwd"})",
+                           R"({"name":"x","model":"bad name!","data":"loans.csv"})",
+                           R"({"name":"x","model":"lending@1","data":"loans.csv","max_error_rate":2})",
+                           R"({"name":"x","model":"lending@1","data":"loans.csv","format":"xml"})",
+                           R"({"name":"x","model":"lending@1","data":"loans.csv","out":"/tmp"})"}) {
+    EXPECT_EQ(http_request(port, "POST", "/api/batch-jobs", body).status, 400) << body;
+  }
+  EXPECT_EQ(
+      http_request(port, "POST", "/api/batch-jobs", R"({"name":"x","model":"lending@1","data":"none.csv"})").status,
+      404);
+  EXPECT_EQ(
+      http_request(port, "POST", "/api/batch-jobs", R"({"name":"x","model":"lending@9","data":"loans.csv"})").status,
+      404);
+  EXPECT_EQ(http_request(port, "GET", "/api/batch-jobs/never").status, 404);
+
+  // Monitoring: the endpoint's traffic, read from the request log as `slipway monitor` reads it.
+  auto table = slipway::data::read_csv(data_path("lending_club.csv"));
+  ASSERT_TRUE(table.ok());
+  std::vector<std::uint32_t> rows;
+  for (std::uint32_t row = 0; row < 400; ++row) rows.push_back(row * 20);
+  for (const auto& body : slipway::serve::v2_requests_from_table(table->take_rows(rows), 20, {"Class"})) {
+    ASSERT_EQ(http_request(port, "POST", "/v2/models/web/infer", body).status, 200);
+  }
+  std::string report;
+  for (int poll = 0; poll < 100; ++poll) {
+    report = http_request(port, "GET", "/api/monitoring/web?window=10m&p_value=0.001").body;
+    if (report.find("\"current_rows\":400") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(report.find("\"model\":\"lending@1 (main version of endpoint web)\""), std::string::npos) << report;
+  EXPECT_NE(report.find("\"current_rows\":400"), std::string::npos) << report;
+  auto cli_report = slipway({"--json", "monitor", "web", "--window", "10m", "--p-value", "0.001"});
+  ASSERT_EQ(cli_report.exit_code, 0) << cli_report.err;
+  std::string drifted = "\"drifted_inputs\":";
+  auto count_of = [&](const std::string& json) { return json.substr(json.find(drifted), drifted.size() + 3); };
+  EXPECT_EQ(count_of(report), count_of(cli_report.out));
+  for (const char* query : {"window=0s", "window=400d", "distance=nan", "p_value=-1", "baseline=/etc/passwd",
+                            "colour=blue", "slice=term"}) {
+    EXPECT_EQ(http_request(port, "GET", std::string("/api/monitoring/web?") + query).status, 400) << query;
+  }
+  EXPECT_EQ(http_request(port, "GET", "/api/monitoring/..%2Fmodel.slip").status, 400);
+  EXPECT_EQ(http_request(port, "GET", "/api/monitoring/nothing").status, 404);
+  auto alerted = http_request(port, "POST", "/api/monitoring/web/alerts?window=10m", "");
+  ASSERT_EQ(alerted.status, 200) << alerted.body;
+  auto alerts = http_request(port, "GET", "/api/alerts?model=lending");
+  ASSERT_EQ(alerts.status, 200);
+  EXPECT_NE(alerts.body.find("\"subject\":\"prediction\""), std::string::npos) << alerts.body;
+  EXPECT_EQ(http_request(port, "POST", "/api/monitoring/web/alerts", R"({"min_metrics":{"auc":0.7}})").status, 400)
+      << "a metric limit needs labels";
+
+  // Serving configs: set through the API, read by the CLI, checked whole by the same rules.
+  auto set = http_request(port, "PATCH", "/api/models/lending/serving-config", R"({"values":{"max_batch_size":"16"}})");
+  ASSERT_EQ(set.status, 200) << set.body;
+  EXPECT_NE(slipway({"serving-config", "lending"}).out.find("16"), std::string::npos);
+  for (const char* body : {R"({"values":{"max_batch_size":"-1"}})", R"({"values":{"max_batch":"8"}})", "{}",
+                           R"({"values":{"max_batch_size":16}})"}) {
+    EXPECT_EQ(http_request(port, "PATCH", "/api/models/lending/serving-config", body).status, 400) << body;
+  }
+  EXPECT_EQ(http_request(port, "GET", "/api/models/nothing/serving-config").status, 404);
+  auto optimizations = http_request(port, "GET", "/api/models/lending/optimizations");
+  EXPECT_EQ(optimizations.status, 200);
+  EXPECT_NE(optimizations.body.find("\"optimizations\":[]"), std::string::npos) << optimizations.body;
+
+  // A gate: the same report as the CLI's, recorded with the candidate.
+  auto gated =
+      http_request(port, "POST", "/api/models/lending/versions/2/gate",
+                   R"({"baseline":"lending@1","data":"loans.csv","metric":"auc","thresholds":"max_drop=0.5"})");
+  ASSERT_EQ(gated.status, 200) << gated.body;
+  EXPECT_NE(gated.body.find("\"data\":\"loans.csv\""), std::string::npos) << "no server path in the answer";
+  auto cli_gate = slipway({"--json", "gate", "lending@2", "--baseline", "lending@1", "--data",
+                           home_.path() + "/data/loans.csv", "--metric", "auc", "--max-drop", "0.5"});
+  EXPECT_EQ(field(cli_gate.out, "candidate"), field(gated.body, "candidate"));
+  EXPECT_EQ(cli_gate.out.find("\"passed\":true") != std::string::npos,
+            gated.body.find("\"passed\":true") != std::string::npos);
+  EXPECT_EQ(http_request(port, "POST", "/api/models/lending/versions/2/gate",
+                         R"({"baseline":"lending@1","data":"../loans.csv","metric":"auc","thresholds":"max_drop=0.5"})")
+                .status,
+            400);
 }
 
 // Hostile calls: forged paging tokens, uploads that lie about their hash, paths that climb out,
