@@ -104,6 +104,10 @@ struct Route {
   // Decides per request where the handler runs (e.g. only ".../infer" goes to the workers).
   std::function<Execution(const Request&)> execution;
   std::function<void(const Request&, Respond)> handle;
+  // The answer to a request of this route that the server refuses before its handler (a body
+  // over the limit, a full backlog, a handler that threw), in the shape the route's clients read
+  // errors (OpenAI's, under /v1); null: {"error": message}.
+  std::function<Response(int status, std::string_view message)> refusal;
 };
 
 // Why the server answered or dropped a request without calling its route's handler.

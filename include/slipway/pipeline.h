@@ -125,6 +125,12 @@ struct TrainOutcome {
 // and `cached_from` (a param too), the held-out rows evaluated again; step 3 is the same.
 Result<TrainOutcome> run_training(registry::Registry& registry, TrainSpec spec, const TrainCallbacks& callbacks = {});
 
+// A training process stopped by a signal (`signal_name`, such as "SIGINT") marks its RUNNING run
+// INTERRUPTED; the answer says what became of the run and how to go on, in words (a run already
+// ended, or a store that cannot be written, is said too: it runs in a signal's last moments).
+std::string mark_run_interrupted(registry::Registry& registry, const std::string& run_id,
+                                 const std::string& signal_name);
+
 // A model loaded for use: from a bundle file or from the registry.
 struct LoadedReference {
   std::shared_ptr<const model::Bundle> bundle;

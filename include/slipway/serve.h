@@ -313,6 +313,19 @@ class OpenAiApi {
   std::vector<std::size_t> max_token_bytes_;
 };
 
+// Whether a request may pass: nullopt, or the refusal to answer (a missing or unknown token:
+// 401 with its WWW-Authenticate header; a role too low: 403).
+using AccessCheck = std::function<std::optional<HttpResponse>(const http::Request&)>;
+// The OpenAI API at /v1, composed once for every server that serves LLMs (`slipway serve` with
+// registered GGUF models, `slipway llm serve FILE`): `check` first, its refusal and every refusal
+// before the handler (a body over the limit, a full backlog) in OpenAI's error shape, so OpenAI's
+// clients read them as theirs; POSTs on the workers (tokenizing a long prompt takes milliseconds).
+http::Route openai_route(std::shared_ptr<OpenAiApi> api, AccessCheck check);
+// The check of a server that takes one API key as a bearer token, the way a token server checks
+// its tokens (a refusal the same 401, compared in constant time); an empty key lets every request
+// pass.
+AccessCheck api_key_check(std::string key);
+
 // The registered models whose serving version (the `production` alias, else the newest) is a
 // GGUF LLM, each loaded with an engine; a model that fails to load is logged and left out.
 std::vector<ServedLlm> load_registered_llms(registry::Registry& registry, const llm::EngineOptions& options);

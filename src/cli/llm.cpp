@@ -160,15 +160,6 @@ struct LlmServingAddress : CommandResult {
   }
 };
 
-http::Response unauthorized() {
-  return http::Response{401,
-                        "application/json",
-                        R"({"error":{"message":"this server requires an API key: send 'Authorization: Bearer KEY'",)"
-                        R"("type":"authentication_error","param":null,"code":"invalid_api_key"}})",
-                        {{"WWW-Authenticate", "Bearer realm=\"slipway\""}},
-                        {}};
-}
-
 struct QuantizeResult : CommandResult {
   std::string in, out, type;
   std::uint64_t bytes_in = 0, bytes_out = 0;
@@ -233,29 +224,19 @@ int run_llm_serve(const GlobalOptions& global, const LlmServeFlags& flags) {
   std::string name = flags.name.empty() ? std::filesystem::path(flags.model).stem().string() : flags.name;
   auto api = std::make_shared<serve::OpenAiApi>(std::vector<serve::ServedLlm>{
       {name, std::shared_ptr<llm::Engine>(std::move(*engine)), static_cast<std::int64_t>(std::time(nullptr))}});
-  // Everything but /health needs the key when one is set; OpenAI's clients send it as a bearer token.
-  auto authorized = [key = flags.api_key](const http::Request& request) {
-    if (key.empty()) return true;
-    std::string_view header = request.header("Authorization");
-    return header.size() > 7 && (header.substr(0, 7) == "Bearer " || header.substr(0, 7) == "bearer ") &&
-           constant_time_equal(header.substr(7), key);
-  };
+  // Everything but /health needs the key when one is set, checked as a token server checks its
+  // tokens; OpenAI's clients send it as a bearer token.
+  serve::AccessCheck check = serve::api_key_check(flags.api_key);
   std::vector<http::Route> routes;
-  routes.push_back(http::Route{"/v1",
-                               [](const http::Request& request) {
-                                 // Parsing and tokenizing a long prompt takes milliseconds: not on the event loop.
-                                 return request.method == "POST" ? http::Execution::kWorker
-                                                                 : http::Execution::kEventLoop;
-                               },
-                               [api, authorized](const http::Request& request, const http::Respond& respond) {
-                                 if (!authorized(request)) return respond(unauthorized());
-                                 api->handle(request, respond);
-                               }});
-  routes.push_back(
-      http::Route{"/metrics", nullptr, [api, authorized](const http::Request& request, const http::Respond& respond) {
-                    if (!authorized(request)) return respond(unauthorized());
-                    respond(http::Response{200, "text/plain; version=0.0.4", api->metrics_text(), {}, {}});
-                  }});
+  routes.push_back(serve::openai_route(api, check));
+  routes.push_back(http::Route{
+      "/metrics", nullptr, [api, check](const http::Request& request, const http::Respond& respond) {
+        if (auto refused = check(request)) {
+          return respond(http::Response{
+              refused->status, refused->content_type, std::move(refused->body), std::move(refused->headers), {}});
+        }
+        respond(http::Response{200, "text/plain; version=0.0.4", api->metrics_text(), {}, {}});
+      }});
   routes.push_back(http::Route{"/health", nullptr, [](const http::Request&, const http::Respond& respond) {
                                  respond(http::Response{200, "application/json", R"({"status":"ok"})", {}, {}});
                                }});

@@ -179,16 +179,7 @@ class InterruptedRunMarker {
   std::string mark(const std::string& run_id, const std::string& signal_name) {
     auto store = open_workspace(global_, WorkspaceAccess::kWrite);
     if (!store.ok()) return "run " + run_id + " left RUNNING: " + store.status().message();
-    auto run = (*store)->runs().get(run_id);
-    if (!run.ok()) return "run " + run_id + " left RUNNING: " + run.status().message();
-    if (run->status != "RUNNING") return "run " + run_id + " already ended";
-    Status marked = (*store)->runs().mark_interrupted(run_id, run->owner, "interrupted by " + signal_name);
-    if (!marked.ok()) return "run " + run_id + " left RUNNING: " + marked.message();
-    auto checkpoint = (*store)->runs().latest_checkpoint(run_id);
-    bool resumable = checkpoint.ok() && checkpoint->has_value();
-    return "run " + run_id + " marked INTERRUPTED; " +
-           (resumable ? "'slipway train --resume " + run_id + "' continues from its last checkpoint"
-                      : std::string("it had no checkpoint yet (--checkpoint-every N keeps one)"));
+    return pipeline::mark_run_interrupted(**store, run_id, signal_name);
   }
 
   const GlobalOptions& global_;

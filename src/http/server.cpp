@@ -168,15 +168,19 @@ class Session : public std::enable_shared_from_this<Session> {
     ++shared_.malformed_requests;
     int status = 400;
     std::string message = "malformed HTTP request: " + error.message();
+    const Route* route = nullptr;
     if (error == bhttp::error::body_limit) {
       status = 413;
       message = "the request body is larger than the server's limit";
+      // The headers were read: the route is known, and answers in its clients' shape.
+      auto target = parser_->get().target();
+      route = shared_.route_for(path_of(std::string_view(target.data(), target.size())));
     } else if (error == bhttp::error::header_limit) {
       status = 431;
       message = "the request headers are larger than the server's limit";
     }
     request_.version(11);
-    write(error_response(status, message), false, false);
+    write(refusal_for(route, status, message), false, false);
   }
 
   void on_read(beast::error_code error) {
@@ -216,7 +220,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (shared_.worker_backlog.fetch_add(1) >= shared_.max_worker_backlog) {
       shared_.worker_backlog.fetch_sub(1);
       if (shared_.options.on_refusal) shared_.options.on_refusal(view_, Refusal::kOverloaded);
-      Response busy = error_response(429, "the server is overloaded (its request backlog is full); retry later");
+      Response busy = refusal_for(&route, 429, "the server is overloaded (its request backlog is full); retry later");
       busy.headers.emplace_back("Retry-After", "1");
       write(std::move(busy), keep_alive(), true);
       return;
@@ -250,8 +254,12 @@ class Session : public std::enable_shared_from_this<Session> {
     try {
       route.handle(view_, respond);
     } catch (const std::exception& exception) {  // the boundary: nothing escapes into asio
-      respond(error_response(500, std::string("internal error: ") + exception.what()));
+      respond(refusal_for(&route, 500, std::string("internal error: ") + exception.what()));
     }
+  }
+
+  static Response refusal_for(const Route* route, int status, std::string_view message) {
+    return route != nullptr && route->refusal ? route->refusal(status, message) : error_response(status, message);
   }
 
   void answer(Response response) {

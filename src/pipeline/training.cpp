@@ -368,4 +368,18 @@ Result<TrainOutcome> run_training(registry::Registry& registry, TrainSpec spec, 
   return outcome;
 }
 
+std::string mark_run_interrupted(registry::Registry& registry, const std::string& run_id,
+                                 const std::string& signal_name) {
+  auto run = registry.runs().get(run_id);
+  if (!run.ok()) return "run " + run_id + " left RUNNING: " + run.status().message();
+  if (run->status != "RUNNING") return "run " + run_id + " already ended";
+  Status marked = registry.runs().mark_interrupted(run_id, run->owner, "interrupted by " + signal_name);
+  if (!marked.ok()) return "run " + run_id + " left RUNNING: " + marked.message();
+  auto checkpoint = registry.runs().latest_checkpoint(run_id);
+  bool resumable = checkpoint.ok() && checkpoint->has_value();
+  return "run " + run_id + " marked INTERRUPTED; " +
+         (resumable ? "'slipway train --resume " + run_id + "' continues from its last checkpoint"
+                    : std::string("it had no checkpoint yet (--checkpoint-every N keeps one)"));
+}
+
 }  // namespace slipway::pipeline

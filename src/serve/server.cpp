@@ -2,6 +2,8 @@
 // the management API and its OpenAPI document, and the OpenAI API under /v1.
 #include <simdjson.h>
 
+#include <cctype>
+
 #include "slipway/serve.h"
 
 namespace slipway::serve {
@@ -23,6 +25,44 @@ RequestHeaders headers_of(const http::Request& request) {
 }
 
 }  // namespace
+
+http::Route openai_route(std::shared_ptr<OpenAiApi> api, AccessCheck check) {
+  return http::Route{"/v1",
+                     [](const http::Request& request) {
+                       return request.method == "POST" ? http::Execution::kWorker : http::Execution::kEventLoop;
+                     },
+                     [api, check = std::move(check)](const http::Request& request, const http::Respond& respond) {
+                       if (auto refused = check(request)) {
+                         // In OpenAI's error shape, keeping the status and headers (WWW-Authenticate).
+                         simdjson::dom::parser parser;
+                         std::string_view message = "the request was refused";
+                         if (parser.parse(refused->body)["error"].get(message) != simdjson::SUCCESS) {
+                           message = "the request was refused";
+                         }
+                         http::Response answer = OpenAiApi::error(refused->status, message);
+                         answer.headers = std::move(refused->headers);
+                         return respond(std::move(answer));
+                       }
+                       api->handle(request, respond);
+                     },
+                     [](int status, std::string_view message) { return OpenAiApi::error(status, message); }};
+}
+
+AccessCheck api_key_check(std::string key) {
+  return [key = std::move(key)](const http::Request& request) -> std::optional<HttpResponse> {
+    if (key.empty()) return std::nullopt;
+    std::string_view header = request.header("Authorization");
+    constexpr std::string_view kScheme = "bearer ";
+    bool bearer = header.size() > kScheme.size();
+    for (std::size_t index = 0; bearer && index < kScheme.size(); ++index) {
+      bearer = std::tolower(static_cast<unsigned char>(header[index])) == kScheme[index];
+    }
+    if (bearer && constant_time_equal(header.substr(kScheme.size()), key)) return std::nullopt;
+    HttpResponse refused = error_response(401, "this server requires an API key: send 'Authorization: Bearer KEY'");
+    refused.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"slipway\"");
+    return refused;
+  };
+}
 
 struct Server::State {
   State(registry::Registry& registry, const ServerOptions& options) : service(registry, options.service) {}
@@ -74,28 +114,10 @@ Result<std::unique_ptr<Server>> Server::start(registry::Registry& registry, cons
                        return names;
                      });
   }
-  {
-    // The OpenAI API takes the predict role, as inference does.
-    routes.push_back(
-        http::Route{"/v1",
-                    [](const http::Request& request) {
-                      return request.method == "POST" ? http::Execution::kWorker : http::Execution::kEventLoop;
-                    },
-                    [&service, api = state->llms](const http::Request& request, const http::Respond& respond) {
-                      if (auto refused = service.check_access(request.target, request.header("Authorization"))) {
-                        // In OpenAI's error shape, keeping the status and headers (WWW-Authenticate).
-                        simdjson::dom::parser parser;
-                        std::string_view message = "the request was refused";
-                        if (parser.parse(refused->body)["error"].get(message) != simdjson::SUCCESS) {
-                          message = "the request was refused";
-                        }
-                        http::Response answer = OpenAiApi::error(refused->status, message);
-                        answer.headers = std::move(refused->headers);
-                        return respond(std::move(answer));
-                      }
-                      api->handle(request, respond);
-                    }});
-  }
+  // The OpenAI API takes the predict role, as inference does.
+  routes.push_back(openai_route(state->llms, [&service](const http::Request& request) {
+    return service.check_access(request.target, request.header("Authorization"));
+  }));
 
   http::ServerOptions transport = options.http;
   // Queued batch requests are answered 503 while the event loop that writes them still runs.

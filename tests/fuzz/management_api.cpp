@@ -65,6 +65,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
       {"GET", {"api", "lineage"}},
       {"POST", {"api", "runs", workspace().run_id, "artifacts"}},
       {"POST", {"api", "models", "m", "versions"}},
+      {"PATCH", {"api", "models", "m", "serving-config"}},
+      {"POST", {"api", "models", "m", "versions", "2", "gate"}},
+      {"GET", {"api", "monitoring", "e"}},
+      {"POST", {"api", "monitoring", "e", "alerts"}},
+      {"GET", {"api", "batch-jobs"}},
+      {"POST", {"api", "batch-jobs"}},
   };
   if (size == 0) return 0;
   const Target& target = kTargets[bytes[0] % kTargets.size()];

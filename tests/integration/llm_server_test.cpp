@@ -97,7 +97,12 @@ TEST_F(LlmServer, HostileAndCarelessRequestsGetOpenAiShapedErrors) {
   };
   expect_error(post("/v1/completions", R"({"model":"tiny","prompt":"x"})", "nope"), 401, "API key");
   expect_error(http_request(port_, "GET", "/v1/models"), 401, "API key");
+  EXPECT_EQ(http_request(port_, "GET", "/v1/models", "", {{"Authorization", "Bearer secretX"}}).status, 401);
+  EXPECT_EQ(http_request(port_, "GET", "/v1/models", "", {{"Authorization", "BEARER secret"}}).status, 200);
+  EXPECT_EQ(http_request(port_, "GET", "/metrics").status, 401);
   EXPECT_EQ(http_request(port_, "GET", "/health").status, 200);
+  // A body over the limit is refused before any handler, in OpenAI's shape too.
+  expect_error(post("/v1/completions", std::string(std::size_t{9} << 20, ' ')), 413, "invalid_request_error");
   expect_error(post("/v1/completions", "{not json"), 400, "not valid JSON");
   expect_error(post("/v1/completions", "[1,2]"), 400, "JSON object");
   expect_error(post("/v1/completions", R"({"prompt":"x"})"), 400, "'model' is required");
