@@ -6,6 +6,7 @@
 
 #include <simdjson.h>
 
+#include <deque>
 #include <functional>
 #include <initializer_list>
 #include <map>
@@ -32,7 +33,7 @@ struct ApiCall;
 using ApiHandler = serve::HttpResponse (*)(ApiCall& call);
 
 struct ApiRoute {
-  std::string_view method;  // GET, POST, PUT or DELETE
+  std::string_view method;  // GET, POST, PUT, PATCH or DELETE
   std::string_view path;    // "/api/endpoints/{endpoint}/deploy": each {name} is one path segment
   serve::Role role;         // the least role that may call it
   bool writes = false;      // opens the workspace for writing (a read opens it read-only)
@@ -69,6 +70,7 @@ void add_monitoring_routes(std::vector<ApiRoute>& routes);  // monitoring_routes
 void add_batch_routes(std::vector<ApiRoute>& routes);       // batch_routes.cpp
 
 // Batch jobs the server runs for /api/batch-jobs (batch_routes.cpp): each on a thread of its own,
+// every member callable from any thread,
 // at most kMaxRunning at once, in <workspace>/batch/NAME. A job's record is its folder (the
 // manifest) and, once it ends, the workspace's lineage; the runner keeps only the jobs running and
 // the last kRememberedErrors errors of jobs that ended before writing a manifest.
@@ -106,6 +108,7 @@ class BatchRunner {
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   std::map<std::string, std::string> errors_;  // by name, at most kRememberedErrors
+  std::deque<std::string> error_order_;        // their names, oldest first
 };
 
 // What a management handler keeps between calls.

@@ -3,7 +3,6 @@
 // server scores it on a thread of its own and the client polls the job or cancels it.
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <filesystem>
 #include <thread>
 
@@ -52,7 +51,7 @@ Status BatchRunner::start(const std::string& name, pipeline::LoadedReference mod
     return resource_exhausted("this server runs " + std::to_string(kMaxRunning) +
                               " batch jobs at once, and that many run; start it again once one ends");
   }
-  errors_.erase(name);
+  if (errors_.erase(name) > 0) std::erase(error_order_, name);
   auto job = std::make_unique<Job>();
   Job* running = job.get();
   spec.cancel = &running->cancel;
@@ -124,6 +123,7 @@ constexpr std::string_view kStartSchema =
 constexpr std::string_view kJobSchema =
     R"({"type":"object","properties":{"name":{"type":"string"},"state":{"type":"string","enum":)"
     R"(["starting","running","finished","failed","cancelled","interrupted"]},"running":{"type":"boolean"},)"
+    R"("cancelling":{"type":"boolean"},)"
     R"("rows_done":{"type":"integer"},"rows_total":{"type":"integer"},"reason":{"type":"string"},)"
     R"("manifest":{"type":"object"}}})";
 constexpr std::string_view kJobListSchema =
@@ -133,11 +133,10 @@ constexpr std::string_view kJobListSchema =
     R"("scored":{"type":"integer"},"bad":{"type":"integer"},"started_ms":{"type":"integer"},)"
     R"("updated_ms":{"type":"integer"},"actor":{"type":"string"}}}},"next_page_token":{"type":"string"}}})";
 
+// A job's name is a folder's: the registry's rule for names (no '/', no "..", no control
+// characters), said in a batch job's words.
 Status check_job_name(const std::string& name) {
-  bool valid = !name.empty() && name.size() <= 128 && std::isalnum(static_cast<unsigned char>(name.front()));
-  for (char c : name)
-    valid = valid && (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-');
-  if (valid) return {};
+  if (registry::validate_model_name(name).ok()) return {};
   return invalid_argument(
       "a batch job's name is 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or "
       "digit (it names the job's folder), not '" +
@@ -148,18 +147,28 @@ Status check_job_name(const std::string& name) {
 // and what this server knows of it.
 HttpResponse job_answer(BatchRunner& runner, const std::string& name, int status) {
   auto progress = runner.progress(name);
-  auto manifest = pipeline::batch_job_status(runner.folder(name));
+  // While this server runs the job its lock is held: the manifest is read as it is (asking
+  // whether a process holds the lock would take it for a moment, and could refuse the job).
+  auto manifest =
+      progress.running ? batch::read_job(runner.folder(name)) : pipeline::batch_job_status(runner.folder(name));
   if (!manifest.ok() && !progress.running && progress.error.empty()) return error_response(manifest.status());
+  std::string state, reason;
+  if (progress.running) {
+    // Until the job writes its manifest, the folder holds the last run's (cancelled, failed ...).
+    state = manifest.ok() && manifest->state == "running" ? "running" : "starting";
+  } else if (!progress.error.empty()) {
+    // This run ended before its manifest said anything (the error is cleared when a run starts).
+    state = "failed";
+    reason = progress.error;
+  } else {
+    state = manifest->state;
+    reason = manifest->reason;
+  }
   JsonWriter json;
-  json.begin_object().key("name").value(name);
-  std::string state = manifest.ok() ? manifest->state : progress.running ? "starting" : "failed";
-  // The manifest says "running" from the start; the thread knows when the process stopped it.
-  if (manifest.ok() && manifest->state == "interrupted" && progress.running) state = "running";
-  json.key("state").value(state).key("running").value(progress.running);
+  json.begin_object().key("name").value(name).key("state").value(state).key("running").value(progress.running);
   if (progress.running) json.key("cancelling").value(progress.cancelling);
   json.key("rows_done").value(static_cast<std::uint64_t>(progress.rows_done));
   json.key("rows_total").value(static_cast<std::uint64_t>(progress.rows_total));
-  std::string reason = manifest.ok() ? manifest->reason : progress.error;
   if (!reason.empty()) json.key("reason").value(reason);
   if (manifest.ok()) {
     std::string manifest_json = manifest->to_json();
@@ -183,6 +192,9 @@ HttpResponse start_job(ApiCall& call) {
   auto reference = body.text("model", "NAME, NAME@VERSION or NAME@ALIAS");
   if (!reference.ok()) return error_response(reference.status());
   if (auto parsed = registry::parse_model_reference(*reference); !parsed.ok()) return error_response(parsed.status());
+  if (pipeline::names_bundle_file(*reference)) {
+    return error_response(400, "'model' names a registered model (NAME, NAME@VERSION or NAME@ALIAS), not a file");
+  }
   auto data = body.text("data", "a file in the workspace's data/ folder");
   if (!data.ok()) return error_response(data.status());
   batch::JobSpec spec;
@@ -210,7 +222,7 @@ HttpResponse start_job(ApiCall& call) {
     if (!id.ok()) return error_response(id.status());
     spec.id_column = std::move(*id);
   }
-  // The server's threads serve requests too: a job takes at most half the cores.
+  // The server's threads serve requests too: one job takes half the cores (two, all of them).
   spec.workers = std::max(1, default_thread_count() / 2);
   // Checked here, so a bad request is a 4xx now rather than a job that fails later.
   if (spec.format != "csv" && spec.format != "jsonl") return error_response(400, "'format' must be csv or jsonl");
@@ -250,8 +262,8 @@ const std::vector<ApiParameter> list_parameters = {
     {"page_token", R"({"type":"string"})", "next_page_token of the page before"},
 };
 
-// Oldest first, so that a page token (the count already seen) still points at the same job
-// after others start: a job is recorded once, and new ones come after it.
+// In the order jobs were first recorded, so that a page token (the count already seen) still
+// points at the same job after others are recorded: a job keeps its place, new ones come after.
 HttpResponse list_jobs(ApiCall& call) {
   auto query = parse_query(call.http.query, list_parameters);
   if (!query.ok()) return error_response(query.status());
@@ -275,7 +287,9 @@ HttpResponse list_jobs(ApiCall& call) {
   for (const auto& name : call.server->batch_jobs.running()) json.value(name);
   json.end_array().key("jobs").begin_array();
   auto count = static_cast<std::int64_t>(jobs->size());
-  for (std::int64_t index = offset; index < std::min(count, offset + limit); ++index) {
+  offset = std::min(offset, count);
+  std::int64_t end = limit < count - offset ? offset + limit : count;
+  for (std::int64_t index = offset; index < end; ++index) {
     const auto& job = (*jobs)[static_cast<std::size_t>(index)];
     json.begin_object().key("key").value(job.key).key("model").value(job.model).key("input").value(job.input);
     json.key("out").value(job.out).key("state").value(job.state).key("rows").value(job.rows);
@@ -283,7 +297,7 @@ HttpResponse list_jobs(ApiCall& call) {
     json.key("updated_ms").value(job.updated_ms).key("actor").value(job.actor).end_object();
   }
   json.end_array();
-  if (offset + limit < count) json.key("next_page_token").value("b" + std::to_string(offset + limit));
+  if (end < count) json.key("next_page_token").value("b" + std::to_string(end));
   json.end_object();
   return json_answer(json);
 }

@@ -317,6 +317,10 @@ HttpResponse gate(ApiCall& call) {
   std::string data = request->data_path;
   for (const std::string* reference : {&request->candidate, &request->baseline}) {
     if (auto parsed = registry::parse_model_reference(*reference); !parsed.ok()) return error_response(parsed.status());
+    if (pipeline::names_bundle_file(*reference)) {
+      return error_response(
+          400, "a gate compares registered versions, not files such as '" + reference->substr(0, 64) + "'");
+    }
   }
   auto placed = client_named_file(call.registry->home() + "/data", data, "'data'", "holdout.csv");
   if (!placed.ok()) return error_response(placed.status());

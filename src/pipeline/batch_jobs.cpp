@@ -1,10 +1,9 @@
-// Batch jobs recorded for lineage, optimization records, and serving configs: the operations
-// `slipway batch`, `versions`/`optimize` and `serving-config` share with /api.
+// Batch jobs: run and recorded for lineage, and their state read back; what `slipway batch` and
+// /api/batch-jobs share.
 #include <filesystem>
 
 #include "pipeline/operation_support.h"
 #include "slipway/pipeline.h"
-#include "slipway/serve.h"
 
 namespace slipway::pipeline {
 
@@ -42,44 +41,9 @@ Result<batch::JobManifest> batch_job_status(const std::string& out) {
   SLIPWAY_ASSIGN_OR_RETURN(auto manifest, batch::read_job(out));
   if (manifest.state == "running" && !batch::job_running(out)) {
     manifest.state = "interrupted";
-    manifest.reason = "no process runs it; the same job started again resumes it";
+    manifest.reason = "no process runs it; running the same job again resumes it";
   }
   return manifest;
-}
-
-std::vector<std::map<std::string, std::string>> optimization_records(
-    registry::Registry& registry, const std::string& model, const std::vector<registry::ModelVersion>& versions) {
-  std::vector<std::map<std::string, std::string>> records;
-  for (const auto& version : versions) {
-    auto loaded = resolve_reference(&registry, model + "@" + std::to_string(version.version));
-    records.push_back(loaded.ok() ? loaded->bundle->manifest().optimization : std::map<std::string, std::string>());
-  }
-  return records;
-}
-
-Result<ServingConfigView> serving_config(registry::Registry& registry, const std::string& model) {
-  SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(model));
-  SLIPWAY_RETURN_IF_ERROR(registry.models().list_versions(model).status());
-  ServingConfigView view;
-  SLIPWAY_ASSIGN_OR_RETURN(view.stored, registry.serving_configs().get(model));
-  SLIPWAY_ASSIGN_OR_RETURN(auto effective, serve::apply_serving_config({}, view.stored));
-  view.effective = serve::serving_config_values(effective);
-  return view;
-}
-
-Result<ServingConfigView> set_serving_config(registry::Registry& registry, const std::string& model,
-                                             const std::map<std::string, std::string>& given, bool reset,
-                                             const Caller& caller) {
-  SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(model));
-  SLIPWAY_RETURN_IF_ERROR(registry.models().list_versions(model).status());
-  SLIPWAY_ASSIGN_OR_RETURN(auto stored, registry.serving_configs().get(model));
-  std::map<std::string, std::string> merged = reset ? given : stored;
-  for (const auto& [key, value] : given) merged[key] = value;
-  // Checked whole, so that a stored config always applies.
-  SLIPWAY_RETURN_IF_ERROR(serve::apply_serving_config({}, merged).status());
-  act_as(registry, caller);
-  SLIPWAY_RETURN_IF_ERROR(registry.serving_configs().set(model, given, reset));
-  return serving_config(registry, model);
 }
 
 }  // namespace slipway::pipeline

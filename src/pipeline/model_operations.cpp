@@ -46,4 +46,14 @@ Result<registry::ModelVersion> register_bundle(registry::Registry& registry, con
   return registry.models().register_version(model, sha256, "");
 }
 
+std::vector<std::map<std::string, std::string>> optimization_records(
+    registry::Registry& registry, const std::string& model, const std::vector<registry::ModelVersion>& versions) {
+  std::vector<std::map<std::string, std::string>> records;
+  for (const auto& version : versions) {
+    auto loaded = resolve_reference(&registry, model + "@" + std::to_string(version.version));
+    records.push_back(loaded.ok() ? loaded->bundle->manifest().optimization : std::map<std::string, std::string>());
+  }
+  return records;
+}
+
 }  // namespace slipway::pipeline

@@ -239,10 +239,12 @@ Result<std::vector<registry::AlertState>> alert_states(const MonitorReport& repo
   for (bool minimum : {true, false}) {
     for (const auto& limit : minimum ? rules.min_metrics : rules.max_metrics) {
       if (!report.performance) return invalid_argument("metric limits need the id column (and ingested labels)");
-      double value = report.performance->metrics.get(limit.metric);
-      if (std::isnan(value) && report.performance->rows > 0) {
-        return invalid_argument("no metric '" + limit.metric + "' for this model's task");
+      // Named by the task's metrics even before a label arrives, so a rule cannot invent subjects.
+      const auto& known = report.performance->metrics.values;
+      if (std::none_of(known.begin(), known.end(), [&](const auto& metric) { return metric.first == limit.metric; })) {
+        return invalid_argument("no metric '" + limit.metric.substr(0, 64) + "' for this model's task");
       }
+      double value = report.performance->metrics.get(limit.metric);
       bool firing = !std::isnan(value) && (minimum ? value < limit.limit : value > limit.limit);
       states.push_back({model, "metric:" + limit.metric, firing, value, now});
     }

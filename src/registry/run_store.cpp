@@ -420,7 +420,7 @@ Result<std::vector<BatchJobRecord>> RunStore::batch_jobs() {
     if (!exists) return {};  // a workspace opened read-only before this slipway migrated it
     SLIPWAY_ASSIGN_OR_RETURN(auto rows, sql.query("SELECT key, model, bundle_sha256, input, input_sha256, out, state, "
                                                   "rows, scored, bad, started_ms, updated_ms, actor FROM batch_jobs "
-                                                  "ORDER BY started_ms, key"));
+                                                  "ORDER BY rowid"));  // first recorded first: pages stay put
     for (const auto& row : rows) {
       jobs.push_back({row.text(0), row.text(1), row.text(2), row.text(3), row.text(4), row.text(5), row.text(6),
                       row.integer(7), row.integer(8), row.integer(9), row.integer(10), row.integer(11), row.text(12)});

@@ -1,5 +1,8 @@
 // The Service: routes a request to the v2 protocol's parts, and counts it in the metrics.
+#include <algorithm>
+#include <cctype>
 #include <future>
+#include <iterator>
 
 #include "serve/service_state.h"
 
@@ -66,17 +69,24 @@ std::string_view failure_reason_of(const Status& status) {
 }  // namespace
 
 std::string without_server_paths(std::string_view message) {
-  // Slipway names files quoted ("cannot open '/srv/...'") or after a colon ("...: /srv/x: not a
-  // bundle"); such a path runs to the next quote, space, comma or ": ". API routes in sentences
-  // ("POST /v2/...") follow a plain word and stay.
+  // Slipway names files quoted ("cannot open '/srv/...'"), after a colon ("...: /srv/x: not a
+  // bundle") or after a word ("no request log in /srv/x"); such a path runs to the next quote,
+  // space, comma or ": ". The server's own routes in sentences ("POST /v2/...") stay.
+  static constexpr std::string_view kRoutes[] = {"/v1", "/v2", "/api", "/metrics", "/openapi.json"};
   std::string out;
   out.reserve(message.size());
   std::size_t at = 0;
   while (at < message.size()) {
     bool after_quote = at > 0 && (message[at - 1] == '\'' || message[at - 1] == '"');
-    bool after_colon = at > 1 && message[at - 1] == ' ' && message[at - 2] == ':';
-    if (message[at] == '/' && (at == 0 || after_quote || after_colon)) {
-      std::size_t end = std::min(message.find_first_of("'\" ,)", at), message.find(": ", at));
+    bool after_space = at > 0 && message[at - 1] == ' ';
+    bool route = std::any_of(std::begin(kRoutes), std::end(kRoutes), [&](std::string_view prefix) {
+      std::string_view rest = message.substr(at);
+      if (!rest.starts_with(prefix) || rest.size() == prefix.size()) return rest.starts_with(prefix);
+      char next = rest[prefix.size()];
+      return next == '/' || !(std::isalnum(static_cast<unsigned char>(next)) || next == '_' || next == '-');
+    });
+    if (message[at] == '/' && (at == 0 || after_quote || after_space) && !route) {
+      std::size_t end = std::min(message.find_first_of("'\" ,;)", at), message.find(": ", at));
       if (end == std::string_view::npos) end = message.size();
       out += "<server path>";
       at = end;

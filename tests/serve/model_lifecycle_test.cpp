@@ -202,6 +202,12 @@ TEST_F(LifecycleTest, AFailedLoadLeavesTheOldVersionServing) {
   EXPECT_EQ(without_server_paths("load it with POST /v2/repository/models/x/load"),
             "load it with POST /v2/repository/models/x/load");
   EXPECT_EQ(without_server_paths("use GET for this route"), "use GET for this route");
+  EXPECT_EQ(without_server_paths("no request log for 'm' in /srv/ws/request_log; log requests"),
+            "no request log for 'm' in <server path>; log requests");
+  EXPECT_EQ(without_server_paths("see /openapi.json or GET /api/runs?page_size=1"),
+            "see /openapi.json or GET /api/runs?page_size=1");
+  EXPECT_EQ(without_server_paths("served under /v1, not v2; /v1x/y is a file"),
+            "served under /v1, not v2; <server path> is a file");
   EXPECT_EQ(without_server_paths("cannot load model 'm' version 2: /srv/ws/ab: not a Slipway bundle"),
             "cannot load model 'm' version 2: <server path>: not a Slipway bundle");
 }
