@@ -2,6 +2,7 @@
 // aliases, retiring, and lineage both ways; as `slipway models`, `versions`, `alias`, `retire` and
 // `lineage` do, through the same operations.
 #include <algorithm>
+#include <filesystem>
 
 #include "control/api.h"
 
@@ -54,6 +55,14 @@ const std::vector<ApiParameter> page_query = {
 const std::vector<ApiParameter> upload_query = {
     {"sha256", R"({"type":"string","pattern":"^[0-9a-f]{64}$"})",
      "The sha256 of the body: bytes that hash otherwise (truncated, changed) are refused"},
+};
+const std::vector<ApiParameter> import_query = {
+    {"format", R"({"type":"string","enum":["xgboost","onnx","gguf"]})", "What the body is"},
+    {"sha256", R"({"type":"string","pattern":"^[0-9a-f]{64}$"})",
+     "The sha256 of the body: bytes that hash otherwise (truncated, changed) are refused"},
+    {"inputs", R"({"type":"string"})", "xgboost, onnx: the input names, comma-separated (default f0, f1, ...)"},
+    {"target", R"({"type":"string"})", "xgboost, onnx: the target's name (default label)"},
+    {"class_labels", R"({"type":"string"})", "onnx classifiers: the class labels, comma-separated"},
 };
 const std::vector<ApiParameter> lineage_query = {
     {"reference", R"({"type":"string"})", "A version (NAME@VERSION, NAME@ALIAS, NAME), a run id or a data fingerprint"},
@@ -144,6 +153,78 @@ HttpResponse register_upload(ApiCall& call) {
   if (!registered.ok()) return error_response(registered.status());
   HttpResponse answer = version_answer(registered->version, registered->created);
   if (registered->created) answer.status = 201;
+  return answer;
+}
+
+// "a,b,c" into its items; each 1 to 256 bytes of text without control characters or quotes.
+Result<std::vector<std::string>> comma_separated(std::string_view text, std::string_view what) {
+  std::vector<std::string> items;
+  while (true) {
+    std::string_view item = text.substr(0, text.find(','));
+    bool valid = !item.empty() && item.size() <= 256 && items.size() < 100'000;
+    for (char c : item) valid = valid && static_cast<unsigned char>(c) >= 0x20 && c != 0x7f && c != '"';
+    if (!valid)
+      return invalid_argument(std::string(what) + " are comma-separated names (no quotes or control characters)");
+    items.emplace_back(item);
+    if (item.size() == text.size()) return items;
+    text.remove_prefix(item.size() + 1);
+  }
+}
+
+// POST /api/models/{model}/imports?format=F&sha256=HEX[&inputs=...]: an XGBoost JSON model, an
+// ONNX model or a GGUF file as the body, converted (or checked) and registered as `slipway import`
+// does. The body is written to the workspace's tmp/ folder for the converter and removed after.
+HttpResponse import_upload(ApiCall& call) {
+  auto query = parse_query(call.http.query, import_query);
+  if (!query.ok()) return error_response(query.status());
+  auto format = query->find("format");
+  auto sha256 = query->find("sha256");
+  if (format == query->end() || sha256 == query->end()) {
+    return error_response(400, "give ?format=xgboost|onnx|gguf and the body's ?sha256=HEX");
+  }
+  std::string actual = sha256_hex(call.http.body);
+  if (actual != sha256->second) {
+    return error_response(400, "the body hashes to sha256 " + actual + ", not the " + sha256->second.substr(0, 64) +
+                                   " sent with it: it was truncated or changed on the way, and nothing was stored");
+  }
+  pipeline::ImportRequest request;
+  request.format = format->second;
+  request.register_as = call.path_parameter("model");
+  if (auto target = query->find("target"); target != query->end()) request.target = target->second;
+  if (auto labels = query->find("class_labels"); labels != query->end()) {
+    auto parsed = comma_separated(labels->second, "class labels");
+    if (!parsed.ok()) return error_response(parsed.status());
+    request.class_labels = std::move(*parsed);
+  }
+  std::string folder = call.registry->home() + "/tmp";
+  if (Status made = make_directories(folder); !made.ok()) return error_response(made);
+  std::string stem = folder + "/upload-" + random_hex(8);
+  request.model_path = stem + (request.format == "xgboost" ? ".json" : "." + request.format);
+  // Removed whatever happens: the registry keeps its own copy of what it registers.
+  struct Scratch {
+    std::vector<std::string> paths;
+    ~Scratch() {
+      std::error_code error;
+      for (const auto& path : paths) std::filesystem::remove(path, error);
+    }
+  } scratch;
+  scratch.paths.push_back(request.model_path);
+  if (Status written = write_file_atomic(request.model_path, call.http.body); !written.ok()) {
+    return error_response(written);
+  }
+  if (auto inputs = query->find("inputs"); inputs != query->end()) {
+    auto names = comma_separated(inputs->second, "inputs");
+    if (!names.ok()) return error_response(names.status());
+    request.schema_path = stem + ".csv";
+    scratch.paths.push_back(request.schema_path);
+    if (Status written = write_file_atomic(request.schema_path, join(*names, ",") + "\n"); !written.ok()) {
+      return error_response(written);
+    }
+  }
+  auto imported = pipeline::import_model(call.registry, request, call.caller);
+  if (!imported.ok()) return error_response(imported.status());
+  HttpResponse answer = version_answer(*imported->registered, true);
+  answer.status = 201;
   return answer;
 }
 
@@ -309,6 +390,11 @@ void add_model_routes(std::vector<ApiRoute>& routes) {
                     "Register a bundle file (the body) as the model's next version; the same bytes again answer "
                     "the version they made",
                     upload_query, "binary", kVersionSchema, register_upload});
+  routes.back().creates = true;
+  routes.push_back({"POST", "/api/models/{model}/imports", Role::kDeploy, true,
+                    "Import an XGBoost JSON model, an ONNX model or a GGUF file (the body, at most the server's "
+                    "body limit) as the model's next version (slipway import --register)",
+                    import_query, "binary", kVersionSchema, import_upload});
   routes.back().creates = true;
   routes.push_back({"GET",
                     "/api/models/{model}/versions/{version}",

@@ -393,6 +393,37 @@ TEST_F(Api, BatchMonitoringGatesAndServingConfigsAnswerAsTheCliDoes) {
             400);
 }
 
+// A model file of another format uploaded as `slipway import` takes it: checked against its hash,
+// converted or checked, and registered; a lie about the bytes or the format stores nothing.
+TEST_F(Api, AnUploadedGgufImportsAsTheCliImportsIt) {
+  std::string model = home_.path() + "/tiny.gguf";
+  ASSERT_EQ(slipway({"llm", "make-test-model", model, "--type", "q8_0", "--dim", "64", "--ff", "128", "--layers", "1",
+                     "--context", "128"})
+                .exit_code,
+            0);
+  std::string bytes = slipway::read_file(model).value();
+  std::string sha = slipway::sha256_hex(bytes);
+  int port = start_server({});
+  ASSERT_GT(port, 0);
+  EXPECT_EQ(
+      http_request(port, "POST", "/api/models/chat/imports?format=gguf&sha256=" + std::string(64, '0'), bytes).status,
+      400);
+  EXPECT_EQ(http_request(port, "POST", "/api/models/chat/imports?format=pickle&sha256=" + sha, bytes).status, 400);
+  EXPECT_EQ(http_request(port, "POST", "/api/models/chat/imports?format=gguf&sha256=" + sha, "GGUF junk").status, 400);
+  EXPECT_EQ(
+      http_request(port, "POST", "/api/models/chat/imports?format=xgboost&sha256=" + slipway::sha256_hex("{}"), "{}")
+          .status,
+      400);
+  EXPECT_NE(slipway({"versions", "chat"}).exit_code, 0) << "nothing was registered";
+  auto imported = http_request(port, "POST", "/api/models/chat/imports?format=gguf&sha256=" + sha, bytes);
+  ASSERT_EQ(imported.status, 201) << imported.body;
+  EXPECT_NE(imported.body.find("\"version\":1"), std::string::npos) << imported.body;
+  auto versions = slipway({"versions", "chat"});
+  EXPECT_EQ(versions.exit_code, 0) << versions.err;
+  EXPECT_NE(versions.out.find(sha.substr(0, 12)), std::string::npos) << versions.out;
+  EXPECT_TRUE(std::filesystem::is_empty(home_.path() + "/tmp")) << "the uploads' scratch files are removed";
+}
+
 // Hostile calls: forged paging tokens, uploads that lie about their hash, paths that climb out,
 // bodies over the limit, junk names; each a clear 4xx, and nothing half-written. Then 1,000
 // writers at once: each answered (200, or 429 when the backlog is full), and every 200 stored.
