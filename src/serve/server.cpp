@@ -27,25 +27,26 @@ RequestHeaders headers_of(const http::Request& request) {
 }  // namespace
 
 http::Route openai_route(std::shared_ptr<OpenAiApi> api, AccessCheck check) {
-  return http::Route{"/v1",
-                     [](const http::Request& request) {
-                       return request.method == "POST" ? http::Execution::kWorker : http::Execution::kEventLoop;
-                     },
-                     [api, check = std::move(check)](const http::Request& request, const http::Respond& respond) {
-                       if (auto refused = check(request)) {
-                         // In OpenAI's error shape, keeping the status and headers (WWW-Authenticate).
-                         simdjson::dom::parser parser;
-                         std::string_view message = "the request was refused";
-                         if (parser.parse(refused->body)["error"].get(message) != simdjson::SUCCESS) {
-                           message = "the request was refused";
-                         }
-                         http::Response answer = OpenAiApi::error(refused->status, message);
-                         answer.headers = std::move(refused->headers);
-                         return respond(std::move(answer));
-                       }
-                       api->handle(request, respond);
-                     },
-                     [](int status, std::string_view message) { return OpenAiApi::error(status, message); }};
+  return http::Route{
+      "/v1",
+      [](const http::Request& request) {
+        return request.method == "POST" ? http::Execution::kWorker : http::Execution::kEventLoop;
+      },
+      [api = std::move(api), check = std::move(check)](const http::Request& request, const http::Respond& respond) {
+        if (auto refused = check(request)) {
+          // In OpenAI's error shape, keeping the status and headers (WWW-Authenticate).
+          simdjson::dom::parser parser;
+          std::string_view message = "the request was refused";
+          if (parser.parse(refused->body)["error"].get(message) != simdjson::SUCCESS) {
+            message = "the request was refused";
+          }
+          http::Response answer = OpenAiApi::error(refused->status, message);
+          answer.headers = std::move(refused->headers);
+          return respond(std::move(answer));
+        }
+        api->handle(request, respond);
+      },
+      [](int status, std::string_view message) { return OpenAiApi::error(status, message); }};
 }
 
 AccessCheck api_key_check(std::string key) {
