@@ -50,9 +50,13 @@ def main():
             return None
         digest = hashlib.sha256(common)
         digest.update(command.replace(root, ".").encode())
-        for dependency in sorted({line.strip() for line in listing[1:] if line.strip()} | {os.path.realpath(path)}):
+        # Named relative to the clone and hashed in that order, so a clone elsewhere makes the same key.
+        named = {}
+        for dependency in {line.strip() for line in listing[1:] if line.strip()} | {os.path.realpath(path)}:
             absolute = os.path.realpath(os.path.join(build, dependency))
-            digest.update(os.path.relpath(absolute, root).encode() if absolute.startswith(root) else absolute.encode())
+            named[os.path.relpath(absolute, root) if absolute.startswith(root + os.sep) else absolute] = absolute
+        for name, absolute in sorted(named.items()):
+            digest.update(name.encode())
             try:
                 if os.path.getmtime(absolute) > built:
                     return None  # changed since the object was built: its includes may have changed too
