@@ -170,6 +170,8 @@ class JsonBody {
   Result<simdjson::dom::array> array(std::string_view key, std::string_view what);
 
   static Result<std::string> text_of(simdjson::dom::object object, std::string_view key, std::string_view what);
+  // The whole body, for a parser of an object that may also come nested (a deploy's "gate").
+  simdjson::dom::object fields() const { return object_; }
 
  private:
   simdjson::dom::parser parser_;

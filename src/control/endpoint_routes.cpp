@@ -58,9 +58,10 @@ constexpr std::string_view kEmptyBody = R"({"type":"object","additionalPropertie
 // "gate": {"data": FILE, "metric": "auc", "thresholds": "max_drop=0.01", "slice": COLUMN}, and
 // with `baseline` (a gate of its own) "baseline": REFERENCE.
 Result<pipeline::GateRequest> gate_request(simdjson::dom::object object, bool baseline = false) {
-  SLIPWAY_RETURN_IF_ERROR(baseline
-                              ? check_fields(object, "the body", {"baseline", "data", "metric", "thresholds", "slice"})
-                              : check_fields(object, "'gate'", {"data", "metric", "thresholds", "slice"}));
+  // A gate of its own was checked whole as the body (JsonBody::parse); a deploy's is checked here.
+  if (!baseline) {
+    SLIPWAY_RETURN_IF_ERROR(check_fields(object, "'gate'", {"data", "metric", "thresholds", "slice"}));
+  }
   pipeline::GateRequest gate;
   if (baseline) {
     SLIPWAY_ASSIGN_OR_RETURN(gate.baseline, JsonBody::text_of(object, "baseline", "the version to compare with"));
@@ -301,15 +302,15 @@ HttpResponse audit(ApiCall& call) {
 // POST /api/models/{model}/versions/{version}/gate: the candidate against a baseline on rows of
 // the workspace's data/ folder, recorded with the candidate (slipway gate).
 HttpResponse gate(ApiCall& call) {
-  simdjson::dom::parser parser;
-  simdjson::padded_string padded(call.http.body);
-  simdjson::dom::object object;
-  if (parser.parse(padded).get(object) != simdjson::SUCCESS) {
-    return error_response(400,
-                          "the body must be a JSON object such as {\"baseline\": \"churn@3\", \"data\": "
-                          "\"holdout.csv\", \"metric\": \"auc\", \"thresholds\": \"max_drop=0.01\"}");
+  JsonBody body;
+  if (auto parsed = body.parse(call.http.body,
+                               R"({"baseline": "churn@3", "data": "holdout.csv", "metric": "auc", )"
+                               R"("thresholds": "max_drop=0.01"})",
+                               {"baseline", "data", "metric", "thresholds", "slice"});
+      !parsed.ok()) {
+    return error_response(parsed);
   }
-  auto request = gate_request(object, true);
+  auto request = gate_request(body.fields(), true);
   if (!request.ok()) return error_response(request.status());
   auto version = parse_integer(call.path_parameter("version"), "version", 1, INT64_MAX);
   if (!version.ok()) return error_response(version.status());
