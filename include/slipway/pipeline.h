@@ -9,6 +9,7 @@
 // thread-safe, so give each thread its own.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -17,6 +18,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "slipway/batch.h"
@@ -65,6 +67,9 @@ struct TrainSpec {
   // A run id: continue that interrupted run from its latest checkpoint. Its stored spec replaces
   // every field above except `threads` and `bundle_out` (where it runs may change, not what).
   std::string resume_run;
+  // The new run's id (32 lowercase hex digits), chosen by the caller so that it can name the run
+  // before it exists (a server answers with it at once); empty: a random one.
+  std::string run_id;
 };
 
 // Reads a YAML spec into `spec`, leaving fields the file does not set untouched. Relative paths
@@ -74,6 +79,10 @@ Status load_spec(const std::string& path, TrainSpec& spec);
 Status load_spec_text(const std::string& yaml, const std::string& source, TrainSpec& spec);
 // The spec as YAML with absolute paths: what a run stores so that it can be replayed.
 std::string spec_yaml(const TrainSpec& spec);
+// What can be checked of a spec without the workspace or the data: the data and target given,
+// the thread count, the parameters for the model family, the model name to register under, and
+// the options that apply to gbdt and mlp only. `run_training` checks it first.
+Status check_train_spec(const TrainSpec& spec);
 // Parses KEY=VALUE strings; a pair without '=' or without a key is refused.
 Result<std::map<std::string, std::string>> parse_key_values(const std::vector<std::string>& pairs);
 
@@ -88,6 +97,10 @@ struct TrainCallbacks {
   std::function<void(const train::RoundMetrics& latest, int total)> on_round;
   // Once fitting ends, before evaluation and storage (successful or not): a progress bar ends here.
   std::function<void()> on_fit_done;
+  // Set from another thread, fitting stops after the round or iteration in progress: the run is
+  // marked INTERRUPTED ("cancelled", resumable from its latest checkpoint), nothing is registered,
+  // and the result is FailedPrecondition.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct TrainOutcome {
@@ -503,6 +516,8 @@ struct ImportRequest {
   std::vector<std::string> class_labels;  // onnx classifiers
   std::string register_as;                // register as the next version of this model; empty: convert only
   std::string bundle_out;                 // also write the bundle here (not gguf)
+  std::string source;                     // what the import run records it came from; empty: model_path
+  std::vector<std::string> input_names;   // the inputs in order, instead of schema_path
 };
 struct ImportOutcome {
   std::string bundle_sha256;  // of the bundle (or the GGUF file)
@@ -523,6 +538,22 @@ Result<registry::ModelVersion> register_imported_bytes(registry::Registry& regis
                                                        std::span<const std::byte> bytes, const std::string& spec,
                                                        const std::map<std::string, std::string>& params, bool remote,
                                                        const Caller& caller);
+
+// A model file a client uploaded (the management API's imports): its bytes and the sha256 the
+// client sent with them. Checked against the hash first (InvalidArgument, nothing stored), then
+// written to a scratch file of the workspace's tmp/ folder (removed after) and imported as
+// `import_model` does; the import run records "upload sha256:HEX" as its source.
+struct UploadedImport {
+  std::string format;  // xgboost, onnx or gguf
+  std::string_view bytes;
+  std::string expected_sha256;
+  std::vector<std::string> input_names;  // xgboost, onnx: the inputs in order; empty: f0, f1, ...
+  std::string target = "label";
+  std::vector<std::string> class_labels;
+  std::string register_as;
+};
+Result<ImportOutcome> import_uploaded_model(registry::Registry& registry, const UploadedImport& upload,
+                                            const Caller& caller);
 
 struct RegisteredFile {
   registry::ModelVersion version;
@@ -680,6 +711,21 @@ Result<batch::JobManifest> batch_job_status(const std::string& out);
 // be read (`slipway verify` reports those). Each bundle is loaded: the record is in its manifest.
 std::vector<std::map<std::string, std::string>> optimization_records(
     registry::Registry& registry, const std::string& model, const std::vector<registry::ModelVersion>& versions);
+
+// ---------------------------------------------------------------------------------------------
+// Workspace upkeep (maintenance.cpp): `slipway verify` and `slipway gc`, and their /api routes.
+
+// Checks the workspace (registry::verify_workspace); `repair` fixes what can be fixed and needs a
+// caller that may administer (PermissionDenied otherwise) and a registry opened for writing.
+Result<registry::VerifyReport> verify_workspace(registry::Registry& registry, bool repair, const Caller& caller);
+// The report as `slipway verify --json` prints it; `home` is left out when empty.
+void write_verify_report_json(JsonWriter& json, std::string_view home, const registry::VerifyReport& report,
+                              bool repair);
+// Lists (or with `apply` deletes) artifacts nothing names, older than `min_age_ms`
+// (registry::collect_garbage); `apply` needs a caller that may administer.
+Result<registry::GcReport> collect_garbage(registry::Registry& registry, bool apply, std::int64_t min_age_ms,
+                                           const Caller& caller);
+void write_gc_report_json(JsonWriter& json, const registry::GcReport& report);
 
 // A model's serving config: what is stored (serve's keys) and what applies (stored over defaults).
 struct ServingConfigView {

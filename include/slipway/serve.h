@@ -75,6 +75,9 @@ struct ManagementCall {
   std::string_view body;
   Role role = Role::kAdmin;  // the token's; kAdmin without auth
   std::string token_name;    // empty without auth
+  // The Idempotency-Key header: a retried write with the same key gets the first answer again.
+  std::string_view idempotency_key;
+  bool idempotency_key_repeated = false;  // sent more than once: refused
 };
 // Answers a management call; runs on a worker thread, any number at once.
 using ManagementHandler = std::function<HttpResponse(const ManagementCall&)>;
@@ -90,6 +93,8 @@ struct RequestHeaders {
   std::size_t body_padding = 0;
   // X-Slipway-Route-Key: requests to an endpoint with the same key reach the same version.
   std::string_view route_key;
+  std::string_view idempotency_key;  // Idempotency-Key (management writes)
+  bool idempotency_key_repeated = false;
 };
 
 // Dynamic batching of one model version (Triton's semantics; see src/serve/batcher.h). With

@@ -2,6 +2,7 @@
 // training parameter (the one source for validation, --help and docs/parameters.md).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <limits>
 #include <map>
@@ -54,6 +55,8 @@ struct LbfgsOptions {
   // scale is supplied by the caller (for sums over rows, the row count).
   double gradient_tolerance = 1e-6;
   double gradient_scale = 1.0;
+  // Set from another thread: the minimizer returns after the iteration in progress (not converged).
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct LbfgsResult {
@@ -105,6 +108,10 @@ struct TrainRequest {
   std::function<Status(const model::Bundle& checkpoint, int rounds_done)> on_checkpoint;
   // gbdt only. Called after every round.
   std::function<void(const RoundMetrics& latest, int rounds_total)> on_round;
+  // Set from another thread, fitting ends after the round (gbdt, mlp) or iteration (linear,
+  // logistic) in progress: gbdt and mlp fail with FailedPrecondition (their latest checkpoint
+  // keeps what was done), linear and logistic return the weights so far, not converged.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct TrainSummary {

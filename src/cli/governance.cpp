@@ -144,15 +144,7 @@ Result<MessageResult> retire(const GlobalOptions& global, const std::string& ref
 
 struct GcResult : CommandResult {
   registry::GcReport report;
-  void write_json(JsonWriter& json) const override {
-    json.begin_object().key("applied").value(report.applied).key("artifacts").begin_array();
-    for (const auto& artifact : report.unreferenced) {
-      json.begin_object().key("sha256").value(artifact.sha256).key("bytes").value(artifact.bytes);
-      json.key("age_ms").value(artifact.age_ms).end_object();
-    }
-    json.end_array().key("too_young").value(static_cast<std::uint64_t>(report.too_young));
-    json.key("bytes_freed").value(report.bytes_freed).end_object();
-  }
+  void write_json(JsonWriter& json) const override { pipeline::write_gc_report_json(json, report); }
   void write_text(std::ostream& out) const override {
     std::uint64_t total = 0;
     std::vector<std::vector<std::string>> rows;
@@ -171,14 +163,12 @@ struct GcResult : CommandResult {
 };
 
 Result<GcResult> gc(const GlobalOptions& global, bool apply, const std::string& min_age) {
-  registry::GcOptions options;
-  options.apply = apply;
   SLIPWAY_ASSIGN_OR_RETURN(auto age, since_ms(min_age));
-  options.min_age_ms = unix_time_ms() - age;
   SLIPWAY_ASSIGN_OR_RETURN(auto store,
                            open_workspace(global, apply ? WorkspaceAccess::kWrite : WorkspaceAccess::kReadOnly));
   GcResult result;
-  SLIPWAY_ASSIGN_OR_RETURN(result.report, registry::collect_garbage(*store, options));
+  SLIPWAY_ASSIGN_OR_RETURN(result.report,
+                           pipeline::collect_garbage(*store, apply, unix_time_ms() - age, pipeline::Caller{}));
   return result;
 }
 

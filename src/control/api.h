@@ -6,6 +6,7 @@
 
 #include <simdjson.h>
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <initializer_list>
@@ -15,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "slipway/control.h"
@@ -28,7 +30,6 @@ struct ApiParameter {
   std::string_view description;
 };
 
-class BatchRunner;
 struct ApiCall;
 using ApiHandler = serve::HttpResponse (*)(ApiCall& call);
 
@@ -53,7 +54,7 @@ struct ApiCall {
   std::map<std::string, std::string, std::less<>> path;  // the {name} segments, percent-decoded
   registry::Registry* registry = nullptr;                // opened as the route declares
   pipeline::Caller caller;
-  struct ApiServer* server = nullptr;  // what the handler keeps: its options and batch jobs
+  struct ApiServer* server = nullptr;  // what the handler keeps: its options and jobs
 
   const std::string& path_parameter(std::string_view name) const { return path.find(name)->second; }
 };
@@ -68,54 +69,101 @@ void add_run_routes(std::vector<ApiRoute>& routes);
 void add_governance_routes(std::vector<ApiRoute>& routes);  // governance_routes.cpp
 void add_monitoring_routes(std::vector<ApiRoute>& routes);  // monitoring_routes.cpp
 void add_batch_routes(std::vector<ApiRoute>& routes);       // batch_routes.cpp
+void add_training_routes(std::vector<ApiRoute>& routes);    // training_routes.cpp
+void add_workspace_routes(std::vector<ApiRoute>& routes);   // workspace_routes.cpp
 
-// Batch jobs the server runs for /api/batch-jobs (batch_routes.cpp): each on a thread of its own,
-// every member callable from any thread,
-// at most kMaxRunning at once, in <workspace>/batch/NAME. A job's record is its folder (the
-// manifest) and, once it ends, the workspace's lineage; the runner keeps only the jobs running and
-// the last kRememberedErrors errors of jobs that ended before writing a manifest.
-class BatchRunner {
+// Work the server runs on threads of its own for /api (batch jobs, training jobs), by name: each
+// member callable from any thread, at most `max_running` at once. A job's record is what it
+// writes (a batch job's folder, a training run); this keeps only the jobs running and the last
+// kRememberedErrors errors of jobs that failed, so nothing a client sends grows it without limit.
+class BackgroundJobs {
  public:
-  static constexpr std::size_t kMaxRunning = 2;
   static constexpr std::size_t kRememberedErrors = 64;
 
-  explicit BatchRunner(std::string home);
-  ~BatchRunner();  // cancels the jobs running and waits for them (each finishes its shards in flight)
-  BatchRunner(const BatchRunner&) = delete;
-  BatchRunner& operator=(const BatchRunner&) = delete;
+  // What a job's work sees: whether it is asked to stop, and where its progress goes.
+  struct Job {
+    std::atomic<bool> cancel{false};
+    std::atomic<bool> ended{false};
+    std::atomic<std::size_t> done{0};   // rows scored, rounds fitted ...
+    std::atomic<std::size_t> total{0};  // 0 until known
+    std::thread thread;
+  };
+  using Work = std::function<Status(Job& job)>;
 
-  std::string folder(const std::string& name) const { return home_ + "/batch/" + name; }
-  // AlreadyExists when a job of that name runs; ResourceExhausted when kMaxRunning run.
-  Status start(const std::string& name, pipeline::LoadedReference model, batch::JobSpec spec, pipeline::Caller caller);
+  // `kind` names a job in errors ("batch job").
+  BackgroundJobs(std::string kind, std::size_t max_running) : kind_(std::move(kind)), max_running_(max_running) {}
+  ~BackgroundJobs();  // cancels the jobs running and waits for them
+  BackgroundJobs(const BackgroundJobs&) = delete;
+  BackgroundJobs& operator=(const BackgroundJobs&) = delete;
+
+  // AlreadyExists when a job of that name runs; ResourceExhausted when max_running run.
+  Status start(const std::string& name, Work work);
   // False when no job of that name runs here.
   bool cancel(const std::string& name);
 
   struct Progress {
     bool running = false;
     bool cancelling = false;
-    std::size_t rows_done = 0;   // of those this run scores
-    std::size_t rows_total = 0;  // 0 until the input is read
-    std::string error;           // a job that ended before its manifest said anything: why
+    std::size_t done = 0;
+    std::size_t total = 0;
+    std::string error;  // a job that failed: why (cleared when one of that name starts)
   };
   Progress progress(const std::string& name);
   std::vector<std::string> running();
 
  private:
-  struct Job;
   void reap_locked();  // joins the threads of jobs that ended
 
-  std::string home_;
+  std::string kind_;
+  std::size_t max_running_;
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   std::map<std::string, std::string> errors_;  // by name, at most kRememberedErrors
   std::deque<std::string> error_order_;        // their names, oldest first
 };
 
+// Answers of writes sent with an Idempotency-Key header, so that a client that lost an answer can
+// send the write again and get it (the IETF's Idempotency-Key draft): by caller and key, the
+// request's fingerprint (method, path, query, body) and the answer. The same key with another
+// request is 422; while the first is in flight, 409. Bounded: answers kept kLifetimeMs, at most
+// kMaxEntries and kMaxBytes of answers (the oldest go first; an answer over kMaxAnswerBytes is
+// not kept, and a retry of it is done again). Kept in this server's memory: a restart forgets them.
+class IdempotencyCache {
+ public:
+  static constexpr std::size_t kMaxEntries = 10'000;
+  static constexpr std::size_t kMaxBytes = 64u << 20;
+  static constexpr std::size_t kMaxAnswerBytes = 1u << 20;
+  static constexpr std::int64_t kLifetimeMs = 24 * 3'600'000;
+  static constexpr std::size_t kMaxKeyBytes = 255;
+
+  // The earlier answer to replay, or a refusal (422, 409); nullopt: go on, then `finish`.
+  std::optional<serve::HttpResponse> begin(const std::string& key, const std::string& fingerprint);
+  void finish(const std::string& key, const serve::HttpResponse& answer);
+
+ private:
+  struct Entry {
+    std::string fingerprint;
+    std::optional<serve::HttpResponse> answer;  // nullopt while in flight
+    std::int64_t stored_ms = 0;
+    std::size_t bytes = 0;
+  };
+  void evict_locked(std::int64_t now_ms);
+
+  std::mutex mutex_;
+  std::map<std::string, Entry> entries_;
+  std::deque<std::pair<std::int64_t, std::string>> order_;  // (stored_ms, key), oldest first
+  std::size_t bytes_ = 0;
+};
+
 // What a management handler keeps between calls.
 struct ApiServer {
-  explicit ApiServer(ManagementOptions given) : options(std::move(given)), batch_jobs(options.home) {}
+  explicit ApiServer(ManagementOptions given) : options(std::move(given)) {}
   ManagementOptions options;
-  BatchRunner batch_jobs;
+  // The server's threads serve requests too: two batch jobs at once (each takes half the cores),
+  // one training (it takes the cores its spec asks for).
+  BackgroundJobs batch_jobs{"batch job", 2};
+  BackgroundJobs training_jobs{"training job", 1};
+  IdempotencyCache idempotency;
 };
 
 // The OpenAPI 3.1 document of /api (these declarations), /v2 (serve's) and /v1 (the OpenAI

@@ -2,110 +2,11 @@
 // the input (a file in the workspace's data/ folder) and the job (its folder, batch/NAME); the
 // server scores it on a thread of its own and the client polls the job or cancels it.
 #include <algorithm>
-#include <atomic>
 #include <filesystem>
-#include <thread>
 
 #include "control/api.h"
 
 namespace slipway::control {
-
-struct BatchRunner::Job {
-  std::thread thread;
-  std::atomic<bool> cancel{false};
-  std::atomic<bool> ended{false};
-  std::atomic<std::size_t> rows_done{0};
-  std::atomic<std::size_t> rows_total{0};
-};
-
-BatchRunner::BatchRunner(std::string home) : home_(std::move(home)) {}
-
-BatchRunner::~BatchRunner() {
-  std::map<std::string, std::unique_ptr<Job>> jobs;
-  {
-    std::lock_guard guard(mutex_);
-    jobs.swap(jobs_);
-  }
-  // Joined without the lock: a job that fails takes it to remember why.
-  for (auto& [name, job] : jobs) job->cancel = true;
-  for (auto& [name, job] : jobs) job->thread.join();
-}
-
-void BatchRunner::reap_locked() {
-  for (auto it = jobs_.begin(); it != jobs_.end();) {
-    if (!it->second->ended) {
-      ++it;
-      continue;
-    }
-    it->second->thread.join();
-    it = jobs_.erase(it);
-  }
-}
-
-Status BatchRunner::start(const std::string& name, pipeline::LoadedReference model, batch::JobSpec spec,
-                          pipeline::Caller caller) {
-  std::lock_guard guard(mutex_);
-  reap_locked();
-  if (jobs_.count(name) > 0) return already_exists("batch job '" + name + "' is running; cancel it or wait");
-  if (jobs_.size() >= kMaxRunning) {
-    return resource_exhausted("this server runs " + std::to_string(kMaxRunning) +
-                              " batch jobs at once, and that many run; start it again once one ends");
-  }
-  if (errors_.erase(name) > 0) std::erase(error_order_, name);
-  auto job = std::make_unique<Job>();
-  Job* running = job.get();
-  spec.cancel = &running->cancel;
-  job->thread =
-      std::thread([this, name, running, model = std::move(model), spec = std::move(spec), caller = std::move(caller)] {
-        auto registry = registry::Registry::open(home_, false);
-        auto outcome = pipeline::run_batch_job(
-            registry.ok() ? registry->get() : nullptr, model, spec,
-            [running](std::size_t done, std::size_t total) {
-              running->rows_done = done;
-              running->rows_total = total;
-            },
-            caller);
-        if (!outcome.ok()) {
-          log_warn("batch job '" + name + "': " + outcome.status().message());
-          std::lock_guard guard(mutex_);
-          if (errors_.size() >= kRememberedErrors) errors_.erase(errors_.begin());
-          errors_[name] = outcome.status().message();
-        }
-        running->ended = true;
-      });
-  jobs_.emplace(name, std::move(job));
-  return {};
-}
-
-bool BatchRunner::cancel(const std::string& name) {
-  std::lock_guard guard(mutex_);
-  auto found = jobs_.find(name);
-  if (found == jobs_.end() || found->second->ended) return false;
-  found->second->cancel = true;
-  return true;
-}
-
-BatchRunner::Progress BatchRunner::progress(const std::string& name) {
-  std::lock_guard guard(mutex_);
-  Progress progress;
-  if (auto error = errors_.find(name); error != errors_.end()) progress.error = error->second;
-  auto found = jobs_.find(name);
-  if (found == jobs_.end() || found->second->ended) return progress;
-  progress.running = true;
-  progress.cancelling = found->second->cancel;
-  progress.rows_done = found->second->rows_done;
-  progress.rows_total = found->second->rows_total;
-  return progress;
-}
-
-std::vector<std::string> BatchRunner::running() {
-  std::lock_guard guard(mutex_);
-  std::vector<std::string> names;
-  for (const auto& [name, job] : jobs_) {
-    if (!job->ended) names.push_back(name);
-  }
-  return names;
-}
 
 namespace {
 
@@ -145,12 +46,14 @@ Status check_job_name(const std::string& name) {
 
 // {"name", "state", "running", "rows_done", "rows_total", "reason", "manifest"}: the job's folder
 // and what this server knows of it.
-HttpResponse job_answer(BatchRunner& runner, const std::string& name, int status) {
-  auto progress = runner.progress(name);
+std::string job_folder(const std::string& home, const std::string& name) { return home + "/batch/" + name; }
+
+HttpResponse job_answer(ApiCall& call, const std::string& name, int status) {
+  auto progress = call.server->batch_jobs.progress(name);
+  std::string folder = job_folder(call.server->options.home, name);
   // While this server runs the job its lock is held: the manifest is read as it is (asking
   // whether a process holds the lock would take it for a moment, and could refuse the job).
-  auto manifest =
-      progress.running ? batch::read_job(runner.folder(name)) : pipeline::batch_job_status(runner.folder(name));
+  auto manifest = progress.running ? batch::read_job(folder) : pipeline::batch_job_status(folder);
   if (!manifest.ok() && !progress.running && progress.error.empty()) return error_response(manifest.status());
   std::string state, reason;
   if (progress.running) {
@@ -167,8 +70,8 @@ HttpResponse job_answer(BatchRunner& runner, const std::string& name, int status
   JsonWriter json;
   json.begin_object().key("name").value(name).key("state").value(state).key("running").value(progress.running);
   if (progress.running) json.key("cancelling").value(progress.cancelling);
-  json.key("rows_done").value(static_cast<std::uint64_t>(progress.rows_done));
-  json.key("rows_total").value(static_cast<std::uint64_t>(progress.rows_total));
+  json.key("rows_done").value(static_cast<std::uint64_t>(progress.done));
+  json.key("rows_total").value(static_cast<std::uint64_t>(progress.total));
   if (!reason.empty()) json.key("reason").value(reason);
   if (manifest.ok()) {
     std::string manifest_json = manifest->to_json();
@@ -201,7 +104,7 @@ HttpResponse start_job(ApiCall& call) {
   auto input = client_named_file(call.registry->home() + "/data", *data, "'data'", "day1.csv");
   if (!input.ok()) return error_response(input.status());
   spec.data = std::move(*input);
-  spec.out = call.server->batch_jobs.folder(*name);
+  spec.out = job_folder(call.server->options.home, *name);
   if (body.has("format")) {
     auto format = body.text("format", "csv or jsonl");
     if (!format.ok()) return error_response(format.status());
@@ -235,16 +138,29 @@ HttpResponse start_job(ApiCall& call) {
   }
   auto model = pipeline::resolve_reference(call.registry, *reference);
   if (!model.ok()) return error_response(model.status());
-  if (auto started = call.server->batch_jobs.start(*name, std::move(*model), spec, call.caller); !started.ok()) {
+  auto work = [home = call.server->options.home, model = std::move(*model), spec = std::move(spec),
+               caller = call.caller](BackgroundJobs::Job& job) mutable -> Status {
+    spec.cancel = &job.cancel;
+    auto registry = registry::Registry::open(home, false);
+    auto outcome = pipeline::run_batch_job(
+        registry.ok() ? registry->get() : nullptr, model, spec,
+        [&job](std::size_t done, std::size_t total) {
+          job.done = done;
+          job.total = total;
+        },
+        caller);
+    return outcome.status();
+  };
+  if (auto started = call.server->batch_jobs.start(*name, std::move(work)); !started.ok()) {
     return error_response(started);
   }
-  return job_answer(call.server->batch_jobs, *name, 202);
+  return job_answer(call, *name, 202);
 }
 
 HttpResponse get_job(ApiCall& call) {
   const std::string& name = call.path_parameter("name");
   if (auto valid = check_job_name(name); !valid.ok()) return error_response(valid);
-  return job_answer(call.server->batch_jobs, name, 200);
+  return job_answer(call, name, 200);
 }
 
 HttpResponse cancel_job(ApiCall& call) {
@@ -254,7 +170,7 @@ HttpResponse cancel_job(ApiCall& call) {
   if (!call.server->batch_jobs.cancel(name)) {
     return error_response(409, "batch job '" + name + "' is not running in this server: nothing to cancel");
   }
-  return job_answer(call.server->batch_jobs, name, 200);
+  return job_answer(call, name, 200);
 }
 
 const std::vector<ApiParameter> list_parameters = {

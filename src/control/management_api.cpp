@@ -263,6 +263,27 @@ bool matches(const ApiRoute& route, const std::vector<std::string_view>& segment
   return true;
 }
 
+// Calls the route's handler with the workspace opened as the route declares.
+HttpResponse handle(const ApiRoute& route, ApiCall& call) {
+  const std::string& home = call.server->options.home;
+  // The server reads its workspace read-only; a change opens it for writing just for the call
+  // (a workspace on a read-only disk says so here).
+  auto registry = route.writes
+                      ? registry::Registry::open(home, false)
+                      : registry::Registry::open(home, registry::OpenOptions{.create = false, .read_only = true});
+  if (!registry.ok()) return error_response(registry.status());
+  call.registry = registry->get();
+  return route.handle(call);
+}
+
+// 1 to 255 printable ASCII characters (a UUID, as clients send, fits).
+Status check_idempotency_key(std::string_view key) {
+  bool printable = key.size() <= IdempotencyCache::kMaxKeyBytes;
+  for (char c : key) printable = printable && c >= 0x21 && c <= 0x7e;
+  if (printable) return {};
+  return invalid_argument("Idempotency-Key must be 1 to 255 printable ASCII characters without spaces, such as a UUID");
+}
+
 HttpResponse dispatch(ApiServer& server, const serve::ManagementCall& http) {
   const ApiRoute* route = nullptr;
   std::string allowed;
@@ -289,14 +310,19 @@ HttpResponse dispatch(ApiServer& server, const serve::ManagementCall& http) {
   if (!http.token_name.empty()) call.caller.actor = "token:" + http.token_name;
   call.caller.may_administer = http.role == serve::Role::kAdmin;
   if (route->handle == openapi) return route->handle(call);
-  // The server reads its workspace read-only; a change opens it for writing just for the call
-  // (a workspace on a read-only disk says so here).
-  auto registry = route->writes ? registry::Registry::open(server.options.home, false)
-                                : registry::Registry::open(server.options.home,
-                                                           registry::OpenOptions{.create = false, .read_only = true});
-  if (!registry.ok()) return error_response(registry.status());
-  call.registry = registry->get();
-  return route->handle(call);
+  if (http.method == "GET") return handle(*route, call);
+  if (http.idempotency_key_repeated) return error_response(400, "Idempotency-Key is sent more than once");
+  if (http.idempotency_key.empty()) return handle(*route, call);
+  if (auto valid = check_idempotency_key(http.idempotency_key); !valid.ok()) return error_response(valid);
+  // Keys are the caller's own: another token's key never replays this one's answer.
+  std::string key = http.token_name + '\n' + std::string(http.idempotency_key);
+  std::string fingerprint(http.method);
+  for (std::string_view segment : http.segments) fingerprint.append("/").append(segment);
+  fingerprint.append("?").append(http.query).append(" ").append(sha256_hex(http.body));
+  if (auto earlier = server.idempotency.begin(key, fingerprint)) return std::move(*earlier);
+  HttpResponse answer = handle(*route, call);
+  server.idempotency.finish(key, answer);
+  return answer;
 }
 
 }  // namespace
@@ -310,6 +336,8 @@ const std::vector<ApiRoute>& api_routes() {
     add_governance_routes(routes);
     add_monitoring_routes(routes);
     add_batch_routes(routes);
+    add_training_routes(routes);
+    add_workspace_routes(routes);
     routes.push_back({"GET",
                       "/openapi.json",
                       serve::Role::kOpen,

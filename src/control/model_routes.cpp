@@ -172,8 +172,8 @@ Result<std::vector<std::string>> comma_separated(std::string_view text, std::str
 }
 
 // POST /api/models/{model}/imports?format=F&sha256=HEX[&inputs=...]: an XGBoost JSON model, an
-// ONNX model or a GGUF file as the body, converted (or checked) and registered as `slipway import`
-// does. The body is written to the workspace's tmp/ folder for the converter and removed after.
+// ONNX model or a GGUF file as the body, hash-checked, converted (or checked) and registered as
+// `slipway import` does (pipeline::import_uploaded_model).
 HttpResponse import_upload(ApiCall& call) {
   auto query = parse_query(call.http.query, import_query);
   if (!query.ok()) return error_response(query.status());
@@ -182,46 +182,20 @@ HttpResponse import_upload(ApiCall& call) {
   if (format == query->end() || sha256 == query->end()) {
     return error_response(400, "give ?format=xgboost|onnx|gguf and the body's ?sha256=HEX");
   }
-  std::string actual = sha256_hex(call.http.body);
-  if (actual != sha256->second) {
-    return error_response(400, "the body hashes to sha256 " + actual + ", not the " + sha256->second.substr(0, 64) +
-                                   " sent with it: it was truncated or changed on the way, and nothing was stored");
-  }
-  pipeline::ImportRequest request;
-  request.format = format->second;
-  request.register_as = call.path_parameter("model");
-  if (auto target = query->find("target"); target != query->end()) request.target = target->second;
-  if (auto labels = query->find("class_labels"); labels != query->end()) {
-    auto parsed = comma_separated(labels->second, "class labels");
-    if (!parsed.ok()) return error_response(parsed.status());
-    request.class_labels = std::move(*parsed);
-  }
-  std::string folder = call.registry->home() + "/tmp";
-  if (Status made = make_directories(folder); !made.ok()) return error_response(made);
-  std::string stem = folder + "/upload-" + random_hex(8);
-  request.model_path = stem + (request.format == "xgboost" ? ".json" : "." + request.format);
-  // Removed whatever happens: the registry keeps its own copy of what it registers.
-  struct Scratch {
-    std::vector<std::string> paths;
-    ~Scratch() {
-      std::error_code error;
-      for (const auto& path : paths) std::filesystem::remove(path, error);
-    }
-  } scratch;
-  scratch.paths.push_back(request.model_path);
-  if (Status written = write_file_atomic(request.model_path, call.http.body); !written.ok()) {
-    return error_response(written);
-  }
-  if (auto inputs = query->find("inputs"); inputs != query->end()) {
-    auto names = comma_separated(inputs->second, "inputs");
-    if (!names.ok()) return error_response(names.status());
-    request.schema_path = stem + ".csv";
-    scratch.paths.push_back(request.schema_path);
-    if (Status written = write_file_atomic(request.schema_path, join(*names, ",") + "\n"); !written.ok()) {
-      return error_response(written);
+  pipeline::UploadedImport upload;
+  upload.format = format->second;
+  upload.bytes = call.http.body;
+  upload.expected_sha256 = sha256->second;
+  upload.register_as = call.path_parameter("model");
+  if (auto target = query->find("target"); target != query->end()) upload.target = target->second;
+  for (auto [key, list] : {std::pair{"class_labels", &upload.class_labels}, std::pair{"inputs", &upload.input_names}}) {
+    if (auto given = query->find(key); given != query->end()) {
+      auto parsed = comma_separated(given->second, key);
+      if (!parsed.ok()) return error_response(parsed.status());
+      *list = std::move(*parsed);
     }
   }
-  auto imported = pipeline::import_model(call.registry, request, call.caller);
+  auto imported = pipeline::import_uploaded_model(*call.registry, upload, call.caller);
   if (!imported.ok()) return error_response(imported.status());
   HttpResponse answer = version_answer(*imported->registered, true);
   answer.status = 201;

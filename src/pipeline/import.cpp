@@ -28,6 +28,10 @@ Result<std::vector<std::string>> read_schema(const ImportRequest& request) {
   return names;
 }
 
+std::string source_of(const ImportRequest& request) {
+  return request.source.empty() ? std::filesystem::absolute(request.model_path).string() : request.source;
+}
+
 std::string weights_type(const llm::GgufFile& file) {
   const llm::GgufTensor* query = file.tensor("blk.0.attn_q.weight");
   return query != nullptr ? std::string(llm::tensor_type_info(query->type)->name) : "unknown";
@@ -62,7 +66,7 @@ Result<ImportOutcome> import_gguf(registry::Registry* registry, const ImportRequ
                                                {"context", std::to_string(config.context)},
                                                {"vocabulary", std::to_string(config.vocabulary)},
                                                {"weights", weights_type(file)}};
-  std::string spec = "import: gguf\nsource: " + std::filesystem::absolute(request.model_path).string() + "\n";
+  std::string spec = "import: gguf\nsource: " + source_of(request) + "\n";
   SLIPWAY_ASSIGN_OR_RETURN(outcome.registered, register_imported_bytes(*registry, request.register_as, mapped.bytes(),
                                                                        spec, params, false, caller));
   outcome.bundle_sha256 = outcome.registered->bundle_sha256;
@@ -101,11 +105,15 @@ Result<ImportOutcome> import_model(registry::Registry* registry, const ImportReq
     if (registry == nullptr) return failed_precondition("registering an import needs a workspace");
   }
   if (request.format == "gguf") return import_gguf(registry, request, caller);
-  std::string source = std::filesystem::absolute(request.model_path).string();
+  std::string source = source_of(request);
   std::vector<std::string> feature_names;
   if (!request.schema_path.empty()) {
     SLIPWAY_ASSIGN_OR_RETURN(feature_names, read_schema(request));
   }
+  if (!request.schema_path.empty() && !request.input_names.empty()) {
+    return invalid_argument("name the inputs with a schema file or a list, not both");
+  }
+  if (!request.input_names.empty()) feature_names = request.input_names;
   SLIPWAY_ASSIGN_OR_RETURN(auto file, read_file(request.model_path));
   auto bundle = [&]() -> Result<std::shared_ptr<const model::Bundle>> {
     if (request.format == "xgboost") {
@@ -136,6 +144,47 @@ Result<ImportOutcome> import_model(registry::Registry* registry, const ImportReq
                                                                        (*bundle)->manifest().params, false, caller));
   outcome.bundle_sha256 = outcome.registered->bundle_sha256;
   return outcome;
+}
+
+Result<ImportOutcome> import_uploaded_model(registry::Registry& registry, const UploadedImport& upload,
+                                            const Caller& caller) {
+  SLIPWAY_RETURN_IF_ERROR(check_upload_sha256(upload.bytes, upload.expected_sha256));
+  ImportRequest request;
+  request.format = upload.format;
+  request.target = upload.target;
+  request.class_labels = upload.class_labels;
+  request.input_names = upload.input_names;
+  request.register_as = upload.register_as;
+  request.source = "upload sha256:" + upload.expected_sha256;
+  if (request.register_as.empty())
+    return invalid_argument("an uploaded model is imported to register it: name the model");
+  if (request.format != "xgboost" && request.format != "onnx" && request.format != "gguf") {
+    return invalid_argument("unknown model format '" + request.format.substr(0, 64) +
+                            "'; supported: xgboost, onnx, gguf");
+  }
+  // The converters read files (a GGUF file is mapped): the bytes go to a scratch file, removed
+  // whatever happens; the registry keeps its own copy of what it registers.
+  std::string folder = registry.home() + "/tmp";
+  SLIPWAY_RETURN_IF_ERROR(make_directories(folder));
+  request.model_path =
+      folder + "/upload-" + random_hex(8) + (request.format == "xgboost" ? ".json" : "." + request.format);
+  struct Scratch {
+    std::string path;
+    ~Scratch() {
+      std::error_code error;
+      std::filesystem::remove(path, error);
+    }
+  } scratch{request.model_path};
+  SLIPWAY_RETURN_IF_ERROR(write_file_atomic(request.model_path, upload.bytes));
+  auto imported = import_model(&registry, request, caller);
+  if (!imported.ok()) {
+    // The scratch file's name means nothing to the client: the error names the upload instead.
+    std::string message = imported.status().message();
+    if (message.starts_with(request.model_path))
+      message = "the uploaded model" + message.substr(request.model_path.size());
+    return Status(imported.status().code(), message);
+  }
+  return imported;
 }
 
 }  // namespace slipway::pipeline

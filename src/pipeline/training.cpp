@@ -214,10 +214,15 @@ Status fit_and_store(registry::Registry& registry, const TrainSpec& spec,
     };
   }
   request.on_round = callbacks.on_round;
+  request.stop = callbacks.cancel;
   std::int64_t started = monotonic_ns();
   auto summary = train::fit(prepared.train, request);
   if (callbacks.on_fit_done) callbacks.on_fit_done();
   SLIPWAY_RETURN_IF_ERROR(summary.status());
+  if (callbacks.cancel != nullptr && callbacks.cancel->load()) {
+    // linear and logistic stop with the weights so far: a model nobody asked for is not stored.
+    return failed_precondition("training was stopped after " + std::to_string(summary->iterations) + " iterations");
+  }
   outcome.summary = std::move(*summary);
   const train::TrainSummary& fitted = outcome.summary;
   outcome.train_seconds = static_cast<double>(monotonic_ns() - started) * 1e-9;
@@ -276,13 +281,7 @@ Status fit_and_store(registry::Registry& registry, const TrainSpec& spec,
 
 }  // namespace
 
-Result<TrainOutcome> run_training(registry::Registry& registry, TrainSpec spec, const TrainCallbacks& callbacks) {
-  // 1. Check everything that can be checked before a run exists.
-  std::optional<Resumption> resumed;
-  if (!spec.resume_run.empty()) {
-    SLIPWAY_ASSIGN_OR_RETURN(auto resumption, prepare_resumption(registry, spec));
-    resumed = std::move(resumption);
-  }
+Status check_train_spec(const TrainSpec& spec) {
   if (spec.data.empty()) return invalid_argument("--data is required (or 'data:' in the spec)");
   if (spec.target.empty()) return invalid_argument("--target is required (or 'target:' in the spec)");
   if (spec.threads < 0 || spec.threads > 1024) {
@@ -295,6 +294,21 @@ Result<TrainOutcome> run_training(registry::Registry& registry, TrainSpec spec, 
   if (spec.model != "gbdt" && spec.model != "mlp" && (spec.checkpoint_every > 0 || !spec.init_model.empty())) {
     return invalid_argument("--checkpoint-every and --init-model apply to --model gbdt and mlp");
   }
+  if (!spec.run_id.empty() && !spec.resume_run.empty()) {
+    return invalid_argument("a resumed run keeps its id: give the run to resume or a new run's id, not both");
+  }
+  return {};
+}
+
+Result<TrainOutcome> run_training(registry::Registry& registry, TrainSpec spec, const TrainCallbacks& callbacks) {
+  // 1. Check everything that can be checked before a run exists.
+  std::optional<Resumption> resumed;
+  if (!spec.resume_run.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(auto resumption, prepare_resumption(registry, spec));
+    resumed = std::move(resumption);
+  }
+  SLIPWAY_RETURN_IF_ERROR(check_train_spec(spec));
+  SLIPWAY_ASSIGN_OR_RETURN(auto params, parse_key_values(spec.params));
   std::optional<LoadedReference> init_model;
   if (!spec.init_model.empty()) {
     SLIPWAY_ASSIGN_OR_RETURN(auto loaded, resolve_init_model(registry, spec.init_model, resumed));
@@ -321,6 +335,7 @@ Result<TrainOutcome> run_training(registry::Registry& registry, TrainSpec spec, 
     outcome.run_id = resumed->run.run_id;
   } else {
     registry::NewRun new_run;
+    new_run.run_id = spec.run_id;
     new_run.experiment = spec.experiment;
     new_run.code_version = std::string(slipway_code_version());
     new_run.data_fingerprint = prepared.fingerprint;
@@ -342,6 +357,16 @@ Result<TrainOutcome> run_training(registry::Registry& registry, TrainSpec spec, 
     if (auto status = fit_and_store(registry, spec, params, prepared, init_model,
                                     resumed ? resumed->checkpoint : nullptr, callbacks, outcome);
         !status.ok()) {
+      if (callbacks.cancel != nullptr && callbacks.cancel->load()) {
+        auto run = registry.runs().get(outcome.run_id);
+        Status marked =
+            run.ok() ? registry.runs().mark_interrupted(outcome.run_id, run->owner, "cancelled") : run.status();
+        if (marked.ok()) {
+          return failed_precondition("run " + outcome.run_id + " was cancelled and marked INTERRUPTED (" +
+                                     status.message() + ")");
+        }
+        log_warn("run " + outcome.run_id + " was cancelled but cannot be marked INTERRUPTED: " + marked.message());
+      }
       (void)registry.runs().finish(outcome.run_id, false, "");
       return status;
     }

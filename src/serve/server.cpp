@@ -21,6 +21,8 @@ RequestHeaders headers_of(const http::Request& request) {
   headers.inference_header_length_repeated = request.header_count("Inference-Header-Content-Length") > 1;
   headers.body_padding = request.body_padding;
   headers.route_key = request.header("X-Slipway-Route-Key");
+  headers.idempotency_key = request.header("Idempotency-Key");
+  headers.idempotency_key_repeated = request.header_count("Idempotency-Key") > 1;
   return headers;
 }
 

@@ -329,9 +329,14 @@ void Service::handle_async(std::string_view method, std::string_view target, std
   if (route == "management") {
     if (!state->options.management) return answer(error_response(404, "this server has no management API"));
     auto question = target.find('?');
-    ManagementCall call{
-        method, segments, question == std::string_view::npos ? std::string_view() : target.substr(question + 1),
-        body,   granted,  token_name};
+    ManagementCall call{method,
+                        segments,
+                        question == std::string_view::npos ? std::string_view() : target.substr(question + 1),
+                        body,
+                        granted,
+                        token_name,
+                        headers.idempotency_key,
+                        headers.idempotency_key_repeated};
     HttpResponse response = state->options.management(call);
     if (response.status < 400 && method != "GET") {
       // This server follows a change at once (a new endpoint route, a token created or revoked);

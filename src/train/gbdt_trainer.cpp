@@ -100,6 +100,11 @@ Result<GbdtFit> fit_gbdt(const GbdtMatrix& train, std::size_t width, const GbdtM
         state.rounds_done < options.rounds) {
       SLIPWAY_RETURN_IF_ERROR(callbacks.on_checkpoint(state));
     }
+    if (callbacks.stop != nullptr && callbacks.stop->load(std::memory_order_relaxed) &&
+        state.rounds_done < options.rounds) {
+      return failed_precondition("training was stopped after round " + std::to_string(state.rounds_done) + " of " +
+                                 std::to_string(options.rounds));
+    }
   }
 
   int rounds_kept = state.rounds_done;

@@ -80,6 +80,7 @@ struct GbdtState {
 struct GbdtCallbacks {
   std::function<void(const RoundMetrics& latest, int rounds_total)> on_round;
   std::function<Status(const GbdtState& state)> on_checkpoint;
+  const std::atomic<bool>* stop = nullptr;  // set: fitting fails after the round in progress
 };
 
 struct GbdtFit {

@@ -40,6 +40,7 @@ LbfgsResult minimize_lbfgs(const Objective& objective, std::vector<double>& x, c
   double value = objective(x, gradient);
   double threshold = options.gradient_tolerance * options.gradient_scale;
   for (int iteration = 0; iteration < options.max_iterations; ++iteration) {
+    if (options.stop != nullptr && options.stop->load(std::memory_order_relaxed)) break;
     if (max_abs(gradient) <= threshold) {
       result.converged = true;
       break;

@@ -706,6 +706,10 @@ Result<MlpFit> fit_mlp(const MlpRows& train, std::size_t width, std::size_t outp
       fit.stopped_early = true;
       break;
     }
+    if (callbacks.stop != nullptr && callbacks.stop->load(std::memory_order_relaxed) && epoch + 1 < options.epochs) {
+      return failed_precondition("training was stopped after epoch " + std::to_string(epoch + 1) + " of " +
+                                 std::to_string(options.epochs));
+    }
   }
   fit.epochs = static_cast<int>(fit.history.size());
   if (tracking_best) {

@@ -64,6 +64,7 @@ struct MlpCallbacks {
   std::function<Status(const std::shared_ptr<const model::MlpModel>& checkpoint, int epochs_done,
                        const std::vector<RoundMetrics>& history)>
       on_checkpoint;
+  const std::atomic<bool>* stop = nullptr;  // set: fitting fails after the epoch in progress
 };
 
 struct MlpFit {

@@ -332,6 +332,7 @@ Result<TreeFit> fit_trees(const data::Table& rows, const std::vector<float>& mat
 
   GbdtCallbacks callbacks;
   callbacks.on_round = request.on_round;
+  callbacks.stop = request.stop;
   if (request.on_checkpoint) {
     callbacks.on_checkpoint = [&](const GbdtState& state) -> Status {
       return request.on_checkpoint(
@@ -405,6 +406,7 @@ Result<NetworkFit> fit_network(const data::Table& rows, const std::vector<float>
 
   MlpCallbacks callbacks;
   callbacks.on_epoch = request.on_round;
+  callbacks.stop = request.stop;
   if (request.on_checkpoint) {
     callbacks.on_checkpoint = [&](const std::shared_ptr<const model::MlpModel>& checkpoint, int epochs_done,
                                   const std::vector<RoundMetrics>& history) -> Status {
@@ -588,6 +590,7 @@ Result<TrainSummary> fit(const data::Table& table, const TrainRequest& request) 
     lbfgs.max_iterations = linear_parameters.max_iterations;
     lbfgs.history = linear_parameters.lbfgs_history;
     lbfgs.gradient_tolerance = linear_parameters.tolerance;
+    lbfgs.stop = request.stop;
     LinearFit linear =
         fit_linear(matrix, rows.row_count(), preprocessor.output_width(), labels.values,
                    classification ? LinearLoss::kLogistic : LinearLoss::kSquared, linear_parameters.l2, lbfgs, threads);

@@ -424,6 +424,125 @@ TEST_F(Api, AnUploadedGgufImportsAsTheCliImportsIt) {
   EXPECT_TRUE(std::filesystem::is_empty(home_.path() + "/tmp")) << "the uploads' scratch files are removed";
 }
 
+// A training through the server: the spec as JSON, its data in the workspace's data/ folder; the
+// run's id comes back at once, and the run is the CLI's (`slipway show` prints it, its version is
+// registered). A long one is cancelled (INTERRUPTED, resumed from its checkpoint to the end), and
+// writes sent again with the same Idempotency-Key answer once.
+TEST_F(Api, TrainingJobsRunOnTheServerAndRetriedWritesAnswerOnce) {
+  std::filesystem::create_directories(home_.path() + "/data");
+  std::filesystem::copy_file(data_path("lending_club.csv"), home_.path() + "/data/loans.csv");
+  int port = start_server({});
+  ASSERT_GT(port, 0);
+  auto poll_to_end = [&](const std::string& run_id) {
+    std::string job;
+    for (int poll = 0; poll < 1200; ++poll) {
+      job = http_request(port, "GET", "/api/training-jobs/" + run_id).body;
+      if (job.find("\"running\":false") != std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return job;
+  };
+
+  // Refused before anything starts: a spec that escapes data/, a missing file, a wrong key.
+  for (const char* body :
+       {R"({"spec":{"data":"../slipway.db","target":"Class"}})", R"({"spec":{"data":"/etc/passwd","target":"x"}})",
+        R"({"spec":{"data":"loans.csv","target":"Class","colour":"blue"}})",
+        R"({"spec":{"data":"loans.csv","target":"Class","init_model":"/tmp/x.slip","model":"gbdt"}})",
+        R"({"spec":{"data":"loans.csv","target":"Class","params":{"rounds":"-3"},"model":"gbdt"}})",
+        R"({"spec":{"data":"loans.csv"},"resume":"0123456789abcdef0123456789abcdef"})", R"({"run_id":"x"})", "{}"}) {
+    EXPECT_EQ(http_request(port, "POST", "/api/training-jobs", body).status, 400) << body;
+  }
+  EXPECT_EQ(http_request(port, "POST", "/api/training-jobs", R"({"spec":{"data":"none.csv","target":"Class"}})").status,
+            404);
+
+  const std::string run_id = "00000000000000000000000000000abc";
+  const std::string start = R"({"run_id":")" + run_id +
+                            R"(","spec":{"data":"loans.csv","target":"Class","register":"served","model":"gbdt",)"
+                            R"("params":{"rounds":"20"}}})";
+  auto started = http_request(port, "POST", "/api/training-jobs", start);
+  ASSERT_EQ(started.status, 202) << started.body;
+  EXPECT_EQ(field(started.body, "run_id"), run_id);
+  auto again = http_request(port, "POST", "/api/training-jobs", start);  // a retry: the same run, not another
+  EXPECT_EQ(again.status, 200) << again.body;
+  EXPECT_NE(again.body.find("\"created\":false"), std::string::npos) << again.body;
+  std::string job = poll_to_end(run_id);
+  EXPECT_NE(job.find("\"state\":\"finished\""), std::string::npos) << job;
+  EXPECT_NE(job.find("\"iterations\":20"), std::string::npos) << job;
+  auto shown = slipway({"show", run_id});
+  EXPECT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.out.find("FINISHED"), std::string::npos) << shown.out;
+  auto versions = slipway({"--json", "versions", "served"});
+  EXPECT_NE(versions.out.find(run_id), std::string::npos) << versions.out;
+
+  // A long training cancelled: INTERRUPTED with its checkpoint, then resumed to the end.
+  auto slow = http_request(port, "POST", "/api/training-jobs",
+                           R"({"spec":{"data":"loans.csv","target":"Class","model":"gbdt","checkpoint_every":5,)"
+                           R"("params":{"rounds":"100000"}}})");
+  ASSERT_EQ(slow.status, 202) << slow.body;
+  std::string slow_id = field(slow.body, "run_id");
+  for (int poll = 0; poll < 600; ++poll) {
+    job = http_request(port, "GET", "/api/training-jobs/" + slow_id).body;
+    auto at = job.find("\"rounds_done\":");
+    if (at != std::string::npos && std::stoi(job.substr(at + 14)) >= 10) break;  // a checkpoint is stored
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(http_request(port, "POST", "/api/training-jobs", R"({"resume":")" + slow_id + R"("})").status, 409)
+      << "a run still training does not resume twice";
+  auto cancelled = http_request(port, "POST", "/api/training-jobs/" + slow_id + "/cancel");
+  EXPECT_EQ(cancelled.status, 200) << cancelled.body;
+  job = poll_to_end(slow_id);
+  EXPECT_NE(job.find("\"state\":\"cancelled\""), std::string::npos) << job;
+  EXPECT_NE(job.find("\"status\":\"INTERRUPTED\""), std::string::npos) << job;
+  EXPECT_EQ(http_request(port, "POST", "/api/training-jobs/" + slow_id + "/cancel").status, 409);
+
+  // Idempotency-Key: the same write twice answers once (the second a replay); the same key on
+  // another request is 422; a key per caller, so another request elsewhere is unaffected.
+  Headers key = {{"Idempotency-Key", "7c1e9a52-alias"}};
+  auto first = http_request(port, "PUT", "/api/models/served/aliases/prod", R"({"version":1})", key);
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto replay = http_request(port, "PUT", "/api/models/served/aliases/prod", R"({"version":1})", key);
+  EXPECT_EQ(replay.status, 200);
+  EXPECT_EQ(replay.body, first.body);
+  EXPECT_EQ(http_request(port, "PUT", "/api/models/served/aliases/prod", R"({"version":2})", key).status, 422);
+  auto token_key = Headers{{"Idempotency-Key", "make-ci-token"}};
+  auto token = http_request(port, "POST", "/api/tokens", R"({"name":"ci","role":"read"})", token_key);
+  ASSERT_EQ(token.status, 201) << token.body;
+  EXPECT_EQ(http_request(port, "POST", "/api/tokens", R"({"name":"ci","role":"read"})", token_key).body, token.body)
+      << "a retried create answers the token it made, not a second one";
+  auto listed = slipway({"--json", "token", "list"});
+  std::size_t named_ci = 0;
+  for (auto at = listed.out.find("\"name\":\"ci\""); at != std::string::npos;
+       at = listed.out.find("\"name\":\"ci\"", at + 1)) {
+    ++named_ci;
+  }
+  EXPECT_EQ(named_ci, 1u) << listed.out;
+  for (const char* bad : {"with space", "tab\there", "caf\xc3\xa9"}) {
+    EXPECT_EQ(
+        http_request(port, "POST", "/api/tokens", R"({"name":"x","role":"read"})", {{"Idempotency-Key", bad}}).status,
+        400)
+        << bad;
+  }
+  EXPECT_EQ(http_request(port, "POST", "/api/tokens", R"({"name":"y","role":"read"})",
+                         {{"Idempotency-Key", std::string(256, 'k')}})
+                .status,
+            400);
+
+  // The resumed run goes on from its checkpoint (and is cancelled again: it has 100,000 rounds).
+  auto resumed = http_request(port, "POST", "/api/training-jobs", R"({"resume":")" + slow_id + R"("})");
+  EXPECT_EQ(resumed.status, 202) << resumed.body;
+  EXPECT_EQ(http_request(port, "POST", "/api/training-jobs/" + slow_id + "/cancel").status, 200);
+  job = poll_to_end(slow_id);
+  EXPECT_NE(job.find("\"status\":\"INTERRUPTED\""), std::string::npos) << job;
+
+  // The workspace's upkeep: verify finds nothing wrong, gc lists what nothing names.
+  auto verified = http_request(port, "GET", "/api/workspace/verify");
+  EXPECT_EQ(verified.status, 200) << verified.body;
+  EXPECT_NE(verified.body.find("\"problems\":0"), std::string::npos) << verified.body;
+  EXPECT_EQ(verified.body.find(home_.path()), std::string::npos) << "no server path in the answer";
+  EXPECT_EQ(http_request(port, "GET", "/api/workspace/garbage?min_age=0s").status, 200);
+  EXPECT_EQ(http_request(port, "GET", "/api/workspace/garbage?min_age=-1h").status, 400);
+}
+
 // Hostile calls: forged paging tokens, uploads that lie about their hash, paths that climb out,
 // bodies over the limit, junk names; each a clear 4xx, and nothing half-written. Then 1,000
 // writers at once: each answered (200, or 429 when the backlog is full), and every 200 stored.

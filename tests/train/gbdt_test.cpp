@@ -1,6 +1,7 @@
 // The GBDT trainer's options, each checked for the behaviour it promises.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -257,6 +258,39 @@ TEST(GbdtEarlyStopping, KeepsTheTreesUpToTheBestValidationRound) {
   for (const auto& record : summary->history) {
     EXPECT_GE(record.validation, summary->history[static_cast<std::size_t>(summary->best_round)].validation);
   }
+}
+
+// A stop set from another thread ends fitting after the round in progress: gbdt and mlp fail (a
+// checkpoint keeps the rounds done), linear and logistic keep the weights so far, not converged.
+TEST(TrainingStop, EndsEachFamilyAfterTheRoundInProgress) {
+  data::Table table = table_of(synthetic_csv(400, false, 3, 0.5));
+  std::atomic<bool> stop{false};
+  int rounds_seen = 0;
+  TrainRequest trees{.target = "y", .model_family = "gbdt", .params = {{"rounds", "1000"}}};
+  trees.stop = &stop;
+  trees.on_round = [&](const RoundMetrics&, int) {
+    if (++rounds_seen == 3) stop = true;
+  };
+  auto stopped = fit(table, trees);
+  EXPECT_EQ(stopped.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(stopped.status().message().find("after round 3 of 1000"), std::string::npos) << stopped.status().message();
+  EXPECT_EQ(rounds_seen, 3);
+
+  TrainRequest network{.target = "y", .model_family = "mlp", .params = {{"epochs", "500"}}};
+  network.stop = &stop;
+  EXPECT_EQ(fit(table, network).status().code(), StatusCode::kFailedPrecondition);
+
+  TrainRequest linear{.target = "y", .model_family = "linear"};
+  linear.stop = &stop;
+  auto partial = fit(table, linear);
+  ASSERT_TRUE(partial.ok()) << partial.status().message();
+  EXPECT_EQ(partial->iterations, 0);
+  EXPECT_FALSE(partial->converged);
+
+  stop = false;  // unset, the same requests train to the end
+  trees.on_round = nullptr;
+  trees.params["rounds"] = "5";
+  EXPECT_TRUE(fit(table, trees).ok());
 }
 
 // A resumed run ends with the bytes of the uninterrupted one, with every option that draws
