@@ -175,6 +175,21 @@ struct EvaluationOutcome {
 // version is reused, and a new one is recorded (best effort: a failure to record is logged).
 Result<EvaluationOutcome> evaluate_file(const LoadedReference& reference, const std::string& data_path,
                                         const std::string& slice, registry::Registry* cache = nullptr);
+// {"rows","rows_missing_target","overall":{METRIC:VALUE},"slice_column"?,"slices"?}
+void write_evaluation_json(JsonWriter& json, const eval::Evaluation& evaluation);
+// {"model","bundle_sha256","cached","metrics":EVALUATION}: what `slipway eval --json` prints.
+void write_evaluation_outcome_json(JsonWriter& json, const EvaluationOutcome& outcome);
+
+// Two models compared on a golden file (eval::compare), row by row and per slice.
+struct ModelComparison {
+  LoadedReference a, b;
+  std::string data_path;
+  eval::Comparison comparison;
+};
+Result<ModelComparison> compare_on_file(LoadedReference a, LoadedReference b, const std::string& data_path,
+                                        const eval::ComparisonOptions& options);
+// What `slipway compare --json` prints; `data_name` names the file.
+void write_comparison_json(JsonWriter& json, const ModelComparison& compared, std::string_view data_name);
 
 // Predictions for every row of a file, with what is needed to write them.
 struct ScoredRows {

@@ -461,8 +461,6 @@ std::string format_metric(double value);
 std::string format_time_ms(std::int64_t unix_ms);
 
 // Pieces several commands print the same way.
-// An evaluation as JSON: {"rows", "rows_missing_target", "overall", ["slice_column", "slices"]}.
-void write_evaluation_json(JsonWriter& json, const eval::Evaluation& evaluation);
 // An evaluation as a table: one row for all rows, then one per slice.
 void print_evaluation(std::ostream& out, const eval::Evaluation& evaluation);
 // "registered": {"model": NAME, "version": N}, when a version was registered.

@@ -25,88 +25,16 @@ std::string percent_of(std::size_t part, std::size_t whole) {
   return fmt::format("{} ({:.2f}%)", part, whole == 0 ? 0.0 : 100.0 * static_cast<double>(part) / whole);
 }
 
-void write_differences_json(JsonWriter& json, const eval::OutputDifferences& differences) {
-  json.begin_object()
-      .key("rows")
-      .value(static_cast<std::uint64_t>(differences.rows))
-      .key("rows_beyond_tolerance")
-      .value(static_cast<std::uint64_t>(differences.rows_beyond_tolerance))
-      .key("label_flips")
-      .value(static_cast<std::uint64_t>(differences.label_flips))
-      .key("max_abs_difference")
-      .value(differences.max_abs_difference)
-      .key("mean_abs_difference")
-      .value(differences.mean_abs_difference)
-      .end_object();
-}
-
-void write_metrics_json(JsonWriter& json, const eval::Metrics& metrics) {
-  json.begin_object();
-  for (const auto& [name, value] : metrics.values) json.key(name).value(value);
-  json.end_object();
-}
-
 struct CompareResult : CommandResult {
-  std::string model_a, model_b, sha256_a, sha256_b, data_path;
-  eval::Comparison comparison;
+  pipeline::ModelComparison compared;
+  std::string data_path;
 
-  void write_json(JsonWriter& json) const override {
-    const auto& c = comparison;
-    json.begin_object();
-    json.key("a").begin_object().key("model").value(model_a).key("bundle_sha256").value(sha256_a).end_object();
-    json.key("b").begin_object().key("model").value(model_b).key("bundle_sha256").value(sha256_b).end_object();
-    json.key("data").value(data_path).key("tolerance").value(c.tolerance);
-    json.key("within_tolerance").value(c.within_tolerance());
-    json.key("differences");
-    write_differences_json(json, c.overall);
-    if (c.labelled) {
-      json.key("quality").begin_object();
-      json.key("metric").value(c.quality_metric).key("drop").value(c.quality_drop);
-      json.key("rows_missing_target").value(static_cast<std::uint64_t>(c.rows_missing_target));
-      json.key("a");
-      write_metrics_json(json, c.metrics_a);
-      json.key("b");
-      write_metrics_json(json, c.metrics_b);
-      json.end_object();
-    }
-    if (!c.slice_column.empty()) {
-      json.key("slice_column").value(c.slice_column).key("slices").begin_array();
-      for (const auto& slice : c.slices) {
-        json.begin_object().key("value").value(slice.value).key("differences");
-        write_differences_json(json, slice.differences);
-        if (c.labelled) {
-          json.key("labelled_rows").value(static_cast<std::uint64_t>(slice.labelled_rows));
-          json.key("quality_a").value(slice.quality_a).key("quality_b").value(slice.quality_b);
-          json.key("quality_drop").value(slice.quality_drop);
-        }
-        json.end_object();
-      }
-      json.end_array();
-      if (!c.worst_slice.empty())
-        json.key("worst_slice").value(c.worst_slice).key("worst_slice_drop").value(c.worst_slice_drop);
-    }
-    json.key("worst_rows").begin_array();
-    for (const auto& row : c.worst_rows) {
-      json.begin_object().key("row").value(static_cast<std::uint64_t>(row.row));
-      json.key("line").value(static_cast<std::uint64_t>(row.row + 2));
-      json.key("abs_difference").value(row.abs_difference);
-      json.key("outputs_a").begin_array();
-      for (float output : row.outputs_a) json.value(output);
-      json.end_array().key("outputs_b").begin_array();
-      for (float output : row.outputs_b) json.value(output);
-      json.end_array();
-      if (!row.label_a.empty() || !row.label_b.empty())
-        json.key("label_a").value(row.label_a).key("label_b").value(row.label_b);
-      if (!c.slice_column.empty()) json.key("slice").value(row.slice);
-      json.end_object();
-    }
-    json.end_array().end_object();
-  }
-
+  void write_json(JsonWriter& json) const override { pipeline::write_comparison_json(json, compared, data_path); }
   void write_text(std::ostream& out) const override {
-    const auto& c = comparison;
-    out << "A " << model_a << "\nB " << model_b << "\non " << data_path << ", " << c.overall.rows
-        << " rows; an output differs beyond the tolerance when |A - B| > " << format_difference(c.tolerance) << "\n\n";
+    const auto& c = compared.comparison;
+    out << "A " << compared.a.description << "\nB " << compared.b.description << "\non " << data_path << ", "
+        << c.overall.rows << " rows; an output differs beyond the tolerance when |A - B| > "
+        << format_difference(c.tolerance) << "\n\n";
     std::vector<std::string> headers = {"rows", "differ", "label flips", "max |A-B|", "mean |A-B|"};
     auto difference_cells = [](const eval::OutputDifferences& d) {
       return std::vector<std::string>{percent_of(d.rows_beyond_tolerance, d.rows), std::to_string(d.label_flips),
@@ -176,18 +104,14 @@ Result<CompareResult> compare(const GlobalOptions& global, const CompareOptions&
   }
   SLIPWAY_ASSIGN_OR_RETURN(auto a, load_reference(global, options.reference_a));
   SLIPWAY_ASSIGN_OR_RETURN(auto b, load_reference(global, options.reference_b));
-  SLIPWAY_ASSIGN_OR_RETURN(auto table, pipeline::read_table(options.data_path));
-  CompareResult result;
-  result.model_a = a.description;
-  result.model_b = b.description;
-  result.sha256_a = a.sha256;
-  result.sha256_b = b.sha256;
-  result.data_path = options.data_path;
   eval::ComparisonOptions comparison;
   comparison.tolerance = options.tolerance;
   comparison.slice_column = options.slice;
   comparison.worst_rows = options.worst_rows;
-  SLIPWAY_ASSIGN_OR_RETURN(result.comparison, eval::compare(*a.bundle, *b.bundle, table, comparison));
+  CompareResult result;
+  result.data_path = options.data_path;
+  SLIPWAY_ASSIGN_OR_RETURN(result.compared,
+                           pipeline::compare_on_file(std::move(a), std::move(b), options.data_path, comparison));
   return result;
 }
 
@@ -202,7 +126,7 @@ int run_compare(const GlobalOptions& global, const CompareOptions& options) {
     return 2;
   }
   render(global, *result);
-  return result->comparison.within_tolerance() ? 0 : 1;
+  return result->compared.comparison.within_tolerance() ? 0 : 1;
 }
 
 }  // namespace slipway::cli

@@ -9,13 +9,7 @@ namespace {
 struct EvalResult : CommandResult {
   pipeline::EvaluationOutcome outcome;
 
-  void write_json(JsonWriter& json) const override {
-    json.begin_object().key("model").value(outcome.model).key("bundle_sha256").value(outcome.bundle_sha256);
-    json.key("cached").value(outcome.cached);
-    json.key("metrics");
-    write_evaluation_json(json, outcome.evaluation);
-    json.end_object();
-  }
+  void write_json(JsonWriter& json) const override { pipeline::write_evaluation_outcome_json(json, outcome); }
   void write_text(std::ostream& out) const override {
     out << "model " << outcome.model << " on " << outcome.data_path
         << (outcome.cached ? " (an earlier evaluation of the same bytes; --no-cache evaluates again)" : "") << "\n\n";

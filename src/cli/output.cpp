@@ -121,36 +121,6 @@ void write_registered_json(JsonWriter& json, const std::optional<registry::Model
   json.key("version").value(registered->version).end_object();
 }
 
-namespace {
-
-void write_metrics_json(JsonWriter& json, const eval::Metrics& metrics) {
-  json.begin_object();
-  for (const auto& [name, value] : metrics.values) json.key(name).value(value);
-  json.end_object();
-}
-
-}  // namespace
-
-void write_evaluation_json(JsonWriter& json, const eval::Evaluation& evaluation) {
-  json.begin_object();
-  json.key("rows").value(static_cast<std::uint64_t>(evaluation.rows));
-  json.key("rows_missing_target").value(static_cast<std::uint64_t>(evaluation.rows_missing_target));
-  json.key("overall");
-  write_metrics_json(json, evaluation.overall);
-  if (!evaluation.slice_column.empty()) {
-    json.key("slice_column").value(evaluation.slice_column);
-    json.key("slices").begin_array();
-    for (const auto& slice : evaluation.slices) {
-      json.begin_object().key("value").value(slice.value).key("rows").value(static_cast<std::uint64_t>(slice.rows));
-      json.key("metrics");
-      write_metrics_json(json, slice.metrics);
-      json.end_object();
-    }
-    json.end_array();
-  }
-  json.end_object();
-}
-
 void print_evaluation(std::ostream& out, const eval::Evaluation& evaluation) {
   std::vector<std::string> headers = {"slice", "rows"};
   for (const auto& entry : evaluation.overall.values) headers.push_back(entry.first);

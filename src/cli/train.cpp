@@ -68,7 +68,7 @@ struct TrainResult : CommandResult {
     json.key("test_rows_not_later").value(static_cast<std::uint64_t>(leakage.test_rows_not_later));
     json.end_object();
     json.key("metrics");
-    write_evaluation_json(json, outcome.evaluation);
+    pipeline::write_evaluation_json(json, outcome.evaluation);
     json.key("bundle_sha256").value(outcome.bundle_sha256);
     write_registered_json(json, outcome.registered);
     json.end_object();

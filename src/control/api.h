@@ -71,6 +71,7 @@ void add_monitoring_routes(std::vector<ApiRoute>& routes);  // monitoring_routes
 void add_batch_routes(std::vector<ApiRoute>& routes);       // batch_routes.cpp
 void add_training_routes(std::vector<ApiRoute>& routes);    // training_routes.cpp
 void add_workspace_routes(std::vector<ApiRoute>& routes);   // workspace_routes.cpp
+void add_evaluation_routes(std::vector<ApiRoute>& routes);  // evaluation_routes.cpp
 
 // Work the server runs on threads of its own for /api (batch jobs, training jobs), by name: each
 // member callable from any thread, at most `max_running` at once. A job's record is what it

@@ -71,6 +71,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
       {"POST", {"api", "monitoring", "e", "alerts"}},
       {"GET", {"api", "batch-jobs"}},
       {"POST", {"api", "batch-jobs"}},
+      {"POST", {"api", "training-jobs"}},
+      {"GET", {"api", "workspace", "garbage"}},
   };
   if (size == 0) return 0;
   const Target& target = kTargets[bytes[0] % kTargets.size()];

@@ -391,6 +391,29 @@ TEST_F(Api, BatchMonitoringGatesAndServingConfigsAnswerAsTheCliDoes) {
                          R"({"baseline":"lending@1","data":"../loans.csv","metric":"auc","thresholds":"max_drop=0.5"})")
                 .status,
             400);
+
+  // Evaluations and comparisons: the CLI's JSON, the file named as the client named it.
+  auto evaluated = http_request(port, "GET", "/api/models/lending/versions/2/evaluation?data=loans.csv&slice=term");
+  ASSERT_EQ(evaluated.status, 200) << evaluated.body;
+  auto cli_eval = slipway(
+      {"--json", "eval", "lending@2", "--data", home_.path() + "/data/loans.csv", "--slice", "term", "--no-cache"});
+  ASSERT_EQ(cli_eval.exit_code, 0) << cli_eval.err;
+  EXPECT_EQ(evaluated.body + "\n", cli_eval.out);
+  auto compared = http_request(port, "GET", "/api/comparisons?a=lending@1&b=lending@2&data=loans.csv&worst_rows=3");
+  ASSERT_EQ(compared.status, 200) << compared.body;
+  auto cli_compare = slipway(
+      {"--json", "compare", "lending@1", "lending@2", "--data", home_.path() + "/data/loans.csv", "--worst", "3"});
+  std::string cli_json = cli_compare.out;
+  auto data_at = cli_json.find(home_.path() + "/data/");
+  ASSERT_NE(data_at, std::string::npos) << cli_json;
+  cli_json.replace(data_at, home_.path().size() + 6, "");
+  EXPECT_EQ(compared.body + "\n", cli_json);
+  for (const char* query :
+       {"a=lending@1&b=lending@2", "a=lending@1&b=/tmp/x.slip&data=loans.csv",
+        "a=lending@1&b=lending@2&data=loans.csv&tolerance=nan", "a=lending@1&b=lending@2&data=../x.csv"}) {
+    EXPECT_EQ(http_request(port, "GET", std::string("/api/comparisons?") + query).status, 400) << query;
+  }
+  EXPECT_EQ(http_request(port, "GET", "/api/models/lending/versions/9/evaluation?data=loans.csv").status, 404);
 }
 
 // A model file of another format uploaded as `slipway import` takes it: checked against its hash,
