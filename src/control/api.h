@@ -125,8 +125,9 @@ class BackgroundJobs {
 
 // Answers of writes sent with an Idempotency-Key header, so that a client that lost an answer can
 // send the write again and get it (the IETF's Idempotency-Key draft): by caller and key, the
-// request's fingerprint (method, path, query, body) and the answer. The same key with another
-// request is 422; while the first is in flight, 409. Bounded: answers kept kLifetimeMs, at most
+// request's fingerprint (method, path, query, body) and the answer of a write that was done (2xx;
+// a refused write changed nothing, and its retry runs again). The same key with another request
+// is 422; while the first is in flight, 409. Bounded: answers kept kLifetimeMs, at most
 // kMaxEntries and kMaxBytes of answers (the oldest go first; an answer over kMaxAnswerBytes is
 // not kept, and a retry of it is done again). Kept in this server's memory: a restart forgets them.
 class IdempotencyCache {

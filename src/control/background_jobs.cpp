@@ -41,7 +41,13 @@ Status BackgroundJobs::start(const std::string& name, Work work) {
   auto job = std::make_unique<Job>();
   Job* running = job.get();
   job->thread = std::thread([this, name, running, work = std::move(work)] {
-    Status outcome = work(*running);
+    Status outcome;
+    try {
+      outcome = work(*running);
+    } catch (const std::exception& error) {
+      // A thread's exception would end the server (std::terminate): the job fails instead.
+      outcome = internal_error(std::string("the job stopped on an exception: ") + error.what());
+    }
     if (!outcome.ok()) {
       log_warn(kind_ + " '" + name + "': " + outcome.message());
       std::lock_guard guard(mutex_);
@@ -96,19 +102,22 @@ void IdempotencyCache::evict_locked(std::int64_t now_ms) {
     for (const auto& [key, entry] : entries_) order_.emplace_back(entry.stored_ms, key);
     std::sort(order_.begin(), order_.end());
   }
-  while (!order_.empty()) {
-    const auto& [stored_ms, key] = order_.front();
+  // Each place is looked at once at most: one in flight goes to the back (its request would
+  // write twice on a retry if it were forgotten), and the answered ones behind it still go.
+  for (std::size_t looked = 0, places = order_.size(); looked < places && !order_.empty(); ++looked) {
+    auto [stored_ms, key] = order_.front();
     auto found = entries_.find(key);
     bool stale = found == entries_.end() || found->second.stored_ms != stored_ms;
     bool over = entries_.size() > kMaxEntries || bytes_ > kMaxBytes || now_ms - stored_ms > kLifetimeMs;
     if (!stale && !over) break;
-    // An answer in flight is not evicted: its request would write twice on a retry.
-    if (!stale && !found->second.answer) break;
-    if (!stale) {
-      bytes_ -= found->second.bytes;
-      entries_.erase(found);
-    }
     order_.pop_front();
+    if (stale) continue;
+    if (!found->second.answer) {
+      order_.emplace_back(stored_ms, std::move(key));
+      continue;
+    }
+    bytes_ -= found->second.bytes;
+    entries_.erase(found);
   }
 }
 
@@ -145,10 +154,10 @@ void IdempotencyCache::finish(const std::string& key, const serve::HttpResponse&
   std::lock_guard guard(mutex_);
   auto found = entries_.find(key);
   if (found == entries_.end()) return;
-  // A failure that another try may not repeat (a full disk, a busy server) is not kept: the
-  // retry runs again. So is an answer too large to keep.
-  bool retryable = answer.status == 429 || answer.status >= 500;
-  if (retryable || answer.body.size() > kMaxAnswerBytes) {
+  // Only a write that was done is kept: a refused one changed nothing (an operation writes all or
+  // nothing), so its retry runs again and may succeed (the running job ended, the approval came).
+  // So is an answer too large to keep.
+  if (answer.status >= 400 || answer.body.size() > kMaxAnswerBytes) {
     bytes_ -= found->second.bytes;
     entries_.erase(found);
     return;

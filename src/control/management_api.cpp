@@ -320,9 +320,15 @@ HttpResponse dispatch(ApiServer& server, const serve::ManagementCall& http) {
   for (std::string_view segment : http.segments) fingerprint.append("/").append(segment);
   fingerprint.append("?").append(http.query).append(" ").append(sha256_hex(http.body));
   if (auto earlier = server.idempotency.begin(key, fingerprint)) return std::move(*earlier);
-  HttpResponse answer = handle(*route, call);
-  server.idempotency.finish(key, answer);
-  return answer;
+  // Finished whatever happens: a key left in flight would answer 409 to every retry.
+  struct Finish {
+    IdempotencyCache& cache;
+    const std::string& key;
+    HttpResponse answer = error_response(500, "the request failed");
+    ~Finish() { cache.finish(key, answer); }
+  } finish{server.idempotency, key};
+  finish.answer = handle(*route, call);
+  return finish.answer;
 }
 
 }  // namespace

@@ -40,7 +40,10 @@ bool is_run_id(std::string_view text) {
 HttpResponse job_answer(ApiCall& call, const std::string& run_id, int status, std::optional<bool> created = {}) {
   auto progress = call.server->training_jobs.progress(run_id);
   auto run = call.registry->runs().get(run_id);
-  if (!run.ok() && run.status().code() != StatusCode::kNotFound) return error_response(run.status());
+  // While the job prepares, the run may not be readable yet: it is reported as preparing.
+  if (!run.ok() && run.status().code() != StatusCode::kNotFound && !progress.running) {
+    return error_response(run.status());
+  }
   if (!run.ok() && !progress.running && progress.error.empty()) {
     return error_response(404, "no training job or run '" + run_id + "'");
   }
@@ -50,9 +53,12 @@ HttpResponse job_answer(ApiCall& call, const std::string& run_id, int status, st
   } else if (!run.ok() || run->status == "FAILED") {
     state = "failed";
   } else if (run->status == "INTERRUPTED") {
+    // What this server remembers (a restart forgets it): a cancel, or a process that died.
     state = progress.error.find("cancelled") != std::string::npos ? "cancelled" : "interrupted";
+  } else if (run->status == "FINISHED") {
+    state = progress.error.empty() ? "finished" : "failed";  // trained, but not registered
   } else {
-    state = run->status == "FINISHED" ? "finished" : "interrupted";  // RUNNING, but not here: a server died
+    state = "running";  // by another process (`slipway train`), or one that died (`slipway verify` says)
   }
   JsonWriter json;
   json.begin_object().key("run_id").value(run_id).key("state").value(state).key("running").value(progress.running);
@@ -118,9 +124,11 @@ HttpResponse start_job(ApiCall& call) {
     // What can be told now rather than by a job that fails at once (run_training checks it too).
     auto run = call.registry->runs().get(spec.resume_run);
     if (!run.ok()) return error_response(run.status());
-    if (run->status == "FINISHED" || run->status == "RUNNING") {
-      return error_response(409, "run " + spec.resume_run + " is " + run->status +
-                                     ": only a cancelled, interrupted or failed run resumes");
+    // A RUNNING run resumes when its process is gone (run_training checks the owner).
+    if (run->status == "FINISHED") {
+      return error_response(409, "run " + spec.resume_run +
+                                     " is FINISHED: only a cancelled, interrupted or failed run "
+                                     "resumes");
     }
   } else {
     auto object = body.object("spec", "an object of the spec's keys, such as {\"data\": \"train.csv\"}");

@@ -30,11 +30,25 @@ Result<std::map<std::string, std::string>> parse_key_values(const std::vector<st
 
 namespace {
 
+std::string expected_type(const std::string& key) {
+  if (key == "seed") return "a whole number from 0 to 2^64-1";
+  if (key == "threads" || key == "checkpoint_every") return "a whole number";
+  if (key == "test_fraction") return "a number";
+  if (key == "ignore") return "a list of column names";
+  if (key == "params") return "a mapping of names to values";
+  return "text";
+}
+
 Status read_spec(const YAML::Node& spec, const std::string& path, const std::string& folder, TrainSpec& options) {
   static const std::vector<std::string> kKnownKeys = {
       "data",   "test",   "target",   "model",      "split",   "test_fraction", "slice",      "seed",
       "params", "ignore", "register", "experiment", "threads", "weight",        "init_model", "checkpoint_every"};
   if (!spec.IsMap()) return invalid_argument("spec '" + path + "' must be a YAML mapping of keys to values");
+  std::string reading;  // the key being converted, for the error
+  auto has = [&](const char* key) {
+    reading = key;
+    return static_cast<bool>(spec[key]);
+  };
   try {
     for (const auto& entry : spec) {
       auto key = entry.first.as<std::string>();
@@ -43,29 +57,32 @@ Status read_spec(const YAML::Node& spec, const std::string& path, const std::str
         return invalid_argument(where.append(": unknown key '").append(key).append("'"));
       }
     }
-    if (spec["data"]) options.data = relative_to(folder, spec["data"].as<std::string>());
-    if (spec["test"]) options.test_data = relative_to(folder, spec["test"].as<std::string>());
-    if (spec["target"]) options.target = spec["target"].as<std::string>();
-    if (spec["model"]) options.model = spec["model"].as<std::string>();
-    if (spec["split"]) options.split = spec["split"].as<std::string>();
-    if (spec["test_fraction"]) options.test_fraction = spec["test_fraction"].as<double>();
-    if (spec["slice"]) options.slice = spec["slice"].as<std::string>();
-    if (spec["seed"]) options.seed = spec["seed"].as<std::uint64_t>();
-    if (spec["register"]) options.register_as = spec["register"].as<std::string>();
-    if (spec["experiment"]) options.experiment = spec["experiment"].as<std::string>();
-    if (spec["threads"]) options.threads = spec["threads"].as<int>();
-    if (spec["ignore"]) options.ignore = spec["ignore"].as<std::vector<std::string>>();
-    if (spec["weight"]) options.weight_column = spec["weight"].as<std::string>();
-    if (spec["init_model"]) options.init_model = spec["init_model"].as<std::string>();
-    if (spec["checkpoint_every"]) options.checkpoint_every = spec["checkpoint_every"].as<int>();
-    if (spec["params"]) {
+    if (has("data")) options.data = relative_to(folder, spec["data"].as<std::string>());
+    if (has("test")) options.test_data = relative_to(folder, spec["test"].as<std::string>());
+    if (has("target")) options.target = spec["target"].as<std::string>();
+    if (has("model")) options.model = spec["model"].as<std::string>();
+    if (has("split")) options.split = spec["split"].as<std::string>();
+    if (has("test_fraction")) options.test_fraction = spec["test_fraction"].as<double>();
+    if (has("slice")) options.slice = spec["slice"].as<std::string>();
+    if (has("seed")) options.seed = spec["seed"].as<std::uint64_t>();
+    if (has("register")) options.register_as = spec["register"].as<std::string>();
+    if (has("experiment")) options.experiment = spec["experiment"].as<std::string>();
+    if (has("threads")) options.threads = spec["threads"].as<int>();
+    if (has("ignore")) options.ignore = spec["ignore"].as<std::vector<std::string>>();
+    if (has("weight")) options.weight_column = spec["weight"].as<std::string>();
+    if (has("init_model")) options.init_model = spec["init_model"].as<std::string>();
+    if (has("checkpoint_every")) options.checkpoint_every = spec["checkpoint_every"].as<int>();
+    if (has("params")) {
       if (!spec["params"].IsMap()) return invalid_argument(path + ": 'params' must be a mapping of names to values");
       for (const auto& param : spec["params"]) {
         options.params.push_back(param.first.as<std::string>() + "=" + param.second.as<std::string>());
       }
     }
   } catch (const YAML::Exception& error) {
-    return invalid_argument(path + ":" + std::to_string(error.mark.line + 1) + ": " + error.msg);
+    // yaml-cpp says "bad conversion" without the key: the key being read says which.
+    std::string where = path + ":" + std::to_string(error.mark.line + 1) + ": ";
+    if (reading.empty()) return invalid_argument(where + error.msg);
+    return invalid_argument(where + "'" + reading + "' must be " + expected_type(reading) + " (" + error.msg + ")");
   }
   return {};
 }

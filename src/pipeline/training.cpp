@@ -291,6 +291,7 @@ Status check_train_spec(const TrainSpec& spec) {
   SLIPWAY_ASSIGN_OR_RETURN(auto params, parse_key_values(spec.params));
   SLIPWAY_RETURN_IF_ERROR(train::resolve_parameters(spec.model, params).status());
   if (!spec.register_as.empty()) SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(spec.register_as));
+  SLIPWAY_RETURN_IF_ERROR(registry::validate_experiment_name(spec.experiment));
   if (spec.model != "gbdt" && spec.model != "mlp" && (spec.checkpoint_every > 0 || !spec.init_model.empty())) {
     return invalid_argument("--checkpoint-every and --init-model apply to --model gbdt and mlp");
   }

@@ -21,8 +21,11 @@ RequestHeaders headers_of(const http::Request& request) {
   headers.inference_header_length_repeated = request.header_count("Inference-Header-Content-Length") > 1;
   headers.body_padding = request.body_padding;
   headers.route_key = request.header("X-Slipway-Route-Key");
-  headers.idempotency_key = request.header("Idempotency-Key");
-  headers.idempotency_key_repeated = request.header_count("Idempotency-Key") > 1;
+  if (request.target.starts_with("/api/")) {
+    // Only the management API reads it: inference requests do not pay for the lookup.
+    headers.idempotency_key = request.header("Idempotency-Key");
+    headers.idempotency_key_repeated = request.header_count("Idempotency-Key") > 1;
+  }
   return headers;
 }
 

@@ -472,9 +472,13 @@ TEST_F(Api, TrainingJobsRunOnTheServerAndRetriedWritesAnswerOnce) {
         R"({"spec":{"data":"loans.csv","target":"Class","colour":"blue"}})",
         R"({"spec":{"data":"loans.csv","target":"Class","init_model":"/tmp/x.slip","model":"gbdt"}})",
         R"({"spec":{"data":"loans.csv","target":"Class","params":{"rounds":"-3"},"model":"gbdt"}})",
-        R"({"spec":{"data":"loans.csv"},"resume":"0123456789abcdef0123456789abcdef"})", R"({"run_id":"x"})", "{}"}) {
+        R"({"spec":{"data":"loans.csv"},"resume":"0123456789abcdef0123456789abcdef"})", R"({"run_id":"x"})", "{}",
+        R"({"spec":{"data":"loans.csv","target":"Class","experiment":"\u001b[2J"}})"}) {
     EXPECT_EQ(http_request(port, "POST", "/api/training-jobs", body).status, 400) << body;
   }
+  auto bad_seed = http_request(port, "POST", "/api/training-jobs", R"({"spec":{"data":"loans.csv","seed":-1}})");
+  EXPECT_EQ(bad_seed.status, 400);
+  EXPECT_NE(bad_seed.body.find("'seed' must be a whole number"), std::string::npos) << bad_seed.body;
   EXPECT_EQ(http_request(port, "POST", "/api/training-jobs", R"({"spec":{"data":"none.csv","target":"Class"}})").status,
             404);
 
