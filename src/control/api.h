@@ -135,7 +135,7 @@ class IdempotencyCache {
   static constexpr std::size_t kMaxEntries = 10'000;
   static constexpr std::size_t kMaxBytes = 64u << 20;
   static constexpr std::size_t kMaxAnswerBytes = 1u << 20;
-  static constexpr std::int64_t kLifetimeMs = 24 * 3'600'000;
+  static constexpr std::int64_t kLifetimeMs = std::int64_t{24} * 3'600'000;
   static constexpr std::size_t kMaxKeyBytes = 255;
 
   // The earlier answer to replay, or a refusal (422, 409); nullopt: go on, then `finish`.

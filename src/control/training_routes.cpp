@@ -159,7 +159,7 @@ HttpResponse start_job(ApiCall& call) {
     pipeline::TrainCallbacks callbacks;
     callbacks.cancel = &job.cancel;
     callbacks.on_round = [&job](const train::RoundMetrics& latest, int total) {
-      job.done = static_cast<std::size_t>(latest.round + 1);
+      job.done = static_cast<std::size_t>(latest.round) + 1;
       job.total = static_cast<std::size_t>(std::max(total, 0));
     };
     return pipeline::run_training(*registry, spec, callbacks).status();
