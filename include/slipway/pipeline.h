@@ -191,6 +191,57 @@ Result<ModelComparison> compare_on_file(LoadedReference a, LoadedReference b, co
 // What `slipway compare --json` prints; `data_name` names the file.
 void write_comparison_json(JsonWriter& json, const ModelComparison& compared, std::string_view data_name);
 
+// ---------------------------------------------------------------------------------------------
+// What a model says about itself: its feature importance and per-row contributions (tree models),
+// its export to another system's format, and the training parameters. `slipway explain`,
+// `export`, `params` and /api write these.
+
+// Each input's splits (and gain and cover, when the model records them), most important first.
+struct FeatureImportance {
+  std::string model;  // the reference's description
+  std::vector<std::string> names;
+  std::vector<std::uint64_t> splits;
+  std::vector<double> total_gain;   // empty when the model records no gain
+  std::vector<double> total_cover;  // likewise
+};
+// InvalidArgument for a model that is not a tree ensemble.
+Result<FeatureImportance> feature_importance(const LoadedReference& reference);
+// {"model","features":[{"name","splits","total_gain"?,"total_cover"?}]}
+void write_feature_importance_json(JsonWriter& json, const FeatureImportance& importance);
+
+// TreeSHAP contributions per row: one column per input and the bias, per output (multiclass
+// columns are prefixed "CLASS:").
+struct RowContributions {
+  std::string model;
+  std::vector<std::string> columns;
+  std::size_t rows = 0;
+  std::size_t rows_in_file = 0;      // more than `rows` when max_rows cut the file
+  std::vector<float> contributions;  // rows x columns
+};
+// The first `max_rows` rows of `data_path` explained (0: every row). InvalidArgument for a model
+// that is not a tree ensemble.
+Result<RowContributions> explain_rows(const LoadedReference& reference, const std::string& data_path,
+                                      std::size_t max_rows = 0);
+// The header line and one line per row.
+std::string contributions_csv(const RowContributions& explained);
+// {"model","rows","rows_in_file","columns":[…],"contributions":[[…]]}
+void write_contributions_json(JsonWriter& json, const RowContributions& explained);
+
+// A model in another system's format, predicting what the bundle predicts.
+struct ModelExport {
+  std::string format;  // onnx, xgboost-json
+  std::string bytes;
+  std::string warning;  // what a user of the file must know (empty when nothing)
+  // Categorical inputs and their levels: code i stands for levels[i].
+  std::vector<std::pair<std::string, std::vector<std::string>>> categories;
+};
+// InvalidArgument for an unknown format, or a model the format cannot hold (the reason given).
+Result<ModelExport> export_model(const model::Bundle& bundle, const std::string& format);
+
+// {"parameters":[{"name","models":[…],"default","description"}]}: the training parameters'
+// declarations.
+void write_parameters_json(JsonWriter& json);
+
 // Predictions for every row of a file, with what is needed to write them.
 struct ScoredRows {
   std::string model;             // the reference's description
@@ -234,7 +285,11 @@ struct Reproduction {
 // FailedPrecondition, naming the difference, when the code version differs from this binary's,
 // the data no longer matches the recorded fingerprint, the run is not a finished training run, or
 // it warm-started from another model (not reproducible yet). NotFound for an unknown run.
-Result<Reproduction> reproduce_run(registry::Registry& registry, const std::string& run_id);
+// `callbacks` see the replay's training (its cancel flag stops it).
+Result<Reproduction> reproduce_run(registry::Registry& registry, const std::string& run_id,
+                                   const TrainCallbacks& callbacks = {});
+// {"run_id","recorded_sha256","reproduced_sha256","identical","seconds"}
+void write_reproduction_json(JsonWriter& json, const Reproduction& reproduction);
 
 // ---------------------------------------------------------------------------------------------
 // Lineage: the workspace as a graph in the ML Metadata model's terms. Artifacts (data sets by
@@ -367,6 +422,15 @@ Status remove_retrain_policy(registry::Registry& registry, const std::string& mo
 // marks it `interrupted`). Calls run on the calling thread.
 Result<RetrainOutcome> retrain(registry::Registry& registry, const RetrainPolicy& policy,
                                const RetrainOptions& options);
+// One model's retraining as `slipway retrain --json` and /api write it: {"model","error","due",
+// "decision"} and, once a record exists, {"id","state","message","baseline","data","run",
+// "candidate","deployed","gate_report_sha256","gate"?}.
+void write_retraining_json(JsonWriter& json, const std::string& model, const Status& error,
+                           const RetrainOutcome& outcome);
+// A retraining's record: {"id","model","state","reason","baseline_version","run_id",
+// "candidate_version","deployed","message","data_fingerprint","gate_report_sha256","started_ms",
+// "finished_ms","actor"}.
+void write_retraining_record_json(JsonWriter& json, const registry::RetrainingRecord& record);
 
 // ---------------------------------------------------------------------------------------------
 // Operations on endpoints, versions and approvals. `slipway deploy`, `rollback`, `approve`,
@@ -461,6 +525,28 @@ Result<DeployOutcome> deploy(registry::Registry& registry, const DeployRequest& 
 
 // Returns `endpoint` to the routes its last change replaced (FailedPrecondition when none).
 Result<registry::Endpoint> rollback(registry::Registry& registry, const std::string& endpoint, const Caller& caller);
+
+// What an on-call engineer needs about an endpoint (`slipway describe`): its configuration, its
+// rollout, and per version served its record, bundle (null when it cannot load, with why) and
+// gate results, newest first.
+struct EndpointDescription {
+  registry::Endpoint endpoint;
+  std::optional<registry::Rollout> rollout;
+  struct Version {
+    registry::EndpointRoute route;
+    registry::ModelVersion record;
+    std::shared_ptr<const model::Bundle> bundle;
+    std::string load_error;
+    std::vector<registry::GateRecord> gates;
+  };
+  std::vector<Version> versions;
+};
+// NotFound for an endpoint that does not exist.
+Result<EndpointDescription> describe_endpoint(registry::Registry& registry, const std::string& endpoint);
+// {"endpoint":ENDPOINT,"versions":[{"reference","percent","bundle_sha256","run_id","task"?,"inputs"?,
+// "load_error"?,"version":VERSION,"gates":[{"baseline","metric","criteria","passed","created_ms"}]}],
+// "rollout_state"?,"rollout_last_check"?,"rollback_command"}
+void write_endpoint_description_json(JsonWriter& json, const EndpointDescription& description);
 
 // Approves `version` of `model` with a note (1 to 1,000 characters of UTF-8 text without control
 // characters), or withdraws the approval. PermissionDenied without `may_administer`.

@@ -198,18 +198,12 @@ Result<EndpointListResult> list_endpoints(const GlobalOptions& global) {
 
 // What an on-call engineer needs about an endpoint, as a Markdown page (which reads as text too).
 struct DescribeResult : CommandResult {
-  registry::Endpoint endpoint;
-  std::optional<registry::Rollout> rollout;
-  struct Version {
-    registry::EndpointRoute route;
-    registry::ModelVersion record;
-    std::shared_ptr<const model::Bundle> bundle;  // null when it could not be loaded
-    std::string load_error;
-    std::vector<registry::GateRecord> gates;  // newest first
-  };
-  std::vector<Version> versions;
+  pipeline::EndpointDescription described;
 
   std::string markdown() const {
+    const registry::Endpoint& endpoint = described.endpoint;
+    const auto& rollout = described.rollout;
+    const auto& versions = described.versions;
     std::string out = "# Endpoint " + endpoint.name + "\n\n";
     out += "Clients call `POST /v2/models/" + endpoint.name + "/infer`. Revision " + std::to_string(endpoint.revision) +
            ", changed by " + endpoint.updated_by + " at " + format_time_ms(endpoint.updated_ms) + ".\n";
@@ -283,52 +277,15 @@ struct DescribeResult : CommandResult {
     return out;
   }
 
-  void write_json(JsonWriter& json) const override {
-    json.begin_object().key("endpoint");
-    registry::write_endpoint_json(json, endpoint);
-    json.key("versions").begin_array();
-    for (const auto& version : versions) {
-      json.begin_object().key("reference").value(version.route.reference()).key("percent").value(version.route.percent);
-      json.key("bundle_sha256").value(version.record.bundle_sha256).key("run_id").value(version.record.run_id);
-      if (version.bundle) {
-        json.key("task").value(model::task_name(version.bundle->task()));
-        json.key("inputs").begin_array();
-        for (const auto& feature : version.bundle->preprocessor().features()) json.value(feature.name);
-        json.end_array();
-      } else {
-        json.key("load_error").value(version.load_error);
-      }
-      json.end_object();
-    }
-    json.end_array();
-    if (rollout) json.key("rollout_state").value(rollout->state).key("rollout_last_check").value(rollout->last_check);
-    json.key("rollback_command").value(endpoint.previous.empty() ? "" : "slipway rollback " + endpoint.name);
-    json.end_object();
-  }
+  void write_json(JsonWriter& json) const override { pipeline::write_endpoint_description_json(json, described); }
   void write_text(std::ostream& out) const override { out << markdown(); }
 };
 
 Result<DescribeResult> describe(const GlobalOptions& global, const std::string& name,
                                 const std::string& markdown_path) {
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kReadOnly));
-  SLIPWAY_ASSIGN_OR_RETURN(auto endpoint, store->endpoints().get(name));
-  if (!endpoint) return not_found("no endpoint named '" + name + "'; `slipway endpoints` lists them");
   DescribeResult result;
-  result.endpoint = std::move(*endpoint);
-  SLIPWAY_ASSIGN_OR_RETURN(result.rollout, store->endpoints().rollout(name));
-  for (const auto& route : result.endpoint.routes) {
-    DescribeResult::Version version;
-    version.route = route;
-    SLIPWAY_ASSIGN_OR_RETURN(version.record, store->models().resolve(route.model, {route.version, ""}));
-    SLIPWAY_ASSIGN_OR_RETURN(version.gates, store->models().gate_results(route.model, route.version));
-    auto loaded = pipeline::resolve_reference(store.get(), route.reference());
-    if (loaded.ok()) {
-      version.bundle = loaded->bundle;
-    } else {
-      version.load_error = loaded.status().message();
-    }
-    result.versions.push_back(std::move(version));
-  }
+  SLIPWAY_ASSIGN_OR_RETURN(result.described, pipeline::describe_endpoint(*store, name));
   if (!markdown_path.empty()) SLIPWAY_RETURN_IF_ERROR(write_file_atomic(markdown_path, result.markdown()));
   return result;
 }

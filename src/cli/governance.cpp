@@ -174,12 +174,7 @@ Result<GcResult> gc(const GlobalOptions& global, bool apply, const std::string& 
 
 struct ReproduceResult : CommandResult {
   pipeline::Reproduction reproduction;
-  void write_json(JsonWriter& json) const override {
-    json.begin_object().key("run_id").value(reproduction.run_id);
-    json.key("recorded_sha256").value(reproduction.recorded_sha256);
-    json.key("reproduced_sha256").value(reproduction.reproduced_sha256);
-    json.key("identical").value(reproduction.identical()).key("seconds").value(reproduction.seconds).end_object();
-  }
+  void write_json(JsonWriter& json) const override { pipeline::write_reproduction_json(json, reproduction); }
   void write_text(std::ostream& out) const override {
     out << "run         " << reproduction.run_id << "\nrecorded    sha256:" << reproduction.recorded_sha256
         << "\nreproduced  sha256:" << reproduction.reproduced_sha256 << "\n"

@@ -8,14 +8,7 @@ namespace slipway::cli {
 namespace {
 
 struct ParamsResult : CommandResult {
-  void write_json(JsonWriter& json) const override {
-    json.begin_object().key("parameters").begin_array();
-    for (const auto& declaration : train::parameter_declarations()) {
-      json.begin_object().key("name").value(declaration.name).key("default").value(declaration.default_value);
-      json.key("description").value(declaration.description).end_object();
-    }
-    json.end_array().end_object();
-  }
+  void write_json(JsonWriter& json) const override { pipeline::write_parameters_json(json); }
   void write_text(std::ostream& out) const override {
     std::vector<std::vector<std::string>> rows;
     for (const auto& declaration : train::parameter_declarations()) {

@@ -151,25 +151,7 @@ struct RetrainResult : CommandResult {
 
   void write_json(JsonWriter& json) const override {
     json.begin_object().key("retrainings").begin_array();
-    for (const auto& item : retrainings) {
-      const auto& outcome = item.outcome;
-      const auto& record = outcome.record;
-      json.begin_object().key("model").value(item.model).key("error").value(item.error.message());
-      json.key("due").value(outcome.decision.due).key("decision").value(outcome.decision.reason);
-      if (record.id > 0) {
-        json.key("id").value(record.id).key("state").value(record.state).key("message").value(record.message);
-        json.key("baseline").value(outcome.baseline).key("data").value(outcome.data).key("run").value(record.run_id);
-        json.key("candidate")
-            .value(record.candidate_version > 0 ? item.model + "@" + std::to_string(record.candidate_version) : "");
-        json.key("deployed").value(record.deployed).key("gate_report_sha256").value(record.gate_report_sha256);
-        if (outcome.gate) {
-          json.key("gate").begin_object().key("data").value(outcome.gate_data);
-          eval::write_gate_report_fields(json, *outcome.gate);
-          json.end_object();
-        }
-      }
-      json.end_object();
-    }
+    for (const auto& item : retrainings) pipeline::write_retraining_json(json, item.model, item.error, item.outcome);
     json.end_array().end_object();
   }
 
@@ -261,16 +243,7 @@ struct HistoryResult : CommandResult {
   std::vector<registry::RetrainingRecord> records;
   void write_json(JsonWriter& json) const override {
     json.begin_array();
-    for (const auto& record : records) {
-      json.begin_object().key("id").value(record.id).key("model").value(record.model);
-      json.key("state").value(record.state).key("reason").value(record.reason);
-      json.key("baseline_version").value(record.baseline_version).key("run_id").value(record.run_id);
-      json.key("candidate_version").value(record.candidate_version).key("deployed").value(record.deployed);
-      json.key("message").value(record.message).key("data_fingerprint").value(record.data_fingerprint);
-      json.key("gate_report_sha256").value(record.gate_report_sha256);
-      json.key("started_ms").value(record.started_ms).key("finished_ms").value(record.finished_ms);
-      json.key("actor").value(record.actor).end_object();
-    }
+    for (const auto& record : records) pipeline::write_retraining_record_json(json, record);
     json.end_array();
   }
   void write_text(std::ostream& out) const override {

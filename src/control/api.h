@@ -71,15 +71,19 @@ void add_monitoring_routes(std::vector<ApiRoute>& routes);  // monitoring_routes
 void add_batch_routes(std::vector<ApiRoute>& routes);       // batch_routes.cpp
 void add_training_routes(std::vector<ApiRoute>& routes);    // training_routes.cpp
 void add_workspace_routes(std::vector<ApiRoute>& routes);   // workspace_routes.cpp
-void add_evaluation_routes(std::vector<ApiRoute>& routes);  // evaluation_routes.cpp
+// evaluation_routes.cpp: evaluations, comparisons, explanations and exports of a version.
+void add_evaluation_routes(std::vector<ApiRoute>& routes);
+void add_retraining_routes(std::vector<ApiRoute>& routes);  // retraining_routes.cpp
 
 // Work the server runs on threads of its own for /api (batch jobs, training jobs), by name: each
 // member callable from any thread, at most `max_running` at once. A job's record is what it
-// writes (a batch job's folder, a training run); this keeps only the jobs running and the last
-// kRememberedErrors errors of jobs that failed, so nothing a client sends grows it without limit.
+// writes (a batch job's folder, a training run); this keeps only the jobs running and how the
+// last kRememberedEndings jobs ended (an error, or a result the work left), so nothing a client
+// sends grows it without limit.
 class BackgroundJobs {
  public:
-  static constexpr std::size_t kRememberedErrors = 64;
+  static constexpr std::size_t kRememberedEndings = 64;
+  static constexpr std::size_t kMaxResultBytes = 64u << 10;
 
   // What a job's work sees: whether it is asked to stop, and where its progress goes.
   struct Job {
@@ -87,6 +91,9 @@ class BackgroundJobs {
     std::atomic<bool> ended{false};
     std::atomic<std::size_t> done{0};   // rows scored, rounds fitted ...
     std::atomic<std::size_t> total{0};  // 0 until known
+    // What a job that ends well has to say (JSON, at most kMaxResultBytes), set by its work
+    // before it returns: remembered like an error.
+    std::string result;
     std::thread thread;
   };
   using Work = std::function<Status(Job& job)>;
@@ -101,26 +108,31 @@ class BackgroundJobs {
   Status start(const std::string& name, Work work);
   // False when no job of that name runs here.
   bool cancel(const std::string& name);
-
   struct Progress {
     bool running = false;
     bool cancelling = false;
     std::size_t done = 0;
     std::size_t total = 0;
-    std::string error;  // a job that failed: why (cleared when one of that name starts)
+    // How the last job of that name ended, while remembered (cleared when one of that name starts):
+    std::string error;   // it failed: why
+    std::string result;  // it ended well: what its work left
   };
   Progress progress(const std::string& name);
   std::vector<std::string> running();
 
  private:
+  struct Ending {
+    std::string error, result;
+  };
   void reap_locked();  // joins the threads of jobs that ended
+  void remember_locked(const std::string& name, Ending ending);
 
   std::string kind_;
   std::size_t max_running_;
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
-  std::map<std::string, std::string> errors_;  // by name, at most kRememberedErrors
-  std::deque<std::string> error_order_;        // their names, oldest first
+  std::map<std::string, Ending> endings_;  // by name, at most kRememberedEndings
+  std::deque<std::string> ending_order_;   // their names, oldest first
 };
 
 // Answers of writes sent with an Idempotency-Key header, so that a client that lost an answer can

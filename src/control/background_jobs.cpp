@@ -37,7 +37,7 @@ Status BackgroundJobs::start(const std::string& name, Work work) {
                               (max_running_ == 1 ? "" : "s") +
                               " at once, and that many run; start it again once one ends");
   }
-  if (errors_.erase(name) > 0) std::erase(error_order_, name);
+  if (endings_.erase(name) > 0) std::erase(ending_order_, name);
   auto job = std::make_unique<Job>();
   Job* running = job.get();
   job->thread = std::thread([this, name, running, work = std::move(work)] {
@@ -48,20 +48,32 @@ Status BackgroundJobs::start(const std::string& name, Work work) {
       // A thread's exception would end the server (std::terminate): the job fails instead.
       outcome = internal_error(std::string("the job stopped on an exception: ") + error.what());
     }
-    if (!outcome.ok()) {
-      log_warn(kind_ + " '" + name + "': " + outcome.message());
-      std::lock_guard guard(mutex_);
-      if (error_order_.size() >= kRememberedErrors) {
-        errors_.erase(error_order_.front());
-        error_order_.pop_front();
+    if (!outcome.ok()) log_warn(kind_ + " '" + name + "': " + outcome.message());
+    if (!outcome.ok() || !running->result.empty()) {
+      Ending ending;
+      if (!outcome.ok()) {
+        ending.error = outcome.message();
+      } else if (running->result.size() <= kMaxResultBytes) {
+        ending.result = std::move(running->result);
       }
-      errors_[name] = outcome.message();
-      error_order_.push_back(name);
+      std::lock_guard guard(mutex_);
+      remember_locked(name, std::move(ending));
     }
     running->ended = true;
   });
   jobs_.emplace(name, std::move(job));
   return {};
+}
+
+void BackgroundJobs::remember_locked(const std::string& name, Ending ending) {
+  if (endings_.count(name) == 0) {
+    if (ending_order_.size() >= kRememberedEndings) {
+      endings_.erase(ending_order_.front());
+      ending_order_.pop_front();
+    }
+    ending_order_.push_back(name);
+  }
+  endings_[name] = std::move(ending);
 }
 
 bool BackgroundJobs::cancel(const std::string& name) {
@@ -75,7 +87,10 @@ bool BackgroundJobs::cancel(const std::string& name) {
 BackgroundJobs::Progress BackgroundJobs::progress(const std::string& name) {
   std::lock_guard guard(mutex_);
   Progress progress;
-  if (auto error = errors_.find(name); error != errors_.end()) progress.error = error->second;
+  if (auto ending = endings_.find(name); ending != endings_.end()) {
+    progress.error = ending->second.error;
+    progress.result = ending->second.result;
+  }
   auto found = jobs_.find(name);
   if (found == jobs_.end() || found->second->ended) return progress;
   progress.running = true;

@@ -17,6 +17,13 @@ constexpr std::string_view kEndpointSchema =
     R"("updated_ms":{"type":"integer"},"last_change":{"type":"string"},"owner":{"type":"string"},)"
     R"("require_approval":{"type":"boolean"},"fallback":{"type":"string"},"deadline_ms":{"type":"integer"},)"
     R"("slo":{"type":"string"},"shadow":{"type":["object","null"]},"damage":{"type":"string"}}})";
+constexpr std::string_view kDescriptionSchema =
+    R"({"type":"object","properties":{"endpoint":{"type":"object"},"versions":{"type":"array","items":)"
+    R"({"type":"object","properties":{"reference":{"type":"string"},"percent":{"type":"number"},)"
+    R"("bundle_sha256":{"type":"string"},"run_id":{"type":"string"},"task":{"type":"string"},)"
+    R"("inputs":{"type":"array","items":{"type":"string"}},"load_error":{"type":"string"},)"
+    R"("version":{"type":"object"},"gates":{"type":"array"}}}},"rollout_state":{"type":"string"},)"
+    R"("rollout_last_check":{"type":"string"},"rollback_command":{"type":"string"}}})";
 constexpr std::string_view kRolloutSchema =
     R"({"type":"object","properties":{"endpoint":{"type":"string"},"canary":{"type":"string"},)"
     R"("stable":{"type":"string"},"steps":{"type":"array","items":{"type":"number"}},"step":{"type":"integer"},)"
@@ -167,6 +174,14 @@ HttpResponse get_endpoint(ApiCall& call) {
   if (!found.ok()) return error_response(found.status());
   if (!found->has_value()) return error_response(404, "no endpoint named '" + name + "'");
   return endpoint_answer(**found);
+}
+
+HttpResponse describe(ApiCall& call) {
+  auto described = pipeline::describe_endpoint(*call.registry, call.path_parameter("endpoint"));
+  if (!described.ok()) return error_response(described.status());
+  JsonWriter json;
+  pipeline::write_endpoint_description_json(json, *described);
+  return json_answer(json);
 }
 
 HttpResponse get_rollout(ApiCall& call) {
@@ -353,6 +368,16 @@ void add_endpoint_routes(std::vector<ApiRoute>& routes) {
       {"GET", "/api/endpoints", Role::kRead, false, "Every endpoint, by name", {}, "", endpoint_list, list_endpoints});
   routes.push_back(
       {"GET", "/api/endpoints/{endpoint}", Role::kRead, false, "One endpoint", {}, "", kEndpointSchema, get_endpoint});
+  routes.push_back({"GET",
+                    "/api/endpoints/{endpoint}/description",
+                    Role::kRead,
+                    false,
+                    "What an on-call engineer needs: the versions served with their inputs, approvals and gates, the "
+                    "rollout, how to roll back (slipway describe)",
+                    {},
+                    "",
+                    kDescriptionSchema,
+                    describe});
   routes.push_back({"GET",
                     "/api/endpoints/{endpoint}/rollout",
                     Role::kRead,

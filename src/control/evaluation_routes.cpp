@@ -1,5 +1,5 @@
-// /api evaluations and comparisons: what `slipway eval` and `slipway compare` print, for a labelled
-// (or golden) file of the workspace's data/ folder.
+// /api evaluations, comparisons, explanations and exports: what `slipway eval`, `compare`,
+// `explain` and `export` give, for a registered version and a file of the workspace's data/ folder.
 #include <filesystem>
 
 #include "control/api.h"
@@ -23,6 +23,23 @@ constexpr std::string_view kComparisonSchema =
 const std::vector<ApiParameter> evaluation_query = {
     {"data", R"({"type":"string"})", "A labelled CSV file in the workspace's data/ folder (required)"},
     {"slice", R"({"type":"string"})", "Also evaluate per value of this column"},
+};
+constexpr std::string_view kImportanceSchema =
+    R"({"type":"object","properties":{"model":{"type":"string"},"features":{"type":"array","items":)"
+    R"({"type":"object","properties":{"name":{"type":"string"},"splits":{"type":"integer"},)"
+    R"("total_gain":{"type":"number"},"total_cover":{"type":"number"}}}}}})";
+constexpr std::string_view kContributionsSchema =
+    R"({"type":"object","properties":{"model":{"type":"string"},"rows":{"type":"integer"},)"
+    R"("rows_in_file":{"type":"integer"},"columns":{"type":"array","items":{"type":"string"}},)"
+    R"("contributions":{"type":"array","items":{"type":"array","items":{"type":"number"}}}}})";
+constexpr std::int64_t kMaxExplainedRows = 10'000;
+const std::vector<ApiParameter> explanation_query = {
+    {"data", R"({"type":"string"})", "A CSV file of rows in the workspace's data/ folder (required)"},
+    {"rows", R"({"type":"integer","minimum":1,"maximum":10000})",
+     "Explain the file's first rows, at most this many (100)"},
+};
+const std::vector<ApiParameter> export_query = {
+    {"format", R"({"type":"string","enum":["onnx","xgboost-json"]})", "The file's format (required)"},
 };
 const std::vector<ApiParameter> comparison_query = {
     {"a", R"({"type":"string"})", "The baseline: NAME@VERSION or NAME@ALIAS (required)"},
@@ -101,6 +118,59 @@ HttpResponse compare(ApiCall& call) {
   return json_answer(json);
 }
 
+HttpResponse importance(ApiCall& call) {
+  if (auto query = parse_query(call.http.query, {}); !query.ok()) return error_response(query.status());
+  auto model = registered_model(call, call.path_parameter("model") + "@" + call.path_parameter("version"));
+  if (!model.ok()) return error_response(model.status());
+  auto measured = pipeline::feature_importance(*model);
+  if (!measured.ok()) return error_response(measured.status());
+  JsonWriter json;
+  pipeline::write_feature_importance_json(json, *measured);
+  return json_answer(json);
+}
+
+HttpResponse explain(ApiCall& call) {
+  auto query = parse_query(call.http.query, explanation_query);
+  if (!query.ok()) return error_response(query.status());
+  std::int64_t rows = 100;
+  if (auto given = query->find("rows"); given != query->end()) {
+    auto parsed = parse_integer(given->second, "rows", 1, kMaxExplainedRows);
+    if (!parsed.ok()) return error_response(parsed.status());
+    rows = *parsed;
+  }
+  auto path = data_file(call, *query);
+  if (!path.ok()) return error_response(path.status());
+  auto model = registered_model(call, call.path_parameter("model") + "@" + call.path_parameter("version"));
+  if (!model.ok()) return error_response(model.status());
+  auto explained = pipeline::explain_rows(*model, *path, static_cast<std::size_t>(rows));
+  if (!explained.ok()) return error_response(explained.status());
+  JsonWriter json;
+  pipeline::write_contributions_json(json, *explained);
+  return json_answer(json);
+}
+
+// The file itself: a client saves the body as `slipway export --out` would write it.
+HttpResponse export_version(ApiCall& call) {
+  auto query = parse_query(call.http.query, export_query);
+  if (!query.ok()) return error_response(query.status());
+  auto format = query->find("format");
+  if (format == query->end()) return error_response(400, "give ?format=onnx or ?format=xgboost-json");
+  auto model = registered_model(call, call.path_parameter("model") + "@" + call.path_parameter("version"));
+  if (!model.ok()) return error_response(model.status());
+  auto exported = pipeline::export_model(*model->bundle, format->second);
+  if (!exported.ok()) return error_response(exported.status());
+  bool onnx = exported->format == "onnx";
+  HttpResponse answer;
+  answer.content_type = onnx ? "application/octet-stream" : "application/json";
+  answer.body = std::move(exported->bytes);
+  // They resolved, so they are names of letters, digits and "-_.": safe inside the quotes.
+  answer.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + call.path_parameter("model") + "-" +
+                                                         call.path_parameter("version") +
+                                                         (onnx ? ".onnx\"" : ".json\""));
+  if (!exported->warning.empty()) answer.headers.emplace_back("X-Slipway-Warning", exported->warning);
+  return answer;
+}
+
 }  // namespace
 
 void add_evaluation_routes(std::vector<ApiRoute>& routes) {
@@ -111,6 +181,22 @@ void add_evaluation_routes(std::vector<ApiRoute>& routes) {
   routes.push_back({"GET", "/api/comparisons", Role::kRead, false,
                     "Two models compared on a golden file, row by row and per slice (slipway compare)",
                     comparison_query, "", kComparisonSchema, compare});
+  routes.push_back(
+      {"GET",
+       "/api/models/{model}/versions/{version}/importance",
+       Role::kRead,
+       false,
+       "A tree model's feature importance: splits, gain and cover per input (slipway explain --importance)",
+       {},
+       "",
+       kImportanceSchema,
+       importance});
+  routes.push_back({"GET", "/api/models/{model}/versions/{version}/explanation", Role::kRead, false,
+                    "TreeSHAP contributions of each input to each row of a file (slipway explain --data)",
+                    explanation_query, "", kContributionsSchema, explain});
+  routes.push_back({"GET", "/api/models/{model}/versions/{version}/export", Role::kRead, false,
+                    "The version as an ONNX or XGBoost JSON file, predicting what the bundle predicts (slipway export)",
+                    export_query, "", "binary", export_version});
 }
 
 }  // namespace slipway::control

@@ -96,8 +96,15 @@ void write_operation(JsonWriter& json, std::string_view method, std::string_view
       .key("description")
       .value(accepted ? "accepted: it goes on" : "the answer");
   json.key("content").begin_object();
-  json.key(text ? "text/plain" : "application/json").begin_object().key("schema");
-  json.raw(text ? std::string_view(R"({"type":"string"})") : answer).end_object();
+  if (answer == "binary") {
+    // A file (an export): its bytes, or a JSON document for the formats that are JSON.
+    json.key("application/octet-stream").begin_object().key("schema");
+    json.raw(R"({"contentMediaType":"application/octet-stream"})").end_object();
+    json.key("application/json").begin_object().key("schema").raw(R"({"type":"object"})").end_object();
+  } else {
+    json.key(text ? "text/plain" : "application/json").begin_object().key("schema");
+    json.raw(text ? std::string_view(R"({"type":"string"})") : answer).end_object();
+  }
   json.end_object().end_object();
   if (route != nullptr && route->creates) {
     json.key("201").begin_object().key("description").value("created").key("content").begin_object();

@@ -28,6 +28,10 @@ constexpr std::string_view kJobSchema =
     R"(["preparing","running","finished","failed","cancelled","interrupted"]},"running":{"type":"boolean"},)"
     R"("cancelling":{"type":"boolean"},"rounds_done":{"type":"integer"},"rounds_total":{"type":"integer"},)"
     R"("reason":{"type":"string"},"created":{"type":"boolean"},"run":{"type":"object"}}})";
+constexpr std::string_view kParametersSchema =
+    R"({"type":"object","properties":{"parameters":{"type":"array","items":{"type":"object","properties":)"
+    R"({"name":{"type":"string"},"models":{"type":"array","items":{"type":"string"}},"default":{"type":"string"},)"
+    R"("description":{"type":"string"}}}}}})";
 constexpr std::string_view kRunningSchema =
     R"({"type":"object","properties":{"running":{"type":"array","items":{"type":"string"}}}})";
 
@@ -192,6 +196,13 @@ HttpResponse cancel_job(ApiCall& call) {
   return job_answer(call, *run_id, 200);
 }
 
+HttpResponse list_parameters(ApiCall& call) {
+  if (auto query = parse_query(call.http.query, {}); !query.ok()) return error_response(query.status());
+  JsonWriter json;
+  pipeline::write_parameters_json(json);
+  return json_answer(json);
+}
+
 HttpResponse list_jobs(ApiCall& call) {
   JsonWriter json;
   json.begin_object().key("running").begin_array();
@@ -205,10 +216,20 @@ HttpResponse list_jobs(ApiCall& call) {
 void add_training_routes(std::vector<ApiRoute>& routes) {
   using serve::Role;
   routes.push_back({"GET",
+                    "/api/params",
+                    Role::kRead,
+                    false,
+                    "The training parameters a spec's params may set: models, default, meaning (slipway params)",
+                    {},
+                    "",
+                    kParametersSchema,
+                    list_parameters});
+  routes.push_back({"GET",
                     "/api/training-jobs",
                     Role::kRead,
                     false,
-                    "The training jobs this server runs now (the runs they record: /api/runs)",
+                    "The training jobs this server runs now: run ids, and retrain:MODEL or reproduce:RUN_ID for "
+                    "retrainings and reproductions (the runs they record: /api/runs)",
                     {},
                     "",
                     kRunningSchema,

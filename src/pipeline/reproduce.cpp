@@ -14,7 +14,8 @@ Result<std::string> data_fingerprint(const TrainSpec& spec) {
   return sha256_hex(data::fingerprint(table) + data::fingerprint(test));
 }
 
-Result<Reproduction> reproduce_run(registry::Registry& registry, const std::string& run_id) {
+Result<Reproduction> reproduce_run(registry::Registry& registry, const std::string& run_id,
+                                   const TrainCallbacks& callbacks) {
   SLIPWAY_ASSIGN_OR_RETURN(registry::RunRecord run, registry.runs().get(run_id));
   if (run.status != "FINISHED" || run.bundle_sha256.empty()) {
     return failed_precondition("run " + run_id + " is " + run.status +
@@ -55,13 +56,20 @@ Result<Reproduction> reproduce_run(registry::Registry& registry, const std::stri
   spec.bundle_out.clear();
   spec.resume_run.clear();
   auto started = std::chrono::steady_clock::now();
-  SLIPWAY_ASSIGN_OR_RETURN(TrainOutcome outcome, run_training(*workspace, spec));
+  SLIPWAY_ASSIGN_OR_RETURN(TrainOutcome outcome, run_training(*workspace, spec, callbacks));
   Reproduction result;
   result.run_id = run_id;
   result.recorded_sha256 = run.bundle_sha256;
   result.reproduced_sha256 = outcome.bundle_sha256;
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return result;
+}
+
+void write_reproduction_json(JsonWriter& json, const Reproduction& reproduction) {
+  json.begin_object().key("run_id").value(reproduction.run_id);
+  json.key("recorded_sha256").value(reproduction.recorded_sha256);
+  json.key("reproduced_sha256").value(reproduction.reproduced_sha256);
+  json.key("identical").value(reproduction.identical()).key("seconds").value(reproduction.seconds).end_object();
 }
 
 }  // namespace slipway::pipeline

@@ -570,6 +570,97 @@ TEST_F(Api, TrainingJobsRunOnTheServerAndRetriedWritesAnswerOnce) {
   EXPECT_EQ(http_request(port, "GET", "/api/workspace/garbage?min_age=-1h").status, 400);
 }
 
+// The CLI's remaining operations over /api, each answering what the CLI prints: describe, params,
+// explain (importance and per-row contributions), export (the same bytes), reproduce and retrain
+// (jobs of the server's training slot), with their refusals.
+TEST_F(Api, ExplanationsExportsReproductionsAndRetrainingsAnswerAsTheCliDoes) {
+  std::filesystem::create_directories(home_.path() + "/data");
+  std::filesystem::copy_file(data_path("lending_club.csv"), home_.path() + "/data/loans.csv");
+  ASSERT_EQ(slipway({"train", "--data", data_path("lending_club.csv"), "--target", "Class", "--model", "gbdt",
+                     "--param", "rounds=20", "--register", "trees"})
+                .exit_code,
+            0);
+  int port = start_server({});
+  ASSERT_GT(port, 0);
+  auto same_json = [&](const std::string& target, std::vector<std::string> cli) {
+    cli.insert(cli.begin(), "--json");
+    auto printed = slipway(cli);
+    EXPECT_EQ(printed.exit_code, 0) << printed.err;
+    auto answer = http_request(port, "GET", target);
+    EXPECT_EQ(answer.status, 200) << answer.body;
+    while (!printed.out.empty() && printed.out.back() == '\n') printed.out.pop_back();
+    EXPECT_EQ(answer.body, printed.out) << target;
+  };
+  same_json("/api/endpoints/web/description", {"describe", "web"});
+  same_json("/api/params", {"params"});
+  same_json("/api/models/trees/versions/1/importance", {"explain", "trees@1", "--importance"});
+  auto explained = http_request(port, "GET", "/api/models/trees/versions/1/explanation?data=loans.csv&rows=3");
+  ASSERT_EQ(explained.status, 200) << explained.body;
+  EXPECT_NE(explained.body.find("\"rows\":3,"), std::string::npos) << explained.body.substr(0, 200);
+  EXPECT_NE(explained.body.find("\"bias\""), std::string::npos);
+  for (const char* refused :
+       {"/api/models/trees/versions/1/explanation?data=../slipway.db",
+        "/api/models/trees/versions/1/explanation?data=loans.csv&rows=10001",
+        "/api/models/trees/versions/1/explanation", "/api/models/lending/versions/1/explanation?data=loans.csv",
+        "/api/models/trees/versions/1/export?format=pmml", "/api/models/trees/versions/1/export"}) {
+    EXPECT_EQ(http_request(port, "GET", refused).status, 400) << refused;  // lending is logistic: no trees
+  }
+
+  // The exported file is the one the CLI writes, byte for byte.
+  TempDir scratch;
+  ASSERT_EQ(slipway({"export", "trees@1", "--format", "onnx", "--out", scratch.file("cli.onnx")}).exit_code, 0);
+  auto exported = http_request(port, "GET", "/api/models/trees/versions/1/export?format=onnx");
+  ASSERT_EQ(exported.status, 200);
+  EXPECT_EQ(exported.body, slipway::read_file(scratch.file("cli.onnx")).value());
+  auto xgboost = http_request(port, "GET", "/api/models/trees/versions/1/export?format=xgboost-json");
+  ASSERT_EQ(xgboost.status, 200);
+  EXPECT_NE(xgboost.body.find("\"learner\""), std::string::npos) << xgboost.body.substr(0, 200);
+
+  // Reproduce: 202 at once, then the verdict; a run that is not a finished training is refused.
+  auto runs = slipway({"--json", "versions", "trees"});
+  std::string run_id = field(runs.out, "run_id");
+  ASSERT_EQ(run_id.size(), 32u) << runs.out;
+  auto poll = [&](const std::string& target) {
+    std::string answer;
+    for (int attempt = 0; attempt < 1200; ++attempt) {
+      answer = http_request(port, "GET", target).body;
+      if (answer.find("\"running\":false") != std::string::npos) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return answer;
+  };
+  EXPECT_EQ(http_request(port, "GET", "/api/runs/" + run_id + "/reproduction").status, 404);
+  auto reproducing = http_request(port, "POST", "/api/runs/" + run_id + "/reproduction");
+  ASSERT_EQ(reproducing.status, 202) << reproducing.body;
+  std::string verdict = poll("/api/runs/" + run_id + "/reproduction");
+  EXPECT_NE(verdict.find("\"state\":\"identical\""), std::string::npos) << verdict;
+  auto tracked = http_request(port, "POST", "/api/runs", R"({"experiment":"elsewhere"})");
+  EXPECT_EQ(http_request(port, "POST", "/api/runs/" + field(tracked.body, "run_id") + "/reproduction").status, 409);
+  EXPECT_EQ(http_request(port, "POST", "/api/runs/not-a-run/reproduction").status, 400);
+
+  // Retrain: no policy is a 404; dry_run decides without starting; a due retraining runs on the
+  // server and its record is what `slipway retrain history` prints.
+  EXPECT_EQ(http_request(port, "POST", "/api/models/trees/retrainings").status, 404);
+  ASSERT_EQ(slipway({"retrain", "policy", "trees", "--on", "schedule", "--every", "1s", "--data",
+                     home_.path() + "/data/loans.csv", "--gate", "max_drop=0.5"})
+                .exit_code,
+            0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  auto dry = http_request(port, "POST", "/api/models/trees/retrainings", R"({"dry_run":true})");
+  EXPECT_EQ(dry.status, 200) << dry.body;
+  EXPECT_NE(dry.body.find("\"due\":true"), std::string::npos) << dry.body;
+  EXPECT_NE(dry.body.find("\"started\":false"), std::string::npos) << dry.body;
+  EXPECT_EQ(http_request(port, "POST", "/api/models/trees/retrainings", R"({"force":"yes"})").status, 400);
+  auto retraining = http_request(port, "POST", "/api/models/trees/retrainings");
+  ASSERT_EQ(retraining.status, 202) << retraining.body;
+  std::string history = poll("/api/models/trees/retrainings");
+  EXPECT_NE(history.find("\"state\":\"registered\""), std::string::npos) << history;
+  EXPECT_NE(history.find("\"candidate\":\"trees@2\""), std::string::npos) << history;
+  auto printed = slipway({"--json", "retrain", "history", "trees"});
+  EXPECT_NE(history.find(printed.out.substr(1, printed.out.find('}'))), std::string::npos) << printed.out;
+  EXPECT_EQ(http_request(port, "POST", "/api/models/trees/retrainings/cancel").status, 409);
+}
+
 // Hostile calls: forged paging tokens, uploads that lie about their hash, paths that climb out,
 // bodies over the limit, junk names; each a clear 4xx, and nothing half-written. Then 1,000
 // writers at once: each answered (200, or 429 when the backlog is full), and every 200 stored.
