@@ -20,8 +20,10 @@ struct ManagementOptions {
 // The management API over the workspace (JSON in and out; errors {"error": "..."}), every route
 // declared once in src/control/ and listed by GET /openapi.json: endpoints and rollouts, models
 // and versions (register an upload, alias, retire, annotations, labels, serving configs,
-// optimizations, retrain policies, approvals), runs and tracking, training jobs, lineage, batch
-// jobs, monitoring and alerts, the audit log, tokens, and the workspace's upkeep (verify, gc). Each route states the
+// optimizations, retrain policies, approvals, evaluations, comparisons, explanations, exports),
+// runs and tracking, training jobs, retrainings and reproductions, lineage, batch jobs,
+// monitoring and alerts, endpoint descriptions, the training parameters, the audit log, tokens,
+// and the workspace's upkeep (verify, gc). Each route states the
 // least role that may call it (predict reads nothing here; read lists; deploy changes; admin approves, lifts approval
 // requirements and manages tokens): the handler refuses a lesser one with 403. A change opens
 // the workspace for writing for the call (a workspace on a read-only disk says so in the answer)

@@ -157,6 +157,14 @@ std::vector<std::string> v2_requests_from_table(const data::Table& table, std::s
                                                 const std::vector<std::string>& skip_columns,
                                                 std::size_t max_requests = SIZE_MAX);
 
+// A token the serving process is given (its secret's sha256, never the secret) rather than one
+// the registry stores.
+struct ConfiguredToken {
+  std::string name;  // audited and logged as token:NAME
+  std::string secret_sha256;
+  Role role = Role::kPredict;
+};
+
 struct ServiceOptions {
   // How long a resolved name -> version -> bundle mapping (and the model's serving configuration
   // in the registry) is trusted before the registry is asked again: aliases moved by
@@ -188,6 +196,9 @@ struct ServiceOptions {
   // metadata, deploy for the repository API, admin for /metrics and stats. Health endpoints and
   // /openapi.json stay open.
   bool require_auth = false;
+  // Tokens given to the process rather than stored (`slipway llm serve --api-key KEY`: an API key
+  // is a token), checked with the registry's, the same way. Any of them requires tokens.
+  std::vector<ConfiguredToken> configured_tokens;
 };
 
 // One v2 JSON inference inside the server, stage by stage, for `bundle`: no HTTP, no batching,
@@ -263,6 +274,13 @@ class Service {
 // parsed document and decoded columns peaked at 7.2 times the body (docs/benchmarks.md, issue 9).
 inline constexpr std::size_t kV2BodyMemoryFactor = 8;
 
+// An LLM served under /v1 (the OpenAI API, below): an engine and the name requests give it.
+struct ServedLlm {
+  std::string id;  // the `model` requests name
+  std::shared_ptr<llm::Engine> engine;
+  std::int64_t created = 0;  // Unix seconds, for /v1/models
+};
+
 struct ServerOptions {
   // The transport: address, threads, limits, timeouts, drain. Its callbacks (on_drain_deadline,
   // on_hangup, on_refusal) are the serving process's own and are replaced by Server::start.
@@ -278,18 +296,15 @@ struct ServerOptions {
   // Registered LLMs (GGUF files) are served with the OpenAI API under /v1, each by an engine
   // with these options, loaded at start.
   llm::EngineOptions llm;
+  // LLMs the process loaded itself (`slipway llm serve FILE`), served under /v1 beside the
+  // registered ones.
+  std::vector<ServedLlm> llms;
 };
 
 // ---------------------------------------------------------------------------------------------
 // The OpenAI API over LLM engines (the llm module is an engine with no HTTP in it, like libllama): GET /v1/models, POST
 // /v1/completions and /v1/chat/completions, streamed as server-sent events when asked. Errors take OpenAI's shape,
 // {"error": {"message", "type", "param", "code"}}.
-
-struct ServedLlm {
-  std::string id;  // the `model` requests name
-  std::shared_ptr<llm::Engine> engine;
-  std::int64_t created = 0;  // Unix seconds, for /v1/models
-};
 
 class OpenAiApi {
  public:
@@ -317,19 +332,6 @@ class OpenAiApi {
   // times this cannot fit, and is refused before it is tokenized.
   std::vector<std::size_t> max_token_bytes_;
 };
-
-// Whether a request may pass: nullopt, or the refusal to answer (a missing or unknown token:
-// 401 with its WWW-Authenticate header; a role too low: 403).
-using AccessCheck = std::function<std::optional<HttpResponse>(const http::Request&)>;
-// The OpenAI API at /v1, composed once for every server that serves LLMs (`slipway serve` with
-// registered GGUF models, `slipway llm serve FILE`): `check` first, its refusal and every refusal
-// before the handler (a body over the limit, a full backlog) in OpenAI's error shape, so OpenAI's
-// clients read them as theirs; POSTs on the workers (tokenizing a long prompt takes milliseconds).
-http::Route openai_route(std::shared_ptr<OpenAiApi> api, AccessCheck check);
-// The check of a server that takes one API key as a bearer token, the way a token server checks
-// its tokens (a refusal the same 401, compared in constant time); an empty key lets every request
-// pass.
-AccessCheck api_key_check(std::string key);
 
 // The registered models whose serving version (the `production` alias, else the newest) is a
 // GGUF LLM, each loaded with an engine; a model that fails to load is logged and left out.

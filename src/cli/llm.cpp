@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 
 #include "cli/cli.h"
-#include "slipway/http.h"
 #include "slipway/llm.h"
 
 namespace slipway::cli {
@@ -222,38 +221,38 @@ int run_llm_serve(const GlobalOptions& global, const LlmServeFlags& flags) {
   auto engine = llm::Engine::start(*model, std::move(*tokenizer), engine_options);
   if (!engine.ok()) return fail(engine.status());
   std::string name = flags.name.empty() ? std::filesystem::path(flags.model).stem().string() : flags.name;
-  auto api = std::make_shared<serve::OpenAiApi>(std::vector<serve::ServedLlm>{
-      {name, std::shared_ptr<llm::Engine>(std::move(*engine)), static_cast<std::int64_t>(std::time(nullptr))}});
-  // Everything but /health needs the key when one is set, checked as a token server checks its
-  // tokens; OpenAI's clients send it as a bearer token.
-  serve::AccessCheck check = serve::api_key_check(flags.api_key);
-  std::vector<http::Route> routes;
-  routes.push_back(serve::openai_route(api, check));
-  routes.push_back(http::Route{
-      "/metrics", nullptr, [api, check](const http::Request& request, const http::Respond& respond) {
-        if (auto refused = check(request)) {
-          return respond(http::Response{
-              refused->status, refused->content_type, std::move(refused->body), std::move(refused->headers), {}});
-        }
-        respond(http::Response{200, "text/plain; version=0.0.4", api->metrics_text(), {}, {}});
-      }});
-  routes.push_back(http::Route{"/health", nullptr, [](const http::Request&, const http::Respond& respond) {
-                                 respond(http::Response{200, "application/json", R"({"status":"ok"})", {}, {}});
-                               }});
-  http::ServerOptions options;
-  options.host = flags.host;
-  options.port = static_cast<std::uint16_t>(flags.port);
-  options.io_threads = flags.io_threads;
-  options.max_connections = flags.max_connections;
-  options.max_body_bytes = std::size_t{8} << 20;
-  // Generations still running at the drain deadline are answered (503) while the loop can write.
-  options.on_drain_deadline = [api] { api->cancel_all("the server is shutting down"); };
-  auto server = http::Server::start(std::move(routes), options);
+  const std::size_t context = (*engine)->context();
+  // The server `slipway serve` runs, over a scratch workspace (empty: this file is all it serves,
+  // and nothing is written where the user works). The API key is a token of it, with every right
+  // there is on this server (/metrics is an admin route).
+  std::filesystem::path scratch = std::filesystem::temp_directory_path() / ("slipway-llm-serve-" + random_hex(8));
+  struct RemoveScratch {
+    std::filesystem::path path;
+    ~RemoveScratch() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  } remove_scratch{scratch};
+  auto workspace = registry::Registry::open(scratch.string(), true);
+  if (!workspace.ok()) return fail(workspace.status());
+  serve::ServerOptions options;
+  options.http.host = flags.host;
+  options.http.port = static_cast<std::uint16_t>(flags.port);
+  options.http.io_threads = flags.io_threads;
+  options.http.max_connections = flags.max_connections;
+  options.http.max_body_bytes = std::size_t{8} << 20;
+  options.llms.push_back(
+      {name, std::shared_ptr<llm::Engine>(std::move(*engine)), static_cast<std::int64_t>(std::time(nullptr))});
+  if (!flags.api_key.empty()) {
+    options.service.configured_tokens.push_back({"api-key", sha256_hex(flags.api_key), serve::Role::kAdmin});
+  }
+  auto server = serve::Server::start(**workspace, options);
   if (!server.ok()) return fail(server.status());
+  options.llms.clear();  // the server holds the engine: it stops with the server
   const llm::LlamaConfig& config = (*model)->config();
   log_info(fmt::format("{}: {} layers, width {}, context {} per sequence, {} sequence(s) at once{}", flags.model,
-                       config.layers, config.embedding, api->models().front().engine->context(),
-                       flags.engine.max_sequences, flags.api_key.empty() ? "" : ", API key required"));
+                       config.layers, config.embedding, context, flags.engine.max_sequences,
+                       flags.api_key.empty() ? "" : ", API key required"));
   LlmServingAddress address;
   address.host = flags.host;
   address.port = (*server)->port();
@@ -261,7 +260,7 @@ int run_llm_serve(const GlobalOptions& global, const LlmServeFlags& flags) {
   render(global, address);
   std::cout.flush();
   (*server)->run();
-  api->shutdown();  // before the server goes: an answer's last write needs its event loop
+  server->reset();  // answers what is still queued, stops the engine, then closes the connections
   log_info("server stopped");
   return 0;
 }

@@ -1,6 +1,7 @@
 // Bearer-token authorization for `slipway serve --auth`: roles nest predict < read < deploy < admin;
 // tokens come from the registry (only their sha256 is stored) and are re-read every
-// registry_refresh, so a revocation takes effect within it.
+// registry_refresh, so a revocation takes effect within it. A process may be given tokens too
+// (`slipway llm serve --api-key`), checked beside them.
 #include <cctype>
 
 #include "serve/service_state.h"
@@ -36,6 +37,7 @@ std::string_view role_name(Role role) {
 const std::vector<ProtocolRoute>& protocol_routes() {
   static const std::vector<ProtocolRoute> kRoutes = {
       {"GET", "/v2", Role::kPredict, "Server metadata: name, version, extensions"},
+      {"GET", "/health", Role::kOpen, "Liveness, where OpenAI-compatible servers (llama.cpp, vLLM) answer it"},
       {"GET", "/v2/health/live", Role::kOpen, "Liveness: the server answers"},
       {"GET", "/v2/health/ready", Role::kOpen, "Readiness: the server takes requests"},
       {"GET", "/v2/models/stats", Role::kAdmin, "Statistics of every model (Triton's statistics extension)"},
@@ -94,9 +96,11 @@ std::optional<HttpResponse> Service::State::authorize(Role required, std::string
     bearer = std::tolower(static_cast<unsigned char>(authorization[index])) == kScheme[index];
   }
   if (!bearer) {
-    return unauthenticated(
-        "this server requires a token: send 'Authorization: Bearer TOKEN' (create one with "
-        "`slipway token create`)");
+    // A server given its API key (`slipway llm serve --api-key`) has no workspace to make tokens in.
+    return unauthenticated(options.configured_tokens.empty()
+                               ? "this server requires a token: send 'Authorization: Bearer TOKEN' (create one "
+                                 "with `slipway token create`)"
+                               : "this server requires an API key: send 'Authorization: Bearer KEY'");
   }
   std::string digest = sha256_hex(authorization.substr(kScheme.size()));
   std::optional<Role> granted;
@@ -122,7 +126,16 @@ std::optional<HttpResponse> Service::State::authorize(Role required, std::string
       }
     }
   }
-  if (!granted) return unauthenticated("the bearer token is not valid (unknown or revoked)");
+  for (const auto& token : options.configured_tokens) {
+    if (constant_time_equal(digest, token.secret_sha256)) {
+      granted = token.role;
+      if (token_name != nullptr) *token_name = token.name;
+    }
+  }
+  if (!granted) {
+    return unauthenticated(options.configured_tokens.empty() ? "the bearer token is not valid (unknown or revoked)"
+                                                             : "the bearer token is not a valid API key or token");
+  }
   if (granted_role != nullptr) *granted_role = *granted;
   if (static_cast<int>(*granted) < static_cast<int>(required)) {
     return error_response(403, "the token's role '" + std::string(role_name(*granted)) +

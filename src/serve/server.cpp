@@ -1,8 +1,7 @@
-// The serving process: the v2 Service on the http module's server, with /metrics beside it, and
-// the management API and its OpenAPI document, and the OpenAI API under /v1.
+// The serving process, composed once for `slipway serve` and `slipway llm serve`: the v2 Service
+// on the http module's server, with /metrics and /health beside it, the management API and its
+// OpenAPI document, and the OpenAI API under /v1, all behind one authorization.
 #include <simdjson.h>
-
-#include <cctype>
 
 #include "slipway/serve.h"
 
@@ -29,8 +28,13 @@ RequestHeaders headers_of(const http::Request& request) {
   return headers;
 }
 
-}  // namespace
+// Whether a request may pass: nullopt, or the refusal to answer (a missing or unknown token: 401
+// with its WWW-Authenticate header; a role too low: 403).
+using AccessCheck = std::function<std::optional<HttpResponse>(const http::Request&)>;
 
+// The OpenAI API at /v1: `check` first, its refusal and every refusal before the handler (a body
+// over the limit, a full backlog) in OpenAI's error shape, so OpenAI's clients read them as
+// theirs; POSTs on the workers (tokenizing a long prompt takes milliseconds).
 http::Route openai_route(std::shared_ptr<OpenAiApi> api, AccessCheck check) {
   return http::Route{
       "/v1",
@@ -54,21 +58,7 @@ http::Route openai_route(std::shared_ptr<OpenAiApi> api, AccessCheck check) {
       [](int status, std::string_view message) { return OpenAiApi::error(status, message); }};
 }
 
-AccessCheck api_key_check(std::string key) {
-  return [key = std::move(key)](const http::Request& request) -> std::optional<HttpResponse> {
-    if (key.empty()) return std::nullopt;
-    std::string_view header = request.header("Authorization");
-    constexpr std::string_view kScheme = "bearer ";
-    bool bearer = header.size() > kScheme.size();
-    for (std::size_t index = 0; bearer && index < kScheme.size(); ++index) {
-      bearer = std::tolower(static_cast<unsigned char>(header[index])) == kScheme[index];
-    }
-    if (bearer && constant_time_equal(header.substr(kScheme.size()), key)) return std::nullopt;
-    HttpResponse refused = error_response(401, "this server requires an API key: send 'Authorization: Bearer KEY'");
-    refused.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"slipway\"");
-    return refused;
-  };
-}
+}  // namespace
 
 struct Server::State {
   State(registry::Registry& registry, const ServerOptions& options) : service(registry, options.service) {}
@@ -105,11 +95,13 @@ Result<std::unique_ptr<Server>> Server::start(registry::Registry& registry, cons
                                },
                                handle});
   routes.push_back(http::Route{"/metrics", nullptr, handle});
+  routes.push_back(http::Route{"/health", nullptr, handle});
   routes.push_back(http::Route{"/api", [](const http::Request&) { return http::Execution::kWorker; }, handle});
   routes.push_back(http::Route{"/openapi.json", [](const http::Request&) { return http::Execution::kWorker; }, handle});
   // /v1 answers whether or not an LLM is registered (an empty model list, then "no such model"),
   // as the OpenAPI document says.
   std::vector<ServedLlm> llms = load_registered_llms(registry, options.llm);
+  llms.insert(llms.end(), options.llms.begin(), options.llms.end());
   bool serves_llms = !llms.empty();
   state->llms = std::make_shared<OpenAiApi>(std::move(llms));
   if (serves_llms) {

@@ -132,6 +132,7 @@ std::vector<std::string_view> path_segments(std::string_view target) {
 Service::Service(registry::Registry& registry, const ServiceOptions& options)
     : state_(std::make_unique<State>(registry, options)) {
   State* state = state_.get();
+  if (!options.configured_tokens.empty()) state->options.require_auth = true;
   state_->rollouts = std::make_unique<RolloutController>(registry, options.registry_refresh, [state] {
     // This server follows the rollout's change at once (a failed read keeps the old routes).
     std::lock_guard lock(state->endpoints_mutex);
@@ -206,6 +207,7 @@ namespace {
 // client can grow the metrics.
 std::string_view route_name(const std::vector<std::string_view>& segments) {
   if (segments.size() == 1 && segments[0] == "metrics") return "metrics";
+  if (segments.size() == 1 && segments[0] == "health") return "health";
   if (!segments.empty() && segments[0] == "api") return "management";
   if (segments.size() == 1 && segments[0] == "openapi.json") return "management";
   if (segments.empty() || segments[0] != "v2") return "other";
@@ -324,6 +326,9 @@ void Service::handle_async(std::string_view method, std::string_view target, std
       json.begin_object().key(segments[2]).value(true).end_object();
       return json_response(200, json.take());
     }));
+  }
+  if (route == "health" && segments.size() == 1) {
+    return answer(get_only([] { return json_response(200, R"({"status":"ok"})"); }));
   }
   if (route == "repository") return answer(state->handle_repository_route(method, segments, body));
   if (route == "management") {

@@ -101,6 +101,14 @@ TEST_F(LlmServer, HostileAndCarelessRequestsGetOpenAiShapedErrors) {
   EXPECT_EQ(http_request(port_, "GET", "/v1/models", "", {{"Authorization", "BEARER secret"}}).status, 200);
   EXPECT_EQ(http_request(port_, "GET", "/metrics").status, 401);
   EXPECT_EQ(http_request(port_, "GET", "/health").status, 200);
+  // The server `slipway serve` runs, the API key one of its tokens: KServe v2 beside /v1 (with no
+  // model of its own), health open, no management API (no workspace to manage).
+  EXPECT_EQ(http_request(port_, "GET", "/v2/health/ready").status, 200);
+  EXPECT_EQ(http_request(port_, "GET", "/v2").status, 401);
+  EXPECT_EQ(http_request(port_, "GET", "/v2", "", {{"Authorization", "Bearer secret"}}).status, 200);
+  EXPECT_EQ(http_request(port_, "POST", "/v2/models/tiny/infer", "{}", {{"Authorization", "Bearer secret"}}).status,
+            404);
+  EXPECT_EQ(http_request(port_, "GET", "/api/models", "", {{"Authorization", "Bearer secret"}}).status, 404);
   // A body over the limit is refused before any handler, in OpenAI's shape too.
   expect_error(post("/v1/completions", std::string(std::size_t{9} << 20, ' ')), 413, "invalid_request_error");
   expect_error(post("/v1/completions", "{not json"), 400, "not valid JSON");
