@@ -9,6 +9,7 @@
 // loops must.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -23,6 +24,7 @@
 #include "slipway/data.h"
 #include "slipway/llm.h"
 #include "slipway/model.h"
+#include "slipway/registry.h"
 
 namespace slipway::optimize {
 
@@ -128,6 +130,8 @@ struct ProfileReport {
 // InvalidArgument when a request size is 0 or larger than the rows given, or the rows do not fit
 // the model.
 Result<ProfileReport> profile_model(const ProfileOptions& options);
+// What `slipway profile --json` prints.
+void write_profile_report_json(JsonWriter& json, const ProfileReport& report);
 
 // ---------------------------------------------------------------------------------------------
 // The candidate table: optimized versions of a model, each measured on this machine against the
@@ -209,6 +213,9 @@ struct OptimizeOptions {
   // settings differ from the candidate built now is measured again. Null: measure all.
   std::function<std::optional<std::pair<std::string, std::map<std::string, std::string>>>(const std::string& name)>
       find_finished;
+  // Set (from another thread) to stop: the candidates not yet built or measured become rows
+  // saying so, as when the budget runs out.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct OptimizeReport {
@@ -232,6 +239,41 @@ struct OptimizeReport {
 // fails to build or measure is a row with its error. InvalidArgument for an unknown technique, a
 // cost SLO without a price, or golden rows without the target.
 Result<OptimizeReport> optimize_model(const OptimizeOptions& options);
+
+// The whole of `slipway optimize` for a tabular model, as the CLI and /api run it: the reference
+// resolved, the files read, the settings checked (InvalidArgument naming the one that is wrong),
+// and with `register_candidates` each candidate registered as a version of the baseline's model
+// as soon as it is measured; `resume` reuses the versions an earlier registering run of the same
+// baseline, SLO and settings made.
+struct OptimizationRequest {
+  std::string reference;                                     // NAME@VERSION, NAME@ALIAS, NAME, or a bundle file
+  std::string data_path;                                     // labelled golden rows (required)
+  std::string train_path, unlabeled_path, calibration_path;  // optional: see OptimizeOptions
+  std::string slo;                                           // parse_slo's text; empty: none
+  std::vector<std::string> techniques;                       // empty: every technique
+  double price_per_hour = 0.0;
+  std::optional<double> tolerance;
+  std::chrono::milliseconds duration{2000};  // per load test, at least 200 ms
+  std::optional<std::chrono::milliseconds> budget;
+  int threads = 1;  // the server's worker threads, 1 to 256
+  double repeat_rate = 0.0;
+  double distill_alpha = 0.7;
+  double distill_temperature = 1.0;
+  std::string slice_column;
+  bool register_candidates = false;
+  bool resume = false;
+  std::function<void(int step, int total, const std::string& what)> on_progress;
+  const std::atomic<bool>* cancel = nullptr;
+};
+// InvalidArgument for an unknown technique of the tabular table.
+Status check_technique(const std::string& technique);
+// What can be told of a request before anything is read or measured: its settings, its SLO and
+// techniques (InvalidArgument naming the one that is wrong).
+Status check_optimization_request(const OptimizationRequest& request);
+// `registry` resolves a registered model (null for a bundle file); registering needs it writable.
+Result<OptimizeReport> run_optimization(registry::Registry* registry, const OptimizationRequest& request);
+// What `slipway optimize --json` prints for a tabular model; `data_name` names the golden file.
+void write_optimize_report_json(JsonWriter& json, const OptimizeReport& report, std::string_view data_name);
 
 // ---------------------------------------------------------------------------------------------
 // The LLM candidate table: a GGUF model served by the generation engine, each candidate changing

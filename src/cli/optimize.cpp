@@ -88,57 +88,7 @@ struct OptimizeResult : CommandResult {
     return out.str();
   }
 
-  void write_json(JsonWriter& json) const override {
-    json.begin_object().key("baseline").value(report.baseline_name).key("data").value(data_path);
-    json.key("slo").value(report.slo_text).key("quality_metric").value(report.quality_metric);
-    if (report.price_per_hour > 0) json.key("price_per_hour").value(report.price_per_hour);
-    json.key("repeat_rate").value(report.repeat_rate);
-    json.key("candidates").begin_array();
-    for (std::size_t index = 0; index < report.candidates.size(); ++index) {
-      const auto& c = report.candidates[index];
-      json.begin_object().key("name").value(c.name).key("technique").value(c.technique);
-      json.key("settings").begin_object();
-      for (const auto& [key, value] : c.settings) json.key(key).value(value);
-      json.end_object();
-      if (!c.error.empty()) {
-        json.key("error").value(c.error).end_object();
-        continue;
-      }
-      json.key("quality").value(c.quality).key("quality_drop").value(c.quality_drop);
-      if (!c.worst_slice.empty())
-        json.key("worst_slice").value(c.worst_slice).key("worst_slice_drop").value(c.worst_slice_drop);
-      json.key("rows_beyond_tolerance").value(static_cast<std::uint64_t>(c.rows_beyond_tolerance));
-      json.key("label_flips").value(static_cast<std::uint64_t>(c.label_flips));
-      json.key("max_abs_difference").value(c.max_abs_difference);
-      json.key("p50_ms").value(c.p50_ms).key("p95_ms").value(c.p95_ms).key("p99_ms").value(c.p99_ms);
-      json.key("achieved_rate").value(c.achieved_rate).key("failed_requests").value(c.failed_requests);
-      json.key("max_rate").value(c.max_rate).key("cost_per_1k").value(c.cost_per_1k);
-      json.key("bundle_bytes").value(static_cast<std::uint64_t>(c.bundle_bytes));
-      json.key("loaded_bytes").value(static_cast<std::uint64_t>(c.loaded_bytes));
-      json.key("request_bytes").value(static_cast<std::uint64_t>(c.request_bytes));
-      json.key("meets_slo").value(c.meets_slo).key("failures").begin_array();
-      for (const auto& failure : c.failures) json.value(failure);
-      json.end_array();
-      json.key("recommended").value(static_cast<int>(index) == report.recommended);
-      if (!c.version.empty()) json.key("version").value(c.version);
-      json.end_object();
-    }
-    json.end_array();
-    json.key("recommended")
-        .value(report.recommended < 0 ? std::string()
-                                      : report.candidates[static_cast<std::size_t>(report.recommended)].name);
-    json.key("reason").value(report.reason);
-    json.key("prune_curve").begin_array();
-    for (const auto& [rounds, quality] : report.prune_curve) {
-      json.begin_object()
-          .key("rounds")
-          .value(static_cast<std::uint64_t>(rounds))
-          .key("quality")
-          .value(quality)
-          .end_object();
-    }
-    json.end_array().end_object();
-  }
+  void write_json(JsonWriter& json) const override { optimize::write_optimize_report_json(json, report, data_path); }
 
   void write_text(std::ostream& out) const override {
     out << "optimize " << report.baseline_name << " on " << data_path << "; SLO "
@@ -400,115 +350,53 @@ Result<LlmOptimizeResult> optimize_llm_command(const OptimizeFlags& flags, const
 }
 
 Result<OptimizeResult> optimize_command(const GlobalOptions& global, const OptimizeFlags& flags) {
-  optimize::OptimizeOptions options;
-  if (!flags.slo.empty()) {
-    SLIPWAY_ASSIGN_OR_RETURN(options.slo, optimize::parse_slo(flags.slo));
-  }
+  optimize::OptimizationRequest request;
+  request.reference = flags.reference;
+  request.data_path = flags.data_path;
+  request.train_path = flags.train_path;
+  request.unlabeled_path = flags.unlabeled_path;
+  request.calibration_path = flags.calibration_path;
+  request.slo = flags.slo;
   SLIPWAY_RETURN_IF_ERROR(read_price_and_candidates(flags, "quantize, prune, features, distill, int8, sparse, serving",
-                                                    options.price_per_hour, options.techniques));
-  if (flags.tolerance) {
-    if (!(*flags.tolerance >= 0) || !std::isfinite(*flags.tolerance)) {
-      return invalid_argument("--tolerance must be a finite number >= 0");
-    }
-    options.tolerance = *flags.tolerance;
+                                                    request.price_per_hour, request.techniques));
+  // The flags' own ranges, said in their names (run_optimization checks the same settings for
+  // every door, in words).
+  if (flags.tolerance && (!(*flags.tolerance >= 0) || !std::isfinite(*flags.tolerance))) {
+    return invalid_argument("--tolerance must be a finite number >= 0");
   }
-  SLIPWAY_ASSIGN_OR_RETURN(options.measure_time, parse_duration("--duration", flags.duration));
-  if (options.measure_time < std::chrono::milliseconds(200))
-    return invalid_argument("--duration must be at least 200ms");
+  request.tolerance = flags.tolerance;
+  SLIPWAY_ASSIGN_OR_RETURN(request.duration, parse_duration("--duration", flags.duration));
+  if (request.duration < std::chrono::milliseconds(200)) return invalid_argument("--duration must be at least 200ms");
   if (!flags.budget.empty()) {
-    SLIPWAY_ASSIGN_OR_RETURN(options.budget, parse_duration("--budget", flags.budget));
-    if (*options.budget <= std::chrono::milliseconds(0)) return invalid_argument("--budget must be positive");
+    SLIPWAY_ASSIGN_OR_RETURN(request.budget, parse_duration("--budget", flags.budget));
+    if (*request.budget <= std::chrono::milliseconds(0)) return invalid_argument("--budget must be positive");
   }
-  if (flags.threads < 0 || flags.threads > 256) return invalid_argument("--threads must be from 1 to 256");
-  options.threads = std::max(1, flags.threads);
-  if (!(flags.repeat_rate >= 0 && flags.repeat_rate <= 1)) return invalid_argument("--repeat-rate must be from 0 to 1");
-  options.repeat_rate = flags.repeat_rate;
-  options.slice_column = flags.slice;
-  SLIPWAY_RETURN_IF_ERROR(check_markdown_path(flags));
-
-  // Candidates become versions of a registered model; a bundle file's are measured only.
-  bool from_registry = !pipeline::names_bundle_file(flags.reference);
-  bool registering = from_registry && flags.register_candidates;
-  std::unique_ptr<registry::Registry> store;
-  if (registering) {
-    SLIPWAY_ASSIGN_OR_RETURN(store, open_workspace(global, WorkspaceAccess::kWrite));
+  if (!flags.slo.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(auto slo, optimize::parse_slo(flags.slo));
+    if (slo.cost_per_1k && !(flags.price_per_hour > 0)) return invalid_argument("a cost SLO needs --price-per-hour");
   }
-  SLIPWAY_ASSIGN_OR_RETURN(auto loaded, store != nullptr ? pipeline::resolve_reference(store.get(), flags.reference)
-                                                         : load_reference(global, flags.reference));
-  SLIPWAY_ASSIGN_OR_RETURN(auto golden, pipeline::read_table(flags.data_path));
-  std::optional<data::Table> train, unlabeled, calibration;
-  if (!flags.train_path.empty()) {
-    SLIPWAY_ASSIGN_OR_RETURN(train, pipeline::read_table(flags.train_path));
-    options.train = &*train;
-  }
-  if (!flags.unlabeled_path.empty()) {
-    SLIPWAY_ASSIGN_OR_RETURN(unlabeled, pipeline::read_table(flags.unlabeled_path));
-    options.unlabeled = &*unlabeled;
-  }
-  if (!flags.calibration_path.empty()) {
-    SLIPWAY_ASSIGN_OR_RETURN(calibration, pipeline::read_table(flags.calibration_path));
-    options.calibration = &*calibration;
-  }
-  if (!(flags.alpha >= 0 && flags.alpha <= 1)) return invalid_argument("--alpha must be from 0 to 1");
-  if (!(flags.temperature > 0 && flags.temperature <= 100)) {
-    return invalid_argument("--temperature must be above 0 and at most 100");
-  }
-  options.distill_alpha = flags.alpha;
-  options.distill_temperature = flags.temperature;
-  options.baseline = loaded.bundle;
-  options.baseline_name = loaded.description;
-  options.golden = &golden;
-  if (flags.resume && !registering) {
+  if (flags.resume && !flags.register_candidates) {
     return invalid_argument("--resume continues a --register run of a registered model; add --register");
   }
-  if (flags.resume && flags.reference.find('@') == std::string::npos) {
-    // A bare NAME is the newest version: after a --register run, one of its candidates.
-    return invalid_argument("--resume needs the baseline pinned as NAME@VERSION (the run being resumed printed it)");
-  }
-  options.context = fmt::format("data={};slice={};tolerance={};price={};train={};unlabeled={};repeat={};calibration={}",
-                                flags.data_path, flags.slice,
-                                flags.tolerance ? fmt::format("{}", *flags.tolerance) : "", flags.price_per_hour,
-                                flags.train_path, flags.unlabeled_path, flags.repeat_rate, flags.calibration_path);
-  std::string model = loaded.description.substr(0, loaded.description.find('@'));
-  if (registering) {
-    options.on_candidate = [&store, model](const optimize::CandidateResult& candidate) -> Result<std::string> {
-      SLIPWAY_ASSIGN_OR_RETURN(registry::ModelVersion version,
-                               pipeline::register_bundle(*store, model, *candidate.bundle, pipeline::Caller{}));
-      return model + "@" + std::to_string(version.version);
-    };
-    log_info("each candidate is registered as a version of " + model +
-             " as soon as it is measured; if this run stops, " + "the same command with " + loaded.description +
-             " as the model and --resume continues it");
-  }
-  // Versions an earlier run registered: (version, record) by candidate name, for the same
-  // baseline and SLO.
-  std::map<std::string, std::pair<std::string, std::map<std::string, std::string>>> finished;
-  if (flags.resume) {
-    SLIPWAY_ASSIGN_OR_RETURN(auto versions, store->models().list_versions(model));
-    auto records = pipeline::optimization_records(*store, model, versions);
-    for (std::size_t index = 0; index < versions.size(); ++index) {
-      std::string reference = model + "@" + std::to_string(versions[index].version);
-      const auto& record = records[index];
-      auto field = [&](const char* key) {
-        auto found = record.find(key);
-        return found == record.end() ? std::string() : found->second;
-      };
-      if (field("baseline") == loaded.description && field("slo") == flags.slo && field("context") == options.context &&
-          !field("name").empty()) {
-        finished[field("name")] = {reference, record};
-      }
-    }
-    options.find_finished =
-        [&finished](
-            const std::string& name) -> std::optional<std::pair<std::string, std::map<std::string, std::string>>> {
-      auto found = finished.find(name);
-      if (found == finished.end()) return std::nullopt;
-      return found->second;
-    };
+  if (flags.threads < 0 || flags.threads > 256) return invalid_argument("--threads must be from 1 to 256");
+  request.threads = std::max(1, flags.threads);
+  request.repeat_rate = flags.repeat_rate;
+  request.distill_alpha = flags.alpha;
+  request.distill_temperature = flags.temperature;
+  request.slice_column = flags.slice;
+  request.register_candidates = flags.register_candidates;
+  request.resume = flags.resume;
+  SLIPWAY_RETURN_IF_ERROR(check_markdown_path(flags));
+  std::unique_ptr<registry::Registry> store;
+  if (!pipeline::names_bundle_file(flags.reference)) {
+    SLIPWAY_ASSIGN_OR_RETURN(store, open_workspace(global, flags.register_candidates ? WorkspaceAccess::kWrite
+                                                                                     : WorkspaceAccess::kReadOnly));
   }
   OptimizeResult result;
   result.data_path = flags.data_path;
-  SLIPWAY_RETURN_IF_ERROR(run_table(flags, options, result, optimize::optimize_model));
+  SLIPWAY_RETURN_IF_ERROR(run_table(flags, request, result, [&store](const optimize::OptimizationRequest& given) {
+    return optimize::run_optimization(store.get(), given);
+  }));
   return result;
 }
 

@@ -33,32 +33,7 @@ const char* stage_label(const std::string& stage) {
 struct ProfileResult : CommandResult {
   optimize::ProfileReport report;
 
-  void write_json(JsonWriter& json) const override {
-    json.begin_object().key("model").value(report.model).key("family").value(report.family);
-    json.key("bundle_bytes").value(static_cast<std::uint64_t>(report.bundle_bytes));
-    json.key("loaded_bytes").value(static_cast<std::uint64_t>(report.loaded_bytes));
-    json.key("threads").value(static_cast<std::int64_t>(report.threads));
-    json.key("sizes").begin_array();
-    for (const auto& size : report.sizes) {
-      json.begin_object().key("rows_per_request").value(static_cast<std::uint64_t>(size.rows_per_request));
-      json.key("request_bytes").value(static_cast<std::uint64_t>(size.request_bytes));
-      json.key("response_bytes").value(static_cast<std::uint64_t>(size.response_bytes));
-      json.key("requests_timed").value(size.requests_timed);
-      json.key("stages").begin_array();
-      for (const auto& stage : size.stages) {
-        json.begin_object().key("stage").value(stage.name).key("median_us").value(stage.median_us);
-        json.key("share").value(stage.share).end_object();
-      }
-      json.end_array();
-      json.key("in_process_us").value(size.in_process_us);
-      json.key("server_p50_us").value(size.server_p50_us).key("server_p99_us").value(size.server_p99_us);
-      json.key("in_process_rows_per_second").value(size.in_process_rows_per_second);
-      json.key("server_rows_per_second").value(size.server_rows_per_second);
-      json.key("connections").value(static_cast<std::int64_t>(size.connections));
-      json.key("bottleneck").value(size.bottleneck).end_object();
-    }
-    json.end_array().end_object();
-  }
+  void write_json(JsonWriter& json) const override { optimize::write_profile_report_json(json, report); }
 
   void write_text(std::ostream& out) const override {
     out << "profile " << report.model << " (" << report.family << "): bundle " << format_bytes(report.bundle_bytes)

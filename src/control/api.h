@@ -73,7 +73,8 @@ void add_training_routes(std::vector<ApiRoute>& routes);    // training_routes.c
 void add_workspace_routes(std::vector<ApiRoute>& routes);   // workspace_routes.cpp
 // evaluation_routes.cpp: evaluations, comparisons, explanations and exports of a version.
 void add_evaluation_routes(std::vector<ApiRoute>& routes);
-void add_retraining_routes(std::vector<ApiRoute>& routes);  // retraining_routes.cpp
+void add_retraining_routes(std::vector<ApiRoute>& routes);    // retraining_routes.cpp
+void add_optimization_routes(std::vector<ApiRoute>& routes);  // optimization_routes.cpp
 
 // Work the server runs on threads of its own for /api (batch jobs, training jobs), by name: each
 // member callable from any thread, at most `max_running` at once. A job's record is what it

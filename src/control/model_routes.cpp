@@ -40,10 +40,6 @@ constexpr std::string_view kServingConfigRequestSchema =
     R"({"type":"object","additionalProperties":false,"properties":{"values":{"type":"object","maxProperties":64,)"
     R"("additionalProperties":{"type":"string"},"description":"keys as slipway serving-config --keys lists them"},)"
     R"("reset":{"type":"boolean","description":"drop the stored keys not given"}}})";
-constexpr std::string_view kOptimizationsSchema =
-    R"({"type":"object","properties":{"model":{"type":"string"},"optimizations":{"type":"array","items":{)"
-    R"("type":"object","properties":{"version":{"type":"integer"},"record":{"type":"object",)"
-    R"("additionalProperties":{"type":"string"}}}}}}})";
 constexpr std::string_view kLineageSchema =
     R"({"type":"object","properties":{"start":{"type":"string"},"direction":{"type":"string"},)"
     R"("nodes":{"type":"array","items":{"type":"object"}},"edges":{"type":"array","items":{"type":"object"}}}})";
@@ -301,23 +297,6 @@ HttpResponse set_serving_config(ApiCall& call) {
 }
 
 // The versions `slipway optimize` made, with how (its record in each bundle).
-HttpResponse list_optimizations(ApiCall& call) {
-  const std::string& model = call.path_parameter("model");
-  auto versions = call.registry->models().list_versions(model);
-  if (!versions.ok()) return error_response(versions.status());
-  auto records = pipeline::optimization_records(*call.registry, model, *versions);
-  JsonWriter json;
-  json.begin_object().key("model").value(model).key("optimizations").begin_array();
-  for (std::size_t index = 0; index < versions->size(); ++index) {
-    if (records[index].empty()) continue;
-    json.begin_object().key("version").value((*versions)[index].version).key("record").begin_object();
-    for (const auto& [key, value] : records[index]) json.key(key).value(value);
-    json.end_object().end_object();
-  }
-  json.end_array().end_object();
-  return json_answer(json);
-}
-
 }  // namespace
 
 void add_model_routes(std::vector<ApiRoute>& routes) {
@@ -340,15 +319,6 @@ void add_model_routes(std::vector<ApiRoute>& routes) {
                     kServingConfigRequestSchema,
                     kServingConfigSchema,
                     set_serving_config});
-  routes.push_back({"GET",
-                    "/api/models/{model}/optimizations",
-                    Role::kRead,
-                    false,
-                    "The versions slipway optimize made, each with its optimization record",
-                    {},
-                    "",
-                    kOptimizationsSchema,
-                    list_optimizations});
   routes.push_back({"GET", "/api/models", Role::kRead, false, "Registered models, by name (slipway models)", page_query,
                     "", kModelPageSchema, list_models});
   routes.push_back({"GET",

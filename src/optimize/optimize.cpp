@@ -396,8 +396,12 @@ void Optimizer::recommend(OptimizeReport& report) const {
 
 Result<OptimizeReport> Optimizer::run() {
   const auto started = std::chrono::steady_clock::now();
-  auto over_budget = [&] { return options_.budget && std::chrono::steady_clock::now() - started > *options_.budget; };
+  auto cancelled = [&] { return options_.cancel != nullptr && options_.cancel->load(); };
+  auto over_budget = [&] {
+    return cancelled() || (options_.budget && std::chrono::steady_clock::now() - started > *options_.budget);
+  };
   auto budget_spent = [&](std::string_view what) {
+    if (cancelled()) return fmt::format("not {}: the run was cancelled", what);
     return fmt::format("not {}: the --budget of {} s ran out; raise it or narrow --candidates", what,
                        format_config_number(static_cast<double>(options_.budget->count()) / 1000.0));
   };
@@ -414,12 +418,7 @@ Result<OptimizeReport> Optimizer::run() {
   if (options_.threads < 1) return invalid_argument("threads must be >= 1");
   std::vector<std::string> techniques;
   for (const auto& technique : options_.techniques) {
-    static constexpr std::string_view kKnown[] = {"quantize", "prune",  "features", "distill",
-                                                  "int8",     "sparse", "serving"};
-    if (std::find(std::begin(kKnown), std::end(kKnown), technique) == std::end(kKnown)) {
-      return invalid_argument("unknown candidate technique '" + technique +
-                              "' (this build has: quantize, prune, features, distill, int8, sparse, serving)");
-    }
+    SLIPWAY_RETURN_IF_ERROR(check_technique(technique));
     if (std::find(techniques.begin(), techniques.end(), technique) == techniques.end()) techniques.push_back(technique);
   }
   metric_ = std::string(eval::watched_metric(baseline.task()));
@@ -572,6 +571,16 @@ Result<OptimizeReport> Optimizer::run() {
 }
 
 }  // namespace
+
+Status check_technique(const std::string& technique) {
+  static constexpr std::string_view kKnown[] = {"quantize", "prune",  "features", "distill",
+                                                "int8",     "sparse", "serving"};
+  if (std::find(std::begin(kKnown), std::end(kKnown), technique) == std::end(kKnown)) {
+    return invalid_argument("unknown candidate technique '" + technique.substr(0, 64) +
+                            "' (this build has: quantize, prune, features, distill, int8, sparse, serving)");
+  }
+  return {};
+}
 
 Result<OptimizeReport> optimize_model(const OptimizeOptions& options) {
   if (options.baseline == nullptr || options.golden == nullptr) {
