@@ -136,6 +136,10 @@ class BackgroundJobs {
   std::deque<std::string> ending_order_;   // their names, oldest first
 };
 
+// A training's callbacks as a job runs it: stopped by the job's cancel flag, its rounds (or epochs)
+// counted as the job's progress.
+pipeline::TrainCallbacks training_job_callbacks(BackgroundJobs::Job& job);
+
 // Answers of writes sent with an Idempotency-Key header, so that a client that lost an answer can
 // send the write again and get it (the IETF's Idempotency-Key draft): by caller and key, the
 // request's fingerprint (method, path, query, body) and the answer of a write that was done (2xx;

@@ -109,6 +109,16 @@ std::vector<std::string> BackgroundJobs::running() {
   return names;
 }
 
+pipeline::TrainCallbacks training_job_callbacks(BackgroundJobs::Job& job) {
+  pipeline::TrainCallbacks callbacks;
+  callbacks.cancel = &job.cancel;
+  callbacks.on_round = [&job](const train::RoundMetrics& latest, int total) {
+    job.done = static_cast<std::size_t>(latest.round) + 1;
+    job.total = static_cast<std::size_t>(std::max(total, 0));
+  };
+  return callbacks;
+}
+
 void IdempotencyCache::evict_locked(std::int64_t now_ms) {
   if (order_.size() > 2 * kMaxEntries) {
     // Keys dropped by `finish` leave their place in the queue behind; rebuilt from the entries

@@ -47,6 +47,14 @@ constexpr std::string_view kProfileJobSchema =
 
 std::string optimize_job(const std::string& model) { return "optimize:" + model; }
 
+// A measurement's steps counted as its job's progress.
+std::function<void(int, int, const std::string&)> steps_of(BackgroundJobs::Job& job) {
+  return [&job](int step, int total, const std::string&) {
+    job.done = static_cast<std::size_t>(std::max(step, 0));
+    job.total = static_cast<std::size_t>(std::max(total, 0));
+  };
+}
+
 // A file of the workspace's data/ folder the body names under `key`, which must exist.
 Result<std::string> body_data_file(ApiCall& call, JsonBody& body, std::string_view key, std::string_view example) {
   SLIPWAY_ASSIGN_OR_RETURN(std::string relative, body.text(key, "a file of the workspace's data/ folder"));
@@ -154,10 +162,7 @@ HttpResponse start_optimization(ApiCall& call) {
     SLIPWAY_ASSIGN_OR_RETURN(auto registry, registry::Registry::open(home, false));
     if (!actor.empty()) registry->set_actor(actor);
     request.cancel = &job.cancel;
-    request.on_progress = [&job](int step, int total, const std::string&) {
-      job.done = static_cast<std::size_t>(std::max(step, 0));
-      job.total = static_cast<std::size_t>(std::max(total, 0));
-    };
+    request.on_progress = steps_of(job);
     SLIPWAY_ASSIGN_OR_RETURN(auto report, optimize::run_optimization(registry.get(), request));
     JsonWriter json;
     optimize::write_optimize_report_json(json, report, data_name);
@@ -272,10 +277,7 @@ HttpResponse start_profile(ApiCall& call) {
   auto work = [options = std::move(options), path = std::move(*data)](BackgroundJobs::Job& job) mutable -> Status {
     SLIPWAY_ASSIGN_OR_RETURN(auto table, pipeline::read_table(path));
     options.rows = &table;
-    options.on_progress = [&job](int step, int total, const std::string&) {
-      job.done = static_cast<std::size_t>(std::max(step, 0));
-      job.total = static_cast<std::size_t>(std::max(total, 0));
-    };
+    options.on_progress = steps_of(job);
     SLIPWAY_ASSIGN_OR_RETURN(auto report, optimize::profile_model(options));
     JsonWriter json;
     optimize::write_profile_report_json(json, report);

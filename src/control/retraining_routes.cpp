@@ -36,16 +36,6 @@ const std::vector<ApiParameter> history_query = {
 std::string retrain_job(const std::string& model) { return "retrain:" + model; }
 std::string reproduce_job(const std::string& run_id) { return "reproduce:" + run_id; }
 
-pipeline::TrainCallbacks job_callbacks(BackgroundJobs::Job& job) {
-  pipeline::TrainCallbacks callbacks;
-  callbacks.cancel = &job.cancel;
-  callbacks.on_round = [&job](const train::RoundMetrics& latest, int total) {
-    job.done = static_cast<std::size_t>(latest.round) + 1;
-    job.total = static_cast<std::size_t>(std::max(total, 0));
-  };
-  return callbacks;
-}
-
 void write_progress(JsonWriter& json, const BackgroundJobs::Progress& progress) {
   json.key("running").value(progress.running);
   if (!progress.running) return;
@@ -94,7 +84,7 @@ HttpResponse start_retraining(ApiCall& call) {
       if (!actor.empty()) registry->set_actor(actor);
       pipeline::RetrainOptions options;
       options.force = force;
-      options.callbacks = job_callbacks(job);
+      options.callbacks = training_job_callbacks(job);
       SLIPWAY_ASSIGN_OR_RETURN(auto outcome, pipeline::retrain(*registry, policy, options));
       JsonWriter json;
       pipeline::write_retraining_json(json, policy.model, {}, outcome);
@@ -186,7 +176,7 @@ HttpResponse start_reproduction(ApiCall& call) {
   }
   auto work = [home = call.server->options.home, run_id = *run_id](BackgroundJobs::Job& job) -> Status {
     SLIPWAY_ASSIGN_OR_RETURN(auto registry, registry::Registry::open(home, false));
-    auto reproduced = pipeline::reproduce_run(*registry, run_id, job_callbacks(job));
+    auto reproduced = pipeline::reproduce_run(*registry, run_id, training_job_callbacks(job));
     // A refusal (the code, the data or the spec changed) is an answer, not a failure of the job.
     if (!reproduced.ok() && reproduced.status().code() != StatusCode::kFailedPrecondition) {
       return reproduced.status();

@@ -160,13 +160,7 @@ HttpResponse start_job(ApiCall& call) {
     if (spec.threads == 0 || spec.threads > default_thread_count()) spec.threads = default_thread_count();
     SLIPWAY_ASSIGN_OR_RETURN(auto registry, registry::Registry::open(home, false));
     if (!actor.empty()) registry->set_actor(actor);
-    pipeline::TrainCallbacks callbacks;
-    callbacks.cancel = &job.cancel;
-    callbacks.on_round = [&job](const train::RoundMetrics& latest, int total) {
-      job.done = static_cast<std::size_t>(latest.round) + 1;
-      job.total = static_cast<std::size_t>(std::max(total, 0));
-    };
-    return pipeline::run_training(*registry, spec, callbacks).status();
+    return pipeline::run_training(*registry, spec, training_job_callbacks(job)).status();
   };
   if (auto started = call.server->training_jobs.start(run_id, std::move(work)); !started.ok()) {
     return error_response(started);
