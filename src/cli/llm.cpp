@@ -225,7 +225,10 @@ int run_llm_serve(const GlobalOptions& global, const LlmServeFlags& flags) {
   // The server `slipway serve` runs, over a scratch workspace (empty: this file is all it serves,
   // and nothing is written where the user works). The API key is a token of it, with every right
   // there is on this server (/metrics is an admin route).
-  std::filesystem::path scratch = std::filesystem::temp_directory_path() / ("slipway-llm-serve-" + random_hex(8));
+  std::error_code no_temp;
+  std::filesystem::path temp = std::filesystem::temp_directory_path(no_temp);
+  if (no_temp) return fail(io_error("no temporary folder for the server's scratch workspace: " + no_temp.message()));
+  std::filesystem::path scratch = temp / ("slipway-llm-serve-" + random_hex(8));
   struct RemoveScratch {
     std::filesystem::path path;
     ~RemoveScratch() {

@@ -378,6 +378,15 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
   if (flags.resume && !flags.register_candidates) {
     return invalid_argument("--resume continues a --register run of a registered model; add --register");
   }
+  if (flags.resume && flags.reference.find('@') == std::string::npos) {
+    // A bare NAME is the newest version: after a --register run, one of its candidates.
+    return invalid_argument("--resume needs the baseline pinned as NAME@VERSION (the run being resumed printed it)");
+  }
+  if (!(flags.repeat_rate >= 0 && flags.repeat_rate <= 1)) return invalid_argument("--repeat-rate must be from 0 to 1");
+  if (!(flags.alpha >= 0 && flags.alpha <= 1)) return invalid_argument("--alpha must be from 0 to 1");
+  if (!(flags.temperature > 0 && flags.temperature <= 100)) {
+    return invalid_argument("--temperature must be above 0 and at most 100");
+  }
   if (flags.threads < 0 || flags.threads > 256) return invalid_argument("--threads must be from 1 to 256");
   request.threads = std::max(1, flags.threads);
   request.repeat_rate = flags.repeat_rate;

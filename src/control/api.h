@@ -84,7 +84,7 @@ void add_optimization_routes(std::vector<ApiRoute>& routes);  // optimization_ro
 class BackgroundJobs {
  public:
   static constexpr std::size_t kRememberedEndings = 64;
-  static constexpr std::size_t kMaxResultBytes = 64u << 10;
+  static constexpr std::size_t kMaxResultBytes = 1u << 20;
 
   // What a job's work sees: whether it is asked to stop, and where its progress goes.
   struct Job {
@@ -208,6 +208,14 @@ Status check_no_body(std::string_view body);
 // server read or write any other file it can. InvalidArgument naming `what`, with `example`.
 Result<std::string> client_named_file(const std::string& folder, std::string_view relative, std::string_view what,
                                       std::string_view example);
+
+// A file of the workspace's data/ folder a client names (client_named_file) that exists: NotFound
+// naming it otherwise.
+Result<std::string> existing_data_file(ApiCall& call, std::string_view relative, std::string_view what,
+                                       std::string_view example);
+// A registered model a client names (NAME@VERSION, NAME@ALIAS, NAME), resolved: never a bundle
+// file of the server's (InvalidArgument).
+Result<pipeline::LoadedReference> registered_model(ApiCall& call, const std::string& reference);
 
 // JSON answers.
 serve::HttpResponse json_answer(JsonWriter& json);

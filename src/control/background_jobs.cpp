@@ -55,6 +55,9 @@ Status BackgroundJobs::start(const std::string& name, Work work) {
         ending.error = outcome.message();
       } else if (running->result.size() <= kMaxResultBytes) {
         ending.result = std::move(running->result);
+      } else {
+        ending.error = "the job ended, but its result (" + std::to_string(running->result.size()) +
+                       " bytes) is over what is kept (" + std::to_string(kMaxResultBytes) + " bytes)";
       }
       std::lock_guard guard(mutex_);
       remember_locked(name, std::move(ending));

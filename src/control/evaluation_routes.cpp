@@ -1,7 +1,5 @@
 // /api evaluations, comparisons, explanations and exports: what `slipway eval`, `compare`,
 // `explain` and `export` give, for a registered version and a file of the workspace's data/ folder.
-#include <filesystem>
-
 #include "control/api.h"
 
 namespace slipway::control {
@@ -33,6 +31,7 @@ constexpr std::string_view kContributionsSchema =
     R"("rows_in_file":{"type":"integer"},"columns":{"type":"array","items":{"type":"string"}},)"
     R"("contributions":{"type":"array","items":{"type":"array","items":{"type":"number"}}}}})";
 constexpr std::int64_t kMaxExplainedRows = 10'000;
+constexpr std::size_t kMaxExplainedValues = 2'000'000;
 const std::vector<ApiParameter> explanation_query = {
     {"data", R"({"type":"string"})", "A CSV file of rows in the workspace's data/ folder (required)"},
     {"rows", R"({"type":"integer","minimum":1,"maximum":10000})",
@@ -54,22 +53,7 @@ const std::vector<ApiParameter> comparison_query = {
 Result<std::string> data_file(ApiCall& call, const std::map<std::string, std::string, std::less<>>& query) {
   auto data = query.find("data");
   if (data == query.end()) return invalid_argument("give ?data=FILE, a file in the workspace's data/ folder");
-  std::string folder = call.registry->home() + "/data";
-  SLIPWAY_ASSIGN_OR_RETURN(std::string path, client_named_file(folder, data->second, "'data'", "golden.csv"));
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) {
-    return not_found("no file '" + data->second + "' in the workspace's data/ folder");
-  }
-  return path;
-}
-
-// A registered model a client names (never a file of the server's).
-Result<pipeline::LoadedReference> registered_model(ApiCall& call, const std::string& reference) {
-  if (pipeline::names_bundle_file(reference)) {
-    return invalid_argument("'" + reference.substr(0, 64) +
-                            "' must name a registered model (NAME@VERSION), not a file");
-  }
-  return pipeline::resolve_reference(call.registry, reference);
+  return existing_data_file(call, data->second, "'data'", "golden.csv");
 }
 
 HttpResponse evaluate(ApiCall& call) {
@@ -142,6 +126,17 @@ HttpResponse explain(ApiCall& call) {
   if (!path.ok()) return error_response(path.status());
   auto model = registered_model(call, call.path_parameter("model") + "@" + call.path_parameter("version"));
   if (!model.ok()) return error_response(model.status());
+  // An answer of at most kMaxExplainedValues numbers (a multiclass model has a block of columns
+  // per class): checked before the rows are explained.
+  const auto& bundle = *model->bundle;
+  std::size_t classes = bundle.manifest().class_labels.size();
+  std::size_t blocks = classes > 2 ? classes : 1;  // binary classification has one output
+  std::size_t columns = (bundle.preprocessor().features().size() + 1) * blocks;
+  if (static_cast<std::size_t>(rows) * columns > kMaxExplainedValues) {
+    return error_response(400, "that many rows of " + std::to_string(columns) + " contributions each is over " +
+                                   std::to_string(kMaxExplainedValues) + " numbers: ask for at most " +
+                                   std::to_string(kMaxExplainedValues / columns) + " rows");
+  }
   auto explained = pipeline::explain_rows(*model, *path, static_cast<std::size_t>(rows));
   if (!explained.ok()) return error_response(explained.status());
   JsonWriter json;
@@ -167,7 +162,14 @@ HttpResponse export_version(ApiCall& call) {
   answer.headers.emplace_back("Content-Disposition", "attachment; filename=\"" + call.path_parameter("model") + "-" +
                                                          call.path_parameter("version") +
                                                          (onnx ? ".onnx\"" : ".json\""));
-  if (!exported->warning.empty()) answer.headers.emplace_back("X-Slipway-Warning", exported->warning);
+  if (!exported->warning.empty()) {
+    // Input names come from a CSV header or an upload: only printable ASCII goes in a header.
+    std::string warning;
+    for (char c : exported->warning) {
+      if (c >= 0x20 && c < 0x7f && warning.size() < 1024) warning += c;
+    }
+    answer.headers.emplace_back("X-Slipway-Warning", warning);
+  }
   return answer;
 }
 

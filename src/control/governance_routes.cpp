@@ -182,6 +182,38 @@ HttpResponse policy_answer(registry::Registry& registry, const std::string& mode
 HttpResponse get_policy(ApiCall& call) { return policy_answer(*call.registry, call.path_parameter("model")); }
 
 // PUT replaces the whole policy: the keys given, the rest at their defaults.
+// The files a policy sent over HTTP reads are files of the workspace's data/ folder, named
+// relative to it (stored absolute, as the CLI stores them): a token that may deploy cannot have
+// the server train on, and so reveal, any other file. So are its spec's, whose warm start is a
+// registered model.
+Status confine_policy_files(ApiCall& call, std::map<std::string, std::string>& values) {
+  const std::string folder = call.registry->home() + "/data";
+  for (const char* key : {"data", "gate_data"}) {
+    auto found = values.find(key);
+    if (found == values.end() || found->second.empty() || (found->first == "data" && found->second == "traffic")) {
+      continue;
+    }
+    SLIPWAY_ASSIGN_OR_RETURN(found->second,
+                             client_named_file(folder, found->second, "'" + std::string(key) + "'", "new.csv"));
+  }
+  auto spec_text = values.find("spec");
+  if (spec_text == values.end() || spec_text->second.empty()) return {};
+  pipeline::TrainSpec spec;
+  SLIPWAY_RETURN_IF_ERROR(pipeline::load_spec_text(spec_text->second, "the policy's spec", spec));
+  if (!spec.data.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(spec.data, client_named_file(folder, spec.data, "the spec's 'data'", "train.csv"));
+  }
+  if (!spec.test_data.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(spec.test_data,
+                             client_named_file(folder, spec.test_data, "the spec's 'test'", "test.csv"));
+  }
+  if (!spec.init_model.empty() && pipeline::names_bundle_file(spec.init_model)) {
+    return invalid_argument("the spec's 'init_model' names a registered model (NAME@VERSION), not a file");
+  }
+  spec_text->second = pipeline::spec_yaml(spec);
+  return {};
+}
+
 HttpResponse put_policy(ApiCall& call) {
   simdjson::dom::parser parser;
   simdjson::padded_string padded(call.http.body);
@@ -189,7 +221,7 @@ HttpResponse put_policy(ApiCall& call) {
   if (parser.parse(padded).get(object) != simdjson::SUCCESS) {
     return error_response(400,
                           "the body is the policy as an object of text values, such as {\"on\": \"drift\", "
-                          "\"data\": \"/data/new.csv\"}");
+                          "\"data\": \"new.csv\"} (files of the workspace's data/ folder)");
   }
   std::map<std::string, std::string> values;
   for (auto field : object) {
@@ -201,6 +233,7 @@ HttpResponse put_policy(ApiCall& call) {
       return error_response(400, "policy key '" + std::string(field.key.substr(0, 64)) + "' is given twice");
     }
   }
+  if (auto confined = confine_policy_files(call, values); !confined.ok()) return error_response(confined);
   const std::string& model = call.path_parameter("model");
   if (auto saved = pipeline::save_retrain_policy(*call.registry, model, values, call.caller); !saved.ok()) {
     return error_response(saved);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <set>
 
 #include "control/api.h"
@@ -13,6 +14,25 @@ namespace slipway::control {
 using serve::error_response;
 using serve::HttpResponse;
 using serve::json_response;
+
+Result<std::string> existing_data_file(ApiCall& call, std::string_view relative, std::string_view what,
+                                       std::string_view example) {
+  std::string folder = call.registry->home() + "/data";
+  SLIPWAY_ASSIGN_OR_RETURN(std::string path, client_named_file(folder, relative, what, example));
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) {
+    return not_found("no file '" + std::string(relative) + "' in the workspace's data/ folder");
+  }
+  return path;
+}
+
+Result<pipeline::LoadedReference> registered_model(ApiCall& call, const std::string& reference) {
+  if (pipeline::names_bundle_file(reference)) {
+    return invalid_argument("'" + reference.substr(0, 64) +
+                            "' must name a registered model (NAME@VERSION), not a file");
+  }
+  return pipeline::resolve_reference(call.registry, reference);
+}
 
 HttpResponse json_answer(JsonWriter& json) { return json_response(200, json.take()); }
 
@@ -253,7 +273,13 @@ bool matches(const ApiRoute& route, const std::vector<std::string_view>& segment
     std::string_view part = pattern[index];
     if (part.size() > 2 && part.front() == '{' && part.back() == '}') {
       auto decoded = url_decoded(segments[index]);
+      // A name is one segment: an encoded '/' would let a name climb into a path (a bundle file
+      // rather than a registered model), and no name holds a control character.
       if (!decoded.ok() || decoded->empty()) return false;
+      if (std::any_of(decoded->begin(), decoded->end(),
+                      [](char c) { return c == '/' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+        return false;
+      }
       found.emplace(std::string(part.substr(1, part.size() - 2)), std::move(*decoded));
     } else if (part != segments[index]) {
       return false;

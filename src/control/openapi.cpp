@@ -106,6 +106,11 @@ void write_operation(JsonWriter& json, std::string_view method, std::string_view
     json.raw(text ? std::string_view(R"({"type":"string"})") : answer).end_object();
   }
   json.end_object().end_object();
+  if (accepted) {
+    json.key("200").begin_object().key("description").value("answered at once: nothing to start, or a retry");
+    json.key("content").begin_object().key("application/json").begin_object().key("schema").raw(answer);
+    json.end_object().end_object().end_object();
+  }
   if (route != nullptr && route->creates) {
     json.key("201").begin_object().key("description").value("created").key("content").begin_object();
     json.key("application/json").begin_object().key("schema").raw(answer).end_object().end_object().end_object();

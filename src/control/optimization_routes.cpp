@@ -2,8 +2,6 @@
 // registered tabular model, run by the server. Both measure under load, so they take the server's
 // one training slot (nothing else heavy runs meanwhile to skew the figures), as jobs named
 // "optimize:MODEL" and "profile:MODEL@VERSION"; the load runs on loopback servers of their own.
-#include <filesystem>
-
 #include "control/api.h"
 #include "slipway/optimize.h"
 
@@ -31,7 +29,8 @@ constexpr std::string_view kJobStartedSchema =
     R"({"type":"object","properties":{"job":{"type":"string"},"running":{"type":"boolean"}}})";
 constexpr std::string_view kOptimizationsSchema =
     R"({"type":"object","properties":{"model":{"type":"string"},"running":{"type":"boolean"},)"
-    R"("cancelling":{"type":"boolean"},"last_job":{"type":"object","description":"how this server's last )"
+    R"("cancelling":{"type":"boolean"},"steps_done":{"type":"integer"},"steps_total":{"type":"integer"},)"
+    R"("last_job":{"type":"object","description":"how this server's last )"
     R"(optimization of the model ended: {\"error\"}, or the table as slipway optimize --json prints it"},)"
     R"("optimizations":{"type":"array","items":{"type":"object","properties":{"version":{"type":"integer"},)"
     R"("record":{"type":"object","additionalProperties":{"type":"string"}}}}}}})";
@@ -58,14 +57,7 @@ std::function<void(int, int, const std::string&)> steps_of(BackgroundJobs::Job& 
 // A file of the workspace's data/ folder the body names under `key`, which must exist.
 Result<std::string> body_data_file(ApiCall& call, JsonBody& body, std::string_view key, std::string_view example) {
   SLIPWAY_ASSIGN_OR_RETURN(std::string relative, body.text(key, "a file of the workspace's data/ folder"));
-  std::string folder = call.registry->home() + "/data";
-  SLIPWAY_ASSIGN_OR_RETURN(std::string path,
-                           client_named_file(folder, relative, "'" + std::string(key) + "'", example));
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) {
-    return not_found("no file '" + relative + "' in the workspace's data/ folder");
-  }
-  return path;
+  return existing_data_file(call, relative, "'" + std::string(key) + "'", example);
 }
 
 Result<optimize::OptimizationRequest> optimization_request(ApiCall& call, JsonBody& body, std::string& data_name) {
@@ -150,11 +142,10 @@ HttpResponse start_optimization(ApiCall& call) {
   std::string data_name;
   auto request = optimization_request(call, body, data_name);
   if (!request.ok()) return error_response(request.status());
-  if (pipeline::names_bundle_file(request->reference)) return error_response(400, "name a registered model");
   if (auto checked = optimize::check_optimization_request(*request); !checked.ok()) return error_response(checked);
   // What can be told now rather than by a job that fails at once: the baseline resolves, and is a
   // tabular model (an LLM's candidate table is `slipway optimize FILE.gguf`).
-  auto baseline = pipeline::resolve_reference(call.registry, request->reference);
+  auto baseline = registered_model(call, request->reference);
   if (!baseline.ok()) return error_response(baseline.status());
   const std::string model = call.path_parameter("model");
   auto work = [home = call.server->options.home, request = std::move(*request), data_name,
@@ -224,8 +215,8 @@ HttpResponse profile_answer(ApiCall& call, int status) {
   const std::string job = profile_job(call);
   auto progress = call.server->training_jobs.progress(job);
   if (!progress.running && progress.error.empty() && progress.result.empty()) {
-    return error_response(
-        404, "this server has not profiled " + job.substr(8) + " since it started: POST to this address to profile it");
+    return error_response(404, "this server has not profiled " + job.substr(8, 128) +
+                                   " since it started: POST to this address to profile it");
   }
   JsonWriter json;
   json.begin_object().key("job").value(job).key("running").value(progress.running);
@@ -245,8 +236,7 @@ HttpResponse start_profile(ApiCall& call) {
   }
   auto data = body_data_file(call, body, "data", "requests.csv");
   if (!data.ok()) return error_response(data.status());
-  auto model =
-      pipeline::resolve_reference(call.registry, call.path_parameter("model") + "@" + call.path_parameter("version"));
+  auto model = registered_model(call, call.path_parameter("model") + "@" + call.path_parameter("version"));
   if (!model.ok()) return error_response(model.status());
   optimize::ProfileOptions options;
   if (body.has("rows_per_request")) {

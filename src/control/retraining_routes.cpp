@@ -25,7 +25,7 @@ constexpr std::string_view kRetrainingsSchema =
 constexpr std::string_view kReproductionSchema =
     R"({"type":"object","properties":{"run_id":{"type":"string"},"state":{"type":"string","enum":)"
     R"(["running","identical","different","refused","failed"]},"running":{"type":"boolean"},)"
-    R"("rounds_done":{"type":"integer"},"rounds_total":{"type":"integer"},"reason":{"type":"string"},)"
+    R"("cancelling":{"type":"boolean"},"rounds_done":{"type":"integer"},"rounds_total":{"type":"integer"},"reason":{"type":"string"},)"
     R"("reproduction":{"type":"object","properties":{"run_id":{"type":"string"},)"
     R"("recorded_sha256":{"type":"string"},"reproduced_sha256":{"type":"string"},"identical":{"type":"boolean"},)"
     R"("seconds":{"type":"number"}}}}})";
@@ -199,6 +199,16 @@ HttpResponse start_reproduction(ApiCall& call) {
   return reproduction_answer(call, *run_id, 202);
 }
 
+HttpResponse cancel_reproduction(ApiCall& call) {
+  if (auto empty = check_no_body(call.http.body); !empty.ok()) return error_response(empty);
+  auto run_id = run_id_of(call);
+  if (!run_id.ok()) return error_response(run_id.status());
+  if (!call.server->training_jobs.cancel(reproduce_job(*run_id))) {
+    return error_response(409, "no reproduction of run " + *run_id + " runs in this server: nothing to cancel");
+  }
+  return reproduction_answer(call, *run_id, 200);
+}
+
 HttpResponse get_reproduction(ApiCall& call) {
   auto run_id = run_id_of(call);
   if (!run_id.ok()) return error_response(run_id.status());
@@ -243,6 +253,15 @@ void add_retraining_routes(std::vector<ApiRoute>& routes) {
                     kReproductionSchema,
                     start_reproduction});
   routes.back().accepts = true;
+  routes.push_back({"POST",
+                    "/api/runs/{run_id}/reproduction/cancel",
+                    Role::kDeploy,
+                    false,
+                    "Stop this server's reproduction of the run after the round in progress",
+                    {},
+                    "",
+                    kReproductionSchema,
+                    cancel_reproduction});
   routes.push_back({"GET",
                     "/api/runs/{run_id}/reproduction",
                     Role::kRead,

@@ -68,6 +68,9 @@ Result<OptimizeReport> run_optimization(registry::Registry* registry, const Opti
   // Candidates become versions of a registered model; a bundle file's are measured only.
   bool registering = request.register_candidates && !pipeline::names_bundle_file(request.reference);
   if (registering && registry == nullptr) return failed_precondition("registering candidates needs the workspace");
+  if (request.resume && !registering) {
+    return invalid_argument("resuming continues a registering run of a registered model, not of a bundle file");
+  }
   SLIPWAY_ASSIGN_OR_RETURN(auto loaded, pipeline::resolve_reference(registry, request.reference));
   SLIPWAY_ASSIGN_OR_RETURN(auto golden, pipeline::read_table(request.data_path));
   std::optional<data::Table> train, unlabeled, calibration;

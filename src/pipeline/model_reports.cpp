@@ -61,11 +61,18 @@ Result<RowContributions> explain_rows(const LoadedReference& reference, const st
                                       std::size_t max_rows) {
   SLIPWAY_ASSIGN_OR_RETURN(const model::TreeEnsembleModel* trees, tree_model(reference));
   SLIPWAY_ASSIGN_OR_RETURN(auto table, read_table(data_path));
+  RowContributions explained;
+  explained.model = reference.description;
+  explained.rows_in_file = table.row_count();
+  if (max_rows > 0 && max_rows < table.row_count()) {
+    // Only the rows asked for are preprocessed.
+    std::vector<std::uint32_t> first(max_rows);
+    for (std::size_t row = 0; row < max_rows; ++row) first[row] = static_cast<std::uint32_t>(row);
+    table = table.take_rows(first);
+  }
   std::vector<float> features;
   SLIPWAY_RETURN_IF_ERROR(reference.bundle->preprocessor().transform(table, features));
   std::size_t width = trees->input_width();
-  RowContributions explained;
-  explained.model = reference.description;
   // One block of feature contributions plus bias per output; multiclass blocks are named by class.
   const auto& class_labels = reference.bundle->manifest().class_labels;
   for (std::size_t group = 0; group < trees->output_count(); ++group) {
@@ -75,8 +82,7 @@ Result<RowContributions> explain_rows(const LoadedReference& reference, const st
     }
     explained.columns.push_back(prefix + "bias");
   }
-  explained.rows_in_file = table.row_count();
-  explained.rows = max_rows == 0 ? table.row_count() : std::min(max_rows, table.row_count());
+  explained.rows = table.row_count();
   explained.contributions.resize(explained.rows * explained.columns.size());
   for (std::size_t row = 0; row < explained.rows; ++row) {
     std::span<float> row_contributions(explained.contributions.data() + row * explained.columns.size(),

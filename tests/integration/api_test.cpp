@@ -353,7 +353,9 @@ TEST_F(Api, BatchMonitoringGatesAndServingConfigsAnswerAsTheCliDoes) {
                             "colour=blue", "slice=term"}) {
     EXPECT_EQ(http_request(port, "GET", std::string("/api/monitoring/web?") + query).status, 400) << query;
   }
-  EXPECT_EQ(http_request(port, "GET", "/api/monitoring/..%2Fmodel.slip").status, 400);
+  // An encoded '/' would make a name a path: no route takes it.
+  EXPECT_EQ(http_request(port, "GET", "/api/monitoring/..%2Fmodel.slip").status, 404);
+  EXPECT_EQ(http_request(port, "GET", "/api/models/%2Ftmp%2Fx/versions/1.slip/profile").status, 404);
   EXPECT_EQ(http_request(port, "GET", "/api/monitoring/nothing").status, 404);
   auto alerted = http_request(port, "POST", "/api/monitoring/web/alerts?window=10m", "");
   ASSERT_EQ(alerted.status, 200) << alerted.body;
@@ -637,14 +639,22 @@ TEST_F(Api, ExplanationsExportsReproductionsAndRetrainingsAnswerAsTheCliDoes) {
   auto tracked = http_request(port, "POST", "/api/runs", R"({"experiment":"elsewhere"})");
   EXPECT_EQ(http_request(port, "POST", "/api/runs/" + field(tracked.body, "run_id") + "/reproduction").status, 409);
   EXPECT_EQ(http_request(port, "POST", "/api/runs/not-a-run/reproduction").status, 400);
+  EXPECT_EQ(http_request(port, "POST", "/api/runs/" + run_id + "/reproduction/cancel").status, 409);
 
   // Retrain: no policy is a 404; dry_run decides without starting; a due retraining runs on the
   // server and its record is what `slipway retrain history` prints.
   EXPECT_EQ(http_request(port, "POST", "/api/models/trees/retrainings").status, 404);
-  ASSERT_EQ(slipway({"retrain", "policy", "trees", "--on", "schedule", "--every", "1s", "--data",
-                     home_.path() + "/data/loans.csv", "--gate", "max_drop=0.5"})
-                .exit_code,
-            0);
+  // A policy sent over HTTP reads files of data/ only: a deploy token cannot make the server
+  // train on (and so reveal) any other file, directly or through the policy's spec.
+  for (const char* body :
+       {R"({"on":"schedule","every_s":"1","data":"/etc/passwd"})", R"({"on":"schedule","gate_data":"../slipway.db"})",
+        R"({"on":"schedule","spec":"data: /etc/passwd\ntarget: x\n"})"}) {
+    EXPECT_EQ(http_request(port, "PUT", "/api/models/trees/retrain-policy", body).status, 400) << body;
+  }
+  auto policy = http_request(port, "PUT", "/api/models/trees/retrain-policy",
+                             R"({"on":"schedule","every_s":"1","data":"loans.csv","gate":"max_drop=0.5"})");
+  ASSERT_EQ(policy.status, 200) << policy.body;
+  EXPECT_NE(policy.body.find(home_.path() + "/data/loans.csv"), std::string::npos) << policy.body;
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   auto dry = http_request(port, "POST", "/api/models/trees/retrainings", R"({"dry_run":true})");
   EXPECT_EQ(dry.status, 200) << dry.body;
