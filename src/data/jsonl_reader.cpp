@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -25,12 +27,36 @@ struct PendingColumn {
   Cells cells;           // strings, and numbers of a text column, as text
 };
 
-// A JSON number as written in a text column: integers whole (an id keeps every digit).
-std::string number_text(simdjson::dom::element value) {
+// The number token that follows "key": in a JSON line, when it reads back as `value` (a key that
+// is written with escapes, or also appears inside a string, may not be found: then nullopt).
+std::optional<std::string_view> number_token(std::string_view line, std::string_view key, double value) {
+  const std::string quoted = "\"" + std::string(key) + "\"";
+  for (std::size_t at = line.find(quoted); at != std::string_view::npos; at = line.find(quoted, at + 1)) {
+    // A quote after an odd run of backslashes is inside a string ("a\"id": ...), not a key's.
+    std::size_t backslashes = 0;
+    while (backslashes < at && line[at - 1 - backslashes] == '\\') ++backslashes;
+    if (backslashes % 2 == 1) continue;
+    std::size_t pos = line.find_first_not_of(" \t", at + quoted.size());
+    if (pos == std::string_view::npos || line[pos] != ':') continue;
+    pos = line.find_first_not_of(" \t", pos + 1);
+    if (pos == std::string_view::npos) continue;
+    std::size_t end = line.find_first_not_of("+-.0123456789eE", pos);
+    std::string_view token = line.substr(pos, (end == std::string_view::npos ? line.size() : end) - pos);
+    double parsed = 0;
+    auto [stop, error] = std::from_chars(token.data(), token.data() + token.size(), parsed);
+    if (!token.empty() && error == std::errc() && stop == token.data() + token.size() && parsed == value) return token;
+  }
+  return std::nullopt;
+}
+
+// A JSON number in a text column, as written (1.0 stays "1.0", as a CSV file's does; an id keeps
+// every digit).
+std::string number_text(simdjson::dom::element value, std::string_view line, std::string_view key) {
   std::int64_t integer = 0;
   std::uint64_t unsigned_integer = 0;
   if (value.get(integer) == simdjson::SUCCESS) return std::to_string(integer);
   if (value.get(unsigned_integer) == simdjson::SUCCESS) return std::to_string(unsigned_integer);
+  if (auto written = number_token(line, key, double(value))) return std::string(*written);
   return fmt::format("{}", double(value));
 }
 
@@ -110,7 +136,7 @@ Result<TolerantTable> parse_jsonl_rows(std::string_view text, std::string_view s
         case simdjson::dom::element_type::UINT64:
         case simdjson::dom::element_type::DOUBLE:
           if (column.as_text) {
-            column.cells.texts.emplace_back(row, number_text(value));
+            column.cells.texts.emplace_back(row, number_text(value, record, field.key));
           } else {
             column.cells.numbers.emplace_back(row, static_cast<float>(double(value)));
           }

@@ -53,6 +53,33 @@ TEST(JsonlReader, ReadsObjectsAndReportsBadLines) {
   EXPECT_NE(read_jsonl_rows(path).status().message().find("not UTF-8"), std::string::npos);
 }
 
+// An id read as text keeps the number as the line wrote it, as a CSV file's does: 1.0 is "1.0",
+// not "1" (which another row's id may be), whatever a string before it holds.
+TEST(JsonlReader, NumbersInATextColumnKeepTheirWrittenForm) {
+  testing::TempDir dir;
+  std::string path = dir.file("ids.jsonl");
+  testing::write_text(path,
+                      "{\"id\": 1.0}\n"
+                      "{\"id\":2.50 , \"x\": 1}\n"
+                      "{\"id\": 12345678901234567890}\n"
+                      "{\"id\": -1e3}\n"
+                      "{\"note\": \"\\\"id\\\": 9.0\", \"id\": 3.0}\n"
+                      "{\"a\\\"id\": 7.00, \"id\": 7.0}\n"
+                      "{\"id\": 1}\n");
+  auto read = read_jsonl_rows(path, {"id"});
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  const Column* id = read->table.find("id");
+  ASSERT_NE(id, nullptr);
+  ASSERT_EQ(read->table.row_count(), 7u);
+  EXPECT_EQ(id->text_at(0), "1.0");
+  EXPECT_EQ(id->text_at(1), "2.50");
+  EXPECT_EQ(id->text_at(2), "12345678901234567890");
+  EXPECT_EQ(id->text_at(3), "-1e3");
+  EXPECT_EQ(id->text_at(4), "3.0");
+  EXPECT_EQ(id->text_at(5), "7.0");  // not the 7.00 of the key a"id
+  EXPECT_EQ(id->text_at(6), "1");
+}
+
 TEST(CsvReader, ATolerantReadLeavesOutRowsWithTheWrongFieldCount) {
   testing::TempDir dir;
   std::string path = dir.file("rows.csv");
