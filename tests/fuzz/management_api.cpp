@@ -73,6 +73,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
       {"POST", {"api", "batch-jobs"}},
       {"POST", {"api", "training-jobs"}},
       {"GET", {"api", "workspace", "garbage"}},
+      {"POST", {"api", "models", "m", "optimizations"}},
+      {"POST", {"api", "models", "m", "versions", "1", "profile"}},
+      {"POST", {"api", "models", "m", "retrainings"}},
+      {"GET", {"api", "models", "m", "versions", "1", "explanation"}},
+      {"GET", {"api", "models", "m", "versions", "1", "export"}},
   };
   if (size == 0) return 0;
   const Target& target = kTargets[bytes[0] % kTargets.size()];
