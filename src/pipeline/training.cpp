@@ -3,8 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include "pipeline/step_cache.h"
 #include "slipway/kernels.h"
+
 #include "slipway/pipeline.h"
 
 namespace slipway::pipeline {
@@ -29,7 +31,10 @@ Result<PreparedData> prepare_data(const TrainSpec& spec) {
   if (!spec.test_data.empty()) {
     SLIPWAY_ASSIGN_OR_RETURN(prepared.test, read_table(spec.test_data));
     prepared.fingerprint = sha256_hex(data::fingerprint(table) + data::fingerprint(prepared.test));
-    prepared.split_description = "test file " + spec.test_data;
+    // The file's name, not the path as it was spelt: the bundle must not change with the folder a
+    // training ran from (a relative path) or a replay's absolute one. Its rows are in the
+    // fingerprint, which a replay checks.
+    prepared.split_description = "test file " + std::filesystem::path(spec.test_data).filename().string();
     prepared.train = std::move(table);
     return prepared;
   }

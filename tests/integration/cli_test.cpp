@@ -323,6 +323,22 @@ TEST_F(CliTest, ReproduceGivesTheSameBundleAndRefusesChangedData) {
   EXPECT_EQ(changed.exit_code, 2);
   EXPECT_NE(changed.err.find("has changed"), std::string::npos) << changed.err;
   EXPECT_EQ(slipway({"reproduce", "0123456789abcdef0123456789abcdef"}).exit_code, 2);
+
+  // A test file named by a relative path, from the folder it is in: the replay reads it by the
+  // absolute path the run recorded and gives the same bytes.
+  std::string rows = slipway::read_file(data_path("lending_club.csv")).value();
+  std::size_t header_end = rows.find('\n') + 1;
+  std::size_t cut = header_end;
+  for (int line = 0; line < 2000; ++line) cut = rows.find('\n', cut) + 1;
+  write_text(home_.file("holdout.csv"), rows.substr(0, cut));
+  write_text(home_.file("fit.csv"), rows.substr(0, header_end) + rows.substr(cut));
+  auto relative = run_command({"/bin/sh", "-c",
+                               "cd '" + home_.path() + "' && exec '" + slipway_binary() + "' --home '" + home_.path() +
+                                   "' --json train --data fit.csv --test holdout.csv --target Class --no-progress"});
+  ASSERT_EQ(relative.exit_code, 0) << relative.err;
+  auto replayed = slipway({"reproduce", json_string(relative.out, "run_id")});
+  EXPECT_EQ(replayed.exit_code, 0) << replayed.out << replayed.err;
+  EXPECT_NE(replayed.out.find("identical"), std::string::npos) << replayed.out;
 }
 
 // The step cache: a train or eval whose inputs match an earlier one is reused and says so;
