@@ -347,8 +347,9 @@ Result<std::map<std::string, std::string>> resolve_parameters(const std::string&
       std::vector<std::string> names;
       names.reserve(resolved.size());
       for (const auto& entry : resolved) names.push_back(entry.first);
-      return invalid_argument("unknown parameter '" + name + "' for model '" + family +
-                              "'; known: " + join(names, ", "));
+      std::string message = "unknown parameter '" + name + "' for model '" + family + "'";
+      if (auto suggestion = closest_name(name, names)) message += "; did you mean '" + *suggestion + "'?";
+      return invalid_argument(message + " (known: " + join(names, ", ") + ")");
     }
     if (!applies_to(*match, family)) {
       return invalid_argument("parameter '" + name + "' does not apply to model '" + family + "'");

@@ -48,6 +48,9 @@ TEST(Parameters, ValidateNamesTypesAndRanges) {
   EXPECT_NE(parameters_markdown().find("| `l2` |"), std::string::npos);
   EXPECT_EQ(resolve_parameters("gbdt", {{"max_depth", "40"}}).status().message(),
             "parameter 'max_depth' must be an integer from 0 to 32, not '40'");
+  // A misspelt name gets the one meant, before the list of every name.
+  std::string misspelt = resolve_parameters("gbdt", {{"round", "5"}}).status().message();
+  EXPECT_NE(misspelt.find("did you mean 'rounds'?"), std::string::npos) << misspelt;
 }
 
 // Every declared parameter of a family is bound to a member of that family's struct, and the
