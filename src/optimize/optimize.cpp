@@ -74,6 +74,10 @@ Result<Slo> parse_slo(const std::string& text) {
 
 namespace {
 
+// Without an SLO clause on the metric the table watches, a candidate may not trade quality away
+// unseen: its drop is held to this share of the baseline's value (AUC 0.80 may fall to 0.792).
+constexpr double kDefaultRelativeQualityDrop = 0.01;
+
 class Optimizer {
  public:
   explicit Optimizer(const OptimizeOptions& options) : options_(options) {}
@@ -90,6 +94,12 @@ class Optimizer {
   Result<LoadTestReport> load(const std::string& url, double rate, std::chrono::milliseconds duration);
   bool latency_holds(const LoadTestReport& report) const;
   void check_slo(CandidateResult& candidate, const eval::Comparison& comparison);
+  // Whether the SLO bounds the drop of the metric the table watches; without such a clause the
+  // default bound (kDefaultRelativeQualityDrop of the baseline's value) holds instead.
+  bool quality_bounded() const {
+    return std::any_of(options_.slo.quality_drops.begin(), options_.slo.quality_drops.end(),
+                       [this](const auto& clause) { return clause.first == metric_; });
+  }
   void recommend(OptimizeReport& report) const;
   void register_candidate(CandidateResult& candidate);
   // The version and record an earlier run registered for a candidate of this name and settings.
@@ -245,6 +255,17 @@ void Optimizer::check_slo(CandidateResult& candidate, const eval::Comparison& co
                                                format_config_number(limit)));
     }
   }
+  if (!quality_bounded()) {
+    double baseline = comparison.metrics_a.get(metric_);
+    double drop = eval::quality_drop(metric_, baseline, comparison.metrics_b.get(metric_));
+    double limit = kDefaultRelativeQualityDrop * std::abs(baseline);
+    if (std::isfinite(drop) && drop > limit) {
+      candidate.failures.push_back(
+          fmt::format("{} drop {:.4g} > {:.4g}, the default bound (1% of the baseline's; "
+                      "set {}_drop in the SLO)",
+                      metric_, drop, limit, metric_));
+    }
+  }
   if (options_.tolerance && candidate.rows_beyond_tolerance > 0) {
     candidate.failures.push_back(fmt::format("{} golden rows differ by more than {}", candidate.rows_beyond_tolerance,
                                              format_config_number(*options_.tolerance)));
@@ -370,8 +391,16 @@ void Optimizer::recommend(OptimizeReport& report) const {
     bool tie = !clearly_better && candidate.max_rate >= best.max_rate * 0.98;
     if (clearly_better || (tie && candidate.changes < best.changes)) report.recommended = static_cast<int>(index);
   }
+  // Said with the recommendation, so a table without a quality clause says what held quality.
+  std::string bound_note;
+  if (!quality_bounded() && !report.candidates.empty()) {
+    bound_note = fmt::format(
+        "; the SLO has no {0}_drop clause, so each candidate's {0} was held to the default bound: a drop of at most "
+        "1% of the baseline's ({1:.4g})",
+        metric_, kDefaultRelativeQualityDrop * std::abs(report.candidates.front().quality));
+  }
   if (report.recommended < 0) {
-    report.reason = "no candidate meets every SLO clause; the table says which clause each misses";
+    report.reason = "no candidate meets every SLO clause; the table says which clause each misses" + bound_note;
     return;
   }
   const CandidateResult& chosen = report.candidates[static_cast<std::size_t>(report.recommended)];
@@ -392,6 +421,7 @@ void Optimizer::recommend(OptimizeReport& report) const {
                           ? " (to the name the bundle is registered under)"
                           : "");
   }
+  report.reason += bound_note;
 }
 
 Result<OptimizeReport> Optimizer::run() {

@@ -1,6 +1,7 @@
 // The candidate table on a small GBDT: candidates built, measured through the real server,
 // recorded and recommended; the SLO's grammar and the refusals.
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include "slipway/optimize.h"
 #include "slipway/train.h"
@@ -183,6 +184,44 @@ TEST_F(OptimizeTest, GuardsKeepACandidateFromBeingRecommended) {
   ASSERT_TRUE(report.ok()) << report.status().message();
   EXPECT_EQ(report->recommended, -1);
   EXPECT_NE(report->candidates[0].failures.at(0).find("p50"), std::string::npos) << report->candidates[0].failures[0];
+}
+
+// An SLO without a quality clause still holds quality: a candidate whose RMSE grows by more than
+// 1% of the baseline's misses the default bound, and the recommendation says the bound applied.
+TEST_F(OptimizeTest, WithoutAQualityClauseTheDefaultBoundHolds) {
+  auto chicago = *data::read_csv(testing::data_path("chicago_ridership.csv"));
+  std::vector<std::uint32_t> train_rows, golden_rows;
+  for (std::uint32_t row = 0; row < 3000; ++row) (row < 2500 ? train_rows : golden_rows).push_back(row);
+  data::Table train = chicago.take_rows(train_rows), golden = chicago.take_rows(golden_rows);
+  auto teacher = train::fit(
+      train,
+      train::TrainRequest{
+          .target = "ridership", .model_family = "gbdt", .excluded_columns = {"date"}, .params = {{"rounds", "30"}}});
+  ASSERT_TRUE(teacher.ok()) << teacher.status().message();
+  OptimizeOptions options = quick(teacher->bundle);
+  options.golden = &golden;
+  options.train = &train;
+  options.slice_column = "";
+  options.slo = *parse_slo("p95<=50ms@100rps");
+  options.techniques = {"distill"};
+  auto report = optimize_model(options);
+  ASSERT_TRUE(report.ok()) << report.status().message();
+  double limit = 0.01 * report->candidates[0].quality;
+  std::size_t held_back = 0;
+  for (const auto& candidate : report->candidates) {
+    if (!candidate.error.empty() || !(candidate.quality_drop > limit)) continue;
+    ++held_back;
+    EXPECT_FALSE(candidate.meets_slo) << candidate.name;
+    bool named = std::any_of(candidate.failures.begin(), candidate.failures.end(), [](const std::string& failure) {
+      return failure.find("the default bound") != std::string::npos;
+    });
+    EXPECT_TRUE(named) << candidate.name;
+  }
+  EXPECT_GT(held_back, 0u) << "no student lost more than 1% of the teacher's RMSE: the test shows nothing";
+  EXPECT_NE(report->reason.find("no rmse_drop clause"), std::string::npos) << report->reason;
+  if (report->recommended >= 0) {
+    EXPECT_LE(report->candidates[static_cast<std::size_t>(report->recommended)].quality_drop, limit);
+  }
 }
 
 // A regression teacher's students regress its predictions: no temperature applies (it would
