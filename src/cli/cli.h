@@ -60,7 +60,12 @@ struct CompareOptions {
 int run_compare(const GlobalOptions& global, const CompareOptions& options);
 int run_models(const GlobalOptions& global);
 int run_versions(const GlobalOptions& global, const std::string& model);
-int run_runs(const GlobalOptions& global, std::size_t limit);
+struct RunsFlags {
+  std::size_t limit = 20;
+  std::string experiment;  // empty: every experiment
+  std::string status;      // RUNNING, FINISHED, FAILED or INTERRUPTED; empty: any
+};
+int run_runs(const GlobalOptions& global, const RunsFlags& flags);
 int run_show(const GlobalOptions& global, const std::string& run_id);
 int run_alias(const GlobalOptions& global, const std::string& reference, const std::string& alias);
 

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
@@ -286,9 +287,19 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   std::string model_name;
   auto* versions_command = app.add_subcommand("versions", "List the versions of a model");
   versions_command->add_option("NAME", model_name, "Model name")->required();
-  std::size_t limit = 20;
-  auto* runs_command = app.add_subcommand("runs", "List recent training runs");
-  runs_command->add_option("--limit", limit, "How many runs")->check(CLI::Range(1, 1'000'000))->capture_default_str();
+  RunsFlags runs;
+  auto* runs_command = app.add_subcommand("runs", "List recent training runs, newest first");
+  runs_command->add_option("--limit", runs.limit, "How many runs")
+      ->check(CLI::Range(1, 1'000'000))
+      ->capture_default_str();
+  runs_command->add_option("--experiment", runs.experiment, "Only this experiment's runs");
+  runs_command->add_option("--status", runs.status, "Only runs in this state")
+      ->transform([](std::string status) {
+        std::transform(status.begin(), status.end(), status.begin(),
+                       [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+        return status;
+      })
+      ->check(CLI::IsMember({"RUNNING", "FINISHED", "FAILED", "INTERRUPTED"}));
   std::string run_id;
   auto* show_command = app.add_subcommand("show", "Show one run: params, metrics, lineage, spec");
   show_command->add_option("RUN_ID", run_id, "Run id (from `slipway runs`)")->required();
@@ -784,7 +795,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   if (predict_command->parsed()) return run_predict(global, reference, data_path, out, id_column);
   if (models_command->parsed()) return run_models(global);
   if (versions_command->parsed()) return run_versions(global, model_name);
-  if (runs_command->parsed()) return run_runs(global, limit);
+  if (runs_command->parsed()) return run_runs(global, runs);
   if (show_command->parsed()) return run_show(global, run_id);
   if (alias_command->parsed()) return run_alias(global, reference, alias);
   if (deploy_command->parsed()) return run_deploy(global, deploy);

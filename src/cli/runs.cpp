@@ -1,4 +1,5 @@
 // slipway runs: recent training runs.
+#include <algorithm>
 #include <ostream>
 
 #include "cli/cli.h"
@@ -44,15 +45,26 @@ struct RunsResult : CommandResult {
   }
 };
 
-Result<RunsResult> list_runs(const GlobalOptions& global, std::size_t limit) {
+Result<RunsResult> list_runs(const GlobalOptions& global, const RunsFlags& flags) {
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kReadOnly));
   RunsResult result;
-  SLIPWAY_ASSIGN_OR_RETURN(result.runs, store->runs().list(limit));
+  // Newest first, a page at a time (the filters are the store's, as /api/runs uses them).
+  registry::RunQuery query;
+  query.experiment = flags.experiment;
+  query.status = flags.status;
+  query.page_size = std::min<std::size_t>(flags.limit, 1000);
+  while (result.runs.size() < flags.limit) {
+    SLIPWAY_ASSIGN_OR_RETURN(auto page, store->runs().query(query));
+    for (auto& run : page.runs) result.runs.push_back(std::move(run));
+    if (page.next_page_token.empty()) break;
+    query.page_token = std::move(page.next_page_token);
+  }
+  if (result.runs.size() > flags.limit) result.runs.resize(flags.limit);
   return result;
 }
 
 }  // namespace
 
-int run_runs(const GlobalOptions& global, std::size_t limit) { return render(global, list_runs(global, limit)); }
+int run_runs(const GlobalOptions& global, const RunsFlags& flags) { return render(global, list_runs(global, flags)); }
 
 }  // namespace slipway::cli

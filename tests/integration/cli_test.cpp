@@ -951,6 +951,15 @@ TEST_F(CliTest, GbdtCheckpointResumeHistoryAndWarmStart) {
   EXPECT_EQ(repaired.exit_code, 0) << repaired.out;
   EXPECT_NE(repaired.out.find("\"interrupted_runs\":[{\"run_id\":\"" + killed_run), std::string::npos) << repaired.out;
   EXPECT_NE(slipway({"runs"}).out.find("INTERRUPTED"), std::string::npos);
+  // `runs` filters by state and experiment (as /api/runs does).
+  auto interrupted = slipway({"runs", "--status", "interrupted"});
+  EXPECT_EQ(interrupted.exit_code, 0) << interrupted.err;
+  EXPECT_NE(interrupted.out.find(killed_run), std::string::npos) << interrupted.out;
+  EXPECT_EQ(interrupted.out.find("FINISHED"), std::string::npos) << interrupted.out;
+  EXPECT_EQ(slipway({"runs", "--status", "FINISHED"}).out.find(killed_run), std::string::npos);
+  EXPECT_EQ(slipway({"runs", "--experiment", "nothing-here"}).out.find(killed_run), std::string::npos);
+  EXPECT_NE(slipway({"runs", "--experiment", "default"}).out.find(killed_run), std::string::npos);
+  EXPECT_NE(slipway({"runs", "--status", "done"}).exit_code, 0);
 
   auto resumed = slipway({"--json", "train", "--resume", killed_run, "--no-progress"});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
