@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "llm/cuda/cuda_kernels.h"
 
@@ -238,8 +239,16 @@ constexpr int kThreads = 256;
 
 std::string device_info(DeviceInfo& info) {
   int count = 0;
-  if (cudaError_t error = cudaGetDeviceCount(&count); error != cudaSuccess) return text(error);
-  if (count == 0) return "no CUDA device";
+  if (cudaError_t error = cudaGetDeviceCount(&count); error != cudaSuccess) {
+    // Without a GPU the runtime blames the driver's version ("insufficient"); say what is missing.
+    std::error_code ignored;
+    bool driver = std::filesystem::exists("/dev/nvidiactl", ignored);
+    if (!driver && (error == cudaErrorInsufficientDriver || error == cudaErrorNoDevice)) {
+      return "no NVIDIA GPU found (no driver is loaded: /dev/nvidiactl is absent; CUDA says: " + text(error) + ")";
+    }
+    return text(error);
+  }
+  if (count == 0) return "no NVIDIA GPU found";
   cudaDeviceProp properties{};
   if (cudaError_t error = cudaGetDeviceProperties(&properties, 0); error != cudaSuccess) return text(error);
   int memory_khz = 0, bus_bits = 0;
