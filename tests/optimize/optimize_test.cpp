@@ -59,6 +59,36 @@ class OptimizeTest : public ::testing::Test {
     return options;
   }
 
+  // A GBDT of Chicago ridership (30 rounds) to distill: 2,500 rows to train on, 500 golden ones,
+  // and the table's options for it under an SLO with no quality clause.
+  struct RegressionTeacher {
+    data::Table train, golden;
+    std::shared_ptr<const model::Bundle> teacher;
+    void train_teacher() {
+      auto chicago = data::read_csv(testing::data_path("chicago_ridership.csv"));
+      ASSERT_TRUE(chicago.ok()) << chicago.status().message();
+      std::vector<std::uint32_t> train_rows, golden_rows;
+      for (std::uint32_t row = 0; row < 3000; ++row) (row < 2500 ? train_rows : golden_rows).push_back(row);
+      train = chicago->take_rows(train_rows);
+      golden = chicago->take_rows(golden_rows);
+      auto fitted = train::fit(train, train::TrainRequest{.target = "ridership",
+                                                          .model_family = "gbdt",
+                                                          .excluded_columns = {"date"},
+                                                          .params = {{"rounds", "30"}}});
+      ASSERT_TRUE(fitted.ok()) << fitted.status().message();
+      teacher = fitted->bundle;
+    }
+    OptimizeOptions options() {
+      OptimizeOptions options = quick(teacher);
+      options.golden = &golden;
+      options.train = &train;
+      options.slice_column = "";
+      options.slo = *parse_slo("p95<=50ms@100rps");
+      options.techniques = {"distill"};
+      return options;
+    }
+  };
+
   static inline data::Table* golden_set = nullptr;
   static inline data::Table* train_set = nullptr;
   static inline std::shared_ptr<const model::Bundle> gbdt, linear;
@@ -189,21 +219,9 @@ TEST_F(OptimizeTest, GuardsKeepACandidateFromBeingRecommended) {
 // An SLO without a quality clause still holds quality: a candidate whose RMSE grows by more than
 // 1% of the baseline's misses the default bound, and the recommendation says the bound applied.
 TEST_F(OptimizeTest, WithoutAQualityClauseTheDefaultBoundHolds) {
-  auto chicago = *data::read_csv(testing::data_path("chicago_ridership.csv"));
-  std::vector<std::uint32_t> train_rows, golden_rows;
-  for (std::uint32_t row = 0; row < 3000; ++row) (row < 2500 ? train_rows : golden_rows).push_back(row);
-  data::Table train = chicago.take_rows(train_rows), golden = chicago.take_rows(golden_rows);
-  auto teacher = train::fit(
-      train,
-      train::TrainRequest{
-          .target = "ridership", .model_family = "gbdt", .excluded_columns = {"date"}, .params = {{"rounds", "30"}}});
-  ASSERT_TRUE(teacher.ok()) << teacher.status().message();
-  OptimizeOptions options = quick(teacher->bundle);
-  options.golden = &golden;
-  options.train = &train;
-  options.slice_column = "";
-  options.slo = *parse_slo("p95<=50ms@100rps");
-  options.techniques = {"distill"};
+  RegressionTeacher chicago;
+  ASSERT_NO_FATAL_FAILURE(chicago.train_teacher());
+  OptimizeOptions options = chicago.options();
   auto report = optimize_model(options);
   ASSERT_TRUE(report.ok()) << report.status().message();
   double limit = 0.01 * report->candidates[0].quality;
@@ -227,21 +245,9 @@ TEST_F(OptimizeTest, WithoutAQualityClauseTheDefaultBoundHolds) {
 // A regression teacher's students regress its predictions: no temperature applies (it would
 // scale their outputs), and with alpha 1 they track the teacher.
 TEST_F(OptimizeTest, RegressionStudentsTrackTheirTeacher) {
-  auto chicago = *data::read_csv(testing::data_path("chicago_ridership.csv"));
-  std::vector<std::uint32_t> train_rows, golden_rows;
-  for (std::uint32_t row = 0; row < 3000; ++row) (row < 2500 ? train_rows : golden_rows).push_back(row);
-  data::Table train = chicago.take_rows(train_rows), golden = chicago.take_rows(golden_rows);
-  auto teacher = train::fit(
-      train,
-      train::TrainRequest{
-          .target = "ridership", .model_family = "gbdt", .excluded_columns = {"date"}, .params = {{"rounds", "30"}}});
-  ASSERT_TRUE(teacher.ok()) << teacher.status().message();
-  OptimizeOptions options = quick(teacher->bundle);
-  options.golden = &golden;
-  options.train = &train;
-  options.slice_column = "";
-  options.slo = *parse_slo("p95<=50ms@100rps");
-  options.techniques = {"distill"};
+  RegressionTeacher chicago;
+  ASSERT_NO_FATAL_FAILURE(chicago.train_teacher());
+  OptimizeOptions options = chicago.options();
   options.distill_alpha = 1.0;
   options.distill_temperature = 3.0;
   auto report = optimize_model(options);
