@@ -202,8 +202,8 @@ struct OptimizeOptions {
   int rate_search_steps = 9;
   int threads = 1;  // the server's worker threads
   std::function<void(int step, int total, const std::string& what)> on_progress;
-  // Called for each candidate as soon as it is measured without error (to register it, so a run
-  // that stops keeps what it finished); returns its version.
+  // Called for each candidate that meets the SLO as soon as it is measured (to register it, so a
+  // run that stops keeps what it finished); returns its version.
   std::function<Result<std::string>(const CandidateResult&)> on_candidate;
   // What else the measurements depend on (the golden file, slice, tolerance, price, training
   // rows), recorded with each candidate so a resumed run only reuses records made the same way.

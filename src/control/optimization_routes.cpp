@@ -23,7 +23,7 @@ constexpr std::string_view kOptimizeSchema =
     R"("budget_ms":{"type":"integer","minimum":1,"maximum":86400000},)"
     R"("threads":{"type":"integer","minimum":1},"repeat_rate":{"type":"number","minimum":0,"maximum":1},)"
     R"("slice":{"type":"string"},"distill_alpha":{"type":"number"},"distill_temperature":{"type":"number"},)"
-    R"("register":{"type":"boolean","description":"each candidate measured becomes a version"},)"
+    R"("register":{"type":"boolean","description":"each candidate that meets the SLO becomes a version"},)"
     R"("resume":{"type":"boolean","description":"reuse the versions an earlier registering run made"}}})";
 constexpr std::string_view kJobStartedSchema =
     R"({"type":"object","properties":{"job":{"type":"string"},"running":{"type":"boolean"}}})";

@@ -590,7 +590,9 @@ Result<OptimizeReport> Optimizer::run() {
                                   ? options_.price_per_hour / (3600.0 * candidate.max_rate) * 1000.0
                                   : (options_.price_per_hour > 0 ? std::numeric_limits<double>::infinity() : kNaN);
       check_slo(candidate, comparisons_.at(candidate.name));
-      if (index > 0) register_candidate(candidate);
+      // Only what could ship is registered: a candidate that misses a clause would become the
+      // newest version, what a bare NAME resolves to, and serve nothing it should.
+      if (index > 0 && candidate.meets_slo) register_candidate(candidate);
     }
     report.candidates.push_back(std::move(candidate));
   }

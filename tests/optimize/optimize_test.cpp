@@ -185,8 +185,16 @@ TEST_F(OptimizeTest, BuildsMeasuresRecordsAndRecommends) {
     EXPECT_GT(candidate.quality, 0.6) << candidate.name;  // it learned something
   }
   EXPECT_EQ(students, 3u);  // gbdt, mlp and linear
-  // Not the int8 and sparse rows either (not applicable to trees).
-  EXPECT_EQ(registered.size(), report->candidates.size() - 1 - serving - 2);
+  // What meets the SLO is registered, nothing else: not the rows that miss a clause, not the int8
+  // and sparse rows (not applicable to trees), not serving configurations.
+  std::size_t shippable = 0;
+  for (std::size_t index = 1; index < report->candidates.size(); ++index) {
+    const CandidateResult& candidate = report->candidates[index];
+    bool ships = candidate.meets_slo && candidate.error.empty() && candidate.technique != "serving";
+    shippable += ships ? 1 : 0;
+    EXPECT_EQ(candidate.version.empty(), !ships) << candidate.name;
+  }
+  EXPECT_EQ(registered.size(), shippable);
   EXPECT_EQ(report->prune_curve.back().first, 40u);
   ASSERT_GE(report->recommended, 0);
   EXPECT_TRUE(report->candidates[static_cast<std::size_t>(report->recommended)].meets_slo);
@@ -198,8 +206,16 @@ TEST_F(OptimizeTest, GuardsKeepACandidateFromBeingRecommended) {
   options.techniques = {"prune"};
   options.tolerance = 0.0;  // any changed output is refused
   options.slo = *parse_slo("p95<=50ms@100rps,auc_drop<=0.5");
+  std::vector<std::string> registered;
+  options.on_candidate = [&](const CandidateResult& candidate) -> Result<std::string> {
+    registered.push_back(candidate.name);
+    return "lending@" + std::to_string(registered.size() + 1);
+  };
   auto report = optimize_model(options);
   ASSERT_TRUE(report.ok()) << report.status().message();
+  // A candidate that misses a clause is not registered (it would become the newest version).
+  EXPECT_TRUE(registered.empty()) << registered.front();
+  options.on_candidate = nullptr;
   for (const auto& candidate : report->candidates) {
     if (candidate.technique != "prune" || !candidate.error.empty()) continue;
     EXPECT_FALSE(candidate.meets_slo);
