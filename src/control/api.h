@@ -209,6 +209,14 @@ Status check_no_body(std::string_view body);
 Result<std::string> client_named_file(const std::string& folder, std::string_view relative, std::string_view what,
                                       std::string_view example);
 
+// A spec's files as files of `folder` (client_named_file; `data` may be empty only when not
+// `data_required`) and its warm start a registered model, not a file: a token that may train
+// cannot make the server read any other file.
+Status confine_spec_files(const std::string& folder, pipeline::TrainSpec& spec, bool data_required);
+// The {run_id} path segment: 32 lowercase hex digits (InvalidArgument otherwise).
+bool is_run_id(std::string_view text);
+Result<std::string> run_id_parameter(ApiCall& call);
+
 // A file of the workspace's data/ folder a client names (client_named_file) that exists: NotFound
 // naming it otherwise.
 Result<std::string> existing_data_file(ApiCall& call, std::string_view relative, std::string_view what,

@@ -200,16 +200,7 @@ Status confine_policy_files(ApiCall& call, std::map<std::string, std::string>& v
   if (spec_text == values.end() || spec_text->second.empty()) return {};
   pipeline::TrainSpec spec;
   SLIPWAY_RETURN_IF_ERROR(pipeline::load_spec_text(spec_text->second, "the policy's spec", spec));
-  if (!spec.data.empty()) {
-    SLIPWAY_ASSIGN_OR_RETURN(spec.data, client_named_file(folder, spec.data, "the spec's 'data'", "train.csv"));
-  }
-  if (!spec.test_data.empty()) {
-    SLIPWAY_ASSIGN_OR_RETURN(spec.test_data,
-                             client_named_file(folder, spec.test_data, "the spec's 'test'", "test.csv"));
-  }
-  if (!spec.init_model.empty() && pipeline::names_bundle_file(spec.init_model)) {
-    return invalid_argument("the spec's 'init_model' names a registered model (NAME@VERSION), not a file");
-  }
+  SLIPWAY_RETURN_IF_ERROR(confine_spec_files(folder, spec, false));
   spec_text->second = pipeline::spec_yaml(spec);
   return {};
 }

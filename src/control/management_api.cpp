@@ -26,6 +26,30 @@ Result<std::string> existing_data_file(ApiCall& call, std::string_view relative,
   return path;
 }
 
+Status confine_spec_files(const std::string& folder, pipeline::TrainSpec& spec, bool data_required) {
+  if (data_required || !spec.data.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(spec.data, client_named_file(folder, spec.data, "the spec's 'data'", "train.csv"));
+  }
+  if (!spec.test_data.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(spec.test_data,
+                             client_named_file(folder, spec.test_data, "the spec's 'test'", "test.csv"));
+  }
+  if (!spec.init_model.empty() && pipeline::names_bundle_file(spec.init_model)) {
+    return invalid_argument("the spec's 'init_model' names a registered model (NAME@VERSION), not a file");
+  }
+  return {};
+}
+
+bool is_run_id(std::string_view text) {
+  return text.size() == 32 && text.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
+Result<std::string> run_id_parameter(ApiCall& call) {
+  const std::string& run_id = call.path_parameter("run_id");
+  if (!is_run_id(run_id)) return invalid_argument("a run id is 32 lowercase hex digits");
+  return run_id;
+}
+
 Result<pipeline::LoadedReference> registered_model(ApiCall& call, const std::string& reference) {
   if (pipeline::names_bundle_file(reference)) {
     return invalid_argument("'" + reference.substr(0, 64) +

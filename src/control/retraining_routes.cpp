@@ -140,14 +140,6 @@ HttpResponse cancel_retraining(ApiCall& call) {
   return list_retrainings(call);
 }
 
-Result<std::string> run_id_of(ApiCall& call) {
-  const std::string& run_id = call.path_parameter("run_id");
-  if (run_id.size() != 32 || run_id.find_first_not_of("0123456789abcdef") != std::string::npos) {
-    return invalid_argument("a run id is 32 lowercase hex digits");
-  }
-  return run_id;
-}
-
 HttpResponse reproduction_answer(ApiCall& call, const std::string& run_id, int status) {
   auto progress = call.server->training_jobs.progress(reproduce_job(run_id));
   if (!progress.running && !progress.result.empty()) return serve::json_response(status, progress.result);
@@ -165,7 +157,7 @@ HttpResponse reproduction_answer(ApiCall& call, const std::string& run_id, int s
 
 HttpResponse start_reproduction(ApiCall& call) {
   if (auto empty = check_no_body(call.http.body); !empty.ok()) return error_response(empty);
-  auto run_id = run_id_of(call);
+  auto run_id = run_id_parameter(call);
   if (!run_id.ok()) return error_response(run_id.status());
   // What can be told now rather than by a job that fails at once (reproduce_run checks it all).
   auto run = call.registry->runs().get(*run_id);
@@ -201,7 +193,7 @@ HttpResponse start_reproduction(ApiCall& call) {
 
 HttpResponse cancel_reproduction(ApiCall& call) {
   if (auto empty = check_no_body(call.http.body); !empty.ok()) return error_response(empty);
-  auto run_id = run_id_of(call);
+  auto run_id = run_id_parameter(call);
   if (!run_id.ok()) return error_response(run_id.status());
   if (!call.server->training_jobs.cancel(reproduce_job(*run_id))) {
     return error_response(409, "no reproduction of run " + *run_id + " runs in this server: nothing to cancel");
@@ -210,7 +202,7 @@ HttpResponse cancel_reproduction(ApiCall& call) {
 }
 
 HttpResponse get_reproduction(ApiCall& call) {
-  auto run_id = run_id_of(call);
+  auto run_id = run_id_parameter(call);
   if (!run_id.ok()) return error_response(run_id.status());
   return reproduction_answer(call, *run_id, 200);
 }

@@ -35,10 +35,6 @@ constexpr std::string_view kParametersSchema =
 constexpr std::string_view kRunningSchema =
     R"({"type":"object","properties":{"running":{"type":"array","items":{"type":"string"}}}})";
 
-bool is_run_id(std::string_view text) {
-  return text.size() == 32 && text.find_first_not_of("0123456789abcdef") == std::string_view::npos;
-}
-
 // {"run_id","state","running","cancelling"?,"rounds_done"?,"rounds_total"?,"reason"?,"run"?}: what
 // this server knows of the job and the run it records. NotFound when neither exists.
 HttpResponse job_answer(ApiCall& call, const std::string& run_id, int status, std::optional<bool> created = {}) {
@@ -90,14 +86,7 @@ Result<pipeline::TrainSpec> client_spec(ApiCall& call, simdjson::dom::object obj
   pipeline::TrainSpec spec;
   SLIPWAY_RETURN_IF_ERROR(pipeline::load_spec_text(simdjson::minify(object), "the body's spec", spec));
   std::string folder = call.registry->home() + "/data";
-  SLIPWAY_ASSIGN_OR_RETURN(spec.data, client_named_file(folder, spec.data, "the spec's 'data'", "train.csv"));
-  if (!spec.test_data.empty()) {
-    SLIPWAY_ASSIGN_OR_RETURN(spec.test_data,
-                             client_named_file(folder, spec.test_data, "the spec's 'test'", "test.csv"));
-  }
-  if (!spec.init_model.empty() && pipeline::names_bundle_file(spec.init_model)) {
-    return invalid_argument("the spec's 'init_model' names a registered model (NAME@VERSION), not a file");
-  }
+  SLIPWAY_RETURN_IF_ERROR(confine_spec_files(folder, spec, true));
   SLIPWAY_RETURN_IF_ERROR(pipeline::check_train_spec(spec));
   for (const auto* path : {&spec.data, &spec.test_data}) {
     std::error_code error;
@@ -168,21 +157,15 @@ HttpResponse start_job(ApiCall& call) {
   return job_answer(call, run_id, 202, true);
 }
 
-Result<std::string> run_id_of(ApiCall& call) {
-  const std::string& run_id = call.path_parameter("run_id");
-  if (!is_run_id(run_id)) return invalid_argument("a run id is 32 lowercase hex digits");
-  return run_id;
-}
-
 HttpResponse get_job(ApiCall& call) {
-  auto run_id = run_id_of(call);
+  auto run_id = run_id_parameter(call);
   if (!run_id.ok()) return error_response(run_id.status());
   return job_answer(call, *run_id, 200);
 }
 
 HttpResponse cancel_job(ApiCall& call) {
   if (auto empty = check_no_body(call.http.body); !empty.ok()) return error_response(empty);
-  auto run_id = run_id_of(call);
+  auto run_id = run_id_parameter(call);
   if (!run_id.ok()) return error_response(run_id.status());
   if (!call.server->training_jobs.cancel(*run_id)) {
     return error_response(409, "training job '" + *run_id + "' is not running in this server: nothing to cancel");
