@@ -21,9 +21,10 @@ struct Metrics {
   double get(std::string_view name) const;
 };
 
-// Binary classification: auc, log_loss, accuracy, precision, recall, f1 (threshold 0.5 on
-// P(positive)). `labels` are 0 or 1.
-Metrics binary_metrics(std::span<const float> probabilities, std::span<const double> labels);
+// Binary classification: auc, pr_auc, log_loss, accuracy, precision, recall, f1 (the last four
+// predicting the positive label when P(positive) >= threshold). `labels` are 0 or 1.
+Metrics binary_metrics(std::span<const float> probabilities, std::span<const double> labels,
+                       double threshold = 0.5);
 // Multiclass: log_loss, accuracy, macro_f1 (the mean of each class's one-vs-rest F1).
 // `probabilities` is rows x class_count row-major; `labels` are class indices.
 Metrics multiclass_metrics(std::span<const float> probabilities, std::size_t class_count,
@@ -34,6 +35,29 @@ Metrics regression_metrics(std::span<const float> predictions, std::span<const d
 // Area under the ROC curve with ties counted half (the Mann-Whitney statistic). NaN when only one
 // class is present or any score is NaN; infinite scores rank like any other.
 double roc_auc(std::span<const float> scores, std::span<const double> labels);
+// Area under the precision-recall curve as average precision (the precision at each positive's
+// rank, averaged; tied scores enter together), scikit-learn's average_precision_score. NaN
+// without positives or with a NaN score.
+double average_precision(std::span<const float> scores, std::span<const double> labels);
+
+// A binary classifier's decision threshold, chosen on held-out rows by a named rule:
+//   f1              the threshold of the best F1
+//   precision>=P    the best recall among thresholds whose precision is at least P
+//   recall>=R       the best precision among thresholds whose recall is at least R
+//   cost=C          the least false positives + C x false negatives (a miss costs C false alarms)
+//   0.3             that number, as given (in [0, 1])
+// The threshold is one of the rows' scores (predict positive at or above it). InvalidArgument for
+// an unknown rule, a bound outside (0, 1], rows of one class, or a bound no threshold meets.
+struct ThresholdChoice {
+  double threshold = 0.5;
+  std::string rule;          // as given, normalized ("precision>=0.9")
+  double precision = 0.0;    // on the rows, at the threshold
+  double recall = 0.0;
+  std::size_t rows = 0;      // rows it was chosen on
+};
+Status check_threshold_rule(std::string_view rule);
+Result<ThresholdChoice> choose_threshold(std::span<const float> probabilities, std::span<const double> labels,
+                                         std::string_view rule);
 
 struct SliceMetrics {
   std::string value;  // the slice column's value, "(missing)" for missing

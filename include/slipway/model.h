@@ -475,6 +475,15 @@ struct Manifest {
   std::size_t train_rows = 0;
   std::map<std::string, std::string> params;
   std::map<std::string, double> metrics;
+  // Binary classification: the predicted label is the positive one when P(positive) is at least
+  // this; chosen on held-out rows by `threshold_rule` ("f1", "precision>=0.9", "recall>=0.8",
+  // "cost=5"; empty for the default 0.5 or a number given as is).
+  double decision_threshold = 0.5;
+  std::string threshold_rule;
+  // Inputs a request may carry that the model does not use, accepted and left unused at serving:
+  // columns trained with --ignore (an id the request log's label joins need) and, for a bundle
+  // optimized from a baseline, the baseline's inputs it dropped, so the baseline's requests fit.
+  std::vector<std::string> unused_inputs;
   // How `slipway optimize` made this bundle from a baseline: the technique, its settings, the
   // baseline, the measurements and the SLO, as flat keys ("technique", "baseline",
   // "setting.rounds", "measured.p95_ms", ...). Empty for a bundle that was not optimized.
@@ -514,8 +523,9 @@ class Bundle {
   // link applied in place (sigmoid for binary classification, softmax for multiclass).
   Predictions predict_margins(std::span<const float> features, std::size_t rows) const;
   void apply_link(Predictions& margins) const;
-  // The predicted label of `row` (classification only): the positive label when its score is
-  // >= 0.5, for multiclass the most probable class (the first on a tie).
+  // The predicted label of `row` (classification only): the positive label when its score is at
+  // least the manifest's decision_threshold, for multiclass the most probable class (the first on
+  // a tie).
   const std::string& predicted_label(const Predictions& predictions, std::size_t row) const;
 
   // Bytes the loaded bundle holds: the model's arrays (owned, or mapped from the file) and the
@@ -532,6 +542,9 @@ class Bundle {
   // A copy with `optimization` recorded in the manifest, sharing this bundle's model.
   std::shared_ptr<const Bundle> with_optimization(std::map<std::string, std::string> optimization) const;
   std::shared_ptr<const Bundle> with_profile(DataProfile profile) const;
+  // A copy with another manifest (its decision threshold, its unused inputs), sharing this
+  // bundle's model and mapping.
+  std::shared_ptr<const Bundle> with_manifest(Manifest manifest) const;
 
   // The bundle file's bytes. Deterministic: the same bundle gives the same bytes. The model's
   // family (src/model/model_families.cpp) writes its part.
@@ -553,8 +566,6 @@ class Bundle {
                                                     std::optional<std::string_view> expected_sha256 = {});
 
  private:
-  // A copy with another manifest, sharing this bundle's model (and mapping).
-  std::shared_ptr<const Bundle> with_manifest(Manifest manifest) const;
   static Result<std::shared_ptr<const Bundle>> parse_mapped(std::span<const std::byte> bytes,
                                                             std::shared_ptr<const MappedFile> mapping,
                                                             std::optional<std::string_view> expected_sha256);

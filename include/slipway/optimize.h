@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -165,6 +166,12 @@ struct CandidateResult {
   double p50_ms = 0.0, p95_ms = 0.0, p99_ms = 0.0, achieved_rate = 0.0;
   std::uint64_t failed_requests = 0;
   double max_rate = 0.0;     // the highest rate found whose latency SLO holds (throughput without one)
+  // Closed-loop throughput (rows/s) over interleaved rounds: every contender measured once per
+  // round, in turn, so a burst of noise falls on all of them. The median and the range of the
+  // rounds; NaN for a candidate not measured in them (it misses the SLO, or an earlier run's).
+  // Two contenders whose ranges overlap are a tie, which the fewer changes win.
+  double throughput_median = std::nan(""), throughput_low = std::nan(""), throughput_high = std::nan("");
+  int throughput_rounds = 0;
   double cost_per_1k = 0.0;  // price per hour / (3600 x max_rate) x 1000; NaN without a price
   std::size_t bundle_bytes = 0, loaded_bytes = 0;
   std::size_t request_bytes = 0;  // the median one-row v2 JSON request: its inputs only

@@ -52,7 +52,12 @@ struct TrainSpec {
   std::string slice;  // also report test metrics per value of this column
   std::uint64_t seed = 42;
   std::vector<std::string> params;  // KEY=VALUE, checked by train::resolve_parameters
-  std::vector<std::string> ignore;  // columns that are not features
+  std::vector<std::string> ignore;  // columns that are not features (accepted, unused, at serving)
+  // Binary classification: how the decision threshold is chosen (eval::check_threshold_rule:
+  // f1, precision>=P, recall>=R, cost=C, or a number). A rule is applied to held-out rows:
+  // `threshold_fraction` of the training split, which the model is then not fitted on. Empty: 0.5.
+  std::string threshold;
+  double threshold_fraction = 0.2;
   std::string register_as;          // register the bundle as a new version of this model
   std::string experiment = "default";
   std::string bundle_out;  // also write the bundle file here
@@ -155,7 +160,8 @@ struct LoadedReference {
 // file) rather than NAME[@VERSION|@ALIAS]; only the latter need a registry.
 bool names_bundle_file(const std::string& reference);
 
-// Loads a bundle file, or resolves NAME@VERSION, NAME@ALIAS or NAME (latest) in `registry`
+// Loads a bundle file, or resolves NAME@VERSION, NAME@ALIAS or NAME (the production alias, else
+// the newest version in service) in `registry`
 // (read only; it may be null when `reference` names a bundle file). Returns not_found for a
 // missing file, model, version or alias, and failed_precondition for a registry reference
 // without a registry. The bundle keeps its own mapping: it outlives `registry`.

@@ -288,13 +288,20 @@ struct NewToken {
 // InvalidArgument unless `role` is predict, read, deploy or admin.
 Status validate_token_role(const std::string& role);
 
-// What a model reference selects: an explicit version, an alias, or the latest version.
+// What a model reference selects: an explicit version (NAME@3), an alias (NAME@staging), the
+// newest version still in service (NAME@latest), or, for a bare NAME, the version the
+// `production` alias points at, else the newest in service. The CLI, the server, batch, monitor
+// and retrain all take a bare NAME by this rule.
 struct VersionSelector {
   std::optional<std::int64_t> version;
-  std::string alias;  // when not a version; empty means latest
+  std::string alias;    // when not a version; empty for a bare NAME or NAME@latest
+  bool latest = false;  // NAME@latest
 };
+inline constexpr std::string_view kProductionAlias = "production";
 // Parses "NAME", "NAME@3", "NAME@production" into the name and selector.
 Result<std::pair<std::string, VersionSelector>> parse_model_reference(const std::string& reference);
+// The entry of `versions` (ascending) that `selector` selects by the rule above, or null.
+const ModelVersion* select_version(const std::vector<ModelVersion>& versions, const VersionSelector& selector);
 
 // Content-addressed bundle storage at <root>/sha256/<2 hex>/<62 hex>.
 class ArtifactStore {

@@ -35,6 +35,10 @@ struct ParamDeclaration {
 
 const std::vector<std::string>& model_families();
 const std::vector<ParamDeclaration>& parameter_declarations();
+// "number", "integer" or "choice".
+std::string_view parameter_type_name(ParamType type);
+// What a parameter accepts: "[0, 1]" for a number or an integer, its choices joined by ", ".
+std::string parameter_allowed_values(const ParamDeclaration& declaration);
 
 // Checks `given` (KEY=VALUE pairs from the command line or a spec) against the declarations for
 // `family` and returns every parameter of that family with defaults filled in. InvalidArgument

@@ -463,6 +463,8 @@ class ProgressBar {
 std::string format_bytes(std::size_t bytes);
 // A metric value for display: 4 significant decimals, "-" for NaN.
 std::string format_metric(double value);
+// "-0.0000" (a tiny negative rounded away) as "0.0000"; any other text as it is.
+std::string without_negative_zero(std::string formatted);
 std::string format_time_ms(std::int64_t unix_ms);
 
 // Pieces several commands print the same way.

@@ -33,9 +33,11 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <simdjson.h>
 
 #include "cli/cli.h"
 #include "cli/completion_stream.h"
+#include "slipway/http.h"
 
 namespace slipway::cli {
 namespace {
@@ -53,7 +55,7 @@ struct BenchServeFlags {
   std::size_t output_tokens = 128;
   double length_spread = 0;
   std::size_t system_prompt_tokens = 0;
-  std::uint32_t vocab = 32000;
+  std::uint32_t vocab = 0;  // 0: the served model's, read from /v1/models/MODEL
   double temperature = 0;
   std::uint64_t seed = 1;
   double timeout_s = 600;
@@ -271,7 +273,7 @@ BenchServeReport summarize_run(const BenchServeFlags& flags, const CompletionTar
 
 Status check_flags(const BenchServeFlags& flags) {
   if (flags.model.empty()) return invalid_argument("--model must name the model the server serves");
-  if (flags.vocab <= kFirstPromptToken) {
+  if (flags.vocab != 0 && flags.vocab <= kFirstPromptToken) {
     return invalid_argument(fmt::format("--vocab must be more than {} (prompts draw ids from [{}, vocab))",
                                         kFirstPromptToken, kFirstPromptToken));
   }
@@ -288,10 +290,40 @@ Status check_flags(const BenchServeFlags& flags) {
   return Status();
 }
 
-int run_llm_bench_serve(const GlobalOptions& global, const BenchServeFlags& flags) {
-  if (auto status = check_flags(flags); !status.ok()) return fail(status);
-  auto target = resolve_completion_target(flags.url);
+// The served model's vocabulary size, from the server's /v1/models/MODEL (vocab_size): prompts
+// drawn past it would all fail, each with its own token in the message.
+Result<std::uint32_t> served_vocabulary(const CompletionTarget& target, const BenchServeFlags& flags) {
+  std::string url = target.display.substr(0, target.display.rfind("/completions")) + "/models/" + flags.model;
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (!flags.api_key.empty()) headers.emplace_back("Authorization", "Bearer " + flags.api_key);
+  auto refused = [&](const std::string& why) {
+    return failed_precondition("cannot read the vocabulary size of '" + flags.model + "' from " + url + " (" + why +
+                               "); give --vocab N");
+  };
+  auto response = http::fetch("GET", url, {}, headers);
+  if (!response.ok()) return refused(response.status().message());
+  if (response->status != 200) return refused("HTTP " + std::to_string(response->status));
+  simdjson::dom::parser parser;
+  std::uint64_t vocabulary = 0;
+  if (parser.parse(response->body)["vocab_size"].get(vocabulary) != simdjson::SUCCESS) {
+    return refused("its answer has no vocab_size");
+  }
+  if (vocabulary <= kFirstPromptToken || vocabulary > (1u << 24)) {
+    return refused("its vocab_size is " + std::to_string(vocabulary));
+  }
+  return static_cast<std::uint32_t>(vocabulary);
+}
+
+int run_llm_bench_serve(const GlobalOptions& global, const BenchServeFlags& given) {
+  if (auto status = check_flags(given); !status.ok()) return fail(status);
+  auto target = resolve_completion_target(given.url);
   if (!target.ok()) return fail(target.status());
+  BenchServeFlags flags = given;
+  if (flags.vocab == 0) {
+    auto vocabulary = served_vocabulary(*target, flags);
+    if (!vocabulary.ok()) return fail(vocabulary.status());
+    flags.vocab = *vocabulary;
+  }
   const std::string system_prompt = system_prompt_json(flags);
   std::vector<double> arrivals(flags.requests, 0.0);  // seconds from the start
   if (flags.rate > 0) {
@@ -408,9 +440,11 @@ void add_llm_bench_serve_command(CLI::App* llm_command, LlmSubcommandRunner& run
                    "A prefix of N tokens shared by every request, before its own (what prefix caching reuses)")
       ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 20))
       ->capture_default_str();
-  command->add_option("--vocab", flags->vocab, "Prompt token ids are drawn from [10, N): the model's vocabulary size")
-      ->check(CLI::Range(11u, 1u << 24))
-      ->capture_default_str();
+  command
+      ->add_option("--vocab", flags->vocab,
+                   "Prompt token ids are drawn from [10, N); default: the served model's vocabulary size, read from "
+                   "/v1/models/MODEL")
+      ->check(CLI::Range(11u, 1u << 24));
   command->add_option("--temperature", flags->temperature, "Sampling temperature (0: greedy)")
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();

@@ -16,7 +16,7 @@
 namespace {
 
 // The help of every REF argument.
-constexpr const char* kReferenceHelp = "NAME@VERSION, NAME@ALIAS, NAME (latest) or a bundle file";
+constexpr const char* kReferenceHelp = "NAME@VERSION, NAME@ALIAS, NAME@latest, NAME (the production alias, else the newest version) or a bundle file";
 
 std::string default_home() {
   if (const char* home = std::getenv("SLIPWAY_HOME"); home != nullptr && *home != '\0') return home;
@@ -92,6 +92,14 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       ->add_option("--checkpoint-every", train.checkpoint_every,
                    "Save a checkpoint to the artifact store every N boosting rounds (gbdt) or epochs (mlp)")
       ->check(CLI::NonNegativeNumber);
+  train_command->add_option(
+      "--threshold", train.threshold,
+      "Binary classification: the decision threshold, or the rule that chooses it on held-out training rows: f1, "
+      "precision>=P, recall>=R, cost=C (a missed positive costs C false alarms); default 0.5");
+  train_command
+      ->add_option("--threshold-fraction", train.threshold_fraction,
+                   "With a --threshold rule: the share of the training rows held out to choose it on")
+      ->capture_default_str();
   train_command->add_option("--resume", train.resume_run,
                             "Continue an interrupted run from its latest checkpoint (replays the run's spec)");
   bool no_progress = false;

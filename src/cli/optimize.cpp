@@ -17,8 +17,8 @@ namespace {
 
 std::string format_optional(double value, const char* format) {
   if (std::isnan(value)) return "-";
-  if (std::isinf(value)) return "inf";
-  return fmt::format(fmt::runtime(format), value);
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  return without_negative_zero(fmt::format(fmt::runtime(format), value));
 }
 
 void write_markdown_table(std::ostream& out, const std::vector<std::string>& headers,
@@ -33,6 +33,13 @@ void write_markdown_table(std::ostream& out, const std::vector<std::string>& hea
     for (const auto& cell : row) out << " " << cell << " |";
     out << "\n";
   }
+}
+
+// The interleaved rounds' closed-loop throughput: "9120 (8800-9400)", or "-" when not measured.
+std::string throughput_cell(const optimize::CandidateResult& candidate) {
+  if (candidate.throughput_rounds == 0) return "-";
+  return fmt::format("{:.0f} ({:.0f}-{:.0f})", candidate.throughput_median, candidate.throughput_low,
+                     candidate.throughput_high);
 }
 
 // A candidate's SLO column: "meets", or every clause it misses.
@@ -50,8 +57,9 @@ struct OptimizeResult : CommandResult {
 
   std::vector<std::string> headers() const {
     const std::string& metric = report.quality_metric;
-    return {"",       "candidate", metric,    metric + " drop", "worst slice drop", "rows differ", "p50 ms", "p95 ms",
-            "p99 ms", "max rps",   "cost/1k", "bundle",         "memory",           "request",     "SLO",    "version"};
+    return {"",          "candidate",      metric,   metric + " drop", "worst slice drop", "rows differ",
+            "p50 ms",    "p95 ms",         "p99 ms", "max rps",        "req/s (range)",    "cost/1k",
+            "bundle",    "memory",         "request", "SLO",           "version"};
   }
 
   std::vector<std::vector<std::string>> rows() const {
@@ -61,15 +69,16 @@ struct OptimizeResult : CommandResult {
       std::string mark = static_cast<int>(index) == report.recommended ? "*" : "";
       if (!c.error.empty()) {
         rows.push_back(
-            {mark, c.name, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "error: " + c.error, "-"});
+            {mark, c.name, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "error: " + c.error, "-"});
         continue;
       }
       const std::string slo = slo_cell(c.meets_slo, c.failures);
       rows.push_back({mark, c.name, format_metric(c.quality), format_optional(c.quality_drop, "{:.4f}"),
-                      c.worst_slice.empty() ? "-" : fmt::format("{:.4f} ({})", c.worst_slice_drop, c.worst_slice),
+                      c.worst_slice.empty() ? "-"
+                                            : format_optional(c.worst_slice_drop, "{:.4f}") + " (" + c.worst_slice + ")",
                       std::to_string(c.rows_beyond_tolerance), fmt::format("{:.3f}", c.p50_ms),
                       fmt::format("{:.3f}", c.p95_ms), fmt::format("{:.3f}", c.p99_ms),
-                      fmt::format("{:.0f}", c.max_rate), format_optional(c.cost_per_1k, "{:.3g}"),
+                      fmt::format("{:.0f}", c.max_rate), throughput_cell(c), format_optional(c.cost_per_1k, "{:.3g}"),
                       format_bytes(c.bundle_bytes), format_bytes(c.loaded_bytes), format_bytes(c.request_bytes), slo,
                       c.version.empty() ? "-" : c.version});
     }
@@ -90,13 +99,56 @@ struct OptimizeResult : CommandResult {
 
   void write_json(JsonWriter& json) const override { optimize::write_optimize_report_json(json, report, data_path); }
 
+  // The terminal's table: the columns a decision needs, narrow enough for a terminal; what each
+  // candidate misses (or why it failed) under it. --markdown and --json have every column.
+  void write_terminal_table(std::ostream& out) const {
+    const std::string& metric = report.quality_metric;
+    bool priced = report.price_per_hour > 0;
+    std::vector<std::string> headers = {"",       "candidate", metric,    "drop",      "worst slice",
+                                        "differ", "p95 ms",    "p99 ms",  "max rps",   "req/s (range)"};
+    if (priced) headers.emplace_back("cost/1k");
+    for (const char* header : {"memory", "SLO", "version"}) headers.emplace_back(header);
+    std::vector<std::vector<std::string>> rows;
+    std::vector<std::string> notes;
+    for (std::size_t index = 0; index < report.candidates.size(); ++index) {
+      const auto& c = report.candidates[index];
+      std::vector<std::string> row = {static_cast<int>(index) == report.recommended ? "*" : "", c.name};
+      if (!c.error.empty()) {
+        row.resize(headers.size(), "-");
+        row[headers.size() - 2] = "error";
+        notes.push_back(c.name + ": " + c.error);
+        rows.push_back(std::move(row));
+        continue;
+      }
+      std::string worst = c.worst_slice.empty() ? "-" : format_optional(c.worst_slice_drop, "{:.4f}");
+      for (std::string cell : {format_metric(c.quality), format_optional(c.quality_drop, "{:.4f}"), worst,
+                               std::to_string(c.rows_beyond_tolerance), fmt::format("{:.3f}", c.p95_ms),
+                               fmt::format("{:.3f}", c.p99_ms), fmt::format("{:.0f}", c.max_rate),
+                               throughput_cell(c)}) {
+        row.push_back(std::move(cell));
+      }
+      if (priced) row.push_back(format_optional(c.cost_per_1k, "{:.3g}"));
+      row.push_back(format_bytes(c.loaded_bytes));
+      row.push_back(c.meets_slo ? "meets" : fmt::format("misses {}", c.failures.size()));
+      row.push_back(c.version.empty() ? "-" : c.version);
+      if (!c.meets_slo) notes.push_back(c.name + " misses: " + slo_cell(false, c.failures).substr(8));
+      if (!c.worst_slice.empty() && c.worst_slice_drop > 0) {
+        notes.push_back(c.name + "'s worst slice: " + c.worst_slice);
+      }
+      rows.push_back(std::move(row));
+    }
+    print_table(out, headers, rows);
+    if (!notes.empty()) out << "\n";
+    for (const auto& note : notes) out << "  " << note << "\n";
+  }
+
   void write_text(std::ostream& out) const override {
     out << "optimize " << report.baseline_name << " on " << data_path << "; SLO "
         << (report.slo_text.empty() ? "(none: throughput only)" : report.slo_text);
     if (report.price_per_hour > 0) out << ", price " << report.price_per_hour << "/hour";
     if (report.repeat_rate > 0) out << ", " << report.repeat_rate << " of requests repeated";
     out << "\n\n";
-    print_table(out, headers(), rows());
+    write_terminal_table(out);
     if (!report.prune_curve.empty()) {
       out << "\nprune curve (" << report.quality_metric << " on the golden rows by rounds kept):";
       for (const auto& [rounds, quality] : report.prune_curve) out << " " << rounds << ":" << format_metric(quality);
@@ -379,7 +431,8 @@ Result<OptimizeResult> optimize_command(const GlobalOptions& global, const Optim
     return invalid_argument("--resume continues a --register run of a registered model; add --register");
   }
   if (flags.resume && flags.reference.find('@') == std::string::npos) {
-    // A bare NAME is the newest version: after a --register run, one of its candidates.
+    // Without a production alias a bare NAME is the newest version: after a --register run, one of
+    // its candidates.
     return invalid_argument("--resume needs the baseline pinned as NAME@VERSION (the run being resumed printed it)");
   }
   if (!(flags.repeat_rate >= 0 && flags.repeat_rate <= 1)) return invalid_argument("--repeat-rate must be from 0 to 1");

@@ -100,10 +100,15 @@ std::string format_bytes(std::size_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
+std::string without_negative_zero(std::string formatted) {
+  if (formatted.starts_with('-') && formatted.find_first_not_of("0.", 1) == std::string::npos) formatted.erase(0, 1);
+  return formatted;
+}
+
 std::string format_metric(double value) {
   if (std::isnan(value)) return "-";
-  if (std::abs(value) >= 1000) return fmt::format("{:.1f}", value);
-  return fmt::format("{:.4f}", value);
+  if (std::abs(value) >= 1000) return without_negative_zero(fmt::format("{:.1f}", value));
+  return without_negative_zero(fmt::format("{:.4f}", value));
 }
 
 std::string format_time_ms(std::int64_t unix_ms) {

@@ -14,9 +14,11 @@ struct ParamsResult : CommandResult {
     for (const auto& declaration : train::parameter_declarations()) {
       std::string families;
       for (const auto& family : declaration.families) families += (families.empty() ? "" : ",") + family;
-      rows.push_back({declaration.name, families, declaration.default_value, declaration.description});
+      rows.push_back({declaration.name, families, std::string(train::parameter_type_name(declaration.type)),
+                      declaration.default_value, train::parameter_allowed_values(declaration),
+                      declaration.description});
     }
-    print_table(out, {"parameter", "models", "default", "description"}, rows);
+    print_table(out, {"parameter", "models", "type", "default", "allowed", "description"}, rows);
   }
 };
 

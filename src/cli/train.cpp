@@ -38,6 +38,8 @@ void overlay(pipeline::TrainSpec& base, const TrainOptions& flags, const std::ve
   if (was_given("weight")) base.weight_column = flags.weight_column;
   if (was_given("init-model")) base.init_model = flags.init_model;
   if (was_given("checkpoint-every")) base.checkpoint_every = flags.checkpoint_every;
+  if (was_given("threshold")) base.threshold = flags.threshold;
+  if (was_given("threshold-fraction")) base.threshold_fraction = flags.threshold_fraction;
   base.params.insert(base.params.end(), flags.params.begin(), flags.params.end());
   base.ignore.insert(base.ignore.end(), flags.ignore.begin(), flags.ignore.end());
 }
@@ -69,6 +71,10 @@ struct TrainResult : CommandResult {
     json.end_object();
     json.key("metrics");
     pipeline::write_evaluation_json(json, outcome.evaluation);
+    if (summary.bundle != nullptr && summary.bundle->task() == model::Task::kBinaryClassification) {
+      json.key("decision_threshold").value(summary.bundle->manifest().decision_threshold);
+      json.key("threshold_rule").value(summary.bundle->manifest().threshold_rule);
+    }
     json.key("bundle_sha256").value(outcome.bundle_sha256);
     write_registered_json(json, outcome.registered);
     json.end_object();
@@ -101,6 +107,13 @@ struct TrainResult : CommandResult {
       out << ", " << leakage.test_rows_not_later << " test rows not later than train";
     out << "\n\n";
     print_evaluation(out, outcome.evaluation);
+    if (summary.bundle != nullptr && summary.bundle->task() == model::Task::kBinaryClassification) {
+      const auto& manifest = summary.bundle->manifest();
+      out << "\nthreshold  " << fmt::format("{:.6g}", manifest.decision_threshold)
+          << (manifest.threshold_rule.empty() ? std::string(" (precision, recall, f1 and accuracy at it)")
+                                              : " (" + manifest.threshold_rule + " on held-out training rows)")
+          << "\n";
+    }
     out << "\nbundle     sha256:" << outcome.bundle_sha256 << "\n";
     if (outcome.registered) {
       out << "registered " << outcome.registered->model << " version " << outcome.registered->version << "\n";

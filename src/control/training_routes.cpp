@@ -30,8 +30,9 @@ constexpr std::string_view kJobSchema =
     R"("reason":{"type":"string"},"created":{"type":"boolean"},"run":{"type":"object"}}})";
 constexpr std::string_view kParametersSchema =
     R"({"type":"object","properties":{"parameters":{"type":"array","items":{"type":"object","properties":)"
-    R"({"name":{"type":"string"},"models":{"type":"array","items":{"type":"string"}},"default":{"type":"string"},)"
-    R"("description":{"type":"string"}}}}}})";
+    R"({"name":{"type":"string"},"models":{"type":"array","items":{"type":"string"}},)"
+    R"("type":{"type":"string","enum":["number","integer","choice"]},"default":{"type":"string"},)"
+    R"("allowed":{"type":"string"},"description":{"type":"string"}}}}}})";
 constexpr std::string_view kRunningSchema =
     R"({"type":"object","properties":{"running":{"type":"array","items":{"type":"string"}}}})";
 
@@ -196,7 +197,8 @@ void add_training_routes(std::vector<ApiRoute>& routes) {
                     "/api/params",
                     Role::kRead,
                     false,
-                    "The training parameters a spec's params may set: models, default, meaning (slipway params)",
+                    "The training parameters a spec's params may set: models, type, default, allowed values, meaning "
+                    "(slipway params)",
                     {},
                     "",
                     kParametersSchema,

@@ -151,7 +151,7 @@ Result<Comparison> compare(const model::Bundle& a, const model::Bundle& b, const
       member_scores.insert(member_scores.end(), row_scores.begin(), row_scores.end());
       truth.push_back(label_of[row]);
     }
-    return task_metrics(a.task(), member_scores, columns, truth);
+    return task_metrics(use_b ? b.manifest() : a.manifest(), member_scores, columns, truth);
   };
   if (target != nullptr) {
     SLIPWAY_ASSIGN_OR_RETURN(LabelledRows labelled, labelled_rows(a.manifest(), *target));

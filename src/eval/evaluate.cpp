@@ -37,13 +37,13 @@ Result<LabelledRows> labelled_rows(const model::Manifest& manifest, const data::
   return labelled;
 }
 
-Metrics task_metrics(model::Task task, std::span<const float> scores, std::size_t columns,
+Metrics task_metrics(const model::Manifest& manifest, std::span<const float> scores, std::size_t columns,
                      std::span<const double> labels) {
-  switch (task) {
+  switch (manifest.task) {
     case model::Task::kMulticlassClassification:
       return multiclass_metrics(scores, columns, labels);
     case model::Task::kBinaryClassification:
-      return binary_metrics(scores, labels);
+      return binary_metrics(scores, labels, manifest.decision_threshold);
     case model::Task::kRegression:
       break;
   }
@@ -66,7 +66,7 @@ Result<Evaluation> evaluate(const model::Bundle& bundle, const data::Table& tabl
 
   const std::size_t columns = predictions.columns;
   auto compute = [&](std::span<const float> scores, std::span<const double> truth) {
-    return task_metrics(manifest.task, scores, columns, truth);
+    return task_metrics(manifest, scores, columns, truth);
   };
   Evaluation evaluation;
   evaluation.rows = kept_rows.size();

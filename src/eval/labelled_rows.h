@@ -19,8 +19,9 @@ struct LabelledRows {
 };
 Result<LabelledRows> labelled_rows(const model::Manifest& manifest, const data::Column& target);
 
-// binary_metrics, multiclass_metrics or regression_metrics, by the task.
-Metrics task_metrics(model::Task task, std::span<const float> scores, std::size_t columns,
+// binary_metrics (at the manifest's decision threshold), multiclass_metrics or regression_metrics,
+// by the manifest's task.
+Metrics task_metrics(const model::Manifest& manifest, std::span<const float> scores, std::size_t columns,
                      std::span<const double> labels);
 
 }  // namespace slipway::eval

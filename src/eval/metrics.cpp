@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
 #include <numeric>
 
@@ -43,7 +45,157 @@ double roc_auc(std::span<const float> scores, std::span<const double> labels) {
   return (positive_rank_sum - positives_d * (positives_d + 1.0) / 2.0) / (positives_d * static_cast<double>(negatives));
 }
 
-Metrics binary_metrics(std::span<const float> probabilities, std::span<const double> labels) {
+namespace {
+
+// At each distinct score, highest first: the positives and negatives scored at or above it.
+struct ThresholdPoint {
+  float score = 0.0f;
+  std::size_t true_positives = 0;
+  std::size_t false_positives = 0;
+};
+std::vector<ThresholdPoint> threshold_points(std::span<const float> scores, std::span<const double> labels) {
+  std::vector<std::uint32_t> order(scores.size());
+  std::iota(order.begin(), order.end(), 0U);
+  std::sort(order.begin(), order.end(), [&](auto a, auto b) { return scores[a] > scores[b]; });
+  std::vector<ThresholdPoint> points;
+  ThresholdPoint point;
+  for (std::size_t index = 0; index < order.size();) {
+    point.score = scores[order[index]];
+    // Tied scores enter together: one threshold cannot separate them.
+    for (; index < order.size() && scores[order[index]] == point.score; ++index) {
+      if (labels[order[index]] > 0.5) {
+        ++point.true_positives;
+      } else {
+        ++point.false_positives;
+      }
+    }
+    points.push_back(point);
+  }
+  return points;
+}
+
+bool any_nan(std::span<const float> scores) {
+  return std::any_of(scores.begin(), scores.end(), [](float score) { return std::isnan(score); });
+}
+
+double ratio(std::size_t numerator, std::size_t denominator) {
+  return denominator == 0 ? 0.0 : static_cast<double>(numerator) / static_cast<double>(denominator);
+}
+
+}  // namespace
+
+double average_precision(std::span<const float> scores, std::span<const double> labels) {
+  if (any_nan(scores)) return std::nan("");
+  auto points = threshold_points(scores, labels);
+  std::size_t positives = points.empty() ? 0 : points.back().true_positives;
+  if (positives == 0) return std::nan("");
+  double area = 0.0;
+  double previous_recall = 0.0;
+  for (const auto& point : points) {
+    double recall = ratio(point.true_positives, positives);
+    area += (recall - previous_recall) * ratio(point.true_positives, point.true_positives + point.false_positives);
+    previous_recall = recall;
+  }
+  return area;
+}
+
+Status check_threshold_rule(std::string_view rule) {
+  auto bound = [&](std::string_view prefix, bool open_at_zero) -> Status {
+    std::string_view number = rule.substr(prefix.size());
+    double value = std::nan("");
+    auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), value);
+    bool in_range = open_at_zero ? value > 0.0 && value <= 1.0 : value >= 0.0 && value <= 1.0;
+    if (number.empty() || error != std::errc() || end != number.data() + number.size() || !in_range) {
+      return invalid_argument("the decision threshold rule '" + std::string(rule) + "' needs a number " +
+                              (open_at_zero ? "in (0, 1]" : "in [0, 1]") + " after '" + std::string(prefix) + "'");
+    }
+    return {};
+  };
+  if (rule == "f1") return {};
+  if (rule.starts_with("precision>=")) return bound("precision>=", true);
+  if (rule.starts_with("recall>=")) return bound("recall>=", true);
+  if (rule.starts_with("cost=")) {
+    std::string_view number = rule.substr(5);
+    double cost = std::nan("");
+    auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), cost);
+    if (number.empty() || error != std::errc() || end != number.data() + number.size() || !(cost > 0.0) ||
+        !std::isfinite(cost)) {
+      return invalid_argument("'" + std::string(rule) +
+                              "': cost=C needs a positive, finite C (a missed positive costs C false alarms)");
+    }
+    return {};
+  }
+  if (!rule.empty() && (std::isdigit(static_cast<unsigned char>(rule[0])) != 0 || rule[0] == '.')) return bound("", false);
+  return invalid_argument("unknown decision threshold rule '" + std::string(rule) +
+                          "'; use f1, precision>=P, recall>=R, cost=C or a number in [0, 1]");
+}
+
+Result<ThresholdChoice> choose_threshold(std::span<const float> probabilities, std::span<const double> labels,
+                                         std::string_view rule) {
+  SLIPWAY_RETURN_IF_ERROR(check_threshold_rule(rule));
+  ThresholdChoice choice;
+  choice.rule = std::string(rule);
+  choice.rows = probabilities.size();
+  if (any_nan(probabilities)) return invalid_argument("a held-out score is NaN: no threshold can be chosen");
+  auto points = threshold_points(probabilities, labels);
+  std::size_t positives = points.empty() ? 0 : points.back().true_positives;
+  std::size_t negatives = points.empty() ? 0 : points.back().false_positives;
+  auto finish = [&](const ThresholdPoint& point) {
+    choice.threshold = point.score;
+    choice.precision = ratio(point.true_positives, point.true_positives + point.false_positives);
+    choice.recall = ratio(point.true_positives, positives);
+    return choice;
+  };
+  if (std::isdigit(static_cast<unsigned char>(rule[0])) != 0 || rule[0] == '.') {
+    choice.threshold = config_detail::parse_number(rule);
+    choice.rule.clear();  // a number given, not a rule applied
+    auto at = std::find_if(points.rbegin(), points.rend(),
+                           [&](const ThresholdPoint& point) { return point.score >= choice.threshold; });
+    if (at != points.rend()) {
+      choice.precision = ratio(at->true_positives, at->true_positives + at->false_positives);
+      choice.recall = ratio(at->true_positives, positives);
+    }
+    return choice;
+  }
+  if (positives == 0 || negatives == 0) {
+    return invalid_argument("the " + std::to_string(choice.rows) +
+                            " held-out rows hold one class only: no threshold can be chosen by '" +
+                            std::string(rule) + "'");
+  }
+  const ThresholdPoint* best = nullptr;
+  double best_value = 0.0;
+  // Points run from the highest threshold down; a strict improvement keeps the highest on a tie.
+  auto consider = [&](const ThresholdPoint& point, double value) {
+    if (best == nullptr || value > best_value) {
+      best = &point;
+      best_value = value;
+    }
+  };
+  // The P, R or C after '=' (check_threshold_rule vouched for it).
+  auto equals = rule.rfind('=');
+  double bound = equals == std::string_view::npos ? 0.0 : config_detail::parse_number(rule.substr(equals + 1));
+  for (const auto& point : points) {
+    std::size_t false_negatives = positives - point.true_positives;
+    double precision = ratio(point.true_positives, point.true_positives + point.false_positives);
+    double recall = ratio(point.true_positives, positives);
+    if (rule == "f1") {
+      consider(point, ratio(2 * point.true_positives, 2 * point.true_positives + point.false_positives + false_negatives));
+    } else if (rule.starts_with("precision>=")) {
+      if (precision >= bound) consider(point, recall);
+    } else if (rule.starts_with("recall>=")) {
+      if (recall >= bound) consider(point, precision);
+    } else {  // cost=C
+      consider(point, -(static_cast<double>(point.false_positives) + bound * static_cast<double>(false_negatives)));
+    }
+  }
+  if (best == nullptr) {
+    return invalid_argument("no threshold meets '" + std::string(rule) + "' on the " + std::to_string(choice.rows) +
+                            " held-out rows (" + std::to_string(positives) + " positive)");
+  }
+  return finish(*best);
+}
+
+Metrics binary_metrics(std::span<const float> probabilities, std::span<const double> labels, double threshold) {
   std::size_t count = probabilities.size();
   double log_loss = 0.0;
   std::size_t true_positives = 0;
@@ -54,21 +206,19 @@ Metrics binary_metrics(std::span<const float> probabilities, std::span<const dou
     double probability = std::clamp(static_cast<double>(probabilities[row]), 1e-15, 1.0 - 1e-15);
     bool positive = labels[row] > 0.5;
     log_loss -= positive ? std::log(probability) : std::log(1.0 - probability);
-    bool predicted = probabilities[row] >= 0.5f;
+    bool predicted = probabilities[row] >= threshold;
     correct += predicted == positive ? 1 : 0;
     true_positives += predicted && positive ? 1 : 0;
     false_positives += predicted && !positive ? 1 : 0;
     false_negatives += !predicted && positive ? 1 : 0;
   }
-  auto ratio = [](std::size_t numerator, std::size_t denominator) {
-    return denominator == 0 ? 0.0 : static_cast<double>(numerator) / static_cast<double>(denominator);
-  };
   double precision = ratio(true_positives, true_positives + false_positives);
   double recall = ratio(true_positives, true_positives + false_negatives);
   double f1 = precision + recall > 0 ? 2 * precision * recall / (precision + recall) : 0.0;
   double rows = static_cast<double>(std::max<std::size_t>(count, 1));
   Metrics metrics;
   metrics.values = {{"auc", roc_auc(probabilities, labels)},
+                    {"pr_auc", average_precision(probabilities, labels)},
                     {"log_loss", log_loss / rows},
                     {"accuracy", ratio(correct, count)},
                     {"precision", precision},

@@ -693,8 +693,24 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
     log_info(fmt::format("the forward pass is split over {} ranks; their shards take {:.1f} MiB besides the model",
                          ranks->ranks().size(), static_cast<double>(ranks->shard_bytes()) / (1 << 20)));
   }
+  // Said before, since committing gigabytes takes seconds; why it is committed whole: KvCache.
+  const std::uint64_t running_blocks = chosen.max_sequences * sequence_blocks;
+  log_info(fmt::format(
+      "committing the key/value cache: {:.1f} MiB, {} blocks of {} tokens as {}{}; {} sequences of {} tokens hold at "
+      "most {} blocks at once{}",
+      static_cast<double>(committed) / kMiB, blocks, kKvBlockTokens, kv_cache_type_name(chosen.kv_cache_type),
+      draft_block_bytes > 0 ? " (with the draft model's pool)" : "", chosen.max_sequences, chosen.context,
+      std::min(running_blocks, blocks),
+      blocks > running_blocks
+          ? fmt::format(", so {:.0f}% of the pool only keeps cached prefixes (--kv-cache-mb {} would hold them all)",
+                        100.0 * static_cast<double>(blocks - running_blocks) / static_cast<double>(blocks),
+                        (running_blocks * block_bytes + (1 << 20) - 1) >> 20)
+          : ""));
+  const std::int64_t committing = monotonic_ns();
   try {
     auto state = std::make_unique<State>(std::move(ranks), std::move(tokenizer), chosen, blocks);
+    log_info(fmt::format("key/value cache committed in {:.1f} s",
+                         static_cast<double>(monotonic_ns() - committing) * 1e-9));
     State* raw = state.get();
     state->thread = std::thread([raw] { raw->run(); });
     return std::unique_ptr<Engine>(new Engine(std::move(state)));

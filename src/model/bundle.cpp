@@ -236,7 +236,7 @@ std::shared_ptr<const Bundle> Bundle::with_metrics(std::map<std::string, double>
 
 const std::string& Bundle::predicted_label(const Predictions& predictions, std::size_t row) const {
   if (manifest_.task == Task::kBinaryClassification) {
-    return manifest_.class_labels[predictions.scores[row] >= 0.5f ? 1 : 0];
+    return manifest_.class_labels[predictions.scores[row] >= manifest_.decision_threshold ? 1 : 0];
   }
   auto scores = std::span(predictions.scores).subspan(row * predictions.columns, predictions.columns);
   return manifest_
@@ -271,8 +271,15 @@ std::vector<std::byte> Bundle::serialize() const {
   json.key("score").value(manifest_.task == Task::kBinaryClassification       ? "sigmoid"
                           : manifest_.task == Task::kMulticlassClassification ? "softmax"
                                                                               : "identity");
-  json.key("threshold").value(0.5);
+  json.key("threshold").value(manifest_.decision_threshold);
+  // Only bundles whose threshold was chosen carry the rule, so every other bundle keeps its bytes.
+  if (!manifest_.threshold_rule.empty()) json.key("threshold_rule").value(manifest_.threshold_rule);
   json.end_object();
+  if (!manifest_.unused_inputs.empty()) {
+    json.key("unused_inputs").begin_array();
+    for (const auto& name : manifest_.unused_inputs) json.value(name);
+    json.end_array();
+  }
   json.key("lineage").begin_object();
   json.key("created_by").value(manifest_.created_by);
   json.key("code_version").value(manifest_.code_version);
@@ -368,6 +375,22 @@ Result<std::shared_ptr<const Bundle>> Bundle::parse_mapped(std::span<const std::
     return data_loss("a multiclass bundle needs its class labels");
   }
   SLIPWAY_ASSIGN_OR_RETURN(Preprocessor preprocessor, read_inputs(reader, root));
+  // Older bundles may lack what came later: postprocess's threshold_rule, unused_inputs.
+  object postprocess;
+  if (root["postprocess"].get(postprocess) == simdjson::SUCCESS) {
+    SLIPWAY_RETURN_IF_ERROR(reader.double_field(postprocess, "threshold", manifest.decision_threshold));
+    if (!(manifest.decision_threshold >= 0.0 && manifest.decision_threshold <= 1.0)) {
+      return data_loss("the bundle's decision threshold is not in [0, 1]");
+    }
+    std::string_view rule;
+    if (postprocess["threshold_rule"].get(rule) == simdjson::SUCCESS) manifest.threshold_rule = std::string(rule);
+  }
+  if (root["unused_inputs"].error() != simdjson::NO_SUCH_FIELD) {
+    SLIPWAY_RETURN_IF_ERROR(reader.strings_field(root, "unused_inputs", manifest.unused_inputs));
+    for (const auto& name : manifest.unused_inputs) {
+      if (preprocessor.feature_index(name)) return data_loss("'" + name + "' is both an input and an unused input");
+    }
+  }
 
   object lineage;
   SLIPWAY_RETURN_IF_ERROR(reader.object_field(root, "lineage", lineage));

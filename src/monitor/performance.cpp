@@ -43,8 +43,9 @@ Result<Performance> performance(const model::Bundle& bundle, const std::vector<s
     targets.push_back(target);
     labelled_rows.push_back(row);
   }
-  auto metrics_of = [task](std::span<const float> of_scores, std::span<const double> of_targets) {
-    return task == model::Task::kBinaryClassification ? eval::binary_metrics(of_scores, of_targets)
+  auto metrics_of = [task, threshold = bundle.manifest().decision_threshold](std::span<const float> of_scores,
+                                                                             std::span<const double> of_targets) {
+    return task == model::Task::kBinaryClassification ? eval::binary_metrics(of_scores, of_targets, threshold)
                                                       : eval::regression_metrics(of_scores, of_targets);
   };
   result.rows = targets.size();

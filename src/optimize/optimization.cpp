@@ -158,6 +158,9 @@ void write_optimize_report_json(JsonWriter& json, const OptimizeReport& report, 
     json.key("p50_ms").value(c.p50_ms).key("p95_ms").value(c.p95_ms).key("p99_ms").value(c.p99_ms);
     json.key("achieved_rate").value(c.achieved_rate).key("failed_requests").value(c.failed_requests);
     json.key("max_rate").value(c.max_rate).key("cost_per_1k").value(c.cost_per_1k);
+    json.key("throughput").begin_object().key("median").value(c.throughput_median);
+    json.key("low").value(c.throughput_low).key("high").value(c.throughput_high);
+    json.key("rounds").value(c.throughput_rounds).end_object();
     json.key("bundle_bytes").value(static_cast<std::uint64_t>(c.bundle_bytes));
     json.key("loaded_bytes").value(static_cast<std::uint64_t>(c.loaded_bytes));
     json.key("request_bytes").value(static_cast<std::uint64_t>(c.request_bytes));

@@ -155,7 +155,9 @@ void write_parameters_json(JsonWriter& json) {
   for (const auto& declaration : train::parameter_declarations()) {
     json.begin_object().key("name").value(declaration.name).key("models").begin_array();
     for (const auto& family : declaration.families) json.value(family);
-    json.end_array().key("default").value(declaration.default_value);
+    json.end_array().key("type").value(train::parameter_type_name(declaration.type));
+    json.key("default").value(declaration.default_value);
+    json.key("allowed").value(train::parameter_allowed_values(declaration));
     json.key("description").value(declaration.description).end_object();
   }
   json.end_array().end_object();

@@ -1,4 +1,5 @@
-// Model references: a bundle file, or NAME@VERSION, NAME@ALIAS or NAME (latest) in a registry.
+// Model references: a bundle file, or NAME@VERSION, NAME@ALIAS, NAME@latest or NAME (the production
+// alias, else the newest version) in a registry.
 #include <filesystem>
 
 #include <fmt/format.h>

@@ -33,7 +33,7 @@ namespace {
 std::string expected_type(const std::string& key) {
   if (key == "seed") return "a whole number from 0 to 2^64-1";
   if (key == "threads" || key == "checkpoint_every") return "a whole number";
-  if (key == "test_fraction") return "a number";
+  if (key == "test_fraction" || key == "threshold_fraction") return "a number";
   if (key == "ignore") return "a list of column names";
   if (key == "params") return "a mapping of names to values";
   return "text";
@@ -42,7 +42,8 @@ std::string expected_type(const std::string& key) {
 Status read_spec(const YAML::Node& spec, const std::string& path, const std::string& folder, TrainSpec& options) {
   static const std::vector<std::string> kKnownKeys = {
       "data",   "test",   "target",   "model",      "split",   "test_fraction", "slice",      "seed",
-      "params", "ignore", "register", "experiment", "threads", "weight",        "init_model", "checkpoint_every"};
+      "params", "ignore", "register", "experiment", "threads", "weight",        "init_model", "checkpoint_every",
+      "threshold", "threshold_fraction"};
   if (!spec.IsMap()) return invalid_argument("spec '" + path + "' must be a YAML mapping of keys to values");
   std::string reading;  // the key being converted, for the error
   auto has = [&](const char* key) {
@@ -72,6 +73,8 @@ Status read_spec(const YAML::Node& spec, const std::string& path, const std::str
     if (has("weight")) options.weight_column = spec["weight"].as<std::string>();
     if (has("init_model")) options.init_model = spec["init_model"].as<std::string>();
     if (has("checkpoint_every")) options.checkpoint_every = spec["checkpoint_every"].as<int>();
+    if (has("threshold")) options.threshold = spec["threshold"].as<std::string>();
+    if (has("threshold_fraction")) options.threshold_fraction = spec["threshold_fraction"].as<double>();
     if (has("params")) {
       if (!spec["params"].IsMap()) return invalid_argument(path + ": 'params' must be a mapping of names to values");
       for (const auto& param : spec["params"]) {
@@ -143,6 +146,10 @@ std::string spec_yaml(const TrainSpec& options) {
   if (!options.weight_column.empty()) out << YAML::Key << "weight" << YAML::Value << options.weight_column;
   if (!options.init_model.empty()) out << YAML::Key << "init_model" << YAML::Value << options.init_model;
   if (options.checkpoint_every > 0) out << YAML::Key << "checkpoint_every" << YAML::Value << options.checkpoint_every;
+  if (!options.threshold.empty()) {
+    out << YAML::Key << "threshold" << YAML::Value << YAML::DoubleQuoted << options.threshold;
+    out << YAML::Key << "threshold_fraction" << YAML::Value << options.threshold_fraction;
+  }
   if (!options.register_as.empty()) out << YAML::Key << "register" << YAML::Value << options.register_as;
   out << YAML::Key << "experiment" << YAML::Value << options.experiment;
   out << YAML::EndMap;

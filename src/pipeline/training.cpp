@@ -1,4 +1,5 @@
 // One training run from a spec: the sequence (and what each failure leaves) is in pipeline.h.
+#include <cctype>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -19,7 +20,25 @@ struct PreparedData {
   std::string split_description;
   std::string fingerprint;
   std::vector<std::string> excluded_columns;
+  // The rows a decision threshold rule is applied to, held out of `train` (empty without a rule).
+  data::Table threshold_rows;
 };
+
+// A threshold rule, not a number given as is: it needs held-out rows.
+bool threshold_needs_rows(const TrainSpec& spec) {
+  return !spec.threshold.empty() && std::isdigit(static_cast<unsigned char>(spec.threshold[0])) == 0 &&
+         spec.threshold[0] != '.';
+}
+
+// Moves a stratified threshold_fraction of the training rows to threshold_rows.
+Status hold_out_threshold_rows(const TrainSpec& spec, PreparedData& prepared) {
+  if (!threshold_needs_rows(spec)) return {};
+  data::SplitSpec split{.kind = data::SplitKind::kStratified, .test_fraction = spec.threshold_fraction, .seed = spec.seed};
+  SLIPWAY_ASSIGN_OR_RETURN(data::Split rows, data::split_rows(prepared.train, split, spec.target));
+  prepared.threshold_rows = prepared.train.take_rows(rows.test_rows);
+  prepared.train = prepared.train.take_rows(rows.train_rows);
+  return {};
+}
 
 Result<PreparedData> prepare_data(const TrainSpec& spec) {
   PreparedData prepared;
@@ -36,6 +55,7 @@ Result<PreparedData> prepare_data(const TrainSpec& spec) {
     // fingerprint, which a replay checks.
     prepared.split_description = "test file " + std::filesystem::path(spec.test_data).filename().string();
     prepared.train = std::move(table);
+    SLIPWAY_RETURN_IF_ERROR(hold_out_threshold_rows(spec, prepared));
     return prepared;
   }
   SLIPWAY_ASSIGN_OR_RETURN(data::SplitSpec split, data::parse_split_kind(spec.split));
@@ -50,6 +70,7 @@ Result<PreparedData> prepare_data(const TrainSpec& spec) {
   prepared.fingerprint = data::fingerprint(table);
   prepared.train = table.take_rows(rows.train_rows);
   prepared.test = table.take_rows(rows.test_rows);
+  SLIPWAY_RETURN_IF_ERROR(hold_out_threshold_rows(spec, prepared));
   return prepared;
 }
 
@@ -125,6 +146,8 @@ std::string training_cache_key(const TrainSpec& spec, const std::map<std::string
   add("weight", spec.weight_column);
   add("init", init_model ? init_model->sha256 : "");
   add("threads", std::to_string(spec.threads > 0 ? spec.threads : default_thread_count()));
+  add("threshold", spec.threshold);
+  if (threshold_needs_rows(spec)) add("threshold_fraction", fmt::format("{}", spec.threshold_fraction));
   // bf16 products on AMX and on AVX-512 BF16 differ in their last bits (slipway/kernels.h); fp32
   // and int8 give the same bits on every variant.
   if (auto precision = params.find("precision"); precision != params.end() && precision->second == "bfloat16") {
@@ -184,6 +207,40 @@ Status reuse_cached_run(registry::Registry& registry, const TrainSpec& spec, reg
   outcome.summary = std::move(cached.summary);
   outcome.bundle_sha256 = cached.run.bundle_sha256;
   outcome.cached_from = cached.run.run_id;
+  return {};
+}
+
+// What the fitted bundle promises at serving beyond its model: the decision threshold (the spec's
+// number, or its rule applied to the held-out threshold rows) and the --ignore columns a request
+// may carry unused. Replaces summary.bundle.
+Status settle_serving_contract(const TrainSpec& spec, const PreparedData& prepared, train::TrainSummary& summary) {
+  model::Manifest manifest = summary.bundle->manifest();
+  manifest.unused_inputs = spec.ignore;
+  if (!spec.threshold.empty()) {
+    if (manifest.task != model::Task::kBinaryClassification) {
+      return invalid_argument("--threshold applies to binary classification; '" + spec.target + "' is not binary");
+    }
+    std::vector<float> scores;
+    std::vector<double> labels;
+    if (threshold_needs_rows(spec)) {
+      const data::Column& target = prepared.threshold_rows.column(*prepared.threshold_rows.column_index(spec.target));
+      SLIPWAY_ASSIGN_OR_RETURN(auto predictions, summary.bundle->predict(prepared.threshold_rows));
+      for (std::size_t row = 0; row < target.size(); ++row) {
+        if (target.is_missing(row)) continue;
+        scores.push_back(predictions.scores[row]);
+        labels.push_back(target.text_at(row) == manifest.class_labels[1] ? 1.0 : 0.0);
+      }
+    }
+    SLIPWAY_ASSIGN_OR_RETURN(auto choice, eval::choose_threshold(scores, labels, spec.threshold));
+    manifest.decision_threshold = choice.threshold;
+    manifest.threshold_rule = choice.rule;
+    if (!choice.rule.empty()) {
+      log_info(fmt::format("decision threshold {:.6g}: {} on {} held-out training rows (precision {:.4f}, "
+                           "recall {:.4f} there)",
+                           choice.threshold, choice.rule, choice.rows, choice.precision, choice.recall));
+    }
+  }
+  summary.bundle = summary.bundle->with_manifest(std::move(manifest));
   return {};
 }
 
@@ -254,6 +311,7 @@ Status fit_and_store(registry::Registry& registry, const TrainSpec& spec,
     SLIPWAY_RETURN_IF_ERROR(registry.runs().log_metric_steps(run_id, records));
   }
 
+  SLIPWAY_RETURN_IF_ERROR(settle_serving_contract(spec, prepared, outcome.summary));
   SLIPWAY_ASSIGN_OR_RETURN(outcome.evaluation, eval::evaluate(*fitted.bundle, prepared.test, spec.slice));
   const eval::Evaluation& evaluation = outcome.evaluation;
   if (fitted.rows_dropped_missing_target + evaluation.rows_missing_target > 0) {
@@ -281,6 +339,7 @@ Status fit_and_store(registry::Registry& registry, const TrainSpec& spec,
   logged.emplace_back("test_rows", static_cast<double>(evaluation.rows));
   logged.emplace_back("iterations", fitted.iterations);
   if (fitted.best_round >= 0) logged.emplace_back("best_round", fitted.best_round + 1);
+  if (!spec.threshold.empty()) logged.emplace_back("decision_threshold", bundle->manifest().decision_threshold);
   return registry.runs().log_metrics(run_id, logged);
 }
 
@@ -299,6 +358,10 @@ Status check_train_spec(const TrainSpec& spec) {
   SLIPWAY_RETURN_IF_ERROR(registry::validate_experiment_name(spec.experiment));
   if (spec.model != "gbdt" && spec.model != "mlp" && (spec.checkpoint_every > 0 || !spec.init_model.empty())) {
     return invalid_argument("--checkpoint-every and --init-model apply to --model gbdt and mlp");
+  }
+  if (!spec.threshold.empty()) SLIPWAY_RETURN_IF_ERROR(eval::check_threshold_rule(spec.threshold));
+  if (!(spec.threshold_fraction > 0.0 && spec.threshold_fraction < 1.0)) {
+    return invalid_argument(fmt::format("threshold_fraction must be in (0, 1), not {}", spec.threshold_fraction));
   }
   if (!spec.run_id.empty() && !spec.resume_run.empty()) {
     return invalid_argument("a resumed run keeps its id: give the run to resume or a new run's id, not both");
@@ -349,6 +412,7 @@ Result<TrainOutcome> run_training(registry::Registry& registry, TrainSpec spec, 
     new_run.params = params;
     new_run.params["model"] = spec.model;
     new_run.params["split"] = prepared.split_description;
+    if (!spec.threshold.empty()) new_run.params["threshold"] = spec.threshold;
     if (init_model) new_run.params["init_model"] = init_model->description + " sha256:" + init_model->sha256;
     if (cached) {
       SLIPWAY_RETURN_IF_ERROR(

@@ -135,24 +135,12 @@ Result<std::vector<ModelVersion>> ModelStore::list_versions(const std::string& m
 Result<ModelVersion> ModelStore::resolve(const std::string& model, const VersionSelector& selector) {
   SLIPWAY_ASSIGN_OR_RETURN(auto versions, list_versions(model));
   if (versions.empty()) return not_found("model '" + model + "' has no versions");
+  if (const ModelVersion* selected = select_version(versions, selector)) return *selected;
   if (selector.version) {
-    for (const auto& version : versions) {
-      if (version.version == *selector.version) return version;
-    }
     return not_found("model '" + model + "' has no version " + std::to_string(*selector.version) + " (latest is " +
                      std::to_string(versions.back().version) + ")");
   }
-  if (!selector.alias.empty()) {
-    for (const auto& version : versions) {
-      if (std::find(version.aliases.begin(), version.aliases.end(), selector.alias) != version.aliases.end())
-        return version;
-    }
-    return not_found("model '" + model + "' has no alias '" + selector.alias + "'");
-  }
-  // The newest version still in service.
-  for (auto version = versions.rbegin(); version != versions.rend(); ++version) {
-    if (version->retired_ms == 0) return *version;
-  }
+  if (!selector.alias.empty()) return not_found("model '" + model + "' has no alias '" + selector.alias + "'");
   return failed_precondition("every version of model '" + model + "' is retired; name one as " + model + "@N");
 }
 

@@ -79,12 +79,39 @@ Result<std::pair<std::string, VersionSelector>> parse_model_reference(const std:
     std::string which = reference.substr(at + 1);
     if (all_digits(which) && which.size() < 18) {
       selector.version = std::stoll(which);
-    } else if (which != "latest") {
+    } else if (which == "latest") {
+      selector.latest = true;
+    } else {
       SLIPWAY_RETURN_IF_ERROR(validate_alias_name(which));
       selector.alias = which;
     }
   }
   return std::make_pair(name, selector);
+}
+
+const ModelVersion* select_version(const std::vector<ModelVersion>& versions, const VersionSelector& selector) {
+  auto carries = [](const ModelVersion& version, std::string_view alias) {
+    return std::find(version.aliases.begin(), version.aliases.end(), alias) != version.aliases.end();
+  };
+  if (selector.version) {
+    auto found = std::find_if(versions.begin(), versions.end(),
+                              [&](const ModelVersion& version) { return version.version == *selector.version; });
+    return found == versions.end() ? nullptr : &*found;
+  }
+  std::string_view alias = !selector.alias.empty() ? std::string_view(selector.alias)
+                           : selector.latest       ? std::string_view()
+                                                   : kProductionAlias;
+  if (!alias.empty()) {
+    for (const auto& version : versions) {
+      if (carries(version, alias)) return &version;
+    }
+    if (!selector.alias.empty()) return nullptr;
+  }
+  // The newest version still in service.
+  for (auto version = versions.rbegin(); version != versions.rend(); ++version) {
+    if (version->retired_ms == 0) return &*version;
+  }
+  return nullptr;
 }
 
 Registry::Registry(std::string home, std::unique_ptr<StoreContext> context, std::int64_t schema_version)

@@ -22,10 +22,7 @@ std::vector<ServedLlm> load_registered_llms(registry::Registry& registry, const 
     return served;
   }
   for (const auto& summary : *models) {
-    registry::VersionSelector production;
-    production.alias = "production";
-    auto version = registry.models().resolve(summary.name, production);
-    if (!version.ok()) version = registry.models().resolve(summary.name, {});
+    auto version = registry.models().resolve(summary.name, {});  // production, else the newest
     if (!version.ok()) continue;
     std::string path = registry.artifacts().path_for(version->bundle_sha256);
     if (!is_gguf_artifact(path)) continue;

@@ -110,20 +110,8 @@ void ModelManager::set_serving_configs(ModelServingConfig defaults,
 }
 
 Result<ModelManager::Target> ModelManager::target_of(const std::string& name, std::optional<std::int64_t> version) {
-  auto pick = [&](const std::vector<registry::ModelVersion>& versions) -> const registry::ModelVersion* {
-    if (version) {
-      auto found =
-          std::find_if(versions.begin(), versions.end(), [&](const auto& entry) { return entry.version == *version; });
-      return found == versions.end() ? nullptr : &*found;
-    }
-    for (const auto& entry : versions) {
-      if (std::find(entry.aliases.begin(), entry.aliases.end(), "production") != entry.aliases.end()) return &entry;
-    }
-    // The newest version still in service.
-    for (auto entry = versions.rbegin(); entry != versions.rend(); ++entry) {
-      if (entry->retired_ms == 0) return &*entry;
-    }
-    return static_cast<const registry::ModelVersion*>(nullptr);
+  auto pick = [&](const std::vector<registry::ModelVersion>& versions) {
+    return registry::select_version(versions, {.version = version});
   };
   Target target;
   // `fresh_only`: take the resolution only if it is younger than the refresh period.

@@ -290,10 +290,16 @@ class Parser {
     std::string_view text;
     auto add_tokens = [&](simdjson::dom::array list) -> std::optional<Refusal> {
       std::vector<std::int32_t> tokens;
+      const std::size_t vocabulary = ask_.model->engine->model().config().vocabulary;
       for (element item : list) {
         std::int64_t token = 0;
         if (item.get(token) != simdjson::SUCCESS || token < 0 || token > INT32_MAX) {
           return bad("prompt", "a token prompt must hold token ids");
+        }
+        // One message for every id past the end (not one per id): a client's mistaken vocabulary
+        // is one cause, and GET /v1/models/MODEL says the size.
+        if (static_cast<std::size_t>(token) >= vocabulary) {
+          return bad("prompt", fmt::format("token ids must be below the model's vocabulary size, {}", vocabulary));
         }
         tokens.push_back(static_cast<std::int32_t>(token));
       }
@@ -635,7 +641,9 @@ void list_models(const std::vector<ServedLlm>& models, std::string_view only, co
     json.key("owned_by")
         .value("slipway")
         .key("context_length")
-        .value(static_cast<std::uint64_t>(model.engine->context()));
+        .value(static_cast<std::uint64_t>(model.engine->context()))
+        .key("vocab_size")
+        .value(static_cast<std::uint64_t>(model.engine->model().config().vocabulary));
     json.end_object();
   };
   if (!only.empty()) {

@@ -2,6 +2,7 @@
 // through the model's dynamic batcher, and encoding the response (JSON or binary tensors).
 #include <simdjson.h>
 
+#include <algorithm>
 #include <charconv>
 #include <optional>
 
@@ -30,13 +31,18 @@ std::string input_names(const model::Preprocessor& schema) {
   return names;
 }
 
-// Inputs sent by feature name, one per model input, each of shape [N] or [N, 1].
-Status columns_from_named_inputs(const std::vector<TensorInput>& inputs, const model::Preprocessor& schema,
+// Inputs sent by feature name, one per model input, each of shape [N] or [N, 1]. The bundle's
+// unused inputs (an --ignore'd id, a baseline's input an optimized version dropped) are accepted
+// and left out.
+Status columns_from_named_inputs(const std::vector<TensorInput>& inputs, const model::Bundle& bundle,
                                  InputColumns& out) {
+  const model::Preprocessor& schema = bundle.preprocessor();
+  const auto& unused = bundle.manifest().unused_inputs;
   const auto& features = schema.features();
   std::vector<const TensorInput*> by_feature(features.size(), nullptr);
   for (const auto& input : inputs) {
     auto index = schema.feature_index(input.name);
+    if (!index && std::find(unused.begin(), unused.end(), input.name) != unused.end()) continue;
     if (!index) {
       return invalid_argument("unknown input '" + input.name + "'; the model's inputs are: " + input_names(schema));
     }
@@ -279,7 +285,7 @@ Result<PreparedInfer> Service::State::prepare_infer(const LoadedModel& loaded, s
   bool matrix_form = inputs.size() == 1 && !schema.feature_index(inputs[0].name);
   InputColumns columns;
   SLIPWAY_RETURN_IF_ERROR(matrix_form ? columns_from_matrix(inputs[0], schema, columns)
-                                      : columns_from_named_inputs(inputs, schema, columns));
+                                      : columns_from_named_inputs(inputs, bundle, columns));
   if (decoded_ns != nullptr) *decoded_ns = monotonic_ns();
   SLIPWAY_RETURN_IF_ERROR(schema.transform_columns(columns.columns, columns.rows, prepared.features));
   prepared.rows = columns.rows;

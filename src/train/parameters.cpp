@@ -361,6 +361,29 @@ Result<std::map<std::string, std::string>> resolve_parameters(const std::string&
   return resolved;
 }
 
+std::string_view parameter_type_name(ParamType type) {
+  switch (type) {
+    case ParamType::kDouble:
+      return "number";
+    case ParamType::kInt:
+      return "integer";
+    case ParamType::kChoice:
+      return "choice";
+  }
+  return "number";
+}
+
+std::string parameter_allowed_values(const ParamDeclaration& declaration) {
+  if (declaration.type == ParamType::kChoice) {
+    return declaration.choices.empty() ? "a class label" : join(declaration.choices, ", ");
+  }
+  char low[32];
+  char high[32];
+  auto low_end = std::to_chars(low, low + sizeof low, declaration.minimum).ptr;
+  auto high_end = std::to_chars(high, high + sizeof high, declaration.maximum).ptr;
+  return "[" + std::string(low, low_end) + ", " + std::string(high, high_end) + "]";
+}
+
 std::string parameters_markdown() {
   std::string out =
       "# Training parameters\n\n"
@@ -368,30 +391,9 @@ std::string parameters_markdown() {
       "fails when this file and the code disagree. Pass them as `--param KEY=VALUE` or under `params:` in a spec.\n\n"
       "| parameter | models | type | default | allowed | description |\n|---|---|---|---|---|---|\n";
   for (const auto& declaration : parameter_declarations()) {
-    std::string type;
-    std::string allowed;
-    switch (declaration.type) {
-      case ParamType::kDouble:
-        type = "number";
-        break;
-      case ParamType::kInt:
-        type = "integer";
-        break;
-      case ParamType::kChoice:
-        type = "choice";
-        break;
-    }
-    if (declaration.type == ParamType::kChoice) {
-      allowed = declaration.choices.empty() ? "a class label" : join(declaration.choices, ", ");
-    } else {
-      char low[32];
-      char high[32];
-      auto low_end = std::to_chars(low, low + sizeof low, declaration.minimum).ptr;
-      auto high_end = std::to_chars(high, high + sizeof high, declaration.maximum).ptr;
-      allowed = "[" + std::string(low, low_end) + ", " + std::string(high, high_end) + "]";
-    }
-    out += "| `" + declaration.name + "` | " + join(declaration.families, ", ") + " | " + type + " | `" +
-           declaration.default_value + "` | " + allowed + " | " + declaration.description + " |\n";
+    out += "| `" + declaration.name + "` | " + join(declaration.families, ", ") + " | " +
+           std::string(parameter_type_name(declaration.type)) + " | `" + declaration.default_value + "` | " +
+           parameter_allowed_values(declaration) + " | " + declaration.description + " |\n";
   }
   return out;
 }

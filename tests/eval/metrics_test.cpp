@@ -43,6 +43,85 @@ TEST(BinaryMetrics, MatchHandComputedValues) {
   EXPECT_DOUBLE_EQ(metrics.get("auc"), 0.75);
 }
 
+// scikit-learn 1.2: average_precision_score([1,0,0,1], [0.9,0.2,0.6,0.4]) == 0.8333...
+// (recall 0.5 at precision 1, then recall 1 at precision 2/3), and with tied scores
+// average_precision_score([1,0,1,0], [0.8,0.8,0.3,0.1]) == 0.5*0.5 + 0.5*(2/3).
+TEST(AveragePrecision, MatchesScikitLearnIncludingTies) {
+  std::vector<float> scores = {0.9f, 0.2f, 0.6f, 0.4f};
+  std::vector<double> labels = {1, 0, 0, 1};
+  EXPECT_NEAR(average_precision(scores, labels), 0.5 + 0.5 * (2.0 / 3.0), 1e-12);
+  EXPECT_NEAR(binary_metrics(scores, labels).get("pr_auc"), 0.5 + 0.5 * (2.0 / 3.0), 1e-12);
+  std::vector<float> tied = {0.8f, 0.8f, 0.3f, 0.1f};
+  std::vector<double> tied_labels = {1, 0, 1, 0};
+  EXPECT_NEAR(average_precision(tied, tied_labels), 0.5 * 0.5 + 0.5 * (2.0 / 3.0), 1e-12);
+  std::vector<double> no_positive = {0, 0, 0, 0};
+  EXPECT_TRUE(std::isnan(average_precision(scores, no_positive)));
+  std::vector<float> with_nan = {0.9f, std::nanf(""), 0.6f, 0.4f};
+  EXPECT_TRUE(std::isnan(average_precision(with_nan, labels)));
+}
+
+TEST(BinaryMetrics, CountAtTheGivenThreshold) {
+  std::vector<float> scores = {0.9f, 0.2f, 0.6f, 0.4f};
+  std::vector<double> labels = {1, 0, 0, 1};
+  Metrics low = binary_metrics(scores, labels, 0.3);  // predicts 0.9, 0.6, 0.4 positive
+  EXPECT_DOUBLE_EQ(low.get("recall"), 1.0);
+  EXPECT_DOUBLE_EQ(low.get("precision"), 2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(low.get("accuracy"), 0.75);
+  EXPECT_DOUBLE_EQ(low.get("auc"), binary_metrics(scores, labels).get("auc"));  // threshold-free
+}
+
+TEST(Threshold, EachRuleChoosesOneOfTheScores) {
+  // Ten rows, scores 0.05..0.95 highest first: positives at 0.95, 0.85, 0.65, 0.45, 0.15.
+  std::vector<float> scores = {0.95f, 0.85f, 0.75f, 0.65f, 0.55f, 0.45f, 0.35f, 0.25f, 0.15f, 0.05f};
+  std::vector<double> labels = {1, 1, 0, 1, 0, 1, 0, 0, 1, 0};
+  // F1 = 2TP / (2TP + FP + FN): 4/7 at 0.85, 6/9 at 0.65, 8/11 at 0.45 (the best), 10/14 at 0.15.
+  auto f1 = choose_threshold(scores, labels, "f1");
+  ASSERT_TRUE(f1.ok()) << f1.status().message();
+  EXPECT_FLOAT_EQ(static_cast<float>(f1->threshold), 0.45f);
+  EXPECT_DOUBLE_EQ(f1->precision, 4.0 / 6.0);
+  EXPECT_DOUBLE_EQ(f1->recall, 0.8);
+  EXPECT_EQ(f1->rows, 10u);
+  // Precision >= 0.7 holds at 0.95, 0.85 and 0.65 (3 of 4); the last has the best recall.
+  auto precise = choose_threshold(scores, labels, "precision>=0.7");
+  ASSERT_TRUE(precise.ok());
+  EXPECT_FLOAT_EQ(static_cast<float>(precise->threshold), 0.65f);
+  // Recall >= 1: only the lowest positive's score reaches every positive.
+  auto recall = choose_threshold(scores, labels, "recall>=1");
+  ASSERT_TRUE(recall.ok());
+  EXPECT_FLOAT_EQ(static_cast<float>(recall->threshold), 0.15f);
+  EXPECT_DOUBLE_EQ(recall->recall, 1.0);
+  // A miss costs 10 false alarms: catching the last positive at 0.15 (4 false alarms) is cheapest.
+  auto costly = choose_threshold(scores, labels, "cost=10");
+  ASSERT_TRUE(costly.ok());
+  EXPECT_FLOAT_EQ(static_cast<float>(costly->threshold), 0.15f);
+  // A false alarm as costly as a miss: 0.85, 0.65 and 0.45 all cost 3; the highest is kept.
+  auto even = choose_threshold(scores, labels, "cost=1");
+  ASSERT_TRUE(even.ok());
+  EXPECT_FLOAT_EQ(static_cast<float>(even->threshold), 0.85f);
+  // A number is taken as given and is no rule.
+  auto fixed = choose_threshold(scores, labels, "0.3");
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_DOUBLE_EQ(fixed->threshold, 0.3);
+  EXPECT_TRUE(fixed->rule.empty());
+}
+
+TEST(Threshold, RefusesWhatCannotBeMetOrRead) {
+  std::vector<float> scores = {0.9f, 0.8f, 0.2f};
+  std::vector<double> labels = {0, 1, 0};
+  EXPECT_FALSE(choose_threshold(scores, labels, "precision>=1").ok());  // 0.8 reaches 1/2 at best
+  for (const char* junk : {"", "f2", "precision>=0", "precision>=1.5", "recall>=nan", "cost=0", "cost=-1",
+                           "cost=inf", "1.5", "-0.1", "0.5x", "precision>="}) {
+    EXPECT_EQ(check_threshold_rule(junk).code(), StatusCode::kInvalidArgument) << junk;
+  }
+  for (const char* fine : {"f1", "precision>=0.9", "recall>=1", "cost=5", "0", "1", "0.35", ".5"}) {
+    EXPECT_TRUE(check_threshold_rule(fine).ok()) << fine;
+  }
+  std::vector<double> one_class = {1, 1, 1};
+  EXPECT_EQ(choose_threshold(scores, one_class, "f1").status().code(), StatusCode::kInvalidArgument);
+  std::vector<float> with_nan = {0.9f, std::nanf(""), 0.2f};
+  EXPECT_FALSE(choose_threshold(with_nan, labels, "f1").ok());
+}
+
 TEST(RegressionMetrics, MatchHandComputedValues) {
   std::vector<float> predictions = {1, 2, 3};
   std::vector<double> targets = {1, 2, 5};

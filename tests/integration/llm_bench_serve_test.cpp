@@ -97,10 +97,35 @@ TEST_F(LlmBenchServe, RefusedRequestsAreCountedWithTheServersReason) {
   EXPECT_NE(run.out.find(R"({"reason":"HTTP 404: the model 'nobody' does not exist)"), std::string::npos) << run.out;
 }
 
+// Without --vocab the prompts are drawn from the served model's vocabulary (GET /v1/models/MODEL);
+// a --vocab past it is one cause, reported once for every request it failed.
+TEST_F(LlmBenchServe, DrawsPromptsFromTheServedVocabularyUnlessTold) {
+  auto models = http_request(port_, "GET", "/v1/models/bench", "", {{"Authorization", "Bearer secret"}});
+  double vocabulary = number_in(models.body, "", "vocab_size");
+  ASSERT_GT(vocabulary, 10) << models.body;
+  auto fits = bench({"--model", "bench", "--clients", "2", "--requests", "4", "--prompt-tokens", "16",
+                     "--output-tokens", "2"});
+  ASSERT_EQ(fits.exit_code, 0) << fits.err << fits.out;
+  EXPECT_EQ(number_in(fits.out, "", "failed"), 0) << fits.out;
+  EXPECT_EQ(number_in(fits.out, "settings", "vocab"), vocabulary) << fits.out;
+
+  auto past = bench({"--model", "bench", "--clients", "2", "--requests", "4", "--prompt-tokens", "64",
+                     "--output-tokens", "2", "--vocab", std::to_string(static_cast<int>(vocabulary) * 64)});
+  EXPECT_EQ(past.exit_code, 1) << past.err;
+  EXPECT_NE(past.out.find("token ids must be below the model's vocabulary size, " +
+                          std::to_string(static_cast<int>(vocabulary)) + "\",\"count\":4}]"),
+            std::string::npos)
+      << past.out;
+
+  auto unknown = bench({"--model", "nobody", "--requests", "1"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.err.find("give --vocab N"), std::string::npos) << unknown.err;
+}
+
 TEST(LlmBenchServeWithoutServer, EveryRequestFailsWithAConnectionError) {
   // Nobody listens on port 1: each request fails at once, and the command says so and exits 1.
   auto run = run_command({slipway_binary(), "--json", "llm", "bench-serve", "--url", "http://127.0.0.1:1", "--model",
-                          "tiny", "--clients", "4", "--requests", "12"});
+                          "tiny", "--clients", "4", "--requests", "12", "--vocab", "512"});
   EXPECT_EQ(run.exit_code, 1) << run.err;
   EXPECT_EQ(number_in(run.out, "", "completed"), 0) << run.out;
   EXPECT_EQ(number_in(run.out, "", "failed"), 12) << run.out;

@@ -113,6 +113,32 @@ TEST(Bundle, RoundTripsThroughBytes) {
   for (float score : actual->scores) EXPECT_TRUE(score > 0.0f && score < 1.0f);
 }
 
+// The decision threshold and the unused inputs travel with the bundle; the predicted label
+// follows the threshold. A bundle without them keeps its bytes (BundleFixtures checks old files).
+TEST(Bundle, DecisionThresholdAndUnusedInputsRoundTrip) {
+  auto bundle = small_bundle();
+  Manifest manifest = bundle->manifest();
+  manifest.decision_threshold = 0.875;
+  manifest.threshold_rule = "precision>=0.9";
+  manifest.unused_inputs = {"loan_id"};
+  auto changed = bundle->with_manifest(manifest);
+  auto parsed = Bundle::parse(changed->serialize());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ((*parsed)->manifest().decision_threshold, 0.875);
+  EXPECT_EQ((*parsed)->manifest().threshold_rule, "precision>=0.9");
+  EXPECT_EQ((*parsed)->manifest().unused_inputs, std::vector<std::string>{"loan_id"});
+  EXPECT_EQ((*parsed)->serialize(), changed->serialize());
+
+  Predictions scores{.rows = 2, .columns = 1, .scores = {0.8f, 0.9f}};
+  EXPECT_EQ(bundle->predicted_label(scores, 0), "1");  // at 0.5
+  EXPECT_EQ((*parsed)->predicted_label(scores, 0), "0");
+  EXPECT_EQ((*parsed)->predicted_label(scores, 1), "1");
+
+  // An input may not also be an unused input.
+  manifest.unused_inputs = {"x"};
+  EXPECT_EQ(Bundle::parse(bundle->with_manifest(manifest)->serialize()).status().code(), StatusCode::kDataLoss);
+}
+
 // int8 weights: one byte a weight (optimize's test sees the smaller bundle on a real model), the
 // score within the rounding of each weight.
 TEST(Bundle, Int8LinearWeightsRoundTripAndStayClose) {

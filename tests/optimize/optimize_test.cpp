@@ -102,6 +102,12 @@ TEST_F(OptimizeTest, BuildsMeasuresRecordsAndRecommends) {
   options.on_candidate = [&](const CandidateResult& candidate) -> Result<std::string> {
     EXPECT_EQ(candidate.bundle->manifest().optimization.at("technique"), candidate.technique);
     EXPECT_EQ(candidate.bundle->manifest().optimization.at("baseline"), "lending@1");
+    // It stands on its own: its metrics and its prediction profile are its own (the baseline,
+    // trained here without one, has no profile to pass on).
+    EXPECT_EQ(candidate.bundle->manifest().optimization.at("metrics_rows"), "golden");
+    EXPECT_EQ(candidate.bundle->manifest().metrics.at("test_auc"), candidate.quality);
+    EXPECT_FALSE(candidate.bundle->manifest().profile.empty());
+    EXPECT_EQ(candidate.bundle->manifest().profile.inputs.size(), candidate.bundle->preprocessor().features().size());
     registered.push_back(candidate.name);
     return "lending@" + std::to_string(registered.size() + 1);
   };
@@ -172,6 +178,9 @@ TEST_F(OptimizeTest, BuildsMeasuresRecordsAndRecommends) {
   EXPECT_LT(features[1]->request_bytes, features[0]->request_bytes);
   EXPECT_LT(features[2]->request_bytes, features[1]->request_bytes);
   EXPECT_EQ(features[2]->bundle->preprocessor().features().size(), 22u - 11u);
+  // ... and accepts the baseline's requests: the inputs it dropped are accepted, unused.
+  EXPECT_EQ(features[2]->bundle->manifest().unused_inputs.size(), 11u);
+  EXPECT_TRUE(features[0]->bundle->manifest().unused_inputs.empty());
   // Distilled students answer the teacher's question: probabilities of its classes.
   std::size_t students = 0;
   for (const auto& candidate : report->candidates) {
@@ -195,6 +204,34 @@ TEST_F(OptimizeTest, BuildsMeasuresRecordsAndRecommends) {
     EXPECT_EQ(candidate.version.empty(), !ships) << candidate.name;
   }
   EXPECT_EQ(registered.size(), shippable);
+  // Those that meet the SLO were measured again in interleaved rounds: a median within a range.
+  for (const auto& candidate : report->candidates) {
+    SCOPED_TRACE(candidate.name);
+    if (!candidate.meets_slo || !candidate.error.empty()) {
+      EXPECT_EQ(candidate.throughput_rounds, 0);
+      continue;
+    }
+    EXPECT_EQ(candidate.throughput_rounds, 5);
+    EXPECT_LE(candidate.throughput_low, candidate.throughput_median);
+    EXPECT_LE(candidate.throughput_median, candidate.throughput_high);
+    EXPECT_GT(candidate.throughput_low, 0.0);
+  }
+  EXPECT_NE(report->reason.find("interleaved rounds"), std::string::npos) << report->reason;
+  // The fastest median leads; a candidate with fewer changes than the one chosen lost only by
+  // being clearly slower than the leader (its range below the leader's), not by noise.
+  ASSERT_GE(report->recommended, 0);
+  const CandidateResult& chosen = report->candidates[static_cast<std::size_t>(report->recommended)];
+  const CandidateResult* leader = &chosen;
+  for (const auto& candidate : report->candidates) {
+    if (candidate.throughput_rounds > 0 && candidate.throughput_median > leader->throughput_median) {
+      leader = &candidate;
+    }
+  }
+  EXPECT_GE(chosen.throughput_high, leader->throughput_low);
+  for (const auto& candidate : report->candidates) {
+    if (candidate.throughput_rounds == 0 || candidate.changes >= chosen.changes) continue;
+    EXPECT_LT(candidate.throughput_high, leader->throughput_low) << candidate.name << " lost to " << chosen.name;
+  }
   EXPECT_EQ(report->prune_curve.back().first, 40u);
   ASSERT_GE(report->recommended, 0);
   EXPECT_TRUE(report->candidates[static_cast<std::size_t>(report->recommended)].meets_slo);

@@ -2,6 +2,7 @@
 // failure; resolve_reference, evaluate_file and score_file on what it trained.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "slipway/pipeline.h"
@@ -143,6 +144,61 @@ TEST(Pipeline, ResolvesReferencesAndScoresAFile) {
   EXPECT_EQ(scored->labels.size(), 9857u);
   EXPECT_TRUE(std::filesystem::exists(dir.file("scores.csv")));
   EXPECT_EQ(scored->to_csv().substr(0, 18), "probability,label\n");
+}
+
+// A threshold rule is applied to rows held out of the fit, recorded in the bundle and the run,
+// replayed, and used by the test metrics; the --ignore'd column is recorded as an unused input.
+TEST(Pipeline, AThresholdRuleIsChosenOnHeldOutRowsAndTheIgnoredColumnsStayAcceptable) {
+  TempDir dir;
+  auto registry = open_registry(dir);
+  TrainSpec spec = small_gbdt_spec();
+  spec.ignore = {"addr_state"};
+  spec.threshold = "recall>=0.5";
+  auto outcome = run_training(*registry, spec);
+  ASSERT_TRUE(outcome.ok()) << outcome.status().message();
+  const model::Manifest& manifest = outcome->summary.bundle->manifest();
+  EXPECT_EQ(manifest.threshold_rule, "recall>=0.5");
+  EXPECT_GT(manifest.decision_threshold, 0.0);
+  EXPECT_LT(manifest.decision_threshold, 1.0);
+  EXPECT_EQ(manifest.unused_inputs, std::vector<std::string>{"addr_state"});
+  // Held out of the fit: a fifth of the training split (about 1,577 of 7,886 rows).
+  std::size_t fitted_and_tested = outcome->summary.rows_used + outcome->evaluation.rows;
+  EXPECT_LT(fitted_and_tested, 9857u - 1500u);
+  EXPECT_GT(fitted_and_tested, 9857u - 1700u);
+  EXPECT_GT(outcome->evaluation.overall.get("recall"), 0.3);
+  EXPECT_FALSE(std::isnan(outcome->evaluation.overall.get("pr_auc")));
+  auto stored = resolve_reference(registry.get(), "lending");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->bundle->manifest().decision_threshold, manifest.decision_threshold);
+  EXPECT_TRUE(stored->bundle->manifest().metrics.contains("test_pr_auc"));
+  auto run = registry->runs().get(outcome->run_id);
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->params.at("threshold"), "recall>=0.5");
+  TrainSpec replayed;
+  ASSERT_TRUE(load_spec_text(run->spec, "stored spec", replayed).ok());
+  EXPECT_EQ(replayed.threshold, "recall>=0.5");
+
+  spec.threshold = "precision>=1.5";
+  EXPECT_EQ(run_training(*registry, spec).status().code(), StatusCode::kInvalidArgument);
+  spec.threshold = "f1";
+  spec.model = "linear";
+  spec.target = "int_rate";
+  EXPECT_EQ(run_training(*registry, spec).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A bare NAME is the production alias where there is one, else the newest version: in the CLI,
+// the server, batch, monitor and retrain alike, since they all resolve through the registry.
+TEST(Pipeline, ABareNameIsTheProductionAliasElseTheNewest) {
+  TempDir dir;
+  auto registry = open_registry(dir);
+  TrainSpec spec = small_gbdt_spec();
+  ASSERT_TRUE(run_training(*registry, spec).ok());
+  spec.params = {"rounds=5"};
+  ASSERT_TRUE(run_training(*registry, spec).ok());
+  EXPECT_EQ(resolve_reference(registry.get(), "lending")->description, "lending@2");
+  ASSERT_TRUE(registry->models().set_alias("lending", "production", 1).ok());
+  EXPECT_EQ(resolve_reference(registry.get(), "lending")->description, "lending@1");
+  EXPECT_EQ(resolve_reference(registry.get(), "lending@latest")->description, "lending@2");
 }
 
 // When a retrain policy is due, at chosen times: an alert of the kind it watches that started

@@ -80,7 +80,9 @@ TEST_F(RegistryTest, VersionsAliasesAndResolution) {
   ASSERT_TRUE(store_->models().set_alias("churn", "production", 1).ok());
   EXPECT_EQ(store_->models().set_alias("churn", "production", 9).code(), StatusCode::kNotFound);
 
-  EXPECT_EQ(store_->models().resolve("churn", {})->version, 2);
+  // A bare name is the production alias (here 1, though 2 is newer); NAME@latest the newest.
+  EXPECT_EQ(store_->models().resolve("churn", {})->version, 1);
+  EXPECT_EQ(store_->models().resolve("churn", parse_model_reference("churn@latest")->second)->version, 2);
   EXPECT_EQ(store_->models().resolve("churn", {.version = {}, .alias = "production"})->bundle_sha256, *first);
   EXPECT_EQ(store_->models().resolve("churn", {.version = 2, .alias = ""})->bundle_sha256, *second);
   EXPECT_EQ(store_->models().resolve("churn", {.version = 3, .alias = ""}).status().code(), StatusCode::kNotFound);

@@ -111,6 +111,39 @@ TEST_F(ServiceTest, ProductionAliasRoutesUnversionedRequests) {
   EXPECT_NE(pinned.body.find("\"model_version\":\"2\""), std::string::npos);
 }
 
+// A version trained without an input (an --ignore'd id, a feature an optimized version dropped)
+// accepts requests that carry it, unused; its labels follow its decision threshold.
+TEST_F(ServiceTest, UnusedInputsAreAcceptedAndLabelsFollowTheThreshold) {
+  auto summary = train::fit(testing::lending_rows(0, 2000),
+                            train::TrainRequest{.target = "Class", .excluded_columns = {"addr_state"}});
+  ASSERT_TRUE(summary.ok());
+  model::Manifest manifest = summary->bundle->manifest();
+  auto register_as = [&](const std::string& name, const model::Manifest& with) {
+    auto sha = store_->artifacts().put(summary->bundle->with_manifest(with)->serialize());
+    ASSERT_TRUE(sha.ok());
+    ASSERT_TRUE(store_->models().register_version(name, *sha, "").ok());
+  };
+  register_as("strict", manifest);
+  manifest.unused_inputs = {"addr_state"};
+  manifest.decision_threshold = 0.0;  // every row's label is the positive class
+  register_as("lenient", manifest);
+  Service fresh(*store_, ServiceOptions{});
+  auto refused = fresh.handle("POST", "/v2/models/strict/infer", named_request(2));
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_NE(refused.body.find("unknown input 'addr_state'"), std::string::npos) << refused.body;
+  auto lenient = fresh.handle("POST", "/v2/models/lenient/infer", named_request(2));
+  ASSERT_EQ(lenient.status, 200) << lenient.body;
+  std::string positive = manifest.class_labels[1];
+  EXPECT_NE(lenient.body.find("\"data\":[\"" + positive + "\",\"" + positive + "\"]"), std::string::npos)
+      << lenient.body;
+  // Still refused: a name that is neither an input nor an unused one.
+  std::string misspelt = named_request(1);
+  misspelt.replace(misspelt.find("\"name\":\"term\""), 13, "\"name\":\"terms\"");
+  auto junk = fresh.handle("POST", "/v2/models/lenient/infer", misspelt);
+  EXPECT_EQ(junk.status, 400);
+  EXPECT_NE(junk.body.find("unknown input 'terms'"), std::string::npos) << junk.body;
+}
+
 TEST_F(ServiceTest, SelectsRequestedOutputs) {
   std::string body = named_request(2);
   body.insert(body.size() - 1, ",\"outputs\":[{\"name\":\"label\"}]");
