@@ -22,6 +22,12 @@ struct AliasResult : CommandResult {
 
 Result<AliasResult> set_alias(const GlobalOptions& global, const std::string& reference, const std::string& alias) {
   SLIPWAY_ASSIGN_OR_RETURN(auto parsed, registry::parse_model_reference(reference));
+  // A bare NAME is the production alias itself: `alias lending production` would point it where
+  // it points. Which version is meant must be said.
+  if (reference.find('@') == std::string::npos) {
+    return invalid_argument("name the version to alias: " + reference + "@VERSION or " + reference +
+                            "@latest (a bare " + reference + " is its production alias, where there is one)");
+  }
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kWrite));
   SLIPWAY_ASSIGN_OR_RETURN(auto version, store->models().resolve(parsed.first, parsed.second));
   SLIPWAY_RETURN_IF_ERROR(pipeline::set_alias(*store, version.model, alias, version.version, pipeline::Caller{}));

@@ -64,6 +64,9 @@ struct RunsFlags {
   std::size_t limit = 20;
   std::string experiment;  // empty: every experiment
   std::string status;      // RUNNING, FINISHED, FAILED or INTERRUPTED; empty: any
+  std::string model;                // the model family (gbdt, ...); empty: any
+  std::string target;               // the column the run's spec predicts; empty: any
+  std::vector<std::string> params;  // KEY=VALUE each run's params must hold
 };
 int run_runs(const GlobalOptions& global, const RunsFlags& flags);
 int run_show(const GlobalOptions& global, const std::string& run_id);

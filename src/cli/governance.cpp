@@ -29,6 +29,11 @@ Result<std::pair<std::string, std::optional<std::int64_t>>> target_of(registry::
   if (reference.find('@') == std::string::npos && !version_required) {
     return std::make_pair(parsed.first, std::optional<std::int64_t>());
   }
+  // Approving a bare NAME would approve its production version, rarely the one just registered.
+  if (reference.find('@') == std::string::npos) {
+    return invalid_argument("name the version: " + reference + "@VERSION or " + reference + "@latest (a bare " +
+                            reference + " is its production alias, where there is one)");
+  }
   SLIPWAY_ASSIGN_OR_RETURN(auto version, store.models().resolve(parsed.first, parsed.second));
   return std::make_pair(version.model, std::optional<std::int64_t>(version.version));
 }

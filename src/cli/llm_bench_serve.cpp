@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <iterator>
@@ -293,14 +294,26 @@ Status check_flags(const BenchServeFlags& flags) {
 // The served model's vocabulary size, from the server's /v1/models/MODEL (vocab_size): prompts
 // drawn past it would all fail, each with its own token in the message.
 Result<std::uint32_t> served_vocabulary(const CompletionTarget& target, const BenchServeFlags& flags) {
-  std::string url = target.display.substr(0, target.display.rfind("/completions")) + "/models/" + flags.model;
+  // The API's root: up to /v1 (a --url may end in /v1/chat/completions), else before /completions.
+  std::size_t root_end = target.display.rfind("/v1/");
+  root_end = root_end == std::string::npos ? target.display.rfind("/completions") : root_end + 3;
+  std::string model_id;  // percent-encoded: an id may hold '/' (org/name) or spaces
+  for (unsigned char c : flags.model) {
+    if (std::isalnum(c) != 0 || c == '-' || c == '.' || c == '_' || c == '~') {
+      model_id += static_cast<char>(c);
+    } else {
+      model_id += fmt::format("%{:02X}", c);
+    }
+  }
+  std::string url = target.display.substr(0, root_end) + "/models/" + model_id;
   std::vector<std::pair<std::string, std::string>> headers;
   if (!flags.api_key.empty()) headers.emplace_back("Authorization", "Bearer " + flags.api_key);
   auto refused = [&](const std::string& why) {
     return failed_precondition("cannot read the vocabulary size of '" + flags.model + "' from " + url + " (" + why +
                                "); give --vocab N");
   };
-  auto response = http::fetch("GET", url, {}, headers);
+  auto response = http::fetch("GET", url, {}, headers,
+                              std::chrono::milliseconds(static_cast<std::int64_t>(std::min(flags.timeout_s, 30.0) * 1000)));
   if (!response.ok()) return refused(response.status().message());
   if (response->status != 200) return refused("HTTP " + std::to_string(response->status));
   simdjson::dom::parser parser;

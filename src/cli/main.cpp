@@ -308,6 +308,9 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
         return status;
       })
       ->check(CLI::IsMember({"RUNNING", "FINISHED", "FAILED", "INTERRUPTED"}));
+  runs_command->add_option("--model", runs.model, "Only runs of this model family (logistic, linear, gbdt, mlp)");
+  runs_command->add_option("--target", runs.target, "Only runs whose spec predicts this column");
+  runs_command->add_option("--param", runs.params, "Only runs with this parameter value, KEY=VALUE (repeatable)");
   std::string run_id;
   auto* show_command = app.add_subcommand("show", "Show one run: params, metrics, lineage, spec");
   show_command->add_option("RUN_ID", run_id, "Run id (from `slipway runs`)")->required();

@@ -1,6 +1,9 @@
 // slipway runs: recent training runs.
 #include <algorithm>
+#include <map>
 #include <ostream>
+
+#include <fmt/format.h>
 
 #include "cli/cli.h"
 
@@ -45,19 +48,56 @@ struct RunsResult : CommandResult {
   }
 };
 
+// Runs past which a filter the store cannot apply (model, target, params) stops looking: a
+// listing stays quick in a workspace of a million runs.
+constexpr std::size_t kMaxRunsScanned = 100'000;
+
+// The --model, --target and --param filters, which the store does not index.
+struct RunFilter {
+  std::string model, target;
+  std::map<std::string, std::string> params;
+
+  bool empty() const { return model.empty() && target.empty() && params.empty(); }
+  bool matches(const registry::RunRecord& run) const {
+    auto param = [&run](const std::string& key) {
+      auto found = run.params.find(key);
+      return found == run.params.end() ? std::string() : found->second;
+    };
+    if (!model.empty() && param("model") != model) return false;
+    for (const auto& [key, value] : params) {
+      if (param(key) != value) return false;
+    }
+    if (target.empty()) return true;
+    pipeline::TrainSpec spec;
+    return !run.spec.empty() && pipeline::load_spec_text(run.spec, "the run's spec", spec).ok() &&
+           spec.target == target;
+  }
+};
+
 Result<RunsResult> list_runs(const GlobalOptions& global, const RunsFlags& flags) {
+  RunFilter filter{flags.model, flags.target, {}};
+  SLIPWAY_ASSIGN_OR_RETURN(filter.params, pipeline::parse_key_values(flags.params));
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kReadOnly));
   RunsResult result;
-  // Newest first, a page at a time (the filters are the store's, as /api/runs uses them).
+  // Newest first, a page at a time (the store filters by experiment and status, as /api/runs does;
+  // the rest is filtered here).
   registry::RunQuery query;
   query.experiment = flags.experiment;
   query.status = flags.status;
-  query.page_size = std::min<std::size_t>(flags.limit, 1000);
-  while (result.runs.size() < flags.limit) {
+  query.page_size = filter.empty() ? std::min<std::size_t>(flags.limit, 1000) : 1000;
+  std::size_t scanned = 0;
+  while (result.runs.size() < flags.limit && scanned < kMaxRunsScanned) {
     SLIPWAY_ASSIGN_OR_RETURN(auto page, store->runs().query(query));
-    for (auto& run : page.runs) result.runs.push_back(std::move(run));
+    scanned += page.runs.size();
+    for (auto& run : page.runs) {
+      if (filter.matches(run)) result.runs.push_back(std::move(run));
+    }
     if (page.next_page_token.empty()) break;
     query.page_token = std::move(page.next_page_token);
+  }
+  if (scanned >= kMaxRunsScanned && result.runs.size() < flags.limit) {
+    log_warn(fmt::format("looked through the newest {} runs only; --experiment or --status narrows the search",
+                         scanned));
   }
   if (result.runs.size() > flags.limit) result.runs.resize(flags.limit);
   return result;

@@ -17,7 +17,7 @@ constexpr std::string_view kStartSchema =
     R"({"type":"object","additionalProperties":false,"properties":{)"
     R"("spec":{"type":"object","description":"the training spec: the keys of a YAML spec (data, test, target, )"
     R"(model, split, test_fraction, slice, seed, params, ignore, register, experiment, threads, weight, init_model, )"
-    R"(checkpoint_every); data and test are files of the workspace's data/ folder, init_model a registered )"
+    R"(checkpoint_every, threshold, threshold_fraction); data and test are files of the workspace's data/ folder, init_model a registered )"
     R"(model"},)"
     R"("run_id":{"type":"string","pattern":"^[0-9a-f]{32}$","description":"the new run's id, chosen by the client )"
     R"(so that a retried start answers the run it made; omitted: the server picks one"},)"

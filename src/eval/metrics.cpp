@@ -106,6 +106,7 @@ Status check_threshold_rule(std::string_view rule) {
     auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), value);
     bool in_range = open_at_zero ? value > 0.0 && value <= 1.0 : value >= 0.0 && value <= 1.0;
     if (number.empty() || error != std::errc() || end != number.data() + number.size() || !in_range) {
+      if (prefix.empty()) return invalid_argument("a decision threshold must be in [0, 1], not '" + std::string(rule) + "'");
       return invalid_argument("the decision threshold rule '" + std::string(rule) + "' needs a number " +
                               (open_at_zero ? "in (0, 1]" : "in [0, 1]") + " after '" + std::string(prefix) + "'");
     }

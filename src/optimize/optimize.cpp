@@ -431,7 +431,11 @@ void Optimizer::measure_throughput_rounds(OptimizeReport& report,
   std::vector<std::size_t> contenders;
   for (std::size_t index = 0; index < report.candidates.size(); ++index) {
     const CandidateResult& candidate = report.candidates[index];
-    if (candidate.error.empty() && candidate.meets_slo && !bodies_of[index].empty()) contenders.push_back(index);
+    if (!candidate.error.empty() || !candidate.meets_slo) continue;
+    // One an earlier run measured is not served here: the recommendation then compares the
+    // single measurements of all, and rounds for some would decide nothing.
+    if (bodies_of[index].empty()) return;
+    contenders.push_back(index);
   }
   if (contenders.size() < 2) return;  // nothing to decide between
   auto duration = std::max(std::chrono::milliseconds(100), options_.measure_time / 4);
@@ -439,8 +443,7 @@ void Optimizer::measure_throughput_rounds(OptimizeReport& report,
   for (int round = 0; round < kThroughputRounds; ++round) {
     progress(fmt::format("throughput round {} of {}: {} candidates in turn", round + 1, kThroughputRounds,
                          contenders.size()));
-    if (over_budget()) break;
-    for (std::size_t position = 0; position < contenders.size(); ++position) {
+    for (std::size_t position = 0; position < contenders.size() && !over_budget(); ++position) {
       std::size_t index = contenders[(position + static_cast<std::size_t>(round)) % contenders.size()];
       bodies_ = bodies_of[index];
       auto measured = load(url_of(index), 0, duration);
@@ -473,7 +476,8 @@ void Optimizer::recommend(OptimizeReport& report) const {
   auto& candidates = report.candidates;
   bool rounds_for_all = std::all_of(contenders.begin(), contenders.end(),
                                     [&](std::size_t index) { return candidates[index].throughput_rounds > 0; });
-  if (!contenders.empty() && rounds_for_all && contenders.size() > 1) {
+  const bool decided_by_rounds = rounds_for_all && contenders.size() > 1;
+  if (decided_by_rounds) {
     // The leader has the highest median; every contender whose range overlaps the leader's is a
     // tie with it, and of those the fewest changes win (then the higher median).
     std::size_t leader = *std::max_element(contenders.begin(), contenders.end(), [&](std::size_t a, std::size_t b) {
@@ -517,17 +521,20 @@ void Optimizer::recommend(OptimizeReport& report) const {
     return;
   }
   const CandidateResult& chosen = report.candidates[static_cast<std::size_t>(report.recommended)];
-  std::string rounds_note;
-  if (chosen.throughput_rounds > 0) {
-    rounds_note = fmt::format("; closed-loop throughput {:.0f} req/s (median of {} interleaved rounds, {:.0f} to {:.0f}); "
-                              "candidates whose ranges overlap are a tie, won by fewer changes",
-                              chosen.throughput_median, chosen.throughput_rounds, chosen.throughput_low,
-                              chosen.throughput_high);
+  if (decided_by_rounds) {
+    report.reason = fmt::format(
+        "{} meets every SLO clause with the highest closed-loop throughput, or within the range of the highest and "
+        "with fewer changes: {:.0f} req/s, the median of {} interleaved rounds ({:.0f} to {:.0f}); {:.0f} rps within "
+        "the latency SLO{}{}",
+        chosen.name, chosen.throughput_median, chosen.throughput_rounds, chosen.throughput_low, chosen.throughput_high,
+        chosen.max_rate, priced ? fmt::format(", {:.4g}/1k", chosen.cost_per_1k) : "",
+        chosen.changes == 0 ? "; no candidate does clearly better than the baseline" : "");
+  } else {
+    report.reason = fmt::format("{} meets every SLO clause at the {} ({:.0f} rps sustained{}){}", chosen.name,
+                                priced ? "lowest cost" : "highest sustainable rate", chosen.max_rate,
+                                priced ? fmt::format(", {:.4g}/1k", chosen.cost_per_1k) : "",
+                                chosen.changes == 0 ? "; no candidate does better than the baseline" : "");
   }
-  report.reason = fmt::format("{} meets every SLO clause at the {} ({:.0f} rps sustained{}){}{}", chosen.name,
-                              priced ? "lowest cost" : "highest sustainable rate", chosen.max_rate,
-                              priced ? fmt::format(", {:.4g}/1k", chosen.cost_per_1k) : "",
-                              chosen.changes == 0 ? "; no candidate does better than the baseline" : "", rounds_note);
   if (chosen.technique == "serving") {
     std::string flags;
     for (const auto& [key, value] : chosen.settings) {

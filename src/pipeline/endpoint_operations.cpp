@@ -195,6 +195,14 @@ Result<DeployOutcome> deploy(registry::Registry& registry, const DeployRequest& 
   // alias later does not change what it serves.
   SLIPWAY_ASSIGN_OR_RETURN(auto version, resolve_version(registry, request.reference));
   std::string pinned = version.model + "@" + std::to_string(version.version);
+  bool beside_main = request.canary.has_value() || !request.steps.empty();
+  if (beside_main && existing && !existing->routes.empty() && request.reference.find('@') == std::string::npos &&
+      registry::main_route(existing->routes).reference() == pinned) {
+    // The store refuses it too; this says why a bare NAME landed on the version already served.
+    return failed_precondition("endpoint '" + request.endpoint + "' already serves " + pinned + ", which a bare " +
+                               request.reference + " names (its production alias); name the version to try: " +
+                               request.reference + "@VERSION or " + request.reference + "@latest");
+  }
   if (request.gate) {
     // The gate first, against what the endpoint mostly serves now.
     if (!existing || existing->routes.empty()) {

@@ -1,6 +1,8 @@
 // One training run from a spec: the sequence (and what each failure leaves) is in pipeline.h.
 #include <cctype>
 #include <cmath>
+#include <set>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -30,13 +32,42 @@ bool threshold_needs_rows(const TrainSpec& spec) {
          spec.threshold[0] != '.';
 }
 
-// Moves a stratified threshold_fraction of the training rows to threshold_rows.
+// How many distinct values `column` holds, counting to `enough` at most.
+std::size_t distinct_values(const data::Column& column, std::size_t enough) {
+  std::set<std::string> seen;
+  for (std::size_t row = 0; row < column.size() && seen.size() < enough; ++row) {
+    if (!column.is_missing(row)) seen.insert(column.text_at(row));
+  }
+  return seen.size();
+}
+
+// Moves a stratified threshold_fraction of the training rows to threshold_rows. Refused before
+// any fitting when a threshold cannot apply: a target that is not two-valued, or held-out rows
+// of one class.
 Status hold_out_threshold_rows(const TrainSpec& spec, PreparedData& prepared) {
+  if (spec.threshold.empty()) return {};
+  const data::Column& target = prepared.train.column(*prepared.train.column_index(spec.target));
+  if (std::size_t values = distinct_values(target, 3); values != 2) {
+    return invalid_argument(fmt::format("--threshold applies to binary classification; '{}' holds {} distinct values",
+                                        spec.target, values > 2 ? "more than 2" : std::to_string(values)));
+  }
   if (!threshold_needs_rows(spec)) return {};
   data::SplitSpec split{.kind = data::SplitKind::kStratified, .test_fraction = spec.threshold_fraction, .seed = spec.seed};
-  SLIPWAY_ASSIGN_OR_RETURN(data::Split rows, data::split_rows(prepared.train, split, spec.target));
-  prepared.threshold_rows = prepared.train.take_rows(rows.test_rows);
-  prepared.train = prepared.train.take_rows(rows.train_rows);
+  auto rows = data::split_rows(prepared.train, split, spec.target);
+  if (!rows.ok()) {
+    return invalid_argument(fmt::format("cannot hold out training rows to choose the threshold on: {}; raise "
+                                        "--threshold-fraction (now {})",
+                                        rows.status().message(), spec.threshold_fraction));
+  }
+  prepared.threshold_rows = prepared.train.take_rows(rows->test_rows);
+  prepared.train = prepared.train.take_rows(rows->train_rows);
+  const data::Column& held_out = prepared.threshold_rows.column(*prepared.threshold_rows.column_index(spec.target));
+  if (distinct_values(held_out, 2) < 2) {
+    return invalid_argument(fmt::format(
+        "the {} training rows held out to choose the threshold (threshold_fraction {}) hold one class at most; "
+        "raise --threshold-fraction",
+        prepared.threshold_rows.row_count(), spec.threshold_fraction));
+  }
   return {};
 }
 

@@ -124,7 +124,8 @@ void Service::State::fall_back(const std::shared_ptr<const registry::Endpoint>& 
 
 void Service::State::mirror_to_shadow(const std::string& endpoint, const registry::EndpointRoute& shadow,
                                       const std::shared_ptr<const KeptRequest>& request,
-                                      const std::shared_ptr<const std::vector<float>>& live_scores) {
+                                      const std::shared_ptr<const std::vector<float>>& live_scores,
+                                      double live_threshold) {
   using Outcome = ServerMetrics::ShadowOutcome;
   std::string route = shadow.reference();
   std::size_t bytes = request->body.size() + live_scores->size() * sizeof(float);
@@ -134,13 +135,15 @@ void Service::State::mirror_to_shadow(const std::string& endpoint, const registr
   auto acquired = manager.acquire(shadow.model, shadow.version);
   if (!acquired.ok()) return metrics.record_shadow(endpoint, route, Outcome::kFailed);
   bool posted = shadows.try_post(
-      [this, endpoint, route, request, live_scores, servable = std::move(acquired).value(), started] {
+      [this, endpoint, route, request, live_scores, live_threshold, servable = std::move(acquired).value(), started] {
         const model::Bundle& bundle = *servable.model->bundle;
+        const double shadow_threshold = bundle.manifest().decision_threshold;
         bool binary = bundle.task() == model::Task::kBinaryClassification;
         std::size_t columns =
             bundle.task() == model::Task::kMulticlassClassification ? bundle.model().output_count() : 0;
         auto shadow_scores = std::make_shared<std::vector<float>>();
-        auto compare = [this, endpoint, route, started, live_scores, shadow_scores, binary, columns](
+        auto compare = [this, endpoint, route, started, live_scores, shadow_scores, binary, columns, live_threshold,
+                        shadow_threshold](
                            const HttpResponse& response, std::size_t) mutable {
           const std::vector<float>& live = *live_scores;
           const std::vector<float>& mirrored = *shadow_scores;
@@ -153,11 +156,14 @@ void Service::State::mirror_to_shadow(const std::string& endpoint, const registr
           for (std::size_t index = 0; index < live.size(); ++index) {
             differences[index] = std::abs(static_cast<double>(live[index]) - mirrored[index]);
           }
-          // Labels compare for classifiers: the same side of 0.5, or the same most probable class.
+          // Labels compare for classifiers: each on the same side of its version's threshold, or
+          // the same most probable class.
           std::size_t rows = 0, agreeing = 0;
           if (binary) {
             rows = live.size();
-            for (std::size_t row = 0; row < rows; ++row) agreeing += (live[row] >= 0.5f) == (mirrored[row] >= 0.5f);
+            for (std::size_t row = 0; row < rows; ++row) {
+              agreeing += (live[row] >= live_threshold) == (mirrored[row] >= shadow_threshold);
+            }
           } else if (columns > 0 && !live.empty()) {
             rows = live.size() / columns;
             auto width = static_cast<std::ptrdiff_t>(columns);
@@ -228,6 +234,7 @@ void Service::State::infer_endpoint(const std::shared_ptr<const registry::Endpoi
   if (race) race->finish = finish;
   std::int64_t started = monotonic_ns();
   auto answered = [this, endpoint, route, request, scores, started, mirror, keep_answers, race,
+                   live_threshold = loaded.bundle->manifest().decision_threshold,
                    direct = race ? Finish() : finish](HttpResponse response, std::size_t rows) {
     bool failed = response.status >= 400;
     double elapsed_ms = static_cast<double>(monotonic_ns() - started) * 1e-6;
@@ -249,7 +256,7 @@ void Service::State::infer_endpoint(const std::shared_ptr<const registry::Endpoi
       finish(std::move(response), rows);
       // After the live answer is on its way, never before it.
       if (!kept_answer.empty()) fallback_answers.insert(endpoint->name, 0, request->body, std::move(kept_answer), true);
-      if (mirror) mirror_to_shadow(endpoint->name, endpoint->shadow, request, scores);
+      if (mirror) mirror_to_shadow(endpoint->name, endpoint->shadow, request, scores, live_threshold);
       return;
     }
     if (!judged_by_fallback) {

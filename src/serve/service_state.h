@@ -165,10 +165,11 @@ struct Service::State {
                  ServerMetrics::FallbackReason reason, const std::shared_ptr<const KeptRequest>& request,
                  HttpResponse failure, const Finish& finish);
   // Queues a copy of `request` for the endpoint's shadow version, whose answer is compared with
-  // `live_scores` in the metrics and dropped.
+  // `live_scores` in the metrics and dropped; binary labels agree when each score is on the same
+  // side of its own version's decision threshold (`live_threshold` the live version's).
   void mirror_to_shadow(const std::string& endpoint, const registry::EndpointRoute& shadow,
                         const std::shared_ptr<const KeptRequest>& request,
-                        const std::shared_ptr<const std::vector<float>>& live_scores);
+                        const std::shared_ptr<const std::vector<float>>& live_scores, double live_threshold);
 
   // v2_models.cpp: metadata, ready, infer, stats and config of one model. The metric labels are
   // set only for models that exist, so unknown names cannot grow the metrics.

@@ -960,6 +960,13 @@ TEST_F(CliTest, GbdtCheckpointResumeHistoryAndWarmStart) {
   EXPECT_EQ(slipway({"runs", "--experiment", "nothing-here"}).out.find(killed_run), std::string::npos);
   EXPECT_NE(slipway({"runs", "--experiment", "default"}).out.find(killed_run), std::string::npos);
   EXPECT_NE(slipway({"runs", "--status", "done"}).exit_code, 0);
+  // ... and by model family, target and parameter values, which the store does not index.
+  EXPECT_NE(slipway({"runs", "--model", "gbdt", "--target", "Class"}).out.find(killed_run), std::string::npos);
+  EXPECT_EQ(slipway({"runs", "--model", "logistic"}).out.find(killed_run), std::string::npos);
+  EXPECT_EQ(slipway({"runs", "--target", "int_rate"}).out.find(killed_run), std::string::npos);
+  EXPECT_NE(slipway({"runs", "--param", "subsample=0.8"}).out.find(killed_run), std::string::npos);
+  EXPECT_EQ(slipway({"runs", "--param", "subsample=0.9"}).out.find(killed_run), std::string::npos);
+  EXPECT_NE(slipway({"runs", "--param", "subsample"}).exit_code, 0);
 
   auto resumed = slipway({"--json", "train", "--resume", killed_run, "--no-progress"});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;

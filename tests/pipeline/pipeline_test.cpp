@@ -181,9 +181,12 @@ TEST(Pipeline, AThresholdRuleIsChosenOnHeldOutRowsAndTheIgnoredColumnsStayAccept
   spec.threshold = "precision>=1.5";
   EXPECT_EQ(run_training(*registry, spec).status().code(), StatusCode::kInvalidArgument);
   spec.threshold = "f1";
-  spec.model = "linear";
-  spec.target = "int_rate";
-  EXPECT_EQ(run_training(*registry, spec).status().code(), StatusCode::kInvalidArgument);
+  spec.threshold_fraction = 1e-300;
+  EXPECT_NE(run_training(*registry, spec).status().message().find("raise --threshold-fraction"), std::string::npos);
+  spec.threshold_fraction = 0.2;
+  spec.target = "int_rate";  // refused before any fitting
+  EXPECT_EQ(run_training(*registry, spec).status().message(),
+            "--threshold applies to binary classification; 'int_rate' holds more than 2 distinct values");
 }
 
 // A bare NAME is the production alias where there is one, else the newest version: in the CLI,

@@ -271,7 +271,13 @@ TEST_F(EndpointStoreTest, RetireAndCollectGarbage) {
   ASSERT_TRUE(endpoints().deploy("web", "churn", 2).ok());
   ASSERT_TRUE(registry_->models().retire("churn", 3).ok());
   EXPECT_EQ(registry_->models().retire("churn", 3).status().code(), StatusCode::kFailedPrecondition);  // already
-  EXPECT_EQ(registry_->models().resolve("churn", {})->version, 2);          // NAME: the newest in service
+  EXPECT_EQ(registry_->models().resolve("churn", {})->version, 2);  // NAME: its production alias
+  // NAME@latest: the newest in service, past the retired 3.
+  EXPECT_EQ(registry_->models().resolve("churn", {.version = {}, .alias = "", .latest = true})->version, 2);
+  ASSERT_TRUE(registry_->models().set_alias("churn", "production", 1).ok());
+  EXPECT_EQ(registry_->models().resolve("churn", {})->version, 1);
+  EXPECT_EQ(registry_->models().resolve("churn", {.version = {}, .alias = "", .latest = true})->version, 2);
+  ASSERT_TRUE(registry_->models().set_alias("churn", "production", 2).ok());
   EXPECT_GT(registry_->models().resolve("churn", {3, ""})->retired_ms, 0);  // still there, by number
   EXPECT_EQ(endpoints().deploy("web", "churn", 3).status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(registry_->models().set_alias("churn", "old", 3).code(), StatusCode::kFailedPrecondition);

@@ -53,6 +53,22 @@ TEST(Parameters, ValidateNamesTypesAndRanges) {
   EXPECT_NE(misspelt.find("did you mean 'rounds'?"), std::string::npos) << misspelt;
 }
 
+// What `params` (text and JSON) and docs/parameters.md say of a parameter's type and values.
+TEST(Parameters, DescribeTheirTypeAndAllowedValues) {
+  auto named = [](std::string_view name) {
+    for (const auto& declaration : parameter_declarations()) {
+      if (declaration.name == name) return declaration;
+    }
+    return ParamDeclaration{};
+  };
+  EXPECT_EQ(parameter_type_name(named("max_depth").type), "integer");
+  EXPECT_EQ(parameter_allowed_values(named("max_depth")), "[0, 32]");
+  EXPECT_EQ(parameter_type_name(named("l2").type), "number");
+  EXPECT_EQ(parameter_type_name(named("activation").type), "choice");
+  EXPECT_NE(parameter_allowed_values(named("activation")).find("relu"), std::string::npos);
+  EXPECT_NE(parameters_markdown().find("| `max_depth` | gbdt | integer |"), std::string::npos);
+}
+
 // Every declared parameter of a family is bound to a member of that family's struct, and the
 // typed values are the resolved text's.
 TEST(Parameters, BindEveryDeclarationToTheFamilyStruct) {
