@@ -23,8 +23,7 @@ struct Metrics {
 
 // Binary classification: auc, pr_auc, log_loss, accuracy, precision, recall, f1 (the last four
 // predicting the positive label when P(positive) >= threshold). `labels` are 0 or 1.
-Metrics binary_metrics(std::span<const float> probabilities, std::span<const double> labels,
-                       double threshold = 0.5);
+Metrics binary_metrics(std::span<const float> probabilities, std::span<const double> labels, double threshold = 0.5);
 // Multiclass: log_loss, accuracy, macro_f1 (the mean of each class's one-vs-rest F1).
 // `probabilities` is rows x class_count row-major; `labels` are class indices.
 Metrics multiclass_metrics(std::span<const float> probabilities, std::size_t class_count,
@@ -50,10 +49,10 @@ double average_precision(std::span<const float> scores, std::span<const double> 
 // an unknown rule, a bound outside (0, 1], rows of one class, or a bound no threshold meets.
 struct ThresholdChoice {
   double threshold = 0.5;
-  std::string rule;          // as given, normalized ("precision>=0.9")
-  double precision = 0.0;    // on the rows, at the threshold
+  std::string rule;        // as given ("precision>=0.9"); empty for a number given as is
+  double precision = 0.0;  // on the rows, at the threshold
   double recall = 0.0;
-  std::size_t rows = 0;      // rows it was chosen on
+  std::size_t rows = 0;  // rows it was chosen on
 };
 Status check_threshold_rule(std::string_view rule);
 Result<ThresholdChoice> choose_threshold(std::span<const float> probabilities, std::span<const double> labels,

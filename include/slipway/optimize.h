@@ -165,7 +165,7 @@ struct CandidateResult {
   // Through the server on loopback, open loop at the SLO's rate (or closed loop without one).
   double p50_ms = 0.0, p95_ms = 0.0, p99_ms = 0.0, achieved_rate = 0.0;
   std::uint64_t failed_requests = 0;
-  double max_rate = 0.0;     // the highest rate found whose latency SLO holds (throughput without one)
+  double max_rate = 0.0;  // the highest rate found whose latency SLO holds (throughput without one)
   // Closed-loop throughput (rows/s) over interleaved rounds: every contender measured once per
   // round, in turn, so a burst of noise falls on all of them. The median and the range of the
   // rounds; NaN for a candidate not measured in them (it misses the SLO, or an earlier run's).

@@ -58,7 +58,7 @@ struct TrainSpec {
   // `threshold_fraction` of the training split, which the model is then not fitted on. Empty: 0.5.
   std::string threshold;
   double threshold_fraction = 0.2;
-  std::string register_as;          // register the bundle as a new version of this model
+  std::string register_as;  // register the bundle as a new version of this model
   std::string experiment = "default";
   std::string bundle_out;  // also write the bundle file here
   int threads = 0;         // 0: all cores

@@ -62,8 +62,8 @@ int run_models(const GlobalOptions& global);
 int run_versions(const GlobalOptions& global, const std::string& model);
 struct RunsFlags {
   std::size_t limit = 20;
-  std::string experiment;  // empty: every experiment
-  std::string status;      // RUNNING, FINISHED, FAILED or INTERRUPTED; empty: any
+  std::string experiment;           // empty: every experiment
+  std::string status;               // RUNNING, FINISHED, FAILED or INTERRUPTED; empty: any
   std::string model;                // the model family (gbdt, ...); empty: any
   std::string target;               // the column the run's spec predicts; empty: any
   std::vector<std::string> params;  // KEY=VALUE each run's params must hold

@@ -312,8 +312,9 @@ Result<std::uint32_t> served_vocabulary(const CompletionTarget& target, const Be
     return failed_precondition("cannot read the vocabulary size of '" + flags.model + "' from " + url + " (" + why +
                                "); give --vocab N");
   };
-  auto response = http::fetch("GET", url, {}, headers,
-                              std::chrono::milliseconds(static_cast<std::int64_t>(std::min(flags.timeout_s, 30.0) * 1000)));
+  auto response =
+      http::fetch("GET", url, {}, headers,
+                  std::chrono::milliseconds(static_cast<std::int64_t>(std::min(flags.timeout_s, 30.0) * 1000)));
   if (!response.ok()) return refused(response.status().message());
   if (response->status != 200) return refused("HTTP " + std::to_string(response->status));
   simdjson::dom::parser parser;

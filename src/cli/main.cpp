@@ -16,7 +16,8 @@
 namespace {
 
 // The help of every REF argument.
-constexpr const char* kReferenceHelp = "NAME@VERSION, NAME@ALIAS, NAME@latest, NAME (the production alias, else the newest version) or a bundle file";
+constexpr const char* kReferenceHelp =
+    "NAME@VERSION, NAME@ALIAS, NAME@latest, NAME (the production alias, else the newest version) or a bundle file";
 
 std::string default_home() {
   if (const char* home = std::getenv("SLIPWAY_HOME"); home != nullptr && *home != '\0') return home;

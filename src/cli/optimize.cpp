@@ -57,9 +57,9 @@ struct OptimizeResult : CommandResult {
 
   std::vector<std::string> headers() const {
     const std::string& metric = report.quality_metric;
-    return {"",          "candidate",      metric,   metric + " drop", "worst slice drop", "rows differ",
-            "p50 ms",    "p95 ms",         "p99 ms", "max rps",        "req/s (range)",    "cost/1k",
-            "bundle",    "memory",         "request", "SLO",           "version"};
+    return {"",        "candidate", metric,    metric + " drop", "worst slice drop", "rows differ", "p50 ms",
+            "p95 ms",  "p99 ms",    "max rps", "req/s (range)",  "cost/1k",          "bundle",      "memory",
+            "request", "SLO",       "version"};
   }
 
   std::vector<std::vector<std::string>> rows() const {
@@ -73,14 +73,13 @@ struct OptimizeResult : CommandResult {
         continue;
       }
       const std::string slo = slo_cell(c.meets_slo, c.failures);
-      rows.push_back({mark, c.name, format_metric(c.quality), format_optional(c.quality_drop, "{:.4f}"),
-                      c.worst_slice.empty() ? "-"
-                                            : format_optional(c.worst_slice_drop, "{:.4f}") + " (" + c.worst_slice + ")",
-                      std::to_string(c.rows_beyond_tolerance), fmt::format("{:.3f}", c.p50_ms),
-                      fmt::format("{:.3f}", c.p95_ms), fmt::format("{:.3f}", c.p99_ms),
-                      fmt::format("{:.0f}", c.max_rate), throughput_cell(c), format_optional(c.cost_per_1k, "{:.3g}"),
-                      format_bytes(c.bundle_bytes), format_bytes(c.loaded_bytes), format_bytes(c.request_bytes), slo,
-                      c.version.empty() ? "-" : c.version});
+      rows.push_back(
+          {mark, c.name, format_metric(c.quality), format_optional(c.quality_drop, "{:.4f}"),
+           c.worst_slice.empty() ? "-" : format_optional(c.worst_slice_drop, "{:.4f}") + " (" + c.worst_slice + ")",
+           std::to_string(c.rows_beyond_tolerance), fmt::format("{:.3f}", c.p50_ms), fmt::format("{:.3f}", c.p95_ms),
+           fmt::format("{:.3f}", c.p99_ms), fmt::format("{:.0f}", c.max_rate), throughput_cell(c),
+           format_optional(c.cost_per_1k, "{:.3g}"), format_bytes(c.bundle_bytes), format_bytes(c.loaded_bytes),
+           format_bytes(c.request_bytes), slo, c.version.empty() ? "-" : c.version});
     }
     return rows;
   }
@@ -104,8 +103,8 @@ struct OptimizeResult : CommandResult {
   void write_terminal_table(std::ostream& out) const {
     const std::string& metric = report.quality_metric;
     bool priced = report.price_per_hour > 0;
-    std::vector<std::string> headers = {"",       "candidate", metric,    "drop",      "worst slice",
-                                        "differ", "p95 ms",    "p99 ms",  "max rps",   "req/s (range)"};
+    std::vector<std::string> headers = {"",       "candidate", metric,   "drop",    "worst slice",
+                                        "differ", "p95 ms",    "p99 ms", "max rps", "req/s (range)"};
     if (priced) headers.emplace_back("cost/1k");
     for (const char* header : {"memory", "SLO", "version"}) headers.emplace_back(header);
     std::vector<std::vector<std::string>> rows;
@@ -121,10 +120,10 @@ struct OptimizeResult : CommandResult {
         continue;
       }
       std::string worst = c.worst_slice.empty() ? "-" : format_optional(c.worst_slice_drop, "{:.4f}");
-      for (std::string cell : {format_metric(c.quality), format_optional(c.quality_drop, "{:.4f}"), worst,
-                               std::to_string(c.rows_beyond_tolerance), fmt::format("{:.3f}", c.p95_ms),
-                               fmt::format("{:.3f}", c.p99_ms), fmt::format("{:.0f}", c.max_rate),
-                               throughput_cell(c)}) {
+      for (std::string cell :
+           {format_metric(c.quality), format_optional(c.quality_drop, "{:.4f}"), worst,
+            std::to_string(c.rows_beyond_tolerance), fmt::format("{:.3f}", c.p95_ms), fmt::format("{:.3f}", c.p99_ms),
+            fmt::format("{:.0f}", c.max_rate), throughput_cell(c)}) {
         row.push_back(std::move(cell));
       }
       if (priced) row.push_back(format_optional(c.cost_per_1k, "{:.3g}"));

@@ -96,8 +96,8 @@ Result<RunsResult> list_runs(const GlobalOptions& global, const RunsFlags& flags
     query.page_token = std::move(page.next_page_token);
   }
   if (scanned >= kMaxRunsScanned && result.runs.size() < flags.limit) {
-    log_warn(fmt::format("looked through the newest {} runs only; --experiment or --status narrows the search",
-                         scanned));
+    log_warn(
+        fmt::format("looked through the newest {} runs only; --experiment or --status narrows the search", scanned));
   }
   if (result.runs.size() > flags.limit) result.runs.resize(flags.limit);
   return result;

@@ -106,7 +106,8 @@ Status check_threshold_rule(std::string_view rule) {
     auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), value);
     bool in_range = open_at_zero ? value > 0.0 && value <= 1.0 : value >= 0.0 && value <= 1.0;
     if (number.empty() || error != std::errc() || end != number.data() + number.size() || !in_range) {
-      if (prefix.empty()) return invalid_argument("a decision threshold must be in [0, 1], not '" + std::string(rule) + "'");
+      if (prefix.empty())
+        return invalid_argument("a decision threshold must be in [0, 1], not '" + std::string(rule) + "'");
       return invalid_argument("the decision threshold rule '" + std::string(rule) + "' needs a number " +
                               (open_at_zero ? "in (0, 1]" : "in [0, 1]") + " after '" + std::string(prefix) + "'");
     }
@@ -126,7 +127,8 @@ Status check_threshold_rule(std::string_view rule) {
     }
     return {};
   }
-  if (!rule.empty() && (std::isdigit(static_cast<unsigned char>(rule[0])) != 0 || rule[0] == '.')) return bound("", false);
+  if (!rule.empty() && (std::isdigit(static_cast<unsigned char>(rule[0])) != 0 || rule[0] == '.'))
+    return bound("", false);
   return invalid_argument("unknown decision threshold rule '" + std::string(rule) +
                           "'; use f1, precision>=P, recall>=R, cost=C or a number in [0, 1]");
 }
@@ -160,8 +162,8 @@ Result<ThresholdChoice> choose_threshold(std::span<const float> probabilities, s
   }
   if (positives == 0 || negatives == 0) {
     return invalid_argument("the " + std::to_string(choice.rows) +
-                            " held-out rows hold one class only: no threshold can be chosen by '" +
-                            std::string(rule) + "'");
+                            " held-out rows hold one class only: no threshold can be chosen by '" + std::string(rule) +
+                            "'");
   }
   const ThresholdPoint* best = nullptr;
   double best_value = 0.0;
@@ -180,7 +182,8 @@ Result<ThresholdChoice> choose_threshold(std::span<const float> probabilities, s
     double precision = ratio(point.true_positives, point.true_positives + point.false_positives);
     double recall = ratio(point.true_positives, positives);
     if (rule == "f1") {
-      consider(point, ratio(2 * point.true_positives, 2 * point.true_positives + point.false_positives + false_negatives));
+      consider(point,
+               ratio(2 * point.true_positives, 2 * point.true_positives + point.false_positives + false_negatives));
     } else if (rule.starts_with("precision>=")) {
       if (precision >= bound) consider(point, recall);
     } else if (rule.starts_with("recall>=")) {

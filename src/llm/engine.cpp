@@ -709,8 +709,8 @@ Result<std::unique_ptr<Engine>> Engine::start(std::shared_ptr<const LlamaModel> 
   const std::int64_t committing = monotonic_ns();
   try {
     auto state = std::make_unique<State>(std::move(ranks), std::move(tokenizer), chosen, blocks);
-    log_info(fmt::format("key/value cache committed in {:.1f} s",
-                         static_cast<double>(monotonic_ns() - committing) * 1e-9));
+    log_info(
+        fmt::format("key/value cache committed in {:.1f} s", static_cast<double>(monotonic_ns() - committing) * 1e-9));
     State* raw = state.get();
     state->thread = std::thread([raw] { raw->run(); });
     return std::unique_ptr<Engine>(new Engine(std::move(state)));

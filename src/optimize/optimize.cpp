@@ -394,7 +394,8 @@ void Optimizer::register_candidate(CandidateResult& candidate) {
   const data::Table& rows = options_.train != nullptr ? *options_.train : *options_.golden;
   if (auto predicted = candidate.bundle->predict(rows); predicted.ok()) {
     std::vector<float> first_scores(predicted->rows);
-    for (std::size_t row = 0; row < predicted->rows; ++row) first_scores[row] = predicted->scores[row * predicted->columns];
+    for (std::size_t row = 0; row < predicted->rows; ++row)
+      first_scores[row] = predicted->scores[row * predicted->columns];
     std::vector<std::string> inputs;
     for (const auto& feature : candidate.bundle->preprocessor().features()) inputs.push_back(feature.name);
     manifest.profile = model::profile_of(rows, inputs, first_scores);
@@ -424,8 +425,7 @@ std::optional<std::pair<std::string, std::map<std::string, std::string>>> Optimi
   return finished;
 }
 
-void Optimizer::measure_throughput_rounds(OptimizeReport& report,
-                                          const std::function<std::string(std::size_t)>& url_of,
+void Optimizer::measure_throughput_rounds(OptimizeReport& report, const std::function<std::string(std::size_t)>& url_of,
                                           const std::vector<std::vector<std::string>>& bodies_of,
                                           const std::function<bool()>& over_budget) {
   std::vector<std::size_t> contenders;
@@ -458,8 +458,7 @@ void Optimizer::measure_throughput_rounds(OptimizeReport& report,
     std::sort(rounds.begin(), rounds.end());
     CandidateResult& candidate = report.candidates[index];
     std::size_t middle = rounds.size() / 2;
-    candidate.throughput_median =
-        rounds.size() % 2 == 1 ? rounds[middle] : 0.5 * (rounds[middle - 1] + rounds[middle]);
+    candidate.throughput_median = rounds.size() % 2 == 1 ? rounds[middle] : 0.5 * (rounds[middle - 1] + rounds[middle]);
     candidate.throughput_low = rounds.front();
     candidate.throughput_high = rounds.back();
     candidate.throughput_rounds = static_cast<int>(rounds.size());

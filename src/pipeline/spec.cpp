@@ -40,10 +40,15 @@ std::string expected_type(const std::string& key) {
 }
 
 Status read_spec(const YAML::Node& spec, const std::string& path, const std::string& folder, TrainSpec& options) {
-  static const std::vector<std::string> kKnownKeys = {
-      "data",   "test",   "target",   "model",      "split",   "test_fraction", "slice",      "seed",
-      "params", "ignore", "register", "experiment", "threads", "weight",        "init_model", "checkpoint_every",
-      "threshold", "threshold_fraction"};
+  static const std::vector<std::string> kKnownKeys = {"data",       "test",
+                                                      "target",     "model",
+                                                      "split",      "test_fraction",
+                                                      "slice",      "seed",
+                                                      "params",     "ignore",
+                                                      "register",   "experiment",
+                                                      "threads",    "weight",
+                                                      "init_model", "checkpoint_every",
+                                                      "threshold",  "threshold_fraction"};
   if (!spec.IsMap()) return invalid_argument("spec '" + path + "' must be a YAML mapping of keys to values");
   std::string reading;  // the key being converted, for the error
   auto has = [&](const char* key) {

@@ -52,12 +52,14 @@ Status hold_out_threshold_rows(const TrainSpec& spec, PreparedData& prepared) {
                                         spec.target, values > 2 ? "more than 2" : std::to_string(values)));
   }
   if (!threshold_needs_rows(spec)) return {};
-  data::SplitSpec split{.kind = data::SplitKind::kStratified, .test_fraction = spec.threshold_fraction, .seed = spec.seed};
+  data::SplitSpec split{
+      .kind = data::SplitKind::kStratified, .test_fraction = spec.threshold_fraction, .seed = spec.seed};
   auto rows = data::split_rows(prepared.train, split, spec.target);
   if (!rows.ok()) {
-    return invalid_argument(fmt::format("cannot hold out training rows to choose the threshold on: {}; raise "
-                                        "--threshold-fraction (now {})",
-                                        rows.status().message(), spec.threshold_fraction));
+    return invalid_argument(
+        fmt::format("cannot hold out training rows to choose the threshold on: {}; raise "
+                    "--threshold-fraction (now {})",
+                    rows.status().message(), spec.threshold_fraction));
   }
   prepared.threshold_rows = prepared.train.take_rows(rows->test_rows);
   prepared.train = prepared.train.take_rows(rows->train_rows);
@@ -266,9 +268,10 @@ Status settle_serving_contract(const TrainSpec& spec, const PreparedData& prepar
     manifest.decision_threshold = choice.threshold;
     manifest.threshold_rule = choice.rule;
     if (!choice.rule.empty()) {
-      log_info(fmt::format("decision threshold {:.6g}: {} on {} held-out training rows (precision {:.4f}, "
-                           "recall {:.4f} there)",
-                           choice.threshold, choice.rule, choice.rows, choice.precision, choice.recall));
+      log_info(
+          fmt::format("decision threshold {:.6g}: {} on {} held-out training rows (precision {:.4f}, "
+                      "recall {:.4f} there)",
+                      choice.threshold, choice.rule, choice.rows, choice.precision, choice.recall));
     }
   }
   summary.bundle = summary.bundle->with_manifest(std::move(manifest));

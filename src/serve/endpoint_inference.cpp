@@ -143,8 +143,7 @@ void Service::State::mirror_to_shadow(const std::string& endpoint, const registr
             bundle.task() == model::Task::kMulticlassClassification ? bundle.model().output_count() : 0;
         auto shadow_scores = std::make_shared<std::vector<float>>();
         auto compare = [this, endpoint, route, started, live_scores, shadow_scores, binary, columns, live_threshold,
-                        shadow_threshold](
-                           const HttpResponse& response, std::size_t) mutable {
+                        shadow_threshold](const HttpResponse& response, std::size_t) mutable {
           const std::vector<float>& live = *live_scores;
           const std::vector<float>& mirrored = *shadow_scores;
           if (response.status >= 400 || (!live.empty() && mirrored.size() != live.size())) {

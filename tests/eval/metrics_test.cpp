@@ -109,8 +109,8 @@ TEST(Threshold, RefusesWhatCannotBeMetOrRead) {
   std::vector<float> scores = {0.9f, 0.8f, 0.2f};
   std::vector<double> labels = {0, 1, 0};
   EXPECT_FALSE(choose_threshold(scores, labels, "precision>=1").ok());  // 0.8 reaches 1/2 at best
-  for (const char* junk : {"", "f2", "precision>=0", "precision>=1.5", "recall>=nan", "cost=0", "cost=-1",
-                           "cost=inf", "1.5", "-0.1", "0.5x", "precision>="}) {
+  for (const char* junk : {"", "f2", "precision>=0", "precision>=1.5", "recall>=nan", "cost=0", "cost=-1", "cost=inf",
+                           "1.5", "-0.1", "0.5x", "precision>="}) {
     EXPECT_EQ(check_threshold_rule(junk).code(), StatusCode::kInvalidArgument) << junk;
   }
   for (const char* fine : {"f1", "precision>=0.9", "recall>=1", "cost=5", "0", "1", "0.35", ".5"}) {

@@ -103,8 +103,8 @@ TEST_F(LlmBenchServe, DrawsPromptsFromTheServedVocabularyUnlessTold) {
   auto models = http_request(port_, "GET", "/v1/models/bench", "", {{"Authorization", "Bearer secret"}});
   double vocabulary = number_in(models.body, "", "vocab_size");
   ASSERT_GT(vocabulary, 10) << models.body;
-  auto fits = bench({"--model", "bench", "--clients", "2", "--requests", "4", "--prompt-tokens", "16",
-                     "--output-tokens", "2"});
+  auto fits =
+      bench({"--model", "bench", "--clients", "2", "--requests", "4", "--prompt-tokens", "16", "--output-tokens", "2"});
   ASSERT_EQ(fits.exit_code, 0) << fits.err << fits.out;
   EXPECT_EQ(number_in(fits.out, "", "failed"), 0) << fits.out;
   EXPECT_EQ(number_in(fits.out, "settings", "vocab"), vocabulary) << fits.out;
