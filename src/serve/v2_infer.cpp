@@ -42,7 +42,12 @@ Status columns_from_named_inputs(const std::vector<TensorInput>& inputs, const m
   std::vector<const TensorInput*> by_feature(features.size(), nullptr);
   for (const auto& input : inputs) {
     auto index = schema.feature_index(input.name);
-    if (!index && std::find(unused.begin(), unused.end(), input.name) != unused.end()) continue;
+    if (!index && std::find(unused.begin(), unused.end(), input.name) != unused.end()) {
+      // Left unused, but still a column of the request's rows (an id the request log joins on).
+      bool column_shape = input.shape.size() == 1 || (input.shape.size() == 2 && input.shape[1] == 1);
+      if (!column_shape) return invalid_argument("input '" + input.name + "' must have shape [N] or [N,1]");
+      continue;
+    }
     if (!index) {
       return invalid_argument("unknown input '" + input.name + "'; the model's inputs are: " + input_names(schema));
     }

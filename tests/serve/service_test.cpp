@@ -136,6 +136,15 @@ TEST_F(ServiceTest, UnusedInputsAreAcceptedAndLabelsFollowTheThreshold) {
   std::string positive = manifest.class_labels[1];
   EXPECT_NE(lenient.body.find("\"data\":[\"" + positive + "\",\"" + positive + "\"]"), std::string::npos)
       << lenient.body;
+  // An unused input is still a column: a matrix under its name is refused.
+  std::string matrix = named_request(2);
+  auto at = matrix.find("\"shape\":[2]", matrix.find("\"name\":\"addr_state\""));
+  ASSERT_NE(at, std::string::npos);
+  matrix.replace(at, 11, "\"shape\":[1,2]");
+  auto wrong_shape = fresh.handle("POST", "/v2/models/lenient/infer", matrix);
+  EXPECT_EQ(wrong_shape.status, 400);
+  EXPECT_NE(wrong_shape.body.find("input 'addr_state' must have shape [N] or [N,1]"), std::string::npos)
+      << wrong_shape.body;
   // Still refused: a name that is neither an input nor an unused one.
   std::string misspelt = named_request(1);
   misspelt.replace(misspelt.find("\"name\":\"term\""), 13, "\"name\":\"terms\"");
