@@ -55,6 +55,8 @@ struct ThresholdChoice {
   std::size_t rows = 0;  // rows it was chosen on
 };
 Status check_threshold_rule(std::string_view rule);
+// "0.3": a threshold given as is (no rows needed to choose it), not a rule.
+bool threshold_is_number(std::string_view rule);
 Result<ThresholdChoice> choose_threshold(std::span<const float> probabilities, std::span<const double> labels,
                                          std::string_view rule);
 

@@ -143,6 +143,11 @@ struct TrainOutcome {
 // and `cached_from` (a param too), the held-out rows evaluated again; step 3 is the same.
 Result<TrainOutcome> run_training(registry::Registry& registry, TrainSpec spec, const TrainCallbacks& callbacks = {});
 
+// What `slipway monitor` measures skew against, of `bundle` on the rows it stands for: each
+// input's distribution, its first score column's, and (tree models) each input's share of the
+// attributions. Training records it in the bundle; optimize in each candidate it registers.
+Result<model::DataProfile> training_profile(const model::Bundle& bundle, const data::Table& rows);
+
 // A training process stopped by a signal (`signal_name`, such as "SIGINT") marks its RUNNING run
 // INTERRUPTED; the answer says what became of the run and how to go on, in words (a run already
 // ended, or a store that cannot be written, is said too: it runs in a signal's last moments).

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 #include "slipway/eval.h"
 
@@ -99,36 +100,42 @@ double average_precision(std::span<const float> scores, std::span<const double> 
   return area;
 }
 
+namespace {
+
+// `text` read whole as a number ("0.9", ".5", "nan", "inf"); nullopt when any of it is not.
+std::optional<double> whole_number(std::string_view text) {
+  double value = std::nan("");
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+bool threshold_is_number(std::string_view rule) {
+  return !rule.empty() && (std::isdigit(static_cast<unsigned char>(rule[0])) != 0 || rule[0] == '.');
+}
+
 Status check_threshold_rule(std::string_view rule) {
   auto bound = [&](std::string_view prefix, bool open_at_zero) -> Status {
-    std::string_view number = rule.substr(prefix.size());
-    double value = std::nan("");
-    auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), value);
+    double value = whole_number(rule.substr(prefix.size())).value_or(std::nan(""));
     bool in_range = open_at_zero ? value > 0.0 && value <= 1.0 : value >= 0.0 && value <= 1.0;
-    if (number.empty() || error != std::errc() || end != number.data() + number.size() || !in_range) {
-      if (prefix.empty())
-        return invalid_argument("a decision threshold must be in [0, 1], not '" + std::string(rule) + "'");
-      return invalid_argument("the decision threshold rule '" + std::string(rule) + "' needs a number " +
-                              (open_at_zero ? "in (0, 1]" : "in [0, 1]") + " after '" + std::string(prefix) + "'");
-    }
-    return {};
+    if (in_range) return {};
+    if (prefix.empty())
+      return invalid_argument("a decision threshold must be in [0, 1], not '" + std::string(rule) + "'");
+    return invalid_argument("the decision threshold rule '" + std::string(rule) + "' needs a number " +
+                            (open_at_zero ? "in (0, 1]" : "in [0, 1]") + " after '" + std::string(prefix) + "'");
   };
   if (rule == "f1") return {};
   if (rule.starts_with("precision>=")) return bound("precision>=", true);
   if (rule.starts_with("recall>=")) return bound("recall>=", true);
   if (rule.starts_with("cost=")) {
-    std::string_view number = rule.substr(5);
-    double cost = std::nan("");
-    auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), cost);
-    if (number.empty() || error != std::errc() || end != number.data() + number.size() || !(cost > 0.0) ||
-        !std::isfinite(cost)) {
-      return invalid_argument("'" + std::string(rule) +
-                              "': cost=C needs a positive, finite C (a missed positive costs C false alarms)");
-    }
-    return {};
+    double cost = whole_number(rule.substr(5)).value_or(std::nan(""));
+    if (cost > 0.0 && std::isfinite(cost)) return {};
+    return invalid_argument("'" + std::string(rule) +
+                            "': cost=C needs a positive, finite C (a missed positive costs C false alarms)");
   }
-  if (!rule.empty() && (std::isdigit(static_cast<unsigned char>(rule[0])) != 0 || rule[0] == '.'))
-    return bound("", false);
+  if (threshold_is_number(rule)) return bound("", false);
   return invalid_argument("unknown decision threshold rule '" + std::string(rule) +
                           "'; use f1, precision>=P, recall>=R, cost=C or a number in [0, 1]");
 }
@@ -143,21 +150,17 @@ Result<ThresholdChoice> choose_threshold(std::span<const float> probabilities, s
   auto points = threshold_points(probabilities, labels);
   std::size_t positives = points.empty() ? 0 : points.back().true_positives;
   std::size_t negatives = points.empty() ? 0 : points.back().false_positives;
-  auto finish = [&](const ThresholdPoint& point) {
-    choice.threshold = point.score;
+  auto rates_at = [&](const ThresholdPoint& point) {
     choice.precision = ratio(point.true_positives, point.true_positives + point.false_positives);
     choice.recall = ratio(point.true_positives, positives);
-    return choice;
   };
-  if (std::isdigit(static_cast<unsigned char>(rule[0])) != 0 || rule[0] == '.') {
-    choice.threshold = config_detail::parse_number(rule);
+  if (threshold_is_number(rule)) {
+    choice.threshold = *whole_number(rule);
     choice.rule.clear();  // a number given, not a rule applied
+    // The lowest score at or above it: where the rows stand at this threshold.
     auto at = std::find_if(points.rbegin(), points.rend(),
                            [&](const ThresholdPoint& point) { return point.score >= choice.threshold; });
-    if (at != points.rend()) {
-      choice.precision = ratio(at->true_positives, at->true_positives + at->false_positives);
-      choice.recall = ratio(at->true_positives, positives);
-    }
+    if (at != points.rend()) rates_at(*at);
     return choice;
   }
   if (positives == 0 || negatives == 0) {
@@ -176,7 +179,7 @@ Result<ThresholdChoice> choose_threshold(std::span<const float> probabilities, s
   };
   // The P, R or C after '=' (check_threshold_rule vouched for it).
   auto equals = rule.rfind('=');
-  double bound = equals == std::string_view::npos ? 0.0 : config_detail::parse_number(rule.substr(equals + 1));
+  double bound = equals == std::string_view::npos ? 0.0 : whole_number(rule.substr(equals + 1)).value_or(0.0);
   for (const auto& point : points) {
     std::size_t false_negatives = positives - point.true_positives;
     double precision = ratio(point.true_positives, point.true_positives + point.false_positives);
@@ -196,7 +199,9 @@ Result<ThresholdChoice> choose_threshold(std::span<const float> probabilities, s
     return invalid_argument("no threshold meets '" + std::string(rule) + "' on the " + std::to_string(choice.rows) +
                             " held-out rows (" + std::to_string(positives) + " positive)");
   }
-  return finish(*best);
+  choice.threshold = best->score;
+  rates_at(*best);
+  return choice;
 }
 
 Metrics binary_metrics(std::span<const float> probabilities, std::span<const double> labels, double threshold) {

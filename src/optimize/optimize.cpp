@@ -9,6 +9,7 @@
 #include "optimize/loopback.h"
 #include "slipway/eval.h"
 #include "slipway/optimize.h"
+#include "slipway/pipeline.h"
 #include "slipway/serve.h"
 
 namespace slipway::optimize {
@@ -392,17 +393,9 @@ void Optimizer::register_candidate(CandidateResult& candidate) {
     manifest.metrics["test_" + name] = value;
   }
   const data::Table& rows = options_.train != nullptr ? *options_.train : *options_.golden;
-  if (auto predicted = candidate.bundle->predict(rows); predicted.ok()) {
-    std::vector<float> first_scores(predicted->rows);
-    for (std::size_t row = 0; row < predicted->rows; ++row)
-      first_scores[row] = predicted->scores[row * predicted->columns];
-    std::vector<std::string> inputs;
-    for (const auto& feature : candidate.bundle->preprocessor().features()) inputs.push_back(feature.name);
-    manifest.profile = model::profile_of(rows, inputs, first_scores);
-    manifest.profile.attribution_shares = model::attribution_shares(*candidate.bundle, rows);
-  } else {
-    manifest.profile = {};  // none rather than the baseline's: monitor says it has none
-  }
+  auto profile = pipeline::training_profile(*candidate.bundle, rows);
+  // None rather than the baseline's when it cannot be made: monitor then says it has none.
+  manifest.profile = profile.ok() ? std::move(profile).value() : model::DataProfile{};
   candidate.bundle = candidate.bundle->with_manifest(std::move(manifest));
   if (!options_.on_candidate) return;
   auto version = options_.on_candidate(candidate);

@@ -1,5 +1,4 @@
 // One training run from a spec: the sequence (and what each failure leaves) is in pipeline.h.
-#include <cctype>
 #include <cmath>
 #include <set>
 #include <string>
@@ -28,8 +27,7 @@ struct PreparedData {
 
 // A threshold rule, not a number given as is: it needs held-out rows.
 bool threshold_needs_rows(const TrainSpec& spec) {
-  return !spec.threshold.empty() && std::isdigit(static_cast<unsigned char>(spec.threshold[0])) == 0 &&
-         spec.threshold[0] != '.';
+  return !spec.threshold.empty() && !eval::threshold_is_number(spec.threshold);
 }
 
 // How many distinct values `column` holds, counting to `enough` at most.
@@ -355,15 +353,7 @@ Status fit_and_store(registry::Registry& registry, const TrainSpec& spec,
   std::map<std::string, double> test_metrics;
   for (const auto& [name, value] : evaluation.overall.values) test_metrics["test_" + name] = value;
   // The training distribution travels with the bundle: what `slipway monitor` measures skew against.
-  std::vector<std::string> inputs;
-  for (const auto& feature : fitted.bundle->preprocessor().features()) inputs.push_back(feature.name);
-  SLIPWAY_ASSIGN_OR_RETURN(auto train_predictions, fitted.bundle->predict(prepared.train));
-  std::vector<float> first_scores(train_predictions.rows);
-  for (std::size_t row = 0; row < train_predictions.rows; ++row) {
-    first_scores[row] = train_predictions.scores[row * train_predictions.columns];
-  }
-  model::DataProfile profile = model::profile_of(prepared.train, inputs, first_scores);
-  profile.attribution_shares = model::attribution_shares(*fitted.bundle, prepared.train);
+  SLIPWAY_ASSIGN_OR_RETURN(model::DataProfile profile, training_profile(*fitted.bundle, prepared.train));
   auto bundle = fitted.bundle->with_metrics(test_metrics)->with_profile(std::move(profile));
   std::vector<std::byte> bytes = bundle->serialize();
   SLIPWAY_ASSIGN_OR_RETURN(outcome.bundle_sha256, registry.artifacts().put(bytes));
@@ -378,6 +368,19 @@ Status fit_and_store(registry::Registry& registry, const TrainSpec& spec,
 }
 
 }  // namespace
+
+Result<model::DataProfile> training_profile(const model::Bundle& bundle, const data::Table& rows) {
+  std::vector<std::string> inputs;
+  for (const auto& feature : bundle.preprocessor().features()) inputs.push_back(feature.name);
+  SLIPWAY_ASSIGN_OR_RETURN(auto predictions, bundle.predict(rows));
+  std::vector<float> first_scores(predictions.rows);
+  for (std::size_t row = 0; row < predictions.rows; ++row) {
+    first_scores[row] = predictions.scores[row * predictions.columns];
+  }
+  model::DataProfile profile = model::profile_of(rows, inputs, first_scores);
+  profile.attribution_shares = model::attribution_shares(bundle, rows);
+  return profile;
+}
 
 Status check_train_spec(const TrainSpec& spec) {
   if (spec.data.empty()) return invalid_argument("--data is required (or 'data:' in the spec)");

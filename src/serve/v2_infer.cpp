@@ -39,13 +39,16 @@ Status columns_from_named_inputs(const std::vector<TensorInput>& inputs, const m
   const model::Preprocessor& schema = bundle.preprocessor();
   const auto& unused = bundle.manifest().unused_inputs;
   const auto& features = schema.features();
+  auto check_column_shape = [](const TensorInput& input) -> Status {
+    if (input.shape.size() == 1 || (input.shape.size() == 2 && input.shape[1] == 1)) return {};
+    return invalid_argument("input '" + input.name + "' must have shape [N] or [N,1]");
+  };
   std::vector<const TensorInput*> by_feature(features.size(), nullptr);
   for (const auto& input : inputs) {
     auto index = schema.feature_index(input.name);
     if (!index && std::find(unused.begin(), unused.end(), input.name) != unused.end()) {
       // Left unused, but still a column of the request's rows (an id the request log joins on).
-      bool column_shape = input.shape.size() == 1 || (input.shape.size() == 2 && input.shape[1] == 1);
-      if (!column_shape) return invalid_argument("input '" + input.name + "' must have shape [N] or [N,1]");
+      SLIPWAY_RETURN_IF_ERROR(check_column_shape(input));
       continue;
     }
     if (!index) {
@@ -62,8 +65,7 @@ Status columns_from_named_inputs(const std::vector<TensorInput>& inputs, const m
     if (input == nullptr) {
       return invalid_argument("missing input '" + feature.name + "'; the model's inputs are: " + input_names(schema));
     }
-    bool column_shape = input->shape.size() == 1 || (input->shape.size() == 2 && input->shape[1] == 1);
-    if (!column_shape) return invalid_argument("input '" + input->name + "' must have shape [N] or [N,1]");
+    SLIPWAY_RETURN_IF_ERROR(check_column_shape(*input));
     if (rows && *rows != input->shape[0]) {
       return invalid_argument("input '" + input->name + "' has " + std::to_string(input->shape[0]) +
                               " rows but other inputs have " + std::to_string(*rows));
