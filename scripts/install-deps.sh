@@ -12,8 +12,8 @@ product=(
   # libraries (see DESIGN.md, "Dependencies")
   libboost-dev libsimdjson-dev libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev
   libsqlite3-dev sqlite3 libssl-dev libfast-float-dev libonnx-dev libprotobuf-dev
-  # the demo's client
-  curl
+  # the demo's client, and the tour's (README): its tracking example is Python
+  curl python3
 )
 tests=(
   # the style gates

@@ -67,6 +67,7 @@ struct RunsFlags {
   std::string model;                // the model family (gbdt, ...); empty: any
   std::string target;               // the column the run's spec predicts; empty: any
   std::vector<std::string> params;  // KEY=VALUE each run's params must hold
+  bool ids_only = false;            // one run id per line, for scripts
 };
 int run_runs(const GlobalOptions& global, const RunsFlags& flags);
 int run_show(const GlobalOptions& global, const std::string& run_id);

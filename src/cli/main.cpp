@@ -312,6 +312,9 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   runs_command->add_option("--model", runs.model, "Only runs of this model family (logistic, linear, gbdt, mlp)");
   runs_command->add_option("--target", runs.target, "Only runs whose spec predicts this column");
   runs_command->add_option("--param", runs.params, "Only runs with this parameter value, KEY=VALUE (repeatable)");
+  runs_command->add_flag("--ids", runs.ids_only,
+                         "Print only the run ids, one per line, e.g. slipway train --resume "
+                         "$(slipway runs --status INTERRUPTED --limit 1 --ids)");
   std::string run_id;
   auto* show_command = app.add_subcommand("show", "Show one run: params, metrics, lineage, spec");
   show_command->add_option("RUN_ID", run_id, "Run id (from `slipway runs`)")->required();
@@ -682,8 +685,8 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   optimize_command->add_option("--out-dir", optimize_flags.out_dir,
                                "GGUF LLMs: keep the quantized candidates here (default: not kept)");
   optimize_command->add_flag("--register", optimize_flags.register_candidates,
-                             "Register each candidate as a new version of the model (NAME then resolves to the "
-                             "last one; pin what is served with an alias first)");
+                             "Register each candidate that meets every SLO clause as a new version of the model "
+                             "(without a production alias, NAME then resolves to the newest)");
   optimize_command->add_flag("--resume", optimize_flags.resume,
                              "With --register: reuse the candidates an earlier run registered against the same "
                              "baseline and SLO instead of measuring them again");

@@ -12,6 +12,7 @@ namespace {
 
 struct RunsResult : CommandResult {
   std::vector<registry::RunRecord> runs;
+  bool ids_only = false;
 
   static std::string model_of(const registry::RunRecord& run) {
     return run.params.count("model") ? run.params.at("model") : "";
@@ -31,6 +32,10 @@ struct RunsResult : CommandResult {
   }
 
   void write_text(std::ostream& out) const override {
+    if (ids_only) {
+      for (const auto& run : runs) out << run.run_id << "\n";
+      return;
+    }
     std::vector<std::vector<std::string>> rows;
     for (const auto& run : runs) {
       std::string headline;
@@ -79,6 +84,7 @@ Result<RunsResult> list_runs(const GlobalOptions& global, const RunsFlags& flags
   SLIPWAY_ASSIGN_OR_RETURN(filter.params, pipeline::parse_key_values(flags.params));
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kReadOnly));
   RunsResult result;
+  result.ids_only = flags.ids_only;
   // Newest first, a page at a time (the store filters by experiment and status, as /api/runs does;
   // the rest is filtered here).
   registry::RunQuery query;

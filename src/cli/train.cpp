@@ -1,5 +1,6 @@
 // slipway train: spec file and flags into a pipeline::TrainSpec, pipeline::run_training, the outcome.
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <cerrno>
 #include <cmath>
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
@@ -125,15 +127,18 @@ struct TrainResult : CommandResult {
 // it, instead of staying RUNNING until `slipway verify --repair` finds its process gone; then the
 // signal is raised again with its default action, so a calling shell or make sees death by it.
 // The handler only writes a byte to a pipe; a thread of its own opens the workspace and marks the
-// run. The handler is one-shot: a second Ctrl-C while the run is being marked ends at once.
+// run. A second Ctrl-C while the run is being marked ends at once, but not one that comes within
+// kRepeatGraceMs of the first: that is the same signal delivered twice (`timeout` sends it to the
+// process and then to its process group), which must not kill the run before it is marked.
 class InterruptedRunMarker {
  public:
   explicit InterruptedRunMarker(const GlobalOptions& global) : global_(global) {
     if (::pipe2(pipe_, O_CLOEXEC) != 0) return;  // no marking then; the default handling stays
     wake_fd.store(pipe_[1]);
+    first_signal_ms.store(0);
     struct sigaction action {};
     action.sa_handler = on_signal;
-    action.sa_flags = SA_RESETHAND | SA_RESTART;
+    action.sa_flags = SA_RESTART;
     sigemptyset(&action.sa_mask);
     sigaction(SIGINT, &action, &previous_interrupt_);
     sigaction(SIGTERM, &action, &previous_terminate_);
@@ -160,12 +165,30 @@ class InterruptedRunMarker {
 
  private:
   static constexpr char kStop = 'q';  // not a signal's number
+  static constexpr std::int64_t kRepeatGraceMs = 200;
   static inline std::atomic<int> wake_fd{-1};
+  static inline std::atomic<std::int64_t> first_signal_ms{0};
+  static_assert(std::atomic<std::int64_t>::is_always_lock_free, "used in a signal handler");
+
+  // Milliseconds on the monotonic clock, never 0 (0 means no signal yet). clock_gettime is
+  // async-signal-safe.
+  static std::int64_t monotonic_ms() {
+    struct timespec now {};
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    return static_cast<std::int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1'000'000 + 1;
+  }
 
   static void on_signal(int signal) {
     int saved = errno;
-    char byte = static_cast<char>(signal);
-    (void)!::write(wake_fd.load(), &byte, 1);
+    std::int64_t now = monotonic_ms();
+    std::int64_t first = 0;
+    if (first_signal_ms.compare_exchange_strong(first, now)) {
+      char byte = static_cast<char>(signal);
+      (void)!::write(wake_fd.load(), &byte, 1);
+    } else if (now - first >= kRepeatGraceMs) {
+      std::signal(signal, SIG_DFL);
+      std::raise(signal);
+    }
     errno = saved;
   }
 
@@ -210,6 +233,9 @@ Result<TrainResult> train(const GlobalOptions& global, const TrainOptions& flags
     return std::find(flags_given.begin(), flags_given.end(), name) != flags_given.end();
   };
   if (given("register") && flags.register_as.empty()) return invalid_argument("--register needs a model name");
+  if (given("resume") && flags.resume_run.empty()) {
+    return invalid_argument("--resume needs a run id (slipway runs --status INTERRUPTED lists the runs it can resume)");
+  }
   if (given("out") && flags.bundle_out.empty()) return invalid_argument("--out needs a file path");
   if (given("experiment")) SLIPWAY_RETURN_IF_ERROR(registry::validate_experiment_name(flags.experiment));
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kCreate));

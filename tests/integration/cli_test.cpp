@@ -967,6 +967,9 @@ TEST_F(CliTest, GbdtCheckpointResumeHistoryAndWarmStart) {
   EXPECT_NE(slipway({"runs", "--param", "subsample=0.8"}).out.find(killed_run), std::string::npos);
   EXPECT_EQ(slipway({"runs", "--param", "subsample=0.9"}).out.find(killed_run), std::string::npos);
   EXPECT_NE(slipway({"runs", "--param", "subsample"}).exit_code, 0);
+  // --ids: the run ids alone, one per line, for `train --resume "$(...)"`.
+  EXPECT_EQ(slipway({"runs", "--status", "INTERRUPTED", "--limit", "1", "--ids"}).out, killed_run + "\n");
+  EXPECT_EQ(slipway({"runs", "--status", "FAILED", "--ids"}).out, "");
 
   auto resumed = slipway({"--json", "train", "--resume", killed_run, "--no-progress"});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
@@ -1133,6 +1136,10 @@ TEST_F(CliTest, UsageConventions) {
   auto empty_register = train_lending({"--register", ""});
   EXPECT_EQ(empty_register.exit_code, 1);
   EXPECT_NE(empty_register.err.find("--register needs a model name"), std::string::npos);
+  // `--resume "$(slipway runs --status INTERRUPTED --limit 1 --ids)"` when there is no such run.
+  auto empty_resume = slipway({"train", "--resume", ""});
+  EXPECT_EQ(empty_resume.exit_code, 1);
+  EXPECT_NE(empty_resume.err.find("--resume needs a run id"), std::string::npos) << empty_resume.err;
   auto empty_import = slipway({"import", "xgboost", "model.json", "--register", ""});
   EXPECT_EQ(empty_import.exit_code, 1);
   EXPECT_NE(empty_import.err.find("--register needs a model name"), std::string::npos);
@@ -1142,7 +1149,9 @@ TEST_F(CliTest, UsageConventions) {
 }
 
 // Ctrl-C while training marks the run INTERRUPTED and says how to resume it, rather than
-// leaving it RUNNING until `verify --repair`; the process exits 128 + SIGINT.
+// leaving it RUNNING until `verify --repair`; the process exits 128 + SIGINT. The signal comes
+// twice, a millisecond apart, as `timeout -s INT` delivers it (to the process, then to its group):
+// the second must not end the process before the run is marked.
 TEST_F(CliTest, InterruptedTrainingMarksItsRun) {
   ASSERT_EQ(slipway({"init"}).exit_code, 0);
   ChildProcess training({slipway_binary(), "--home", home_.path(), "train", "--data", data_path("lending_club.csv"),
@@ -1155,6 +1164,8 @@ TEST_F(CliTest, InterruptedTrainingMarksItsRun) {
   }
   ASSERT_TRUE(running) << "the run never started";
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  training.signal(SIGINT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1));
   training.signal(SIGINT);
   EXPECT_EQ(training.wait(), 128 + SIGINT);
   auto runs = slipway({"runs"});
