@@ -22,7 +22,7 @@ tests=(
   libgtest-dev libgmock-dev libbenchmark-dev wrk prometheus
   # reference peers for parity tests (they install for /usr/bin/python3)
   python3 python3-numpy python3-pandas python3-sklearn python3-xgboost python3-onnx
-  python3-torch
+  python3-torch python3-optuna
   # Node.js: the npm peers (llama.cpp, ONNX Runtime, the openai client) and the OpenAPI validator
   nodejs
 )

@@ -1,0 +1,111 @@
+// slipway/tune.h — hyperparameter search: search spaces over the training parameters, and the
+// samplers that pick each trial's parameters from the trials before it (random, and TPE with
+// Optuna's semantics). Studies, pruners and the `slipway tune` operation build on these.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "slipway/core.h"
+
+namespace slipway::tune {
+
+// ---------------------------------------------------------------------------------------------
+// Search spaces.
+
+enum class ParamKind { kFloat, kInt, kCategorical };
+
+struct ParamRange {
+  std::string name;  // a training parameter of the space's family
+  ParamKind kind = ParamKind::kFloat;
+  double low = 0.0;                  // kFloat, kInt: inclusive
+  double high = 0.0;                 // kFloat, kInt: inclusive
+  bool log = false;                  // sampled uniformly in log space (low > 0)
+  std::vector<std::string> choices;  // kCategorical
+  // Sampled only when the parameter `parent` (earlier in the space) took one of `parent_values`;
+  // otherwise the trial leaves it at its default. Empty: always sampled.
+  std::string parent;
+  std::vector<std::string> parent_values;
+};
+
+struct SearchSpace {
+  std::string family;  // logistic, linear, gbdt or mlp
+  std::vector<ParamRange> params;
+};
+
+// A search space in YAML:
+//
+//   family: gbdt                      # optional; must match `family` when both are given
+//   params:
+//     learning_rate: {type: float, low: 0.01, high: 0.3, log: true}
+//     max_depth: {type: int, low: 3, high: 10}
+//     grow_policy: {type: categorical, choices: [depthwise, lossguide]}
+//     max_leaves: {type: int, low: 16, high: 256, log: true, when: {grow_policy: [lossguide]}}
+//
+// Checked as `check_search_space` checks; InvalidArgument naming `source` and the parameter.
+Result<SearchSpace> parse_search_space(std::string_view yaml, std::string_view source, const std::string& family);
+Result<SearchSpace> load_search_space(const std::string& path, const std::string& family);
+// The same space as YAML that parse_search_space reads back.
+std::string search_space_yaml(const SearchSpace& space);
+
+// Where tuning usually pays for `family` (learning rate, depth, regularization, ...), as ranges
+// inside each parameter's declared limits. NotFound for a family with nothing to tune.
+Result<SearchSpace> default_search_space(const std::string& family);
+
+// Every parameter is one of the family's (an unknown name is refused with the closest known one
+// suggested), appears once, and its range is non-empty, ordered, inside the parameter's declared
+// limits (a log range above zero), of the parameter's type (int for integers, categorical for
+// choices) with legal choices; a condition names an earlier categorical parameter and its choices.
+Status check_search_space(const SearchSpace& space);
+
+// ---------------------------------------------------------------------------------------------
+// Trials and samplers.
+
+// A trial's parameters as training takes them (KEY=VALUE text): integers as integers, numbers in
+// their shortest exact decimal form, choices as written.
+using ParamValues = std::map<std::string, std::string>;
+
+enum class TrialState { kRunning, kComplete, kPruned, kFailed };
+enum class Direction { kMinimize, kMaximize };
+
+struct Trial {
+  int number = 0;
+  ParamValues params;
+  TrialState state = TrialState::kRunning;
+  double value = 0.0;  // the objective, kComplete only
+};
+
+class Sampler {
+ public:
+  virtual ~Sampler() = default;
+  // The next trial's parameters, from the space and the study's trials so far (any states).
+  virtual ParamValues sample(const SearchSpace& space, const std::vector<Trial>& trials, Direction direction) = 0;
+};
+
+// Independent uniform draws (log-uniform on log ranges); deterministic for a seed.
+std::unique_ptr<Sampler> make_random_sampler(std::uint64_t seed);
+
+// The tree-structured Parzen estimator, univariate, as Optuna's TPESampler computes it: random
+// until `startup_trials` trials completed; then the completed trials split into the best
+// gamma(n) = min(ceil(0.1 n), 25) and the rest, a Parzen mixture of truncated normals (one
+// kernel per observation plus a prior over the whole range, bandwidths from neighbour distances
+// clipped by the "magic clip") or of smoothed categorical kernels is fitted to each, and of
+// `ei_candidates` draws from the good mixture the one with the highest l(x)/g(x) is taken.
+// Observation weights are flat for under 25 trials, then the oldest ramp down.
+struct TpeOptions {
+  int startup_trials = 10;
+  int ei_candidates = 24;
+  double prior_weight = 1.0;
+  std::uint64_t seed = 0;
+};
+std::unique_ptr<Sampler> make_tpe_sampler(const TpeOptions& options);
+
+// Optuna's gamma: how many of `completed` trials form the good set.
+int tpe_good_count(int completed);
+
+}  // namespace slipway::tune

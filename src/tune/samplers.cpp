@@ -1,0 +1,323 @@
+// Samplers: random, and the univariate tree-structured Parzen estimator as Optuna 3 computes it
+// (optuna/samplers/_tpe: sampler.py, parzen_estimator.py; defaults in docs/reference lifecycle.md).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <numeric>
+#include <random>
+
+#include "slipway/tune.h"
+
+namespace slipway::tune {
+namespace {
+
+constexpr double kNegativeInfinity = -std::numeric_limits<double>::infinity();
+
+// A numeric parameter in the space it is sampled in: log-scaled ranges in log space; integers
+// widened by half a step on each side so that each whole number gets a full unit of mass.
+struct Bounds {
+  double low = 0.0;
+  double high = 0.0;
+};
+
+Bounds internal_bounds(const ParamRange& param) {
+  double low = param.low;
+  double high = param.high;
+  if (param.kind == ParamKind::kInt) {
+    low -= 0.5;
+    high += 0.5;
+  }
+  if (param.log) return {std::log(low), std::log(high)};
+  return {low, high};
+}
+
+double to_internal(const ParamRange& param, double value) { return param.log ? std::log(value) : value; }
+
+// An internal point back to a value of the parameter, inside its range.
+double from_internal(const ParamRange& param, double internal) {
+  double value = param.log ? std::exp(internal) : internal;
+  if (param.kind == ParamKind::kInt) value = std::round(value);
+  return std::clamp(value, param.low, param.high);
+}
+
+std::string format_value(const ParamRange& param, double value) {
+  if (param.kind == ParamKind::kInt) return std::to_string(static_cast<long long>(value));
+  return format_config_number(value);
+}
+
+// Whether `param` is sampled given the values chosen so far for this trial.
+bool is_active(const ParamRange& param, const ParamValues& chosen) {
+  if (param.parent.empty()) return true;
+  auto parent = chosen.find(param.parent);
+  return parent != chosen.end() &&
+         std::find(param.parent_values.begin(), param.parent_values.end(), parent->second) != param.parent_values.end();
+}
+
+std::string sample_uniform(const ParamRange& param, std::mt19937_64& random) {
+  if (param.kind == ParamKind::kCategorical) {
+    std::uniform_int_distribution<std::size_t> pick(0, param.choices.size() - 1);
+    return param.choices[pick(random)];
+  }
+  if (param.kind == ParamKind::kInt && !param.log) {
+    std::uniform_int_distribution<long long> pick(static_cast<long long>(param.low),
+                                                  static_cast<long long>(param.high));
+    return std::to_string(pick(random));
+  }
+  Bounds bounds = internal_bounds(param);
+  std::uniform_real_distribution<double> pick(bounds.low, bounds.high);
+  return format_value(param, from_internal(param, pick(random)));
+}
+
+class RandomSampler : public Sampler {
+ public:
+  explicit RandomSampler(std::uint64_t seed) : random_(seed) {}
+
+  ParamValues sample(const SearchSpace& space, const std::vector<Trial>& /*trials*/, Direction /*direction*/) override {
+    ParamValues chosen;
+    for (const auto& param : space.params) {
+      if (is_active(param, chosen)) chosen[param.name] = sample_uniform(param, random_);
+    }
+    return chosen;
+  }
+
+ private:
+  std::mt19937_64 random_;
+};
+
+// Optuna's default_weights: flat for under 25 observations; beyond, the oldest ramp from 1/n up.
+std::vector<double> observation_weights(std::size_t count) {
+  std::vector<double> weights(count, 1.0);
+  if (count < 25) return weights;
+  std::size_t ramp = count - 25;
+  for (std::size_t i = 0; i < ramp; ++i) {
+    // numpy.linspace(1 / n, 1, num=n - 25)
+    double start = 1.0 / static_cast<double>(count);
+    weights[i] = ramp == 1 ? start : start + (1.0 - start) * static_cast<double>(i) / static_cast<double>(ramp - 1);
+  }
+  return weights;
+}
+
+double normal_cdf(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
+
+// A mixture of normals truncated to [low, high] (numeric), or of categorical kernels.
+struct ParzenEstimator {
+  std::vector<double> component_weights;  // normalized
+  // Numeric.
+  std::vector<double> mus, sigmas;
+  Bounds bounds;
+  bool discrete = false;  // integers: the mass of [x - 0.5, x + 0.5] in the original space
+  const ParamRange* param = nullptr;
+  // Categorical: per component, a distribution over the choices.
+  std::vector<std::vector<double>> choice_weights;
+
+  static std::vector<double> normalized(std::vector<double> weights) {
+    double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+    for (auto& weight : weights) weight /= total;
+    return weights;
+  }
+
+  static ParzenEstimator numeric(const ParamRange& param, const std::vector<double>& observations,
+                                 double prior_weight) {
+    ParzenEstimator estimator;
+    estimator.param = &param;
+    estimator.bounds = internal_bounds(param);
+    estimator.discrete = param.kind == ParamKind::kInt;
+    const double low = estimator.bounds.low;
+    const double high = estimator.bounds.high;
+    const double prior_mu = 0.5 * (low + high);
+    std::vector<double> with_prior = observations;
+    with_prior.push_back(prior_mu);
+    // Bandwidths from the neighbours' distances, the range's ends as sentinels; the outermost
+    // kernels look inward only (consider_endpoints=False); then the magic clip.
+    std::vector<std::size_t> order(with_prior.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return with_prior[a] < with_prior[b]; });
+    std::vector<double> sorted{low};
+    for (auto index : order) sorted.push_back(with_prior[index]);
+    sorted.push_back(high);
+    std::vector<double> sorted_sigmas(with_prior.size());
+    for (std::size_t i = 1; i + 1 < sorted.size(); ++i) {
+      sorted_sigmas[i - 1] = std::max(sorted[i] - sorted[i - 1], sorted[i + 1] - sorted[i]);
+    }
+    if (sorted.size() >= 4) {
+      sorted_sigmas.front() = sorted[2] - sorted[1];
+      sorted_sigmas.back() = sorted[sorted.size() - 2] - sorted[sorted.size() - 3];
+    }
+    const double max_sigma = high - low;
+    const double min_sigma = (high - low) / std::min(100.0, 1.0 + static_cast<double>(with_prior.size()));
+    std::vector<double> sigmas(with_prior.size());
+    for (std::size_t i = 0; i < order.size(); ++i)
+      sigmas[order[i]] = std::clamp(sorted_sigmas[i], min_sigma, max_sigma);
+    estimator.mus = observations;
+    estimator.sigmas.assign(sigmas.begin(), sigmas.begin() + static_cast<std::ptrdiff_t>(observations.size()));
+    estimator.mus.push_back(prior_mu);
+    estimator.sigmas.push_back(max_sigma);  // the prior spans the whole range
+    auto weights = observation_weights(observations.size());
+    weights.push_back(prior_weight);
+    estimator.component_weights = normalized(std::move(weights));
+    return estimator;
+  }
+
+  static ParzenEstimator categorical(const ParamRange& param, const std::vector<std::size_t>& observations,
+                                     double prior_weight) {
+    ParzenEstimator estimator;
+    estimator.param = &param;
+    const std::size_t kernels = observations.size() + 1;
+    const double fill = prior_weight / static_cast<double>(kernels);
+    estimator.choice_weights.assign(kernels, std::vector<double>(param.choices.size(), fill));
+    for (std::size_t i = 0; i < observations.size(); ++i) estimator.choice_weights[i][observations[i]] += 1.0;
+    for (auto& row : estimator.choice_weights) row = normalized(std::move(row));
+    auto weights = observation_weights(observations.size());
+    weights.push_back(prior_weight);
+    estimator.component_weights = normalized(std::move(weights));
+    return estimator;
+  }
+
+  // One draw, as an internal value (numeric) or a choice index (categorical).
+  double draw(std::mt19937_64& random) const {
+    std::discrete_distribution<std::size_t> component(component_weights.begin(), component_weights.end());
+    std::size_t k = component(random);
+    if (!choice_weights.empty()) {
+      std::discrete_distribution<std::size_t> choice(choice_weights[k].begin(), choice_weights[k].end());
+      return static_cast<double>(choice(random));
+    }
+    std::normal_distribution<double> normal(mus[k], sigmas[k]);
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+      double x = normal(random);
+      if (x >= bounds.low && x <= bounds.high) return x;
+    }
+    return std::clamp(mus[k], bounds.low, bounds.high);  // unreachable in practice: sigma <= the range
+  }
+
+  // log of the mixture's density (numeric) or probability (integers, categorical) at `x`.
+  double log_density(double x) const {
+    double total = 0.0;
+    if (!choice_weights.empty()) {
+      auto index = static_cast<std::size_t>(x);
+      for (std::size_t k = 0; k < component_weights.size(); ++k)
+        total += component_weights[k] * choice_weights[k][index];
+      return total > 0 ? std::log(total) : kNegativeInfinity;
+    }
+    double lower = x;
+    double upper = x;
+    if (discrete) {
+      double value = from_internal(*param, x);
+      lower = to_internal(*param, value - 0.5);
+      upper = to_internal(*param, value + 0.5);
+    }
+    for (std::size_t k = 0; k < component_weights.size(); ++k) {
+      double mass = normal_cdf((bounds.high - mus[k]) / sigmas[k]) - normal_cdf((bounds.low - mus[k]) / sigmas[k]);
+      if (mass <= 0) continue;
+      double p = 0.0;
+      if (discrete) {
+        p = normal_cdf((upper - mus[k]) / sigmas[k]) - normal_cdf((lower - mus[k]) / sigmas[k]);
+      } else {
+        double z = (x - mus[k]) / sigmas[k];
+        p = std::exp(-0.5 * z * z) / (sigmas[k] * std::sqrt(2.0 * std::numbers::pi));
+      }
+      total += component_weights[k] * p / mass;
+    }
+    return total > 0 ? std::log(total) : kNegativeInfinity;
+  }
+};
+
+struct Observation {
+  int number = 0;
+  double loss = 0.0;  // lower is better
+  const ParamValues* params = nullptr;
+};
+
+class TpeSampler : public Sampler {
+ public:
+  explicit TpeSampler(const TpeOptions& options) : options_(options), random_(options.seed) {}
+
+  ParamValues sample(const SearchSpace& space, const std::vector<Trial>& trials, Direction direction) override {
+    std::vector<Observation> completed;
+    for (const auto& trial : trials) {
+      if (trial.state != TrialState::kComplete || !std::isfinite(trial.value)) continue;
+      completed.push_back(
+          {trial.number, direction == Direction::kMaximize ? -trial.value : trial.value, &trial.params});
+    }
+    ParamValues chosen;
+    if (static_cast<int>(completed.size()) < options_.startup_trials) {
+      for (const auto& param : space.params) {
+        if (is_active(param, chosen)) chosen[param.name] = sample_uniform(param, random_);
+      }
+      return chosen;
+    }
+    // The best gamma(n) by loss (ties to the earlier trial), then each group in trial order.
+    std::stable_sort(completed.begin(), completed.end(), [](const Observation& a, const Observation& b) {
+      return a.loss != b.loss ? a.loss < b.loss : a.number < b.number;
+    });
+    auto good_count = static_cast<std::size_t>(tpe_good_count(static_cast<int>(completed.size())));
+    std::vector<Observation> good(completed.begin(), completed.begin() + static_cast<std::ptrdiff_t>(good_count));
+    std::vector<Observation> bad(completed.begin() + static_cast<std::ptrdiff_t>(good_count), completed.end());
+    auto by_number = [](const Observation& a, const Observation& b) { return a.number < b.number; };
+    std::sort(good.begin(), good.end(), by_number);
+    std::sort(bad.begin(), bad.end(), by_number);
+    for (const auto& param : space.params) {
+      if (!is_active(param, chosen)) continue;
+      chosen[param.name] = sample_param(param, good, bad);
+    }
+    return chosen;
+  }
+
+ private:
+  std::string sample_param(const ParamRange& param, const std::vector<Observation>& good,
+                           const std::vector<Observation>& bad) {
+    ParzenEstimator below = estimator(param, good);
+    ParzenEstimator above = estimator(param, bad);
+    double best_x = below.draw(random_);
+    double best_score = kNegativeInfinity;
+    for (int i = 0; i < options_.ei_candidates; ++i) {
+      double x = i == 0 ? best_x : below.draw(random_);
+      double score = below.log_density(x) - above.log_density(x);
+      if (score > best_score) {
+        best_score = score;
+        best_x = x;
+      }
+    }
+    if (param.kind == ParamKind::kCategorical) return param.choices[static_cast<std::size_t>(best_x)];
+    return format_value(param, from_internal(param, best_x));
+  }
+
+  ParzenEstimator estimator(const ParamRange& param, const std::vector<Observation>& group) const {
+    if (param.kind == ParamKind::kCategorical) {
+      std::vector<std::size_t> indices;
+      for (const auto& observation : group) {
+        auto value = observation.params->find(param.name);
+        if (value == observation.params->end()) continue;
+        auto choice = std::find(param.choices.begin(), param.choices.end(), value->second);
+        if (choice != param.choices.end()) indices.push_back(static_cast<std::size_t>(choice - param.choices.begin()));
+      }
+      return ParzenEstimator::categorical(param, indices, options_.prior_weight);
+    }
+    std::vector<double> values;
+    for (const auto& observation : group) {
+      auto value = observation.params->find(param.name);
+      if (value == observation.params->end()) continue;
+      auto number = parse_finite_number(value->second);
+      // A trial from another space (a reused study) may lie outside this one's range.
+      if (!number || *number < param.low || *number > param.high || (param.log && *number <= 0)) continue;
+      values.push_back(to_internal(param, *number));
+    }
+    return ParzenEstimator::numeric(param, values, options_.prior_weight);
+  }
+
+  TpeOptions options_;
+  std::mt19937_64 random_;
+};
+
+}  // namespace
+
+int tpe_good_count(int completed) {
+  return std::min(static_cast<int>(std::ceil(0.1 * static_cast<double>(completed))), 25);
+}
+
+std::unique_ptr<Sampler> make_random_sampler(std::uint64_t seed) { return std::make_unique<RandomSampler>(seed); }
+
+std::unique_ptr<Sampler> make_tpe_sampler(const TpeOptions& options) { return std::make_unique<TpeSampler>(options); }
+
+}  // namespace slipway::tune

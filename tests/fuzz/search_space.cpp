@@ -1,0 +1,31 @@
+// libFuzzer target: any bytes as a search-space YAML file. The parser must return a space that
+// passes its own checks and reads back the same from the YAML it writes, or an error; and a
+// sampler must keep every trial inside the space. Never a crash.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "slipway/tune.h"
+
+// NOLINTNEXTLINE(readability-identifier-naming): libFuzzer's entry point, a fixed name
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t size) {
+  std::string_view text(reinterpret_cast<const char*>(bytes), size);
+  auto space = slipway::tune::parse_search_space(text, "fuzz.yaml", "");
+  if (!space.ok()) return 0;
+  if (!slipway::tune::check_search_space(*space).ok()) std::abort();
+  auto written = slipway::tune::search_space_yaml(*space);
+  auto again = slipway::tune::parse_search_space(written, "again.yaml", space->family);
+  if (!again.ok() || slipway::tune::search_space_yaml(*again) != written) std::abort();
+  auto sampler = slipway::tune::make_random_sampler(size);
+  for (int i = 0; i < 4; ++i) {
+    auto values = sampler->sample(*space, {}, slipway::tune::Direction::kMinimize);
+    for (const auto& param : space->params) {
+      auto found = values.find(param.name);
+      if (found == values.end() || param.kind == slipway::tune::ParamKind::kCategorical) continue;
+      auto number = slipway::parse_finite_number(found->second);
+      if (!number || *number < param.low || *number > param.high) std::abort();
+    }
+  }
+  return 0;
+}
