@@ -1,6 +1,7 @@
-// slipway/tune.h — hyperparameter search: search spaces over the training parameters, and the
+// slipway/tune.h — hyperparameter search: search spaces over the training parameters, the
 // samplers that pick each trial's parameters from the trials before it (random, and TPE with
-// Optuna's semantics). Studies, pruners and the `slipway tune` operation build on these.
+// Optuna's semantics), and the pruners that stop weak trials early (median, successive halving).
+// Studies and the `slipway tune` operation build on these.
 #pragma once
 
 #include <cstdint>
@@ -78,6 +79,11 @@ struct Trial {
   ParamValues params;
   TrialState state = TrialState::kRunning;
   double value = 0.0;  // the objective, kComplete only
+  // What the trainer reported along the way (the validation metric by boosting round or epoch),
+  // step -> value; what pruners judge.
+  std::map<int, double> intermediate;
+  // Successive halving's record: the value the trial had when it reached each rung.
+  std::map<int, double> rung_values;
 };
 
 class Sampler {
@@ -89,6 +95,17 @@ class Sampler {
 
 // Independent uniform draws (log-uniform on log ranges); deterministic for a seed.
 std::unique_ptr<Sampler> make_random_sampler(std::uint64_t seed);
+
+// Grid search: every combination of the parameters' values, each once, in an order the seed
+// shuffles (as Optuna's GridSampler takes unvisited points at random); a trial in any state
+// counts as a visit. Once every point is visited it repeats one at random: a study stops at
+// `points.size()` trials.
+std::unique_ptr<Sampler> make_grid_sampler(std::vector<ParamValues> points, std::uint64_t seed);
+// The grid of `space`: every integer of an int range, every choice, `float_points` values spread
+// evenly over a float range (in log space when log-scaled, both ends included); a conditional
+// parameter only under its parent's values. InvalidArgument when it has more than `max_points`.
+Result<std::vector<ParamValues>> grid_points(const SearchSpace& space, int float_points,
+                                             std::size_t max_points = 100'000);
 
 // The tree-structured Parzen estimator, univariate, as Optuna's TPESampler computes it: random
 // until `startup_trials` trials completed; then the completed trials split into the best
@@ -107,5 +124,40 @@ std::unique_ptr<Sampler> make_tpe_sampler(const TpeOptions& options);
 
 // Optuna's gamma: how many of `completed` trials form the good set.
 int tpe_good_count(int completed);
+
+// ---------------------------------------------------------------------------------------------
+// Pruners: whether a running trial, at its last reported step, should stop (Optuna's semantics).
+
+class Pruner {
+ public:
+  virtual ~Pruner() = default;
+  // `trial` is running and has just reported its last step; `trials` are the study's others, in
+  // any state. May record in `trial` what it needs later (successive halving's rung values).
+  virtual bool should_prune(Trial& trial, const std::vector<Trial>& trials, Direction direction) = 0;
+};
+
+// Optuna's MedianPruner: once `startup_trials` trials completed, a trial past `warmup_steps`
+// stops, at steps `interval_steps` apart, when its best value so far is worse than the median of
+// the completed trials' values at the same step (when at least `min_trials` reported one). A
+// trial whose values are all NaN stops.
+struct MedianPrunerOptions {
+  int startup_trials = 5;
+  int warmup_steps = 0;
+  int interval_steps = 1;
+  int min_trials = 1;
+};
+std::unique_ptr<Pruner> make_median_pruner(const MedianPrunerOptions& options);
+
+// Asynchronous successive halving (Optuna's SuccessiveHalvingPruner): rung k ends at step
+// min_resource * reduction_factor^(min_early_stopping_rate + k); a trial reaching it goes on only
+// when its value there is in the best 1/reduction_factor of the values every trial had at that
+// rung (the only one so far goes on). min_resource 0 is "auto": the longest completed trial's
+// last step / 100, at least 1, and no pruning until a trial has completed.
+struct AshaOptions {
+  int min_resource = 0;
+  int reduction_factor = 4;
+  int min_early_stopping_rate = 0;
+};
+std::unique_ptr<Pruner> make_asha_pruner(const AshaOptions& options);
 
 }  // namespace slipway::tune

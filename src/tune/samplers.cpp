@@ -7,6 +7,8 @@
 #include <numeric>
 #include <random>
 
+#include <fmt/format.h>
+
 #include "slipway/tune.h"
 
 namespace slipway::tune {
@@ -84,6 +86,60 @@ class RandomSampler : public Sampler {
  private:
   std::mt19937_64 random_;
 };
+
+class GridSampler : public Sampler {
+ public:
+  GridSampler(std::vector<ParamValues> points, std::uint64_t seed) : points_(std::move(points)), random_(seed) {
+    std::shuffle(points_.begin(), points_.end(), random_);
+  }
+
+  ParamValues sample(const SearchSpace& /*space*/, const std::vector<Trial>& trials, Direction /*direction*/) override {
+    if (points_.empty()) return {};
+    for (const auto& point : points_) {
+      bool visited =
+          std::any_of(trials.begin(), trials.end(), [&](const Trial& trial) { return trial.params == point; });
+      if (!visited) return point;
+    }
+    std::uniform_int_distribution<std::size_t> pick(0, points_.size() - 1);
+    return points_[pick(random_)];
+  }
+
+ private:
+  std::vector<ParamValues> points_;
+  std::mt19937_64 random_;
+};
+
+// The values a parameter takes on the grid, as training takes them.
+std::vector<std::string> grid_values(const ParamRange& param, int float_points) {
+  std::vector<std::string> values;
+  if (param.kind == ParamKind::kCategorical) return param.choices;
+  if (param.kind == ParamKind::kInt) {
+    values.reserve(static_cast<std::size_t>(param.high - param.low + 1));
+    for (auto value = static_cast<long long>(param.low); value <= static_cast<long long>(param.high); ++value) {
+      values.push_back(std::to_string(value));
+    }
+    return values;
+  }
+  double low = to_internal(param, param.low);
+  double high = to_internal(param, param.high);
+  values.reserve(static_cast<std::size_t>(float_points));
+  for (int i = 0; i < float_points; ++i) {
+    double value = param.low;
+    if (float_points == 1) {
+      value = from_internal(param, 0.5 * (low + high));
+    } else if (i == float_points - 1) {
+      value = param.high;
+    } else if (i > 0) {
+      value = from_internal(param, low + (high - low) * static_cast<double>(i) / (float_points - 1));
+    }
+    // Twelve significant digits: 0.1, not exp(log(0.1))'s 0.10000000000000002.
+    if (i > 0 && i < float_points - 1)
+      value = std::clamp(std::stod(fmt::format("{:.12g}", value)), param.low, param.high);
+    std::string text = format_value(param, value);
+    if (values.empty() || values.back() != text) values.push_back(text);
+  }
+  return values;
+}
 
 // Optuna's default_weights: flat for under 25 observations; beyond, the oldest ramp from 1/n up.
 std::vector<double> observation_weights(std::size_t count) {
@@ -319,5 +375,43 @@ int tpe_good_count(int completed) {
 std::unique_ptr<Sampler> make_random_sampler(std::uint64_t seed) { return std::make_unique<RandomSampler>(seed); }
 
 std::unique_ptr<Sampler> make_tpe_sampler(const TpeOptions& options) { return std::make_unique<TpeSampler>(options); }
+
+std::unique_ptr<Sampler> make_grid_sampler(std::vector<ParamValues> points, std::uint64_t seed) {
+  return std::make_unique<GridSampler>(std::move(points), seed);
+}
+
+Result<std::vector<ParamValues>> grid_points(const SearchSpace& space, int float_points, std::size_t max_points) {
+  if (float_points < 1) return invalid_argument("a grid needs at least one point per float range");
+  // Each parameter in turn multiplies the points where it is active; the others pass through.
+  std::vector<ParamValues> points{ParamValues{}};
+  for (const auto& param : space.params) {
+    if (param.kind == ParamKind::kInt && param.high - param.low + 1 > static_cast<double>(max_points)) {
+      return invalid_argument(fmt::format("the grid has more than {} points: '{}' alone takes {} values", max_points,
+                                          param.name, format_config_number(param.high - param.low + 1)));
+    }
+    auto values = grid_values(param, float_points);
+    std::vector<ParamValues> next;
+    next.reserve(std::min(max_points, points.size() * values.size()));
+    for (auto& point : points) {
+      if (!is_active(param, point)) {
+        next.push_back(std::move(point));
+        continue;
+      }
+      for (const auto& value : values) {
+        if (next.size() >= max_points) {
+          return invalid_argument(
+              fmt::format("the grid has more than {} points; narrow the ranges or use another "
+                          "sampler (tpe, random)",
+                          max_points));
+        }
+        ParamValues extended = point;
+        extended[param.name] = value;
+        next.push_back(std::move(extended));
+      }
+    }
+    points = std::move(next);
+  }
+  return points;
+}
 
 }  // namespace slipway::tune

@@ -1,6 +1,6 @@
 // libFuzzer target: any bytes as a search-space YAML file. The parser must return a space that
 // passes its own checks and reads back the same from the YAML it writes, or an error; and a
-// sampler must keep every trial inside the space. Never a crash.
+// sampler and the grid must keep every trial inside the space. Never a crash.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -17,9 +17,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
   auto written = slipway::tune::search_space_yaml(*space);
   auto again = slipway::tune::parse_search_space(written, "again.yaml", space->family);
   if (!again.ok() || slipway::tune::search_space_yaml(*again) != written) std::abort();
+  auto grid = slipway::tune::grid_points(*space, 3, 1000);
+  if (grid.ok() && grid->empty()) std::abort();
   auto sampler = slipway::tune::make_random_sampler(size);
   for (int i = 0; i < 4; ++i) {
     auto values = sampler->sample(*space, {}, slipway::tune::Direction::kMinimize);
+    if (grid.ok() && i < static_cast<int>(grid->size())) values = (*grid)[static_cast<std::size_t>(i)];
     for (const auto& param : space->params) {
       auto found = values.find(param.name);
       if (found == values.end() || param.kind == slipway::tune::ParamKind::kCategorical) continue;

@@ -252,3 +252,228 @@ TEST(Samplers, TpeIgnoresWhatIsNotAFinishedObservation) {
 
 }  // namespace
 }  // namespace slipway::tune
+
+namespace slipway::tune {
+namespace {
+
+Trial reported(int number, std::map<int, double> intermediate, TrialState state = TrialState::kComplete) {
+  Trial trial;
+  trial.number = number;
+  trial.state = state;
+  trial.intermediate = std::move(intermediate);
+  if (!trial.intermediate.empty()) trial.value = trial.intermediate.rbegin()->second;
+  return trial;
+}
+
+TEST(Pruners, MedianPrunesBelowTheMedianAtTheSameStepAfterItsStartupTrials) {
+  auto pruner = make_median_pruner({});
+  std::vector<Trial> trials;
+  trials.reserve(7);
+  auto current = reported(100, {{0, 0.6}, {3, 0.65}}, TrialState::kRunning);
+  for (int i = 0; i < 4; ++i) trials.push_back(reported(i, {{3, 0.5 + 0.1 * i}}));
+  EXPECT_FALSE(pruner->should_prune(current, trials, Direction::kMaximize));  // 4 completed: still starting up
+  trials.push_back(reported(4, {{3, 0.9}}));
+  trials.push_back(reported(5, {{3, 0.99}}, TrialState::kRunning));  // running trials do not count
+  trials.push_back(reported(6, {{3, 0.99}}, TrialState::kPruned));
+  // Completed at step 3: 0.5 0.6 0.7 0.8 0.9, median 0.7; the trial's best so far is 0.65.
+  EXPECT_TRUE(pruner->should_prune(current, trials, Direction::kMaximize));
+  current.intermediate[3] = 0.75;
+  EXPECT_FALSE(pruner->should_prune(current, trials, Direction::kMaximize));
+  // Minimizing, 0.65 is better than the median.
+  current.intermediate[3] = 0.65;
+  EXPECT_FALSE(pruner->should_prune(current, trials, Direction::kMinimize));
+  current.intermediate[0] = 0.8;
+  current.intermediate[3] = 0.75;
+  EXPECT_TRUE(pruner->should_prune(current, trials, Direction::kMinimize));
+  // A step no completed trial reported: nothing to compare with.
+  auto elsewhere = reported(101, {{7, 0.1}}, TrialState::kRunning);
+  EXPECT_FALSE(pruner->should_prune(elsewhere, trials, Direction::kMaximize));
+  // Only NaN so far: stopped.
+  auto broken = reported(102, {{3, std::nan("")}}, TrialState::kRunning);
+  EXPECT_TRUE(pruner->should_prune(broken, trials, Direction::kMaximize));
+  // Within the warm-up: never.
+  MedianPrunerOptions warm;
+  warm.warmup_steps = 5;
+  auto warming = make_median_pruner(warm);
+  current.intermediate = {{3, 0.1}};
+  EXPECT_FALSE(warming->should_prune(current, trials, Direction::kMaximize));
+}
+
+TEST(Pruners, MedianJudgesOncePerInterval) {
+  MedianPrunerOptions options;
+  options.startup_trials = 1;
+  options.interval_steps = 2;
+  auto pruner = make_median_pruner(options);
+  std::vector<Trial> trials{reported(0, {{2, 0.9}, {3, 0.9}})};
+  auto current = reported(1, {{0, 0.1}, {1, 0.1}, {2, 0.1}}, TrialState::kRunning);
+  EXPECT_TRUE(pruner->should_prune(current, trials, Direction::kMaximize));  // step 2 opens an interval
+  current.intermediate[3] = 0.1;
+  EXPECT_FALSE(pruner->should_prune(current, trials, Direction::kMaximize));  // step 3 is inside it
+}
+
+TEST(Pruners, SuccessiveHalvingPromotesTheBestQuarterOfEachRung) {
+  AshaOptions options;
+  options.min_resource = 1;
+  auto pruner = make_asha_pruner(options);
+  std::vector<Trial> trials;
+  // The first trial at rung 0 (step 1) is alone there: it goes on, and records its value.
+  auto first = reported(0, {{1, 0.5}}, TrialState::kRunning);
+  EXPECT_FALSE(pruner->should_prune(first, trials, Direction::kMaximize));
+  EXPECT_EQ(first.rung_values.at(0), 0.5);
+  trials.push_back(first);
+  for (int i = 1; i < 8; ++i) {
+    Trial other = reported(i, {{1, 0.1 * i}}, TrialState::kPruned);
+    other.rung_values[0] = 0.1 * i;
+    trials.push_back(other);
+  }
+  // Nine values at rung 0 with the new one: the best 9 / 4 = 2 go on (0.7 and 0.65 here).
+  auto good = reported(20, {{1, 0.65}}, TrialState::kRunning);
+  EXPECT_FALSE(pruner->should_prune(good, trials, Direction::kMaximize));
+  auto middling = reported(21, {{1, 0.55}}, TrialState::kRunning);
+  EXPECT_TRUE(pruner->should_prune(middling, trials, Direction::kMaximize));
+  // Minimizing, the smallest go on.
+  auto low = reported(22, {{1, 0.15}}, TrialState::kRunning);
+  EXPECT_FALSE(pruner->should_prune(low, trials, Direction::kMinimize));
+  // Between rungs (steps 2 and 3) nothing is judged; step 4 is rung 1, where it is alone again.
+  good.intermediate[3] = 0.0;
+  EXPECT_FALSE(pruner->should_prune(good, trials, Direction::kMaximize));
+  good.intermediate[4] = 0.7;
+  EXPECT_FALSE(pruner->should_prune(good, trials, Direction::kMaximize));
+  EXPECT_EQ(good.rung_values.at(1), 0.7);
+  // NaN at a rung: stopped.
+  auto broken = reported(23, {{1, std::nan("")}}, TrialState::kRunning);
+  EXPECT_TRUE(pruner->should_prune(broken, trials, Direction::kMaximize));
+}
+
+TEST(Pruners, SuccessiveHalvingAutoResourceWaitsForACompletedTrial) {
+  auto pruner = make_asha_pruner({});
+  std::vector<Trial> trials{reported(0, {{1, 0.9}}, TrialState::kRunning)};
+  trials[0].rung_values[0] = 0.9;
+  auto current = reported(1, {{1, 0.1}}, TrialState::kRunning);
+  EXPECT_FALSE(pruner->should_prune(current, trials, Direction::kMaximize));  // no completed trial yet
+  trials.push_back(reported(2, {{399, 0.8}}));                                // 400 steps: min_resource = 399 / 100 = 3
+  EXPECT_FALSE(pruner->should_prune(current, trials, Direction::kMaximize));  // step 1 < 3
+  current.intermediate[3] = 0.1;
+  Trial third = reported(3, {{3, 0.9}}, TrialState::kPruned);
+  third.rung_values[0] = 0.9;
+  trials.push_back(third);
+  EXPECT_TRUE(pruner->should_prune(current, trials, Direction::kMaximize));
+}
+
+// A study of 40 trials whose learning curves keep their order (each rises to its own final
+// value): both pruners keep the best trial, and successive halving spends under half the steps.
+TEST(Pruners, OnOrderedCurvesThePrunersKeepTheBestTrialForAFractionOfTheSteps) {
+  constexpr int kSteps = 100;
+  constexpr int kTrials = 40;
+  auto curve = [](int trial, int step) {
+    double quality = std::fmod(0.37 * trial * trial + 0.11 * trial, 1.0);
+    return quality * (1.0 - std::exp(-(step + 1) / 20.0));
+  };
+  for (int kind = 0; kind < 2; ++kind) {
+    AshaOptions asha;
+    asha.min_resource = 1;
+    auto pruner = kind == 0 ? make_asha_pruner(asha) : make_median_pruner({});
+    std::vector<Trial> trials;
+    long steps = 0;
+    double best = -1;
+    double best_unpruned = -1;
+    for (int number = 0; number < kTrials; ++number) {
+      best_unpruned = std::max(best_unpruned, curve(number, kSteps - 1));
+      Trial trial;
+      trial.number = number;
+      trial.state = TrialState::kComplete;
+      for (int step = 0; step < kSteps; ++step) {
+        ++steps;
+        trial.intermediate[step] = curve(number, step);
+        if (pruner->should_prune(trial, trials, Direction::kMaximize)) {
+          trial.state = TrialState::kPruned;
+          break;
+        }
+      }
+      if (trial.state == TrialState::kComplete) {
+        trial.value = trial.intermediate.rbegin()->second;
+        best = std::max(best, trial.value);
+      }
+      trials.push_back(std::move(trial));
+    }
+    double share = static_cast<double>(steps) / (kSteps * kTrials);
+    RecordProperty(kind == 0 ? "asha_step_share" : "median_step_share", std::to_string(share));
+    EXPECT_EQ(best, best_unpruned) << (kind == 0 ? "asha" : "median");
+    if (kind == 0) {
+      EXPECT_LT(share, 0.5);
+    } else {
+      EXPECT_LT(share, 0.8);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace slipway::tune
+
+namespace slipway::tune {
+namespace {
+
+TEST(Samplers, GridVisitsEveryCombinationOnceUnderItsConditions) {
+  auto space = parse_search_space(R"(
+params:
+  learning_rate: {type: float, low: 0.01, high: 1, log: true}
+  max_depth: {type: int, low: 3, high: 4}
+  grow_policy: {type: categorical, choices: [depthwise, lossguide]}
+  max_leaves: {type: int, low: 16, high: 17, when: {grow_policy: [lossguide]}}
+)",
+                                  "grid.yaml", "gbdt");
+  ASSERT_TRUE(space.ok()) << space.status().message();
+  auto points = grid_points(*space, 3);
+  ASSERT_TRUE(points.ok()) << points.status().message();
+  // 3 learning rates x 2 depths x (depthwise, or lossguide with 2 leaf counts) = 18.
+  ASSERT_EQ(points->size(), 18u);
+  std::set<std::string> rates;
+  for (const auto& point : *points) rates.insert(point.at("learning_rate"));
+  EXPECT_EQ(rates, (std::set<std::string>{"0.01", "0.1", "1"}));  // log-spaced, both ends
+  auto sampler = make_grid_sampler(*points, 11);
+  std::vector<Trial> trials;
+  std::set<ParamValues> seen;
+  for (int number = 0; number < 18; ++number) {
+    auto values = sampler->sample(*space, trials, Direction::kMinimize);
+    expect_inside(*space, values);
+    EXPECT_TRUE(seen.insert(values).second) << "trial " << number << " repeats a point";
+    trials.push_back({number, values, number % 2 ? TrialState::kFailed : TrialState::kRunning, 0.0});
+  }
+  // Exhausted: a point again, never nothing.
+  EXPECT_TRUE(seen.count(sampler->sample(*space, trials, Direction::kMinimize)));
+  // Another seed, another order of the same points.
+  auto order = [&](std::uint64_t seed) {
+    auto grid = make_grid_sampler(*points, seed);
+    std::vector<Trial> visited;
+    visited.reserve(18);
+    for (int number = 0; number < 18; ++number) {
+      visited.push_back({number, grid->sample(*space, visited, Direction::kMinimize), TrialState::kComplete, 0.0});
+    }
+    std::vector<ParamValues> sequence;
+    sequence.reserve(visited.size());
+    for (const auto& trial : visited) sequence.push_back(trial.params);
+    return sequence;
+  };
+  auto first = order(11);
+  auto second = order(12);
+  EXPECT_NE(first, second);
+  EXPECT_EQ(std::set<ParamValues>(first.begin(), first.end()), std::set<ParamValues>(second.begin(), second.end()));
+}
+
+TEST(Samplers, GridRefusesMoreThanItsLimit) {
+  auto space = parse_search_space("params:\n  max_leaves: {type: int, low: 0, high: 65536}\n", "grid.yaml", "gbdt");
+  ASSERT_TRUE(space.ok()) << space.status().message();
+  auto points = grid_points(*space, 5, 1000);
+  ASSERT_FALSE(points.ok());
+  EXPECT_NE(points.status().message().find("'max_leaves' alone takes 65537 values"), std::string::npos)
+      << points.status().message();
+  auto wide = default_search_space("gbdt");
+  ASSERT_TRUE(wide.ok());
+  auto many = grid_points(*wide, 10, 1000);  // 10 x 9 x 10 x ... points
+  ASSERT_FALSE(many.ok());
+  EXPECT_NE(many.status().message().find("more than 1000 points"), std::string::npos);
+  EXPECT_FALSE(grid_points(*wide, 0).ok());
+}
+
+}  // namespace
+}  // namespace slipway::tune
