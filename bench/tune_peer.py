@@ -1,12 +1,13 @@
 """Optuna's samplers on the synthetic objective of bench/tune_sampler_bench.cpp (the same space
 and function), for bench/tune_samplers.sh.
 
-Usage: /usr/bin/python3 bench/tune_peer.py tpe|random SEEDS TRIALS
+Usage: /usr/bin/python3 bench/tune_peer.py tpe|random|qmc SEEDS TRIALS
 Prints, per seed, "seed best_value sampler_us_per_trial" (time in ask(), the sampler's own).
 """
 import math
 import sys
 import time
+import warnings
 
 import optuna
 
@@ -41,8 +42,14 @@ def suggest(trial):
 def main():
     name, seeds, trials = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
     for seed in range(1, seeds + 1):
-        sampler = optuna.samplers.TPESampler(seed=seed) if name == "tpe" else optuna.samplers.RandomSampler(seed=seed)
+        if name == "tpe":
+            sampler = optuna.samplers.TPESampler(seed=seed)
+        elif name == "qmc":
+            sampler = optuna.samplers.QMCSampler(scramble=True, seed=seed)
+        else:
+            sampler = optuna.samplers.RandomSampler(seed=seed)
         study = optuna.create_study(direction="minimize", sampler=sampler)
         best = float("inf")
         sampling = 0.0

@@ -1,7 +1,7 @@
 // Slipway's samplers on a synthetic objective, for bench/tune_samplers.sh to put beside Optuna's
 // on the same objective (bench/tune_peer.py computes the same function).
 //
-// Usage: slipway_tune_sampler_bench tpe|random SEEDS TRIALS
+// Usage: slipway_tune_sampler_bench tpe|random|qmc SEEDS TRIALS
 // Prints, per seed, "seed best_value sampler_us_per_trial" (the sampler's own time per trial).
 #include <chrono>
 #include <cmath>
@@ -49,7 +49,7 @@ double objective(const ParamValues& values) {
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: %s tpe|random SEEDS TRIALS\n", argv[0]);
+    std::fprintf(stderr, "usage: %s tpe|random|qmc SEEDS TRIALS\n", argv[0]);
     return 2;
   }
   std::string sampler_name = argv[1];
@@ -66,6 +66,10 @@ int main(int argc, char** argv) {
       slipway::tune::TpeOptions options;
       options.seed = static_cast<std::uint64_t>(seed);
       sampler = slipway::tune::make_tpe_sampler(options);
+    } else if (sampler_name == "qmc") {
+      slipway::tune::QmcOptions options;
+      options.seed = static_cast<std::uint64_t>(seed);
+      sampler = slipway::tune::make_qmc_sampler(options);
     } else {
       sampler = slipway::tune::make_random_sampler(static_cast<std::uint64_t>(seed));
     }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Slipway's TPE and random samplers against Optuna 3.1's (Debian's python3-optuna) on the same
+# Slipway's TPE, random and QMC (Sobol) samplers against Optuna 3.1's (Debian's python3-optuna) on the same
 # synthetic objective over the same conditional space (bench/tune_sampler_bench.cpp,
 # bench/tune_peer.py), each seed 1..SEEDS with TRIALS trials: the mean best value and the
 # sampler's own time per trial, and their ratios, in one run.
@@ -15,7 +15,7 @@ summary() {  # mean best, median best, mean microseconds per trial
     printf "%.5f %.5f %.1f\n", total / NR, median, us / NR }'
 }
 declare -A result
-for sampler in tpe random; do
+for sampler in tpe random qmc; do
   result[slipway_$sampler]=$("$build/bench/slipway_tune_sampler_bench" "$sampler" "$seeds" "$trials" | summary)
   result[optuna_$sampler]=$(/usr/bin/python3 "$(dirname "$0")/tune_peer.py" "$sampler" "$seeds" "$trials" | summary)
 done
@@ -23,7 +23,7 @@ echo "$seeds seeds x $trials trials; best value: lower is better (0 is the optim
 echo
 echo "| sampler | mean best | median best | sampler time per trial |"
 echo "|---|---|---|---|"
-for key in slipway_tpe optuna_tpe slipway_random optuna_random; do
+for key in slipway_tpe optuna_tpe slipway_random optuna_random slipway_qmc optuna_qmc; do
   read -r mean median us <<< "${result[$key]}"
   echo "| ${key/_/ } | $mean | $median | $us us |"
 done

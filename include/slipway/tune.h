@@ -96,6 +96,19 @@ class Sampler {
 // Independent uniform draws (log-uniform on log ranges); deterministic for a seed.
 std::unique_ptr<Sampler> make_random_sampler(std::uint64_t seed);
 
+// Quasi-random search: point n of the Sobol sequence (Joe and Kuo's direction numbers, as
+// scipy.stats.qmc.Sobol draws it) for the study's n-th trial, one dimension per parameter in
+// space order, mapped as the random sampler maps a uniform draw. Scrambled by a seeded digital
+// shift unless `scramble` is off (then trial 0 is every range's low end). Parameters past the
+// 21st are drawn at random.
+struct QmcOptions {
+  bool scramble = true;
+  std::uint64_t seed = 0;
+};
+std::unique_ptr<Sampler> make_qmc_sampler(const QmcOptions& options);
+// The unscrambled Sobol point `index` in [0, 1)^dimensions (dimensions at most 21), for tests.
+std::vector<double> sobol_point(std::uint32_t index, int dimensions);
+
 // Grid search: every combination of the parameters' values, each once, in an order the seed
 // shuffles (as Optuna's GridSampler takes unvisited points at random); a trial in any state
 // counts as a visit. Once every point is visited it repeats one at random: a study stops at

@@ -1,6 +1,8 @@
 // Samplers: random, and the univariate tree-structured Parzen estimator as Optuna 3 computes it
 // (optuna/samplers/_tpe: sampler.py, parzen_estimator.py; defaults in docs/reference lifecycle.md).
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -107,6 +109,125 @@ class GridSampler : public Sampler {
  private:
   std::vector<ParamValues> points_;
   std::mt19937_64 random_;
+};
+
+// Sobol direction numbers for the first 21 dimensions (Joe and Kuo, new-joe-kuo-6.21201, as
+// scipy's table holds them): the primitive polynomial's bits and the initial numbers m_1..m_s.
+struct SobolDimension {
+  std::uint32_t polynomial;
+  std::vector<std::uint32_t> initial;
+};
+const std::vector<SobolDimension>& sobol_dimensions() {
+  static const std::vector<SobolDimension> kDimensions = {
+      {1, {}},
+      {3, {1}},
+      {7, {1, 3}},
+      {11, {1, 3, 1}},
+      {13, {1, 1, 1}},
+      {19, {1, 1, 3, 3}},
+      {25, {1, 3, 5, 13}},
+      {37, {1, 1, 5, 5, 17}},
+      {41, {1, 1, 5, 5, 5}},
+      {47, {1, 1, 7, 11, 19}},
+      {55, {1, 1, 5, 1, 1}},
+      {59, {1, 1, 1, 3, 11}},
+      {61, {1, 3, 5, 5, 31}},
+      {67, {1, 3, 3, 9, 7, 49}},
+      {91, {1, 1, 1, 15, 21, 21}},
+      {97, {1, 3, 1, 13, 27, 49}},
+      {103, {1, 1, 1, 15, 7, 5}},
+      {109, {1, 3, 1, 15, 13, 25}},
+      {115, {1, 1, 5, 5, 19, 61}},
+      {131, {1, 3, 7, 11, 23, 15, 103}},
+      {137, {1, 3, 7, 13, 13, 15, 69}},
+  };
+  return kDimensions;
+}
+
+constexpr int kSobolBits = 32;
+
+// Direction integers v[d][j] (Bratley and Fox's recurrence), each scaled to 32 bits.
+const std::vector<std::array<std::uint32_t, kSobolBits>>& sobol_directions() {
+  static const std::vector<std::array<std::uint32_t, kSobolBits>> kDirections = [] {
+    const auto& dimensions = sobol_dimensions();
+    std::vector<std::array<std::uint32_t, kSobolBits>> v(dimensions.size());
+    for (std::size_t d = 0; d < dimensions.size(); ++d) {
+      std::uint32_t polynomial = dimensions[d].polynomial;
+      int degree = std::bit_width(polynomial) - 1;
+      for (int j = 0; j < kSobolBits; ++j) {
+        if (d == 0) {
+          v[d][j] = 1;
+        } else if (j < degree) {
+          v[d][j] = dimensions[d].initial[static_cast<std::size_t>(j)];
+        } else {
+          std::uint32_t next = v[d][j - degree];
+          std::uint32_t power = 1;
+          for (int k = 0; k < degree; ++k) {
+            power <<= 1;
+            if ((polynomial >> (degree - 1 - k)) & 1U) next ^= power * v[d][j - k - 1];
+          }
+          v[d][j] = next;
+        }
+      }
+      for (int j = 0; j < kSobolBits; ++j) v[d][j] <<= (kSobolBits - 1 - j);
+    }
+    return v;
+  }();
+  return kDirections;
+}
+
+// The Sobol point `index` as 32-bit integers, by its Gray code: the XOR of the directions of the
+// bits set in index ^ (index >> 1).
+std::vector<std::uint32_t> sobol_integers(std::uint32_t index, std::size_t dimensions) {
+  const auto& v = sobol_directions();
+  std::vector<std::uint32_t> point(dimensions, 0);
+  std::uint32_t gray = index ^ (index >> 1);
+  for (int bit = 0; bit < kSobolBits; ++bit) {
+    if (((gray >> bit) & 1U) == 0) continue;
+    for (std::size_t d = 0; d < dimensions; ++d) point[d] ^= v[d][static_cast<std::size_t>(bit)];
+  }
+  return point;
+}
+
+// A uniform draw u in [0, 1) as a value of the parameter (the random sampler's mapping).
+std::string value_at(const ParamRange& param, double u) {
+  if (param.kind == ParamKind::kCategorical) {
+    auto index =
+        std::min(static_cast<std::size_t>(u * static_cast<double>(param.choices.size())), param.choices.size() - 1);
+    return param.choices[index];
+  }
+  Bounds bounds = internal_bounds(param);
+  return format_value(param, from_internal(param, bounds.low + u * (bounds.high - bounds.low)));
+}
+
+class QmcSampler : public Sampler {
+ public:
+  explicit QmcSampler(const QmcOptions& options) : random_(options.seed) {
+    if (!options.scramble) return;
+    std::uniform_int_distribution<std::uint32_t> shift;
+    for (std::size_t d = 0; d < sobol_dimensions().size(); ++d) shifts_.push_back(shift(random_));
+  }
+
+  ParamValues sample(const SearchSpace& space, const std::vector<Trial>& trials, Direction /*direction*/) override {
+    std::size_t dimensions = std::min(space.params.size(), sobol_dimensions().size());
+    auto point = sobol_integers(static_cast<std::uint32_t>(trials.size()), dimensions);
+    ParamValues chosen;
+    for (std::size_t d = 0; d < space.params.size(); ++d) {
+      const auto& param = space.params[d];
+      if (!is_active(param, chosen)) continue;
+      if (d >= dimensions) {
+        chosen[param.name] = sample_uniform(param, random_);
+        continue;
+      }
+      std::uint32_t bits = point[d] ^ (shifts_.empty() ? 0U : shifts_[d]);
+      chosen[param.name] = value_at(param, std::ldexp(static_cast<double>(bits), -kSobolBits));
+    }
+    return chosen;
+  }
+
+ private:
+  std::mt19937_64 random_;
+  std::vector<std::uint32_t> shifts_;
 };
 
 // The values a parameter takes on the grid, as training takes them.
@@ -375,6 +496,16 @@ int tpe_good_count(int completed) {
 std::unique_ptr<Sampler> make_random_sampler(std::uint64_t seed) { return std::make_unique<RandomSampler>(seed); }
 
 std::unique_ptr<Sampler> make_tpe_sampler(const TpeOptions& options) { return std::make_unique<TpeSampler>(options); }
+
+std::unique_ptr<Sampler> make_qmc_sampler(const QmcOptions& options) { return std::make_unique<QmcSampler>(options); }
+
+std::vector<double> sobol_point(std::uint32_t index, int dimensions) {
+  auto count = static_cast<std::size_t>(std::clamp(dimensions, 0, static_cast<int>(sobol_dimensions().size())));
+  std::vector<double> point;
+  point.reserve(count);
+  for (auto bits : sobol_integers(index, count)) point.push_back(std::ldexp(static_cast<double>(bits), -kSobolBits));
+  return point;
+}
 
 std::unique_ptr<Sampler> make_grid_sampler(std::vector<ParamValues> points, std::uint64_t seed) {
   return std::make_unique<GridSampler>(std::move(points), seed);

@@ -19,7 +19,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
   if (!again.ok() || slipway::tune::search_space_yaml(*again) != written) std::abort();
   auto grid = slipway::tune::grid_points(*space, 3, 1000);
   if (grid.ok() && grid->empty()) std::abort();
-  auto sampler = slipway::tune::make_random_sampler(size);
+  slipway::tune::QmcOptions qmc;
+  qmc.seed = size;
+  auto sampler = size % 2 ? slipway::tune::make_random_sampler(size) : slipway::tune::make_qmc_sampler(qmc);
   for (int i = 0; i < 4; ++i) {
     auto values = sampler->sample(*space, {}, slipway::tune::Direction::kMinimize);
     if (grid.ok() && i < static_cast<int>(grid->size())) values = (*grid)[static_cast<std::size_t>(i)];

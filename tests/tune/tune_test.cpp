@@ -477,3 +477,68 @@ TEST(Samplers, GridRefusesMoreThanItsLimit) {
 
 }  // namespace
 }  // namespace slipway::tune
+
+namespace slipway::tune {
+namespace {
+
+// Points of scipy.stats.qmc.Sobol(d=21, scramble=False): the same direction numbers, the same order.
+TEST(Samplers, SobolPointsAreScipys) {
+  std::vector<double> row_100 = {0.4140625, 0.2578125, 0.7734375, 0.7265625, 0.8828125, 0.7421875, 0.0234375,
+                                 0.4765625, 0.6328125, 0.6953125, 0.4609375, 0.6796875, 0.4765625, 0.8515625,
+                                 0.3203125, 0.4921875, 0.6796875, 0.7421875, 0.8359375, 0.3359375, 0.7578125};
+  std::vector<double> row_1023 = {0.0009765625, 0.7529296875, 0.6123046875, 0.1455078125, 0.1865234375, 0.4384765625,
+                                  0.1396484375, 0.6181640625, 0.3447265625, 0.8505859375, 0.6787109375, 0.0361328125,
+                                  0.1298828125, 0.6650390625, 0.3623046875, 0.4638671875, 0.3134765625, 0.8759765625,
+                                  0.5849609375, 0.3193359375, 0.8662109375};
+  EXPECT_EQ(sobol_point(100, 21), row_100);
+  EXPECT_EQ(sobol_point(1023, 21), row_1023);
+  EXPECT_EQ(sobol_point(0, 3), (std::vector<double>{0, 0, 0}));
+  EXPECT_EQ(sobol_point(5, 40).size(), 21u);  // the table's dimensions
+}
+
+// 64 Sobol points put exactly 4 in each of the 16 quarter-by-quarter cells of two ranges (a
+// (0, 6, 2)-net), scrambled or not; random points do not. The seed repeats the sequence.
+TEST(Samplers, QmcFillsTheSpaceEvenly) {
+  auto space = parse_search_space(
+      "params:\n  subsample: {type: float, low: 0.5, high: 1}\n  colsample_bytree: {type: float, low: 0.5, high: 1}\n",
+      "qmc.yaml", "gbdt");
+  ASSERT_TRUE(space.ok()) << space.status().message();
+  auto cells = [&](Sampler& sampler) {
+    std::vector<Trial> trials;
+    std::map<std::pair<int, int>, int> counts;
+    for (int number = 0; number < 64; ++number) {
+      auto values = sampler.sample(*space, trials, Direction::kMinimize);
+      expect_inside(*space, values);
+      int x = static_cast<int>((*parse_finite_number(values.at("subsample")) - 0.5) * 8);
+      int y = static_cast<int>((*parse_finite_number(values.at("colsample_bytree")) - 0.5) * 8);
+      ++counts[{x, y}];
+      trials.push_back({number, values, TrialState::kComplete, 0.0});
+    }
+    return counts;
+  };
+  for (bool scramble : {false, true}) {
+    QmcOptions options;
+    options.scramble = scramble;
+    options.seed = 9;
+    auto qmc = make_qmc_sampler(options);
+    auto counts = cells(*qmc);
+    EXPECT_EQ(counts.size(), 16u) << "scramble " << scramble;
+    for (const auto& [cell, count] : counts) EXPECT_EQ(count, 4) << "scramble " << scramble;
+  }
+  auto random = make_random_sampler(9);
+  auto random_counts = cells(*random);
+  bool uneven = random_counts.size() < 16 || std::any_of(random_counts.begin(), random_counts.end(),
+                                                         [](const auto& cell) { return cell.second != 4; });
+  EXPECT_TRUE(uneven);
+  QmcOptions unscrambled;
+  unscrambled.scramble = false;
+  auto first = make_qmc_sampler(unscrambled)->sample(*space, {}, Direction::kMinimize);
+  EXPECT_EQ(first.at("subsample"), "0.5");  // point 0 is the low corner
+  QmcOptions seeded;
+  seeded.seed = 4;
+  EXPECT_EQ(make_qmc_sampler(seeded)->sample(*space, {}, Direction::kMinimize),
+            make_qmc_sampler(seeded)->sample(*space, {}, Direction::kMinimize));
+}
+
+}  // namespace
+}  // namespace slipway::tune
