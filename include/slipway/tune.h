@@ -86,6 +86,16 @@ struct Trial {
   std::map<int, double> rung_values;
 };
 
+// A narrower space from a finished study, to start the next one from (reuse): each range
+// shrinks to what the best `top_fraction` of the completed trials used, widened by a tenth of
+// that span (at least a twentieth of the old range, in log space for log ranges) and kept
+// inside the old one; integers round outward; choices keep those the best trials took; a
+// parameter whose condition no longer holds for any kept choice is dropped; a parameter the
+// best trials never set keeps its range. InvalidArgument without a completed trial or with
+// top_fraction outside (0, 1].
+Result<SearchSpace> narrow_search_space(const SearchSpace& space, const std::vector<Trial>& trials, Direction direction,
+                                        double top_fraction);
+
 class Sampler {
  public:
   virtual ~Sampler() = default;

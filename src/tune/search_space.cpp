@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -281,6 +282,87 @@ std::string search_space_yaml(const SearchSpace& space) {
     yaml += "}\n";
   }
   return yaml;
+}
+
+Result<SearchSpace> narrow_search_space(const SearchSpace& space, const std::vector<Trial>& trials, Direction direction,
+                                        double top_fraction) {
+  if (!(top_fraction > 0 && top_fraction <= 1)) {
+    return invalid_argument(
+        fmt::format("the share of trials to narrow to must be in (0, 1], not {}", format_config_number(top_fraction)));
+  }
+  std::vector<const Trial*> completed;
+  for (const auto& trial : trials) {
+    if (trial.state == TrialState::kComplete && std::isfinite(trial.value)) completed.push_back(&trial);
+  }
+  if (completed.empty()) return invalid_argument("the study has no completed trial to narrow the space to");
+  std::stable_sort(completed.begin(), completed.end(), [&](const Trial* a, const Trial* b) {
+    return direction == Direction::kMinimize ? a->value < b->value : a->value > b->value;
+  });
+  auto keep = static_cast<std::size_t>(std::ceil(top_fraction * static_cast<double>(completed.size())));
+  completed.resize(std::max<std::size_t>(keep, 1));
+
+  SearchSpace narrowed;
+  narrowed.family = space.family;
+  for (const auto& param : space.params) {
+    ParamRange range = param;
+    if (!range.parent.empty()) {
+      auto parent = std::find_if(narrowed.params.begin(), narrowed.params.end(),
+                                 [&](const ParamRange& p) { return p.name == range.parent; });
+      if (parent == narrowed.params.end()) continue;  // its parent was dropped
+      std::vector<std::string> still;
+      for (const auto& value : range.parent_values) {
+        if (std::find(parent->choices.begin(), parent->choices.end(), value) != parent->choices.end()) {
+          still.push_back(value);
+        }
+      }
+      if (still.empty()) continue;  // never active any more
+      range.parent_values = std::move(still);
+    }
+    if (range.kind == ParamKind::kCategorical) {
+      std::vector<std::string> taken;
+      for (const auto& choice : range.choices) {
+        bool used = std::any_of(completed.begin(), completed.end(), [&](const Trial* trial) {
+          auto value = trial->params.find(range.name);
+          return value != trial->params.end() && value->second == choice;
+        });
+        if (used) taken.push_back(choice);
+      }
+      if (!taken.empty()) range.choices = std::move(taken);
+      narrowed.params.push_back(std::move(range));
+      continue;
+    }
+    auto internal = [&](double value) { return range.log ? std::log(value) : value; };
+    double low = std::numeric_limits<double>::infinity();
+    double high = -std::numeric_limits<double>::infinity();
+    for (const auto* trial : completed) {
+      auto value = trial->params.find(range.name);
+      if (value == trial->params.end()) continue;
+      auto number = parse_finite_number(value->second);
+      if (!number || *number < param.low || *number > param.high) continue;
+      low = std::min(low, internal(*number));
+      high = std::max(high, internal(*number));
+    }
+    if (low <= high) {
+      double margin = std::max(0.1 * (high - low), 0.05 * (internal(param.high) - internal(param.low)));
+      auto external = [&](double value) { return range.log ? std::exp(value) : value; };
+      range.low = std::max(param.low, external(low - margin));
+      range.high = std::min(param.high, external(high + margin));
+      if (range.kind == ParamKind::kInt) {
+        range.low = std::floor(range.low);
+        range.high = std::ceil(range.high);
+        if (range.low == range.high) {
+          if (range.high < param.high) {
+            range.high += 1;
+          } else {
+            range.low -= 1;
+          }
+        }
+      }
+    }
+    narrowed.params.push_back(std::move(range));
+  }
+  SLIPWAY_RETURN_IF_ERROR(check_search_space(narrowed));
+  return narrowed;
 }
 
 Result<SearchSpace> default_search_space(const std::string& family) {

@@ -542,3 +542,65 @@ TEST(Samplers, QmcFillsTheSpaceEvenly) {
 
 }  // namespace
 }  // namespace slipway::tune
+
+namespace slipway::tune {
+namespace {
+
+Trial finished(int number, ParamValues params, double value) {
+  Trial trial;
+  trial.number = number;
+  trial.params = std::move(params);
+  trial.state = TrialState::kComplete;
+  trial.value = value;
+  return trial;
+}
+
+TEST(SearchSpace, NarrowsToWhatTheBestTrialsUsed) {
+  auto space = gbdt_space();
+  std::vector<Trial> trials;
+  // The best (lowest) three: learning rates 0.04 to 0.06, depths 5 and 6, lossguide with 32 to 64 leaves.
+  trials.push_back(finished(
+      0, {{"learning_rate", "0.04"}, {"max_depth", "5"}, {"grow_policy", "lossguide"}, {"max_leaves", "32"}}, 0.1));
+  trials.push_back(finished(
+      1, {{"learning_rate", "0.06"}, {"max_depth", "6"}, {"grow_policy", "lossguide"}, {"max_leaves", "64"}}, 0.2));
+  trials.push_back(finished(
+      2, {{"learning_rate", "0.05"}, {"max_depth", "6"}, {"grow_policy", "lossguide"}, {"max_leaves", "48"}}, 0.3));
+  for (int i = 3; i < 10; ++i) {
+    trials.push_back(
+        finished(i, {{"learning_rate", "0.25"}, {"max_depth", "10"}, {"grow_policy", "depthwise"}}, 1.0 + i));
+  }
+  trials.push_back(finished(10, {{"learning_rate", "0.011"}, {"max_depth", "3"}, {"grow_policy", "depthwise"}}, 0.05));
+  trials.back().state = TrialState::kFailed;  // not an observation
+  auto narrowed = narrow_search_space(space, trials, Direction::kMinimize, 0.3);
+  ASSERT_TRUE(narrowed.ok()) << narrowed.status().message();
+  ASSERT_EQ(narrowed->params.size(), 4u);
+  const auto& rate = narrowed->params[0];
+  EXPECT_LE(rate.low, 0.04);
+  EXPECT_GE(rate.high, 0.06);
+  EXPECT_GT(rate.low, 0.03);
+  EXPECT_LT(rate.high, 0.08);
+  EXPECT_TRUE(rate.log);
+  const auto& depth = narrowed->params[1];
+  EXPECT_EQ(depth.low, 4);  // 5 to 6, widened by 5% of 3..10 and rounded outward
+  EXPECT_EQ(depth.high, 7);
+  EXPECT_EQ(narrowed->params[2].choices, (std::vector<std::string>{"lossguide"}));
+  EXPECT_EQ(narrowed->params[3].name, "max_leaves");
+  EXPECT_LE(narrowed->params[3].low, 32);
+  EXPECT_GE(narrowed->params[3].high, 64);
+  EXPECT_TRUE(check_search_space(*narrowed).ok());
+  // Maximizing, the best are the depthwise ones: max_leaves can never be set, so it goes.
+  auto other_way = narrow_search_space(space, trials, Direction::kMaximize, 0.3);
+  ASSERT_TRUE(other_way.ok()) << other_way.status().message();
+  EXPECT_EQ(other_way->params.size(), 3u);
+  EXPECT_EQ(other_way->params[2].choices, (std::vector<std::string>{"depthwise"}));
+  EXPECT_EQ(other_way->params[1].high, 10);  // kept inside the old range
+  EXPECT_EQ(other_way->params[1].low, 9);
+  // Refusals.
+  EXPECT_FALSE(narrow_search_space(space, {}, Direction::kMinimize, 0.2).ok());
+  EXPECT_FALSE(narrow_search_space(space, trials, Direction::kMinimize, 0).ok());
+  EXPECT_FALSE(narrow_search_space(space, trials, Direction::kMinimize, 1.5).ok());
+  EXPECT_FALSE(narrow_search_space(space, trials, Direction::kMinimize, std::nan("")).ok());
+}
+
+}  // namespace
+}  // namespace slipway::tune
