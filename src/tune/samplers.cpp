@@ -73,16 +73,21 @@ std::string sample_uniform(const ParamRange& param, std::mt19937_64& random) {
   return format_value(param, from_internal(param, pick(random)));
 }
 
+// Every parameter active under the values drawn before it, drawn at random.
+ParamValues sample_space_uniform(const SearchSpace& space, std::mt19937_64& random) {
+  ParamValues chosen;
+  for (const auto& param : space.params) {
+    if (is_active(param, chosen)) chosen[param.name] = sample_uniform(param, random);
+  }
+  return chosen;
+}
+
 class RandomSampler : public Sampler {
  public:
   explicit RandomSampler(std::uint64_t seed) : random_(seed) {}
 
   ParamValues sample(const SearchSpace& space, const std::vector<Trial>& /*trials*/, Direction /*direction*/) override {
-    ParamValues chosen;
-    for (const auto& param : space.params) {
-      if (is_active(param, chosen)) chosen[param.name] = sample_uniform(param, random_);
-    }
-    return chosen;
+    return sample_space_uniform(space, random_);
   }
 
  private:
@@ -417,13 +422,7 @@ class TpeSampler : public Sampler {
       completed.push_back(
           {trial.number, direction == Direction::kMaximize ? -trial.value : trial.value, &trial.params});
     }
-    ParamValues chosen;
-    if (static_cast<int>(completed.size()) < options_.startup_trials) {
-      for (const auto& param : space.params) {
-        if (is_active(param, chosen)) chosen[param.name] = sample_uniform(param, random_);
-      }
-      return chosen;
-    }
+    if (static_cast<int>(completed.size()) < options_.startup_trials) return sample_space_uniform(space, random_);
     // The best gamma(n) by loss (ties to the earlier trial), then each group in trial order.
     std::stable_sort(completed.begin(), completed.end(), [](const Observation& a, const Observation& b) {
       return a.loss != b.loss ? a.loss < b.loss : a.number < b.number;
@@ -434,6 +433,7 @@ class TpeSampler : public Sampler {
     auto by_number = [](const Observation& a, const Observation& b) { return a.number < b.number; };
     std::sort(good.begin(), good.end(), by_number);
     std::sort(bad.begin(), bad.end(), by_number);
+    ParamValues chosen;
     for (const auto& param : space.params) {
       if (!is_active(param, chosen)) continue;
       chosen[param.name] = sample_param(param, good, bad);

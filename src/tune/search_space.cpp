@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <span>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -49,7 +50,7 @@ std::string_view kind_name(ParamKind kind) {
   return "float";
 }
 
-Status check_range(const std::string& family, const ParamRange& param, const std::vector<ParamRange>& earlier) {
+Status check_range(const std::string& family, const ParamRange& param, std::span<const ParamRange> earlier) {
   auto refuse = [&](const std::string& why) {
     return invalid_argument(fmt::format("search space: parameter '{}' {}", param.name, why));
   };
@@ -206,7 +207,7 @@ Status check_search_space(const SearchSpace& space) {
   if (space.params.empty()) return invalid_argument("search space: no parameters to tune");
   for (std::size_t i = 0; i < space.params.size(); ++i) {
     const auto& param = space.params[i];
-    std::vector<ParamRange> earlier(space.params.begin(), space.params.begin() + static_cast<std::ptrdiff_t>(i));
+    std::span<const ParamRange> earlier(space.params.data(), i);
     for (const auto& before : earlier) {
       if (before.name == param.name) {
         return invalid_argument(fmt::format("search space: parameter '{}' is listed twice", param.name));
