@@ -1,5 +1,5 @@
 // slipway/registry.h — the workspace: metadata (experiments, runs, params, metrics, model
-// versions, aliases, serving configs, API tokens, audit log) in a metadata store, bundles in a
+// versions, aliases, serving configs, API tokens, hyperparameter studies, audit log) in a metadata store, bundles in a
 // content-addressed artifact folder.
 //
 // `Registry` is the facade callers hold. It owns the metadata backend and the artifact store and
@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -235,6 +236,45 @@ struct RetrainingRecord {
   std::string message;   // why it failed, or why a passing candidate was not deployed
   std::int64_t started_ms = 0, finished_ms = 0;
   std::string actor;
+};
+
+// A hyperparameter study (`slipway tune`): its definition, as the tune operation writes it, and
+// its trials. The store keeps what it is given; pipeline interprets it.
+struct StudyRecord {
+  std::string name;               // validate_model_name's rules
+  std::string definition;         // the space, objectives, sampler and training spec (YAML)
+  std::string definition_sha256;  // what a study reused under the same name must match
+  std::int64_t created_ms = 0;
+  std::string actor;
+};
+
+struct StudySummary {
+  StudyRecord study;
+  std::map<std::string, std::int64_t> trials_by_state;  // running, complete, pruned, failed
+  std::int64_t updated_ms = 0;                          // the latest trial's start or end
+};
+
+// One trial of a study: a training run with sampled parameters.
+struct StudyTrial {
+  std::int64_t number = 0;  // 0, 1, 2, … in the order trials were claimed
+  std::string state;        // running, complete, pruned, failed
+  std::map<std::string, std::string> params;
+  // What was measured: the objectives and the constraints' quantities (auc, p95_us, bundle_kb,
+  // ...); NaN is stored as missing and read back as NaN.
+  std::map<std::string, double> measures;
+  std::map<std::int64_t, double> intermediate;  // step -> the value the trainer reported
+  std::map<std::int64_t, double> rung_values;   // successive halving's record, step -> value
+  std::string run_id;                           // empty until the run starts
+  std::string message;                          // why it failed or was pruned
+  std::int64_t retry_of = -1;                   // the interrupted trial this one runs again
+  RunOwner owner;                               // the process working it
+  std::int64_t started_ms = 0, finished_ms = 0;
+};
+
+// What `StudyStore::claim_trial`'s chooser asks for: the next trial's parameters.
+struct TrialClaim {
+  std::map<std::string, std::string> params;
+  std::int64_t retry_of = -1;
 };
 
 // A row that names an artifact. `verify_workspace` checks each is stored; a stored artifact that
@@ -488,6 +528,44 @@ class RetrainingStore {
  private:
   friend class Registry;
   explicit RetrainingStore(StoreContext& context) : context_(&context) {}
+  StoreContext* context_;
+};
+
+// Hyperparameter studies and their trials. Several processes may work one study: a trial is
+// claimed in one write transaction that reads the trials so far and numbers the new one after
+// them, so none is lost or taken twice. Errors as RunStore's; NotFound for an unknown study or
+// trial.
+class StudyStore {
+ public:
+  // Records a new study; AlreadyExists when the name is taken. With `replace`, a study of that
+  // name is redefined and its trials dropped (their runs stay).
+  Status create(const StudyRecord& study, bool replace);
+  Result<std::optional<StudyRecord>> get(const std::string& name);
+  // Every study, by name.
+  Result<std::vector<StudySummary>> list();
+  // In one write transaction: the study's trials (by number) are passed to `choose`, which
+  // returns the next trial's parameters, or nullopt when the study needs no more trials (then
+  // nothing is written); the new trial is recorded `running`, owned by the calling process, and
+  // returned. `choose` may be called more than once (a retried transaction): it must have no
+  // effect outside its result.
+  using TrialChooser = std::function<Result<std::optional<TrialClaim>>(const std::vector<StudyTrial>& trials)>;
+  Result<std::optional<StudyTrial>> claim_trial(const std::string& study, const TrialChooser& choose);
+  // A running trial's run, once it starts.
+  Status set_trial_run(const std::string& study, std::int64_t number, const std::string& run_id);
+  // A running trial's intermediate and rung values so far (replacing those stored).
+  Status record_progress(const std::string& study, const StudyTrial& trial);
+  // Ends a running trial: `state` complete, pruned or failed, with its measures, message and
+  // intermediate values. FailedPrecondition when it is no longer running.
+  Status finish_trial(const std::string& study, const StudyTrial& trial);
+  // Every trial, by number.
+  Result<std::vector<StudyTrial>> trials(const std::string& study);
+  // Running trials whose process is gone (kill -9, a crash, a reboot) become failed, with a
+  // message saying so; returns their numbers. Trials of live or unknown processes stay.
+  Result<std::vector<std::int64_t>> fail_abandoned_trials(const std::string& study);
+
+ private:
+  friend class Registry;
+  explicit StudyStore(StoreContext& context) : context_(&context) {}
   StoreContext* context_;
 };
 
@@ -751,73 +829,8 @@ class Registry {
   TokenStore& tokens() { return tokens_; }
   EndpointStore& endpoints() { return endpoints_; }
   RetrainingStore& retraining() { return retraining_; }
+  StudyStore& studies() { return studies_; }
   AuditLog& audit() { return audit_; }
-
-  // Deprecated: the single-class API, forwarding to the stores; kept for one release so code
-  // written against it keeps compiling.
-  [[deprecated("use runs().start()")]] Result<std::string> start_run(const NewRun& run) { return runs_.start(run); }
-  [[deprecated("use runs().log_metrics()")]] Status log_metrics(
-      const std::string& run_id, const std::vector<std::pair<std::string, double>>& metrics, std::int64_t step = 0) {
-    return runs_.log_metrics(run_id, metrics, step);
-  }
-  [[deprecated("use runs().log_metric_steps()")]] Status log_metric_steps(const std::string& run_id,
-                                                                          const std::vector<MetricRecord>& records) {
-    return runs_.log_metric_steps(run_id, records);
-  }
-  [[deprecated("use runs().metric_history()")]] Result<std::vector<MetricRecord>> metric_history(
-      const std::string& run_id) {
-    return runs_.metric_history(run_id);
-  }
-  [[deprecated("use runs().record_checkpoint()")]] Status record_checkpoint(const std::string& run_id,
-                                                                            std::int64_t step,
-                                                                            const std::string& bundle_sha256) {
-    return runs_.record_checkpoint(run_id, step, bundle_sha256);
-  }
-  [[deprecated("use runs().latest_checkpoint()")]] Result<std::optional<CheckpointRecord>> latest_checkpoint(
-      const std::string& run_id) {
-    return runs_.latest_checkpoint(run_id);
-  }
-  [[deprecated("use runs().reopen()")]] Status reopen_run(const std::string& run_id) { return runs_.reopen(run_id); }
-  [[deprecated("use runs().finish()")]] Status finish_run(const std::string& run_id, bool succeeded,
-                                                          const std::string& bundle_sha256) {
-    return runs_.finish(run_id, succeeded, bundle_sha256);
-  }
-  [[deprecated("use runs().get()")]] Result<RunRecord> get_run(const std::string& run_id) { return runs_.get(run_id); }
-  [[deprecated("use runs().list()")]] Result<std::vector<RunRecord>> list_runs(std::size_t limit) {
-    return runs_.list(limit);
-  }
-  [[deprecated("use models().register_version()")]] Result<ModelVersion> register_version(
-      const std::string& model, const std::string& bundle_sha256, const std::string& run_id) {
-    return models_.register_version(model, bundle_sha256, run_id);
-  }
-  [[deprecated("use models().list()")]] Result<std::vector<ModelSummary>> list_models() { return models_.list(); }
-  [[deprecated("use models().list_versions()")]] Result<std::vector<ModelVersion>> list_versions(
-      const std::string& model) {
-    return models_.list_versions(model);
-  }
-  [[deprecated("use models().resolve()")]] Result<ModelVersion> resolve(const std::string& model,
-                                                                        const VersionSelector& selector) {
-    return models_.resolve(model, selector);
-  }
-  [[deprecated("use models().set_alias()")]] Status set_alias(const std::string& model, const std::string& alias,
-                                                              std::int64_t version) {
-    return models_.set_alias(model, alias, version);
-  }
-  [[deprecated("use serving_configs().set()")]] Status set_serving_config(
-      const std::string& model, const std::map<std::string, std::string>& values, bool replace) {
-    return serving_configs_.set(model, values, replace);
-  }
-  [[deprecated("use serving_configs().get()")]] Result<std::map<std::string, std::string>> serving_config(
-      const std::string& model) {
-    return serving_configs_.get(model);
-  }
-  [[deprecated("use tokens().create()")]] Result<NewToken> create_token(const std::string& name,
-                                                                        const std::string& role) {
-    return tokens_.create(name, role);
-  }
-  [[deprecated("use tokens().revoke()")]] Status revoke_token(const std::string& id) { return tokens_.revoke(id); }
-  [[deprecated("use tokens().list()")]] Result<std::vector<TokenRecord>> list_tokens() { return tokens_.list(); }
-  [[deprecated("use audit().entries()")]] Result<std::vector<std::string>> audit_log() { return audit_.entries(); }
 
  private:
   friend Result<VerifyReport> verify_workspace(Registry& registry, const VerifyOptions& options);
@@ -833,6 +846,7 @@ class Registry {
   TokenStore tokens_;
   EndpointStore endpoints_;
   RetrainingStore retraining_;
+  StudyStore studies_;
   AuditLog audit_;
 };
 

@@ -35,6 +35,9 @@ struct ParamDeclaration {
 
 const std::vector<std::string>& model_families();
 const std::vector<ParamDeclaration>& parameter_declarations();
+// The declaration of `name` that applies to `family` (a name is declared at most once per
+// family: learning_rate's differs for gbdt and mlp), or null.
+const ParamDeclaration* parameter_declaration(const std::string& family, const std::string& name);
 // "number", "integer" or "choice".
 std::string_view parameter_type_name(ParamType type);
 // What a parameter accepts: "[0, 1]" for a number or an integer, its choices joined by ", ".

@@ -43,6 +43,29 @@ Result<std::unique_ptr<registry::Registry>> open_workspace(const GlobalOptions& 
 // pipeline::resolve_reference, opening the workspace read-only only for a registry reference.
 Result<pipeline::LoadedReference> load_reference(const GlobalOptions& global, const std::string& reference);
 
+// `slipway tune`: a hyperparameter study (pipeline::run_study).
+struct TuneOptions {
+  std::string study, resume, spec_path;
+  std::string data, target, model = "gbdt", valid, split = "random", slice, weight, experiment;
+  double test_fraction = 0.2;
+  std::uint64_t seed = 42;
+  int threads = 0;
+  std::vector<std::string> params, ignore, objectives, constraints;
+  std::string space, sampler = "tpe", pruner = "none", from_study, register_as, budget;
+  int trials = 20;
+  int parallel = 1;
+  bool force = false;
+  bool progress = true;  // a line per finished trial on stderr
+};
+int run_tune(const GlobalOptions& global, const TuneOptions& flags, const std::vector<std::string>& given);
+int run_studies(const GlobalOptions& global);
+int run_study_show(const GlobalOptions& global, const std::string& study);
+struct StudyNarrowOptions {
+  std::string study, out;
+  double top_fraction = 0.2;
+};
+int run_study_narrow(const GlobalOptions& global, const StudyNarrowOptions& flags);
+
 int run_init(const GlobalOptions& global);
 int run_train(const GlobalOptions& global, const TrainOptions& flags, const std::vector<std::string>& flags_given);
 int run_eval(const GlobalOptions& global, const std::string& reference, const std::string& data,

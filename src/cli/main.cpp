@@ -110,6 +110,75 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
                           "Train even when an earlier run had the same data, code, spec and seed (by default its "
                           "bundle is reused)");
 
+  TuneOptions tune;
+  auto* tune_command = app.add_subcommand(
+      "tune", "Tune hyperparameters: a study of training runs whose parameters a sampler picks (TPE by default)");
+  tune_command->add_option("--study", tune.study, "The study's name: trials are kept under it in the workspace");
+  tune_command->add_option("--resume", tune.resume,
+                           "Continue this stored study as it was defined (trials whose process died run again once)");
+  tune_command->add_option("--spec", tune.spec_path, "YAML training spec (flags override it)")
+      ->check(CLI::ExistingFile);
+  tune_command->add_option("--data", tune.data, "Training data (CSV with a header row)");
+  tune_command->add_option("--target", tune.target, "Column to predict");
+  tune_command->add_option("--model", tune.model, "Model family: gbdt, mlp, logistic or linear")->capture_default_str();
+  tune_command->add_option("--valid", tune.valid, "Judge each trial on this file (instead of a split of --data)");
+  tune_command
+      ->add_option("--split", tune.split, "Hold-out split when no --valid: random, stratified, time:COL, group:COL")
+      ->capture_default_str();
+  tune_command->add_option("--test-fraction", tune.test_fraction, "Fraction of --data held out to judge trials on")
+      ->capture_default_str();
+  tune_command->add_option("--slice", tune.slice, "Slice column, for METRIC@VALUE and METRIC@worst objectives");
+  tune_command->add_option("--seed", tune.seed, "Seed of the split, the training and the sampler")
+      ->capture_default_str();
+  tune_command->add_option("--param", tune.params, "A fixed (not tuned) parameter KEY=VALUE (repeatable)");
+  tune_command->add_option("--ignore", tune.ignore, "Column not to use as a feature (repeatable)");
+  tune_command->add_option("--weight", tune.weight, "Column of row weights (gbdt, mlp)");
+  tune_command->add_option("--experiment", tune.experiment,
+                           "Experiment of the trials' runs (default: the study's name)");
+  tune_command->add_option("--threads", tune.threads, "Training threads in all (default: all cores)")
+      ->check(CLI::Range(0, 1024));
+  tune_command
+      ->add_option("--space", tune.space,
+                   "Search space YAML (default: the family's, from `slipway params`; docs/tuning.md)")
+      ->check(CLI::ExistingFile);
+  tune_command->add_option("--sampler", tune.sampler, "tpe, random, grid or qmc (Sobol)")->capture_default_str();
+  tune_command->add_option("--pruner", tune.pruner, "Stop weak gbdt trials early: asha, median or none")
+      ->capture_default_str();
+  tune_command->add_option("--objective", tune.objectives,
+                           "What to optimize: a metric (auc, log_loss, rmse, ...), METRIC@VALUE or METRIC@worst over "
+                           "--slice, p95_us, p50_us, bundle_kb or train_s; :maximize or :minimize to say which way. "
+                           "Two or three give a Pareto front. Default: the task's metric");
+  tune_command->add_option("--constraint", tune.constraints,
+                           "A bound every counted trial must meet, such as 'p95_us<=50' or 'bundle_kb<=512' "
+                           "(repeatable); trials past it are marked infeasible");
+  tune_command->add_option("--trials", tune.trials, "The study ends at this many trials")->capture_default_str();
+  tune_command->add_option("--budget", tune.budget, "Wall-clock limit for this call, such as 90s, 20m or 2h");
+  tune_command->add_option("--parallel", tune.parallel, "Trials trained at once (each on threads / N)")
+      ->capture_default_str();
+  tune_command->add_option("--from-study", tune.from_study,
+                           "Warm-start the sampler with an earlier study's complete trials");
+  tune_command->add_option("--register", tune.register_as,
+                           "Register the best trial's bundle as a version of this model");
+  tune_command->add_flag("--force", tune.force,
+                         "Start a study of this name over with a new definition (its trials are dropped from it)");
+  bool tune_no_progress = false;
+  tune_command->add_flag("--no-progress", tune_no_progress, "No line per finished trial on stderr");
+
+  app.add_subcommand("studies", "List hyperparameter studies and their trials by state");
+  auto* study_command = app.add_subcommand("study", "Show a study, or narrow its search space for the next one");
+  study_command->require_subcommand(1);
+  std::string study_name;
+  auto* study_show = study_command->add_subcommand("show", "Every trial, the best (or the Pareto front), importance");
+  study_show->add_option("STUDY", study_name, "The study")->required();
+  StudyNarrowOptions narrow;
+  auto* study_narrow = study_command->add_subcommand(
+      "narrow", "Write the search space narrowed to what the study's best trials used (for --space of the next)");
+  study_narrow->add_option("STUDY", narrow.study, "The finished study")->required();
+  study_narrow->add_option("--top", narrow.top_fraction, "Share of complete trials, the best first, to keep")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-9, 1.0));
+  study_narrow->add_option("--out", narrow.out, "Write the YAML here (default: print it)");
+
   std::string reference;
   std::string data_path;
   std::string slice;
@@ -780,6 +849,17 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
     train.use_cache = !train_no_cache;
     return run_train(global, train, given);
   }
+  if (tune_command->parsed()) {
+    std::vector<std::string> given;
+    for (const auto* option : tune_command->get_options()) {
+      if (option->count() > 0) given.push_back(option->get_lnames().empty() ? "" : option->get_lnames().front());
+    }
+    tune.progress = !tune_no_progress;
+    return run_tune(global, tune, given);
+  }
+  if (app.got_subcommand("studies")) return run_studies(global);
+  if (study_show->parsed()) return run_study_show(global, study_name);
+  if (study_narrow->parsed()) return run_study_narrow(global, narrow);
   if (eval_command->parsed()) return run_eval(global, reference, data_path, slice, !eval_no_cache);
   if (compare_command->parsed()) return run_compare(global, compare);
   if (optimize_command->parsed()) {

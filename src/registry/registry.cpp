@@ -124,6 +124,7 @@ Registry::Registry(std::string home, std::unique_ptr<StoreContext> context, std:
       tokens_(*context_),
       endpoints_(*context_),
       retraining_(*context_),
+      studies_(*context_),
       audit_(*context_) {}
 
 Registry::~Registry() = default;

@@ -169,6 +169,27 @@ CREATE TABLE run_artifacts(
 CREATE INDEX runs_by_start ON runs(start_ms);
 )sql";
 
+// Hyperparameter studies (`slipway tune`) and their trials; a trial's parameters and measures
+// are rows of their own, its intermediate values text ("STEP VALUE" lines).
+constexpr std::string_view kStudies = R"sql(
+CREATE TABLE studies(
+  name TEXT PRIMARY KEY, definition TEXT NOT NULL, definition_sha256 TEXT NOT NULL,
+  created_ms INTEGER NOT NULL, actor TEXT NOT NULL);
+CREATE TABLE study_trials(
+  study TEXT NOT NULL REFERENCES studies(name), number INTEGER NOT NULL, state TEXT NOT NULL,
+  run_id TEXT NOT NULL, message TEXT NOT NULL, retry_of INTEGER NOT NULL,
+  intermediate TEXT NOT NULL, rung_values TEXT NOT NULL,
+  owner_pid INTEGER NOT NULL, owner_start_ticks INTEGER NOT NULL, owner_host TEXT NOT NULL,
+  owner_boot_id TEXT NOT NULL, owner_pid_namespace TEXT NOT NULL,
+  started_ms INTEGER NOT NULL, finished_ms INTEGER NOT NULL, PRIMARY KEY(study, number));
+CREATE TABLE study_trial_params(
+  study TEXT NOT NULL, number INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+  PRIMARY KEY(study, number, key), FOREIGN KEY(study, number) REFERENCES study_trials(study, number));
+CREATE TABLE study_trial_measures(
+  study TEXT NOT NULL, number INTEGER NOT NULL, key TEXT NOT NULL, value REAL,
+  PRIMARY KEY(study, number, key), FOREIGN KEY(study, number) REFERENCES study_trials(study, number));
+)sql";
+
 constexpr std::array kMigrations = {
     Migration{1, "initial_schema", kInitialSchema},
     Migration{2, "run_owner", kRunOwner},
@@ -184,6 +205,7 @@ constexpr std::array kMigrations = {
     Migration{12, "monitor_alerts", kMonitorAlerts},
     Migration{13, "retraining", kRetraining},
     Migration{14, "run_tags_and_artifacts", kRunTagsAndArtifacts},
+    Migration{15, "studies", kStudies},
 };
 
 }  // namespace

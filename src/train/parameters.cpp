@@ -326,6 +326,13 @@ const std::vector<ParamDeclaration>& parameter_declarations() {
   return kDeclarations;
 }
 
+const ParamDeclaration* parameter_declaration(const std::string& family, const std::string& name) {
+  for (const auto& declaration : parameter_declarations()) {
+    if (declaration.name == name && applies_to(declaration, family)) return &declaration;
+  }
+  return nullptr;
+}
+
 Result<std::map<std::string, std::string>> resolve_parameters(const std::string& family,
                                                               const std::map<std::string, std::string>& given) {
   bool known_family = false;

@@ -17,17 +17,6 @@
 namespace slipway::tune {
 namespace {
 
-// The declaration of `name` that applies to `family` (a name may be declared once per family).
-const train::ParamDeclaration* declaration_of(const std::string& family, const std::string& name) {
-  for (const auto& declaration : train::parameter_declarations()) {
-    if (declaration.name != name) continue;
-    if (std::find(declaration.families.begin(), declaration.families.end(), family) != declaration.families.end()) {
-      return &declaration;
-    }
-  }
-  return nullptr;
-}
-
 std::vector<std::string> parameter_names(const std::string& family) {
   std::vector<std::string> names;
   for (const auto& declaration : train::parameter_declarations()) {
@@ -54,7 +43,7 @@ Status check_range(const std::string& family, const ParamRange& param, std::span
   auto refuse = [&](const std::string& why) {
     return invalid_argument(fmt::format("search space: parameter '{}' {}", param.name, why));
   };
-  const train::ParamDeclaration* declaration = declaration_of(family, param.name);
+  const train::ParamDeclaration* declaration = train::parameter_declaration(family, param.name);
   if (declaration == nullptr) {
     auto names = parameter_names(family);
     std::string message = fmt::format("search space: unknown parameter '{}' for model '{}'", param.name, family);

@@ -62,16 +62,16 @@ TEST_F(MigrationsTest, NewWorkspaceRecordsEveryMigration) {
   auto store = Registry::open(home_.path(), {.create = true});
   ASSERT_TRUE(store.ok()) << store.status().message();
   EXPECT_EQ((*store)->schema_version(), Registry::latest_schema_version());
-  EXPECT_EQ(Registry::latest_schema_version(), 14);
+  EXPECT_EQ(Registry::latest_schema_version(), 15);
   EXPECT_EQ(query_text(database(), "SELECT group_concat(version || ':' || name, ' ') FROM schema_migrations"),
             "1:initial_schema 2:run_owner 3:endpoints 4:rollouts 5:endpoint_shadow 6:annotations_and_approvals "
             "7:gate_results 8:retired_versions 9:deadlines_and_step_cache 10:batch_jobs 11:labels 12:monitor_alerts "
-            "13:retraining 14:run_tags_and_artifacts");
+            "13:retraining 14:run_tags_and_artifacts 15:studies");
   EXPECT_NE(query_text(database(), "SELECT applied_ms FROM schema_migrations WHERE version = 2"), "");
   // Opening again applies nothing more.
   store = Registry::open(home_.path(), false);
   ASSERT_TRUE(store.ok());
-  EXPECT_EQ(query_text(database(), "SELECT count(*) FROM schema_migrations"), "14");
+  EXPECT_EQ(query_text(database(), "SELECT count(*) FROM schema_migrations"), "15");
 }
 
 TEST_F(MigrationsTest, UpgradesAWorkspaceFromBeforeMigrationsWithItsRowsIntact) {
@@ -89,7 +89,7 @@ TEST_F(MigrationsTest, UpgradesAWorkspaceFromBeforeMigrationsWithItsRowsIntact) 
   auto opened = Registry::open(home_.path(), false);
   ASSERT_TRUE(opened.ok()) << opened.status().message();
   Registry& store = **opened;
-  EXPECT_EQ(store.schema_version(), 14);
+  EXPECT_EQ(store.schema_version(), 15);
 
   auto finished = store.runs().get("aaaa");
   ASSERT_TRUE(finished.ok()) << finished.status().message();
@@ -151,12 +151,14 @@ TEST_F(MigrationsTest, UpgradesTheOldestWorkspacesThatLackLaterTables) {
 
 TEST_F(MigrationsTest, RefusesAWorkspaceFromANewerSlipway) {
   ASSERT_TRUE(Registry::open(home_.path(), true).ok());
-  ASSERT_EQ(exec_sql(database(), "INSERT INTO schema_migrations VALUES (15, 'from_the_future', 0)"), "");
+  const std::int64_t known = Registry::latest_schema_version();
+  const std::string future = std::to_string(known + 1);
+  ASSERT_EQ(exec_sql(database(), "INSERT INTO schema_migrations VALUES (" + future + ", 'from_the_future', 0)"), "");
   for (bool read_only : {false, true}) {
     auto store = Registry::open(home_.path(), {.read_only = read_only});
     ASSERT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
-    EXPECT_NE(store.status().message().find("made by a newer slipway (schema version 15; this slipway knows versions "
-                                            "up to 14)"),
+    EXPECT_NE(store.status().message().find("made by a newer slipway (schema version " + future +
+                                            "; this slipway knows versions up to " + std::to_string(known) + ")"),
               std::string::npos)
         << store.status().message();
   }
@@ -179,7 +181,7 @@ TEST_F(MigrationsTest, ConcurrentOpenersApplyEachMigrationOnce) {
   }
   openers.clear();
   for (const auto& status : results) EXPECT_TRUE(status.ok()) << status.message();
-  EXPECT_EQ(query_text(database(), "SELECT count(*) FROM schema_migrations"), "14");
+  EXPECT_EQ(query_text(database(), "SELECT count(*) FROM schema_migrations"), "15");
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ class VerifyTest : public ::testing::Test {
 
 TEST_F(VerifyTest, ACleanWorkspaceHasNoProblems) {
   VerifyReport report = verify();
-  EXPECT_EQ(report.schema_version, 14);
+  EXPECT_EQ(report.schema_version, 15);
   EXPECT_EQ(report.artifacts_checked, 1u);
   EXPECT_EQ(report.references_checked, 2u);  // the version and the run's bundle
   EXPECT_EQ(report.problem_count(), 0u);

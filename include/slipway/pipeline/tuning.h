@@ -1,0 +1,130 @@
+// slipway/pipeline/tuning.h — hyperparameter studies as an operation: what `slipway tune`,
+// `slipway studies` and `slipway study` call (and the management API will). A study's trials are
+// training runs (pipeline::run_training) with parameters a tune:: sampler picks; the study and
+// its trials live in the workspace's metadata store (registry::StudyStore), so several workers,
+// threads or processes, work one study, and a study stopped by kill -9 goes on with --resume.
+//
+// Threads: run_study runs `parallel` workers, each on a thread of its own with its own Registry
+// opened on the caller's workspace; the callbacks are called one at a time.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "slipway/core.h"
+#include "slipway/pipeline.h"
+#include "slipway/registry.h"
+#include "slipway/tune.h"
+
+namespace slipway::pipeline {
+
+// A quantity measured on each trial that a study optimizes or bounds:
+//  - an evaluation metric on the held-out rows (auc, log_loss, accuracy, f1, rmse, r2, ...);
+//    METRIC@VALUE on the rows whose slice column (the spec's `slice`) is VALUE; METRIC@worst on
+//    the worst of the slices;
+//  - measured on the trial's bundle on this machine: p50_us and p95_us (one-row KServe v2
+//    inference through the serving code path, 200 requests from the held-out rows), bundle_kb,
+//    train_s (fitting time).
+struct StudyObjective {
+  std::string measure;
+  bool maximize = true;
+};
+// "auc", "p95_us:minimize", "log_loss@worst:minimize". Without a direction, a metric's own
+// (eval::higher_is_better) and minimize for the bundle's quantities.
+Result<StudyObjective> parse_study_objective(const std::string& text);
+
+struct StudyConstraint {
+  std::string measure;
+  bool at_most = true;  // measure <= limit; else measure >= limit
+  double limit = 0;
+};
+// "p95_us<=50", "bundle_kb<=512", "recall>=0.6".
+Result<StudyConstraint> parse_study_constraint(const std::string& text);
+
+// What a study is: stored with it, so that `--resume` and other workers need only its name.
+struct StudyDefinition {
+  TrainSpec spec;  // the data, target, family, split or test file, fixed parameters, seed
+  tune::SearchSpace space;
+  std::string sampler = "tpe";  // tpe, random, grid, qmc
+  std::string pruner = "none";  // asha, median, none
+  // One, or two or three (a Pareto front). None: the task's watched metric (auc for binary
+  // classification, log_loss for multiclass, rmse for regression).
+  std::vector<StudyObjective> objectives;
+  std::vector<StudyConstraint> constraints;
+  std::string from_study;  // whose trials warm-start the sampler
+  int trials = 20;         // the study ends at this many trials (interrupted ones that were retried aside)
+};
+
+// A study to start or continue.
+struct StudyRequest {
+  std::string study;
+  StudyDefinition definition;
+  // Continue the stored study: `definition` is ignored except `trials` when `trials_given`.
+  bool resume = false;
+  bool trials_given = false;
+  // A study of this name with another definition is refused unless `force`, which starts it over
+  // (its earlier trials are dropped from the study; their runs stay).
+  bool force = false;
+  // Wall-clock seconds; none: no limit. Trials still running when it ends are stopped (failed).
+  std::optional<double> budget_seconds;
+  int parallel = 1;         // workers; each trains with the spec's threads / parallel
+  std::string register_as;  // register the best trial's bundle (single objective, feasible)
+  Caller caller;
+};
+
+// One trial as a study reads it.
+struct StudyTrialView {
+  registry::StudyTrial trial;
+  std::vector<double> objective_values;  // in the definition's order; empty unless complete
+  bool feasible = true;                  // every constraint holds (complete trials)
+};
+
+struct StudyResult {
+  std::string study;
+  StudyDefinition definition;
+  std::vector<StudyTrialView> trials;
+  // The best feasible complete trial (one objective), or the feasible Pareto front (several), by
+  // number.
+  std::vector<std::int64_t> best;
+  // Each tuned parameter's share of the objective's variance among complete trials: the variance
+  // of the objective's mean across the parameter's values (choices, or quantile bins of numbers),
+  // over the objective's variance, normalized to sum to 1. Empty with fewer than 4 complete trials.
+  std::map<std::string, double> importance;
+  std::optional<registry::ModelVersion> registered;
+  int trials_run = 0;   // by this call
+  std::string stopped;  // why this call stopped: "trials", "budget", "cancelled"
+};
+
+// Called one at a time, from the workers' threads; none is required.
+struct StudyCallbacks {
+  std::function<void(const registry::StudyTrial& trial)> on_trial_started;
+  std::function<void(const StudyTrialView& trial, const StudyResult& study)> on_trial_finished;
+  // Set from another thread: no new trial starts, and the running ones stop (failed,
+  // "interrupted": --resume runs them again).
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+// Creates the study (or checks that the stored one has this definition), fails the trials whose
+// process is gone (each is run again once), then runs trials until the study has
+// `definition.trials`, the budget ends or `cancel` is set, and registers the best. A trial
+// whose training fails or whose objective is NaN is recorded failed and the study goes on; the
+// first three trials of a study failing stops it (a spec, not a parameter, is wrong), as does an
+// objective that is not a metric of the task.
+Result<StudyResult> run_study(registry::Registry& registry, const StudyRequest& request,
+                              const StudyCallbacks& callbacks = {});
+
+// The stored study, read: its trials, best and parameter importance.
+Result<StudyResult> read_study(registry::Registry& registry, const std::string& study);
+// {"study","objectives":[...],"trials":[...],"best":[...],"importance":{...},...}
+void write_study_json(JsonWriter& json, const StudyResult& study);
+
+// The study's space narrowed to what its best `top_fraction` complete feasible trials used
+// (tune::narrow_search_space, on the first objective), as YAML.
+Result<std::string> narrowed_study_space(registry::Registry& registry, const std::string& study, double top_fraction);
+
+}  // namespace slipway::pipeline

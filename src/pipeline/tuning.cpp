@@ -1,0 +1,1049 @@
+// Hyperparameter studies: trials as training runs, their parameters from a tune:: sampler, the
+// study and its trials in the metadata store.
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <filesystem>
+#include <limits>
+#include <mutex>
+#include <numeric>
+#include <set>
+#include <thread>
+
+#include "pipeline/operation_support.h"
+#include "slipway/eval.h"
+#include "slipway/pipeline/tuning.h"
+#include "slipway/serve.h"
+
+namespace slipway::pipeline {
+namespace {
+
+constexpr int kMaxTrials = 100'000;
+constexpr int kMaxParallel = 64;
+constexpr int kLatencyRequests = 200;
+constexpr int kLatencyWarmup = 20;
+// Grid search spreads this many values over each float range.
+constexpr int kGridFloatPoints = 5;
+// A study whose first trials all fail this often stops: the spec is wrong, not the parameters.
+constexpr int kFailuresBeforeGivingUp = 3;
+constexpr std::string_view kInterrupted = "interrupted";
+
+// Quantities measured on the trial's bundle rather than by evaluation, all smaller-is-better.
+const std::vector<std::string>& bundle_measures() {
+  static const std::vector<std::string> kMeasures = {"p50_us", "p95_us", "bundle_kb", "train_s"};
+  return kMeasures;
+}
+
+const std::vector<std::string>& metric_names() {
+  static const std::vector<std::string> kMetrics = {"auc", "pr_auc",   "log_loss", "accuracy", "precision", "recall",
+                                                    "f1",  "macro_f1", "rmse",     "mae",      "r2"};
+  return kMetrics;
+}
+
+bool contains(const std::vector<std::string>& names, std::string_view name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// METRIC, METRIC@VALUE or METRIC@worst, or a bundle measure: its metric part, checked.
+Result<std::string> measure_metric(const std::string& measure) {
+  std::string metric = measure.substr(0, measure.find('@'));
+  if (contains(bundle_measures(), metric)) {
+    if (metric != measure) return invalid_argument("'" + measure + "': " + metric + " has no slices");
+    return metric;
+  }
+  if (!contains(metric_names(), metric)) {
+    std::vector<std::string> known = metric_names();
+    known.insert(known.end(), bundle_measures().begin(), bundle_measures().end());
+    std::string message = "'" + metric + "' is not a metric or a measure of the bundle";
+    if (auto suggestion = closest_name(metric, known)) message += "; did you mean '" + *suggestion + "'?";
+    return invalid_argument(message + " (known: " + join(known, ", ") + ")");
+  }
+  if (measure.size() > metric.size() + 1 || measure.find('@') == std::string::npos) return metric;
+  return invalid_argument("'" + measure + "': a slice objective is METRIC@VALUE or METRIC@worst");
+}
+
+bool measure_maximized(const std::string& metric) {
+  return !contains(bundle_measures(), metric) && eval::higher_is_better(metric);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The definition as stored.
+
+std::string objective_text(const StudyObjective& objective) {
+  return objective.measure + (objective.maximize ? ":maximize" : ":minimize");
+}
+
+std::string constraint_text(const StudyConstraint& constraint) {
+  char limit[32];
+  std::snprintf(limit, sizeof limit, "%.17g", constraint.limit);
+  return constraint.measure + (constraint.at_most ? "<=" : ">=") + limit;
+}
+
+std::string definition_yaml(const StudyDefinition& definition, bool with_trials) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "sampler" << YAML::Value << definition.sampler;
+  out << YAML::Key << "pruner" << YAML::Value << definition.pruner;
+  std::vector<std::string> objectives, constraints;
+  for (const auto& objective : definition.objectives) objectives.push_back(objective_text(objective));
+  for (const auto& constraint : definition.constraints) constraints.push_back(constraint_text(constraint));
+  out << YAML::Key << "objectives" << YAML::Value << YAML::Flow << objectives;
+  out << YAML::Key << "constraints" << YAML::Value << YAML::Flow << constraints;
+  out << YAML::Key << "from_study" << YAML::Value << definition.from_study;
+  if (with_trials) out << YAML::Key << "trials" << YAML::Value << definition.trials;
+  out << YAML::Key << "space" << YAML::Value << YAML::Literal << tune::search_space_yaml(definition.space);
+  out << YAML::Key << "spec" << YAML::Value << YAML::Literal << spec_yaml(definition.spec);
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+Result<StudyDefinition> parse_definition(const std::string& text, const std::string& study) {
+  const std::string source = "study '" + study + "'";
+  StudyDefinition definition;
+  try {
+    YAML::Node node = YAML::Load(text);
+    definition.sampler = node["sampler"].as<std::string>();
+    definition.pruner = node["pruner"].as<std::string>();
+    for (const auto& objective : node["objectives"]) {
+      SLIPWAY_ASSIGN_OR_RETURN(auto parsed, parse_study_objective(objective.as<std::string>()));
+      definition.objectives.push_back(std::move(parsed));
+    }
+    for (const auto& constraint : node["constraints"]) {
+      SLIPWAY_ASSIGN_OR_RETURN(auto parsed, parse_study_constraint(constraint.as<std::string>()));
+      definition.constraints.push_back(std::move(parsed));
+    }
+    definition.from_study = node["from_study"].as<std::string>();
+    definition.trials = node["trials"].as<int>();
+    SLIPWAY_RETURN_IF_ERROR(load_spec_text(node["spec"].as<std::string>(), source, definition.spec));
+    SLIPWAY_ASSIGN_OR_RETURN(definition.space,
+                             tune::parse_search_space(node["space"].as<std::string>(), source, definition.spec.model));
+  } catch (const YAML::Exception& error) {
+    return data_loss(source + "'s stored definition cannot be read: " + error.msg);
+  }
+  return definition;
+}
+
+std::string definition_sha256(const StudyDefinition& definition) {
+  return sha256_hex(definition_yaml(definition, /*with_trials=*/false));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checks.
+
+Status check_definition(const StudyDefinition& definition) {
+  SLIPWAY_RETURN_IF_ERROR(check_train_spec(definition.spec));
+  if (!definition.spec.register_as.empty()) {
+    return invalid_argument("a study's trials are not registered; register the best with --register");
+  }
+  if (!definition.spec.resume_run.empty() || !definition.spec.init_model.empty()) {
+    return invalid_argument("a study's trials train from scratch: --resume and --init-model do not apply");
+  }
+  if (definition.space.family != definition.spec.model) {
+    return invalid_argument("the search space is for model '" + definition.space.family + "', the spec trains '" +
+                            definition.spec.model + "'");
+  }
+  SLIPWAY_RETURN_IF_ERROR(tune::check_search_space(definition.space));
+  if (definition.space.params.empty()) return invalid_argument("the search space has no parameters to tune");
+  SLIPWAY_ASSIGN_OR_RETURN(auto fixed, parse_key_values(definition.spec.params));
+  for (const auto& param : definition.space.params) {
+    if (fixed.count(param.name)) {
+      return invalid_argument("parameter '" + param.name + "' is both fixed (--param) and tuned (the search space)");
+    }
+  }
+  if (!contains({"tpe", "random", "grid", "qmc"}, definition.sampler)) {
+    return invalid_argument("unknown sampler '" + definition.sampler + "'; expected tpe, random, grid or qmc");
+  }
+  if (!contains({"asha", "median", "none"}, definition.pruner)) {
+    return invalid_argument("unknown pruner '" + definition.pruner + "'; expected asha, median or none");
+  }
+  if (definition.pruner != "none" && definition.spec.model != "gbdt") {
+    return invalid_argument("pruning judges boosting rounds: it applies to gbdt, not " + definition.spec.model +
+                            " (use --pruner none)");
+  }
+  if (definition.objectives.empty() || definition.objectives.size() > 3) {
+    return invalid_argument("a study has one objective, or two or three (a Pareto front); it has " +
+                            std::to_string(definition.objectives.size()));
+  }
+  std::vector<std::string> measures;
+  for (const auto& objective : definition.objectives) measures.push_back(objective.measure);
+  for (const auto& constraint : definition.constraints) measures.push_back(constraint.measure);
+  for (std::size_t i = 0; i < definition.objectives.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (measures[i] == measures[j]) return invalid_argument("objective '" + measures[i] + "' is given twice");
+    }
+  }
+  for (const auto& measure : measures) {
+    SLIPWAY_RETURN_IF_ERROR(measure_metric(measure).status());
+    if (measure.find('@') != std::string::npos && definition.spec.slice.empty()) {
+      return invalid_argument("'" + measure + "' is measured per slice: name the slice column (--slice COLUMN)");
+    }
+  }
+  if (definition.trials < 1 || definition.trials > kMaxTrials) {
+    return invalid_argument("--trials must be between 1 and " + std::to_string(kMaxTrials));
+  }
+  return {};
+}
+
+Status check_request(const StudyRequest& request) {
+  SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(request.study));
+  if (request.parallel < 1 || request.parallel > kMaxParallel) {
+    return invalid_argument("--parallel must be between 1 and " + std::to_string(kMaxParallel));
+  }
+  if (request.budget_seconds && !(*request.budget_seconds > 0 && std::isfinite(*request.budget_seconds))) {
+    return invalid_argument("--budget must be a positive time, such as 90s, 20m or 2h");
+  }
+  if (!request.register_as.empty()) SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(request.register_as));
+  return {};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading trials.
+
+bool interrupted(const registry::StudyTrial& trial) {
+  return trial.state == "failed" && std::string_view(trial.message).starts_with(kInterrupted);
+}
+
+StudyTrialView view_of(const StudyDefinition& definition, registry::StudyTrial trial) {
+  StudyTrialView view;
+  view.trial = std::move(trial);
+  if (view.trial.state != "complete") return view;
+  for (const auto& objective : definition.objectives) {
+    auto found = view.trial.measures.find(objective.measure);
+    view.objective_values.push_back(found == view.trial.measures.end() ? std::numeric_limits<double>::quiet_NaN()
+                                                                       : found->second);
+  }
+  for (const auto& constraint : definition.constraints) {
+    auto found = view.trial.measures.find(constraint.measure);
+    double value = found == view.trial.measures.end() ? std::numeric_limits<double>::quiet_NaN() : found->second;
+    bool holds = constraint.at_most ? value <= constraint.limit : value >= constraint.limit;  // NaN: fails
+    view.feasible = view.feasible && holds;
+  }
+  return view;
+}
+
+// a is at least as good as b in every objective and better in one.
+bool dominates(const std::vector<double>& a, const std::vector<double>& b, const std::vector<StudyObjective>& goals) {
+  bool better = false;
+  for (std::size_t i = 0; i < goals.size(); ++i) {
+    double ai = goals[i].maximize ? -a[i] : a[i];
+    double bi = goals[i].maximize ? -b[i] : b[i];
+    if (ai > bi) return false;
+    better = better || ai < bi;
+  }
+  return better;
+}
+
+// Non-domination rank of each entry (0: the front), by peeling one front after another.
+std::vector<int> domination_ranks(const std::vector<std::vector<double>>& values,
+                                  const std::vector<StudyObjective>& goals) {
+  std::vector<int> rank(values.size(), -1);
+  std::size_t assigned = 0;
+  for (int level = 0; assigned < values.size(); ++level) {
+    std::vector<std::size_t> front;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if (rank[i] >= 0) continue;
+      bool dominated = false;
+      for (std::size_t j = 0; j < values.size() && !dominated; ++j) {
+        dominated = j != i && rank[j] < 0 && dominates(values[j], values[i], goals);
+      }
+      if (!dominated) front.push_back(i);
+    }
+    for (std::size_t i : front) rank[i] = level;
+    assigned += front.size();
+  }
+  return rank;
+}
+
+bool usable(const StudyTrialView& view) {
+  if (view.trial.state != "complete" || !view.feasible) return false;
+  return std::none_of(view.objective_values.begin(), view.objective_values.end(),
+                      [](double value) { return std::isnan(value); });
+}
+
+std::vector<std::int64_t> best_trials(const StudyDefinition& definition, const std::vector<StudyTrialView>& views) {
+  std::vector<const StudyTrialView*> candidates;
+  for (const auto& view : views) {
+    if (usable(view)) candidates.push_back(&view);
+  }
+  std::vector<std::int64_t> best;
+  if (candidates.empty()) return best;
+  if (definition.objectives.size() == 1) {
+    const bool maximize = definition.objectives[0].maximize;
+    const StudyTrialView* winner = candidates[0];
+    for (const auto* view : candidates) {
+      double value = view->objective_values[0], current = winner->objective_values[0];
+      if (maximize ? value > current : value < current) winner = view;
+    }
+    best.push_back(winner->trial.number);
+    return best;
+  }
+  for (const auto* view : candidates) {
+    bool dominated = std::any_of(candidates.begin(), candidates.end(), [&](const StudyTrialView* other) {
+      return dominates(other->objective_values, view->objective_values, definition.objectives);
+    });
+    if (!dominated) best.push_back(view->trial.number);
+  }
+  return best;
+}
+
+// Each parameter's share of the first objective's variance: how much the objective's mean moves
+// across the parameter's values (choices, or four quantile bins of numbers).
+std::map<std::string, double> parameter_importance(const StudyDefinition& definition,
+                                                   const std::vector<StudyTrialView>& views) {
+  std::vector<const StudyTrialView*> complete;
+  for (const auto& view : views) {
+    if (view.trial.state == "complete" && !view.objective_values.empty() && std::isfinite(view.objective_values[0])) {
+      complete.push_back(&view);
+    }
+  }
+  std::map<std::string, double> importance;
+  if (complete.size() < 4) return importance;
+  double mean = 0;
+  for (const auto* view : complete) mean += view->objective_values[0];
+  mean /= static_cast<double>(complete.size());
+  double total = 0;
+  for (const auto* view : complete) total += std::pow(view->objective_values[0] - mean, 2);
+  if (!(total > 0)) return importance;
+  for (const auto& param : definition.space.params) {
+    // Group the trials by the parameter's value (bins for numbers); unset values form a group.
+    std::vector<std::pair<std::string, double>> keyed;
+    std::vector<double> numbers;
+    for (const auto* view : complete) {
+      auto found = view->trial.params.find(param.name);
+      if (found != view->trial.params.end() && param.kind != tune::ParamKind::kCategorical) {
+        numbers.push_back(std::strtod(found->second.c_str(), nullptr));
+      }
+    }
+    std::sort(numbers.begin(), numbers.end());
+    auto bin_of = [&](double number) {
+      int bin = 0;
+      for (int edge = 1; edge < 4; ++edge) {
+        if (number > numbers[numbers.size() * static_cast<std::size_t>(edge) / 4]) bin = edge;
+      }
+      return std::to_string(bin);
+    };
+    for (const auto* view : complete) {
+      auto found = view->trial.params.find(param.name);
+      std::string key = found == view->trial.params.end() ? "(unset)"
+                        : param.kind == tune::ParamKind::kCategorical
+                            ? found->second
+                            : bin_of(std::strtod(found->second.c_str(), nullptr));
+      keyed.emplace_back(key, view->objective_values[0]);
+    }
+    std::map<std::string, std::pair<double, int>> groups;
+    for (const auto& [key, value] : keyed) {
+      groups[key].first += value;
+      groups[key].second += 1;
+    }
+    double between = 0;
+    for (const auto& [key, group] : groups) between += group.second * std::pow(group.first / group.second - mean, 2);
+    importance[param.name] = between / total;
+  }
+  double sum = 0;
+  for (const auto& [name, share] : importance) sum += share;
+  if (sum > 0) {
+    for (auto& [name, share] : importance) share /= sum;
+  }
+  return importance;
+}
+
+StudyResult study_of(const std::string& study, const StudyDefinition& definition,
+                     std::vector<registry::StudyTrial> trials) {
+  StudyResult result;
+  result.study = study;
+  result.definition = definition;
+  for (auto& trial : trials) result.trials.push_back(view_of(definition, std::move(trial)));
+  result.best = best_trials(definition, result.trials);
+  result.importance = parameter_importance(definition, result.trials);
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sampling.
+
+std::uint64_t mix_seed(std::uint64_t seed, std::uint64_t number) {
+  std::uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (number + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+tune::TrialState tune_state(const std::string& state) {
+  if (state == "complete") return tune::TrialState::kComplete;
+  if (state == "pruned") return tune::TrialState::kPruned;
+  if (state == "failed") return tune::TrialState::kFailed;
+  return tune::TrialState::kRunning;
+}
+
+// The trials as a sampler sees them: one value each, to minimize. One objective: its value (an
+// infeasible trial gets the worst feasible value, so it joins TPE's "bad" group). Several: the
+// non-domination rank, infeasible trials one rank behind the last. TPE's constant liar: a
+// running trial counts as complete with the worst value, so parallel workers spread out.
+std::vector<tune::Trial> sampler_trials(const StudyDefinition& definition, const std::vector<StudyTrialView>& warm,
+                                        const std::vector<StudyTrialView>& views, bool constant_liar) {
+  std::vector<const StudyTrialView*> all;
+  for (const auto& view : warm) all.push_back(&view);
+  for (const auto& view : views) all.push_back(&view);
+  std::vector<double> value(all.size(), std::numeric_limits<double>::quiet_NaN());
+  std::vector<std::size_t> scored;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (usable(*all[i])) scored.push_back(i);
+  }
+  double worst = std::numeric_limits<double>::quiet_NaN();
+  if (definition.objectives.size() == 1) {
+    const double sign = definition.objectives[0].maximize ? -1.0 : 1.0;
+    for (std::size_t i : scored) {
+      value[i] = sign * all[i]->objective_values[0];
+      if (!(value[i] <= worst)) worst = std::isnan(worst) ? value[i] : std::max(worst, value[i]);
+    }
+  } else {
+    std::vector<std::vector<double>> points;
+    for (std::size_t i : scored) points.push_back(all[i]->objective_values);
+    std::vector<int> ranks = domination_ranks(points, definition.objectives);
+    for (std::size_t k = 0; k < scored.size(); ++k) {
+      value[scored[k]] = ranks[k];
+      worst = std::isnan(worst) ? ranks[k] : std::max(worst, static_cast<double>(ranks[k]));
+    }
+    if (!std::isnan(worst)) worst += 1;
+  }
+  std::vector<tune::Trial> trials;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const auto& source = all[i]->trial;
+    tune::Trial trial;
+    trial.number = static_cast<int>(i);
+    trial.params = source.params;
+    trial.state = tune_state(source.state);
+    for (const auto& [step, step_value] : source.intermediate) trial.intermediate[static_cast<int>(step)] = step_value;
+    if (trial.state == tune::TrialState::kComplete) {
+      if (!std::isnan(value[i])) {
+        trial.value = value[i];
+      } else if (!std::isnan(worst) && !all[i]->objective_values.empty()) {
+        trial.value = worst;  // infeasible
+      } else {
+        trial.state = tune::TrialState::kFailed;
+      }
+    } else if (trial.state == tune::TrialState::kRunning && constant_liar && !std::isnan(worst)) {
+      trial.state = tune::TrialState::kComplete;
+      trial.value = worst;
+    }
+    trials.push_back(std::move(trial));
+  }
+  return trials;
+}
+
+std::unique_ptr<tune::Sampler> make_sampler(const StudyDefinition& definition, std::uint64_t seed,
+                                            const std::vector<tune::ParamValues>& grid) {
+  if (definition.sampler == "random") return tune::make_random_sampler(seed);
+  if (definition.sampler == "qmc") return tune::make_qmc_sampler({.scramble = true, .seed = definition.spec.seed});
+  if (definition.sampler == "grid") return tune::make_grid_sampler(grid, seed);
+  return tune::make_tpe_sampler({.seed = seed});
+}
+
+std::unique_ptr<tune::Pruner> make_pruner(const std::string& pruner) {
+  if (pruner == "asha") return tune::make_asha_pruner({});
+  if (pruner == "median") return tune::make_median_pruner({});
+  return nullptr;
+}
+
+// What the next trial runs, or nothing when the study has enough: first an interrupted trial
+// not yet run again (each once), then the sampler's choice.
+Result<std::optional<registry::TrialClaim>> choose_trial(const StudyDefinition& definition,
+                                                         const std::vector<StudyTrialView>& warm,
+                                                         const std::vector<tune::ParamValues>& grid,
+                                                         const std::vector<registry::StudyTrial>& stored) {
+  int counted = 0;
+  for (const auto& trial : stored) counted += interrupted(trial) ? 0 : 1;
+  for (const auto& trial : stored) {
+    if (!interrupted(trial) || trial.retry_of >= 0) continue;
+    bool retried = std::any_of(stored.begin(), stored.end(),
+                               [&](const registry::StudyTrial& other) { return other.retry_of == trial.number; });
+    if (!retried) return std::optional<registry::TrialClaim>(registry::TrialClaim{trial.params, trial.number});
+  }
+  if (counted >= definition.trials) return std::optional<registry::TrialClaim>();
+  if (definition.sampler == "grid") {
+    std::size_t visited = 0;
+    for (const auto& trial : stored) visited += interrupted(trial) ? 0 : 1;
+    if (visited >= grid.size()) return std::optional<registry::TrialClaim>();
+  }
+  std::vector<StudyTrialView> views;
+  views.reserve(stored.size());
+  for (const auto& trial : stored) views.push_back(view_of(definition, trial));
+  auto trials = sampler_trials(definition, warm, views, definition.sampler == "tpe");
+  auto sampler = make_sampler(definition, mix_seed(definition.spec.seed, stored.size()), grid);
+  registry::TrialClaim claim;
+  claim.params = sampler->sample(definition.space, trials, tune::Direction::kMinimize);
+  return std::optional<registry::TrialClaim>(std::move(claim));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running trials.
+
+// One-row KServe v2 requests from the held-out rows through the serving code path: p50 and p95
+// of the time inside the server, in microseconds.
+Result<std::pair<double, double>> serving_latency_us(const std::shared_ptr<const model::Bundle>& bundle,
+                                                     const data::Table& rows, const TrainSpec& spec) {
+  std::vector<std::string> skip = {spec.target};
+  if (!spec.weight_column.empty()) skip.push_back(spec.weight_column);
+  std::vector<std::string> bodies = serve::v2_requests_from_table(rows, 1, skip, kLatencyRequests);
+  if (bodies.empty()) return failed_precondition("no held-out rows to time requests with");
+  std::vector<double> micros;
+  for (int i = 0; i < kLatencyWarmup + kLatencyRequests; ++i) {
+    SLIPWAY_ASSIGN_OR_RETURN(serve::InferStageTimes times,
+                             serve::time_v2_infer(bundle, bodies[static_cast<std::size_t>(i) % bodies.size()]));
+    if (i >= kLatencyWarmup) micros.push_back(times.total() * 1e6);
+  }
+  std::sort(micros.begin(), micros.end());
+  auto at = [&](double quantile) {
+    return micros[std::min(micros.size() - 1, static_cast<std::size_t>(quantile * static_cast<double>(micros.size())))];
+  };
+  return std::pair<double, double>(at(0.50), at(0.95));
+}
+
+// The slice measures the definition asks for (METRIC@VALUE, METRIC@worst).
+void add_slice_measures(const StudyDefinition& definition, const eval::Evaluation& evaluation,
+                        std::map<std::string, double>& measures) {
+  std::vector<std::string> wanted;
+  for (const auto& objective : definition.objectives) wanted.push_back(objective.measure);
+  for (const auto& constraint : definition.constraints) wanted.push_back(constraint.measure);
+  for (const auto& measure : wanted) {
+    std::size_t at = measure.find('@');
+    if (at == std::string::npos) continue;
+    std::string metric = measure.substr(0, at), slice = measure.substr(at + 1);
+    double value = std::numeric_limits<double>::quiet_NaN();
+    for (const auto& entry : evaluation.slices) {
+      double slice_value = entry.metrics.get(metric);
+      if (slice == "worst") {
+        if (std::isnan(slice_value)) continue;
+        bool worse = eval::higher_is_better(metric) ? slice_value < value : slice_value > value;
+        if (std::isnan(value) || worse) value = slice_value;
+      } else if (entry.value == slice) {
+        value = slice_value;
+      }
+    }
+    measures[measure] = value;
+  }
+}
+
+bool wants_latency(const StudyDefinition& definition) {
+  auto latency = [](const std::string& measure) { return measure == "p50_us" || measure == "p95_us"; };
+  return std::any_of(definition.objectives.begin(), definition.objectives.end(),
+                     [&](const StudyObjective& objective) { return latency(objective.measure); }) ||
+         std::any_of(definition.constraints.begin(), definition.constraints.end(),
+                     [&](const StudyConstraint& constraint) { return latency(constraint.measure); });
+}
+
+// What the workers share.
+struct StudyRun {
+  std::string study;
+  StudyDefinition definition;
+  std::vector<StudyTrialView> warm;  // the --from-study trials
+  std::vector<tune::ParamValues> grid;
+  std::string home;
+  int threads_per_trial = 1;
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  const StudyCallbacks* callbacks = nullptr;
+
+  std::mutex mutex;  // guards what follows and serializes the callbacks
+  Status abort;      // set once: the study stops with it
+  int trials_run = 0;
+  int failures_before_any_success = 0;
+  bool any_complete = false;
+  std::atomic<bool> stop{false};                                 // no new trial starts
+  std::vector<std::unique_ptr<std::atomic<bool>>> trial_cancel;  // per worker: stop its trial
+  std::vector<std::string> stop_reason;                          // per worker: why, when set
+};
+
+// The trainer's validation metric per round (always to minimize), judged by the pruner against
+// the study's other trials, re-read from the store at most once a second.
+class PruningMonitor {
+ public:
+  PruningMonitor(registry::Registry& registry, const StudyRun& run, registry::StudyTrial& trial)
+      : registry_(registry), run_(run), trial_(trial), pruner_(make_pruner(run.definition.pruner)) {}
+
+  // True when the trial should stop.
+  bool on_round(const train::RoundMetrics& round) {
+    if (!std::isfinite(round.validation)) return false;
+    trial_.intermediate[round.round + 1] = round.validation;
+    if (!pruner_) return false;
+    auto now = std::chrono::steady_clock::now();
+    if (now - refreshed_ > std::chrono::seconds(1)) {
+      refresh_others();
+      refreshed_ = now;
+    }
+    tune::Trial mine;
+    mine.number = static_cast<int>(trial_.number);
+    for (const auto& [step, value] : trial_.intermediate) mine.intermediate[static_cast<int>(step)] = value;
+    for (const auto& [step, value] : trial_.rung_values) mine.rung_values[static_cast<int>(step)] = value;
+    const std::size_t rungs_before = mine.rung_values.size();
+    bool prune = pruner_->should_prune(mine, others_, tune::Direction::kMinimize);
+    if (mine.rung_values.size() != rungs_before) {
+      for (const auto& [step, value] : mine.rung_values) trial_.rung_values[step] = value;
+      // Other workers judge their trials by this one's rungs.
+      if (auto status = registry_.studies().record_progress(run_.study, trial_); !status.ok()) {
+        log_warn("trial " + std::to_string(trial_.number) + ": " + status.message());
+      }
+    }
+    if (prune) pruned_at_ = round.round + 1;
+    return prune;
+  }
+  int pruned_at() const { return pruned_at_; }
+
+ private:
+  void refresh_others() {
+    auto stored = registry_.studies().trials(run_.study);
+    if (!stored.ok()) return;  // judge by what was read last
+    others_.clear();
+    for (const auto& trial : *stored) {
+      if (trial.number == trial_.number) continue;
+      tune::Trial other;
+      other.number = static_cast<int>(trial.number);
+      other.state = tune_state(trial.state);
+      for (const auto& [step, value] : trial.intermediate) other.intermediate[static_cast<int>(step)] = value;
+      for (const auto& [step, value] : trial.rung_values) other.rung_values[static_cast<int>(step)] = value;
+      if (other.state == tune::TrialState::kComplete && !other.intermediate.empty()) {
+        other.value = other.intermediate.rbegin()->second;
+      }
+      others_.push_back(std::move(other));
+    }
+  }
+
+  registry::Registry& registry_;
+  const StudyRun& run_;
+  registry::StudyTrial& trial_;
+  std::unique_ptr<tune::Pruner> pruner_;
+  std::vector<tune::Trial> others_;
+  std::chrono::steady_clock::time_point refreshed_{};
+  int pruned_at_ = 0;
+};
+
+TrainSpec trial_spec(const StudyRun& run, const registry::StudyTrial& trial) {
+  TrainSpec spec = run.definition.spec;
+  for (const auto& [name, value] : trial.params) spec.params.push_back(name + "=" + value);
+  if (run.definition.pruner != "none") {
+    // The pruner judges the validation metric per round, which gbdt computes with early stopping
+    // on; with the most patience allowed it only holds the validation rows out.
+    bool set = std::any_of(spec.params.begin(), spec.params.end(),
+                           [](const std::string& pair) { return pair.starts_with("early_stopping_rounds="); });
+    if (!set) spec.params.emplace_back("early_stopping_rounds=100000");
+  }
+  if (spec.experiment == "default") spec.experiment = run.study;
+  spec.threads = run.threads_per_trial;
+  spec.bundle_out.clear();
+  spec.run_id.clear();
+  return spec;
+}
+
+// Trains one trial and records how it ended. An error return stops the study.
+// `claim_ms`: how long claiming it took (reading the trials, sampling, recording), the study's
+// own overhead per trial.
+Status run_trial(registry::Registry& registry, StudyRun& run, registry::StudyTrial trial, std::size_t worker,
+                 double claim_ms) {
+  std::atomic<bool>& cancel = *run.trial_cancel[worker];
+  PruningMonitor monitor(registry, run, trial);
+  TrainCallbacks callbacks;
+  callbacks.cancel = &cancel;
+  callbacks.on_run_started = [&](const std::string& run_id) {
+    trial.run_id = run_id;
+    Status tagged = registry.runs().set_tags(
+        run_id, {{"slipway.study", run.study}, {"slipway.trial", std::to_string(trial.number)}});
+    Status linked = registry.studies().set_trial_run(run.study, trial.number, run_id);
+    if (!tagged.ok() || !linked.ok()) log_warn("run " + run_id + ": " + (tagged.ok() ? linked : tagged).message());
+  };
+  callbacks.on_round = [&](const train::RoundMetrics& round, int) {
+    if (monitor.on_round(round)) cancel = true;
+  };
+  const TrainSpec spec = trial_spec(run, trial);
+  auto outcome = run_training(registry, spec, callbacks);
+
+  Status stops_study;
+  if (outcome.ok()) {
+    trial.measures.clear();
+    for (const auto& [name, value] : outcome->evaluation.overall.values) trial.measures[name] = value;
+    add_slice_measures(run.definition, outcome->evaluation, trial.measures);
+    trial.measures["train_s"] = outcome->train_seconds;
+    trial.measures["claim_ms"] = claim_ms;
+    std::error_code size_error;
+    auto bytes = std::filesystem::file_size(registry.artifacts().path_for(outcome->bundle_sha256), size_error);
+    trial.measures["bundle_kb"] = size_error ? std::numeric_limits<double>::quiet_NaN() : bytes / 1024.0;
+    if (wants_latency(run.definition)) {
+      auto latency = serving_latency_us(outcome->summary.bundle, outcome->held_out, spec);
+      if (latency.ok()) {
+        trial.measures["p50_us"] = latency->first;
+        trial.measures["p95_us"] = latency->second;
+      } else {
+        trial.message = "latency not measured: " + latency.status().message();
+      }
+    }
+    trial.state = "complete";
+    for (const auto& objective : run.definition.objectives) {
+      auto found = trial.measures.find(objective.measure);
+      if (found == trial.measures.end()) {
+        std::vector<std::string> measured;
+        for (const auto& [name, value] : trial.measures) measured.push_back(name);
+        stops_study = invalid_argument("objective '" + objective.measure + "' is not measured for this task (" +
+                                       join(measured, ", ") + " are)");
+        trial.state = "failed";
+        trial.message = stops_study.message();
+      } else if (std::isnan(found->second)) {
+        trial.state = "failed";
+        trial.message = "objective " + objective.measure + " is NaN";
+      }
+    }
+  } else if (monitor.pruned_at() > 0) {
+    trial.state = "pruned";
+    trial.message = "pruned at round " + std::to_string(monitor.pruned_at());
+  } else if (cancel) {
+    trial.state = "failed";
+    std::lock_guard lock(run.mutex);
+    trial.message = std::string(kInterrupted) + ": " + run.stop_reason[worker];
+  } else {
+    trial.state = "failed";
+    trial.message = outcome.status().message();
+  }
+  // The record must be written even when the study is stopping: a trial left running would be
+  // taken for an interrupted one and run again.
+  Status finished = registry.studies().finish_trial(run.study, trial);
+
+  std::lock_guard lock(run.mutex);
+  ++run.trials_run;
+  if (trial.state == "complete") run.any_complete = true;
+  if (trial.state == "failed" && !interrupted(trial) && !run.any_complete &&
+      ++run.failures_before_any_success >= kFailuresBeforeGivingUp && stops_study.ok()) {
+    stops_study = failed_precondition("the study's first " + std::to_string(kFailuresBeforeGivingUp) +
+                                      " trials failed; the last: " + trial.message);
+  }
+  if (!finished.ok()) stops_study = finished;
+  if (run.callbacks->on_trial_finished) {
+    auto stored = registry.studies().trials(run.study);
+    if (stored.ok()) {
+      StudyResult progress = study_of(run.study, run.definition, std::move(*stored));
+      progress.trials_run = run.trials_run;
+      run.callbacks->on_trial_finished(view_of(run.definition, trial), progress);
+    }
+  }
+  return stops_study;
+}
+
+void run_worker(StudyRun& run, std::size_t worker) {
+  auto fail = [&](Status status) {
+    std::lock_guard lock(run.mutex);
+    if (run.abort.ok()) run.abort = std::move(status);
+    run.stop = true;
+  };
+  auto opened = registry::Registry::open(run.home, false);
+  if (!opened.ok()) return fail(opened.status());
+  registry::Registry& registry = **opened;
+  while (!run.stop) {
+    const auto claim_started = std::chrono::steady_clock::now();
+    auto claimed = registry.studies().claim_trial(run.study, [&](const std::vector<registry::StudyTrial>& stored) {
+      return choose_trial(run.definition, run.warm, run.grid, stored);
+    });
+    if (!claimed.ok()) return fail(claimed.status());
+    if (!*claimed) return;
+    const double claim_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - claim_started).count();
+    *run.trial_cancel[worker] = false;
+    {
+      std::lock_guard lock(run.mutex);
+      if (run.stop) *run.trial_cancel[worker] = true;  // stopped between the claim and now
+      if (run.callbacks->on_trial_started) run.callbacks->on_trial_started(**claimed);
+    }
+    if (auto status = run_trial(registry, run, std::move(**claimed), worker, claim_ms); !status.ok())
+      return fail(status);
+  }
+}
+
+Result<StudyDefinition> stored_definition(registry::Registry& registry, const std::string& study) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto record, registry.studies().get(study));
+  if (!record) return not_found("no study named '" + study + "' (slipway studies lists them)");
+  return parse_definition(record->definition, study);
+}
+
+// The metric a task is watched in (eval::watched_metric), for the task training will infer from
+// the target as it does: logistic and two values are binary, more than two texts multiclass,
+// other numbers regression, unless the family's objective parameter says.
+Result<StudyObjective> default_objective(const TrainSpec& spec) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto params, parse_key_values(spec.params));
+  std::string objective = params.count("objective") ? params.at("objective") : "auto";
+  model::Task task = model::Task::kRegression;
+  if (spec.model == "logistic" || objective == "binary:logistic") {
+    task = model::Task::kBinaryClassification;
+  } else if (objective == "multi:softmax") {
+    task = model::Task::kMulticlassClassification;
+  } else if (objective == "auto" && spec.model != "linear") {
+    SLIPWAY_ASSIGN_OR_RETURN(data::Table table, read_table(spec.data));
+    SLIPWAY_ASSIGN_OR_RETURN(std::size_t index, table.column_index(spec.target));
+    const data::Column& target = table.column(index);
+    std::set<std::string> values;
+    for (std::size_t row = 0; row < target.size() && values.size() <= 2; ++row) {
+      if (!target.is_missing(row)) values.insert(target.text_at(row));
+    }
+    if (values.size() == 2) task = model::Task::kBinaryClassification;
+    if (values.size() > 2 && target.type != data::ColumnType::kNumeric) task = model::Task::kMulticlassClassification;
+  }
+  return parse_study_objective(std::string(eval::watched_metric(task)));
+}
+
+// Creates the study, or checks the stored one against `definition`; returns the definition to run.
+Result<StudyDefinition> open_study(registry::Registry& registry, const StudyRequest& request) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto record, registry.studies().get(request.study));
+  if (request.resume) {
+    if (!record) return not_found("no study named '" + request.study + "' to resume (slipway studies lists them)");
+    SLIPWAY_ASSIGN_OR_RETURN(StudyDefinition definition, parse_definition(record->definition, request.study));
+    if (request.trials_given) definition.trials = request.definition.trials;
+    SLIPWAY_RETURN_IF_ERROR(check_definition(definition));
+    return definition;
+  }
+  StudyDefinition definition = request.definition;
+  if (definition.objectives.empty()) {
+    SLIPWAY_RETURN_IF_ERROR(check_train_spec(definition.spec));
+    SLIPWAY_ASSIGN_OR_RETURN(StudyObjective objective, default_objective(definition.spec));
+    definition.objectives.push_back(std::move(objective));
+  }
+  SLIPWAY_RETURN_IF_ERROR(check_definition(definition));
+  if (!definition.from_study.empty()) {
+    if (definition.from_study == request.study) return invalid_argument("--from-study names the study itself");
+    SLIPWAY_RETURN_IF_ERROR(stored_definition(registry, definition.from_study).status());
+  }
+  const std::string sha = definition_sha256(definition);
+  if (record && record->definition_sha256 == sha && !request.force) return definition;
+  if (record && !request.force) {
+    return already_exists("study '" + request.study +
+                          "' exists with another definition (space, objectives, sampler, pruner or training spec); "
+                          "continue it with --resume, pick another name, or start it over with --force");
+  }
+  registry::StudyRecord created;
+  created.name = request.study;
+  created.definition = definition_yaml(definition, /*with_trials=*/true);
+  created.definition_sha256 = sha;
+  SLIPWAY_RETURN_IF_ERROR(registry.studies().create(created, request.force));
+  return definition;
+}
+
+// The earlier study's complete trials, measured the way this study measures them.
+Result<std::vector<StudyTrialView>> warm_start_trials(registry::Registry& registry, const StudyDefinition& definition) {
+  std::vector<StudyTrialView> warm;
+  if (definition.from_study.empty()) return warm;
+  SLIPWAY_ASSIGN_OR_RETURN(auto trials, registry.studies().trials(definition.from_study));
+  for (auto& trial : trials) {
+    if (trial.state != "complete") continue;
+    // Only parameters of this space carry over; a trial outside its ranges still informs TPE.
+    std::map<std::string, std::string> kept;
+    for (const auto& param : definition.space.params) {
+      auto found = trial.params.find(param.name);
+      if (found != trial.params.end()) kept.insert(*found);
+    }
+    trial.params = std::move(kept);
+    StudyTrialView view = view_of(definition, std::move(trial));
+    if (usable(view)) warm.push_back(std::move(view));
+  }
+  return warm;
+}
+
+}  // namespace
+
+Result<StudyObjective> parse_study_objective(const std::string& text) {
+  StudyObjective objective;
+  std::string measure = text;
+  std::optional<bool> maximize;
+  if (auto colon = text.rfind(':'); colon != std::string::npos) {
+    std::string direction = text.substr(colon + 1);
+    if (direction != "maximize" && direction != "minimize") {
+      return invalid_argument("objective '" + text + "': the direction after ':' is maximize or minimize");
+    }
+    maximize = direction == "maximize";
+    measure = text.substr(0, colon);
+  }
+  if (measure.empty() || has_control_characters(measure)) return invalid_argument("an objective names a measure");
+  SLIPWAY_ASSIGN_OR_RETURN(std::string metric, measure_metric(measure));
+  objective.measure = measure;
+  objective.maximize = maximize.value_or(measure_maximized(metric));
+  return objective;
+}
+
+Result<StudyConstraint> parse_study_constraint(const std::string& text) {
+  StudyConstraint constraint;
+  std::size_t at = text.find("<=");
+  constraint.at_most = at != std::string::npos;
+  if (!constraint.at_most) at = text.find(">=");
+  if (at == std::string::npos || at == 0) {
+    return invalid_argument("constraint '" + text + "': write MEASURE<=LIMIT or MEASURE>=LIMIT, such as p95_us<=50");
+  }
+  constraint.measure = text.substr(0, at);
+  if (has_control_characters(constraint.measure)) return invalid_argument("a constraint names a measure");
+  SLIPWAY_RETURN_IF_ERROR(measure_metric(constraint.measure).status());
+  std::string limit = text.substr(at + 2);
+  char* end = nullptr;
+  constraint.limit = std::strtod(limit.c_str(), &end);
+  if (limit.empty() || *end != '\0' || !std::isfinite(constraint.limit)) {
+    return invalid_argument("constraint '" + text + "': the limit must be a finite number");
+  }
+  return constraint;
+}
+
+Result<StudyResult> run_study(registry::Registry& registry, const StudyRequest& request,
+                              const StudyCallbacks& callbacks) {
+  SLIPWAY_RETURN_IF_ERROR(check_request(request));
+  act_as(registry, request.caller);
+  SLIPWAY_ASSIGN_OR_RETURN(StudyDefinition definition, open_study(registry, request));
+  SLIPWAY_ASSIGN_OR_RETURN(auto abandoned, registry.studies().fail_abandoned_trials(request.study));
+  if (!abandoned.empty()) {
+    log_info("study " + request.study + ": " + std::to_string(abandoned.size()) +
+             " trial(s) whose process is gone marked failed; each runs again once");
+  }
+
+  StudyRun run;
+  run.study = request.study;
+  run.definition = definition;
+  run.home = registry.home();
+  run.callbacks = &callbacks;
+  SLIPWAY_ASSIGN_OR_RETURN(run.warm, warm_start_trials(registry, definition));
+  if (definition.sampler == "grid") {
+    SLIPWAY_ASSIGN_OR_RETURN(run.grid, tune::grid_points(definition.space, kGridFloatPoints));
+  }
+  const int threads = definition.spec.threads > 0 ? definition.spec.threads : default_thread_count();
+  run.threads_per_trial = std::max(1, threads / request.parallel);
+  const auto started = std::chrono::steady_clock::now();
+  if (request.budget_seconds) {
+    run.deadline = started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                 std::chrono::duration<double>(*request.budget_seconds));
+  }
+  std::string stopped = "trials";
+  for (int worker = 0; worker < request.parallel; ++worker) {
+    run.trial_cancel.push_back(std::make_unique<std::atomic<bool>>(false));
+    run.stop_reason.emplace_back();
+  }
+  std::atomic<int> running{request.parallel};
+  std::vector<std::thread> workers;
+  for (int worker = 0; worker < request.parallel; ++worker) {
+    workers.emplace_back([&run, &running, worker] {
+      run_worker(run, static_cast<std::size_t>(worker));
+      --running;
+    });
+  }
+  // Watches the budget and the caller's cancel; stops every running trial when either ends.
+  while (running > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::string reason;
+    if (callbacks.cancel != nullptr && callbacks.cancel->load()) reason = "cancelled";
+    if (reason.empty() && run.deadline && std::chrono::steady_clock::now() >= *run.deadline) reason = "budget";
+    if (reason.empty() || run.stop) continue;
+    std::lock_guard lock(run.mutex);
+    stopped = reason;
+    run.stop = true;
+    for (std::size_t worker = 0; worker < run.trial_cancel.size(); ++worker) {
+      run.stop_reason[worker] = reason == "budget" ? "the study's time budget ended" : "the study was cancelled";
+      *run.trial_cancel[worker] = true;
+    }
+  }
+  for (auto& worker : workers) worker.join();
+  if (!run.abort.ok()) return run.abort;
+
+  SLIPWAY_ASSIGN_OR_RETURN(StudyResult result, read_study(registry, request.study));
+  result.trials_run = run.trials_run;
+  result.stopped = stopped;
+  if (!request.register_as.empty()) {
+    if (definition.objectives.size() != 1) {
+      return invalid_argument("--register takes a study with one objective; a Pareto front has no single best");
+    }
+    if (result.best.empty())
+      return failed_precondition("no trial completed within the constraints: nothing to register");
+    const StudyTrialView& best = result.trials[static_cast<std::size_t>(result.best.front())];
+    SLIPWAY_ASSIGN_OR_RETURN(auto best_run, registry.runs().get(best.trial.run_id));
+    SLIPWAY_ASSIGN_OR_RETURN(result.registered, registry.models().register_version(
+                                                    request.register_as, best_run.bundle_sha256, best.trial.run_id));
+  }
+  return result;
+}
+
+Result<StudyResult> read_study(registry::Registry& registry, const std::string& study) {
+  SLIPWAY_ASSIGN_OR_RETURN(StudyDefinition definition, stored_definition(registry, study));
+  SLIPWAY_ASSIGN_OR_RETURN(auto trials, registry.studies().trials(study));
+  return study_of(study, definition, std::move(trials));
+}
+
+Result<std::string> narrowed_study_space(registry::Registry& registry, const std::string& study, double top_fraction) {
+  SLIPWAY_ASSIGN_OR_RETURN(StudyResult result, read_study(registry, study));
+  std::vector<tune::Trial> trials;
+  const StudyObjective& objective = result.definition.objectives.front();
+  for (const auto& view : result.trials) {
+    if (!usable(view)) continue;
+    tune::Trial trial;
+    trial.number = static_cast<int>(view.trial.number);
+    trial.params = view.trial.params;
+    trial.state = tune::TrialState::kComplete;
+    trial.value = view.objective_values.front();
+    trials.push_back(std::move(trial));
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(
+      tune::SearchSpace narrowed,
+      tune::narrow_search_space(result.definition.space, trials,
+                                objective.maximize ? tune::Direction::kMaximize : tune::Direction::kMinimize,
+                                top_fraction));
+  return tune::search_space_yaml(narrowed);
+}
+
+void write_study_json(JsonWriter& json, const StudyResult& study) {
+  const StudyDefinition& definition = study.definition;
+  json.begin_object();
+  json.key("study").value(study.study);
+  json.key("model").value(definition.spec.model);
+  json.key("sampler").value(definition.sampler);
+  json.key("pruner").value(definition.pruner);
+  json.key("objectives").begin_array();
+  for (const auto& objective : definition.objectives) {
+    json.begin_object().key("measure").value(objective.measure).key("direction");
+    json.value(objective.maximize ? "maximize" : "minimize").end_object();
+  }
+  json.end_array();
+  json.key("constraints").begin_array();
+  for (const auto& constraint : definition.constraints) json.value(constraint_text(constraint));
+  json.end_array();
+  json.key("trials_planned").value(definition.trials);
+  if (!study.stopped.empty()) json.key("trials_run").value(study.trials_run).key("stopped").value(study.stopped);
+  std::map<std::string, int> states;
+  for (const auto& view : study.trials) ++states[view.trial.state];
+  json.key("trial_states").begin_object();
+  for (const auto& [state, count] : states) json.key(state).value(count);
+  json.end_object();
+  json.key("best").begin_array();
+  for (auto number : study.best) json.value(number);
+  json.end_array();
+  json.key("importance").begin_object();
+  for (const auto& [name, share] : study.importance) json.key(name).value(share);
+  json.end_object();
+  if (study.registered) {
+    json.key("registered").begin_object().key("model").value(study.registered->model);
+    json.key("version").value(study.registered->version).end_object();
+  }
+  json.key("trials").begin_array();
+  for (const auto& view : study.trials) {
+    const auto& trial = view.trial;
+    json.begin_object().key("number").value(trial.number).key("state").value(trial.state);
+    json.key("params").begin_object();
+    for (const auto& [name, value] : trial.params) json.key(name).value(value);
+    json.end_object();
+    json.key("values").begin_array();
+    for (double value : view.objective_values) json.value(value);
+    json.end_array();
+    json.key("feasible").value(view.feasible);
+    json.key("measures").begin_object();
+    for (const auto& [name, value] : trial.measures) json.key(name).value(value);
+    json.end_object();
+    if (!trial.intermediate.empty()) {
+      json.key("last_step").value(trial.intermediate.rbegin()->first);
+    }
+    json.key("run_id").value(trial.run_id).key("message").value(trial.message);
+    if (trial.retry_of >= 0) json.key("retry_of").value(trial.retry_of);
+    double seconds = trial.finished_ms > 0 ? static_cast<double>(trial.finished_ms - trial.started_ms) / 1000.0 : 0.0;
+    json.key("seconds").value(seconds);
+    json.end_object();
+  }
+  json.end_array();
+  json.end_object();
+}
+
+}  // namespace slipway::pipeline
