@@ -77,7 +77,7 @@ report() {  # name target metric direction
   "$slipway" --home "$home" init > /dev/null
   local -a common=(--data "$train" --valid "$valid" --target "$target" --model gbdt --param rounds=100
                    --space "$here/tune_study_space.yaml" --trials "$trials" --objective "$metric:$direction"
-                   --json --no-progress -q)
+                   --json --no-progress --no-cache -q)
   : > "$work/$name.rows"
   for seed in $(seq 1 "$seeds"); do
     local tpe random optuna asha full

@@ -305,14 +305,16 @@ void write_reproduction_json(JsonWriter& json, const Reproduction& reproduction)
 // ---------------------------------------------------------------------------------------------
 // Lineage: the workspace as a graph in the ML Metadata model's terms. Artifacts (data sets by
 // content fingerprint, bundles, model versions, gate reports), executions (train and import runs,
-// optimize, batch scoring jobs, retrainings), contexts (experiments, aliases, endpoints), and edges for the events
-// between them (an execution's inputs and outputs, a version's bundle, what points or routes to a version).
+// optimize, batch scoring jobs, retrainings, studies and their trials), contexts (experiments, aliases, endpoints), and
+// edges for the events between them (an execution's inputs and outputs, a version's bundle, what points or routes to a
+// version).
 
 struct LineageNode {
   std::string id;    // "data:<fingerprint>", "run:<id>", "bundle:<sha256>", "version:<model>@<n>",
                      // "alias:<model>@<alias>", "endpoint:<name>", "gate:<sha256>", "experiment:<name>",
-                     // "batch:<job key>", "retrain:<id>"
-  std::string type;  // data, run, bundle, version, alias, endpoint, gate, experiment, batch, retrain
+                     // "batch:<job key>", "retrain:<id>", "study:<name>", "trial:<study>#<number>"
+  std::string type;  // data, run, bundle, version, alias, endpoint, gate, experiment, batch, retrain, study,
+                     // trial
   std::string label;
   std::map<std::string, std::string> properties;
 };

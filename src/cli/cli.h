@@ -55,11 +55,14 @@ struct TuneOptions {
   int trials = 20;
   int parallel = 1;
   bool force = false;
-  bool progress = true;  // a line per finished trial on stderr
+  bool use_cache = true;  // a trial whose inputs match an earlier run reuses its bundle
+  bool auto_ml = false;   // --auto: pipeline::run_automl across model families
+  bool progress = true;   // a line per finished trial on stderr
 };
 int run_tune(const GlobalOptions& global, const TuneOptions& flags, const std::vector<std::string>& given);
 int run_studies(const GlobalOptions& global);
-int run_study_show(const GlobalOptions& global, const std::string& study);
+// With `html`, also writes the study as an HTML page (history, front, importance, trials).
+int run_study_show(const GlobalOptions& global, const std::string& study, const std::string& html);
 struct StudyNarrowOptions {
   std::string study, out;
   double top_fraction = 0.2;

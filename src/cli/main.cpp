@@ -161,6 +161,13 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
                            "Register the best trial's bundle as a version of this model");
   tune_command->add_flag("--force", tune.force,
                          "Start a study of this name over with a new definition (its trials are dropped from it)");
+  tune_command->add_flag("--auto", tune.auto_ml,
+                         "AutoML: infer the task, spend --budget across model families (logistic or linear, gbdt, "
+                         "mlp) by successive halving, print a leaderboard, --register the winner");
+  bool tune_no_cache = false;
+  tune_command->add_flag("--no-cache", tune_no_cache,
+                         "Train every trial, even one whose inputs match an earlier run (by default its bundle is "
+                         "reused)");
   bool tune_no_progress = false;
   tune_command->add_flag("--no-progress", tune_no_progress, "No line per finished trial on stderr");
 
@@ -170,6 +177,9 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   std::string study_name;
   auto* study_show = study_command->add_subcommand("show", "Every trial, the best (or the Pareto front), importance");
   study_show->add_option("STUDY", study_name, "The study")->required();
+  std::string study_html;
+  study_show->add_option("--html", study_html,
+                         "Also write an HTML page: the optimization history, the Pareto front, importance, trials");
   StudyNarrowOptions narrow;
   auto* study_narrow = study_command->add_subcommand(
       "narrow", "Write the search space narrowed to what the study's best trials used (for --space of the next)");
@@ -855,10 +865,11 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       if (option->count() > 0) given.push_back(option->get_lnames().empty() ? "" : option->get_lnames().front());
     }
     tune.progress = !tune_no_progress;
+    tune.use_cache = !tune_no_cache;
     return run_tune(global, tune, given);
   }
   if (app.got_subcommand("studies")) return run_studies(global);
-  if (study_show->parsed()) return run_study_show(global, study_name);
+  if (study_show->parsed()) return run_study_show(global, study_name, study_html);
   if (study_narrow->parsed()) return run_study_narrow(global, narrow);
   if (eval_command->parsed()) return run_eval(global, reference, data_path, slice, !eval_no_cache);
   if (compare_command->parsed()) return run_compare(global, compare);

@@ -54,6 +54,133 @@ std::string objectives_text(const pipeline::StudyDefinition& definition) {
   return text;
 }
 
+std::string html_escaped(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+// A scatter of (x, y) points with axis labels as inline SVG; `line` joins `line_points` (the best
+// so far) over them.
+std::string svg_scatter(const std::vector<std::pair<double, double>>& points,
+                        const std::vector<std::pair<double, double>>& line_points, const std::string& x_label,
+                        const std::string& y_label, const std::vector<std::string>& titles) {
+  constexpr double kWidth = 640, kHeight = 320, kLeft = 70, kBottom = 40, kTop = 10, kRight = 10;
+  double x_low = INFINITY, x_high = -INFINITY, y_low = INFINITY, y_high = -INFINITY;
+  for (const auto& [x, y] : points) {
+    x_low = std::min(x_low, x), x_high = std::max(x_high, x), y_low = std::min(y_low, y), y_high = std::max(y_high, y);
+  }
+  if (points.empty()) return "<p>No complete trial yet.</p>\n";
+  if (x_high <= x_low) x_high = x_low + 1;
+  if (y_high <= y_low) y_high = y_low + std::max(1e-9, std::abs(y_low) * 1e-3);
+  auto sx = [&](double x) { return kLeft + (x - x_low) / (x_high - x_low) * (kWidth - kLeft - kRight); };
+  auto sy = [&](double y) { return kHeight - kBottom - (y - y_low) / (y_high - y_low) * (kHeight - kBottom - kTop); };
+  std::string svg =
+      fmt::format(R"(<svg width="{}" height="{}" viewBox="0 0 {} {}" role="img">)", kWidth, kHeight, kWidth, kHeight);
+  svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#999"/>)", kLeft, kTop,
+                     kWidth - kLeft - kRight, kHeight - kBottom - kTop);
+  for (int tick = 0; tick <= 4; ++tick) {
+    double y = y_low + (y_high - y_low) * tick / 4, x = x_low + (x_high - x_low) * tick / 4;
+    svg +=
+        fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="end">{:.4g}</text>)", kLeft - 4, sy(y) + 4, y);
+    svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="middle">{:.4g}</text>)", sx(x),
+                       kHeight - kBottom + 14, x);
+  }
+  svg += fmt::format(R"(<text x="{}" y="{}" font-size="12" text-anchor="middle">{}</text>)", (kWidth + kLeft) / 2,
+                     kHeight - 6, html_escaped(x_label));
+  svg += fmt::format(
+      R"svg(<text x="14" y="{}" font-size="12" text-anchor="middle" transform="rotate(-90 14 {})">{}</text>)svg",
+      kHeight / 2, kHeight / 2, html_escaped(y_label));
+  if (!line_points.empty()) {
+    std::string path;
+    for (const auto& [x, y] : line_points)
+      path += fmt::format("{}{:.1f},{:.1f}", path.empty() ? "M" : " L", sx(x), sy(y));
+    svg += R"(<path d=")" + path + R"(" fill="none" stroke="#d62728" stroke-width="2"/>)";
+  }
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    svg += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="4" fill="#1f77b4"><title>{}</title></circle>)",
+                       sx(points[i].first), sy(points[i].second), html_escaped(i < titles.size() ? titles[i] : ""));
+  }
+  return svg + "</svg>\n";
+}
+
+// The study as one self-contained HTML page: the optimization history (each complete trial's
+// first objective and the best so far), the Pareto front for two objectives, parameter
+// importance, and every trial.
+std::string study_html(const pipeline::StudyResult& study) {
+  const auto& definition = study.definition;
+  const auto& first = definition.objectives.front();
+  std::string page = "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>Study " + html_escaped(study.study) +
+                     "</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+                     "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}</style></head><body>\n";
+  page += "<h1>Study " + html_escaped(study.study) + "</h1>\n<p>" + html_escaped(definition.spec.model) + ", " +
+          html_escaped(definition.sampler) + " sampler, " + html_escaped(definition.pruner) +
+          " pruner; objectives: " + html_escaped(objectives_text(definition)) + "</p>\n";
+  std::vector<std::pair<double, double>> history, best_line;
+  std::vector<std::string> titles;
+  double best = NAN;
+  for (const auto& view : study.trials) {
+    if (view.objective_values.empty() || !std::isfinite(view.objective_values[0])) continue;
+    double value = view.objective_values[0];
+    auto number = static_cast<double>(view.trial.number);
+    history.emplace_back(number, value);
+    titles.push_back("trial " + std::to_string(view.trial.number) + ": " + params_text(view.trial.params));
+    if (view.feasible && (std::isnan(best) || (first.maximize ? value > best : value < best))) best = value;
+    if (!std::isnan(best)) best_line.emplace_back(number, best);
+  }
+  page += "<h2>Optimization history</h2>\n" + svg_scatter(history, best_line, "trial", first.measure, titles);
+  if (definition.objectives.size() >= 2) {
+    std::vector<std::pair<double, double>> all, front;
+    std::vector<std::string> front_titles;
+    for (const auto& view : study.trials) {
+      if (view.objective_values.size() < 2) continue;
+      bool on_front = std::find(study.best.begin(), study.best.end(), view.trial.number) != study.best.end();
+      (on_front ? front : all).emplace_back(view.objective_values[0], view.objective_values[1]);
+      if (on_front) front_titles.push_back("trial " + std::to_string(view.trial.number));
+    }
+    std::sort(front.begin(), front.end());
+    all.insert(all.end(), front.begin(), front.end());
+    page += "<h2>Pareto front</h2>\n" +
+            svg_scatter(all, front, definition.objectives[0].measure, definition.objectives[1].measure, {});
+  }
+  if (!study.importance.empty()) {
+    page += "<h2>Parameter importance</h2>\n<table><tr><th>parameter</th><th>share</th></tr>\n";
+    for (const auto& [name, share] : study.importance) {
+      page += fmt::format(
+          "<tr><td>{}</td><td><svg width=\"200\" height=\"12\"><rect width=\"{:.0f}\" height=\"12\" "
+          "fill=\"#1f77b4\"/></svg> {:.0f}%</td></tr>\n",
+          html_escaped(name), share * 200, share * 100);
+    }
+    page += "</table>\n";
+  }
+  page += "<h2>Trials</h2>\n<table><tr><th>trial</th><th>state</th><th>value</th><th>params</th><th>note</th></tr>\n";
+  for (const auto& view : study.trials) {
+    bool marked = std::find(study.best.begin(), study.best.end(), view.trial.number) != study.best.end();
+    page += "<tr><td>" + std::to_string(view.trial.number) + (marked ? " *" : "") + "</td><td>" +
+            html_escaped(view.trial.state) + "</td><td>" + html_escaped(values_text(view)) + "</td><td>" +
+            html_escaped(params_text(view.trial.params)) + "</td><td>" + html_escaped(view.trial.message) +
+            "</td></tr>\n";
+  }
+  return page + "</table>\n</body></html>\n";
+}
+
 void print_trials(std::ostream& out, const pipeline::StudyResult& study,
                   const std::vector<const pipeline::StudyTrialView*>& views) {
   // What the constraints bound, beside the objectives' values.
@@ -188,6 +315,7 @@ Result<pipeline::StudyRequest> tune_request(const TuneOptions& flags, const std:
   }
   pipeline::StudyDefinition& definition = request.definition;
   definition.trials = flags.trials;
+  definition.spec.use_cache = flags.use_cache;
   if (request.resume) return request;
 
   pipeline::TrainSpec& spec = definition.spec;
@@ -229,14 +357,15 @@ Result<pipeline::StudyRequest> tune_request(const TuneOptions& flags, const std:
   return request;
 }
 
-Result<StudyOutput> tune(const GlobalOptions& global, const TuneOptions& flags,
-                         const std::vector<std::string>& given_flags) {
-  SLIPWAY_ASSIGN_OR_RETURN(pipeline::StudyRequest request, tune_request(flags, given_flags));
-  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kCreate));
+// A line on stderr per finished trial (with its study's name when several studies run).
+pipeline::StudyCallbacks progress_callbacks(const TuneOptions& flags, std::optional<double> budget_seconds,
+                                            bool name_the_study) {
   pipeline::StudyCallbacks callbacks;
+  if (!flags.progress) return callbacks;
+  // A line per trial says what each trial's log lines would: keep only warnings and errors.
+  set_log_level(LogLevel::kWarn);
   const auto started = std::chrono::steady_clock::now();
-  callbacks.on_trial_finished = [&](const pipeline::StudyTrialView& view, const pipeline::StudyResult& progress) {
-    if (!flags.progress) return;
+  callbacks.on_trial_finished = [=](const pipeline::StudyTrialView& view, const pipeline::StudyResult& progress) {
     int pruned = 0, failed = 0;
     for (const auto& trial : progress.trials) {
       pruned += trial.trial.state == "pruned" ? 1 : 0;
@@ -250,27 +379,110 @@ Result<StudyOutput> tune(const GlobalOptions& global, const TuneOptions& flags,
       best = std::to_string(progress.best.size()) + " on the front";
     }
     std::string left;
-    if (request.budget_seconds) {
+    if (budget_seconds) {
       double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      left = fmt::format("  {:.0f}s left", std::max(0.0, *request.budget_seconds - elapsed));
+      left = fmt::format("  {:.0f}s left", std::max(0.0, *budget_seconds - elapsed));
     }
     std::string outcome = view.trial.state == "complete" ? values_text(view) : view.trial.message;
-    std::cerr << fmt::format("trial {:>3} {:<8} {:<24} best {}  pruned {} failed {}{}  {}\n", view.trial.number,
-                             view.trial.state, outcome.substr(0, 60), best, pruned, failed, left,
-                             params_text(view.trial.params));
+    std::cerr << fmt::format("{}trial {:>3} {:<8} {:<24} best {}  pruned {} failed {}{}  {}\n",
+                             name_the_study ? progress.study + " " : "", view.trial.number, view.trial.state,
+                             outcome.substr(0, 60), best, pruned, failed, left, params_text(view.trial.params));
   };
-  // A line per trial says what each trial's log lines would: keep only warnings and errors.
-  if (flags.progress) set_log_level(LogLevel::kWarn);
-  stop_requested = false;
-  callbacks.cancel = &stop_requested;
-  auto previous_interrupt = std::signal(SIGINT, on_stop_signal);
-  auto previous_terminate = std::signal(SIGTERM, on_stop_signal);
-  auto result = pipeline::run_study(*store, request, callbacks);
-  std::signal(SIGINT, previous_interrupt);
-  std::signal(SIGTERM, previous_terminate);
-  if (!result.ok()) return result.status();
+  return callbacks;
+}
+
+// Ctrl-C and SIGTERM ask `callbacks` to stop while it lives.
+class StopOnSignal {
+ public:
+  explicit StopOnSignal(pipeline::StudyCallbacks& callbacks) {
+    stop_requested = false;
+    callbacks.cancel = &stop_requested;
+    previous_interrupt_ = std::signal(SIGINT, on_stop_signal);
+    previous_terminate_ = std::signal(SIGTERM, on_stop_signal);
+  }
+  StopOnSignal(const StopOnSignal&) = delete;
+  StopOnSignal& operator=(const StopOnSignal&) = delete;
+  ~StopOnSignal() {
+    std::signal(SIGINT, previous_interrupt_);
+    std::signal(SIGTERM, previous_terminate_);
+  }
+
+ private:
+  void (*previous_interrupt_)(int) = SIG_DFL;
+  void (*previous_terminate_)(int) = SIG_DFL;
+};
+
+Result<StudyOutput> tune(const GlobalOptions& global, const TuneOptions& flags,
+                         const std::vector<std::string>& given_flags) {
+  SLIPWAY_ASSIGN_OR_RETURN(pipeline::StudyRequest request, tune_request(flags, given_flags));
+  SLIPWAY_RETURN_IF_ERROR(pipeline::check_study_request(request));
+  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kCreate));
+  pipeline::StudyCallbacks callbacks = progress_callbacks(flags, request.budget_seconds, false);
+  StopOnSignal stop(callbacks);
+  SLIPWAY_ASSIGN_OR_RETURN(pipeline::StudyResult result, pipeline::run_study(*store, request, callbacks));
   StudyOutput output;
-  output.study = std::move(*result);
+  output.study = std::move(result);
+  return output;
+}
+
+struct AutoMlOutput : CommandResult {
+  pipeline::AutoMlResult result;
+
+  void write_json(JsonWriter& json) const override { pipeline::write_automl_json(json, result); }
+  void write_text(std::ostream& out) const override {
+    const auto& objective = result.objective;
+    out << "objective  " << objective.measure << (objective.maximize ? " (max)" : " (min)") << "; " << result.rungs
+        << " rungs of successive halving across families\n\n";
+    std::vector<std::vector<std::string>> rows;
+    int rank = 0;
+    for (const auto& entry : result.leaderboard) {
+      auto measure = [&](const char* name) {
+        if (!entry.best) return std::string("-");
+        auto found = entry.best->trial.measures.find(name);
+        return found == entry.best->trial.measures.end() ? std::string("-") : format_metric(found->second);
+      };
+      rows.push_back({std::to_string(++rank), entry.family, std::to_string(entry.trials),
+                      entry.best ? format_metric(entry.best->objective_values.front()) : "-", measure("p95_us"),
+                      measure("bundle_kb"), measure("train_s"), std::to_string(entry.last_rung),
+                      entry.study + (entry.error.empty() ? "" : " (" + entry.error + ")")});
+    }
+    print_table(out, {"rank", "model", "trials", objective.measure, "p95_us", "bundle_kb", "train_s", "rung", "study"},
+                rows);
+    if (result.registered) {
+      out << "\nregistered " << result.registered->model << " version " << result.registered->version << " ("
+          << result.leaderboard.front().family << ", run " << result.registered->run_id << ")\n";
+    }
+  }
+};
+
+Result<AutoMlOutput> automl(const GlobalOptions& global, const TuneOptions& flags,
+                            const std::vector<std::string>& given_flags) {
+  auto given = [&](const char* name) {
+    return std::find(given_flags.begin(), given_flags.end(), name) != given_flags.end();
+  };
+  for (const char* flag :
+       {"resume", "model", "space", "sampler", "pruner", "trials", "parallel", "from-study", "force"}) {
+    if (given(flag)) {
+      return invalid_argument(std::string("--auto chooses the models, their spaces and trials itself; --") + flag +
+                              " does not apply");
+    }
+  }
+  if (!given("budget")) return invalid_argument("--auto needs a --budget, such as 15m: it spends it across models");
+  TuneOptions study_flags = flags;
+  if (study_flags.study.empty()) study_flags.study = "automl";
+  SLIPWAY_ASSIGN_OR_RETURN(pipeline::StudyRequest request, tune_request(study_flags, given_flags));
+  pipeline::AutoMlRequest automl;
+  automl.study = request.study;
+  automl.spec = request.definition.spec;
+  automl.objectives = request.definition.objectives;
+  automl.constraints = request.definition.constraints;
+  automl.budget_seconds = request.budget_seconds.value_or(0);
+  automl.register_as = request.register_as;
+  SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kCreate));
+  pipeline::StudyCallbacks callbacks = progress_callbacks(flags, request.budget_seconds, true);
+  StopOnSignal stop(callbacks);
+  AutoMlOutput output;
+  SLIPWAY_ASSIGN_OR_RETURN(output.result, pipeline::run_automl(*store, automl, callbacks));
   return output;
 }
 
@@ -315,11 +527,12 @@ Result<StudyListOutput> list_studies(const GlobalOptions& global) {
   return output;
 }
 
-Result<StudyOutput> show_study(const GlobalOptions& global, const std::string& study) {
+Result<StudyOutput> show_study(const GlobalOptions& global, const std::string& study, const std::string& html) {
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kReadOnly));
   StudyOutput output;
   SLIPWAY_ASSIGN_OR_RETURN(output.study, pipeline::read_study(*store, study));
   output.most_trials = SIZE_MAX;
+  if (!html.empty()) SLIPWAY_RETURN_IF_ERROR(write_file_atomic(html, study_html(output.study)));
   return output;
 }
 
@@ -353,13 +566,14 @@ Result<NarrowOutput> narrow_study(const GlobalOptions& global, const StudyNarrow
 }  // namespace
 
 int run_tune(const GlobalOptions& global, const TuneOptions& flags, const std::vector<std::string>& given) {
+  if (flags.auto_ml) return render(global, automl(global, flags, given));
   return render(global, tune(global, flags, given));
 }
 
 int run_studies(const GlobalOptions& global) { return render(global, list_studies(global)); }
 
-int run_study_show(const GlobalOptions& global, const std::string& study) {
-  return render(global, show_study(global, study));
+int run_study_show(const GlobalOptions& global, const std::string& study, const std::string& html) {
+  return render(global, show_study(global, study, html));
 }
 
 int run_study_narrow(const GlobalOptions& global, const StudyNarrowOptions& flags) {

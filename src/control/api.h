@@ -75,6 +75,7 @@ void add_workspace_routes(std::vector<ApiRoute>& routes);   // workspace_routes.
 void add_evaluation_routes(std::vector<ApiRoute>& routes);
 void add_retraining_routes(std::vector<ApiRoute>& routes);    // retraining_routes.cpp
 void add_optimization_routes(std::vector<ApiRoute>& routes);  // optimization_routes.cpp
+void add_study_routes(std::vector<ApiRoute>& routes);         // study_routes.cpp
 
 // Work the server runs on threads of its own for /api (batch jobs, training jobs), by name: each
 // member callable from any thread, at most `max_running` at once. A job's record is what it
@@ -182,6 +183,8 @@ struct ApiServer {
   // one training (it takes the cores its spec asks for).
   BackgroundJobs batch_jobs{"batch job", 2};
   BackgroundJobs training_jobs{"training job", 1};
+  // One study at a time: its workers take the cores.
+  BackgroundJobs study_jobs{"study", 1};
   IdempotencyCache idempotency;
 };
 

@@ -397,6 +397,7 @@ const std::vector<ApiRoute>& api_routes() {
     add_evaluation_routes(routes);
     add_retraining_routes(routes);
     add_optimization_routes(routes);
+    add_study_routes(routes);
     routes.push_back({"GET",
                       "/openapi.json",
                       serve::Role::kOpen,

@@ -65,6 +65,25 @@ Result<GraphBuilder> whole_graph(registry::Registry& registry) {
       }
     }
   }
+  // Studies: each trial's run is the output of the trial, the trial of its study.
+  SLIPWAY_ASSIGN_OR_RETURN(auto studies, registry.studies().list());
+  for (const auto& summary : studies) {
+    const std::string& name = summary.study.name;
+    std::string study_id = "study:" + name;
+    graph.node(study_id, "study", "study " + name).properties = {
+        {"created_ms", std::to_string(summary.study.created_ms)}};
+    SLIPWAY_ASSIGN_OR_RETURN(auto trials, registry.studies().trials(name));
+    for (const auto& trial : trials) {
+      if (trial.run_id.empty()) continue;
+      std::string trial_id = "trial:" + name + "#" + std::to_string(trial.number);
+      LineageNode& node =
+          graph.node(trial_id, "trial", "trial " + std::to_string(trial.number) + " (" + trial.state + ")");
+      node.properties = trial.params;
+      node.properties["state"] = trial.state;
+      graph.edge(study_id, trial_id, "output");
+      graph.edge(trial_id, "run:" + trial.run_id, "output");
+    }
+  }
   SLIPWAY_ASSIGN_OR_RETURN(auto jobs, registry.runs().batch_jobs());
   for (const auto& job : jobs) {
     std::string id = "batch:" + job.key;

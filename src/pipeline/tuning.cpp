@@ -133,7 +133,8 @@ std::string definition_sha256(const StudyDefinition& definition) {
 // ---------------------------------------------------------------------------------------------
 // Checks.
 
-Status check_definition(const StudyDefinition& definition) {
+// Without objectives (`objectives_chosen` false) the task's default is still to come.
+Status check_definition(const StudyDefinition& definition, bool objectives_chosen = true) {
   SLIPWAY_RETURN_IF_ERROR(check_train_spec(definition.spec));
   if (!definition.spec.register_as.empty()) {
     return invalid_argument("a study's trials are not registered; register the best with --register");
@@ -163,7 +164,7 @@ Status check_definition(const StudyDefinition& definition) {
     return invalid_argument("pruning judges boosting rounds: it applies to gbdt, not " + definition.spec.model +
                             " (use --pruner none)");
   }
-  if (definition.objectives.empty() || definition.objectives.size() > 3) {
+  if ((objectives_chosen && definition.objectives.empty()) || definition.objectives.size() > 3) {
     return invalid_argument("a study has one objective, or two or three (a Pareto front); it has " +
                             std::to_string(definition.objectives.size()));
   }
@@ -543,6 +544,7 @@ struct StudyRun {
   std::vector<tune::ParamValues> grid;
   std::string home;
   int threads_per_trial = 1;
+  bool measure_latency = false;
   std::optional<std::chrono::steady_clock::time_point> deadline;
   const StudyCallbacks* callbacks = nullptr;
 
@@ -668,7 +670,7 @@ Status run_trial(registry::Registry& registry, StudyRun& run, registry::StudyTri
     std::error_code size_error;
     auto bytes = std::filesystem::file_size(registry.artifacts().path_for(outcome->bundle_sha256), size_error);
     trial.measures["bundle_kb"] = size_error ? std::numeric_limits<double>::quiet_NaN() : bytes / 1024.0;
-    if (wants_latency(run.definition)) {
+    if (run.measure_latency || wants_latency(run.definition)) {
       auto latency = serving_latency_us(outcome->summary.bundle, outcome->held_out, spec);
       if (latency.ok()) {
         trial.measures["p50_us"] = latency->first;
@@ -762,28 +764,30 @@ Result<StudyDefinition> stored_definition(registry::Registry& registry, const st
   return parse_definition(record->definition, study);
 }
 
-// The metric a task is watched in (eval::watched_metric), for the task training will infer from
-// the target as it does: logistic and two values are binary, more than two texts multiclass,
-// other numbers regression, unless the family's objective parameter says.
-Result<StudyObjective> default_objective(const TrainSpec& spec) {
+// The task training will infer from the target as it does: logistic and two values are binary,
+// more than two texts multiclass, other numbers regression, unless the family's objective
+// parameter says.
+Result<model::Task> inferred_task(const TrainSpec& spec) {
   SLIPWAY_ASSIGN_OR_RETURN(auto params, parse_key_values(spec.params));
   std::string objective = params.count("objective") ? params.at("objective") : "auto";
-  model::Task task = model::Task::kRegression;
-  if (spec.model == "logistic" || objective == "binary:logistic") {
-    task = model::Task::kBinaryClassification;
-  } else if (objective == "multi:softmax") {
-    task = model::Task::kMulticlassClassification;
-  } else if (objective == "auto" && spec.model != "linear") {
-    SLIPWAY_ASSIGN_OR_RETURN(data::Table table, read_table(spec.data));
-    SLIPWAY_ASSIGN_OR_RETURN(std::size_t index, table.column_index(spec.target));
-    const data::Column& target = table.column(index);
-    std::set<std::string> values;
-    for (std::size_t row = 0; row < target.size() && values.size() <= 2; ++row) {
-      if (!target.is_missing(row)) values.insert(target.text_at(row));
-    }
-    if (values.size() == 2) task = model::Task::kBinaryClassification;
-    if (values.size() > 2 && target.type != data::ColumnType::kNumeric) task = model::Task::kMulticlassClassification;
+  if (spec.model == "logistic" || objective == "binary:logistic") return model::Task::kBinaryClassification;
+  if (objective == "multi:softmax") return model::Task::kMulticlassClassification;
+  if (objective != "auto" || spec.model == "linear") return model::Task::kRegression;
+  SLIPWAY_ASSIGN_OR_RETURN(data::Table table, read_table(spec.data));
+  SLIPWAY_ASSIGN_OR_RETURN(std::size_t index, table.column_index(spec.target));
+  const data::Column& target = table.column(index);
+  std::set<std::string> values;
+  for (std::size_t row = 0; row < target.size() && values.size() <= 2; ++row) {
+    if (!target.is_missing(row)) values.insert(target.text_at(row));
   }
+  if (values.size() == 2) return model::Task::kBinaryClassification;
+  if (values.size() > 2 && target.type != data::ColumnType::kNumeric) return model::Task::kMulticlassClassification;
+  return model::Task::kRegression;
+}
+
+// The metric the task is watched in (eval::watched_metric).
+Result<StudyObjective> default_objective(const TrainSpec& spec) {
+  SLIPWAY_ASSIGN_OR_RETURN(model::Task task, inferred_task(spec));
   return parse_study_objective(std::string(eval::watched_metric(task)));
 }
 
@@ -794,6 +798,7 @@ Result<StudyDefinition> open_study(registry::Registry& registry, const StudyRequ
     if (!record) return not_found("no study named '" + request.study + "' to resume (slipway studies lists them)");
     SLIPWAY_ASSIGN_OR_RETURN(StudyDefinition definition, parse_definition(record->definition, request.study));
     if (request.trials_given) definition.trials = request.definition.trials;
+    definition.spec.use_cache = request.definition.spec.use_cache;  // how to run, not what
     SLIPWAY_RETURN_IF_ERROR(check_definition(definition));
     return definition;
   }
@@ -809,17 +814,30 @@ Result<StudyDefinition> open_study(registry::Registry& registry, const StudyRequ
     SLIPWAY_RETURN_IF_ERROR(stored_definition(registry, definition.from_study).status());
   }
   const std::string sha = definition_sha256(definition);
-  if (record && record->definition_sha256 == sha && !request.force) return definition;
-  if (record && !request.force) {
+  auto check_same = [&](const registry::StudyRecord& stored) -> Status {
+    if (stored.definition_sha256 == sha) return {};
     return already_exists("study '" + request.study +
                           "' exists with another definition (space, objectives, sampler, pruner or training spec); "
                           "continue it with --resume, pick another name, or start it over with --force");
+  };
+  if (record && !request.force) {
+    SLIPWAY_RETURN_IF_ERROR(check_same(*record));
+    return definition;
   }
   registry::StudyRecord created;
   created.name = request.study;
   created.definition = definition_yaml(definition, /*with_trials=*/true);
   created.definition_sha256 = sha;
-  SLIPWAY_RETURN_IF_ERROR(registry.studies().create(created, request.force));
+  Status made = registry.studies().create(created, request.force);
+  if (made.code() == StatusCode::kAlreadyExists) {
+    // Another process created it since we looked (two workers started at once): join it when
+    // its definition is this one.
+    SLIPWAY_ASSIGN_OR_RETURN(record, registry.studies().get(request.study));
+    if (!record) return made;
+    SLIPWAY_RETURN_IF_ERROR(check_same(*record));
+    return definition;
+  }
+  SLIPWAY_RETURN_IF_ERROR(made);
   return definition;
 }
 
@@ -844,6 +862,12 @@ Result<std::vector<StudyTrialView>> warm_start_trials(registry::Registry& regist
 }
 
 }  // namespace
+
+Status check_study_request(const StudyRequest& request) {
+  SLIPWAY_RETURN_IF_ERROR(check_request(request));
+  if (request.resume) return {};
+  return check_definition(request.definition, /*objectives_chosen=*/false);
+}
 
 Result<StudyObjective> parse_study_objective(const std::string& text) {
   StudyObjective objective;
@@ -900,6 +924,7 @@ Result<StudyResult> run_study(registry::Registry& registry, const StudyRequest& 
   run.definition = definition;
   run.home = registry.home();
   run.callbacks = &callbacks;
+  run.measure_latency = request.measure_latency;
   SLIPWAY_ASSIGN_OR_RETURN(run.warm, warm_start_trials(registry, definition));
   if (definition.sampler == "grid") {
     SLIPWAY_ASSIGN_OR_RETURN(run.grid, tune::grid_points(definition.space, kGridFloatPoints));
@@ -1043,6 +1068,134 @@ void write_study_json(JsonWriter& json, const StudyResult& study) {
     json.end_object();
   }
   json.end_array();
+  json.end_object();
+}
+
+Result<AutoMlResult> run_automl(registry::Registry& registry, const AutoMlRequest& request,
+                                const StudyCallbacks& callbacks) {
+  if (!(request.budget_seconds > 0 && std::isfinite(request.budget_seconds))) {
+    return invalid_argument("--auto needs a --budget, such as 15m: it spends it across model families");
+  }
+  if (request.objectives.size() > 1) return invalid_argument("--auto optimizes one objective");
+  SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(request.study));
+  if (!request.register_as.empty()) SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(request.register_as));
+  TrainSpec probe = request.spec;
+  probe.model = "gbdt";  // a family that takes every task: the task comes from the target
+  SLIPWAY_RETURN_IF_ERROR(check_train_spec(probe));
+  SLIPWAY_ASSIGN_OR_RETURN(model::Task task, inferred_task(probe));
+  std::vector<std::string> families = request.families;
+  if (families.empty()) {
+    if (task == model::Task::kBinaryClassification) families = {"logistic", "gbdt", "mlp"};
+    if (task == model::Task::kRegression) families = {"linear", "gbdt", "mlp"};
+    if (task == model::Task::kMulticlassClassification) families = {"gbdt", "mlp"};
+  }
+  for (const auto& family : families) {
+    bool fits = (family == "logistic" && task == model::Task::kBinaryClassification) ||
+                (family == "linear" && task == model::Task::kRegression) || family == "gbdt" || family == "mlp";
+    if (!fits) return invalid_argument("model '" + family + "' does not train this task");
+  }
+  AutoMlResult result;
+  if (request.objectives.empty()) {
+    SLIPWAY_ASSIGN_OR_RETURN(result.objective, parse_study_objective(std::string(eval::watched_metric(task))));
+  } else {
+    result.objective = request.objectives.front();
+  }
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                             std::chrono::duration<double>(request.budget_seconds));
+  auto seconds_left = [&] {
+    return std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+  };
+  for (const auto& family : families) {
+    AutoMlEntry entry;
+    entry.family = family;
+    entry.study = request.study + "-" + family;
+    result.leaderboard.push_back(std::move(entry));
+  }
+  // Better first: a feasible best by the objective, then the rest.
+  auto better = [&](const AutoMlEntry& a, const AutoMlEntry& b) {
+    if (a.best.has_value() != b.best.has_value()) return a.best.has_value();
+    if (!a.best) return false;
+    double x = a.best->objective_values.front(), y = b.best->objective_values.front();
+    return result.objective.maximize ? x > y : x < y;
+  };
+  constexpr double kShortestShareSeconds = 0.5;
+  std::vector<AutoMlEntry*> alive;
+  for (auto& entry : result.leaderboard) alive.push_back(&entry);
+  for (int rung = 0; !alive.empty() && seconds_left() > kShortestShareSeconds; ++rung) {
+    const int quota = 4 << std::min(rung, 10);
+    for (std::size_t i = 0; i < alive.size() && seconds_left() > kShortestShareSeconds; ++i) {
+      AutoMlEntry& entry = *alive[i];
+      StudyRequest study;
+      study.study = entry.study;
+      study.caller = request.caller;
+      study.measure_latency = true;
+      study.budget_seconds = seconds_left() / static_cast<double>(alive.size() - i);
+      StudyDefinition& definition = study.definition;
+      definition.spec = request.spec;
+      definition.spec.model = entry.family;
+      SLIPWAY_ASSIGN_OR_RETURN(definition.space, tune::default_search_space(entry.family));
+      definition.objectives = {result.objective};
+      definition.constraints = request.constraints;
+      definition.trials = entry.trials + quota;
+      auto ran = run_study(registry, study, callbacks);
+      entry.last_rung = rung;
+      if (!ran.ok()) {
+        entry.error = ran.status().message();
+        if (ran.status().code() == StatusCode::kAlreadyExists) return ran.status();  // a name clash, not a family
+        continue;
+      }
+      entry.trials = static_cast<int>(std::count_if(ran->trials.begin(), ran->trials.end(),
+                                                    [](const auto& view) { return !interrupted(view.trial); }));
+      entry.best.reset();
+      if (!ran->best.empty()) entry.best = ran->trials[static_cast<std::size_t>(ran->best.front())];
+    }
+    result.rungs = rung + 1;
+    std::erase_if(alive, [](const AutoMlEntry* entry) { return !entry->error.empty(); });
+    if (alive.size() > 1) {
+      std::stable_sort(alive.begin(), alive.end(), [&](const auto* a, const auto* b) { return better(*a, *b); });
+      alive.resize((alive.size() + 1) / 2);
+    }
+  }
+  std::stable_sort(result.leaderboard.begin(), result.leaderboard.end(), better);
+  if (!request.register_as.empty()) {
+    const AutoMlEntry& winner = result.leaderboard.front();
+    if (!winner.best)
+      return failed_precondition("no family completed a trial within the constraints: nothing to register");
+    act_as(registry, request.caller);
+    SLIPWAY_ASSIGN_OR_RETURN(auto run, registry.runs().get(winner.best->trial.run_id));
+    SLIPWAY_ASSIGN_OR_RETURN(result.registered,
+                             registry.models().register_version(request.register_as, run.bundle_sha256, run.run_id));
+  }
+  return result;
+}
+
+void write_automl_json(JsonWriter& json, const AutoMlResult& result) {
+  json.begin_object().key("objective").begin_object().key("measure").value(result.objective.measure);
+  json.key("direction").value(result.objective.maximize ? "maximize" : "minimize").end_object();
+  json.key("rungs").value(result.rungs);
+  json.key("leaderboard").begin_array();
+  for (const auto& entry : result.leaderboard) {
+    json.begin_object().key("family").value(entry.family).key("study").value(entry.study);
+    json.key("trials").value(entry.trials).key("rung").value(entry.last_rung);
+    if (!entry.error.empty()) json.key("error").value(entry.error);
+    if (entry.best) {
+      const auto& trial = entry.best->trial;
+      json.key("best").begin_object().key("trial").value(trial.number).key("run_id").value(trial.run_id);
+      json.key("value").value(entry.best->objective_values.front());
+      json.key("measures").begin_object();
+      for (const auto& [name, value] : trial.measures) json.key(name).value(value);
+      json.end_object().key("params").begin_object();
+      for (const auto& [name, value] : trial.params) json.key(name).value(value);
+      json.end_object().end_object();
+    }
+    json.end_object();
+  }
+  json.end_array();
+  if (result.registered) {
+    json.key("registered").begin_object().key("model").value(result.registered->model);
+    json.key("version").value(result.registered->version).end_object();
+  }
   json.end_object();
 }
 

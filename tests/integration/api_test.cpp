@@ -575,6 +575,46 @@ TEST_F(Api, TrainingJobsRunOnTheServerAndRetriedWritesAnswerOnce) {
 // The CLI's remaining operations over /api, each answering what the CLI prints: describe, params,
 // explain (importance and per-row contributions), export (the same bytes), reproduce and retrain
 // (jobs of the server's training slot), with their refusals.
+TEST_F(Api, StudiesRunOnTheServerAsTheCliRunsThem) {
+  std::filesystem::create_directories(home_.path() + "/data");
+  std::filesystem::copy_file(data_path("lending_club.csv"), home_.path() + "/data/loans.csv");
+  int port = start_server({});
+  ASSERT_GT(port, 0);
+  // Refused before anything starts: files outside data/, a bad objective, resume with a definition.
+  for (const char* body :
+       {R"({"study":"s","spec":{"data":"../slipway.db","target":"Class"}})",
+        R"({"study":"s","spec":{"data":"loans.csv","target":"Class"},"objectives":["acu"]})",
+        R"({"study":"s","spec":{"data":"loans.csv","target":"Class"},"objectives":["auc","f1","r2","rmse"]})",
+        R"({"study":"s","resume":true,"sampler":"random"})", R"({"study":"bad name!","spec":{}})",
+        R"({"study":"s","spec":{"data":"loans.csv","target":"Class","model":"gbdt"},"space":{"params":)"
+        R"({"learning_rate":{"type":"float","low":0.5,"high":0.1}}}})",
+        R"({"study":"s","spec":{"data":"loans.csv","target":"Class"},"budget_seconds":0})", "{}"}) {
+    EXPECT_EQ(http_request(port, "POST", "/api/studies", body).status, 400) << body;
+  }
+  auto started = http_request(port, "POST", "/api/studies",
+                              R"({"study":"api-study","spec":{"data":"loans.csv","target":"Class","model":"gbdt",)"
+                              R"("params":{"rounds":"8"}},"trials":3,"register":"tuned",)"
+                              R"("space":{"params":{"max_depth":{"type":"int","low":2,"high":5}}}})");
+  ASSERT_EQ(started.status, 202) << started.body;
+  std::string study;
+  for (int poll = 0; poll < 1200; ++poll) {
+    study = http_request(port, "GET", "/api/studies/api-study").body;
+    if (study.find("\"running\":false") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(study.find("\"trial_states\":{\"complete\":3}"), std::string::npos) << study;
+  EXPECT_NE(study.find("\"best\":["), std::string::npos) << study;
+  auto listed = http_request(port, "GET", "/api/studies");
+  EXPECT_NE(listed.body.find("\"study\":\"api-study\""), std::string::npos) << listed.body;
+  // The CLI reads the same study, and the best trial is registered.
+  auto shown = slipway({"study", "show", "api-study"});
+  EXPECT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.out.find("3 complete"), std::string::npos) << shown.out;
+  EXPECT_EQ(slipway({"versions", "tuned"}).exit_code, 0);
+  EXPECT_EQ(http_request(port, "POST", "/api/studies/api-study/cancel").status, 409);
+  EXPECT_EQ(http_request(port, "GET", "/api/studies/none").status, 404);
+}
+
 TEST_F(Api, ExplanationsExportsReproductionsAndRetrainingsAnswerAsTheCliDoes) {
   std::filesystem::create_directories(home_.path() + "/data");
   std::filesystem::copy_file(data_path("lending_club.csv"), home_.path() + "/data/loans.csv");

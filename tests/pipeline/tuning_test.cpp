@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <set>
 
@@ -357,6 +358,46 @@ TEST(Tuning, AWarmStartReadsTheEarlierStudy) {
   ASSERT_TRUE(study.ok()) << study.status().message();
   EXPECT_EQ(study->trials.size(), 2u);
   EXPECT_EQ(study->definition.from_study, "first");
+}
+
+TEST(AutoMl, SpendsTheBudgetAcrossFamiliesAndRegistersTheWinner) {
+  TempDir dir;
+  auto registry = open_registry(dir);
+  AutoMlRequest request;
+  request.study = "auto";
+  request.spec.data = data_path("lending_club.csv");
+  request.spec.target = "Class";
+  request.spec.threads = 2;
+  request.budget_seconds = 8;
+  request.register_as = "lending";
+  const auto started = std::chrono::steady_clock::now();
+  auto result = run_automl(*registry, request);
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  // The budget holds: a trial cut short ends at the deadline (with a little time to record it).
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 8 + 5);
+  EXPECT_EQ(result->objective.measure, "auc");
+  ASSERT_EQ(result->leaderboard.size(), 3u);
+  std::set<std::string> families;
+  for (const auto& entry : result->leaderboard) families.insert(entry.family);
+  EXPECT_EQ(families, (std::set<std::string>{"logistic", "gbdt", "mlp"}));
+  const AutoMlEntry& winner = result->leaderboard.front();
+  ASSERT_TRUE(winner.best.has_value());
+  EXPECT_GT(winner.best->trial.measures.at("p95_us"), 0);
+  for (const auto& entry : result->leaderboard) {
+    if (entry.best) {
+      EXPECT_LE(entry.best->objective_values[0], winner.best->objective_values[0]);
+    }
+  }
+  ASSERT_TRUE(result->registered.has_value());
+  EXPECT_EQ(result->registered->run_id, winner.best->trial.run_id);
+  // Each family's trials are a study of their own.
+  EXPECT_TRUE(read_study(*registry, "auto-" + winner.family).ok());
+
+  request.budget_seconds = 0;
+  EXPECT_EQ(run_automl(*registry, request).status().code(), StatusCode::kInvalidArgument);
+  request.budget_seconds = 1;
+  request.families = {"linear"};
+  EXPECT_EQ(run_automl(*registry, request).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

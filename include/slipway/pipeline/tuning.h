@@ -74,6 +74,9 @@ struct StudyRequest {
   std::optional<double> budget_seconds;
   int parallel = 1;         // workers; each trains with the spec's threads / parallel
   std::string register_as;  // register the best trial's bundle (single objective, feasible)
+  // Time one-row serving latency (p50_us, p95_us) on every trial, not only when an objective or
+  // a constraint names it.
+  bool measure_latency = false;
   Caller caller;
 };
 
@@ -109,6 +112,11 @@ struct StudyCallbacks {
   const std::atomic<bool>* cancel = nullptr;
 };
 
+// What can be checked without the workspace or the data (run_study checks it first): the name,
+// workers, budget, and (unless resuming) the spec, space, sampler, pruner, objectives and
+// constraints. A front door calls it to refuse a request before it starts a job.
+Status check_study_request(const StudyRequest& request);
+
 // Creates the study (or checks that the stored one has this definition), fails the trials whose
 // process is gone (each is run again once), then runs trials until the study has
 // `definition.trials`, the budget ends or `cancel` is set, and registers the best. A trial
@@ -126,5 +134,47 @@ void write_study_json(JsonWriter& json, const StudyResult& study);
 // The study's space narrowed to what its best `top_fraction` complete feasible trials used
 // (tune::narrow_search_space, on the first objective), as YAML.
 Result<std::string> narrowed_study_space(registry::Registry& registry, const std::string& study, double top_fraction);
+
+// ---------------------------------------------------------------------------------------------
+// AutoML (`slipway tune --auto`): the task inferred from the target, the budget spent across
+// model families by successive halving, the winner registered.
+
+struct AutoMlRequest {
+  // Each family's trials are a study of its own, STUDY-FAMILY (shown and resumed like any).
+  std::string study;
+  TrainSpec spec;  // the data, target, --valid or split, seed, threads; `model` is ignored
+  // At most one; none: the task's metric. Constraints as a study's.
+  std::vector<StudyObjective> objectives;
+  std::vector<StudyConstraint> constraints;
+  double budget_seconds = 0;          // required, > 0
+  std::vector<std::string> families;  // empty: by task (logistic or linear, gbdt, mlp)
+  std::string register_as;
+  Caller caller;
+};
+
+// One family's standing.
+struct AutoMlEntry {
+  std::string family;
+  std::string study;
+  int trials = 0;                      // complete, pruned and failed
+  int last_rung = 0;                   // the last rung of successive halving it ran in
+  std::optional<StudyTrialView> best;  // its best feasible trial
+  std::string error;                   // why its study stopped, when it failed
+};
+
+struct AutoMlResult {
+  StudyObjective objective;
+  std::vector<AutoMlEntry> leaderboard;  // the best first; families without a feasible trial last
+  int rungs = 0;
+  std::optional<registry::ModelVersion> registered;
+};
+
+// Rung r gives each surviving family 4 x 2^r more trials, with an equal share of the time left;
+// after a rung the better half (at least one) goes on; the last family standing takes what time
+// remains. InvalidArgument without a budget or for a family the task cannot train.
+Result<AutoMlResult> run_automl(registry::Registry& registry, const AutoMlRequest& request,
+                                const StudyCallbacks& callbacks = {});
+// {"objective","rungs","leaderboard":[{"family","study","trials","rung","best":{...}}],"registered"?}
+void write_automl_json(JsonWriter& json, const AutoMlResult& result);
 
 }  // namespace slipway::pipeline
