@@ -131,17 +131,22 @@ Result<std::vector<ParamValues>> grid_points(const SearchSpace& space, int float
                                              std::size_t max_points = 100'000);
 
 // The tree-structured Parzen estimator, univariate, as Optuna's TPESampler computes it: random
-// until `startup_trials` trials completed; then the completed trials split into the best
+// until `startup_trials` trials completed or were pruned; then those trials split into the best
 // gamma(n) = min(ceil(0.1 n), 25) and the rest, a Parzen mixture of truncated normals (one
 // kernel per observation plus a prior over the whole range, bandwidths from neighbour distances
 // clipped by the "magic clip") or of smoothed categorical kernels is fitted to each, and of
 // `ei_candidates` draws from the good mixture the one with the highest l(x)/g(x) is taken.
 // Observation weights are flat for under 25 trials, then the oldest ramp down.
+// Pruned trials count too, as Optuna counts them: below every complete trial, ranked by the last
+// step they reached (further is better), then by their value there.
 struct TpeOptions {
   int startup_trials = 10;
   int ei_candidates = 24;
   double prior_weight = 1.0;
   std::uint64_t seed = 0;
+  // Which way pruned trials' intermediate values are better; unset: the study's direction (as
+  // Optuna assumes: trials report the objective along the way).
+  std::optional<Direction> intermediate_direction;
 };
 std::unique_ptr<Sampler> make_tpe_sampler(const TpeOptions& options);
 

@@ -142,7 +142,9 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
                    "Search space YAML (default: the family's, from `slipway params`; docs/tuning.md)")
       ->check(CLI::ExistingFile);
   tune_command->add_option("--sampler", tune.sampler, "tpe, random, grid or qmc (Sobol)")->capture_default_str();
-  tune_command->add_option("--pruner", tune.pruner, "Stop weak gbdt trials early: asha, median or none")
+  tune_command
+      ->add_option("--pruner", tune.pruner,
+                   "Stop weak gbdt trials early: asha[:MIN_RESOURCE[:REDUCTION_FACTOR]], median[:WARMUP_STEPS] or none")
       ->capture_default_str();
   tune_command->add_option("--objective", tune.objectives,
                            "What to optimize: a metric (auc, log_loss, rmse, ...), METRIC@VALUE or METRIC@worst over "

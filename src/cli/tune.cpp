@@ -98,9 +98,9 @@ std::string svg_scatter(const std::vector<std::pair<double, double>>& points,
                      kWidth - kLeft - kRight, kHeight - kBottom - kTop);
   for (int tick = 0; tick <= 4; ++tick) {
     double y = y_low + (y_high - y_low) * tick / 4, x = x_low + (x_high - x_low) * tick / 4;
-    svg +=
-        fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="end">{:.4g}</text>)", kLeft - 4, sy(y) + 4, y);
-    svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="middle">{:.4g}</text>)", sx(x),
+    svg += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" font-size="11" text-anchor="end">{:.4g}</text>)", kLeft - 4,
+                       sy(y) + 4, y);
+    svg += fmt::format(R"(<text x="{:.1f}" y="{:.1f}" font-size="11" text-anchor="middle">{:.4g}</text>)", sx(x),
                        kHeight - kBottom + 14, x);
   }
   svg += fmt::format(R"(<text x="{}" y="{}" font-size="12" text-anchor="middle">{}</text>)", (kWidth + kLeft) / 2,
@@ -131,7 +131,8 @@ std::string study_html(const pipeline::StudyResult& study) {
                      "</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
                      "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}</style></head><body>\n";
   page += "<h1>Study " + html_escaped(study.study) + "</h1>\n<p>" + html_escaped(definition.spec.model) + ", " +
-          html_escaped(definition.sampler) + " sampler, " + html_escaped(definition.pruner) +
+          html_escaped(definition.sampler) + " sampler, " +
+          html_escaped(definition.pruner == "none" ? "no" : definition.pruner) +
           " pruner; objectives: " + html_escaped(objectives_text(definition)) + "</p>\n";
   std::vector<std::pair<double, double>> history, best_line;
   std::vector<std::string> titles;

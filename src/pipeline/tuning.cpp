@@ -23,6 +23,7 @@ namespace {
 
 constexpr int kMaxTrials = 100'000;
 constexpr int kMaxParallel = 64;
+constexpr double kLongestBudgetSeconds = 30.0 * 24 * 3600;
 constexpr int kLatencyRequests = 200;
 constexpr int kLatencyWarmup = 20;
 // Grid search spreads this many values over each float range.
@@ -133,6 +134,49 @@ std::string definition_sha256(const StudyDefinition& definition) {
 // ---------------------------------------------------------------------------------------------
 // Checks.
 
+// "none", "median[:WARMUP_STEPS]" or "asha[:MIN_RESOURCE[:REDUCTION_FACTOR]]" (MIN_RESOURCE 0:
+// Optuna's "auto"); null for none.
+Result<std::unique_ptr<tune::Pruner>> make_pruner(const std::string& pruner) {
+  std::vector<std::string> parts;
+  for (std::size_t start = 0;;) {
+    std::size_t colon = pruner.find(':', start);
+    parts.push_back(pruner.substr(start, colon - start));
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  auto number = [&](std::size_t index, int least, int most) -> Result<int> {
+    const std::string& text = parts[index];
+    char* end = nullptr;
+    long value = std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || value < least || value > most) {
+      return invalid_argument("pruner '" + pruner + "': '" + text + "' must be a whole number from " +
+                              std::to_string(least) + " to " + std::to_string(most));
+    }
+    return static_cast<int>(value);
+  };
+  const std::string& kind = parts.front();
+  if (kind == "none" && parts.size() == 1) return std::unique_ptr<tune::Pruner>();
+  if (kind == "median" && parts.size() <= 2) {
+    tune::MedianPrunerOptions options;
+    if (parts.size() > 1) {
+      SLIPWAY_ASSIGN_OR_RETURN(options.warmup_steps, number(1, 0, 100'000));
+    }
+    return tune::make_median_pruner(options);
+  }
+  if (kind == "asha" && parts.size() <= 3) {
+    tune::AshaOptions options;
+    if (parts.size() > 1) {
+      SLIPWAY_ASSIGN_OR_RETURN(options.min_resource, number(1, 0, 100'000));
+    }
+    if (parts.size() > 2) {
+      SLIPWAY_ASSIGN_OR_RETURN(options.reduction_factor, number(2, 2, 100));
+    }
+    return tune::make_asha_pruner(options);
+  }
+  return invalid_argument("unknown pruner '" + pruner +
+                          "'; expected asha[:MIN_RESOURCE[:REDUCTION_FACTOR]], median[:WARMUP_STEPS] or none");
+}
+
 // Without objectives (`objectives_chosen` false) the task's default is still to come.
 Status check_definition(const StudyDefinition& definition, bool objectives_chosen = true) {
   SLIPWAY_RETURN_IF_ERROR(check_train_spec(definition.spec));
@@ -157,9 +201,7 @@ Status check_definition(const StudyDefinition& definition, bool objectives_chose
   if (!contains({"tpe", "random", "grid", "qmc"}, definition.sampler)) {
     return invalid_argument("unknown sampler '" + definition.sampler + "'; expected tpe, random, grid or qmc");
   }
-  if (!contains({"asha", "median", "none"}, definition.pruner)) {
-    return invalid_argument("unknown pruner '" + definition.pruner + "'; expected asha, median or none");
-  }
+  SLIPWAY_RETURN_IF_ERROR(make_pruner(definition.pruner).status());
   if (definition.pruner != "none" && definition.spec.model != "gbdt") {
     return invalid_argument("pruning judges boosting rounds: it applies to gbdt, not " + definition.spec.model +
                             " (use --pruner none)");
@@ -193,8 +235,8 @@ Status check_request(const StudyRequest& request) {
   if (request.parallel < 1 || request.parallel > kMaxParallel) {
     return invalid_argument("--parallel must be between 1 and " + std::to_string(kMaxParallel));
   }
-  if (request.budget_seconds && !(*request.budget_seconds > 0 && std::isfinite(*request.budget_seconds))) {
-    return invalid_argument("--budget must be a positive time, such as 90s, 20m or 2h");
+  if (request.budget_seconds && !(*request.budget_seconds > 0 && *request.budget_seconds <= kLongestBudgetSeconds)) {
+    return invalid_argument("--budget must be a positive time of at most 30 days, such as 90s, 20m or 2h");
   }
   if (!request.register_as.empty()) SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(request.register_as));
   return {};
@@ -386,6 +428,7 @@ tune::TrialState tune_state(const std::string& state) {
 std::vector<tune::Trial> sampler_trials(const StudyDefinition& definition, const std::vector<StudyTrialView>& warm,
                                         const std::vector<StudyTrialView>& views, bool constant_liar) {
   std::vector<const StudyTrialView*> all;
+  all.reserve(warm.size() + views.size());
   for (const auto& view : warm) all.push_back(&view);
   for (const auto& view : views) all.push_back(&view);
   std::vector<double> value(all.size(), std::numeric_limits<double>::quiet_NaN());
@@ -402,6 +445,7 @@ std::vector<tune::Trial> sampler_trials(const StudyDefinition& definition, const
     }
   } else {
     std::vector<std::vector<double>> points;
+    points.reserve(scored.size());
     for (std::size_t i : scored) points.push_back(all[i]->objective_values);
     std::vector<int> ranks = domination_ranks(points, definition.objectives);
     for (std::size_t k = 0; k < scored.size(); ++k) {
@@ -440,13 +484,8 @@ std::unique_ptr<tune::Sampler> make_sampler(const StudyDefinition& definition, s
   if (definition.sampler == "random") return tune::make_random_sampler(seed);
   if (definition.sampler == "qmc") return tune::make_qmc_sampler({.scramble = true, .seed = definition.spec.seed});
   if (definition.sampler == "grid") return tune::make_grid_sampler(grid, seed);
-  return tune::make_tpe_sampler({.seed = seed});
-}
-
-std::unique_ptr<tune::Pruner> make_pruner(const std::string& pruner) {
-  if (pruner == "asha") return tune::make_asha_pruner({});
-  if (pruner == "median") return tune::make_median_pruner({});
-  return nullptr;
+  // Pruned trials' intermediate values are the trainer's validation loss: lower is better.
+  return tune::make_tpe_sampler({.seed = seed, .intermediate_direction = tune::Direction::kMinimize});
 }
 
 // What the next trial runs, or nothing when the study has enough: first an interrupted trial
@@ -558,12 +597,18 @@ struct StudyRun {
   std::vector<std::string> stop_reason;                          // per worker: why, when set
 };
 
+// The definition's pruner was checked when the study opened.
+std::unique_ptr<tune::Pruner> checked_pruner(const std::string& pruner) {
+  auto made = make_pruner(pruner);
+  return made.ok() ? std::move(*made) : nullptr;
+}
+
 // The trainer's validation metric per round (always to minimize), judged by the pruner against
 // the study's other trials, re-read from the store at most once a second.
 class PruningMonitor {
  public:
   PruningMonitor(registry::Registry& registry, const StudyRun& run, registry::StudyTrial& trial)
-      : registry_(registry), run_(run), trial_(trial), pruner_(make_pruner(run.definition.pruner)) {}
+      : registry_(registry), run_(run), trial_(trial), pruner_(checked_pruner(run.definition.pruner)) {}
 
   // True when the trial should stop.
   bool on_round(const train::RoundMetrics& round) {
@@ -740,6 +785,11 @@ void run_worker(StudyRun& run, std::size_t worker) {
   registry::Registry& registry = **opened;
   while (!run.stop) {
     const auto claim_started = std::chrono::steady_clock::now();
+    // A worker of another process killed meanwhile left its trial running: fail it now, so that
+    // this claim runs it again rather than a study that waits for it forever.
+    if (auto abandoned = registry.studies().fail_abandoned_trials(run.study); !abandoned.ok()) {
+      return fail(abandoned.status());
+    }
     auto claimed = registry.studies().claim_trial(run.study, [&](const std::vector<registry::StudyTrial>& stored) {
       return choose_trial(run.definition, run.warm, run.grid, stored);
     });
@@ -943,6 +993,7 @@ Result<StudyResult> run_study(registry::Registry& registry, const StudyRequest& 
   }
   std::atomic<int> running{request.parallel};
   std::vector<std::thread> workers;
+  workers.reserve(static_cast<std::size_t>(request.parallel));
   for (int worker = 0; worker < request.parallel; ++worker) {
     workers.emplace_back([&run, &running, worker] {
       run_worker(run, static_cast<std::size_t>(worker));
@@ -1073,8 +1124,10 @@ void write_study_json(JsonWriter& json, const StudyResult& study) {
 
 Result<AutoMlResult> run_automl(registry::Registry& registry, const AutoMlRequest& request,
                                 const StudyCallbacks& callbacks) {
-  if (!(request.budget_seconds > 0 && std::isfinite(request.budget_seconds))) {
-    return invalid_argument("--auto needs a --budget, such as 15m: it spends it across model families");
+  if (!(request.budget_seconds > 0 && request.budget_seconds <= kLongestBudgetSeconds)) {
+    return invalid_argument(
+        "--auto needs a --budget of at most 30 days, such as 15m: it spends it across model "
+        "families");
   }
   if (request.objectives.size() > 1) return invalid_argument("--auto optimizes one objective");
   SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(request.study));

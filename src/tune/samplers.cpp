@@ -405,9 +405,15 @@ struct ParzenEstimator {
   }
 };
 
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
 struct Observation {
   int number = 0;
-  double loss = 0.0;  // lower is better
+  // Ranked by (group, loss): complete trials (group -inf) by their value, then pruned trials by
+  // how far they got (group -last step) and their last intermediate value, then pruned trials
+  // that reported nothing (group +inf). Lower is better.
+  double group = 0.0;
+  double loss = 0.0;
   const ParamValues* params = nullptr;
 };
 
@@ -416,20 +422,32 @@ class TpeSampler : public Sampler {
   explicit TpeSampler(const TpeOptions& options) : options_(options), random_(options.seed) {}
 
   ParamValues sample(const SearchSpace& space, const std::vector<Trial>& trials, Direction direction) override {
-    std::vector<Observation> completed;
+    const Direction steps_direction = options_.intermediate_direction.value_or(direction);
+    std::vector<Observation> observed;
     for (const auto& trial : trials) {
-      if (trial.state != TrialState::kComplete || !std::isfinite(trial.value)) continue;
-      completed.push_back(
-          {trial.number, direction == Direction::kMaximize ? -trial.value : trial.value, &trial.params});
+      if (trial.state == TrialState::kComplete && std::isfinite(trial.value)) {
+        observed.push_back(
+            {trial.number, -kInfinity, direction == Direction::kMaximize ? -trial.value : trial.value, &trial.params});
+      } else if (trial.state == TrialState::kPruned) {
+        // Optuna's rule for pruned trials: they count, below every complete one.
+        if (trial.intermediate.empty()) {
+          observed.push_back({trial.number, kInfinity, 0.0, &trial.params});
+          continue;
+        }
+        auto [step, value] = *trial.intermediate.rbegin();
+        double loss = std::isnan(value) ? kInfinity : steps_direction == Direction::kMaximize ? -value : value;
+        observed.push_back({trial.number, -static_cast<double>(step), loss, &trial.params});
+      }
     }
-    if (static_cast<int>(completed.size()) < options_.startup_trials) return sample_space_uniform(space, random_);
-    // The best gamma(n) by loss (ties to the earlier trial), then each group in trial order.
-    std::stable_sort(completed.begin(), completed.end(), [](const Observation& a, const Observation& b) {
+    if (static_cast<int>(observed.size()) < options_.startup_trials) return sample_space_uniform(space, random_);
+    // The best gamma(n) (ties to the earlier trial), then each group in trial order.
+    std::stable_sort(observed.begin(), observed.end(), [](const Observation& a, const Observation& b) {
+      if (a.group != b.group) return a.group < b.group;
       return a.loss != b.loss ? a.loss < b.loss : a.number < b.number;
     });
-    auto good_count = static_cast<std::size_t>(tpe_good_count(static_cast<int>(completed.size())));
-    std::vector<Observation> good(completed.begin(), completed.begin() + static_cast<std::ptrdiff_t>(good_count));
-    std::vector<Observation> bad(completed.begin() + static_cast<std::ptrdiff_t>(good_count), completed.end());
+    auto good_count = static_cast<std::size_t>(tpe_good_count(static_cast<int>(observed.size())));
+    std::vector<Observation> good(observed.begin(), observed.begin() + static_cast<std::ptrdiff_t>(good_count));
+    std::vector<Observation> bad(observed.begin() + static_cast<std::ptrdiff_t>(good_count), observed.end());
     auto by_number = [](const Observation& a, const Observation& b) { return a.number < b.number; };
     std::sort(good.begin(), good.end(), by_number);
     std::sort(bad.begin(), bad.end(), by_number);

@@ -581,13 +581,14 @@ TEST_F(Api, StudiesRunOnTheServerAsTheCliRunsThem) {
   int port = start_server({});
   ASSERT_GT(port, 0);
   // Refused before anything starts: files outside data/, a bad objective, resume with a definition.
+  const char* inverted_range =
+      R"({"study":"s","spec":{"data":"loans.csv","target":"Class","model":"gbdt"},"space":{"params":)"
+      R"({"learning_rate":{"type":"float","low":0.5,"high":0.1}}}})";
   for (const char* body :
        {R"({"study":"s","spec":{"data":"../slipway.db","target":"Class"}})",
         R"({"study":"s","spec":{"data":"loans.csv","target":"Class"},"objectives":["acu"]})",
         R"({"study":"s","spec":{"data":"loans.csv","target":"Class"},"objectives":["auc","f1","r2","rmse"]})",
-        R"({"study":"s","resume":true,"sampler":"random"})", R"({"study":"bad name!","spec":{}})",
-        R"({"study":"s","spec":{"data":"loans.csv","target":"Class","model":"gbdt"},"space":{"params":)"
-        R"({"learning_rate":{"type":"float","low":0.5,"high":0.1}}}})",
+        R"({"study":"s","resume":true,"sampler":"random"})", R"({"study":"bad name!","spec":{}})", inverted_range,
         R"({"study":"s","spec":{"data":"loans.csv","target":"Class"},"budget_seconds":0})", "{}"}) {
     EXPECT_EQ(http_request(port, "POST", "/api/studies", body).status, 400) << body;
   }

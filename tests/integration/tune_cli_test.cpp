@@ -156,6 +156,51 @@ TEST(TuneCli, AKilledStudyResumesKeepingItsCompletedTrials) {
   EXPECT_EQ(complete_after, complete_before + running_before + 1);
 }
 
+TEST(TuneCli, OneOfTwoWorkersKilledLeavesTheOtherToFinishAndRetry) {
+  TempDir home;
+  ASSERT_EQ(run_command({slipway_binary(), "--home", home.path(), "init"}).exit_code, 0);
+  std::vector<std::string> argv = tune_command(home.path(), "two", 12, {"--no-progress", "-q"});
+  argv[std::find(argv.begin(), argv.end(), "rounds=10") - argv.begin()] = "rounds=120";
+  ChildProcess doomed(argv);
+  CommandResult survivor;
+  std::thread other([&] { survivor = run_command(argv); });
+  // Kill the first worker while it trains a trial of its own.
+  bool killed = false;
+  for (int wait = 0; wait < 600 && !killed; ++wait) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto store = registry::Registry::open(home.path(), {.read_only = true});
+    if (!store.ok()) continue;
+    auto trials = (*store)->studies().trials("two");
+    if (!trials.ok()) continue;
+    for (const auto& trial : *trials) {
+      if (trial.state == "running" && trial.owner.pid == doomed.pid()) {
+        doomed.signal(SIGKILL);
+        killed = true;
+        break;
+      }
+    }
+  }
+  other.join();
+  ASSERT_TRUE(killed);
+  EXPECT_EQ(doomed.wait(), 128 + SIGKILL);
+  ASSERT_EQ(survivor.exit_code, 0) << survivor.err;
+  auto trials = stored_trials(home.path(), "two");
+  std::size_t complete = 0, interrupted = 0;
+  for (const auto& trial : trials) {
+    EXPECT_NE(trial.state, "running") << "trial " << trial.number;
+    complete += trial.state == "complete" ? 1 : 0;
+    if (trial.state != "failed") continue;
+    ++interrupted;
+    EXPECT_TRUE(trial.message.starts_with("interrupted")) << trial.message;
+    bool retried = std::any_of(trials.begin(), trials.end(), [&](const auto& other) {
+      return other.retry_of == trial.number && other.state == "complete" && other.params == trial.params;
+    });
+    EXPECT_TRUE(retried) << "trial " << trial.number << " was not run again";
+  }
+  EXPECT_EQ(interrupted, 1u);
+  EXPECT_EQ(complete, 12u);
+}
+
 TEST(TuneCli, RefusesInputThatCannotBeAStudy) {
   TempDir home;
   auto refused = [&](const std::vector<std::string>& more, const std::string& expected) {

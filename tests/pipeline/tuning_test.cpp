@@ -320,6 +320,9 @@ TEST(Tuning, RefusesWhatCannotBeAStudy) {
   request.budget_seconds = 0.0;
   EXPECT_NE(message(request).find("--budget"), std::string::npos);
   request = small_study("bad", 2);
+  request.budget_seconds = 1e300;
+  EXPECT_NE(message(request).find("--budget"), std::string::npos);
+  request = small_study("bad", 2);
   request.parallel = 0;
   EXPECT_NE(message(request).find("--parallel"), std::string::npos);
   request = small_study("bad name!", 2);

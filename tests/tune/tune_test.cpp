@@ -250,6 +250,37 @@ TEST(Samplers, TpeIgnoresWhatIsNotAFinishedObservation) {
   for (int i = 0; i < 50; ++i) expect_inside(space, eager->sample(space, history, Direction::kMinimize));
 }
 
+// Optuna counts pruned trials: the ones that got furthest with the best value there form the
+// good set, so a study whose trials are mostly pruned still learns where to look.
+TEST(Samplers, TpeLearnsFromPrunedTrials) {
+  SearchSpace space;
+  space.family = "gbdt";
+  space.params = {{"learning_rate", ParamKind::kFloat, 0.001, 1.0, true}};
+  std::vector<Trial> history;
+  for (int number = 0; number < 30; ++number) {
+    Trial trial;
+    trial.number = number;
+    trial.state = TrialState::kPruned;
+    // Learning rates spread in log space; the loss at the last step is lowest near 0.5.
+    double rate = std::pow(10.0, -3.0 + 3.0 * (number + 0.5) / 30.0);
+    trial.params = {{"learning_rate", std::to_string(rate)}};
+    trial.intermediate = {{1, 0.9}, {4, std::abs(std::log10(rate / 0.5))}};
+    history.push_back(trial);
+  }
+  std::vector<double> drawn;
+  for (std::uint64_t seed = 0; seed < 41; ++seed) {
+    TpeOptions options;
+    options.seed = seed;
+    options.intermediate_direction = Direction::kMinimize;
+    // The study maximizes its objective; the intermediate values are a loss all the same.
+    auto params = make_tpe_sampler(options)->sample(space, history, Direction::kMaximize);
+    drawn.push_back(std::stod(params.at("learning_rate")));
+  }
+  std::sort(drawn.begin(), drawn.end());
+  // Uniform in log space the median would be near 0.03.
+  EXPECT_GT(drawn[drawn.size() / 2], 0.15);
+}
+
 }  // namespace
 }  // namespace slipway::tune
 
