@@ -524,7 +524,7 @@ struct StudyListOutput : CommandResult {
 Result<StudyListOutput> list_studies(const GlobalOptions& global) {
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kReadOnly));
   StudyListOutput output;
-  SLIPWAY_ASSIGN_OR_RETURN(output.studies, store->studies().list());
+  SLIPWAY_ASSIGN_OR_RETURN(output.studies, pipeline::list_studies(*store));
   return output;
 }
 

@@ -215,7 +215,7 @@ HttpResponse cancel_study(ApiCall& call) {
 
 HttpResponse list_studies(ApiCall& call) {
   if (auto query = parse_query(call.http.query, {}); !query.ok()) return error_response(query.status());
-  auto studies = call.registry->studies().list();
+  auto studies = pipeline::list_studies(*call.registry);
   if (!studies.ok()) return error_response(studies.status());
   std::vector<std::string> running = call.server->study_jobs.running();
   JsonWriter json;

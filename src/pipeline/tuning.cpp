@@ -5,15 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <filesystem>
 #include <limits>
 #include <mutex>
-#include <numeric>
 #include <set>
 #include <thread>
 
 #include "pipeline/operation_support.h"
+#include "pipeline/study_support.h"
 #include "slipway/eval.h"
 #include "slipway/pipeline/tuning.h"
 #include "slipway/serve.h"
@@ -23,7 +22,6 @@ namespace {
 
 constexpr int kMaxTrials = 100'000;
 constexpr int kMaxParallel = 64;
-constexpr double kLongestBudgetSeconds = 30.0 * 24 * 3600;
 constexpr int kLatencyRequests = 200;
 constexpr int kLatencyWarmup = 20;
 // Grid search spreads this many values over each float range.
@@ -244,10 +242,6 @@ Status check_request(const StudyRequest& request) {
 
 // ---------------------------------------------------------------------------------------------
 // Reading trials.
-
-bool interrupted(const registry::StudyTrial& trial) {
-  return trial.state == "failed" && std::string_view(trial.message).starts_with(kInterrupted);
-}
 
 StudyTrialView view_of(const StudyDefinition& definition, registry::StudyTrial trial) {
   StudyTrialView view;
@@ -503,10 +497,9 @@ Result<std::optional<registry::TrialClaim>> choose_trial(const StudyDefinition& 
     if (!retried) return std::optional<registry::TrialClaim>(registry::TrialClaim{trial.params, trial.number});
   }
   if (counted >= definition.trials) return std::optional<registry::TrialClaim>();
-  if (definition.sampler == "grid") {
-    std::size_t visited = 0;
-    for (const auto& trial : stored) visited += interrupted(trial) ? 0 : 1;
-    if (visited >= grid.size()) return std::optional<registry::TrialClaim>();
+  // A grid is covered once every point was visited by a trial that counted.
+  if (definition.sampler == "grid" && static_cast<std::size_t>(counted) >= grid.size()) {
+    return std::optional<registry::TrialClaim>();
   }
   std::vector<StudyTrialView> views;
   views.reserve(stored.size());
@@ -785,10 +778,13 @@ void run_worker(StudyRun& run, std::size_t worker) {
   registry::Registry& registry = **opened;
   while (!run.stop) {
     const auto claim_started = std::chrono::steady_clock::now();
-    // A worker of another process killed meanwhile left its trial running: fail it now, so that
-    // this claim runs it again rather than a study that waits for it forever.
-    if (auto abandoned = registry.studies().fail_abandoned_trials(run.study); !abandoned.ok()) {
-      return fail(abandoned.status());
+    // A worker killed since (kill -9, here or in another process) left its trial running: fail it
+    // now, so that this claim runs it again rather than a study that waits for it forever.
+    auto abandoned = registry.studies().fail_abandoned_trials(run.study);
+    if (!abandoned.ok()) return fail(abandoned.status());
+    if (!abandoned->empty()) {
+      log_info("study " + run.study + ": " + std::to_string(abandoned->size()) +
+               " trial(s) whose process is gone marked failed; each runs again once");
     }
     auto claimed = registry.studies().claim_trial(run.study, [&](const std::vector<registry::StudyTrial>& stored) {
       return choose_trial(run.definition, run.warm, run.grid, stored);
@@ -812,27 +808,6 @@ Result<StudyDefinition> stored_definition(registry::Registry& registry, const st
   SLIPWAY_ASSIGN_OR_RETURN(auto record, registry.studies().get(study));
   if (!record) return not_found("no study named '" + study + "' (slipway studies lists them)");
   return parse_definition(record->definition, study);
-}
-
-// The task training will infer from the target as it does: logistic and two values are binary,
-// more than two texts multiclass, other numbers regression, unless the family's objective
-// parameter says.
-Result<model::Task> inferred_task(const TrainSpec& spec) {
-  SLIPWAY_ASSIGN_OR_RETURN(auto params, parse_key_values(spec.params));
-  std::string objective = params.count("objective") ? params.at("objective") : "auto";
-  if (spec.model == "logistic" || objective == "binary:logistic") return model::Task::kBinaryClassification;
-  if (objective == "multi:softmax") return model::Task::kMulticlassClassification;
-  if (objective != "auto" || spec.model == "linear") return model::Task::kRegression;
-  SLIPWAY_ASSIGN_OR_RETURN(data::Table table, read_table(spec.data));
-  SLIPWAY_ASSIGN_OR_RETURN(std::size_t index, table.column_index(spec.target));
-  const data::Column& target = table.column(index);
-  std::set<std::string> values;
-  for (std::size_t row = 0; row < target.size() && values.size() <= 2; ++row) {
-    if (!target.is_missing(row)) values.insert(target.text_at(row));
-  }
-  if (values.size() == 2) return model::Task::kBinaryClassification;
-  if (values.size() > 2 && target.type != data::ColumnType::kNumeric) return model::Task::kMulticlassClassification;
-  return model::Task::kRegression;
 }
 
 // The metric the task is watched in (eval::watched_metric).
@@ -913,6 +888,28 @@ Result<std::vector<StudyTrialView>> warm_start_trials(registry::Registry& regist
 
 }  // namespace
 
+bool interrupted(const registry::StudyTrial& trial) {
+  return trial.state == "failed" && std::string_view(trial.message).starts_with(kInterrupted);
+}
+
+Result<model::Task> inferred_task(const TrainSpec& spec) {
+  SLIPWAY_ASSIGN_OR_RETURN(auto params, parse_key_values(spec.params));
+  std::string objective = params.count("objective") ? params.at("objective") : "auto";
+  if (spec.model == "logistic" || objective == "binary:logistic") return model::Task::kBinaryClassification;
+  if (objective == "multi:softmax") return model::Task::kMulticlassClassification;
+  if (objective != "auto" || spec.model == "linear") return model::Task::kRegression;
+  SLIPWAY_ASSIGN_OR_RETURN(data::Table table, read_table(spec.data));
+  SLIPWAY_ASSIGN_OR_RETURN(std::size_t index, table.column_index(spec.target));
+  const data::Column& target = table.column(index);
+  std::set<std::string> values;
+  for (std::size_t row = 0; row < target.size() && values.size() <= 2; ++row) {
+    if (!target.is_missing(row)) values.insert(target.text_at(row));
+  }
+  if (values.size() == 2) return model::Task::kBinaryClassification;
+  if (values.size() > 2 && target.type != data::ColumnType::kNumeric) return model::Task::kMulticlassClassification;
+  return model::Task::kRegression;
+}
+
 Status check_study_request(const StudyRequest& request) {
   SLIPWAY_RETURN_IF_ERROR(check_request(request));
   if (request.resume) return {};
@@ -963,11 +960,6 @@ Result<StudyResult> run_study(registry::Registry& registry, const StudyRequest& 
   SLIPWAY_RETURN_IF_ERROR(check_request(request));
   act_as(registry, request.caller);
   SLIPWAY_ASSIGN_OR_RETURN(StudyDefinition definition, open_study(registry, request));
-  SLIPWAY_ASSIGN_OR_RETURN(auto abandoned, registry.studies().fail_abandoned_trials(request.study));
-  if (!abandoned.empty()) {
-    log_info("study " + request.study + ": " + std::to_string(abandoned.size()) +
-             " trial(s) whose process is gone marked failed; each runs again once");
-  }
 
   StudyRun run;
   run.study = request.study;
@@ -1033,6 +1025,10 @@ Result<StudyResult> run_study(registry::Registry& registry, const StudyRequest& 
                                                     request.register_as, best_run.bundle_sha256, best.trial.run_id));
   }
   return result;
+}
+
+Result<std::vector<registry::StudySummary>> list_studies(registry::Registry& registry) {
+  return registry.studies().list();
 }
 
 Result<StudyResult> read_study(registry::Registry& registry, const std::string& study) {
@@ -1119,136 +1115,6 @@ void write_study_json(JsonWriter& json, const StudyResult& study) {
     json.end_object();
   }
   json.end_array();
-  json.end_object();
-}
-
-Result<AutoMlResult> run_automl(registry::Registry& registry, const AutoMlRequest& request,
-                                const StudyCallbacks& callbacks) {
-  if (!(request.budget_seconds > 0 && request.budget_seconds <= kLongestBudgetSeconds)) {
-    return invalid_argument(
-        "--auto needs a --budget of at most 30 days, such as 15m: it spends it across model "
-        "families");
-  }
-  if (request.objectives.size() > 1) return invalid_argument("--auto optimizes one objective");
-  SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(request.study));
-  if (!request.register_as.empty()) SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(request.register_as));
-  TrainSpec probe = request.spec;
-  probe.model = "gbdt";  // a family that takes every task: the task comes from the target
-  SLIPWAY_RETURN_IF_ERROR(check_train_spec(probe));
-  SLIPWAY_ASSIGN_OR_RETURN(model::Task task, inferred_task(probe));
-  std::vector<std::string> families = request.families;
-  if (families.empty()) {
-    if (task == model::Task::kBinaryClassification) families = {"logistic", "gbdt", "mlp"};
-    if (task == model::Task::kRegression) families = {"linear", "gbdt", "mlp"};
-    if (task == model::Task::kMulticlassClassification) families = {"gbdt", "mlp"};
-  }
-  for (const auto& family : families) {
-    bool fits = (family == "logistic" && task == model::Task::kBinaryClassification) ||
-                (family == "linear" && task == model::Task::kRegression) || family == "gbdt" || family == "mlp";
-    if (!fits) return invalid_argument("model '" + family + "' does not train this task");
-  }
-  AutoMlResult result;
-  if (request.objectives.empty()) {
-    SLIPWAY_ASSIGN_OR_RETURN(result.objective, parse_study_objective(std::string(eval::watched_metric(task))));
-  } else {
-    result.objective = request.objectives.front();
-  }
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                             std::chrono::duration<double>(request.budget_seconds));
-  auto seconds_left = [&] {
-    return std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
-  };
-  for (const auto& family : families) {
-    AutoMlEntry entry;
-    entry.family = family;
-    entry.study = request.study + "-" + family;
-    result.leaderboard.push_back(std::move(entry));
-  }
-  // Better first: a feasible best by the objective, then the rest.
-  auto better = [&](const AutoMlEntry& a, const AutoMlEntry& b) {
-    if (a.best.has_value() != b.best.has_value()) return a.best.has_value();
-    if (!a.best) return false;
-    double x = a.best->objective_values.front(), y = b.best->objective_values.front();
-    return result.objective.maximize ? x > y : x < y;
-  };
-  constexpr double kShortestShareSeconds = 0.5;
-  std::vector<AutoMlEntry*> alive;
-  for (auto& entry : result.leaderboard) alive.push_back(&entry);
-  for (int rung = 0; !alive.empty() && seconds_left() > kShortestShareSeconds; ++rung) {
-    const int quota = 4 << std::min(rung, 10);
-    for (std::size_t i = 0; i < alive.size() && seconds_left() > kShortestShareSeconds; ++i) {
-      AutoMlEntry& entry = *alive[i];
-      StudyRequest study;
-      study.study = entry.study;
-      study.caller = request.caller;
-      study.measure_latency = true;
-      study.budget_seconds = seconds_left() / static_cast<double>(alive.size() - i);
-      StudyDefinition& definition = study.definition;
-      definition.spec = request.spec;
-      definition.spec.model = entry.family;
-      SLIPWAY_ASSIGN_OR_RETURN(definition.space, tune::default_search_space(entry.family));
-      definition.objectives = {result.objective};
-      definition.constraints = request.constraints;
-      definition.trials = entry.trials + quota;
-      auto ran = run_study(registry, study, callbacks);
-      entry.last_rung = rung;
-      if (!ran.ok()) {
-        entry.error = ran.status().message();
-        if (ran.status().code() == StatusCode::kAlreadyExists) return ran.status();  // a name clash, not a family
-        continue;
-      }
-      entry.trials = static_cast<int>(std::count_if(ran->trials.begin(), ran->trials.end(),
-                                                    [](const auto& view) { return !interrupted(view.trial); }));
-      entry.best.reset();
-      if (!ran->best.empty()) entry.best = ran->trials[static_cast<std::size_t>(ran->best.front())];
-    }
-    result.rungs = rung + 1;
-    std::erase_if(alive, [](const AutoMlEntry* entry) { return !entry->error.empty(); });
-    if (alive.size() > 1) {
-      std::stable_sort(alive.begin(), alive.end(), [&](const auto* a, const auto* b) { return better(*a, *b); });
-      alive.resize((alive.size() + 1) / 2);
-    }
-  }
-  std::stable_sort(result.leaderboard.begin(), result.leaderboard.end(), better);
-  if (!request.register_as.empty()) {
-    const AutoMlEntry& winner = result.leaderboard.front();
-    if (!winner.best)
-      return failed_precondition("no family completed a trial within the constraints: nothing to register");
-    act_as(registry, request.caller);
-    SLIPWAY_ASSIGN_OR_RETURN(auto run, registry.runs().get(winner.best->trial.run_id));
-    SLIPWAY_ASSIGN_OR_RETURN(result.registered,
-                             registry.models().register_version(request.register_as, run.bundle_sha256, run.run_id));
-  }
-  return result;
-}
-
-void write_automl_json(JsonWriter& json, const AutoMlResult& result) {
-  json.begin_object().key("objective").begin_object().key("measure").value(result.objective.measure);
-  json.key("direction").value(result.objective.maximize ? "maximize" : "minimize").end_object();
-  json.key("rungs").value(result.rungs);
-  json.key("leaderboard").begin_array();
-  for (const auto& entry : result.leaderboard) {
-    json.begin_object().key("family").value(entry.family).key("study").value(entry.study);
-    json.key("trials").value(entry.trials).key("rung").value(entry.last_rung);
-    if (!entry.error.empty()) json.key("error").value(entry.error);
-    if (entry.best) {
-      const auto& trial = entry.best->trial;
-      json.key("best").begin_object().key("trial").value(trial.number).key("run_id").value(trial.run_id);
-      json.key("value").value(entry.best->objective_values.front());
-      json.key("measures").begin_object();
-      for (const auto& [name, value] : trial.measures) json.key(name).value(value);
-      json.end_object().key("params").begin_object();
-      for (const auto& [name, value] : trial.params) json.key(name).value(value);
-      json.end_object().end_object();
-    }
-    json.end_object();
-  }
-  json.end_array();
-  if (result.registered) {
-    json.key("registered").begin_object().key("model").value(result.registered->model);
-    json.key("version").value(result.registered->version).end_object();
-  }
   json.end_object();
 }
 

@@ -126,6 +126,8 @@ Status check_study_request(const StudyRequest& request);
 Result<StudyResult> run_study(registry::Registry& registry, const StudyRequest& request,
                               const StudyCallbacks& callbacks = {});
 
+// Every study, by name, with its trials counted by state.
+Result<std::vector<registry::StudySummary>> list_studies(registry::Registry& registry);
 // The stored study, read: its trials, best and parameter importance.
 Result<StudyResult> read_study(registry::Registry& registry, const std::string& study);
 // {"study","objectives":[...],"trials":[...],"best":[...],"importance":{...},...}
