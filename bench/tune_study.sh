@@ -9,12 +9,20 @@
 #   - pruning against the same study unpruned (both holding out validation rows per round): the
 #     pruned study runs up to 4x the trials, and its best is taken among the trials it ran within
 #     half the unpruned study's boosting rounds (summed over trials, in trial order).
-# Usage: bench/tune_study.sh [BUILD_DIR] [SEEDS] [TRIALS] [PRUNER (default asha)]
+# Usage: bench/tune_study.sh [BUILD_DIR] [SEEDS] [TRIALS] [PRUNER (default asha; none skips the
+#        pruning comparison)] [SAMPLER (tpe, the default, or tpe:multivariate: Optuna's TPE then
+#        runs with multivariate=True too)]
 set -euo pipefail
 build=${1:-build/release}
 seeds=${2:-5}
 trials=${3:-30}
 pruner=${4:-asha}
+sampler=${5:-tpe}
+case $sampler in
+  tpe) export OPTUNA_MULTIVARIATE=0 ;;
+  tpe:multivariate) export OPTUNA_MULTIVARIATE=1 ;;
+  *) echo "SAMPLER is tpe or tpe:multivariate" >&2; exit 2 ;;
+esac
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 slipway=$(cd "$build" && pwd)/slipway
@@ -104,16 +112,22 @@ report() {  # name target metric direction
   : > "$work/$name.rows"
   for seed in $(seq 1 "$seeds"); do
     local tpe random optuna asha full
-    tpe=$("$slipway" --home "$home" tune --study "tpe-$seed" --seed "$seed" --trials "$trials" "${common[@]}" | summarize)
+    tpe=$("$slipway" --home "$home" tune --study "tpe-$seed" --seed "$seed" --trials "$trials" --sampler "$sampler" \
+      "${common[@]}" | summarize)
     random=$("$slipway" --home "$home" tune --study "random-$seed" --seed "$seed" --trials "$trials" --sampler random "${common[@]}" |
       summarize)
     optuna=$($py "$here/tune_study_peer.py" "$slipway" "$home" "$train" "$valid" "$target" "$metric" "$direction" \
       "$seed" "$trials" rounds=100)
-    full=$("$slipway" --home "$home" tune --study "full-$seed" --seed "$seed" --param early_stopping_rounds=100000 \
-      --trials "$trials" "${common[@]}" | summarize)
-    read -r _ full_rounds_total _ _ <<< "$full"
-    asha=$("$slipway" --home "$home" tune --study "asha-$seed" --seed "$seed" --pruner "$pruner" "${common[@]}" \
-      --trials $((trials * 4)) | best_within $((full_rounds_total / 2)))
+    if [ "$pruner" = none ]; then
+      full="nan 1 0 nan"
+      asha="nan 0 0"
+    else
+      full=$("$slipway" --home "$home" tune --study "full-$seed" --seed "$seed" --param early_stopping_rounds=100000 \
+        --trials "$trials" "${common[@]}" | summarize)
+      read -r _ full_rounds_total _ _ <<< "$full"
+      asha=$("$slipway" --home "$home" tune --study "asha-$seed" --seed "$seed" --pruner "$pruner" "${common[@]}" \
+        --trials $((trials * 4)) | best_within $((full_rounds_total / 2)))
+    fi
     read -r tpe_best _ tpe_claim tpe_history <<< "$tpe"
     read -r random_best _ _ _ <<< "$random"
     read -r _ optuna_best optuna_ask _ <<< "$optuna"
@@ -124,18 +138,19 @@ report() {  # name target metric direction
     echo "$seed $tpe_best $optuna_best $random_best $reach $tpe_claim $optuna_ask $full_best $full_rounds $asha_best $asha_rounds $asha_trials" \
       >> "$work/$name.rows"
   done
-  echo "### $name ($metric, $direction; $seeds seeds x $trials trials)"
+  echo "### $name ($metric, $direction; $seeds seeds x $trials trials; sampler $sampler)"
   echo
   echo "| seed | Slipway TPE | Optuna TPE | Slipway random | TPE trials to random's best | claim ms (Slipway) | ask ms (Optuna) | unpruned best | unpruned rounds | pruned best within half the rounds | its rounds | its trials |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
   awk '{ printf "| %s |", $1; for (i = 2; i <= NF; ++i) printf " %s |", $i; printf "\n" }' "$work/$name.rows"
-  awk -v direction="$direction" -v trials="$trials" '
+  awk -v direction="$direction" -v trials="$trials" -v pruner="$pruner" '
     { s += $2; o += $3; r += $4; reach += $5; claim += $6; ask += $7; fb += $8; fr += $9; ab += $10; ar += $11; n++ }
     END {
       printf "\nmean best: Slipway TPE %.5g, Optuna TPE %.5g (Slipway %s); random %.5g\n", s / n, o / n,
         (direction == "maximize" ? (s >= o ? "better or equal" : "worse") : (s <= o ? "better or equal" : "worse")), r / n
       printf "study overhead per trial, Slipway / Optuna: %.3f (%.2f ms / %.2f ms)\n", (claim / n) / (ask / n), claim / n, ask / n
       printf "TPE reaches random search'"'"'s final best in %.1f of %d trials (%.0f%%)\n", reach / n, trials, 100 * reach / n / trials
+      if (pruner == "none") { printf "\n"; exit }
       printf "'"$pruner"' within half the unpruned study'"'"'s rounds: best %.5g vs unpruned %.5g (difference %.4f) at %.0f%% of the rounds\n\n", ab / n, fb / n,
         (direction == "maximize" ? fb / n - ab / n : ab / n - fb / n), 100 * ar / fr }' "$work/$name.rows"
 }

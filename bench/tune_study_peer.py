@@ -5,9 +5,11 @@ study around it.
 
 Usage: /usr/bin/python3 bench/tune_study_peer.py SLIPWAY WORKSPACE TRAIN VALID TARGET METRIC
        DIRECTION SEED TRIALS [KEY=VALUE ...]
+OPTUNA_MULTIVARIATE=1 runs TPESampler(multivariate=True).
 Prints one line: "seed best_value ask_ms_per_trial best_so_far_by_trial(comma-separated)".
 """
 import json
+import os
 import subprocess
 import sys
 import time
@@ -33,7 +35,9 @@ def main():
     seed, trials = int(seed), int(trials)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-    study = optuna.create_study(direction=direction, sampler=optuna.samplers.TPESampler(seed=seed))
+    multivariate = os.environ.get("OPTUNA_MULTIVARIATE", "0") == "1"
+    sampler = optuna.samplers.TPESampler(seed=seed, multivariate=multivariate)
+    study = optuna.create_study(direction=direction, sampler=sampler)
     asking = 0.0
     best = None
     history = []

@@ -1,6 +1,7 @@
 // slipway/eval.h — quality metrics, overall and per slice.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <optional>
 #include <span>
@@ -21,11 +22,17 @@ struct Metrics {
   double get(std::string_view name) const;
 };
 
-// Binary classification: auc, pr_auc, log_loss, accuracy, precision, recall, f1 (the last four
-// predicting the positive label when P(positive) >= threshold). `labels` are 0 or 1.
+// Binary classification: auc, pr_auc, log_loss, brier (the mean squared error of P(positive)),
+// ece (expected calibration error: over ten equal-width bins of P(positive), each bin's share of
+// the rows times |its mean P(positive) - its positive rate|), accuracy, balanced_accuracy (the
+// mean of the true positive and true negative rates: accuracy with both classes weighted alike),
+// precision, recall, f1 (the accuracies predicting the positive label when P(positive) >=
+// threshold). `labels` are 0 or 1.
 Metrics binary_metrics(std::span<const float> probabilities, std::span<const double> labels, double threshold = 0.5);
-// Multiclass: log_loss, accuracy, macro_f1 (the mean of each class's one-vs-rest F1).
-// `probabilities` is rows x class_count row-major; `labels` are class indices.
+// Multiclass: log_loss, ece (of the top class's probability against whether it is right, ten
+// bins), accuracy, balanced_accuracy (the mean recall of the classes present), macro_f1 (the mean
+// of each class's one-vs-rest F1). `probabilities` is rows x class_count row-major; `labels` are
+// class indices.
 Metrics multiclass_metrics(std::span<const float> probabilities, std::size_t class_count,
                            std::span<const double> labels);
 // Regression: rmse, mae, r2.
@@ -60,6 +67,38 @@ bool threshold_is_number(std::string_view rule);
 Result<ThresholdChoice> choose_threshold(std::span<const float> probabilities, std::span<const double> labels,
                                          std::string_view rule);
 
+// What a classifier's decisions cost, for a cost-sensitive metric: the cost of predicting one
+// label when the truth is another (0 for pairs not given). Written either as the binary shorthand
+// "fn=5,fp=1" (keys tn, fp, fn, tp: a missed positive costs 5, a false alarm 1; the positive
+// label is the model's second, as for P(positive)) or as CSV text with the header
+// actual,predicted,cost and one row per pair, labels as in the target column.
+struct CostMatrix {
+  struct Entry {
+    std::string actual, predicted;
+    double cost = 0.0;
+  };
+  std::vector<Entry> entries;  // CSV form
+  // Binary shorthand: the costs of a true negative, false positive, false negative, true positive.
+  std::optional<std::array<double, 4>> binary;
+};
+// InvalidArgument naming the item: an unknown key, a cost that is not a finite number >= 0, a
+// pair given twice, a CSV without its header, or no cost above zero.
+Result<CostMatrix> parse_cost_matrix(std::string_view text);
+// `file_or_text` names a CSV file (read and parsed), or is the text itself.
+Result<CostMatrix> load_cost_matrix(const std::string& file_or_text);
+// The text parse_cost_matrix reads back: the shorthand with all four keys, or the CSV.
+std::string cost_matrix_text(const CostMatrix& costs);
+// cost[actual][predicted] over the model's class labels. InvalidArgument for a label the model
+// does not have or the shorthand on a model that is not a binary classifier.
+Result<std::vector<std::vector<double>>> cost_table(const CostMatrix& costs,
+                                                    const std::vector<std::string>& class_labels);
+// The mean cost per row when each row is given the label of least expected cost under the
+// model's probabilities (the Bayes decision: for the shorthand, predicting positive when
+// P(positive) >= fp / (fp + fn) with tp = tn = 0). `probabilities` as binary_metrics (one column)
+// or multiclass_metrics takes them; `labels` class indices.
+double decision_cost(std::span<const float> probabilities, std::size_t columns, std::span<const double> labels,
+                     const std::vector<std::vector<double>>& cost);
+
 struct SliceMetrics {
   std::string value;  // the slice column's value, "(missing)" for missing
   std::size_t rows = 0;
@@ -74,14 +113,25 @@ struct Evaluation {
   std::vector<SliceMetrics> slices;  // sorted by value
 };
 
+struct EvaluationOptions {
+  std::string slice_column;  // empty: no slices
+  // Adds the metric "cost" (decision_cost, lower is better) overall and per slice.
+  std::optional<CostMatrix> costs;
+};
+
 // Scores `table` with `bundle` and compares with the bundle's target column. InvalidArgument if
-// the target or slice column is missing or a label was never seen in training.
+// the target or slice column is missing, a label was never seen in training, or the costs do
+// not fit the model (cost_table).
+Result<Evaluation> evaluate(const model::Bundle& bundle, const data::Table& table, const EvaluationOptions& options);
 Result<Evaluation> evaluate(const model::Bundle& bundle, const data::Table& table, const std::string& slice_column);
 
 // The metric a quality drop is watched in for a task: auc for binary classification, log_loss for
 // multiclass, rmse for regression.
 std::string_view watched_metric(model::Task task);
-// True for metrics where larger is better (auc, accuracy, precision, recall, f1, macro_f1, r2).
+// Every metric evaluate can report, over all tasks ("cost" only with a cost matrix).
+const std::vector<std::string>& metric_names();
+// True for metrics where larger is better (auc, pr_auc, accuracy, balanced_accuracy, precision,
+// recall, f1, macro_f1, r2).
 bool higher_is_better(std::string_view metric);
 // How much worse `candidate` is than `baseline` in `metric`: positive when worse.
 double quality_drop(std::string_view metric, double baseline, double candidate);

@@ -147,6 +147,11 @@ struct TpeOptions {
   // Which way pruned trials' intermediate values are better; unset: the study's direction (as
   // Optuna assumes: trials report the objective along the way).
   std::optional<Direction> intermediate_direction;
+  // Optuna's multivariate=True: the parameters without a condition are drawn jointly from a
+  // mixture of products (each observation's kernels in every dimension together, one bandwidth
+  // per dimension, 0.2 x n^(-1/(d+4)) of the range), so what works together is drawn together;
+  // conditional parameters are drawn one by one after.
+  bool multivariate = false;
 };
 std::unique_ptr<Sampler> make_tpe_sampler(const TpeOptions& options);
 

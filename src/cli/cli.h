@@ -52,8 +52,10 @@ struct TuneOptions {
   int threads = 0;
   std::vector<std::string> params, ignore, objectives, constraints;
   std::string space, sampler = "tpe", pruner = "none", from_study, register_as, budget;
+  std::string costs;  // a cost matrix: inline text or a CSV file
   int trials = 20;
   int parallel = 1;
+  int ensemble_size = 3;  // --auto: the top trials averaged into an ensemble (below 2: none)
   bool force = false;
   bool use_cache = true;  // a trial whose inputs match an earlier run reuses its bundle
   bool auto_ml = false;   // --auto: pipeline::run_automl across model families

@@ -141,15 +141,21 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       ->add_option("--space", tune.space,
                    "Search space YAML (default: the family's, from `slipway params`; docs/tuning.md)")
       ->check(CLI::ExistingFile);
-  tune_command->add_option("--sampler", tune.sampler, "tpe, random, grid or qmc (Sobol)")->capture_default_str();
+  tune_command->add_option("--sampler", tune.sampler, "tpe, tpe:multivariate, random, grid or qmc (Sobol)")
+      ->capture_default_str();
   tune_command
       ->add_option("--pruner", tune.pruner,
                    "Stop weak gbdt trials early: asha[:MIN_RESOURCE[:REDUCTION_FACTOR]], median[:WARMUP_STEPS] or none")
       ->capture_default_str();
-  tune_command->add_option("--objective", tune.objectives,
-                           "What to optimize: a metric (auc, log_loss, rmse, ...), METRIC@VALUE or METRIC@worst over "
-                           "--slice, p95_us, p50_us, bundle_kb or train_s; :maximize or :minimize to say which way. "
-                           "Two or three give a Pareto front. Default: the task's metric");
+  tune_command->add_option(
+      "--objective", tune.objectives,
+      "What to optimize: a metric (auc, log_loss, rmse, ...), METRIC@VALUE or METRIC@worst over "
+      "--slice, cost (with --costs), p95_us, p50_us, rows_per_s, bundle_kb, train_s or train_mb; :maximize or "
+      ":minimize to say which way. "
+      "Two or three give a Pareto front. Default: the task's metric");
+  tune_command->add_option("--costs", tune.costs,
+                           "What decisions cost, for the metric `cost`: 'fn=5,fp=1' (binary) or a CSV file "
+                           "actual,predicted,cost");
   tune_command->add_option("--constraint", tune.constraints,
                            "A bound every counted trial must meet, such as 'p95_us<=50' or 'bundle_kb<=512' "
                            "(repeatable); trials past it are marked infeasible");
@@ -166,6 +172,12 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   tune_command->add_flag("--auto", tune.auto_ml,
                          "AutoML: infer the task, spend --budget across model families (logistic or linear, gbdt, "
                          "mlp) by successive halving, print a leaderboard, --register the winner");
+  tune_command
+      ->add_option("--ensemble", tune.ensemble_size,
+                   "--auto: average the best gbdt/logistic/linear family's top N trials and register that ensemble "
+                   "when it beats the best single model (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100));
   bool tune_no_cache = false;
   tune_command->add_flag("--no-cache", tune_no_cache,
                          "Train every trial, even one whose inputs match an earlier run (by default its bundle is "

@@ -1,5 +1,7 @@
 // slipway tune, studies, study show, study narrow: flags into a pipeline::StudyRequest, and
 // studies as tables.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -296,7 +298,7 @@ Result<pipeline::StudyRequest> tune_request(const TuneOptions& flags, const std:
     }
     request.study = flags.resume;
     for (const char* flag : {"data", "target", "model", "space", "sampler", "pruner", "objective", "constraint",
-                             "valid", "split", "param", "from-study", "spec", "force"}) {
+                             "costs", "valid", "split", "param", "from-study", "spec", "force"}) {
       if (given(flag)) {
         return invalid_argument(std::string("--resume continues the stored study as it was defined; --") + flag +
                                 " does not apply (start a new study, or --force one over)");
@@ -354,11 +356,65 @@ Result<pipeline::StudyRequest> tune_request(const TuneOptions& flags, const std:
     SLIPWAY_ASSIGN_OR_RETURN(auto constraint, pipeline::parse_study_constraint(text));
     definition.constraints.push_back(std::move(constraint));
   }
+  if (given("costs")) {
+    SLIPWAY_ASSIGN_OR_RETURN(definition.costs, eval::load_cost_matrix(flags.costs));
+  }
   definition.from_study = flags.from_study;
   return request;
 }
 
-// A line on stderr per finished trial (with its study's name when several studies run).
+// What a finished trial's progress says: its line, and the study's standing after it.
+struct TrialProgress {
+  std::string line;      // trial, state, value or message, params
+  std::string standing;  // best so far, pruned and failed counts, time left
+};
+
+TrialProgress trial_progress(const pipeline::StudyTrialView& view, const pipeline::StudyResult& progress,
+                             std::optional<double> seconds_left, bool name_the_study) {
+  int pruned = 0, failed = 0;
+  for (const auto& trial : progress.trials) {
+    pruned += trial.trial.state == "pruned" ? 1 : 0;
+    failed += trial.trial.state == "failed" ? 1 : 0;
+  }
+  std::string best = "-";
+  if (!progress.best.empty() && progress.definition.objectives.size() == 1) {
+    const auto& leader = progress.trials[static_cast<std::size_t>(progress.best.front())];
+    best = format_metric(leader.objective_values.front()) + " (#" + std::to_string(leader.trial.number) + ")";
+  } else if (!progress.best.empty()) {
+    best = std::to_string(progress.best.size()) + " on the front";
+  }
+  std::string left = seconds_left ? fmt::format("  {:.0f}s left", std::max(0.0, *seconds_left)) : "";
+  std::string outcome = view.trial.state == "complete" ? values_text(view) : view.trial.message;
+  TrialProgress lines;
+  lines.standing = fmt::format("best {}  pruned {} failed {}{}", best, pruned, failed, left);
+  lines.line = fmt::format("{}trial {:>3} {:<8} {:<24} {}", name_the_study ? progress.study + " " : "",
+                           view.trial.number, view.trial.state, outcome.substr(0, 60), params_text(view.trial.params));
+  return lines;
+}
+
+// The live table on a terminal: the latest trials and the study's standing, redrawn in place
+// (cursor up, clear below) after each trial.
+class LiveTrialTable {
+ public:
+  void redraw(const TrialProgress& progress) {
+    recent_.push_back(progress.line);
+    if (recent_.size() > kRows) recent_.erase(recent_.begin());
+    std::string frame = drawn_lines_ > 0 ? fmt::format("\x1b[{}A\x1b[J", drawn_lines_) : "";
+    for (const auto& line : recent_) frame += line.substr(0, kWidth) + "\n";
+    frame += progress.standing + "\n";
+    drawn_lines_ = recent_.size() + 1;
+    std::cerr << frame << std::flush;
+  }
+
+ private:
+  static constexpr std::size_t kRows = 12;
+  static constexpr std::size_t kWidth = 160;  // a longer line would wrap and break the redraw
+  std::vector<std::string> recent_;
+  std::size_t drawn_lines_ = 0;
+};
+
+// Progress on stderr per finished trial (with its study's name when several studies run): a live
+// table on a terminal, a plain line per trial otherwise (logs, pipes).
 pipeline::StudyCallbacks progress_callbacks(const TuneOptions& flags, std::optional<double> budget_seconds,
                                             bool name_the_study) {
   pipeline::StudyCallbacks callbacks;
@@ -366,28 +422,19 @@ pipeline::StudyCallbacks progress_callbacks(const TuneOptions& flags, std::optio
   // A line per trial says what each trial's log lines would: keep only warnings and errors.
   set_log_level(LogLevel::kWarn);
   const auto started = std::chrono::steady_clock::now();
+  auto table = ::isatty(2) != 0 ? std::make_shared<LiveTrialTable>() : nullptr;
   callbacks.on_trial_finished = [=](const pipeline::StudyTrialView& view, const pipeline::StudyResult& progress) {
-    int pruned = 0, failed = 0;
-    for (const auto& trial : progress.trials) {
-      pruned += trial.trial.state == "pruned" ? 1 : 0;
-      failed += trial.trial.state == "failed" ? 1 : 0;
-    }
-    std::string best = "-";
-    if (!progress.best.empty() && progress.definition.objectives.size() == 1) {
-      const auto& leader = progress.trials[static_cast<std::size_t>(progress.best.front())];
-      best = format_metric(leader.objective_values.front()) + " (#" + std::to_string(leader.trial.number) + ")";
-    } else if (!progress.best.empty()) {
-      best = std::to_string(progress.best.size()) + " on the front";
-    }
-    std::string left;
+    std::optional<double> seconds_left;
     if (budget_seconds) {
-      double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      left = fmt::format("  {:.0f}s left", std::max(0.0, *budget_seconds - elapsed));
+      seconds_left =
+          *budget_seconds - std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     }
-    std::string outcome = view.trial.state == "complete" ? values_text(view) : view.trial.message;
-    std::cerr << fmt::format("{}trial {:>3} {:<8} {:<24} best {}  pruned {} failed {}{}  {}\n",
-                             name_the_study ? progress.study + " " : "", view.trial.number, view.trial.state,
-                             outcome.substr(0, 60), best, pruned, failed, left, params_text(view.trial.params));
+    TrialProgress lines = trial_progress(view, progress, seconds_left, name_the_study);
+    if (table != nullptr) {
+      table->redraw(lines);
+    } else {
+      std::cerr << lines.line << "  " << lines.standing << "\n";
+    }
   };
   return callbacks;
 }
@@ -415,6 +462,9 @@ class StopOnSignal {
 
 Result<StudyOutput> tune(const GlobalOptions& global, const TuneOptions& flags,
                          const std::vector<std::string>& given_flags) {
+  if (std::find(given_flags.begin(), given_flags.end(), "ensemble") != given_flags.end()) {
+    return invalid_argument("--ensemble applies to --auto, which builds ensembles across its trials");
+  }
   SLIPWAY_ASSIGN_OR_RETURN(pipeline::StudyRequest request, tune_request(flags, given_flags));
   SLIPWAY_RETURN_IF_ERROR(pipeline::check_study_request(request));
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kCreate));
@@ -447,11 +497,34 @@ struct AutoMlOutput : CommandResult {
                       measure("bundle_kb"), measure("train_s"), std::to_string(entry.last_rung),
                       entry.study + (entry.error.empty() ? "" : " (" + entry.error + ")")});
     }
+    if (result.ensemble) {
+      const auto& ensemble = *result.ensemble;
+      auto measure = [&](const char* name) {
+        auto found = ensemble.measures.find(name);
+        return found == ensemble.measures.end() ? std::string("-") : format_metric(found->second);
+      };
+      std::string members;
+      for (const auto& member : ensemble.members) {
+        members += (members.empty() ? "#" : ", #") + std::to_string(member.trial.number);
+      }
+      rows.push_back({ensemble.better ? "1*" : "-", "ensemble", std::to_string(ensemble.members.size()),
+                      format_metric(ensemble.value), measure("p95_us"), measure("bundle_kb"), "-", "-",
+                      ensemble.study + " trials " + members + (ensemble.feasible ? "" : " (infeasible)")});
+    }
     print_table(out, {"rank", "model", "trials", objective.measure, "p95_us", "bundle_kb", "train_s", "rung", "study"},
                 rows);
+    if (result.ensemble) {
+      out << "\nensemble: the mean of " << result.ensemble->family << "'s top " << result.ensemble->members.size()
+          << " trials " << (result.ensemble->better ? "beats" : "does not beat") << " the best single trial (run "
+          << result.ensemble->run_id << ")\n";
+    } else if (!result.ensemble_note.empty()) {
+      out << "\nno ensemble: " << result.ensemble_note << "\n";
+    }
     if (result.registered) {
+      bool ensemble = result.ensemble && result.ensemble->better;
       out << "\nregistered " << result.registered->model << " version " << result.registered->version << " ("
-          << result.leaderboard.front().family << ", run " << result.registered->run_id << ")\n";
+          << (ensemble ? "ensemble of " + result.ensemble->family : result.leaderboard.front().family) << ", run "
+          << result.registered->run_id << ")\n";
     }
   }
 };
@@ -477,6 +550,8 @@ Result<AutoMlOutput> automl(const GlobalOptions& global, const TuneOptions& flag
   automl.spec = request.definition.spec;
   automl.objectives = request.definition.objectives;
   automl.constraints = request.definition.constraints;
+  automl.costs = request.definition.costs;
+  automl.ensemble_size = flags.ensemble_size;
   automl.budget_seconds = request.budget_seconds.value_or(0);
   automl.register_as = request.register_as;
   SLIPWAY_ASSIGN_OR_RETURN(auto store, open_workspace(global, WorkspaceAccess::kCreate));

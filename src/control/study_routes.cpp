@@ -17,6 +17,7 @@ using serve::HttpResponse;
 
 constexpr std::size_t kMaxObjectives = 3;
 constexpr std::size_t kMaxConstraints = 16;
+constexpr std::size_t kMaxCostsBytes = 64 * 1024;
 
 constexpr std::string_view kStartSchema =
     R"({"type":"object","additionalProperties":false,"required":["study"],"properties":{)"
@@ -26,12 +27,14 @@ constexpr std::string_view kStartSchema =
     R"(files of the workspace's data/ folder; params are fixed, not tuned"},)"
     R"("space":{"type":"object","description":"the search space: the keys of a YAML space ({params: {NAME: )"
     R"({type, low, high, log, choices, when}}}); omitted: the family's default space"},)"
-    R"("sampler":{"type":"string","enum":["tpe","random","grid","qmc"]},)"
+    R"("sampler":{"type":"string","enum":["tpe","tpe:multivariate","random","grid","qmc"]},)"
     R"("pruner":{"type":"string","description":"asha[:MIN_RESOURCE[:REDUCTION_FACTOR]], median[:WARMUP_STEPS] )"
     R"(or none"},)"
     R"("objectives":{"type":"array","maxItems":3,"items":{"type":"string"},"description":"auc, )"
     R"(log_loss:minimize, auc@worst, p95_us, bundle_kb ... (slipway tune --objective); omitted: the task's metric"},)"
     R"("constraints":{"type":"array","maxItems":16,"items":{"type":"string"},"description":"such as p95_us<=50"},)"
+    R"("costs":{"type":"string","maxLength":65536,"description":"for the metric cost: fn=5,fp=1 or CSV text )"
+    R"(actual,predicted,cost"},)"
     R"("trials":{"type":"integer","minimum":1,"maximum":100000},)"
     R"("budget_seconds":{"type":"number","exclusiveMinimum":0},)"
     R"("parallel":{"type":"integer","minimum":1,"maximum":64},)"
@@ -120,7 +123,8 @@ Result<pipeline::StudyRequest> study_request(ApiCall& call, JsonBody& body) {
     SLIPWAY_ASSIGN_OR_RETURN(request.register_as, body.text("register", "a model name"));
   }
   if (request.resume) {
-    for (std::string_view key : {"spec", "space", "sampler", "pruner", "objectives", "constraints", "from_study"}) {
+    for (std::string_view key :
+         {"spec", "space", "sampler", "pruner", "objectives", "constraints", "costs", "from_study"}) {
       if (body.has(key)) {
         return invalid_argument("'resume' continues the stored study as defined; '" + std::string(key) +
                                 "' does not apply");
@@ -147,7 +151,7 @@ Result<pipeline::StudyRequest> study_request(ApiCall& call, JsonBody& body) {
     SLIPWAY_ASSIGN_OR_RETURN(definition.space, tune::default_search_space(definition.spec.model));
   }
   if (body.has("sampler")) {
-    SLIPWAY_ASSIGN_OR_RETURN(definition.sampler, body.text("sampler", "tpe, random, grid or qmc"));
+    SLIPWAY_ASSIGN_OR_RETURN(definition.sampler, body.text("sampler", "tpe, tpe:multivariate, random, grid or qmc"));
   }
   if (body.has("pruner")) {
     SLIPWAY_ASSIGN_OR_RETURN(definition.pruner, body.text("pruner", "asha, median or none"));
@@ -164,6 +168,12 @@ Result<pipeline::StudyRequest> study_request(ApiCall& call, JsonBody& body) {
   for (const auto& text : constraints) {
     SLIPWAY_ASSIGN_OR_RETURN(auto constraint, pipeline::parse_study_constraint(text));
     definition.constraints.push_back(std::move(constraint));
+  }
+  if (body.has("costs")) {
+    // The text itself, never a path: a server reads only the workspace's data files.
+    SLIPWAY_ASSIGN_OR_RETURN(auto costs, body.text("costs", "\"fn=5,fp=1\" or CSV text actual,predicted,cost"));
+    if (costs.size() > kMaxCostsBytes) return invalid_argument("'costs' is longer than 64 KiB");
+    SLIPWAY_ASSIGN_OR_RETURN(definition.costs, eval::parse_cost_matrix(costs));
   }
   return request;
 }

@@ -72,8 +72,16 @@ std::string_view watched_metric(model::Task task) {
   return "rmse";
 }
 
+const std::vector<std::string>& metric_names() {
+  static const std::vector<std::string> kMetrics = {
+      "auc", "pr_auc",   "log_loss", "brier", "ece", "accuracy", "balanced_accuracy", "precision", "recall",
+      "f1",  "macro_f1", "rmse",     "mae",   "r2",  "cost"};
+  return kMetrics;
+}
+
 bool higher_is_better(std::string_view metric) {
-  for (std::string_view better : {"auc", "accuracy", "precision", "recall", "f1", "macro_f1", "r2"}) {
+  for (std::string_view better :
+       {"auc", "pr_auc", "accuracy", "balanced_accuracy", "precision", "recall", "f1", "macro_f1", "r2"}) {
     if (metric == better) return true;
   }
   return false;

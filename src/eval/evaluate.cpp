@@ -51,7 +51,19 @@ Metrics task_metrics(const model::Manifest& manifest, std::span<const float> sco
 }
 
 Result<Evaluation> evaluate(const model::Bundle& bundle, const data::Table& table, const std::string& slice_column) {
+  return evaluate(bundle, table, EvaluationOptions{.slice_column = slice_column, .costs = std::nullopt});
+}
+
+Result<Evaluation> evaluate(const model::Bundle& bundle, const data::Table& table, const EvaluationOptions& options) {
   const model::Manifest& manifest = bundle.manifest();
+  const std::string& slice_column = options.slice_column;
+  std::vector<std::vector<double>> costs;
+  if (options.costs) {
+    if (manifest.task == model::Task::kRegression) {
+      return invalid_argument("a cost matrix is for a classifier; this model is a regression");
+    }
+    SLIPWAY_ASSIGN_OR_RETURN(costs, cost_table(*options.costs, manifest.class_labels));
+  }
   SLIPWAY_ASSIGN_OR_RETURN(std::size_t target_index, table.column_index(manifest.target));
   const data::Column* slice = nullptr;
   if (!slice_column.empty()) {
@@ -66,7 +78,9 @@ Result<Evaluation> evaluate(const model::Bundle& bundle, const data::Table& tabl
 
   const std::size_t columns = predictions.columns;
   auto compute = [&](std::span<const float> scores, std::span<const double> truth) {
-    return task_metrics(manifest, scores, columns, truth);
+    Metrics metrics = task_metrics(manifest, scores, columns, truth);
+    if (!costs.empty()) metrics.values.emplace_back("cost", decision_cost(scores, columns, truth, costs));
+    return metrics;
   };
   Evaluation evaluation;
   evaluation.rows = kept_rows.size();

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -204,6 +205,59 @@ Result<ThresholdChoice> choose_threshold(std::span<const float> probabilities, s
   return choice;
 }
 
+namespace {
+
+constexpr int kCalibrationBins = 10;
+
+// Expected calibration error: rows binned by their confidence (ten equal-width bins of [0, 1]),
+// each bin's share of the rows times the gap between its mean confidence and how often it was
+// right. NaN without rows or with a NaN confidence.
+class CalibrationBins {
+ public:
+  void add(double confidence, bool right) {
+    if (std::isnan(confidence)) {
+      undefined_ = true;
+      return;
+    }
+    auto bin =
+        static_cast<std::size_t>(std::clamp(static_cast<int>(confidence * kCalibrationBins), 0, kCalibrationBins - 1));
+    confidence_[bin] += std::clamp(confidence, 0.0, 1.0);
+    right_[bin] += right ? 1.0 : 0.0;
+    ++rows_[bin];
+  }
+
+  double expected_error() const {
+    double total_rows = 0.0;
+    double error = 0.0;
+    for (std::size_t bin = 0; bin < rows_.size(); ++bin) {
+      total_rows += static_cast<double>(rows_[bin]);
+      error += std::abs(confidence_[bin] - right_[bin]);  // rows x |mean confidence - accuracy|
+    }
+    if (undefined_ || total_rows == 0.0) return std::nan("");
+    return error / total_rows;
+  }
+
+ private:
+  std::array<double, kCalibrationBins> confidence_{};
+  std::array<double, kCalibrationBins> right_{};
+  std::array<std::size_t, kCalibrationBins> rows_{};
+  bool undefined_ = false;
+};
+
+// The mean recall of the classes that have rows.
+double mean_recall(const std::vector<std::size_t>& true_positives, const std::vector<std::size_t>& actual_count) {
+  double total = 0.0;
+  std::size_t present = 0;
+  for (std::size_t label = 0; label < actual_count.size(); ++label) {
+    if (actual_count[label] == 0) continue;
+    total += static_cast<double>(true_positives[label]) / static_cast<double>(actual_count[label]);
+    ++present;
+  }
+  return present == 0 ? std::nan("") : total / static_cast<double>(present);
+}
+
+}  // namespace
+
 Metrics binary_metrics(std::span<const float> probabilities, std::span<const double> labels, double threshold) {
   std::size_t count = probabilities.size();
   double log_loss = 0.0;
@@ -211,11 +265,18 @@ Metrics binary_metrics(std::span<const float> probabilities, std::span<const dou
   std::size_t false_positives = 0;
   std::size_t false_negatives = 0;
   std::size_t correct = 0;
+  std::size_t true_negatives = 0;
+  double squared_error = 0.0;
+  CalibrationBins calibration;
   for (std::size_t row = 0; row < count; ++row) {
     double probability = std::clamp(static_cast<double>(probabilities[row]), 1e-15, 1.0 - 1e-15);
     bool positive = labels[row] > 0.5;
     log_loss -= positive ? std::log(probability) : std::log(1.0 - probability);
+    double miss = static_cast<double>(probabilities[row]) - (positive ? 1.0 : 0.0);
+    squared_error += miss * miss;
+    calibration.add(probabilities[row], positive);
     bool predicted = probabilities[row] >= threshold;
+    true_negatives += !predicted && !positive ? 1 : 0;
     correct += predicted == positive ? 1 : 0;
     true_positives += predicted && positive ? 1 : 0;
     false_positives += predicted && !positive ? 1 : 0;
@@ -225,14 +286,19 @@ Metrics binary_metrics(std::span<const float> probabilities, std::span<const dou
   double recall = ratio(true_positives, true_positives + false_negatives);
   double f1 = precision + recall > 0 ? 2 * precision * recall / (precision + recall) : 0.0;
   double rows = static_cast<double>(std::max<std::size_t>(count, 1));
+  const std::size_t positives = true_positives + false_negatives;
   Metrics metrics;
-  metrics.values = {{"auc", roc_auc(probabilities, labels)},
-                    {"pr_auc", average_precision(probabilities, labels)},
-                    {"log_loss", log_loss / rows},
-                    {"accuracy", ratio(correct, count)},
-                    {"precision", precision},
-                    {"recall", recall},
-                    {"f1", f1}};
+  metrics.values = {
+      {"auc", roc_auc(probabilities, labels)},
+      {"pr_auc", average_precision(probabilities, labels)},
+      {"log_loss", log_loss / rows},
+      {"brier", squared_error / rows},
+      {"ece", calibration.expected_error()},
+      {"accuracy", ratio(correct, count)},
+      {"balanced_accuracy", mean_recall({true_negatives, true_positives}, {count - positives, positives})},
+      {"precision", precision},
+      {"recall", recall},
+      {"f1", f1}};
   return metrics;
 }
 
@@ -244,10 +310,12 @@ Metrics multiclass_metrics(std::span<const float> probabilities, std::size_t cla
   std::vector<std::size_t> true_positives(class_count, 0);
   std::vector<std::size_t> predicted_count(class_count, 0);
   std::vector<std::size_t> actual_count(class_count, 0);
+  CalibrationBins calibration;
   for (std::size_t row = 0; row < count; ++row) {
     auto scores = probabilities.subspan(row * class_count, class_count);
     auto actual = static_cast<std::size_t>(labels[row]);
     auto predicted = static_cast<std::size_t>(std::max_element(scores.begin(), scores.end()) - scores.begin());
+    calibration.add(scores[predicted], predicted == actual);
     log_loss -= std::log(std::clamp(static_cast<double>(scores[actual]), 1e-15, 1.0));
     correct += predicted == actual ? 1 : 0;
     true_positives[actual] += predicted == actual ? 1 : 0;
@@ -263,7 +331,9 @@ Metrics multiclass_metrics(std::span<const float> probabilities, std::size_t cla
   double rows = static_cast<double>(std::max<std::size_t>(count, 1));
   Metrics metrics;
   metrics.values = {{"log_loss", log_loss / rows},
+                    {"ece", calibration.expected_error()},
                     {"accuracy", static_cast<double>(correct) / rows},
+                    {"balanced_accuracy", mean_recall(true_positives, actual_count)},
                     {"macro_f1", f1_total / static_cast<double>(std::max<std::size_t>(class_count, 1))}};
   return metrics;
 }

@@ -1,14 +1,141 @@
-// AutoML (`slipway tune --auto`): studies across model families, by successive halving.
+// AutoML (`slipway tune --auto`): studies across model families, by successive halving, and an
+// ensemble of the best family's top trials when it scores better.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <set>
 
 #include "pipeline/operation_support.h"
 #include "pipeline/study_support.h"
 #include "slipway/eval.h"
+#include "slipway/model/ensembles.h"
 #include "slipway/pipeline/tuning.h"
 
 namespace slipway::pipeline {
+namespace {
+
+// Families whose models average into one model of the family (model::averaged_bundle).
+bool averages_into_one(const std::string& family) {
+  return family == "gbdt" || family == "logistic" || family == "linear";
+}
+
+bool better_value(double a, double b, bool maximize) { return maximize ? a > b : a < b; }
+
+// The top `size` complete feasible trials of `study` with distinct bundles (a trial reused from
+// the step cache has its twin's), best first, and their bundles.
+Status top_members(registry::Registry& registry, const std::string& study, const StudyObjective& objective, int size,
+                   AutoMlEnsemble& ensemble, std::vector<std::shared_ptr<const model::Bundle>>& bundles) {
+  SLIPWAY_ASSIGN_OR_RETURN(StudyResult stored, read_study(registry, study));
+  std::vector<StudyTrialView> ranked;
+  for (auto& view : stored.trials) {
+    if (view.trial.state == "complete" && view.feasible && !view.objective_values.empty() &&
+        std::isfinite(view.objective_values.front())) {
+      ranked.push_back(std::move(view));
+    }
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [&](const StudyTrialView& a, const StudyTrialView& b) {
+    return better_value(a.objective_values.front(), b.objective_values.front(), objective.maximize);
+  });
+  std::set<std::string> seen;
+  for (auto& view : ranked) {
+    if (static_cast<int>(ensemble.members.size()) >= size) break;
+    SLIPWAY_ASSIGN_OR_RETURN(auto run, registry.runs().get(view.trial.run_id));
+    if (run.bundle_sha256.empty() || !seen.insert(run.bundle_sha256).second) continue;
+    SLIPWAY_ASSIGN_OR_RETURN(auto bundle,
+                             model::Bundle::load(registry.artifacts().path_for(run.bundle_sha256), run.bundle_sha256));
+    bundles.push_back(std::move(bundle));
+    ensemble.members.push_back(std::move(view));
+  }
+  return {};
+}
+
+// Averages the best averaging family's top trials, measures the ensemble on the held-out rows as
+// a trial is measured, and records it as a run. Sets `result.ensemble`, or says in
+// `result.ensemble_note` why there is none; an error is one of the store's.
+Status build_ensemble(registry::Registry& registry, const AutoMlRequest& request, AutoMlResult& result) {
+  const AutoMlEntry* source = nullptr;
+  for (const auto& entry : result.leaderboard) {
+    if (entry.best && averages_into_one(entry.family)) {
+      source = &entry;
+      break;
+    }
+  }
+  if (source == nullptr) {
+    result.ensemble_note = "no family that averages into one model (gbdt, logistic, linear) completed a trial";
+    return {};
+  }
+  AutoMlEnsemble ensemble;
+  ensemble.family = source->family;
+  ensemble.study = source->study;
+  std::vector<std::shared_ptr<const model::Bundle>> bundles;
+  SLIPWAY_RETURN_IF_ERROR(
+      top_members(registry, source->study, result.objective, request.ensemble_size, ensemble, bundles));
+  if (bundles.size() < 2) {
+    result.ensemble_note = source->family + " has fewer than two feasible trials with distinct models to average";
+    return {};
+  }
+  auto averaged = model::averaged_bundle(bundles);
+  if (!averaged.ok()) {
+    result.ensemble_note = "the " + source->family + " trials do not average: " + averaged.status().message();
+    return {};
+  }
+  TrainSpec spec = request.spec;
+  spec.model = source->family;
+  SLIPWAY_ASSIGN_OR_RETURN(TrainingRows rows, training_rows(spec));
+  TrainOutcome outcome;
+  SLIPWAY_ASSIGN_OR_RETURN(outcome.evaluation, eval::evaluate(**averaged, rows.test, spec.slice));
+  std::map<std::string, double> test_metrics;
+  for (const auto& [name, value] : outcome.evaluation.overall.values) test_metrics["test_" + name] = value;
+  SLIPWAY_ASSIGN_OR_RETURN(model::DataProfile profile, training_profile(**averaged, rows.train));
+  outcome.summary.bundle = (*averaged)->with_metrics(test_metrics)->with_profile(std::move(profile));
+  SLIPWAY_ASSIGN_OR_RETURN(outcome.bundle_sha256, registry.artifacts().put(outcome.summary.bundle->serialize()));
+  outcome.held_out = std::move(rows.test);
+
+  StudyDefinition measured;
+  measured.objectives = {result.objective};
+  measured.constraints = request.constraints;
+  measured.costs = request.costs;
+  Status measures = measure_trial(registry, measured, /*measure_serving=*/true, spec, outcome, ensemble.measures);
+  if (!measures.ok()) log_warn("the ensemble: " + measures.message());
+  auto value = ensemble.measures.find(result.objective.measure);
+  ensemble.value = value == ensemble.measures.end() ? std::nan("") : value->second;
+  for (const auto& constraint : request.constraints) {
+    auto found = ensemble.measures.find(constraint.measure);
+    double measure = found == ensemble.measures.end() ? std::nan("") : found->second;
+    ensemble.feasible =
+        ensemble.feasible && (constraint.at_most ? measure <= constraint.limit : measure >= constraint.limit);
+  }
+  const AutoMlEntry& leader = result.leaderboard.front();
+  ensemble.better = ensemble.feasible && std::isfinite(ensemble.value) && leader.best &&
+                    better_value(ensemble.value, leader.best->objective_values.front(), result.objective.maximize);
+
+  act_as(registry, request.caller);
+  registry::NewRun run;
+  run.experiment = source->study;
+  run.code_version = std::string(slipway_code_version());
+  run.spec = "ensemble: mean of " + std::to_string(bundles.size()) + " " + source->family + " trials of study " +
+             source->study + "\n";
+  run.params = outcome.summary.bundle->manifest().params;
+  std::vector<std::string> member_runs;
+  for (const auto& member : ensemble.members) member_runs.push_back(member.trial.run_id);
+  run.tags = {{"slipway.study", source->study}, {"slipway.ensemble", join(member_runs, ",")}};
+  SLIPWAY_ASSIGN_OR_RETURN(ensemble.run_id, registry.runs().start(run));
+  std::vector<std::pair<std::string, double>> logged;
+  for (const auto& [name, measure] : ensemble.measures) {
+    if (std::isfinite(measure)) logged.emplace_back(name, measure);
+  }
+  Status recorded = registry.runs().log_metrics(ensemble.run_id, logged);
+  if (!recorded.ok()) {
+    (void)registry.runs().finish(ensemble.run_id, false, "");
+    return recorded;
+  }
+  SLIPWAY_RETURN_IF_ERROR(registry.runs().finish(ensemble.run_id, true, outcome.bundle_sha256));
+  ensemble.bundle_sha256 = outcome.bundle_sha256;
+  result.ensemble = std::move(ensemble);
+  return {};
+}
+
+}  // namespace
 
 Result<AutoMlResult> run_automl(registry::Registry& registry, const AutoMlRequest& request,
                                 const StudyCallbacks& callbacks) {
@@ -78,6 +205,7 @@ Result<AutoMlResult> run_automl(registry::Registry& registry, const AutoMlReques
       SLIPWAY_ASSIGN_OR_RETURN(definition.space, tune::default_search_space(entry.family));
       definition.objectives = {result.objective};
       definition.constraints = request.constraints;
+      definition.costs = request.costs;
       definition.trials = entry.trials + quota;
       auto ran = run_study(registry, study, callbacks);
       entry.last_rung = rung;
@@ -99,14 +227,25 @@ Result<AutoMlResult> run_automl(registry::Registry& registry, const AutoMlReques
     }
   }
   std::stable_sort(result.leaderboard.begin(), result.leaderboard.end(), better);
+  if (request.ensemble_size >= 2) {
+    SLIPWAY_RETURN_IF_ERROR(build_ensemble(registry, request, result));
+  } else {
+    result.ensemble_note = "not asked for";
+  }
   if (!request.register_as.empty()) {
     const AutoMlEntry& winner = result.leaderboard.front();
     if (!winner.best)
       return failed_precondition("no family completed a trial within the constraints: nothing to register");
     act_as(registry, request.caller);
-    SLIPWAY_ASSIGN_OR_RETURN(auto run, registry.runs().get(winner.best->trial.run_id));
-    SLIPWAY_ASSIGN_OR_RETURN(result.registered,
-                             registry.models().register_version(request.register_as, run.bundle_sha256, run.run_id));
+    if (result.ensemble && result.ensemble->better) {
+      SLIPWAY_ASSIGN_OR_RETURN(result.registered,
+                               registry.models().register_version(request.register_as, result.ensemble->bundle_sha256,
+                                                                  result.ensemble->run_id));
+    } else {
+      SLIPWAY_ASSIGN_OR_RETURN(auto run, registry.runs().get(winner.best->trial.run_id));
+      SLIPWAY_ASSIGN_OR_RETURN(result.registered,
+                               registry.models().register_version(request.register_as, run.bundle_sha256, run.run_id));
+    }
   }
   return result;
 }
@@ -133,6 +272,22 @@ void write_automl_json(JsonWriter& json, const AutoMlResult& result) {
     json.end_object();
   }
   json.end_array();
+  if (result.ensemble) {
+    const AutoMlEnsemble& ensemble = *result.ensemble;
+    json.key("ensemble").begin_object().key("family").value(ensemble.family).key("study").value(ensemble.study);
+    json.key("members").begin_array();
+    for (const auto& member : ensemble.members) {
+      json.begin_object().key("trial").value(member.trial.number).key("run_id").value(member.trial.run_id);
+      json.key("value").value(member.objective_values.front()).end_object();
+    }
+    json.end_array().key("value").value(ensemble.value).key("feasible").value(ensemble.feasible);
+    json.key("better").value(ensemble.better).key("run_id").value(ensemble.run_id);
+    json.key("measures").begin_object();
+    for (const auto& [name, value] : ensemble.measures) json.key(name).value(value);
+    json.end_object().end_object();
+  } else {
+    json.key("ensemble_note").value(result.ensemble_note);
+  }
   if (result.registered) {
     json.key("registered").begin_object().key("model").value(result.registered->model);
     json.key("version").value(result.registered->version).end_object();

@@ -1,6 +1,11 @@
 // What the study operations share (private to pipeline): tuning.cpp runs studies, automl.cpp
-// runs studies across model families.
+// runs studies across model families, trial_measures.cpp measures their trials.
 #pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
 
 #include "slipway/model.h"
 #include "slipway/pipeline/tuning.h"
@@ -19,5 +24,40 @@ bool interrupted(const registry::StudyTrial& trial);
 // more than two texts multiclass, other numbers regression, unless the family's objective
 // parameter says. Reads the data when only the target can tell.
 Result<model::Task> inferred_task(const TrainSpec& spec);
+
+// The rows run_training trains and evaluates on for `spec`: the data read and split as it does
+// (training.cpp).
+struct TrainingRows {
+  data::Table train;
+  data::Table test;
+};
+Result<TrainingRows> training_rows(const TrainSpec& spec);
+
+// ---------------------------------------------------------------------------------------------
+// What trials measure (trial_measures.cpp).
+
+inline constexpr std::string_view kBatchThroughput = "rows_per_s";
+inline constexpr std::string_view kPeakTrainingMemory = "train_mb";
+
+// METRIC, METRIC@VALUE or METRIC@worst, or a measure of the bundle: its metric part, checked
+// (InvalidArgument naming the closest known name).
+Result<std::string> measure_metric(const std::string& measure);
+// Whether `metric` is better larger (what an objective without a direction takes).
+bool measure_maximized(const std::string& metric);
+// Whether an objective or a constraint of `definition` is `measure`.
+bool names_measure(const StudyDefinition& definition, std::string_view measure);
+
+// The process's peak resident memory (Linux's VmHWM), reset to the current resident memory; and
+// read, in MiB. False or none where the system does not offer it.
+bool reset_peak_memory();
+std::optional<double> peak_memory_mib();
+
+// The trial's measures from its training outcome: the evaluation's metrics (again with the
+// definition's costs, when it has them), the slices asked for, the bundle's size, and, when
+// `measure_serving` or the definition names them, its serving latency and batch throughput.
+// InvalidArgument when the costs do not fit the model (the study stops); another error leaves
+// the measure out and is the trial's message.
+Status measure_trial(registry::Registry& registry, const StudyDefinition& definition, bool measure_serving,
+                     const TrainSpec& spec, const TrainOutcome& outcome, std::map<std::string, double>& measures);
 
 }  // namespace slipway::pipeline

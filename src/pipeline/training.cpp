@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include "pipeline/step_cache.h"
+#include "pipeline/study_support.h"
 #include "slipway/kernels.h"
 
 #include "slipway/pipeline.h"
@@ -368,6 +369,11 @@ Status fit_and_store(registry::Registry& registry, const TrainSpec& spec,
 }
 
 }  // namespace
+
+Result<TrainingRows> training_rows(const TrainSpec& spec) {
+  SLIPWAY_ASSIGN_OR_RETURN(PreparedData prepared, prepare_data(spec));
+  return TrainingRows{std::move(prepared.train), std::move(prepared.test)};
+}
 
 Result<model::DataProfile> training_profile(const model::Bundle& bundle, const data::Table& rows) {
   std::vector<std::string> inputs;

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <limits>
 #include <mutex>
 #include <set>
@@ -15,57 +14,20 @@
 #include "pipeline/study_support.h"
 #include "slipway/eval.h"
 #include "slipway/pipeline/tuning.h"
-#include "slipway/serve.h"
 
 namespace slipway::pipeline {
 namespace {
 
 constexpr int kMaxTrials = 100'000;
 constexpr int kMaxParallel = 64;
-constexpr int kLatencyRequests = 200;
-constexpr int kLatencyWarmup = 20;
 // Grid search spreads this many values over each float range.
 constexpr int kGridFloatPoints = 5;
 // A study whose first trials all fail this often stops: the spec is wrong, not the parameters.
 constexpr int kFailuresBeforeGivingUp = 3;
 constexpr std::string_view kInterrupted = "interrupted";
 
-// Quantities measured on the trial's bundle rather than by evaluation, all smaller-is-better.
-const std::vector<std::string>& bundle_measures() {
-  static const std::vector<std::string> kMeasures = {"p50_us", "p95_us", "bundle_kb", "train_s"};
-  return kMeasures;
-}
-
-const std::vector<std::string>& metric_names() {
-  static const std::vector<std::string> kMetrics = {"auc", "pr_auc",   "log_loss", "accuracy", "precision", "recall",
-                                                    "f1",  "macro_f1", "rmse",     "mae",      "r2"};
-  return kMetrics;
-}
-
 bool contains(const std::vector<std::string>& names, std::string_view name) {
   return std::find(names.begin(), names.end(), name) != names.end();
-}
-
-// METRIC, METRIC@VALUE or METRIC@worst, or a bundle measure: its metric part, checked.
-Result<std::string> measure_metric(const std::string& measure) {
-  std::string metric = measure.substr(0, measure.find('@'));
-  if (contains(bundle_measures(), metric)) {
-    if (metric != measure) return invalid_argument("'" + measure + "': " + metric + " has no slices");
-    return metric;
-  }
-  if (!contains(metric_names(), metric)) {
-    std::vector<std::string> known = metric_names();
-    known.insert(known.end(), bundle_measures().begin(), bundle_measures().end());
-    std::string message = "'" + metric + "' is not a metric or a measure of the bundle";
-    if (auto suggestion = closest_name(metric, known)) message += "; did you mean '" + *suggestion + "'?";
-    return invalid_argument(message + " (known: " + join(known, ", ") + ")");
-  }
-  if (measure.size() > metric.size() + 1 || measure.find('@') == std::string::npos) return metric;
-  return invalid_argument("'" + measure + "': a slice objective is METRIC@VALUE or METRIC@worst");
-}
-
-bool measure_maximized(const std::string& metric) {
-  return !contains(bundle_measures(), metric) && eval::higher_is_better(metric);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -91,6 +53,8 @@ std::string definition_yaml(const StudyDefinition& definition, bool with_trials)
   for (const auto& constraint : definition.constraints) constraints.push_back(constraint_text(constraint));
   out << YAML::Key << "objectives" << YAML::Value << YAML::Flow << objectives;
   out << YAML::Key << "constraints" << YAML::Value << YAML::Flow << constraints;
+  // Only when set: the definitions (and their digests) of studies without costs stay as they were.
+  if (definition.costs) out << YAML::Key << "costs" << YAML::Value << eval::cost_matrix_text(*definition.costs);
   out << YAML::Key << "from_study" << YAML::Value << definition.from_study;
   if (with_trials) out << YAML::Key << "trials" << YAML::Value << definition.trials;
   out << YAML::Key << "space" << YAML::Value << YAML::Literal << tune::search_space_yaml(definition.space);
@@ -113,6 +77,9 @@ Result<StudyDefinition> parse_definition(const std::string& text, const std::str
     for (const auto& constraint : node["constraints"]) {
       SLIPWAY_ASSIGN_OR_RETURN(auto parsed, parse_study_constraint(constraint.as<std::string>()));
       definition.constraints.push_back(std::move(parsed));
+    }
+    if (node["costs"]) {
+      SLIPWAY_ASSIGN_OR_RETURN(definition.costs, eval::parse_cost_matrix(node["costs"].as<std::string>()));
     }
     definition.from_study = node["from_study"].as<std::string>();
     definition.trials = node["trials"].as<int>();
@@ -196,13 +163,14 @@ Status check_definition(const StudyDefinition& definition, bool objectives_chose
       return invalid_argument("parameter '" + param.name + "' is both fixed (--param) and tuned (the search space)");
     }
   }
-  if (!contains({"tpe", "random", "grid", "qmc"}, definition.sampler)) {
-    return invalid_argument("unknown sampler '" + definition.sampler + "'; expected tpe, random, grid or qmc");
+  if (!contains({"tpe", "tpe:multivariate", "random", "grid", "qmc"}, definition.sampler)) {
+    return invalid_argument("unknown sampler '" + definition.sampler +
+                            "'; expected tpe, tpe:multivariate, random, grid or qmc");
   }
   SLIPWAY_RETURN_IF_ERROR(make_pruner(definition.pruner).status());
-  if (definition.pruner != "none" && definition.spec.model != "gbdt") {
-    return invalid_argument("pruning judges boosting rounds: it applies to gbdt, not " + definition.spec.model +
-                            " (use --pruner none)");
+  if (definition.pruner != "none" && definition.spec.model != "gbdt" && definition.spec.model != "mlp") {
+    return invalid_argument("pruning judges boosting rounds or epochs: it applies to gbdt and mlp, not " +
+                            definition.spec.model + " (use --pruner none)");
   }
   if ((objectives_chosen && definition.objectives.empty()) || definition.objectives.size() > 3) {
     return invalid_argument("a study has one objective, or two or three (a Pareto front); it has " +
@@ -217,7 +185,10 @@ Status check_definition(const StudyDefinition& definition, bool objectives_chose
     }
   }
   for (const auto& measure : measures) {
-    SLIPWAY_RETURN_IF_ERROR(measure_metric(measure).status());
+    SLIPWAY_ASSIGN_OR_RETURN(std::string metric, measure_metric(measure));
+    if (metric == "cost" && !definition.costs) {
+      return invalid_argument("'" + measure + "' needs what decisions cost: --costs 'fn=5,fp=1' or a CSV file");
+    }
     if (measure.find('@') != std::string::npos && definition.spec.slice.empty()) {
       return invalid_argument("'" + measure + "' is measured per slice: name the slice column (--slice COLUMN)");
     }
@@ -237,6 +208,11 @@ Status check_request(const StudyRequest& request) {
     return invalid_argument("--budget must be a positive time of at most 30 days, such as 90s, 20m or 2h");
   }
   if (!request.register_as.empty()) SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(request.register_as));
+  if (request.parallel > 1 && !request.resume && names_measure(request.definition, kPeakTrainingMemory)) {
+    return invalid_argument(
+        "train_mb is the process's peak memory while a trial trains: measure it with one worker per process "
+        "(--parallel 1; several processes may work one study)");
+  }
   return {};
 }
 
@@ -479,7 +455,9 @@ std::unique_ptr<tune::Sampler> make_sampler(const StudyDefinition& definition, s
   if (definition.sampler == "qmc") return tune::make_qmc_sampler({.scramble = true, .seed = definition.spec.seed});
   if (definition.sampler == "grid") return tune::make_grid_sampler(grid, seed);
   // Pruned trials' intermediate values are the trainer's validation loss: lower is better.
-  return tune::make_tpe_sampler({.seed = seed, .intermediate_direction = tune::Direction::kMinimize});
+  return tune::make_tpe_sampler({.seed = seed,
+                                 .intermediate_direction = tune::Direction::kMinimize,
+                                 .multivariate = definition.sampler == "tpe:multivariate"});
 }
 
 // What the next trial runs, or nothing when the study has enough: first an interrupted trial
@@ -504,7 +482,7 @@ Result<std::optional<registry::TrialClaim>> choose_trial(const StudyDefinition& 
   std::vector<StudyTrialView> views;
   views.reserve(stored.size());
   for (const auto& trial : stored) views.push_back(view_of(definition, trial));
-  auto trials = sampler_trials(definition, warm, views, definition.sampler == "tpe");
+  auto trials = sampler_trials(definition, warm, views, definition.sampler.starts_with("tpe"));
   auto sampler = make_sampler(definition, mix_seed(definition.spec.seed, stored.size()), grid);
   registry::TrialClaim claim;
   claim.params = sampler->sample(definition.space, trials, tune::Direction::kMinimize);
@@ -514,60 +492,6 @@ Result<std::optional<registry::TrialClaim>> choose_trial(const StudyDefinition& 
 // ---------------------------------------------------------------------------------------------
 // Running trials.
 
-// One-row KServe v2 requests from the held-out rows through the serving code path: p50 and p95
-// of the time inside the server, in microseconds.
-Result<std::pair<double, double>> serving_latency_us(const std::shared_ptr<const model::Bundle>& bundle,
-                                                     const data::Table& rows, const TrainSpec& spec) {
-  std::vector<std::string> skip = {spec.target};
-  if (!spec.weight_column.empty()) skip.push_back(spec.weight_column);
-  std::vector<std::string> bodies = serve::v2_requests_from_table(rows, 1, skip, kLatencyRequests);
-  if (bodies.empty()) return failed_precondition("no held-out rows to time requests with");
-  std::vector<double> micros;
-  for (int i = 0; i < kLatencyWarmup + kLatencyRequests; ++i) {
-    SLIPWAY_ASSIGN_OR_RETURN(serve::InferStageTimes times,
-                             serve::time_v2_infer(bundle, bodies[static_cast<std::size_t>(i) % bodies.size()]));
-    if (i >= kLatencyWarmup) micros.push_back(times.total() * 1e6);
-  }
-  std::sort(micros.begin(), micros.end());
-  auto at = [&](double quantile) {
-    return micros[std::min(micros.size() - 1, static_cast<std::size_t>(quantile * static_cast<double>(micros.size())))];
-  };
-  return std::pair<double, double>(at(0.50), at(0.95));
-}
-
-// The slice measures the definition asks for (METRIC@VALUE, METRIC@worst).
-void add_slice_measures(const StudyDefinition& definition, const eval::Evaluation& evaluation,
-                        std::map<std::string, double>& measures) {
-  std::vector<std::string> wanted;
-  for (const auto& objective : definition.objectives) wanted.push_back(objective.measure);
-  for (const auto& constraint : definition.constraints) wanted.push_back(constraint.measure);
-  for (const auto& measure : wanted) {
-    std::size_t at = measure.find('@');
-    if (at == std::string::npos) continue;
-    std::string metric = measure.substr(0, at), slice = measure.substr(at + 1);
-    double value = std::numeric_limits<double>::quiet_NaN();
-    for (const auto& entry : evaluation.slices) {
-      double slice_value = entry.metrics.get(metric);
-      if (slice == "worst") {
-        if (std::isnan(slice_value)) continue;
-        bool worse = eval::higher_is_better(metric) ? slice_value < value : slice_value > value;
-        if (std::isnan(value) || worse) value = slice_value;
-      } else if (entry.value == slice) {
-        value = slice_value;
-      }
-    }
-    measures[measure] = value;
-  }
-}
-
-bool wants_latency(const StudyDefinition& definition) {
-  auto latency = [](const std::string& measure) { return measure == "p50_us" || measure == "p95_us"; };
-  return std::any_of(definition.objectives.begin(), definition.objectives.end(),
-                     [&](const StudyObjective& objective) { return latency(objective.measure); }) ||
-         std::any_of(definition.constraints.begin(), definition.constraints.end(),
-                     [&](const StudyConstraint& constraint) { return latency(constraint.measure); });
-}
-
 // What the workers share.
 struct StudyRun {
   std::string study;
@@ -576,7 +500,7 @@ struct StudyRun {
   std::vector<tune::ParamValues> grid;
   std::string home;
   int threads_per_trial = 1;
-  bool measure_latency = false;
+  bool measure_latency = false;  // and the batch throughput
   std::optional<std::chrono::steady_clock::time_point> deadline;
   const StudyCallbacks* callbacks = nullptr;
 
@@ -603,8 +527,9 @@ class PruningMonitor {
   PruningMonitor(registry::Registry& registry, const StudyRun& run, registry::StudyTrial& trial)
       : registry_(registry), run_(run), trial_(trial), pruner_(checked_pruner(run.definition.pruner)) {}
 
-  // True when the trial should stop.
-  bool on_round(const train::RoundMetrics& round) {
+  // True when the trial should stop: never at its last round (`total_rounds`), whose work is
+  // done; its value there still counts for the other trials.
+  bool on_round(const train::RoundMetrics& round, int total_rounds) {
     if (!std::isfinite(round.validation)) return false;
     trial_.intermediate[round.round + 1] = round.validation;
     if (!pruner_) return false;
@@ -626,6 +551,7 @@ class PruningMonitor {
         log_warn("trial " + std::to_string(trial_.number) + ": " + status.message());
       }
     }
+    prune = prune && round.round + 1 < total_rounds;
     if (prune) pruned_at_ = round.round + 1;
     return prune;
   }
@@ -692,53 +618,66 @@ Status run_trial(registry::Registry& registry, StudyRun& run, registry::StudyTri
     Status linked = registry.studies().set_trial_run(run.study, trial.number, run_id);
     if (!tagged.ok() || !linked.ok()) log_warn("run " + run_id + ": " + (tagged.ok() ? linked : tagged).message());
   };
-  callbacks.on_round = [&](const train::RoundMetrics& round, int) {
-    if (monitor.on_round(round)) cancel = true;
+  callbacks.on_round = [&](const train::RoundMetrics& round, int total_rounds) {
+    if (monitor.on_round(round, total_rounds)) cancel = true;
   };
   const TrainSpec spec = trial_spec(run, trial);
+  const bool measure_memory = names_measure(run.definition, kPeakTrainingMemory);
+  const bool memory_reset = measure_memory && reset_peak_memory();
   auto outcome = run_training(registry, spec, callbacks);
 
   Status stops_study;
   if (outcome.ok()) {
     trial.measures.clear();
-    for (const auto& [name, value] : outcome->evaluation.overall.values) trial.measures[name] = value;
-    add_slice_measures(run.definition, outcome->evaluation, trial.measures);
+    Status measured = measure_trial(registry, run.definition, run.measure_latency, spec, *outcome, trial.measures);
+    if (!measured.ok()) trial.message = measured.message();
     trial.measures["train_s"] = outcome->train_seconds;
     trial.measures["claim_ms"] = claim_ms;
-    std::error_code size_error;
-    auto bytes = std::filesystem::file_size(registry.artifacts().path_for(outcome->bundle_sha256), size_error);
-    trial.measures["bundle_kb"] = size_error ? std::numeric_limits<double>::quiet_NaN() : bytes / 1024.0;
-    if (run.measure_latency || wants_latency(run.definition)) {
-      auto latency = serving_latency_us(outcome->summary.bundle, outcome->held_out, spec);
-      if (latency.ok()) {
-        trial.measures["p50_us"] = latency->first;
-        trial.measures["p95_us"] = latency->second;
-      } else {
-        trial.message = "latency not measured: " + latency.status().message();
+    if (measure_memory) {
+      // A run reused from the cache did not train here: its peak says nothing.
+      const bool reused = !outcome->cached_from.empty();
+      auto peak = memory_reset && !reused ? peak_memory_mib() : std::nullopt;
+      trial.measures[std::string(kPeakTrainingMemory)] = peak.value_or(std::numeric_limits<double>::quiet_NaN());
+      if (!peak) {
+        trial.message = reused ? "train_mb not measured: the run was reused from the cache (use --no-cache)"
+                               : "train_mb not measured: this system cannot reset the peak resident memory";
       }
     }
     trial.state = "complete";
+    if (measured.code() == StatusCode::kInvalidArgument) {
+      stops_study = measured;
+      trial.state = "failed";
+    }
     for (const auto& objective : run.definition.objectives) {
+      if (trial.state == "failed") break;
       auto found = trial.measures.find(objective.measure);
       if (found == trial.measures.end()) {
-        std::vector<std::string> measured;
-        for (const auto& [name, value] : trial.measures) measured.push_back(name);
+        std::vector<std::string> names;
+        for (const auto& [name, value] : trial.measures) names.push_back(name);
         stops_study = invalid_argument("objective '" + objective.measure + "' is not measured for this task (" +
-                                       join(measured, ", ") + " are)");
+                                       join(names, ", ") + " are)");
         trial.state = "failed";
         trial.message = stops_study.message();
       } else if (std::isnan(found->second)) {
         trial.state = "failed";
-        trial.message = "objective " + objective.measure + " is NaN";
+        trial.message =
+            "objective " + objective.measure + " is NaN" + (trial.message.empty() ? "" : " (" + trial.message + ")");
       }
     }
   } else if (monitor.pruned_at() > 0) {
     trial.state = "pruned";
-    trial.message = "pruned at round " + std::to_string(monitor.pruned_at());
+    trial.message = std::string(run.definition.spec.model == "mlp" ? "pruned at epoch " : "pruned at round ") +
+                    std::to_string(monitor.pruned_at());
   } else if (cancel) {
     trial.state = "failed";
     std::lock_guard lock(run.mutex);
     trial.message = std::string(kInterrupted) + ": " + run.stop_reason[worker];
+  } else if (outcome.status().code() == StatusCode::kIo) {
+    // The disk or the store failed, not the parameters: the study stops (the next trial would fail
+    // too) and the trial runs again once on --resume.
+    trial.state = "failed";
+    trial.message = std::string(kInterrupted) + ": " + outcome.status().message();
+    stops_study = outcome.status();
   } else {
     trial.state = "failed";
     trial.message = outcome.status().message();
@@ -914,45 +853,6 @@ Status check_study_request(const StudyRequest& request) {
   SLIPWAY_RETURN_IF_ERROR(check_request(request));
   if (request.resume) return {};
   return check_definition(request.definition, /*objectives_chosen=*/false);
-}
-
-Result<StudyObjective> parse_study_objective(const std::string& text) {
-  StudyObjective objective;
-  std::string measure = text;
-  std::optional<bool> maximize;
-  if (auto colon = text.rfind(':'); colon != std::string::npos) {
-    std::string direction = text.substr(colon + 1);
-    if (direction != "maximize" && direction != "minimize") {
-      return invalid_argument("objective '" + text + "': the direction after ':' is maximize or minimize");
-    }
-    maximize = direction == "maximize";
-    measure = text.substr(0, colon);
-  }
-  if (measure.empty() || has_control_characters(measure)) return invalid_argument("an objective names a measure");
-  SLIPWAY_ASSIGN_OR_RETURN(std::string metric, measure_metric(measure));
-  objective.measure = measure;
-  objective.maximize = maximize.value_or(measure_maximized(metric));
-  return objective;
-}
-
-Result<StudyConstraint> parse_study_constraint(const std::string& text) {
-  StudyConstraint constraint;
-  std::size_t at = text.find("<=");
-  constraint.at_most = at != std::string::npos;
-  if (!constraint.at_most) at = text.find(">=");
-  if (at == std::string::npos || at == 0) {
-    return invalid_argument("constraint '" + text + "': write MEASURE<=LIMIT or MEASURE>=LIMIT, such as p95_us<=50");
-  }
-  constraint.measure = text.substr(0, at);
-  if (has_control_characters(constraint.measure)) return invalid_argument("a constraint names a measure");
-  SLIPWAY_RETURN_IF_ERROR(measure_metric(constraint.measure).status());
-  std::string limit = text.substr(at + 2);
-  char* end = nullptr;
-  constraint.limit = std::strtod(limit.c_str(), &end);
-  if (limit.empty() || *end != '\0' || !std::isfinite(constraint.limit)) {
-    return invalid_argument("constraint '" + text + "': the limit must be a finite number");
-  }
-  return constraint;
 }
 
 Result<StudyResult> run_study(registry::Registry& registry, const StudyRequest& request,

@@ -17,6 +17,9 @@ namespace slipway::tune {
 namespace {
 
 constexpr double kNegativeInfinity = -std::numeric_limits<double>::infinity();
+// Optuna's SIGMA0_MAGNITUDE: a multivariate kernel's bandwidth at one observation, as a share of
+// the range.
+constexpr double kJointBandwidth = 0.2;
 
 // A numeric parameter in the space it is sampled in: log-scaled ranges in log space; integers
 // widened by half a step on each side so that each whole number gets a full unit of mass.
@@ -299,8 +302,11 @@ struct ParzenEstimator {
     return weights;
   }
 
-  static ParzenEstimator numeric(const ParamRange& param, const std::vector<double>& observations,
-                                 double prior_weight) {
+  // `joint_dimensions` > 0: one dimension of a multivariate estimator over that many parameters,
+  // whose kernels share one bandwidth per dimension (Optuna's multivariate rule: 0.2 x n^(-1/(d+4))
+  // of the range) instead of the neighbours' distances.
+  static ParzenEstimator numeric(const ParamRange& param, const std::vector<double>& observations, double prior_weight,
+                                 int joint_dimensions = 0) {
     ParzenEstimator estimator;
     estimator.param = &param;
     estimator.bounds = internal_bounds(param);
@@ -332,6 +338,13 @@ struct ParzenEstimator {
     std::vector<double> sigmas(with_prior.size());
     for (std::size_t i = 0; i < order.size(); ++i)
       sigmas[order[i]] = std::clamp(sorted_sigmas[i], min_sigma, max_sigma);
+    if (joint_dimensions > 0) {
+      double shared =
+          kJointBandwidth *
+          std::pow(std::max<double>(static_cast<double>(observations.size()), 1.0), -1.0 / (joint_dimensions + 4)) *
+          (high - low);
+      std::fill(sigmas.begin(), sigmas.end(), std::clamp(shared, min_sigma, max_sigma));
+    }
     estimator.mus = observations;
     estimator.sigmas.assign(sigmas.begin(), sigmas.begin() + static_cast<std::ptrdiff_t>(observations.size()));
     estimator.mus.push_back(prior_mu);
@@ -358,9 +371,15 @@ struct ParzenEstimator {
   }
 
   // One draw, as an internal value (numeric) or a choice index (categorical).
-  double draw(std::mt19937_64& random) const {
+  double draw(std::mt19937_64& random) const { return draw_from(draw_component(random), random); }
+
+  std::size_t draw_component(std::mt19937_64& random) const {
     std::discrete_distribution<std::size_t> component(component_weights.begin(), component_weights.end());
-    std::size_t k = component(random);
+    return component(random);
+  }
+
+  // A draw from kernel `k` alone.
+  double draw_from(std::size_t k, std::mt19937_64& random) const {
     if (!choice_weights.empty()) {
       std::discrete_distribution<std::size_t> choice(choice_weights[k].begin(), choice_weights[k].end());
       return static_cast<double>(choice(random));
@@ -373,35 +392,61 @@ struct ParzenEstimator {
     return std::clamp(mus[k], bounds.low, bounds.high);  // unreachable in practice: sigma <= the range
   }
 
+  // Kernel `k`'s density (numeric) or probability (integers, categorical) at `x`.
+  double kernel_density(std::size_t k, double x) const {
+    if (!choice_weights.empty()) return choice_weights[k][static_cast<std::size_t>(x)];
+    double mass = normal_cdf((bounds.high - mus[k]) / sigmas[k]) - normal_cdf((bounds.low - mus[k]) / sigmas[k]);
+    if (mass <= 0) return 0.0;
+    if (discrete) {
+      double value = from_internal(*param, x);
+      double lower = to_internal(*param, value - 0.5);
+      double upper = to_internal(*param, value + 0.5);
+      return (normal_cdf((upper - mus[k]) / sigmas[k]) - normal_cdf((lower - mus[k]) / sigmas[k])) / mass;
+    }
+    double z = (x - mus[k]) / sigmas[k];
+    return std::exp(-0.5 * z * z) / (sigmas[k] * std::sqrt(2.0 * std::numbers::pi)) / mass;
+  }
+
   // log of the mixture's density (numeric) or probability (integers, categorical) at `x`.
   double log_density(double x) const {
     double total = 0.0;
-    if (!choice_weights.empty()) {
-      auto index = static_cast<std::size_t>(x);
-      for (std::size_t k = 0; k < component_weights.size(); ++k)
-        total += component_weights[k] * choice_weights[k][index];
-      return total > 0 ? std::log(total) : kNegativeInfinity;
-    }
-    double lower = x;
-    double upper = x;
-    if (discrete) {
-      double value = from_internal(*param, x);
-      lower = to_internal(*param, value - 0.5);
-      upper = to_internal(*param, value + 0.5);
-    }
-    for (std::size_t k = 0; k < component_weights.size(); ++k) {
-      double mass = normal_cdf((bounds.high - mus[k]) / sigmas[k]) - normal_cdf((bounds.low - mus[k]) / sigmas[k]);
-      if (mass <= 0) continue;
-      double p = 0.0;
-      if (discrete) {
-        p = normal_cdf((upper - mus[k]) / sigmas[k]) - normal_cdf((lower - mus[k]) / sigmas[k]);
-      } else {
-        double z = (x - mus[k]) / sigmas[k];
-        p = std::exp(-0.5 * z * z) / (sigmas[k] * std::sqrt(2.0 * std::numbers::pi));
-      }
-      total += component_weights[k] * p / mass;
-    }
+    for (std::size_t k = 0; k < component_weights.size(); ++k) total += component_weights[k] * kernel_density(k, x);
     return total > 0 ? std::log(total) : kNegativeInfinity;
+  }
+};
+
+// A mixture of products (Optuna's multivariate TPE): kernel k of every dimension belongs to the
+// same observation, so a draw takes one observation's kernel in all dimensions at once and the
+// density multiplies across dimensions inside each kernel.
+struct JointEstimator {
+  std::vector<ParzenEstimator> dimensions;  // one per parameter, the same kernel weights in each
+
+  std::vector<double> draw(std::mt19937_64& random) const {
+    std::size_t k = dimensions.front().draw_component(random);
+    std::vector<double> point;
+    point.reserve(dimensions.size());
+    for (const auto& dimension : dimensions) point.push_back(dimension.draw_from(k, random));
+    return point;
+  }
+
+  double log_density(const std::vector<double>& point) const {
+    const auto& weights = dimensions.front().component_weights;
+    std::vector<double> terms;
+    terms.reserve(weights.size());
+    double largest = kNegativeInfinity;
+    for (std::size_t k = 0; k < weights.size(); ++k) {
+      double term = std::log(weights[k]);
+      for (std::size_t d = 0; d < dimensions.size() && term > kNegativeInfinity; ++d) {
+        double density = dimensions[d].kernel_density(k, point[d]);
+        term += density > 0 ? std::log(density) : kNegativeInfinity;
+      }
+      terms.push_back(term);
+      largest = std::max(largest, term);
+    }
+    if (largest == kNegativeInfinity) return kNegativeInfinity;
+    double sum = 0.0;
+    for (double term : terms) sum += std::exp(term - largest);
+    return largest + std::log(sum);
   }
 };
 
@@ -452,14 +497,99 @@ class TpeSampler : public Sampler {
     std::sort(good.begin(), good.end(), by_number);
     std::sort(bad.begin(), bad.end(), by_number);
     ParamValues chosen;
+    if (options_.multivariate) chosen = sample_jointly(space, good, bad);
     for (const auto& param : space.params) {
-      if (!is_active(param, chosen)) continue;
+      if (chosen.count(param.name) != 0 || !is_active(param, chosen)) continue;
       chosen[param.name] = sample_param(param, good, bad);
     }
     return chosen;
   }
 
  private:
+  // Multivariate TPE over the parameters every trial has (those without a condition), from the
+  // observations that hold a value inside the space for each; the conditional parameters are
+  // then drawn one by one, as Optuna's multivariate sampler falls back to independent sampling
+  // outside the intersection search space.
+  ParamValues sample_jointly(const SearchSpace& space, const std::vector<Observation>& good,
+                             const std::vector<Observation>& bad) {
+    std::vector<const ParamRange*> joint;
+    for (const auto& param : space.params) {
+      if (param.parent.empty()) joint.push_back(&param);
+    }
+    if (joint.empty()) return {};
+    JointEstimator below = joint_estimator(joint, good);
+    JointEstimator above = joint_estimator(joint, bad);
+    std::vector<double> best_point;
+    double best_score = kNegativeInfinity;
+    for (int i = 0; i < options_.ei_candidates; ++i) {
+      std::vector<double> point = below.draw(random_);
+      double score = below.log_density(point) - above.log_density(point);
+      if (best_point.empty() || score > best_score) {
+        best_score = score;
+        best_point = std::move(point);
+      }
+    }
+    ParamValues chosen;
+    for (std::size_t d = 0; d < joint.size(); ++d) chosen[joint[d]->name] = value_of(*joint[d], best_point[d]);
+    return chosen;
+  }
+
+  JointEstimator joint_estimator(const std::vector<const ParamRange*>& joint,
+                                 const std::vector<Observation>& group) const {
+    // Only observations with every joint parameter inside the space take part.
+    std::vector<std::vector<double>> columns(joint.size());
+    for (const auto& observation : group) {
+      std::vector<double> point;
+      for (const ParamRange* param : joint) {
+        auto value = internal_value(*param, *observation.params);
+        if (!value) break;
+        point.push_back(*value);
+      }
+      if (point.size() != joint.size()) continue;
+      for (std::size_t d = 0; d < joint.size(); ++d) columns[d].push_back(point[d]);
+    }
+    JointEstimator estimator;
+    estimator.dimensions.reserve(joint.size());
+    const auto dimensions = static_cast<int>(joint.size());
+    for (std::size_t d = 0; d < joint.size(); ++d) {
+      const ParamRange& param = *joint[d];
+      if (param.kind == ParamKind::kCategorical) {
+        estimator.dimensions.push_back(
+            ParzenEstimator::categorical(param, choice_indices(columns[d]), options_.prior_weight));
+      } else {
+        estimator.dimensions.push_back(ParzenEstimator::numeric(param, columns[d], options_.prior_weight, dimensions));
+      }
+    }
+    return estimator;
+  }
+
+  // The observation's value of `param` as the estimators hold it (internal, or a choice index);
+  // none when it has none inside the space (a trial from another space, in a reused study).
+  static std::optional<double> internal_value(const ParamRange& param, const ParamValues& params) {
+    auto value = params.find(param.name);
+    if (value == params.end()) return std::nullopt;
+    if (param.kind == ParamKind::kCategorical) {
+      auto choice = std::find(param.choices.begin(), param.choices.end(), value->second);
+      if (choice == param.choices.end()) return std::nullopt;
+      return static_cast<double>(choice - param.choices.begin());
+    }
+    auto number = parse_finite_number(value->second);
+    if (!number || *number < param.low || *number > param.high || (param.log && *number <= 0)) return std::nullopt;
+    return to_internal(param, *number);
+  }
+
+  static std::vector<std::size_t> choice_indices(const std::vector<double>& values) {
+    std::vector<std::size_t> indices;
+    indices.reserve(values.size());
+    for (double value : values) indices.push_back(static_cast<std::size_t>(value));
+    return indices;
+  }
+
+  static std::string value_of(const ParamRange& param, double internal) {
+    if (param.kind == ParamKind::kCategorical) return param.choices[static_cast<std::size_t>(internal)];
+    return format_value(param, from_internal(param, internal));
+  }
+
   std::string sample_param(const ParamRange& param, const std::vector<Observation>& good,
                            const std::vector<Observation>& bad) {
     ParzenEstimator below = estimator(param, good);
@@ -474,29 +604,16 @@ class TpeSampler : public Sampler {
         best_x = x;
       }
     }
-    if (param.kind == ParamKind::kCategorical) return param.choices[static_cast<std::size_t>(best_x)];
-    return format_value(param, from_internal(param, best_x));
+    return value_of(param, best_x);
   }
 
   ParzenEstimator estimator(const ParamRange& param, const std::vector<Observation>& group) const {
-    if (param.kind == ParamKind::kCategorical) {
-      std::vector<std::size_t> indices;
-      for (const auto& observation : group) {
-        auto value = observation.params->find(param.name);
-        if (value == observation.params->end()) continue;
-        auto choice = std::find(param.choices.begin(), param.choices.end(), value->second);
-        if (choice != param.choices.end()) indices.push_back(static_cast<std::size_t>(choice - param.choices.begin()));
-      }
-      return ParzenEstimator::categorical(param, indices, options_.prior_weight);
-    }
     std::vector<double> values;
     for (const auto& observation : group) {
-      auto value = observation.params->find(param.name);
-      if (value == observation.params->end()) continue;
-      auto number = parse_finite_number(value->second);
-      // A trial from another space (a reused study) may lie outside this one's range.
-      if (!number || *number < param.low || *number > param.high || (param.log && *number <= 0)) continue;
-      values.push_back(to_internal(param, *number));
+      if (auto value = internal_value(param, *observation.params)) values.push_back(*value);
+    }
+    if (param.kind == ParamKind::kCategorical) {
+      return ParzenEstimator::categorical(param, choice_indices(values), options_.prior_weight);
     }
     return ParzenEstimator::numeric(param, values, options_.prior_weight);
   }

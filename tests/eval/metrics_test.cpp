@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -41,6 +42,72 @@ TEST(BinaryMetrics, MatchHandComputedValues) {
   double log_loss = -(std::log(0.9f) + std::log(0.8f) + std::log(0.4f) + std::log(0.4f)) / 4;
   EXPECT_NEAR(metrics.get("log_loss"), log_loss, 1e-6);
   EXPECT_DOUBLE_EQ(metrics.get("auc"), 0.75);
+}
+
+// Calibration and class-weighted accuracy by hand: brier is the mean of (p - y)^2; ece bins the
+// probabilities in tenths; balanced accuracy is the mean of the two classes' recalls.
+TEST(BinaryMetrics, CalibrationAndBalancedAccuracyByHand) {
+  std::vector<float> scores = {0.9f, 0.2f, 0.6f, 0.4f, 0.15f};
+  std::vector<double> labels = {1, 0, 0, 1, 0};
+  Metrics metrics = binary_metrics(scores, labels);
+  double brier = (0.01 + 0.04 + 0.36 + 0.36 + 0.0225) / 5;
+  EXPECT_NEAR(metrics.get("brier"), brier, 1e-6);
+  // Bins: [0.1, 0.2) holds 0.15 (no positive), [0.2, 0.3) 0.2 (none), [0.4, 0.5) 0.4 (one),
+  // [0.6, 0.7) 0.6 (none), [0.8, 0.9) 0.9f = 0.8999999 (one): |0.15| + |0.2| + |0.4 - 1| + |0.6| + |0.9 - 1|.
+  EXPECT_NEAR(metrics.get("ece"), (0.15 + 0.2 + 0.6 + 0.6 + 0.1) / 5, 1e-6);
+  // At 0.5: positives 1 of 2 found, negatives 2 of 3 kept.
+  EXPECT_NEAR(metrics.get("balanced_accuracy"), (0.5 + 2.0 / 3.0) / 2, 1e-12);
+  EXPECT_TRUE(higher_is_better("balanced_accuracy"));
+  EXPECT_TRUE(higher_is_better("pr_auc"));
+  EXPECT_FALSE(higher_is_better("ece"));
+  std::vector<float> with_nan = {0.9f, std::nanf(""), 0.6f, 0.4f, 0.15f};
+  EXPECT_TRUE(std::isnan(binary_metrics(with_nan, labels).get("ece")));
+  for (const auto& [name, value] : metrics.values) {
+    EXPECT_NE(std::find(metric_names().begin(), metric_names().end(), name), metric_names().end()) << name;
+  }
+}
+
+TEST(MulticlassMetrics, TopLabelCalibrationAndBalancedAccuracy) {
+  // Three rows of class 0, one of class 1, none of class 2.
+  std::vector<float> probabilities = {0.75f, 0.15f, 0.1f, 0.75f, 0.15f, 0.1f, 0.3f, 0.55f, 0.15f, 0.15f, 0.75f, 0.1f};
+  std::vector<double> labels = {0, 0, 0, 1};
+  Metrics metrics = multiclass_metrics(probabilities, 3, labels);
+  // Predictions 0, 0, 1, 1: class 0 recall 2/3, class 1 recall 1; class 2 has no rows.
+  EXPECT_NEAR(metrics.get("balanced_accuracy"), (2.0 / 3.0 + 1.0) / 2, 1e-12);
+  // Confidences 0.75 (right), 0.75 (right), 0.55 (wrong), 0.75 (right): bins [0.5, 0.6), [0.7, 0.8).
+  EXPECT_NEAR(metrics.get("ece"), (0.55 + 3 * (1.0 - 0.75)) / 4, 1e-6);
+}
+
+// A cost matrix: the shorthand and the CSV read and write back; each row gets the label of least
+// expected cost, so with misses five times as dear the threshold drops to 1/6.
+TEST(Costs, DecisionsOfLeastExpectedCost) {
+  auto shorthand = parse_cost_matrix("fn=5, fp=1");
+  ASSERT_TRUE(shorthand.ok()) << shorthand.status().message();
+  EXPECT_EQ(cost_matrix_text(*shorthand), "tn=0,fp=1,fn=5,tp=0");
+  ASSERT_TRUE(parse_cost_matrix(cost_matrix_text(*shorthand)).ok());
+  auto table = cost_table(*shorthand, {"no", "yes"});
+  ASSERT_TRUE(table.ok());
+  std::vector<float> scores = {0.9f, 0.2f, 0.1f, 0.4f, 0.15f};
+  std::vector<double> labels = {1, 0, 0, 1, 0};
+  // Positive at P >= 1/6: rows 0, 1, 3 predicted positive; row 1 is a false alarm (1); no miss.
+  EXPECT_DOUBLE_EQ(decision_cost(scores, 1, labels, *table), 1.0 / 5);
+  EXPECT_FALSE(cost_table(*shorthand, {"a", "b", "c"}).ok());
+
+  auto csv = parse_cost_matrix("actual,predicted,cost\nsetosa,virginica,10\n\"ver,si\",setosa,2\n");
+  ASSERT_TRUE(csv.ok()) << csv.status().message();
+  EXPECT_EQ(cost_matrix_text(*csv), "actual,predicted,cost\nsetosa,virginica,10\n\"ver,si\",setosa,2\n");
+  auto three = cost_table(*csv, {"setosa", "ver,si", "virginica"});
+  ASSERT_TRUE(three.ok()) << three.status().message();
+  EXPECT_EQ((*three)[0][2], 10.0);
+  EXPECT_EQ((*three)[1][0], 2.0);
+  auto unknown = cost_table(*csv, {"setosa", "versicolor", "virginica"});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("'ver,si'"), std::string::npos) << unknown.status().message();
+
+  for (const char* bad : {"fn=-1", "fn=nan", "fn=1e999", "fx=1", "fn=1,fn=2", "fn", "tn=0,tp=0", "",
+                          "actual,predicted\na,b", "actual,predicted,cost\na,b,1\na,b,2"}) {
+    EXPECT_FALSE(parse_cost_matrix(bad).ok()) << bad;
+  }
 }
 
 // scikit-learn 1.2: average_precision_score([1,0,0,1], [0.9,0.2,0.6,0.4]) == 0.8333...

@@ -2,8 +2,10 @@
 // working one study, a worker killed with SIGKILL and the study resumed, and refused input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <set>
 #include <thread>
 
@@ -201,6 +203,36 @@ TEST(TuneCli, OneOfTwoWorkersKilledLeavesTheOtherToFinishAndRetry) {
   EXPECT_EQ(complete, 12u);
 }
 
+// A disk that fills mid-study (a file size limit, `ulimit -f`): the command ends with an error
+// naming it instead of dying by SIGXFSZ, no completed trial is lost, and once there is room
+// `--resume` finishes the study.
+TEST(TuneCli, AFullDiskStopsTheStudyWithAnErrorAndLosesNoTrial) {
+  TempDir home;
+  auto first = run_command(tune_command(home.path(), "full", 2, {"--no-progress"}));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  // Room for what the workspace holds and a little more: the store's log fills within a trial.
+  std::uintmax_t largest = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(home.path())) {
+    if (entry.is_regular_file()) largest = std::max<std::uintmax_t>(largest, entry.file_size());
+  }
+  std::string blocks = std::to_string((largest + 16 * 1024) / 512);  // dash counts 512-byte blocks
+  std::vector<std::string> argv = {"/bin/sh", "-c", "ulimit -f " + blocks + "; exec \"$@\"", "sh"};
+  for (const auto& arg : tune_command(home.path(), "full", 12, {"--no-progress"})) argv.push_back(arg);
+  auto limited = run_command(argv);
+  EXPECT_EQ(limited.exit_code, 1) << limited.err;
+  EXPECT_NE(limited.err.find("error: "), std::string::npos) << limited.err;
+  auto trials = stored_trials(home.path(), "full");
+  int complete = 0;
+  for (const auto& trial : trials) complete += trial.state == "complete" ? 1 : 0;
+  EXPECT_GE(complete, 2);
+  auto resumed = run_command(
+      {slipway_binary(), "--home", home.path(), "tune", "--resume", "full", "--trials", "12", "--no-progress"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  complete = 0;
+  for (const auto& trial : stored_trials(home.path(), "full")) complete += trial.state == "complete" ? 1 : 0;
+  EXPECT_EQ(complete, 12);
+}
+
 TEST(TuneCli, RefusesInputThatCannotBeAStudy) {
   TempDir home;
   auto refused = [&](const std::vector<std::string>& more, const std::string& expected) {
@@ -232,7 +264,7 @@ TEST(TuneCli, RefusesInputThatCannotBeAStudy) {
   auto logistic_pruned =
       run_command({slipway_binary(), "--home", home.path(), "tune", "--study", "l", "--data",
                    data_path("lending_club.csv"), "--target", "Class", "--model", "logistic", "--pruner", "asha"});
-  EXPECT_NE(logistic_pruned.err.find("applies to gbdt"), std::string::npos) << logistic_pruned.err;
+  EXPECT_NE(logistic_pruned.err.find("applies to gbdt and mlp"), std::string::npos) << logistic_pruned.err;
   auto unnamed = run_command(
       {slipway_binary(), "--home", home.path(), "tune", "--data", data_path("lending_club.csv"), "--target", "Class"});
   EXPECT_NE(unnamed.err.find("--study"), std::string::npos) << unnamed.err;

@@ -226,6 +226,52 @@ TEST(Tuning, SeveralObjectivesGiveAParetoFrontAndLatencyIsMeasured) {
   EXPECT_EQ(run_study(*registry, request).status().code(), StatusCode::kInvalidArgument);
 }
 
+// Objectives that reflect the business: a cost matrix (a bad loan approved costs five refused
+// good ones), calibration and class-weighted accuracy; measures of the bundle: batch throughput
+// and the peak memory of training. The costs are stored with the study and read back.
+TEST(Tuning, CostsCalibrationThroughputAndMemoryAreMeasuredOnEachTrial) {
+  TempDir dir;
+  auto registry = open_registry(dir);
+  StudyRequest request = small_study("costed", 3);
+  request.definition.sampler = "tpe:multivariate";
+  request.definition.spec.use_cache = false;
+  request.definition.costs = *eval::parse_cost_matrix("actual,predicted,cost\nbad,good,5\ngood,bad,1\n");
+  request.definition.objectives = {*parse_study_objective("cost"), *parse_study_objective("rows_per_s")};
+  request.definition.constraints = {*parse_study_constraint("train_mb>=1"), *parse_study_constraint("ece<=1")};
+  EXPECT_FALSE(request.definition.objectives[0].maximize);
+  EXPECT_TRUE(request.definition.objectives[1].maximize);
+  auto study = run_study(*registry, request);
+  ASSERT_TRUE(study.ok()) << study.status().message();
+  ASSERT_EQ(study->trials.size(), 3u);
+  for (const auto& view : study->trials) {
+    ASSERT_EQ(view.trial.state, "complete") << view.trial.message;
+    const auto& measures = view.trial.measures;
+    // A row costs 0, 1 or 5.
+    EXPECT_GE(measures.at("cost"), 0.0);
+    EXPECT_LE(measures.at("cost"), 5.0);
+    EXPECT_GT(measures.at("rows_per_s"), 0.0);
+    EXPECT_GT(measures.at("train_mb"), 1.0);
+    EXPECT_GE(measures.at("ece"), 0.0);
+    EXPECT_LE(measures.at("ece"), 1.0);
+    EXPECT_GT(measures.at("brier"), 0.0);
+    EXPECT_GT(measures.at("balanced_accuracy"), 0.0);
+    EXPECT_TRUE(view.feasible);
+  }
+  auto stored = read_study(*registry, "costed");
+  ASSERT_TRUE(stored.ok());
+  ASSERT_TRUE(stored->definition.costs.has_value());
+  EXPECT_EQ(eval::cost_matrix_text(*stored->definition.costs), "actual,predicted,cost\nbad,good,5\ngood,bad,1\n");
+  EXPECT_EQ(stored->definition.sampler, "tpe:multivariate");
+
+  // Costs naming a label the model does not have stop the study at its first trial.
+  StudyRequest wrong = small_study("wrong-labels", 3);
+  wrong.definition.costs = *eval::parse_cost_matrix("actual,predicted,cost\ndefault,good,5\n");
+  wrong.definition.objectives = {*parse_study_objective("cost")};
+  auto refused = run_study(*registry, wrong);
+  ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("'default'"), std::string::npos) << refused.status().message();
+}
+
 TEST(Tuning, AshaPrunesWeakTrialsOnTheirValidationRounds) {
   TempDir dir;
   auto registry = open_registry(dir);
@@ -252,6 +298,40 @@ TEST(Tuning, AshaPrunesWeakTrialsOnTheirValidationRounds) {
   auto front = run_study(*registry, two);
   ASSERT_TRUE(front.ok()) << front.status().message();
   EXPECT_EQ(front->trials.size(), 6u);
+}
+
+// An MLP reports its validation loss per epoch as boosting does per round: the pruner stops the
+// weak trials' epochs.
+TEST(Tuning, AshaPrunesMlpTrialsOnTheirValidationEpochs) {
+  TempDir dir;
+  auto registry = open_registry(dir);
+  StudyRequest request = small_study("mlp-pruned", 14);
+  request.definition.spec.model = "mlp";
+  request.definition.spec.params = {"epochs=8", "hidden_units=16"};
+  auto space = tune::parse_search_space(
+      "params:\n  learning_rate: {type: float, low: 0.00001, high: 0.05, log: true}\n", "test space", "mlp");
+  ASSERT_TRUE(space.ok()) << space.status().message();
+  request.definition.space = *space;
+  request.definition.sampler = "random";
+  request.definition.pruner = "asha:1:2";
+  auto study = run_study(*registry, request);
+  ASSERT_TRUE(study.ok()) << study.status().message();
+  EXPECT_EQ(count_state(*study, "complete") + count_state(*study, "pruned"), 14u);
+  EXPECT_GE(count_state(*study, "pruned"), 1u);
+  for (const auto& view : study->trials) {
+    EXPECT_FALSE(view.trial.intermediate.empty()) << view.trial.message;
+    if (view.trial.state != "pruned") continue;
+    EXPECT_TRUE(view.trial.message.starts_with("pruned at epoch")) << view.trial.message;
+    EXPECT_LT(view.trial.intermediate.rbegin()->first, 8);
+  }
+  request = small_study("logistic-pruned", 2);
+  request.definition.spec.model = "logistic";
+  request.definition.spec.params.clear();
+  request.definition.space = *tune::default_search_space("logistic");
+  request.definition.pruner = "asha";
+  auto refused = run_study(*registry, request);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("gbdt and mlp"), std::string::npos) << refused.status().message();
 }
 
 TEST(Tuning, ParallelWorkersNeitherLoseNorRepeatTrials) {
@@ -333,6 +413,13 @@ TEST(Tuning, RefusesWhatCannotBeAStudy) {
   request.definition.spec.params.push_back("max_depth=3");
   EXPECT_NE(message(request).find("both fixed"), std::string::npos);
   request = small_study("bad", 2);
+  request.definition.objectives = {*parse_study_objective("cost")};
+  EXPECT_NE(message(request).find("--costs"), std::string::npos);
+  request = small_study("bad", 2);
+  request.definition.objectives = {*parse_study_objective("train_mb")};
+  request.parallel = 2;
+  EXPECT_NE(message(request).find("--parallel 1"), std::string::npos);
+  request = small_study("bad", 2);
   request.definition.sampler = "bayes";
   EXPECT_NE(message(request).find("unknown sampler"), std::string::npos);
   request = small_study("bad", 2);
@@ -392,7 +479,26 @@ TEST(AutoMl, SpendsTheBudgetAcrossFamiliesAndRegistersTheWinner) {
     }
   }
   ASSERT_TRUE(result->registered.has_value());
-  EXPECT_EQ(result->registered->run_id, winner.best->trial.run_id);
+  // The best averaging family's top trials were averaged, measured as a trial and recorded as a
+  // run; registered only when better than every family's best.
+  if (result->ensemble) {
+    const AutoMlEnsemble& ensemble = *result->ensemble;
+    EXPECT_GE(ensemble.members.size(), 2u);
+    EXPECT_LE(ensemble.members.size(), 3u);
+    EXPECT_TRUE(ensemble.family == "gbdt" || ensemble.family == "logistic") << ensemble.family;
+    EXPECT_EQ(ensemble.value, ensemble.measures.at("auc"));
+    EXPECT_GT(ensemble.measures.at("p95_us"), 0);
+    EXPECT_EQ(ensemble.better, ensemble.value > winner.best->objective_values[0]);
+    auto run = registry->runs().get(ensemble.run_id);
+    ASSERT_TRUE(run.ok()) << run.status().message();
+    EXPECT_EQ(run->status, "FINISHED");
+    EXPECT_EQ(run->bundle_sha256, ensemble.bundle_sha256);
+    EXPECT_NE(run->tags.at("slipway.ensemble").find(ensemble.members.front().trial.run_id), std::string::npos);
+    EXPECT_EQ(result->registered->run_id, ensemble.better ? ensemble.run_id : winner.best->trial.run_id);
+  } else {
+    EXPECT_FALSE(result->ensemble_note.empty());
+    EXPECT_EQ(result->registered->run_id, winner.best->trial.run_id);
+  }
   // Each family's trials are a study of their own.
   EXPECT_TRUE(read_study(*registry, "auto-" + winner.family).ok());
 

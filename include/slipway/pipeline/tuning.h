@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "slipway/core.h"
+#include "slipway/eval.h"
 #include "slipway/pipeline.h"
 #include "slipway/registry.h"
 #include "slipway/tune.h"
@@ -27,15 +28,19 @@ namespace slipway::pipeline {
 //  - an evaluation metric on the held-out rows (auc, log_loss, accuracy, f1, rmse, r2, ...);
 //    METRIC@VALUE on the rows whose slice column (the spec's `slice`) is VALUE; METRIC@worst on
 //    the worst of the slices;
+//    brier and ece (calibration), balanced_accuracy (classes weighted alike), and cost (the mean
+//    cost per row of the model's least-expected-cost decisions under the definition's costs);
 //  - measured on the trial's bundle on this machine: p50_us and p95_us (one-row KServe v2
-//    inference through the serving code path, 200 requests from the held-out rows), bundle_kb,
-//    train_s (fitting time).
+//    inference through the serving code path, 200 requests from the held-out rows), rows_per_s
+//    (batch throughput: the held-out rows scored at once, as batch scoring scores a shard; the
+//    median of three after a warm-up), bundle_kb, train_s (fitting time), train_mb (the process's
+//    peak resident memory while the trial trained; one worker per process).
 struct StudyObjective {
   std::string measure;
   bool maximize = true;
 };
 // "auc", "p95_us:minimize", "log_loss@worst:minimize". Without a direction, a metric's own
-// (eval::higher_is_better) and minimize for the bundle's quantities.
+// (eval::higher_is_better), maximize for rows_per_s and minimize for the bundle's other quantities.
 Result<StudyObjective> parse_study_objective(const std::string& text);
 
 struct StudyConstraint {
@@ -50,12 +55,14 @@ Result<StudyConstraint> parse_study_constraint(const std::string& text);
 struct StudyDefinition {
   TrainSpec spec;  // the data, target, family, split or test file, fixed parameters, seed
   tune::SearchSpace space;
-  std::string sampler = "tpe";  // tpe, random, grid, qmc
+  std::string sampler = "tpe";  // tpe, tpe:multivariate, random, grid, qmc
   std::string pruner = "none";  // asha, median, none
   // One, or two or three (a Pareto front). None: the task's watched metric (auc for binary
   // classification, log_loss for multiclass, rmse for regression).
   std::vector<StudyObjective> objectives;
   std::vector<StudyConstraint> constraints;
+  // What decisions cost, for the metric "cost" (required when an objective or constraint names it).
+  std::optional<eval::CostMatrix> costs;
   std::string from_study;  // whose trials warm-start the sampler
   int trials = 20;         // the study ends at this many trials (interrupted ones that were retried aside)
 };
@@ -148,8 +155,13 @@ struct AutoMlRequest {
   // At most one; none: the task's metric. Constraints as a study's.
   std::vector<StudyObjective> objectives;
   std::vector<StudyConstraint> constraints;
+  std::optional<eval::CostMatrix> costs;
   double budget_seconds = 0;          // required, > 0
   std::vector<std::string> families;  // empty: by task (logistic or linear, gbdt, mlp)
+  // Average the top this many trials of the best family that averages into one model (gbdt,
+  // logistic, linear) and register that ensemble when it beats the best single trial; below 2:
+  // no ensemble.
+  int ensemble_size = 3;
   std::string register_as;
   Caller caller;
 };
@@ -164,16 +176,36 @@ struct AutoMlEntry {
   std::string error;                   // why its study stopped, when it failed
 };
 
+// The mean of a family's best few trials as one model (model::averaged_bundle), measured on the
+// held-out rows as a trial is, and recorded as a run of its own tagged slipway.study and
+// slipway.ensemble (the members' run ids).
+struct AutoMlEnsemble {
+  std::string family;
+  std::string study;
+  std::vector<StudyTrialView> members;  // best first
+  std::map<std::string, double> measures;
+  double value = 0;  // the objective
+  bool feasible = true;
+  bool better = false;  // than the best single trial of every family (and so registered, when asked)
+  std::string run_id;
+  std::string bundle_sha256;
+};
+
 struct AutoMlResult {
   StudyObjective objective;
   std::vector<AutoMlEntry> leaderboard;  // the best first; families without a feasible trial last
   int rungs = 0;
+  std::optional<AutoMlEnsemble> ensemble;  // when one was built
+  std::string ensemble_note;               // why none was built, when none was
   std::optional<registry::ModelVersion> registered;
 };
 
 // Rung r gives each surviving family 4 x 2^r more trials, with an equal share of the time left;
 // after a rung the better half (at least one) goes on; the last family standing takes what time
-// remains. InvalidArgument without a budget or for a family the task cannot train.
+// remains. Then the best family that averages into one model averages its top `ensemble_size`
+// feasible trials (distinct bundles; at least two); the ensemble is registered instead of the
+// best single trial when it is feasible and scores better than every family's best.
+// InvalidArgument without a budget or for a family the task cannot train.
 Result<AutoMlResult> run_automl(registry::Registry& registry, const AutoMlRequest& request,
                                 const StudyCallbacks& callbacks = {});
 // {"objective","rungs","leaderboard":[{"family","study","trials","rung","best":{...}}],"registered"?}
