@@ -17,7 +17,7 @@ using serve::HttpResponse;
 
 constexpr std::size_t kMaxObjectives = 3;
 constexpr std::size_t kMaxConstraints = 16;
-constexpr std::size_t kMaxCostsBytes = 64 * 1024;
+constexpr std::size_t kMaxCostsBytes = std::size_t{64} * 1024;
 
 constexpr std::string_view kStartSchema =
     R"({"type":"object","additionalProperties":false,"required":["study"],"properties":{)"

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <set>
 
 #include "pipeline/operation_support.h"
@@ -21,10 +22,13 @@ bool averages_into_one(const std::string& family) {
 
 bool better_value(double a, double b, bool maximize) { return maximize ? a > b : a < b; }
 
-// The top `size` complete feasible trials of `study` with distinct bundles (a trial reused from
+// How many of a family's best trials greedy selection considers for the ensemble.
+constexpr int kEnsembleCandidates = 10;
+
+// The top `count` complete feasible trials of `study` with distinct bundles (a trial reused from
 // the step cache has its twin's), best first, and their bundles.
-Status top_members(registry::Registry& registry, const std::string& study, const StudyObjective& objective, int size,
-                   AutoMlEnsemble& ensemble, std::vector<std::shared_ptr<const model::Bundle>>& bundles) {
+Status top_trials(registry::Registry& registry, const std::string& study, const StudyObjective& objective, int count,
+                  std::vector<StudyTrialView>& trials, std::vector<std::shared_ptr<const model::Bundle>>& bundles) {
   SLIPWAY_ASSIGN_OR_RETURN(StudyResult stored, read_study(registry, study));
   std::vector<StudyTrialView> ranked;
   for (auto& view : stored.trials) {
@@ -38,21 +42,60 @@ Status top_members(registry::Registry& registry, const std::string& study, const
   });
   std::set<std::string> seen;
   for (auto& view : ranked) {
-    if (static_cast<int>(ensemble.members.size()) >= size) break;
+    if (static_cast<int>(trials.size()) >= count) break;
     SLIPWAY_ASSIGN_OR_RETURN(auto run, registry.runs().get(view.trial.run_id));
     if (run.bundle_sha256.empty() || !seen.insert(run.bundle_sha256).second) continue;
     SLIPWAY_ASSIGN_OR_RETURN(auto bundle,
                              model::Bundle::load(registry.artifacts().path_for(run.bundle_sha256), run.bundle_sha256));
     bundles.push_back(std::move(bundle));
-    ensemble.members.push_back(std::move(view));
+    trials.push_back(std::move(view));
   }
   return {};
 }
 
-// Averages the best averaging family's top trials, measures the ensemble on the held-out rows as
-// a trial is measured, and records it as a run. Sets `result.ensemble`, or says in
-// `result.ensemble_note` why there is none; an error is one of the store's.
+// Greedy forward selection (Caruana et al. 2004, without replacement): from the best trial, add
+// the candidate whose average with the members scores best on the held-out rows, while that
+// improves the objective, up to `size` members. Returns the members' indices into `candidates`.
+Result<std::vector<std::size_t>> select_members(const std::vector<std::shared_ptr<const model::Bundle>>& candidates,
+                                                const AutoMlRequest& request, const StudyObjective& objective,
+                                                const TrainSpec& spec, const data::Table& held_out,
+                                                double best_single) {
+  std::vector<std::size_t> members = {0};
+  double current = best_single;
+  while (static_cast<int>(members.size()) < request.ensemble_size) {
+    std::optional<std::size_t> pick;
+    double pick_value = current;
+    for (std::size_t candidate = 1; candidate < candidates.size(); ++candidate) {
+      if (std::find(members.begin(), members.end(), candidate) != members.end()) continue;
+      std::vector<std::shared_ptr<const model::Bundle>> trial;
+      trial.reserve(members.size() + 1);
+      for (auto member : members) trial.push_back(candidates[member]);
+      trial.push_back(candidates[candidate]);
+      SLIPWAY_ASSIGN_OR_RETURN(auto averaged, model::averaged_bundle(trial));
+      SLIPWAY_ASSIGN_OR_RETURN(
+          auto evaluation, eval::evaluate(*averaged, held_out, {.slice_column = spec.slice, .costs = request.costs}));
+      double value = evaluation_measure(objective.measure, evaluation);
+      if (std::isfinite(value) && better_value(value, pick_value, objective.maximize)) {
+        pick = candidate;
+        pick_value = value;
+      }
+    }
+    if (!pick) break;
+    members.push_back(*pick);
+    current = pick_value;
+  }
+  return members;
+}
+
+// Builds the best averaging family's ensemble by greedy selection among its top trials,
+// measures it on the held-out rows as a trial is measured, and records it as a run. Sets
+// `result.ensemble`, or says in `result.ensemble_note` why there is none; an error is one of the
+// store's or the data's.
 Status build_ensemble(registry::Registry& registry, const AutoMlRequest& request, AutoMlResult& result) {
+  if (is_bundle_measure(result.objective.measure)) {
+    result.ensemble_note = "the objective is measured on the bundle, where averaging models only adds cost";
+    return {};
+  }
   const AutoMlEntry* source = nullptr;
   for (const auto& entry : result.leaderboard) {
     if (entry.best && averages_into_one(entry.family)) {
@@ -64,30 +107,44 @@ Status build_ensemble(registry::Registry& registry, const AutoMlRequest& request
     result.ensemble_note = "no family that averages into one model (gbdt, logistic, linear) completed a trial";
     return {};
   }
-  AutoMlEnsemble ensemble;
-  ensemble.family = source->family;
-  ensemble.study = source->study;
+  std::vector<StudyTrialView> candidates;
   std::vector<std::shared_ptr<const model::Bundle>> bundles;
   SLIPWAY_RETURN_IF_ERROR(
-      top_members(registry, source->study, result.objective, request.ensemble_size, ensemble, bundles));
+      top_trials(registry, source->study, result.objective, kEnsembleCandidates, candidates, bundles));
   if (bundles.size() < 2) {
     result.ensemble_note = source->family + " has fewer than two feasible trials with distinct models to average";
-    return {};
-  }
-  auto averaged = model::averaged_bundle(bundles);
-  if (!averaged.ok()) {
-    result.ensemble_note = "the " + source->family + " trials do not average: " + averaged.status().message();
     return {};
   }
   TrainSpec spec = request.spec;
   spec.model = source->family;
   SLIPWAY_ASSIGN_OR_RETURN(TrainingRows rows, training_rows(spec));
+  auto chosen =
+      select_members(bundles, request, result.objective, spec, rows.test, candidates.front().objective_values.front());
+  if (!chosen.ok()) {
+    result.ensemble_note = "the " + source->family + " trials do not average: " + chosen.status().message();
+    return {};
+  }
+  if (chosen->size() < 2) {
+    result.ensemble_note = "no other " + source->family + " trial improves the best one when averaged with it";
+    return {};
+  }
+  AutoMlEnsemble ensemble;
+  ensemble.family = source->family;
+  ensemble.study = source->study;
+  std::vector<std::shared_ptr<const model::Bundle>> members;
+  members.reserve(chosen->size());
+  ensemble.members.reserve(chosen->size());
+  for (auto index : *chosen) {
+    ensemble.members.push_back(candidates[index]);
+    members.push_back(bundles[index]);
+  }
+  SLIPWAY_ASSIGN_OR_RETURN(auto averaged, model::averaged_bundle(members));
   TrainOutcome outcome;
-  SLIPWAY_ASSIGN_OR_RETURN(outcome.evaluation, eval::evaluate(**averaged, rows.test, spec.slice));
+  SLIPWAY_ASSIGN_OR_RETURN(outcome.evaluation, eval::evaluate(*averaged, rows.test, spec.slice));
   std::map<std::string, double> test_metrics;
   for (const auto& [name, value] : outcome.evaluation.overall.values) test_metrics["test_" + name] = value;
-  SLIPWAY_ASSIGN_OR_RETURN(model::DataProfile profile, training_profile(**averaged, rows.train));
-  outcome.summary.bundle = (*averaged)->with_metrics(test_metrics)->with_profile(std::move(profile));
+  SLIPWAY_ASSIGN_OR_RETURN(model::DataProfile profile, training_profile(*averaged, rows.train));
+  outcome.summary.bundle = averaged->with_metrics(test_metrics)->with_profile(std::move(profile));
   SLIPWAY_ASSIGN_OR_RETURN(outcome.bundle_sha256, registry.artifacts().put(outcome.summary.bundle->serialize()));
   outcome.held_out = std::move(rows.test);
 
@@ -113,7 +170,7 @@ Status build_ensemble(registry::Registry& registry, const AutoMlRequest& request
   registry::NewRun run;
   run.experiment = source->study;
   run.code_version = std::string(slipway_code_version());
-  run.spec = "ensemble: mean of " + std::to_string(bundles.size()) + " " + source->family + " trials of study " +
+  run.spec = "ensemble: mean of " + std::to_string(members.size()) + " " + source->family + " trials of study " +
              source->study + "\n";
   run.params = outcome.summary.bundle->manifest().params;
   std::vector<std::string> member_runs;

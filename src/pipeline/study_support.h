@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "slipway/eval.h"
 #include "slipway/model.h"
 #include "slipway/pipeline/tuning.h"
 #include "slipway/registry.h"
@@ -44,6 +45,10 @@ inline constexpr std::string_view kPeakTrainingMemory = "train_mb";
 Result<std::string> measure_metric(const std::string& measure);
 // Whether `metric` is better larger (what an objective without a direction takes).
 bool measure_maximized(const std::string& metric);
+// Whether `measure` is measured on the trial's bundle (p95_us, bundle_kb, ...), not evaluated.
+bool is_bundle_measure(const std::string& measure);
+// An evaluation's value of METRIC, METRIC@VALUE or METRIC@worst (NaN when it has none).
+double evaluation_measure(const std::string& measure, const eval::Evaluation& evaluation);
 // Whether an objective or a constraint of `definition` is `measure`.
 bool names_measure(const StudyDefinition& definition, std::string_view measure);
 

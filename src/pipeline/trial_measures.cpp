@@ -57,25 +57,15 @@ Result<std::pair<double, double>> serving_latency_us(const std::shared_ptr<const
 // The slice measures the definition asks for (METRIC@VALUE, METRIC@worst).
 void add_slice_measures(const StudyDefinition& definition, const eval::Evaluation& evaluation,
                         std::map<std::string, double>& measures) {
-  std::vector<std::string> wanted;
-  for (const auto& objective : definition.objectives) wanted.push_back(objective.measure);
-  for (const auto& constraint : definition.constraints) wanted.push_back(constraint.measure);
-  for (const auto& measure : wanted) {
-    std::size_t at = measure.find('@');
-    if (at == std::string::npos) continue;
-    std::string metric = measure.substr(0, at), slice = measure.substr(at + 1);
-    double value = std::numeric_limits<double>::quiet_NaN();
-    for (const auto& entry : evaluation.slices) {
-      double slice_value = entry.metrics.get(metric);
-      if (slice == "worst") {
-        if (std::isnan(slice_value)) continue;
-        bool worse = eval::higher_is_better(metric) ? slice_value < value : slice_value > value;
-        if (std::isnan(value) || worse) value = slice_value;
-      } else if (entry.value == slice) {
-        value = slice_value;
-      }
+  for (const auto& objective : definition.objectives) {
+    if (objective.measure.find('@') != std::string::npos) {
+      measures[objective.measure] = evaluation_measure(objective.measure, evaluation);
     }
-    measures[measure] = value;
+  }
+  for (const auto& constraint : definition.constraints) {
+    if (constraint.measure.find('@') != std::string::npos) {
+      measures[constraint.measure] = evaluation_measure(constraint.measure, evaluation);
+    }
   }
 }
 
@@ -115,6 +105,26 @@ Result<std::string> measure_metric(const std::string& measure) {
 bool measure_maximized(const std::string& metric) {
   if (metric == kBatchThroughput) return true;
   return !contains(bundle_measures(), metric) && eval::higher_is_better(metric);
+}
+
+bool is_bundle_measure(const std::string& measure) { return contains(bundle_measures(), measure); }
+
+double evaluation_measure(const std::string& measure, const eval::Evaluation& evaluation) {
+  std::size_t at = measure.find('@');
+  if (at == std::string::npos) return evaluation.overall.get(measure);
+  std::string metric = measure.substr(0, at), slice = measure.substr(at + 1);
+  double value = std::numeric_limits<double>::quiet_NaN();
+  for (const auto& entry : evaluation.slices) {
+    double slice_value = entry.metrics.get(metric);
+    if (slice == "worst") {
+      if (std::isnan(slice_value)) continue;
+      bool worse = eval::higher_is_better(metric) ? slice_value < value : slice_value > value;
+      if (std::isnan(value) || worse) value = slice_value;
+    } else if (entry.value == slice) {
+      value = slice_value;
+    }
+  }
+  return value;
 }
 
 bool names_measure(const StudyDefinition& definition, std::string_view measure) {

@@ -773,6 +773,13 @@ Result<StudyDefinition> open_study(registry::Registry& registry, const StudyRequ
     definition.objectives.push_back(std::move(objective));
   }
   SLIPWAY_RETURN_IF_ERROR(check_definition(definition));
+  if (definition.costs) {
+    SLIPWAY_ASSIGN_OR_RETURN(model::Task task, inferred_task(definition.spec));
+    if (task == model::Task::kRegression) {
+      return invalid_argument("--costs weighs a classifier's decisions; '" + definition.spec.target +
+                              "' makes this study a regression");
+    }
+  }
   if (!definition.from_study.empty()) {
     if (definition.from_study == request.study) return invalid_argument("--from-study names the study itself");
     SLIPWAY_RETURN_IF_ERROR(stored_definition(registry, definition.from_study).status());

@@ -215,7 +215,7 @@ TEST(TuneCli, AFullDiskStopsTheStudyWithAnErrorAndLosesNoTrial) {
   for (const auto& entry : std::filesystem::recursive_directory_iterator(home.path())) {
     if (entry.is_regular_file()) largest = std::max<std::uintmax_t>(largest, entry.file_size());
   }
-  std::string blocks = std::to_string((largest + 16 * 1024) / 512);  // dash counts 512-byte blocks
+  std::string blocks = std::to_string((largest + std::uintmax_t{16} * 1024) / 512);  // dash counts 512-byte blocks
   std::vector<std::string> argv = {"/bin/sh", "-c", "ulimit -f " + blocks + "; exec \"$@\"", "sh"};
   for (const auto& arg : tune_command(home.path(), "full", 12, {"--no-progress"})) argv.push_back(arg);
   auto limited = run_command(argv);

@@ -158,8 +158,8 @@ struct AutoMlRequest {
   std::optional<eval::CostMatrix> costs;
   double budget_seconds = 0;          // required, > 0
   std::vector<std::string> families;  // empty: by task (logistic or linear, gbdt, mlp)
-  // Average the top this many trials of the best family that averages into one model (gbdt,
-  // logistic, linear) and register that ensemble when it beats the best single trial; below 2:
+  // At most this many trials of the best family that averages into one model (gbdt, logistic,
+  // linear) averaged into an ensemble, registered when it beats the best single trial; below 2:
   // no ensemble.
   int ensemble_size = 3;
   std::string register_as;
@@ -182,7 +182,7 @@ struct AutoMlEntry {
 struct AutoMlEnsemble {
   std::string family;
   std::string study;
-  std::vector<StudyTrialView> members;  // best first
+  std::vector<StudyTrialView> members;  // in the order greedy selection added them, the best first
   std::map<std::string, double> measures;
   double value = 0;  // the objective
   bool feasible = true;
@@ -202,9 +202,12 @@ struct AutoMlResult {
 
 // Rung r gives each surviving family 4 x 2^r more trials, with an equal share of the time left;
 // after a rung the better half (at least one) goes on; the last family standing takes what time
-// remains. Then the best family that averages into one model averages its top `ensemble_size`
-// feasible trials (distinct bundles; at least two); the ensemble is registered instead of the
-// best single trial when it is feasible and scores better than every family's best.
+// remains. Then the best family that averages into one model builds an ensemble by greedy forward
+// selection among its 10 best feasible trials (distinct bundles): from the best, add the trial
+// whose average with the members scores best on the held-out rows while that improves the
+// objective, up to `ensemble_size` members (none when nothing improves, or when the objective is
+// measured on the bundle). The ensemble is registered instead of the best single trial when it is
+// feasible and scores better than every family's best.
 // InvalidArgument without a budget or for a family the task cannot train.
 Result<AutoMlResult> run_automl(registry::Registry& registry, const AutoMlRequest& request,
                                 const StudyCallbacks& callbacks = {});
