@@ -5,16 +5,11 @@
 
 #include <cmath>
 
+#include "model/model_builders.h"
 #include "slipway/model/ensembles.h"
 
 namespace slipway::model {
 namespace {
-
-Preprocessor numeric_inputs(std::size_t count) {
-  std::vector<FeatureTransform> features(count);
-  for (std::size_t index = 0; index < count; ++index) features[index].name = "x" + std::to_string(index);
-  return Preprocessor(std::move(features));
-}
 
 Manifest manifest_for(Task task, std::vector<std::string> class_labels, std::string learning_rate) {
   Manifest manifest;
@@ -26,46 +21,23 @@ Manifest manifest_for(Task task, std::vector<std::string> class_labels, std::str
   return manifest;
 }
 
-TreeNode split(std::uint32_t feature, std::uint32_t left, float value, bool categorical = false) {
-  TreeNode node;
-  node.feature_and_flags = feature | (categorical ? TreeNode::kCategoricalFlag : 0U);
-  node.left = left;
-  node.right = left + 1;
-  node.value = value;
-  return node;
-}
-
-TreeNode leaf(float value) {
-  TreeNode node;
-  node.feature_and_flags = TreeNode::kLeafFlag;
-  node.value = value;
-  return node;
-}
-
 // Two trees on two inputs, the first splitting on a category set (codes 1 and 3 go right).
 std::shared_ptr<const Bundle> trees(float scale, float base_margin, const std::string& learning_rate) {
   TreeEnsembleData data;
   data.input_width = 2;
   data.base_margin = base_margin;
   data.category_sets = {1, (1U << 1) | (1U << 3)};
-  data.nodes = {split(0, 1, TreeNode::category_set_value(0), true),
-                leaf(-1 * scale),
-                leaf(2 * scale),
-                split(1, 4, 0.5f),
-                leaf(0.5f * scale),
-                leaf(-3 * scale)};
+  data.nodes = {split_node(0, 1, TreeNode::category_set_value(0), true),
+                leaf_node(-1 * scale),
+                leaf_node(2 * scale),
+                split_node(1, 4, 0.5f),
+                leaf_node(0.5f * scale),
+                leaf_node(-3 * scale)};
   data.roots = {0, 3};
   data.cover = {4, 1, 3, 4, 2, 2};
   data.gain = {0.5f, 0, 0, 1.5f, 0, 0};
   return std::make_shared<const Bundle>(manifest_for(Task::kBinaryClassification, {"no", "yes"}, learning_rate),
                                         numeric_inputs(2), std::make_shared<TreeEnsembleModel>(std::move(data)));
-}
-
-std::vector<float> margins(const Model& model, const std::vector<float>& rows) {
-  std::size_t count = rows.size() / model.input_width();
-  std::vector<float> out(count * model.output_count());
-  model.predict_margin(rows, count, out);
-  return out;
 }
 
 TEST(Ensembles, TreesMergeIntoOneEnsembleOfTheMeanMargin) {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <set>
 
+#include "model/model_builders.h"
 #include "model/model_family.h"
 #include "slipway/model.h"
 #include "support/test_support.h"
@@ -35,12 +36,6 @@ std::vector<std::byte> edited(std::vector<std::byte> bytes, std::string_view fro
   return resealed(std::move(bytes));
 }
 
-Preprocessor numeric_inputs(std::size_t count) {
-  std::vector<FeatureTransform> features(count);
-  for (std::size_t index = 0; index < count; ++index) features[index].name = "x" + std::to_string(index);
-  return Preprocessor(std::move(features));
-}
-
 Manifest manifest_for(Task task, std::vector<std::string> class_labels) {
   Manifest manifest;
   manifest.task = task;
@@ -57,31 +52,17 @@ std::shared_ptr<const Bundle> linear_bundle() {
 
 // Two classes, a categorical split, statistics: every optional tree section.
 TreeEnsembleData multiclass_trees() {
-  auto split = [](std::uint32_t feature, std::uint32_t left, float value, bool categorical) {
-    TreeNode node;
-    node.feature_and_flags = feature | (categorical ? TreeNode::kCategoricalFlag : 0U);
-    node.left = left;
-    node.right = left + 1;
-    node.value = value;
-    return node;
-  };
-  auto leaf = [](float value) {
-    TreeNode node;
-    node.feature_and_flags = TreeNode::kLeafFlag;
-    node.value = value;
-    return node;
-  };
   TreeEnsembleData data;
   data.input_width = 2;
   data.group_count = 2;
   data.base_margin = 0.25f;
   data.category_sets = {1, (1U << 2) | (1U << 5)};
-  data.nodes = {split(0, 1, TreeNode::category_set_value(0), true),
-                leaf(-1),
-                leaf(1),
-                split(1, 4, 0.5f, false),
-                leaf(10),
-                leaf(20)};
+  data.nodes = {split_node(0, 1, TreeNode::category_set_value(0), true),
+                leaf_node(-1),
+                leaf_node(1),
+                split_node(1, 4, 0.5f, false),
+                leaf_node(10),
+                leaf_node(20)};
   data.roots = {0, 3};
   data.tree_groups = {0, 1};
   data.cover = {4, 1, 3, 4, 2, 2};
@@ -92,13 +73,6 @@ TreeEnsembleData multiclass_trees() {
 std::shared_ptr<const Bundle> tree_bundle() {
   return std::make_shared<const Bundle>(manifest_for(Task::kMulticlassClassification, {"a", "b"}), numeric_inputs(2),
                                         std::make_shared<TreeEnsembleModel>(multiclass_trees()));
-}
-
-std::vector<float> margins(const Model& model, const std::vector<float>& rows) {
-  std::size_t count = rows.size() / model.input_width();
-  std::vector<float> out(count * model.output_count());
-  model.predict_margin(rows, count, out);
-  return out;
 }
 
 TEST(ModelFamilies, TheRegistryListsEachFamilyOnceByName) {

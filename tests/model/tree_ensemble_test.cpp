@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "model/model_builders.h"
 #include "slipway/model.h"
 
 namespace slipway::model {
@@ -123,27 +124,13 @@ TEST(TreeEnsemble, CategoricalSplitsAndMulticlassOutputs) {
   data.input_width = 2;
   data.group_count = 2;
   data.category_sets = {1, (1U << 2) | (1U << 5)};  // one word: categories 2 and 5
-  auto split = [](std::uint32_t feature, std::uint32_t left, float value, bool categorical) {
-    TreeNode node;
-    node.feature_and_flags = feature | (categorical ? TreeNode::kCategoricalFlag : 0U);
-    node.left = left;
-    node.right = left + 1;
-    node.value = value;
-    return node;
-  };
-  auto leaf = [](float value) {
-    TreeNode node;
-    node.feature_and_flags = TreeNode::kLeafFlag;
-    node.value = value;
-    return node;
-  };
   // Tree 0 (class 0): categorical on feature 0. Tree 1 (class 1): x1 < 0.5.
-  data.nodes = {split(0, 1, TreeNode::category_set_value(0), true),
-                leaf(-1),
-                leaf(1),
-                split(1, 4, 0.5f, false),
-                leaf(10),
-                leaf(20)};
+  data.nodes = {split_node(0, 1, TreeNode::category_set_value(0), true),
+                leaf_node(-1),
+                leaf_node(1),
+                split_node(1, 4, 0.5f, false),
+                leaf_node(10),
+                leaf_node(20)};
   data.roots = {0, 3};
   data.tree_groups = {0, 1};
   ASSERT_TRUE(TreeEnsembleModel::validate(data).ok());
