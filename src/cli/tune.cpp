@@ -1,5 +1,6 @@
 // slipway tune, studies, study show, study narrow: flags into a pipeline::StudyRequest, and
 // studies as tables.
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -396,19 +397,25 @@ TrialProgress trial_progress(const pipeline::StudyTrialView& view, const pipelin
 // (cursor up, clear below) after each trial.
 class LiveTrialTable {
  public:
+  LiveTrialTable() {
+    winsize size{};
+    if (::ioctl(2, TIOCGWINSZ, &size) == 0 && size.ws_col > 20) width_ = size.ws_col - 1;
+  }
+
   void redraw(const TrialProgress& progress) {
     recent_.push_back(progress.line);
     if (recent_.size() > kRows) recent_.erase(recent_.begin());
     std::string frame = drawn_lines_ > 0 ? fmt::format("\x1b[{}A\x1b[J", drawn_lines_) : "";
-    for (const auto& line : recent_) frame += line.substr(0, kWidth) + "\n";
-    frame += progress.standing + "\n";
+    for (const auto& line : recent_) frame += line.substr(0, width_) + "\n";
+    frame += progress.standing.substr(0, width_) + "\n";
     drawn_lines_ = recent_.size() + 1;
     std::cerr << frame << std::flush;
   }
 
  private:
   static constexpr std::size_t kRows = 12;
-  static constexpr std::size_t kWidth = 160;  // a longer line would wrap and break the redraw
+  // Lines are cut to the terminal's width: a wrapped line would break the redraw's line count.
+  std::size_t width_ = 119;
   std::vector<std::string> recent_;
   std::size_t drawn_lines_ = 0;
 };

@@ -233,6 +233,20 @@ TEST(TuneCli, AFullDiskStopsTheStudyWithAnErrorAndLosesNoTrial) {
   EXPECT_EQ(complete, 12);
 }
 
+// On a terminal the trials are a live table redrawn in place (cursor up, clear below) with the
+// study's standing under it; `script` gives the command a terminal.
+TEST(TuneCli, ATerminalGetsALiveTable) {
+  if (!std::filesystem::exists("/usr/bin/script")) GTEST_SKIP() << "no script(1) to give the command a terminal";
+  TempDir home;
+  std::string command;
+  for (const auto& arg : tune_command(home.path(), "live", 3)) command += "'" + arg + "' ";
+  auto shown = run_command({"/usr/bin/script", "-qec", command, "/dev/null"});
+  ASSERT_EQ(shown.exit_code, 0) << shown.out << shown.err;
+  EXPECT_NE(shown.out.find("\x1b[2A\x1b[J"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("trial   2 complete"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("best "), std::string::npos) << shown.out;
+}
+
 TEST(TuneCli, RefusesInputThatCannotBeAStudy) {
   TempDir home;
   auto refused = [&](const std::vector<std::string>& more, const std::string& expected) {
