@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <set>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -69,14 +71,15 @@ Result<CostMatrix> parse_cost_csv(std::string_view text) {
   const data::Column& predicted = table.column(*table.column_index("predicted"));
   const data::Column& cost = table.column(*table.column_index("cost"));
   CostMatrix costs;
+  costs.entries.reserve(table.row_count());
+  std::set<std::pair<std::string, std::string>> seen;
   for (std::size_t row = 0; row < table.row_count(); ++row) {
     CostMatrix::Entry entry{actual.text_at(row), predicted.text_at(row), 0.0};
     std::string item = entry.actual + " -> " + entry.predicted;
     SLIPWAY_ASSIGN_OR_RETURN(entry.cost, parse_cost(cost.text_at(row), item));
-    bool repeated = std::any_of(costs.entries.begin(), costs.entries.end(), [&](const CostMatrix::Entry& other) {
-      return other.actual == entry.actual && other.predicted == entry.predicted;
-    });
-    if (repeated) return invalid_argument("cost '" + item + "' is given twice");
+    if (!seen.emplace(entry.actual, entry.predicted).second) {
+      return invalid_argument("cost '" + item + "' is given twice");
+    }
     costs.entries.push_back(std::move(entry));
   }
   return costs;
