@@ -183,8 +183,8 @@ HttpResponse start_study(ApiCall& call) {
   if (auto parsed = body.parse(call.http.body,
                                R"({"study": "lending-gbdt", "spec": {"data": "train.csv", "target": "Class", )"
                                R"("model": "gbdt"}, "trials": 40, "pruner": "asha"})",
-                               {"study", "spec", "space", "sampler", "pruner", "objectives", "constraints", "trials",
-                                "budget_seconds", "parallel", "from_study", "register", "force", "resume"});
+                               {"study", "spec", "space", "sampler", "pruner", "objectives", "constraints", "costs",
+                                "trials", "budget_seconds", "parallel", "from_study", "register", "force", "resume"});
       !parsed.ok()) {
     return error_response(parsed);
   }

@@ -589,12 +589,23 @@ TEST_F(Api, StudiesRunOnTheServerAsTheCliRunsThem) {
         R"({"study":"s","spec":{"data":"loans.csv","target":"Class"},"objectives":["acu"]})",
         R"({"study":"s","spec":{"data":"loans.csv","target":"Class"},"objectives":["auc","f1","r2","rmse"]})",
         R"({"study":"s","resume":true,"sampler":"random"})", R"({"study":"bad name!","spec":{}})", inverted_range,
-        R"({"study":"s","spec":{"data":"loans.csv","target":"Class"},"budget_seconds":0})", "{}"}) {
+        R"({"study":"s","spec":{"data":"loans.csv","target":"Class"},"budget_seconds":0})", "{}",
+        R"({"study":"s","spec":{"data":"loans.csv","target":"Class"},"objectives":["cost"]})",
+        R"({"study":"s","spec":{"data":"loans.csv","target":"Class"},"objectives":["cost"],"costs":"fn=abc"})",
+        R"({"study":"s","spec":{"data":"loans.csv","target":"Class"},"objectives":["cost"],"costs":12})"}) {
     EXPECT_EQ(http_request(port, "POST", "/api/studies", body).status, 400) << body;
   }
+  // The costs are text, never a path, and bounded.
+  std::string long_costs = R"({"study":"s","spec":{"data":"loans.csv","target":"Class"},"objectives":["cost"],)"
+                           R"("costs":"fn=1)" +
+                           std::string(70'000, ' ') + R"("})";
+  auto too_long = http_request(port, "POST", "/api/studies", long_costs);
+  EXPECT_EQ(too_long.status, 400);
+  EXPECT_NE(too_long.body.find("64 KiB"), std::string::npos) << too_long.body;
   auto started = http_request(port, "POST", "/api/studies",
                               R"({"study":"api-study","spec":{"data":"loans.csv","target":"Class","model":"gbdt",)"
                               R"("params":{"rounds":"8"}},"trials":3,"register":"tuned",)"
+                              R"("constraints":["cost<=5"],"costs":"fn=5,fp=1",)"
                               R"("space":{"params":{"max_depth":{"type":"int","low":2,"high":5}}}})");
   ASSERT_EQ(started.status, 202) << started.body;
   std::string study;
@@ -605,6 +616,7 @@ TEST_F(Api, StudiesRunOnTheServerAsTheCliRunsThem) {
   }
   EXPECT_NE(study.find("\"trial_states\":{\"complete\":3}"), std::string::npos) << study;
   EXPECT_NE(study.find("\"best\":["), std::string::npos) << study;
+  EXPECT_NE(study.find("\"cost\":"), std::string::npos) << study;
   auto listed = http_request(port, "GET", "/api/studies");
   EXPECT_NE(listed.body.find("\"study\":\"api-study\""), std::string::npos) << listed.body;
   // The CLI reads the same study, and the best trial is registered.
