@@ -514,7 +514,7 @@ struct AutoMlOutput : CommandResult {
       for (const auto& member : ensemble.members) {
         members += (members.empty() ? "#" : ", #") + std::to_string(member.trial.number);
       }
-      rows.push_back({ensemble.better ? "1*" : "-", "ensemble", std::to_string(ensemble.members.size()),
+      rows.push_back({ensemble.better ? "*" : "-", "ensemble", std::to_string(ensemble.members.size()),
                       format_metric(ensemble.value), measure("p95_us"), measure("bundle_kb"), "-", "-",
                       ensemble.study + " trials " + members + (ensemble.feasible ? "" : " (infeasible)")});
     }
@@ -522,7 +522,7 @@ struct AutoMlOutput : CommandResult {
                 rows);
     if (result.ensemble) {
       out << "\nensemble: the mean of " << result.ensemble->family << "'s top " << result.ensemble->members.size()
-          << " trials " << (result.ensemble->better ? "beats" : "does not beat") << " the best single trial (run "
+          << " trials " << (result.ensemble->better ? "beats (*)" : "does not beat") << " the best single trial (run "
           << result.ensemble->run_id << ")\n";
     } else if (!result.ensemble_note.empty()) {
       out << "\nno ensemble: " << result.ensemble_note << "\n";
