@@ -94,8 +94,8 @@ Result<std::vector<std::vector<double>>> cost_table(const CostMatrix& costs,
                                                     const std::vector<std::string>& class_labels);
 // The mean cost per row when each row is given the label of least expected cost under the
 // model's probabilities (the Bayes decision: for the shorthand, predicting positive when
-// P(positive) >= fp / (fp + fn) with tp = tn = 0). `probabilities` as binary_metrics (one column)
-// or multiclass_metrics takes them; `labels` class indices.
+// P(positive) > fp / (fp + fn) with tp = tn = 0; a tie goes to the first label). `probabilities`
+// as binary_metrics (one column) or multiclass_metrics takes them; `labels` class indices.
 double decision_cost(std::span<const float> probabilities, std::size_t columns, std::span<const double> labels,
                      const std::vector<std::vector<double>>& cost);
 

@@ -96,8 +96,11 @@ std::string csv_field(const std::string& text) {
 
 Result<CostMatrix> parse_cost_matrix(std::string_view text) {
   std::string_view trimmed = trim(text);
+  if (trimmed.starts_with("\xEF\xBB\xBF")) trimmed.remove_prefix(3);  // a UTF-8 byte order mark
   CostMatrix costs;
-  if (trimmed.starts_with("actual")) {
+  // CSV when the first line has more than one field and no "=" (the shorthand's KEY=COST).
+  std::string_view first_line = trimmed.substr(0, trimmed.find('\n'));
+  if (first_line.find(',') != std::string_view::npos && first_line.find('=') == std::string_view::npos) {
     SLIPWAY_ASSIGN_OR_RETURN(costs, parse_cost_csv(trimmed));
   } else {
     SLIPWAY_ASSIGN_OR_RETURN(costs, parse_binary_shorthand(trimmed));
@@ -111,7 +114,13 @@ Result<CostMatrix> parse_cost_matrix(std::string_view text) {
 
 Result<CostMatrix> load_cost_matrix(const std::string& file_or_text) {
   std::error_code error;
-  if (!std::filesystem::is_regular_file(file_or_text, error)) return parse_cost_matrix(file_or_text);
+  if (!std::filesystem::is_regular_file(file_or_text, error)) {
+    if (file_or_text.find('=') == std::string::npos &&
+        (file_or_text.find('/') != std::string::npos || file_or_text.ends_with(".csv"))) {
+      return not_found("no cost matrix file '" + file_or_text + "'");
+    }
+    return parse_cost_matrix(file_or_text);
+  }
   SLIPWAY_ASSIGN_OR_RETURN(std::string text, read_file(file_or_text));
   auto costs = parse_cost_matrix(text);
   if (!costs.ok()) return invalid_argument(file_or_text + ": " + costs.status().message());

@@ -1,6 +1,7 @@
 // Averaging models of one family into one model of that family (slipway/model/ensembles.h).
 #include "slipway/model/ensembles.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -118,6 +119,15 @@ Result<std::shared_ptr<const Bundle>> averaged_bundle(std::span<const std::share
                             std::string(first.model().family()) + " models");
   }
   Manifest manifest = first.manifest();
+  // A threshold chosen by a rule was chosen for one member's probabilities, not the average's.
+  bool same_threshold = std::all_of(members.begin(), members.end(), [&](const std::shared_ptr<const Bundle>& member) {
+    return member->manifest().decision_threshold == manifest.decision_threshold &&
+           member->manifest().threshold_rule.empty();
+  });
+  if (!same_threshold) {
+    manifest.decision_threshold = 0.5;
+    manifest.threshold_rule.clear();
+  }
   manifest.metrics.clear();
   manifest.optimization.clear();
   manifest.params = {{"ensemble.size", std::to_string(members.size())}};

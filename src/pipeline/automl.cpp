@@ -71,9 +71,10 @@ Result<std::vector<std::size_t>> select_members(const std::vector<std::shared_pt
       trial.reserve(members.size() + 1);
       for (auto member : members) trial.push_back(candidates[member]);
       trial.push_back(candidates[candidate]);
-      SLIPWAY_ASSIGN_OR_RETURN(auto averaged, model::averaged_bundle(trial));
+      auto averaged = model::averaged_bundle(trial);
+      if (!averaged.ok()) continue;  // this one does not average with the members (say, int8 weights)
       SLIPWAY_ASSIGN_OR_RETURN(
-          auto evaluation, eval::evaluate(*averaged, held_out, {.slice_column = spec.slice, .costs = request.costs}));
+          auto evaluation, eval::evaluate(**averaged, held_out, {.slice_column = spec.slice, .costs = request.costs}));
       double value = evaluation_measure(objective.measure, evaluation);
       if (std::isfinite(value) && better_value(value, pick_value, objective.maximize)) {
         pick = candidate;
@@ -157,6 +158,8 @@ Status build_ensemble(registry::Registry& registry, const AutoMlRequest& request
   auto value = ensemble.measures.find(result.objective.measure);
   ensemble.value = value == ensemble.measures.end() ? std::nan("") : value->second;
   for (const auto& constraint : request.constraints) {
+    // An ensemble is not trained: what training measures does not bound it.
+    if (constraint.measure == "train_s" || constraint.measure == kPeakTrainingMemory) continue;
     auto found = ensemble.measures.find(constraint.measure);
     double measure = found == ensemble.measures.end() ? std::nan("") : found->second;
     ensemble.feasible =
@@ -202,12 +205,24 @@ Result<AutoMlResult> run_automl(registry::Registry& registry, const AutoMlReques
         "families");
   }
   if (request.objectives.size() > 1) return invalid_argument("--auto optimizes one objective");
+  auto names_cost = [](const std::string& measure) { return measure.substr(0, measure.find('@')) == "cost"; };
+  bool wants_cost = std::any_of(request.objectives.begin(), request.objectives.end(),
+                                [&](const StudyObjective& objective) { return names_cost(objective.measure); }) ||
+                    std::any_of(request.constraints.begin(), request.constraints.end(),
+                                [&](const StudyConstraint& constraint) { return names_cost(constraint.measure); });
+  if (wants_cost && !request.costs) {
+    return invalid_argument("'cost' needs what decisions cost: --costs 'fn=5,fp=1' or a CSV file");
+  }
   SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(request.study));
   if (!request.register_as.empty()) SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(request.register_as));
   TrainSpec probe = request.spec;
   probe.model = "gbdt";  // a family that takes every task: the task comes from the target
   SLIPWAY_RETURN_IF_ERROR(check_train_spec(probe));
   SLIPWAY_ASSIGN_OR_RETURN(model::Task task, inferred_task(probe));
+  if (request.costs && task == model::Task::kRegression) {
+    return invalid_argument("--costs weighs a classifier's decisions; '" + request.spec.target +
+                            "' makes this a regression");
+  }
   std::vector<std::string> families = request.families;
   if (families.empty()) {
     if (task == model::Task::kBinaryClassification) families = {"logistic", "gbdt", "mlp"};
@@ -284,10 +299,15 @@ Result<AutoMlResult> run_automl(registry::Registry& registry, const AutoMlReques
     }
   }
   std::stable_sort(result.leaderboard.begin(), result.leaderboard.end(), better);
-  if (request.ensemble_size >= 2) {
-    SLIPWAY_RETURN_IF_ERROR(build_ensemble(registry, request, result));
-  } else {
+  if (request.ensemble_size < 2) {
     result.ensemble_note = "not asked for";
+  } else if (callbacks.cancel != nullptr && callbacks.cancel->load()) {
+    result.ensemble_note = "cancelled";
+  } else if (Status built = build_ensemble(registry, request, result); !built.ok()) {
+    // The families' results stand without it.
+    result.ensemble.reset();
+    result.ensemble_note = "it could not be built: " + built.message();
+    log_warn("AutoML's ensemble " + result.ensemble_note);
   }
   if (!request.register_as.empty()) {
     const AutoMlEntry& winner = result.leaderboard.front();

@@ -1,6 +1,8 @@
 // What a study's trials measure: the names objectives and constraints may take, and the
 // measurements of a trained trial (its evaluation, slices, costs, and its bundle on this
 // machine: serving latency, batch throughput, size, training memory).
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -137,6 +139,8 @@ bool names_measure(const StudyDefinition& definition, std::string_view measure) 
 // Linux keeps the process's peak resident memory (VmHWM); writing 5 to clear_refs resets it to
 // the current resident memory, so the peak read after training is the peak during it.
 bool reset_peak_memory() {
+  // What earlier trials freed goes back to the system first, so the peak starts from what is held.
+  ::malloc_trim(0);
   std::ofstream clear("/proc/self/clear_refs");
   clear << "5";
   clear.flush();

@@ -199,6 +199,16 @@ Status check_definition(const StudyDefinition& definition, bool objectives_chose
   return {};
 }
 
+// train_mb is process-wide: one worker per process.
+Status check_workers_for(const StudyDefinition& definition, int parallel) {
+  if (parallel > 1 && names_measure(definition, kPeakTrainingMemory)) {
+    return invalid_argument(
+        "train_mb is the process's peak memory while a trial trains: measure it with one worker per process "
+        "(--parallel 1; several processes may work one study)");
+  }
+  return {};
+}
+
 Status check_request(const StudyRequest& request) {
   SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(request.study));
   if (request.parallel < 1 || request.parallel > kMaxParallel) {
@@ -208,11 +218,7 @@ Status check_request(const StudyRequest& request) {
     return invalid_argument("--budget must be a positive time of at most 30 days, such as 90s, 20m or 2h");
   }
   if (!request.register_as.empty()) SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(request.register_as));
-  if (request.parallel > 1 && !request.resume && names_measure(request.definition, kPeakTrainingMemory)) {
-    return invalid_argument(
-        "train_mb is the process's peak memory while a trial trains: measure it with one worker per process "
-        "(--parallel 1; several processes may work one study)");
-  }
+  if (!request.resume) SLIPWAY_RETURN_IF_ERROR(check_workers_for(request.definition, request.parallel));
   return {};
 }
 
@@ -589,8 +595,9 @@ TrainSpec trial_spec(const StudyRun& run, const registry::StudyTrial& trial) {
   TrainSpec spec = run.definition.spec;
   for (const auto& [name, value] : trial.params) spec.params.push_back(name + "=" + value);
   if (run.definition.pruner != "none") {
-    // The pruner judges the validation metric per round, which gbdt computes with early stopping
-    // on; with the most patience allowed it only holds the validation rows out.
+    // The pruner judges the validation metric per round (gbdt) or epoch (mlp), which the trainers
+    // compute with early stopping on; with the most patience allowed it only holds the validation
+    // rows out (and keeps the best round's trees, or the best epoch's weights).
     bool set = std::any_of(spec.params.begin(), spec.params.end(),
                            [](const std::string& pair) { return pair.starts_with("early_stopping_rounds="); });
     if (!set) spec.params.emplace_back("early_stopping_rounds=100000");
@@ -625,6 +632,8 @@ Status run_trial(registry::Registry& registry, StudyRun& run, registry::StudyTri
   const bool measure_memory = names_measure(run.definition, kPeakTrainingMemory);
   const bool memory_reset = measure_memory && reset_peak_memory();
   auto outcome = run_training(registry, spec, callbacks);
+  // Read before the measures below score and time the bundle: the peak of training alone.
+  const std::optional<double> training_peak = memory_reset ? peak_memory_mib() : std::nullopt;
 
   Status stops_study;
   if (outcome.ok()) {
@@ -636,7 +645,7 @@ Status run_trial(registry::Registry& registry, StudyRun& run, registry::StudyTri
     if (measure_memory) {
       // A run reused from the cache did not train here: its peak says nothing.
       const bool reused = !outcome->cached_from.empty();
-      auto peak = memory_reset && !reused ? peak_memory_mib() : std::nullopt;
+      auto peak = reused ? std::nullopt : training_peak;
       trial.measures[std::string(kPeakTrainingMemory)] = peak.value_or(std::numeric_limits<double>::quiet_NaN());
       if (!peak) {
         trial.message = reused ? "train_mb not measured: the run was reused from the cache (use --no-cache)"
@@ -867,6 +876,7 @@ Result<StudyResult> run_study(registry::Registry& registry, const StudyRequest& 
   SLIPWAY_RETURN_IF_ERROR(check_request(request));
   act_as(registry, request.caller);
   SLIPWAY_ASSIGN_OR_RETURN(StudyDefinition definition, open_study(registry, request));
+  SLIPWAY_RETURN_IF_ERROR(check_workers_for(definition, request.parallel));  // a resumed study's too
 
   StudyRun run;
   run.study = request.study;

@@ -21,12 +21,15 @@ Manifest manifest_for(Task task, std::vector<std::string> class_labels, std::str
   return manifest;
 }
 
-// Two trees on two inputs, the first splitting on a category set (codes 1 and 3 go right).
+// Two trees on two inputs, the first splitting on a category set (codes 1, 3 and one that
+// depends on the scale go right).
 std::shared_ptr<const Bundle> trees(float scale, float base_margin, const std::string& learning_rate) {
   TreeEnsembleData data;
   data.input_width = 2;
   data.base_margin = base_margin;
-  data.category_sets = {1, (1U << 1) | (1U << 3)};
+  // Each member its own set, so a merge that kept the offsets but not the sets would show.
+  const auto extra = static_cast<std::uint32_t>(scale * 4) % 5;
+  data.category_sets = {1, (1U << 1) | (1U << 3) | (1U << extra)};
   data.nodes = {split_node(0, 1, TreeNode::category_set_value(0), true),
                 leaf_node(-1 * scale),
                 leaf_node(2 * scale),

@@ -263,6 +263,15 @@ TEST(Tuning, CostsCalibrationThroughputAndMemoryAreMeasuredOnEachTrial) {
   EXPECT_EQ(eval::cost_matrix_text(*stored->definition.costs), "actual,predicted,cost\nbad,good,5\ngood,bad,1\n");
   EXPECT_EQ(stored->definition.sampler, "tpe:multivariate");
 
+  // Resumed with more workers, the stored objective's train_mb is still one worker per process.
+  StudyRequest resume;
+  resume.study = "costed";
+  resume.resume = true;
+  resume.parallel = 2;
+  auto parallel = run_study(*registry, resume);
+  ASSERT_FALSE(parallel.ok());
+  EXPECT_NE(parallel.status().message().find("--parallel 1"), std::string::npos) << parallel.status().message();
+
   // Costs naming a label the model does not have stop the study at its first trial.
   StudyRequest wrong = small_study("wrong-labels", 3);
   wrong.definition.costs = *eval::parse_cost_matrix("actual,predicted,cost\ndefault,good,5\n");
@@ -504,6 +513,10 @@ TEST(AutoMl, SpendsTheBudgetAcrossFamiliesAndRegistersTheWinner) {
 
   request.budget_seconds = 0;
   EXPECT_EQ(run_automl(*registry, request).status().code(), StatusCode::kInvalidArgument);
+  request.budget_seconds = 1;
+  request.objectives = {*parse_study_objective("cost")};
+  EXPECT_EQ(run_automl(*registry, request).status().code(), StatusCode::kInvalidArgument);
+  request.objectives.clear();
   request.budget_seconds = 1;
   request.families = {"linear"};
   EXPECT_EQ(run_automl(*registry, request).status().code(), StatusCode::kInvalidArgument);

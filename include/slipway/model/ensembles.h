@@ -19,8 +19,10 @@ namespace slipway::model {
 // and class labels, equal preprocessing, one family (tree_ensemble, or linear with float
 // weights), one input width and output count. The manifest is the first member's, its metrics
 // and optimization record cleared and its params replaced by "ensemble.size" and each member's
-// params as "member.I.KEY" (I from 1). The caller records the ensemble's own metrics and profile
-// (with_metrics, with_profile). InvalidArgument naming the member that differs and how.
+// params as "member.I.KEY" (I from 1); the decision threshold is the members' when they share one
+// given as a number, else 0.5 (a rule's threshold was chosen for one member's probabilities). The caller records the
+// ensemble's own metrics and profile (with_metrics, with_profile). InvalidArgument naming the member that differs and
+// how.
 Result<std::shared_ptr<const Bundle>> averaged_bundle(std::span<const std::shared_ptr<const Bundle>> members);
 
 }  // namespace slipway::model
