@@ -22,6 +22,10 @@ Result<Reproduction> reproduce_run(registry::Registry& registry, const std::stri
                                " without a bundle; only a finished run can be "
                                "reproduced");
   }
+  if (auto members = run.tags.find("slipway.ensemble"); members != run.tags.end()) {
+    return failed_precondition("run " + run_id + " is an ensemble AutoML averaged from runs " + members->second +
+                               ": reproduce those runs");
+  }
   if (run.code_version != slipway_code_version()) {
     return failed_precondition("run " + run_id + " was trained by code version " + run.code_version +
                                " and this slipway is " + std::string(slipway_code_version()) +

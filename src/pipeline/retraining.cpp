@@ -159,6 +159,12 @@ Result<TrainSpec> retraining_spec(registry::Registry& registry, const RetrainPol
                       "(slipway retrain policy {} --spec FILE.yaml)",
                       baseline.model, baseline.version, baseline.model));
     }
+    if (auto members = run.tags.find("slipway.ensemble"); members != run.tags.end()) {
+      return failed_precondition(
+          fmt::format("{}@{} is an ensemble AutoML averaged from runs {}, not one training run: give the policy a "
+                      "spec (slipway retrain policy {} --spec FILE.yaml)",
+                      baseline.model, baseline.version, members->second, baseline.model));
+    }
     SLIPWAY_RETURN_IF_ERROR(load_spec_text(run.spec, "the spec of run " + run.run_id, spec));
   }
   // The new rows are the whole input: the gate needs their held-out split, so no separate test
