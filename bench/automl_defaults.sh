@@ -14,22 +14,7 @@ slipway=$(cd "$build" && pwd)/slipway
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 py=/usr/bin/python3
-$py - "$root/data" "$work" <<'PY'
-import csv, random, sys
-source, out = sys.argv[1], sys.argv[2]
-for name, shuffle in (("lending_club", True), ("chicago_ridership", False)):
-    with open(f"{source}/{name}.csv", newline="") as f:
-        rows = list(csv.reader(f))
-    header, body = rows[0], rows[1:]
-    if shuffle:
-        random.Random(0).shuffle(body)
-    a, b = int(len(body) * 0.6), int(len(body) * 0.8)
-    for part, chunk in (("train", body[:a]), ("valid", body[a:b]), ("test", body[b:])):
-        with open(f"{out}/{name}_{part}.csv", "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(header)
-            writer.writerows(chunk)
-PY
+$py "$here/split_shared_data.py" "$root/data" "$work" train=0.6 valid=0.8 test
 "$slipway" --home "$work/home" init > /dev/null
 echo "| data set | metric | Slipway AutoML ($budget) | XGBoost defaults | HistGradientBoosting defaults | AutoML winner | best single trial | ensemble (validation: it, best single) |"
 echo "|---|---|---|---|---|---|---|---|"

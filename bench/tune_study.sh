@@ -32,22 +32,7 @@ py=/usr/bin/python3
 
 # Train and held-out files: lending (binary, 80/20 by a seeded shuffle) and Chicago ridership
 # (regression, the last 20% of days held out).
-$py - "$root/data" "$work" <<'PY'
-import csv, random, sys
-source, out = sys.argv[1], sys.argv[2]
-for name, shuffle in (("lending_club", True), ("chicago_ridership", False)):
-    with open(f"{source}/{name}.csv", newline="") as f:
-        rows = list(csv.reader(f))
-    header, body = rows[0], rows[1:]
-    if shuffle:
-        random.Random(0).shuffle(body)
-    cut = int(len(body) * 0.8)
-    for part, chunk in (("train", body[:cut]), ("valid", body[cut:])):
-        with open(f"{out}/{name}_{part}.csv", "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(header)
-            writer.writerows(chunk)
-PY
+$py "$here/split_shared_data.py" "$root/data" "$work" train=0.8 valid
 
 # One study's JSON -> "best rounds_trained claim_ms_mean best_so_far_by_trial"
 summarize() {

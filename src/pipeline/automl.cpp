@@ -32,8 +32,7 @@ Status top_trials(registry::Registry& registry, const std::string& study, const 
   SLIPWAY_ASSIGN_OR_RETURN(StudyResult stored, read_study(registry, study));
   std::vector<StudyTrialView> ranked;
   for (auto& view : stored.trials) {
-    if (view.trial.state == "complete" && view.feasible && !view.objective_values.empty() &&
-        std::isfinite(view.objective_values.front())) {
+    if (usable(view) && std::isfinite(view.objective_values.front())) {
       ranked.push_back(std::move(view));
     }
   }
@@ -142,10 +141,8 @@ Status build_ensemble(registry::Registry& registry, const AutoMlRequest& request
   SLIPWAY_ASSIGN_OR_RETURN(auto averaged, model::averaged_bundle(members));
   TrainOutcome outcome;
   SLIPWAY_ASSIGN_OR_RETURN(outcome.evaluation, eval::evaluate(*averaged, rows.test, spec.slice));
-  std::map<std::string, double> test_metrics;
-  for (const auto& [name, value] : outcome.evaluation.overall.values) test_metrics["test_" + name] = value;
-  SLIPWAY_ASSIGN_OR_RETURN(model::DataProfile profile, training_profile(*averaged, rows.train));
-  outcome.summary.bundle = averaged->with_metrics(test_metrics)->with_profile(std::move(profile));
+  SLIPWAY_ASSIGN_OR_RETURN(outcome.summary.bundle,
+                           with_training_record(*averaged, test_metrics_of(outcome.evaluation), rows.train));
   SLIPWAY_ASSIGN_OR_RETURN(outcome.bundle_sha256, registry.artifacts().put(outcome.summary.bundle->serialize()));
   outcome.held_out = std::move(rows.test);
 
@@ -153,17 +150,14 @@ Status build_ensemble(registry::Registry& registry, const AutoMlRequest& request
   measured.objectives = {result.objective};
   measured.constraints = request.constraints;
   measured.costs = request.costs;
-  Status measures = measure_trial(registry, measured, /*measure_serving=*/true, spec, outcome, ensemble.measures);
+  Status measures = measure_trial(registry, measured, /*measure_latency=*/true, spec, outcome, ensemble.measures);
   if (!measures.ok()) log_warn("the ensemble: " + measures.message());
   auto value = ensemble.measures.find(result.objective.measure);
   ensemble.value = value == ensemble.measures.end() ? std::nan("") : value->second;
   for (const auto& constraint : request.constraints) {
     // An ensemble is not trained: what training measures does not bound it.
     if (constraint.measure == "train_s" || constraint.measure == kPeakTrainingMemory) continue;
-    auto found = ensemble.measures.find(constraint.measure);
-    double measure = found == ensemble.measures.end() ? std::nan("") : found->second;
-    ensemble.feasible =
-        ensemble.feasible && (constraint.at_most ? measure <= constraint.limit : measure >= constraint.limit);
+    ensemble.feasible = ensemble.feasible && constraint_holds(constraint, ensemble.measures);
   }
   const AutoMlEntry& leader = result.leaderboard.front();
   ensemble.better = ensemble.feasible && std::isfinite(ensemble.value) && leader.best &&
@@ -205,24 +199,14 @@ Result<AutoMlResult> run_automl(registry::Registry& registry, const AutoMlReques
         "families");
   }
   if (request.objectives.size() > 1) return invalid_argument("--auto optimizes one objective");
-  auto names_cost = [](const std::string& measure) { return measure.substr(0, measure.find('@')) == "cost"; };
-  bool wants_cost = std::any_of(request.objectives.begin(), request.objectives.end(),
-                                [&](const StudyObjective& objective) { return names_cost(objective.measure); }) ||
-                    std::any_of(request.constraints.begin(), request.constraints.end(),
-                                [&](const StudyConstraint& constraint) { return names_cost(constraint.measure); });
-  if (wants_cost && !request.costs) {
-    return invalid_argument("'cost' needs what decisions cost: --costs 'fn=5,fp=1' or a CSV file");
-  }
+  SLIPWAY_RETURN_IF_ERROR(check_costs_given(request.objectives, request.constraints, request.costs));
   SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(request.study));
   if (!request.register_as.empty()) SLIPWAY_RETURN_IF_ERROR(registry::validate_model_name(request.register_as));
   TrainSpec probe = request.spec;
   probe.model = "gbdt";  // a family that takes every task: the task comes from the target
   SLIPWAY_RETURN_IF_ERROR(check_train_spec(probe));
   SLIPWAY_ASSIGN_OR_RETURN(model::Task task, inferred_task(probe));
-  if (request.costs && task == model::Task::kRegression) {
-    return invalid_argument("--costs weighs a classifier's decisions; '" + request.spec.target +
-                            "' makes this a regression");
-  }
+  SLIPWAY_RETURN_IF_ERROR(check_costs_fit(request.costs.has_value(), task, request.spec.target));
   std::vector<std::string> families = request.families;
   if (families.empty()) {
     if (task == model::Task::kBinaryClassification) families = {"logistic", "gbdt", "mlp"};

@@ -351,11 +351,8 @@ Status fit_and_store(registry::Registry& registry, const TrainSpec& spec,
     log_warn(fmt::format("dropped {} train rows and {} test rows whose target '{}' is empty",
                          fitted.rows_dropped_missing_target, evaluation.rows_missing_target, spec.target));
   }
-  std::map<std::string, double> test_metrics;
-  for (const auto& [name, value] : evaluation.overall.values) test_metrics["test_" + name] = value;
-  // The training distribution travels with the bundle: what `slipway monitor` measures skew against.
-  SLIPWAY_ASSIGN_OR_RETURN(model::DataProfile profile, training_profile(*fitted.bundle, prepared.train));
-  auto bundle = fitted.bundle->with_metrics(test_metrics)->with_profile(std::move(profile));
+  const std::map<std::string, double> test_metrics = test_metrics_of(evaluation);
+  SLIPWAY_ASSIGN_OR_RETURN(auto bundle, with_training_record(*fitted.bundle, test_metrics, prepared.train));
   std::vector<std::byte> bytes = bundle->serialize();
   SLIPWAY_ASSIGN_OR_RETURN(outcome.bundle_sha256, registry.artifacts().put(bytes));
   if (!spec.bundle_out.empty()) SLIPWAY_RETURN_IF_ERROR(write_file_atomic(spec.bundle_out, bytes));
@@ -369,6 +366,20 @@ Status fit_and_store(registry::Registry& registry, const TrainSpec& spec,
 }
 
 }  // namespace
+
+std::map<std::string, double> test_metrics_of(const eval::Evaluation& evaluation) {
+  std::map<std::string, double> test_metrics;
+  for (const auto& [name, value] : evaluation.overall.values) test_metrics["test_" + name] = value;
+  return test_metrics;
+}
+
+Result<std::shared_ptr<const model::Bundle>> with_training_record(const model::Bundle& bundle,
+                                                                  const std::map<std::string, double>& test_metrics,
+                                                                  const data::Table& train) {
+  // The training distribution travels with the bundle: what `slipway monitor` measures skew against.
+  SLIPWAY_ASSIGN_OR_RETURN(model::DataProfile profile, training_profile(bundle, train));
+  return bundle.with_metrics(test_metrics)->with_profile(std::move(profile));
+}
 
 Result<TrainingRows> training_rows(const TrainSpec& spec) {
   SLIPWAY_ASSIGN_OR_RETURN(PreparedData prepared, prepare_data(spec));

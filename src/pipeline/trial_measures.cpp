@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -129,6 +130,32 @@ double evaluation_measure(const std::string& measure, const eval::Evaluation& ev
   return value;
 }
 
+bool constraint_holds(const StudyConstraint& constraint, const std::map<std::string, double>& measures) {
+  auto found = measures.find(constraint.measure);
+  double value = found == measures.end() ? std::numeric_limits<double>::quiet_NaN() : found->second;
+  return constraint.at_most ? value <= constraint.limit : value >= constraint.limit;  // NaN: false
+}
+
+Status check_costs_given(const std::vector<StudyObjective>& objectives, const std::vector<StudyConstraint>& constraints,
+                         const std::optional<eval::CostMatrix>& costs) {
+  if (costs) return {};
+  std::vector<std::string> measures;
+  measures.reserve(objectives.size() + constraints.size());
+  for (const auto& objective : objectives) measures.push_back(objective.measure);
+  for (const auto& constraint : constraints) measures.push_back(constraint.measure);
+  for (const auto& measure : measures) {
+    if (measure.substr(0, measure.find('@')) == "cost") {
+      return invalid_argument("'" + measure + "' needs what decisions cost: --costs 'fn=5,fp=1' or a CSV file");
+    }
+  }
+  return {};
+}
+
+Status check_costs_fit(bool has_costs, model::Task task, const std::string& target) {
+  if (!has_costs || task != model::Task::kRegression) return {};
+  return invalid_argument("--costs weighs a classifier's decisions; '" + target + "' makes this a regression");
+}
+
 bool names_measure(const StudyDefinition& definition, std::string_view measure) {
   return std::any_of(definition.objectives.begin(), definition.objectives.end(),
                      [&](const StudyObjective& objective) { return objective.measure == measure; }) ||
@@ -159,7 +186,7 @@ std::optional<double> peak_memory_mib() {
   return std::nullopt;
 }
 
-Status measure_trial(registry::Registry& registry, const StudyDefinition& definition, bool measure_serving,
+Status measure_trial(registry::Registry& registry, const StudyDefinition& definition, bool measure_latency,
                      const TrainSpec& spec, const TrainOutcome& outcome, std::map<std::string, double>& measures) {
   const eval::Evaluation* evaluation = &outcome.evaluation;
   std::optional<eval::Evaluation> costed;
@@ -176,7 +203,7 @@ Status measure_trial(registry::Registry& registry, const StudyDefinition& defini
   auto bytes = std::filesystem::file_size(registry.artifacts().path_for(outcome.bundle_sha256), size_error);
   measures["bundle_kb"] = size_error ? std::numeric_limits<double>::quiet_NaN() : bytes / 1024.0;
   Status status;
-  if (measure_serving || names_measure(definition, "p50_us") || names_measure(definition, "p95_us")) {
+  if (measure_latency || names_measure(definition, "p50_us") || names_measure(definition, "p95_us")) {
     auto latency = serving_latency_us(outcome.summary.bundle, outcome.held_out, spec);
     if (latency.ok()) {
       measures["p50_us"] = latency->first;
@@ -185,7 +212,7 @@ Status measure_trial(registry::Registry& registry, const StudyDefinition& defini
       status = failed_precondition("latency not measured: " + latency.status().message());
     }
   }
-  if (measure_serving || names_measure(definition, kBatchThroughput)) {
+  if (names_measure(definition, kBatchThroughput)) {
     auto throughput = batch_rows_per_second(*outcome.summary.bundle, outcome.held_out);
     if (throughput.ok()) {
       measures[std::string(kBatchThroughput)] = *throughput;
@@ -213,6 +240,12 @@ Result<StudyObjective> parse_study_objective(const std::string& text) {
   objective.measure = measure;
   objective.maximize = maximize.value_or(measure_maximized(metric));
   return objective;
+}
+
+std::string constraint_text(const StudyConstraint& constraint) {
+  char limit[32];
+  std::snprintf(limit, sizeof limit, "%.17g", constraint.limit);
+  return constraint.measure + (constraint.at_most ? "<=" : ">=") + limit;
 }
 
 Result<StudyConstraint> parse_study_constraint(const std::string& text) {

@@ -34,6 +34,25 @@ inline TreeNode leaf_node(float value) {
   return node;
 }
 
+// Two classes on two inputs, one tree each: tree 0 (class 0) splits on the category set of input 0
+// (codes 2 and 5 go right: leaves -1, 1), tree 1 (class 1) on x1 < 0.5 (leaves 10, 20). No base
+// margin, no statistics.
+inline TreeEnsembleData two_class_trees() {
+  TreeEnsembleData data;
+  data.input_width = 2;
+  data.group_count = 2;
+  data.category_sets = {1, (1U << 2) | (1U << 5)};  // one word: categories 2 and 5
+  data.nodes = {split_node(0, 1, TreeNode::category_set_value(0), true),
+                leaf_node(-1),
+                leaf_node(1),
+                split_node(1, 4, 0.5f, false),
+                leaf_node(10),
+                leaf_node(20)};
+  data.roots = {0, 3};
+  data.tree_groups = {0, 1};
+  return data;
+}
+
 // The model's margins for rows x input_width() features.
 inline std::vector<float> margins(const Model& model, const std::vector<float>& rows) {
   std::size_t count = rows.size() / model.input_width();

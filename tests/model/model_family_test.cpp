@@ -52,19 +52,8 @@ std::shared_ptr<const Bundle> linear_bundle() {
 
 // Two classes, a categorical split, statistics: every optional tree section.
 TreeEnsembleData multiclass_trees() {
-  TreeEnsembleData data;
-  data.input_width = 2;
-  data.group_count = 2;
+  TreeEnsembleData data = two_class_trees();
   data.base_margin = 0.25f;
-  data.category_sets = {1, (1U << 2) | (1U << 5)};
-  data.nodes = {split_node(0, 1, TreeNode::category_set_value(0), true),
-                leaf_node(-1),
-                leaf_node(1),
-                split_node(1, 4, 0.5f, false),
-                leaf_node(10),
-                leaf_node(20)};
-  data.roots = {0, 3};
-  data.tree_groups = {0, 1};
   data.cover = {4, 1, 3, 4, 2, 2};
   data.gain = {0.5f, 0, 0, 1.5f, 0, 0};
   return data;

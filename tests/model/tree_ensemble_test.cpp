@@ -120,19 +120,8 @@ TEST(TreeEnsemble, ValidateRejectsBrokenStructure) {
 
 // Codes in the set go right, every other code (and unseen ones) left, NaN by default direction.
 TEST(TreeEnsemble, CategoricalSplitsAndMulticlassOutputs) {
-  TreeEnsembleData data;
-  data.input_width = 2;
-  data.group_count = 2;
-  data.category_sets = {1, (1U << 2) | (1U << 5)};  // one word: categories 2 and 5
-  // Tree 0 (class 0): categorical on feature 0. Tree 1 (class 1): x1 < 0.5.
-  data.nodes = {split_node(0, 1, TreeNode::category_set_value(0), true),
-                leaf_node(-1),
-                leaf_node(1),
-                split_node(1, 4, 0.5f, false),
-                leaf_node(10),
-                leaf_node(20)};
-  data.roots = {0, 3};
-  data.tree_groups = {0, 1};
+  // Tree 0 (class 0): categorical on feature 0 (codes 2 and 5 go right). Tree 1 (class 1): x1 < 0.5.
+  TreeEnsembleData data = two_class_trees();
   ASSERT_TRUE(TreeEnsembleModel::validate(data).ok());
   TreeEnsembleModel model(data);
   ASSERT_EQ(model.output_count(), 2u);
